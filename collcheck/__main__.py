@@ -1,0 +1,3 @@
+from collcheck.cli import run_main
+
+run_main()

@@ -1,0 +1,164 @@
+"""Paths in, results out. Never prints, never exits: the CLI and the tests both call this."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import subprocess
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from collcheck.catalog import Catalog, load_catalog
+from collcheck.checks import default_enabled_codes
+from collcheck.config import RuleSelection, Settings
+from collcheck.findings import FileError, FileResult, RunResult
+from collcheck.source import SourceFile, read_source
+
+MAX_FILE_BYTES = 8 * 1024 * 1024  # generated files beyond this are reported, not parsed
+
+
+@dataclass(frozen=True)
+class Job:
+    path: str
+    display_path: str
+
+
+def _is_excluded(path: Path, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatch(path.name, pattern) or fnmatch.fnmatch(str(path), pattern) for pattern in patterns)
+
+
+def _walk(folder: Path, patterns: Sequence[str], seen: set[tuple[int, int]]) -> Iterable[Path]:
+    try:
+        stat = folder.stat()
+    except OSError:
+        return
+    key = (stat.st_dev, stat.st_ino)
+    if key in seen:  # a symlink loop, or the same folder reached twice
+        return
+    seen.add(key)
+    try:
+        entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+    except OSError:
+        return
+    for entry in entries:
+        child = Path(entry.path)
+        if _is_excluded(child, patterns):
+            continue
+        try:
+            if entry.is_dir():
+                if (child / "pyvenv.cfg").exists():  # any virtualenv, whatever its name
+                    continue
+                yield from _walk(child, patterns, seen)
+            elif entry.name.endswith(".py"):
+                yield child
+        except OSError:
+            yield child
+
+
+def _gitignored(paths: list[Path]) -> set[Path]:
+    """Paths git would ignore; empty when git or a repository is not there."""
+    if not paths:
+        return set()
+    try:
+        completed = subprocess.run(
+            ["git", "check-ignore", "--stdin", "-z"],
+            input="\0".join(str(path) for path in paths).encode(),
+            capture_output=True,
+            timeout=20,
+            cwd=str(paths[0].parent if paths[0].is_file() else paths[0]),
+        )
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    if completed.returncode not in (0, 1):
+        return set()
+    return {Path(item) for item in completed.stdout.decode(errors="replace").split("\0") if item}
+
+
+def collect_files(paths: Sequence[Path], settings: Settings) -> list[Path]:
+    """Files named explicitly are always taken; folders recurse into *.py minus excludes."""
+    patterns = (*settings.exclude, *settings.extend_exclude)
+    found: list[Path] = []
+    walked: list[Path] = []
+    seen: set[tuple[int, int]] = set()
+    for path in paths:
+        if path.is_dir():
+            walked.extend(_walk(path, patterns, seen))
+        else:
+            found.append(path)
+    if settings.respect_gitignore and walked:
+        ignored = _gitignored(walked)
+        walked = [path for path in walked if path not in ignored]
+    unique = dict.fromkeys([*found, *walked])
+    return list(unique)
+
+
+def _selection(settings: Settings) -> RuleSelection:
+    select = settings.select + settings.extend_select if settings.select else settings.extend_select
+    return RuleSelection(
+        select=select if settings.select else (),
+        ignore=settings.ignore,
+        default_enabled=default_enabled_codes() | frozenset(settings.extend_select),
+    )
+
+
+def _per_file_ignored(path: str, settings: Settings) -> tuple[str, ...]:
+    codes: list[str] = []
+    for pattern, pattern_codes in settings.per_file_ignores:
+        if fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(Path(path).name, pattern):
+            codes.extend(pattern_codes)
+    return tuple(codes)
+
+
+def _filter(result: FileResult, settings: Settings) -> FileResult:
+    selection = _selection(settings)
+    ignored = _per_file_ignored(result.path, settings)
+    result.findings = [
+        finding
+        for finding in result.findings
+        if selection.enabled(finding.code) and not any(finding.code.startswith(code) for code in ignored)
+    ]
+    return result
+
+
+def analyze_file(path: str, settings: Settings, catalog: Catalog | None = None) -> FileResult:
+    from collcheck.static.engine import analyze_source  # noqa: PLC0415 - keep startup light
+
+    catalog = catalog or load_catalog(Path(p) for p in settings.catalogs)
+    source = read_source(Path(path), MAX_FILE_BYTES)
+    if isinstance(source, FileError):
+        return FileResult(path=path, error=source)
+    return _filter(analyze_source(source, catalog, settings), settings)
+
+
+def analyze_text(text: str, path: str = "<string>", settings: Settings | None = None) -> FileResult:
+    """Analyse source text directly (tests, editors)."""
+    from collcheck.static.engine import analyze_source  # noqa: PLC0415
+
+    settings = settings or Settings()
+    catalog = load_catalog(Path(p) for p in settings.catalogs)
+    return _filter(analyze_source(SourceFile(path=path, text=text), catalog, settings), settings)
+
+
+def _analyze_job(args: tuple[str, Settings]) -> FileResult:
+    path, settings = args
+    return analyze_file(path, settings)
+
+
+def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -> RunResult:
+    settings = settings or Settings()
+    catalog = load_catalog(Path(p) for p in settings.catalogs)  # fail early (exit 2) on a bad catalog
+    files = collect_files([Path(p) for p in paths], settings)
+    missing = [FileResult(path=str(p), error=FileError(str(p), "no such file or folder")) for p in paths
+               if not Path(p).exists()]
+    files = [f for f in files if f.exists() or f.is_symlink()]
+    jobs = settings.jobs or os.cpu_count() or 1
+    names = [str(path) for path in files]
+    if jobs > 1 and len(names) > 8:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_analyze_job, [(name, settings) for name in names], chunksize=4))
+    else:
+        results = [analyze_file(name, settings, catalog) for name in names]
+    ordered = sorted([*missing, *results], key=lambda result: result.path)
+    return RunResult(files=ordered)

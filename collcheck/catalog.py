@@ -1,0 +1,266 @@
+"""Declarative catalogs: which callables communicate, where ranks come from.
+
+The catalogs live in `rules/*.toml` (shipped inside the wheel as `collcheck/rules`). Code never
+hard-codes an API name: the analyzer only asks the catalog.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+OP_KINDS = ("collective", "group_create", "p2p_send", "p2p_recv", "p2p_nonblocking")
+
+
+class CatalogError(ValueError):
+    """A catalog file that cannot be used; the CLI turns it into exit code 2."""
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One communicating callable and the role of each of its arguments."""
+
+    op: str
+    kind: str = "collective"
+    params: tuple[str, ...] = ()
+    group: str | None = None
+    root: str | None = None
+    group_root: str | None = None
+    peer: str | None = None
+    reduce_op: str | None = None
+    ranks: str | None = None
+    operands: tuple[str, ...] = ()
+    uniform_after: tuple[str, ...] = ()
+    # For methods: how many leading positional arguments the receiver already consumed (bound methods: 0).
+    source: str = ""
+
+    @property
+    def is_p2p(self) -> bool:
+        return self.kind.startswith("p2p")
+
+    def param_index(self, name: str | None) -> int | None:
+        if name is None or name not in self.params:
+            return None
+        return self.params.index(name)
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    method: str
+    spec: OpSpec
+    receivers: tuple[str, ...] = ()
+    any_receiver: bool = False
+
+
+@dataclass(frozen=True)
+class Catalog:
+    functions: dict[str, OpSpec] = field(default_factory=dict)
+    methods: tuple[MethodSpec, ...] = ()
+    rank_functions: dict[str, str] = field(default_factory=dict)  # qualified name -> value expression
+    rank_methods: dict[str, str] = field(default_factory=dict)  # method name -> value expression
+    rank_env: dict[str, str] = field(default_factory=dict)
+    rank_parameters: dict[str, str] = field(default_factory=dict)
+    rank_attributes: dict[str, str] = field(default_factory=dict)
+    nondeterministic: dict[str, str] = field(default_factory=dict)  # qualified name -> what varies
+    rank_decorators: dict[str, str] = field(default_factory=dict)  # qualified name -> condition
+    types: dict[str, str] = field(default_factory=dict)  # factory qualified name -> type name
+    names: tuple[str, ...] = ()
+    fingerprint: str = ""
+
+    @property
+    def trigger_words(self) -> frozenset[str]:
+        """Identifiers whose presence in a file's text means it may communicate (the prefilter)."""
+        words: set[str] = set()
+        for qualified in self.functions:
+            words.add(qualified.rsplit(".", 1)[-1])
+        for method in self.methods:
+            words.add(method.method)
+        return frozenset(words)
+
+    def method_specs(self, name: str) -> list[MethodSpec]:
+        return [m for m in self.methods if m.method == name]
+
+
+def bundled_catalog_dir() -> Path:
+    """`collcheck/rules` inside a wheel, `rules/` beside the package in a source checkout."""
+    package_dir = Path(__file__).resolve().parent
+    installed = package_dir / "rules"
+    if installed.is_dir():
+        return installed
+    return package_dir.parent / "rules"
+
+
+def bundled_catalog_paths() -> list[Path]:
+    return sorted(bundled_catalog_dir().glob("*.toml"))
+
+
+def _str_tuple(data: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise CatalogError(f"{where}: '{key}' must be a list of strings")
+    return tuple(value)
+
+
+def _optional_str(data: dict[str, Any], key: str, where: str) -> str | None:
+    value = data.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise CatalogError(f"{where}: '{key}' must be a string")
+
+
+def _op_spec(entry: dict[str, Any], where: str) -> OpSpec:
+    op = entry.get("op")
+    if not isinstance(op, str):
+        raise CatalogError(f"{where}: every entry needs a string 'op'")
+    kind = entry.get("kind", "collective")
+    if kind not in OP_KINDS:
+        raise CatalogError(f"{where}: unknown kind '{kind}' (expected one of {', '.join(OP_KINDS)})")
+    return OpSpec(
+        op=op,
+        kind=kind,
+        params=_str_tuple(entry, "params", where),
+        group=_optional_str(entry, "group", where),
+        root=_optional_str(entry, "root", where),
+        group_root=_optional_str(entry, "group_root", where),
+        peer=_optional_str(entry, "peer", where),
+        reduce_op=_optional_str(entry, "reduce_op", where),
+        ranks=_optional_str(entry, "ranks", where),
+        operands=_str_tuple(entry, "operands", where),
+        uniform_after=_str_tuple(entry, "uniform_after", where),
+        source=where,
+    )
+
+
+def _value_table(data: Any, where: str, default_value: str) -> dict[str, str]:
+    """Accept either a list of names (all meaning `default_value`) or a name -> value table."""
+    if data is None:
+        return {}
+    if isinstance(data, list):
+        return {str(name): default_value for name in data}
+    if isinstance(data, dict):
+        return {str(key): str(value) for key, value in data.items()}
+    raise CatalogError(f"{where}: expected a list or a table")
+
+
+@dataclass
+class _Builder:
+    functions: dict[str, OpSpec] = field(default_factory=dict)
+    methods: list[MethodSpec] = field(default_factory=list)
+    tables: dict[str, dict[str, str]] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)
+
+    def table(self, name: str) -> dict[str, str]:
+        return self.tables.setdefault(name, {})
+
+
+def _add_rank_section(builder: _Builder, section: dict[str, Any], where: str, value: str, prefix: str) -> None:
+    for name in _value_table(section.get("functions"), f"{where}.functions", value):
+        builder.table("rank_functions")[name] = value
+    for name in _value_table(section.get("local_functions"), f"{where}.local_functions", "local_rank"):
+        builder.table("rank_functions")[name] = "local_rank"
+    for name in _value_table(section.get("group_functions"), f"{where}.group_functions", "group_rank"):
+        builder.table("rank_functions")[name] = "group_rank"
+    builder.table("rank_methods").update(_value_table(section.get("methods"), f"{where}.methods", value))
+    builder.table("rank_env").update(_value_table(section.get("env"), f"{where}.env", value))
+    builder.table("rank_parameters").update(_value_table(section.get("parameters"), f"{where}.parameters", value))
+    builder.table("rank_attributes").update(_value_table(section.get("attributes"), f"{where}.attributes", value))
+
+
+def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
+    meta = data.get("catalog", {})
+    builder.names.append(str(meta.get("name", where)))
+    for index, entry in enumerate(data.get("op", [])):
+        spec = _op_spec(entry, f"{where}: op #{index + 1}")
+        for name in _str_tuple(entry, "names", f"{where}: op #{index + 1}"):
+            builder.functions[name] = spec
+    for index, entry in enumerate(data.get("method", [])):
+        item_where = f"{where}: method #{index + 1}"
+        spec = _op_spec(entry, item_where)
+        for method in _str_tuple(entry, "methods", item_where) or (str(entry.get("method", "")),):
+            if not method:
+                raise CatalogError(f"{item_where}: needs 'method' or 'methods'")
+            builder.methods.append(
+                MethodSpec(
+                    method=method,
+                    spec=spec,
+                    receivers=_str_tuple(entry, "receiver", item_where),
+                    any_receiver=bool(entry.get("any_receiver", False)),
+                )
+            )
+    _add_rank_section(builder, data.get("rank", {}), f"{where}: [rank]", "rank", "rank")
+    world = data.get("world", {})
+    for name in _value_table(world.get("functions"), f"{where}: [world].functions", "world"):
+        builder.table("rank_functions")[name] = "world"
+    builder.table("rank_methods").update(_value_table(world.get("methods"), f"{where}: [world].methods", "world"))
+    builder.table("rank_env").update(_value_table(world.get("env"), f"{where}: [world].env", "world"))
+    builder.table("rank_parameters").update(
+        _value_table(world.get("parameters"), f"{where}: [world].parameters", "world")
+    )
+    builder.table("rank_attributes").update(
+        _value_table(world.get("attributes"), f"{where}: [world].attributes", "world")
+    )
+    builder.table("nondeterministic").update(
+        _value_table(data.get("nondeterministic"), f"{where}: [nondeterministic]", "varies")
+    )
+    builder.table("rank_decorators").update(
+        _value_table(data.get("rank_decorators"), f"{where}: [rank_decorators]", "rank == 0")
+    )
+    builder.table("types").update(_value_table(data.get("types"), f"{where}: [types]", ""))
+
+
+def _read_toml(path: Path) -> tuple[dict[str, Any], bytes]:
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise CatalogError(f"cannot read catalog {path}: {error.strerror}") from error
+    try:
+        return tomllib.loads(raw.decode("utf-8")), raw
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise CatalogError(f"catalog {path} is not valid TOML: {error}") from error
+
+
+def load_catalog(extra_paths: Iterable[Path] = ()) -> Catalog:
+    """Bundled catalogs first, then the user's (which may add to or override them)."""
+    return _load_catalog(tuple(str(path) for path in extra_paths))
+
+
+@lru_cache(maxsize=8)
+def _load_catalog(extra_paths: tuple[str, ...]) -> Catalog:
+    builder = _Builder()
+    digest = hashlib.sha256()
+    for path in [*bundled_catalog_paths(), *(Path(p) for p in extra_paths)]:
+        data, raw = _read_toml(path)
+        digest.update(path.name.encode() + b"\0" + raw)
+        try:
+            _add_document(builder, data, path.name)
+        except CatalogError:
+            raise
+        except (TypeError, AttributeError) as error:
+            raise CatalogError(f"catalog {path}: malformed entry ({error})") from error
+    tables = builder.tables
+    return Catalog(
+        functions=builder.functions,
+        methods=tuple(builder.methods),
+        rank_functions=tables.get("rank_functions", {}),
+        rank_methods=tables.get("rank_methods", {}),
+        rank_env=tables.get("rank_env", {}),
+        rank_parameters=tables.get("rank_parameters", {}),
+        rank_attributes=tables.get("rank_attributes", {}),
+        nondeterministic=tables.get("nondeterministic", {}),
+        rank_decorators=tables.get("rank_decorators", {}),
+        types=tables.get("types", {}),
+        names=tuple(builder.names),
+        fingerprint=digest.hexdigest()[:16],
+    )

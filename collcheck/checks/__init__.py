@@ -1,0 +1,93 @@
+"""The rule registry: one module per code, and one central table of codes.
+
+Each rule module defines `CODE`, `NAME`, `SEVERITY`, `MESSAGE` (a `str.format` template) and a
+docstring in fixed sections (What it does / Why is this bad? / Example / Use instead / References).
+`collcheck rule CODE` prints that docstring and the README's rule table is generated from it.
+Codes are a public contract: never renumbered, never reused.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import lru_cache
+from types import ModuleType
+
+from collcheck.findings import Severity
+
+# code -> (module, status, version it appeared in). Status: stable | preview | removed.
+CODE_TABLE: dict[str, tuple[str, str, str]] = {
+    "CC001": ("cc001_mismatched_collective_sequence", "stable", "0.1.0"),
+    "CC002": ("cc002_rank_dependent_loop", "stable", "0.1.0"),
+    "CC003": ("cc003_rank_dependent_early_exit", "stable", "0.1.0"),
+    "CC004": ("cc004_divergent_group_creation", "stable", "0.1.0"),
+    "CC005": ("cc005_point_to_point_deadlock", "stable", "0.1.0"),
+    "CC006": ("cc006_rank_dependent_collective_argument", "stable", "0.1.0"),
+    "CC007": ("cc007_per_process_value_guard", "stable", "0.1.0"),
+    "CC101": ("cc101_all_gather_over_budget", "stable", "0.1.0"),
+    "CC102": ("cc102_all_gather_object_on_tensors", "preview", "0.1.0"),
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    severity: Severity
+    message: str
+    status: str
+    since: str
+    default_enabled: bool
+    doc: str
+    module: ModuleType
+
+    @property
+    def summary(self) -> str:
+        """The first paragraph of the rule's *What it does* section."""
+        lines = self.doc.strip().splitlines()
+        body: list[str] = []
+        for line in lines[1:] if lines and lines[0].lower().startswith("## what") else lines:
+            if not line.strip():
+                if body:
+                    break
+                continue
+            if line.startswith("##"):
+                continue
+            body.append(line.strip())
+        return " ".join(body)
+
+
+def _load(code: str) -> Rule | None:
+    module_name, status, since = CODE_TABLE[code]
+    try:
+        module = importlib.import_module(f"collcheck.checks.{module_name}")
+    except ModuleNotFoundError as error:
+        if error.name == f"collcheck.checks.{module_name}":
+            return None  # a code reserved in the table whose module has not landed yet
+        raise
+    return Rule(
+        code=module.CODE,
+        name=module.NAME,
+        severity=module.SEVERITY,
+        message=module.MESSAGE,
+        status=status,
+        since=since,
+        default_enabled=getattr(module, "DEFAULT_ENABLED", status == "stable"),
+        doc=module.__doc__ or "",
+        module=module,
+    )
+
+
+@lru_cache(maxsize=1)
+def all_rules() -> tuple[Rule, ...]:
+    rules = (_load(code) for code in CODE_TABLE)
+    return tuple(rule for rule in rules if rule is not None)
+
+
+def rule_by_code(code: str) -> Rule | None:
+    code = code.upper()
+    return next((rule for rule in all_rules() if rule.code == code), None)
+
+
+def default_enabled_codes() -> frozenset[str]:
+    return frozenset(rule.code for rule in all_rules() if rule.default_enabled)

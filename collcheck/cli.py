@@ -1,0 +1,185 @@
+"""The command line, kept thin: parse options, call the API, render, choose the exit code.
+
+`collcheck PATH...` is `collcheck check PATH...`. Exit codes: 0 clean, 1 findings (or files that
+could not be analysed), 2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from collcheck import __version__
+from collcheck.memory.command import estimate_command
+from collcheck.runtime.command import run_command, trace_command
+
+app = typer.Typer(
+    name="collcheck",
+    help="Find collective-communication deadlocks and memory blow-ups in distributed PyTorch code.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+SUBCOMMANDS = ("check", "rule", "rules", "estimate", "run", "trace", "version")
+
+
+def _codes(value: Optional[str]) -> Optional[tuple[str, ...]]:
+    if value is None:
+        return None
+    return tuple(code.strip().upper() for code in value.split(",") if code.strip())
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"collcheck: error: {message}", err=True)
+    return typer.Exit(2)
+
+
+@app.command("check")
+def check_command(
+    paths: Annotated[Optional[list[Path]], typer.Argument(help="Files or folders to check.")] = None,
+    output_format: Annotated[
+        str, typer.Option("--format", "--output-format", help="text, concise, json, sarif, github or junit.")
+    ] = "text",
+    select: Annotated[Optional[str], typer.Option(help="Comma-separated codes or prefixes to enable.")] = None,
+    extend_select: Annotated[Optional[str], typer.Option(help="Codes to enable on top of the selection.")] = None,
+    ignore: Annotated[Optional[str], typer.Option(help="Comma-separated codes or prefixes to disable.")] = None,
+    world_size: Annotated[
+        Optional[int], typer.Option(min=2, help="Only consider this world size (default: any >= 2).")
+    ] = None,
+    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Worker processes (default: all cores).")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
+    config: Annotated[Optional[Path], typer.Option(help="Use this pyproject.toml instead of searching.")] = None,
+    z3_timeout: Annotated[Optional[int], typer.Option(help="Milliseconds per solver query.")] = None,
+    statistics: Annotated[bool, typer.Option("--statistics", help="Count findings per code.")] = False,
+    exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print solver notes.")] = False,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report to this file.")] = None,
+) -> None:
+    """Check Python files for collective mismatches, deadlocks and memory blow-ups."""
+    from collcheck.api import check_paths
+    from collcheck.catalog import CatalogError
+    from collcheck.config import ConfigError, load_settings
+    from collcheck.report import FORMATS, render
+
+    if output_format not in FORMATS:
+        raise _fail(f"unknown format '{output_format}' (expected one of {', '.join(FORMATS)})")
+    targets = paths or [Path(".")]
+    try:
+        settings = load_settings(targets, config).with_overrides(
+            select=_codes(select),
+            extend_select=_codes(extend_select),
+            ignore=_codes(ignore),
+            world_size=world_size,
+            jobs=jobs,
+            z3_timeout_ms=z3_timeout,
+            cache=False if no_cache else None,
+        )
+        result = check_paths(targets, settings)
+    except (ConfigError, CatalogError) as error:
+        raise _fail(str(error)) from error
+    report = render(result, output_format, verbose=verbose, statistics=statistics)
+    if output is not None:
+        output.write_text(report + "\n", encoding="utf-8")
+    else:
+        typer.echo(report)
+    raise typer.Exit(0 if exit_zero else result.exit_code)
+
+
+@app.command("rule")
+def rule_command(code: Annotated[str, typer.Argument(help="A rule code, e.g. CC001.")]) -> None:
+    """Print a rule's documentation."""
+    from collcheck.checks import rule_by_code
+
+    rule = rule_by_code(code)
+    if rule is None:
+        raise _fail(f"unknown rule '{code}' (see `collcheck rules`)")
+    typer.echo(f"# {rule.code} {rule.name} ({rule.severity.value}, {rule.status}, since {rule.since})\n")
+    typer.echo(rule.doc.strip())
+
+
+@app.command("rules")
+def rules_command(
+    output_format: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+) -> None:
+    """List every rule with its code, status and summary."""
+    import json
+
+    from collcheck.checks import all_rules
+
+    rules = all_rules()
+    if output_format == "json":
+        typer.echo(
+            json.dumps(
+                [
+                    {"code": r.code, "name": r.name, "severity": r.severity.value, "status": r.status,
+                     "default": r.default_enabled, "summary": r.summary}
+                    for r in rules
+                ],
+                indent=2,
+            )
+        )
+        return
+    for rule in rules:
+        flag = "" if rule.default_enabled else " (off by default)"
+        typer.echo(f"{rule.code}  {rule.name:<42} {rule.severity.value:<8}{flag}")
+
+
+@app.command("version")
+def version_command() -> None:
+    """Print collcheck's version."""
+    typer.echo(f"collcheck {__version__}")
+
+
+app.command(
+    "estimate",
+    help="Estimate per-rank KV-cache and all-gather memory, and whether it fits a budget.",
+)(estimate_command)
+app.command(
+    "run",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    help="Run a command (python script.py, torchrun ...) with the collective tracer switched on.",
+)(run_command)
+app.command("trace", help="Analyse recorded traces (collcheck or Flight Recorder) offline.")(trace_command)
+
+
+def _with_default_command(argv: list[str]) -> list[str]:
+    """`collcheck src/` means `collcheck check src/`, as with ruff."""
+    if not argv:
+        return argv
+    first = argv[0]
+    if first in SUBCOMMANDS or first in ("-h", "--help", "--version"):
+        return argv
+    return ["check", *argv]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Entry point callable from tests: returns the exit code instead of exiting."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--version"]:
+        typer.echo(f"collcheck {__version__}")
+        return 0
+    try:
+        app(args=_with_default_command(args), prog_name="collcheck", standalone_mode=False)
+    except typer.Exit as done:
+        return int(done.exit_code)
+    except SystemExit as done:  # click's own usage errors in non-standalone edge cases
+        return int(done.code or 0)
+    except Exception as error:  # click usage errors and friends
+        import click
+
+        if isinstance(error, click.exceptions.Abort):
+            return 130
+        if isinstance(error, click.ClickException):
+            error.show()
+            return 2
+        raise
+    return 0
+
+
+def run_main() -> None:
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Plain data shared by the engine, the checks and the reporters.
+
+Findings are frozen so that they can be cached, hashed, deduplicated and compared in tests
+without any reporter formatting in the way (messages are templates plus arguments).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True, order=True)
+class Location:
+    """A source span. Lines are 1-based, columns 0-based (as in `ast`); reporters add 1 to columns."""
+
+    path: str
+    line: int
+    column: int = 0
+    end_line: int | None = None
+    end_column: int | None = None
+
+
+@dataclass(frozen=True)
+class TraceStep:
+    """One collective in a rank's counterexample sequence.
+
+    `chain` lists the call sites (outermost first) through which the collective was reached, so a
+    report can print `save -> synchronize -> barrier@comm_utils.py:17`.
+    """
+
+    op: str
+    path: str
+    line: int
+    chain: tuple[str, ...] = ()
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"op": self.op, "path": self.path, "line": self.line}
+        if self.chain:
+            data["chain"] = list(self.chain)
+        if self.detail:
+            data["detail"] = self.detail
+        return data
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """Two concrete ranks of a concrete world size whose collective sequences differ."""
+
+    world_size: int
+    ranks: tuple[tuple[int, tuple[TraceStep, ...]], ...]
+    values: tuple[tuple[str, str], ...] = ()  # other model values worth showing (trip counts, ...)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "world_size": self.world_size,
+            "ranks": {str(rank): [step.to_json() for step in steps] for rank, steps in self.ranks},
+        }
+        if self.values:
+            data["values"] = dict(self.values)
+        return data
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: Severity
+    location: Location
+    message_template: str
+    message_args: tuple[tuple[str, str], ...]
+    counterexample: Counterexample | None = None
+    function: str = ""
+
+    @property
+    def message(self) -> str:
+        return self.message_template.format(**dict(self.message_args))
+
+    def sort_key(self) -> tuple[str, int, int, str]:
+        return (self.location.path, self.location.line, self.location.column, self.code)
+
+
+@dataclass(frozen=True)
+class FileError:
+    """A file that could not be analysed; the run goes on without it."""
+
+    path: str
+    message: str
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class UnusedSuppression:
+    location: Location
+    codes: tuple[str, ...]
+
+
+@dataclass
+class FileResult:
+    """What one file produced: findings, or the error that stopped it (never both needed)."""
+
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    error: FileError | None = None
+    notes: list[str] = field(default_factory=list)  # verbose-only remarks (z3 unknowns, path limits)
+    unused_suppressions: list[UnusedSuppression] = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    files: list[FileResult] = field(default_factory=list)
+
+    @property
+    def findings(self) -> list[Finding]:
+        found = [finding for result in self.files for finding in result.findings]
+        return sorted(found, key=Finding.sort_key)
+
+    @property
+    def errors(self) -> list[FileError]:
+        return [result.error for result in self.files if result.error is not None]
+
+    @property
+    def notes(self) -> list[str]:
+        return [note for result in self.files for note in result.notes]
+
+    @property
+    def unused_suppressions(self) -> list[UnusedSuppression]:
+        return [item for result in self.files for item in result.unused_suppressions]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.findings or self.errors else 0

@@ -1,0 +1,1 @@
+"""The KV-cache and all-gather memory estimator."""

@@ -1,0 +1,95 @@
+"""ruff-style text: `path:line:col: CODE message`, then the counterexample and a code frame."""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import lru_cache
+from pathlib import Path
+
+from collcheck.findings import Counterexample, Finding, RunResult, TraceStep
+
+
+@lru_cache(maxsize=64)
+def _lines(path: str) -> tuple[str, ...]:
+    try:
+        return tuple(Path(path).read_text(encoding="utf-8", errors="replace").splitlines())
+    except OSError:
+        return ()
+
+
+def code_frame(path: str, line: int, column: int, context: int = 1) -> list[str]:
+    lines = _lines(path)
+    if not 0 < line <= len(lines):
+        return []
+    first, last = max(1, line - context), min(len(lines), line + context)
+    width = len(str(last))
+    frame = []
+    for number in range(first, last + 1):
+        marker = ">" if number == line else " "
+        frame.append(f"  {marker} {number:>{width}} | {lines[number - 1]}")
+        if number == line:
+            frame.append(f"    {' ' * width} | {' ' * column}^")
+    return frame
+
+
+def _step(step: TraceStep) -> str:
+    where = f"{Path(step.path).name}:{step.line}"
+    text = f"{step.op}@{where}"
+    if step.chain:
+        text = " -> ".join([*step.chain, text])
+    if step.detail:
+        text += f" [{step.detail}]"
+    return text
+
+
+def describe_counterexample(example: Counterexample) -> list[str]:
+    lines = [f"  counterexample: world_size={example.world_size}"]
+    for rank, steps in example.ranks:
+        sequence = ", ".join(_step(step) for step in steps) or "(no collective)"
+        lines.append(f"    rank {rank}: {sequence}")
+    for name, value in example.values:
+        lines.append(f"    {name} = {value}")
+    return lines
+
+
+def render_finding(finding: Finding, concise: bool) -> list[str]:
+    loc = finding.location
+    head = f"{loc.path}:{loc.line}:{loc.column + 1}: {finding.code} {finding.message}"
+    if concise:
+        return [head]
+    lines = [head]
+    if finding.counterexample is not None:
+        lines.extend(describe_counterexample(finding.counterexample))
+    lines.extend(code_frame(loc.path, loc.line, loc.column))
+    lines.append("")
+    return lines
+
+
+def render_text(result: RunResult, *, concise: bool = False, verbose: bool = False, statistics: bool = False) -> str:
+    out: list[str] = []
+    for finding in result.findings:
+        out.extend(render_finding(finding, concise))
+    for error in result.errors:
+        where = f"{error.path}:{error.line}" if error.line else error.path
+        out.append(f"{where}: error: {error.message}")
+    for unused in result.unused_suppressions:
+        codes = ",".join(unused.codes) or "all codes"
+        out.append(
+            f"{unused.location.path}:{unused.location.line}:1: unused suppression "
+            f"'collcheck: ignore' ({codes}): nothing to suppress here"
+        )
+    if verbose:
+        out.extend(f"note: {note}" for note in result.notes)
+    if statistics:
+        counts = Counter(finding.code for finding in result.findings)
+        out.extend(f"{count:>5}\t{code}" for code, count in sorted(counts.items()))
+    findings, errors = len(result.findings), len(result.errors)
+    checked = len(result.files)
+    if findings or errors:
+        parts = [f"Found {findings} finding{'s' if findings != 1 else ''}"]
+        if errors:
+            parts.append(f"{errors} file{'s' if errors != 1 else ''} could not be analysed")
+        out.append(f"{' and '.join(parts)} in {checked} file{'s' if checked != 1 else ''}.")
+    else:
+        out.append(f"All checks passed ({checked} file{'s' if checked != 1 else ''}).")
+    return "\n".join(out)

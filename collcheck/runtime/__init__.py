@@ -1,0 +1,1 @@
+"""The runtime tracer: intercept real collectives, record, verify across ranks, analyse traces."""

@@ -1,0 +1,1 @@
+"""The static analyzer: extract (ast -> per-function programs) -> symbolic -> solve -> checks."""
