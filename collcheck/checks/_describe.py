@@ -1,0 +1,40 @@
+"""Small helpers shared by the rule modules to name ranks, ops and places in messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from collcheck.static.program import CommEvent, Element, LoopEvent
+from collcheck.static.solve import Divergence
+
+
+def where(element: Element) -> str:
+    return f"{Path(element.path).name}:{element.line}"
+
+
+def describe_element(element: Element | None) -> str:
+    if element is None:
+        return "nothing"
+    if isinstance(element, LoopEvent):
+        return f"a loop of {', '.join(element.body_ops)} at {where(element)}"
+    return f"{element.op} at {where(element)}"
+
+
+def op_name(element: Element | None) -> str:
+    if element is None:
+        return "nothing"
+    if isinstance(element, LoopEvent):
+        return "loop of " + ", ".join(element.body_ops)
+    return element.op
+
+
+def ranks(d: Divergence) -> tuple[int, int, Element | None, Element | None]:
+    """The two ranks in ascending order, each with its element at the divergence."""
+    model = d.model
+    if model.rank_a <= model.rank_b:
+        return model.rank_a, model.rank_b, d.event_a, d.event_b
+    return model.rank_b, model.rank_a, d.event_b, d.event_a
+
+
+def is_comm(element: Element | None) -> bool:
+    return isinstance(element, CommEvent)

@@ -1,0 +1,90 @@
+"""## What it does
+Finds code where two ranks of the same job issue different collective sequences: a collective
+that some ranks issue and others skip, a different collective at the same position, or the same
+collectives on the same operands in a different order.
+
+## Why is this bad?
+A collective completes only when every rank of its group calls the matching operation in the
+same order. When rank 0 calls `barrier()` and rank 1 does not, rank 0 waits until the
+process-group timeout (30 minutes by default with NCCL) and the job dies with an unhelpful
+error. When two ranks reduce `A, B` and `B, A`, tensors of equal shape are silently summed with
+the wrong partners.
+
+## Example
+```python
+rank = dist.get_rank()
+if rank == 0:
+    dist.all_reduce(grad_a)
+    dist.all_reduce(grad_b)
+else:
+    dist.all_reduce(grad_b)   # swapped: rank 1 reduces B against rank 0's A
+    dist.all_reduce(grad_a)
+```
+
+## Use instead
+```python
+dist.all_reduce(grad_a)
+dist.all_reduce(grad_b)
+```
+Issue the same collectives in the same order on every rank; put only the rank-specific work
+(logging, saving) under `if rank == 0:`.
+
+## References
+- PyTorch, *Distributed communication package*: "collectives must be called by all processes in the group in the same order"
+- PARCOACH (static MPI collective verification)
+"""
+
+from __future__ import annotations
+
+from collcheck.checks._describe import describe_element, op_name, ranks
+from collcheck.findings import Severity
+from collcheck.static.solve import Divergence
+
+CODE = "CC001"
+NAME = "mismatched-collective-sequence"
+SEVERITY = Severity.ERROR
+MESSAGE = "rank {rank_x} issues {what_x} where rank {rank_y} issues {what_y} (world size {world})"
+MESSAGE_MISSING = "{op} is issued by rank {rank_x} but not by rank {rank_y} (world size {world})"
+MESSAGE_SWAPPED = (
+    "ranks {rank_x} and {rank_y} issue {op} on the same operands in a different order "
+    "({order_x} vs {order_y}): tensors are reduced with the wrong partners"
+)
+
+
+def applies(d: Divergence) -> bool:
+    return d.kind in ("sequence", "swap")
+
+
+def describe(d: Divergence) -> tuple[str, dict[str, str]]:
+    low, high, at_low, at_high = ranks(d)
+    world = str(d.model.world)
+    if d.kind == "swap":
+        seq_low, seq_high = (d.sequence_a, d.sequence_b) if d.model.rank_a == low else (d.sequence_b, d.sequence_a)
+        return MESSAGE_SWAPPED, {
+            "rank_x": str(low),
+            "rank_y": str(high),
+            "op": op_name(at_low),
+            "order_x": _order(seq_low),
+            "order_y": _order(seq_high),
+        }
+    if at_low is None or at_high is None:
+        present, absent = (high, low) if at_low is None else (low, high)
+        element = at_high if at_low is None else at_low
+        return MESSAGE_MISSING, {"op": describe_element(element), "rank_x": str(present), "rank_y": str(absent),
+                                 "world": world}
+    return MESSAGE, {
+        "rank_x": str(low),
+        "rank_y": str(high),
+        "what_x": describe_element(at_low),
+        "what_y": describe_element(at_high),
+        "world": world,
+    }
+
+
+def _order(sequence: tuple[object, ...]) -> str:
+    parts = []
+    for element in sequence:
+        operands = getattr(element, "operands", ())
+        if operands:
+            parts.append(operands[0])
+    return ", ".join(parts)

@@ -1,0 +1,76 @@
+"""## What it does
+Finds collectives guarded by a value that differs from process to process without being the rank:
+wall-clock time, random numbers, filesystem state (`os.path.exists`, file contents), the host
+name, or the iteration order of a `set`. Values that went through a collective first (a
+broadcast flag, an all-reduced decision) are the same everywhere and are not reported.
+
+## Why is this bad?
+Two processes never read the same clock, seldom see the same filesystem at the same instant,
+and do not share a random state unless seeded identically. A collective issued "when 30 minutes
+have passed" or "if the checkpoint exists" runs on some ranks and not on others — the cause of
+many hangs that only happen in production. Set iteration order depends on each process's hash
+seed, so ranks reduce different tensors at the same position.
+
+## Example
+```python
+if time.time() - start > save_every:
+    dist.barrier()
+    save(model)
+```
+
+## Use instead
+```python
+flag = torch.tensor([time.time() - start > save_every], dtype=torch.int32)
+dist.broadcast(flag, src=0)          # one decision, taken by rank 0, shared by all
+if flag.item():
+    dist.barrier()
+    save(model)
+```
+
+## References
+- PyTorch, *Reproducibility* notes on process-local random state
+"""
+
+from __future__ import annotations
+
+from collcheck.checks._describe import describe_element, ranks
+from collcheck.findings import Severity
+from collcheck.static.program import Region
+from collcheck.static.solve import Divergence
+
+CODE = "CC007"
+NAME = "per-process-value-guard"
+SEVERITY = Severity.WARNING
+MESSAGE = (
+    "{what} differs between processes and decides whether {element} runs: ranks {rank_x} and "
+    "{rank_y} can disagree; broadcast or all-reduce the decision first"
+)
+MESSAGE_SET = (
+    "collectives are issued while iterating over a set: its order depends on each process's hash "
+    "seed, so ranks can issue them in different orders; iterate over sorted(...) instead"
+)
+
+
+def applies(d: Divergence) -> bool:
+    if not d.nondet_only:
+        return False
+    return not (d.nondet_why == "an exception" and d.exit is not None)
+
+
+def describe(d: Divergence) -> tuple[str, dict[str, str]]:
+    low, high, at_low, at_high = ranks(d)
+    element = at_low if at_low is not None else at_high
+    if element is None and d.exit is not None:
+        text = f"`{d.exit.kind}`"
+    else:
+        text = describe_element(element)
+    return MESSAGE, {
+        "what": (d.nondet_why or "a per-process value").capitalize(),
+        "element": text,
+        "rank_x": str(low),
+        "rank_y": str(high),
+    }
+
+
+def describe_set_order(region: Region) -> tuple[str, dict[str, str]]:
+    return MESSAGE_SET, {}

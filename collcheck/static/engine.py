@@ -1,0 +1,395 @@
+"""One file through the static pipeline: parse -> module model -> extract -> solve -> checks.
+
+The engine never prints. A file that cannot be parsed becomes a FileError; a function that is
+too large for the path budget becomes a note.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable
+from pathlib import Path as FsPath
+
+from collcheck.catalog import Catalog
+from collcheck.checks import Rule, all_rules
+from collcheck.config import Settings
+from collcheck.findings import Counterexample, FileError, FileResult, Finding, Location, TraceStep
+from collcheck.source import SourceFile
+from collcheck.static.context import ModuleContext
+from collcheck.static.extract import ClassInfo, Extractor, FunctionNode, ModuleInfo, PathLimitExceeded, State, Frame
+from collcheck.static.names import module_imports, qualified_name
+from collcheck.static.program import CommEvent, Element, LoopEvent, Region, Site
+from collcheck.static.solve import Divergence, SolveStats, solve_region
+from collcheck.static.symbolic import Atom, Expr, GroupVal, is_rank_dependent, opaque
+from collcheck.suppress import apply_suppressions, build_suppressions, parse_suppressions
+
+# Order matters: the first rule that claims a divergence reports it.
+CLASSIFICATION_ORDER = ("CC007", "CC005", "CC004", "CC003", "CC002", "CC006", "CC001")
+
+
+def mentions_communication(text: str, catalog: Catalog) -> bool:
+    """The textual prefilter: a file that names no catalogued callable is never parsed."""
+    pattern = _trigger_pattern(catalog)
+    return pattern.search(text) is not None
+
+
+_PATTERNS: dict[str, re.Pattern[str]] = {}
+
+
+def _trigger_pattern(catalog: Catalog) -> re.Pattern[str]:
+    pattern = _PATTERNS.get(catalog.fingerprint)
+    if pattern is None:
+        words = sorted(catalog.trigger_words, key=len, reverse=True)
+        pattern = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\b")
+        _PATTERNS[catalog.fingerprint] = pattern
+    return pattern
+
+
+def parse(source: SourceFile) -> ast.Module | FileError:
+    try:
+        return ast.parse(source.text, filename=source.path)
+    except SyntaxError as error:
+        return FileError(source.path, f"syntax error: {error.msg}", error.lineno)
+    except (RecursionError, MemoryError):
+        return FileError(source.path, "too deeply nested to parse")
+    except ValueError as error:
+        return FileError(source.path, f"cannot parse: {error}")
+
+
+def analyze_source(source: SourceFile, catalog: Catalog, settings: Settings) -> FileResult:
+    result = FileResult(path=source.path)
+    if not mentions_communication(source.text, catalog):
+        return result
+    tree = parse(source)
+    if isinstance(tree, FileError):
+        result.error = tree
+        return result
+    try:
+        findings = _analyze_tree(tree, source, catalog, settings, result.notes)
+    except RecursionError:
+        result.error = FileError(source.path, "too deeply nested to analyse")
+        return result
+    comments = parse_suppressions(source.text)
+    suppressions = build_suppressions(comments, _def_spans(tree))
+    result.findings, result.unused_suppressions = apply_suppressions(findings, suppressions, source.path)
+    return result
+
+
+def _def_spans(tree: ast.Module) -> dict[int, int]:
+    spans: dict[int, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            spans[node.lineno] = node.end_lineno or node.lineno
+    return spans
+
+
+# ----------------------------------------------------------------------------- module model
+
+
+def build_module(tree: ast.Module, path: str, catalog: Catalog) -> ModuleInfo:
+    module = ModuleInfo(path=path, tree=tree, imports=module_imports(tree), catalog=catalog)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            module.functions[node.name] = node
+        elif isinstance(node, ast.ClassDef):
+            methods = {
+                item.name: item for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+            }
+            bases = [base.id for base in node.bases if isinstance(base, ast.Name)]
+            module.classes[node.name] = ClassInfo(node, methods, bases)
+    module.communicating = _communicating_functions(module)
+    return module
+
+
+def _all_functions(module: ModuleInfo) -> list[FunctionNode]:
+    functions: list[FunctionNode] = list(module.functions.values())
+    for info in module.classes.values():
+        functions.extend(info.methods.values())
+    return functions
+
+
+def _communicating_functions(module: ModuleInfo) -> set[FunctionNode]:
+    """Functions that reach a collective, directly or through helpers of this module (fixed point)."""
+    functions = _all_functions(module)
+    direct: set[FunctionNode] = set()
+    called: dict[FunctionNode, set[str]] = {}
+    for function in functions:
+        names: set[str] = set()
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Call):
+                continue
+            if _is_catalog_call(node, module):
+                direct.add(function)
+            if isinstance(node.func, ast.Name):
+                names.add(node.func.id)
+            elif isinstance(node.func, ast.Attribute):
+                names.add(node.func.attr)
+        called[function] = names
+    communicating = set(direct)
+    changed = True
+    while changed:
+        changed = False
+        names = {f.name for f in communicating}
+        for function in functions:
+            if function not in communicating and called[function] & names:
+                communicating.add(function)
+                changed = True
+    return communicating
+
+
+def _is_catalog_call(node: ast.Call, module: ModuleInfo) -> bool:
+    catalog = module.catalog
+    name = qualified_name(node.func, module.imports)
+    if name is not None and name in catalog.functions:
+        return True
+    if isinstance(node.func, ast.Attribute):
+        return bool(catalog.method_specs(node.func.attr))
+    if isinstance(node.func, ast.Name):
+        # A function-level import (`from torch.distributed import barrier` inside the function).
+        return any(q.endswith("." + node.func.id) for q in catalog.functions) and node.func.id not in module.functions
+    return False
+
+
+def _class_attributes(module: ModuleInfo, extractor: Extractor) -> None:
+    """`self.rank = dist.get_rank()` in one method is the rank when read in another."""
+    for class_name, info in module.classes.items():
+        seen: dict[str, list[Expr]] = {}
+        for method in info.methods.values():
+            env = extractor._bind_entry_parameters(method)
+            state = State(env)
+            frame = Frame(method.name, class_name, (), extractor.max_depth, ())
+            for node in ast.walk(method):
+                if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                    continue
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if (
+                        isinstance(target, ast.Attribute)
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id == "self"
+                    ):
+                        extractor.record_events = False
+                        try:
+                            value = extractor.pure(node.value, state, frame)
+                        finally:
+                            extractor.record_events = True
+                        seen.setdefault(target.attr, []).append(value)
+        for attribute, values in seen.items():
+            interesting = [v for v in values if is_rank_dependent(v) or isinstance(v, GroupVal)]
+            if not interesting:
+                continue
+            if len(set(values)) == 1:
+                info.attributes[attribute] = values[0]
+            else:
+                info.attributes[attribute] = opaque(f"self.{attribute}@{class_name}", tuple(values))
+
+
+def _module_body(tree: ast.Module) -> tuple[list[ast.stmt], list[ast.stmt]]:
+    """Module statements split into definitions-time code and `if __name__ == "__main__":` code."""
+    setup: list[ast.stmt] = []
+    main: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if _is_main_guard(node):
+            main.append(node)
+        else:
+            setup.append(node)
+    return setup, main
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+        return False
+    left = node.test.left
+    return isinstance(left, ast.Name) and left.id == "__name__"
+
+
+# ----------------------------------------------------------------------------- analysis
+
+
+def _entries(module: ModuleInfo) -> list[tuple[FunctionNode, str | None, str]]:
+    entries: list[tuple[FunctionNode, str | None, str]] = []
+    for name, function in module.functions.items():
+        if function in module.communicating:
+            entries.append((function, None, name))
+    for class_name, info in module.classes.items():
+        for name, method in info.methods.items():
+            if method in module.communicating:
+                entries.append((method, class_name, f"{class_name}.{name}"))
+    return entries
+
+
+def _analyze_tree(
+    tree: ast.Module, source: SourceFile, catalog: Catalog, settings: Settings, notes: list[str]
+) -> list[Finding]:
+    module = build_module(tree, source.path, catalog)
+    extractor = Extractor(module, settings.max_paths, settings.max_inline_depth)
+    setup, main = _module_body(tree)
+    module.globals = extractor.module_environment(setup)
+    _class_attributes(module, extractor)
+    rules = {rule.code: rule for rule in all_rules()}
+    stats = SolveStats()
+    candidates: list[tuple[Finding, tuple[str, str, int]]] = []
+    for function, class_name, qualname in _entries(module):
+        try:
+            regions = extractor.run_function(function, class_name, qualname)
+        except PathLimitExceeded as limit:
+            notes.append(f"{source.path}:{function.lineno}: {qualname} skipped: {limit}")
+            continue
+        candidates.extend(_findings_for(regions, rules, settings, stats))
+    if _communicates(setup + main, module):
+        try:
+            regions = extractor.run_module(setup + main)
+            candidates.extend(_findings_for(regions, rules, settings, stats))
+        except PathLimitExceeded as limit:
+            notes.append(f"{source.path}: module body skipped: {limit}")
+    notes.extend(stats.notes)
+    findings = _deduplicate(candidates)
+    findings.extend(_module_checks(tree, source, catalog, settings, module))
+    return sorted(findings, key=Finding.sort_key)
+
+
+def _communicates(body: list[ast.stmt], module: ModuleInfo) -> bool:
+    names = {f.name for f in module.communicating}
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call):
+                if _is_catalog_call(node, module):
+                    return True
+                if isinstance(node.func, ast.Name) and node.func.id in names:
+                    return True
+    return False
+
+
+def _module_checks(
+    tree: ast.Module, source: SourceFile, catalog: Catalog, settings: Settings, module: ModuleInfo
+) -> list[Finding]:
+    context = ModuleContext(tree=tree, source=source, settings=settings, catalog=catalog, imports=module.imports)
+    findings: list[Finding] = []
+    for rule in all_rules():
+        check = getattr(rule.module, "check_module", None)
+        if check is not None:
+            findings.extend(check(context))
+    return findings
+
+
+def _findings_for(
+    regions: list[Region], rules: dict[str, Rule], settings: Settings, stats: SolveStats
+) -> list[tuple[Finding, tuple[str, str, int]]]:
+    results = []
+    for region in regions:
+        for divergence in solve_region(region, settings.world_size, settings.z3_timeout_ms, stats):
+            finding = classify(divergence, rules)
+            if finding is not None:
+                results.append(finding)
+        if region.kind == "loop" and region.over_set:
+            finding = _set_order_finding(region, rules)
+            if finding is not None:
+                results.append(finding)
+    return results
+
+
+def classify(divergence: Divergence, rules: dict[str, Rule]) -> tuple[Finding, tuple[str, str, int]] | None:
+    for code in CLASSIFICATION_ORDER:
+        rule = rules.get(code)
+        if rule is None or not rule.module.applies(divergence):
+            continue
+        template, args = rule.module.describe(divergence)
+        primary, origin = _locations(divergence, code)
+        finding = Finding(
+            code=rule.code,
+            severity=rule.severity,
+            location=primary,
+            message_template=template,
+            message_args=tuple(sorted(args.items())),
+            counterexample=counterexample(divergence),
+            function=divergence.region.function,
+        )
+        return finding, (code, origin[0], origin[1]) if origin else (code, primary.path, primary.line)
+    return None
+
+
+def _set_order_finding(region: Region, rules: dict[str, Rule]) -> tuple[Finding, tuple[str, str, int]] | None:
+    rule = rules.get("CC007")
+    if rule is None:
+        return None
+    template, args = rule.module.describe_set_order(region)
+    location = Location(region.path_name, region.line, 0)
+    finding = Finding(rule.code, rule.severity, location, template, tuple(sorted(args.items())), None, region.function)
+    return finding, (rule.code, region.path_name, region.line)
+
+
+def _site_location(chain: tuple[Site, ...], path: str, line: int, column: int) -> Location:
+    if chain:
+        return Location(chain[0].path, chain[0].line, chain[0].column)
+    return Location(path, line, column)
+
+
+def _element_location(element: Element) -> Location:
+    if isinstance(element, CommEvent):
+        return _site_location(element.chain, element.path, element.line, element.column)
+    return _site_location(element.chain, element.path, element.line, element.column)
+
+
+def _locations(d: Divergence, code: str) -> tuple[Location, tuple[str, int] | None]:
+    if code == "CC003" and d.exit is not None:
+        exit_ = d.exit
+        return _site_location(exit_.chain, exit_.path, exit_.line, exit_.column), (exit_.path, exit_.line)
+    candidates = [e for e in (d.event_a, d.event_b) if e is not None]
+    if code == "CC002":
+        loops = [e for e in candidates if isinstance(e, LoopEvent)]
+        candidates = loops or candidates
+    if not candidates:
+        return Location(d.region.path_name, d.region.line, 0), None
+    chosen = min(candidates, key=lambda e: (_element_location(e).line, e.line))
+    return _element_location(chosen), (chosen.path, chosen.line)
+
+
+def _step(element: Element, trips: str = "") -> TraceStep:
+    chain: tuple[str, ...] = ()
+    if element.chain:
+        chain = (element.chain[0].caller, *(site.callee for site in element.chain))
+    if isinstance(element, LoopEvent):
+        return TraceStep(f"for[{','.join(element.body_ops)}]", element.path, element.line, chain, trips)
+    detail = ""
+    if element.operands:
+        detail = ", ".join(element.operands)
+    return TraceStep(element.op, element.path, element.line, chain, detail)
+
+
+def counterexample(d: Divergence) -> Counterexample:
+    model = d.model
+    trips = dict(model.values)
+    steps_a = tuple(_step(e, trips.get(f"trips on rank {model.rank_a}", "") if isinstance(e, LoopEvent) and e is d.event_a else "") for e in d.sequence_a)
+    steps_b = tuple(_step(e, trips.get(f"trips on rank {model.rank_b}", "") if isinstance(e, LoopEvent) and e is d.event_b else "") for e in d.sequence_b)
+    ranks = [(model.rank_a, steps_a), (model.rank_b, steps_b)]
+    ranks.sort(key=lambda item: item[0])
+    return Counterexample(world_size=model.world, ranks=tuple(ranks), values=model.values)
+
+
+def _deduplicate(candidates: list[tuple[Finding, tuple[str, str, int]]]) -> list[Finding]:
+    """A divergence inside a helper is reported once, in the helper, not again at every caller."""
+    direct_origins = {
+        origin for finding, origin in candidates if (finding.location.path, finding.location.line) == origin[1:]
+    }
+    kept: dict[tuple[str, str, int], Finding] = {}
+    for finding, origin in candidates:
+        is_direct = (finding.location.path, finding.location.line) == origin[1:]
+        if not is_direct and origin in direct_origins:
+            continue
+        key = (finding.code, finding.location.path, finding.location.line)
+        kept.setdefault(key, finding)
+    return list(kept.values())
+
+
+def iter_python_files(paths: Iterable[FsPath]) -> Iterable[FsPath]:  # pragma: no cover - convenience
+    for path in paths:
+        if path.is_dir():
+            yield from sorted(path.rglob("*.py"))
+        else:
+            yield path
+
+
+__all__ = ["Atom", "analyze_source", "build_module", "classify", "mentions_communication", "parse"]

@@ -1,0 +1,1331 @@
+"""Extraction: walk a function's code symbolically and produce its collective program.
+
+Every path that matters is followed with its condition (a conjunction of symbolic values) and its
+sequence of collectives. Branches that issue no collective and do not exit are merged right away
+(their variables become `x if cond else y`), so only branches that matter multiply paths. Loops
+are not unrolled: a loop whose body communicates becomes one element with a symbolic trip count,
+and its body becomes a region of its own, compared iteration against iteration.
+
+Nothing here imports or runs the analysed code.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from collcheck.catalog import Catalog, OpSpec
+from collcheck.static.names import ImportTable, add_import, dotted, qualified_name
+from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, Path, Region, Site
+from collcheck.static.symbolic import (
+    FALSE,
+    LOCAL_WORLD,
+    MEMBER,
+    RANK,
+    TRUE,
+    WORLD,
+    Atom,
+    BinOp,
+    BoolOp,
+    Compare,
+    Const,
+    Expr,
+    GroupVal,
+    IfExp,
+    InRange,
+    Member,
+    Not,
+    TupleVal,
+    atoms,
+    constant_truth,
+    conjoin,
+    is_rank_dependent,
+    negate,
+    opaque,
+    substitute,
+)
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})
+ENV_READERS = frozenset({"os.getenv", "os.environ.get"})
+PASS_THROUGH = frozenset({"int", "float", "bool", "round", "abs"})
+
+
+class PathLimitExceeded(Exception):
+    """Too many paths: the function is skipped (and noted) rather than analysed slowly."""
+
+
+@dataclass
+class ClassInfo:
+    node: ast.ClassDef
+    methods: dict[str, FunctionNode]
+    bases: list[str]
+    attributes: dict[str, Expr] = field(default_factory=dict)
+
+
+@dataclass
+class ModuleInfo:
+    path: str
+    tree: ast.Module
+    imports: ImportTable
+    catalog: Catalog
+    functions: dict[str, FunctionNode] = field(default_factory=dict)
+    classes: dict[str, ClassInfo] = field(default_factory=dict)
+    globals: dict[str, Expr] = field(default_factory=dict)
+    communicating: set[FunctionNode] = field(default_factory=set)
+    decorators: dict[FunctionNode, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class State:
+    env: dict[str, Expr]
+    conds: tuple[Expr, ...] = ()
+    events: tuple[Element, ...] = ()
+    exit: Exit | None = None
+    returned: Expr | None = None
+
+    def fork(self, cond: Expr | None = None) -> State:
+        conds = self.conds if cond is None or cond == TRUE else (*self.conds, cond)
+        return State(dict(self.env), conds, self.events, self.exit, self.returned)
+
+
+@dataclass(frozen=True)
+class Frame:
+    function: str
+    class_name: str | None
+    chain: tuple[Site, ...]
+    depth: int
+    stack: tuple[FunctionNode, ...]
+
+
+# ----------------------------------------------------------------------------- catalog values
+
+
+def value_from_spec(spec: str, where: str) -> Expr:
+    """Turn a catalog value (`rank`, `local_rank == 0`, `world`) into a symbolic value."""
+    names: dict[str, Expr] = {
+        "rank": RANK,
+        "world": WORLD,
+        "local_world": LOCAL_WORLD,
+        "local_rank": BinOp("%", RANK, LOCAL_WORLD),
+        "node_rank": BinOp("//", RANK, LOCAL_WORLD),
+        "group_rank": Atom(f"group_rank@{where}", "perrank", lower=0, below_world=True),
+    }
+    try:
+        tree = ast.parse(spec, mode="eval").body
+    except SyntaxError:
+        return Atom(f"{spec}@{where}", "perrank")
+    return _spec_expr(tree, names, where)
+
+
+def _spec_expr(node: ast.expr, names: dict[str, Expr], where: str) -> Expr:
+    if isinstance(node, ast.Name):
+        return names.get(node.id, Atom(node.id, "shared"))
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, str, bool)):
+        return Const(node.value)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        op = _COMPARE_OPS.get(type(node.ops[0]))
+        if op is not None:
+            return Compare(op, _spec_expr(node.left, names, where), _spec_expr(node.comparators[0], names, where))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BIN_OPS:
+        return BinOp(_BIN_OPS[type(node.op)], _spec_expr(node.left, names, where), _spec_expr(node.right, names, where))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return Not(_spec_expr(node.operand, names, where))
+    return Atom(f"spec@{where}", "perrank")
+
+
+_COMPARE_OPS: dict[type, str] = {
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.Is: "==",
+    ast.IsNot: "!=",
+}
+_BIN_OPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+
+
+def _where(node: ast.AST) -> str:
+    return f"{getattr(node, 'lineno', 0)}:{getattr(node, 'col_offset', 0)}"
+
+
+def _text(node: ast.AST) -> str:
+    try:
+        return ast.unparse(node)
+    except (ValueError, RecursionError):  # pragma: no cover - malformed synthetic trees
+        return "<expr>"
+
+
+def _is_set_expr(node: ast.expr) -> bool:
+    if isinstance(node, (ast.Set, ast.SetComp)):
+        return True
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("set", "frozenset")
+
+
+def assigned_names(nodes: Iterable[ast.AST]) -> set[str]:
+    names: set[str] = set()
+    for root in nodes:
+        for node in ast.walk(root):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                parts = dotted(node)
+                if parts:
+                    names.add(".".join(parts))
+            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+    return names
+
+
+# ----------------------------------------------------------------------------- the executor
+
+
+class Extractor:
+    """Symbolic execution of one module's functions against the catalog."""
+
+    def __init__(self, module: ModuleInfo, max_paths: int = 256, max_depth: int = 4) -> None:
+        self.module = module
+        self.catalog = module.catalog
+        self.max_paths = max_paths
+        self.max_depth = max_depth
+        self.regions: list[Region] = []
+        self.record_events = True
+        self.nested: dict[str, FunctionNode] = {}
+        self.set_names: set[str] = set()
+        self.local_imports: ImportTable = module.imports
+
+    # ------------------------------------------------------------------ entry points
+
+    def run_function(self, node: FunctionNode, class_name: str | None, qualname: str) -> list[Region]:
+        self.regions = []
+        self.nested = {}
+        self.local_imports = self._function_imports(node)
+        env = self._bind_entry_parameters(node)
+        frame = Frame(qualname, class_name, (), 0, (node,))
+        states = self.exec_block(node.body, [State(env)], frame)
+        paths = [Path(s.conds, s.events, s.exit) for s in states if s.exit is None or s.exit.kind != "break"]
+        region = Region(qualname, "function", paths, node.lineno, path_name=self.module.path)
+        return [region, *self.regions]
+
+    def run_module(self, body: list[ast.stmt]) -> list[Region]:
+        self.regions = []
+        frame = Frame("<module>", None, (), 0, ())
+        states = self.exec_block(body, [State(dict(self.module.globals))], frame)
+        paths = [Path(s.conds, s.events, s.exit) for s in states]
+        return [Region("<module>", "function", paths, 1, path_name=self.module.path), *self.regions]
+
+    def module_environment(self, body: list[ast.stmt]) -> dict[str, Expr]:
+        """Module-level constants and groups, without recording events."""
+        self.record_events = False
+        frame = Frame("<module>", None, (), self.max_depth, ())
+        try:
+            states = self.exec_block(body, [State({})], frame)
+        except PathLimitExceeded:
+            states = []
+        finally:
+            self.record_events = True
+        return _merge_envs(states) if states else {}
+
+    def _function_imports(self, node: FunctionNode) -> ImportTable:
+        table = self.module.imports.child()
+        for child in ast.walk(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                add_import(table, child)
+        return table
+
+    def _bind_entry_parameters(self, node: FunctionNode) -> dict[str, Expr]:
+        env: dict[str, Expr] = {}
+        args = node.args
+        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+            env[arg.arg] = self._parameter_value(arg.arg, node)
+        for arg in (args.vararg, args.kwarg):
+            if arg is not None:
+                env[arg.arg] = Atom(f"param:{arg.arg}", "shared")
+        return env
+
+    def _parameter_value(self, name: str, node: ast.AST) -> Expr:
+        spec = self.catalog.rank_parameters.get(name)
+        if spec is not None:
+            return value_from_spec(spec, f"param:{name}")
+        return Atom(f"param:{name}@{_where(node)}", "shared")
+
+    # ------------------------------------------------------------------ statements
+
+    def exec_block(self, body: Sequence[ast.stmt], states: list[State], frame: Frame) -> list[State]:
+        for stmt in body:
+            live = [state for state in states if state.exit is None]
+            if not live:
+                break
+            finished = [state for state in states if state.exit is not None]
+            produced: list[State] = []
+            for state in live:
+                produced.extend(self.exec_stmt(stmt, state, frame))
+            states = finished + produced
+            if len(states) > self.max_paths:
+                raise PathLimitExceeded(f"more than {self.max_paths} paths")
+        return states
+
+    def exec_stmt(self, stmt: ast.stmt, state: State, frame: Frame) -> list[State]:
+        handler = getattr(self, f"_stmt_{type(stmt).__name__}", None)
+        if handler is None:
+            return self._stmt_generic(stmt, state, frame)
+        result: list[State] = handler(stmt, state, frame)
+        return result
+
+    def _stmt_generic(self, stmt: ast.stmt, state: State, frame: Frame) -> list[State]:
+        # Statements without control flow of interest: evaluate their calls for effects.
+        states = [state]
+        for child in ast.iter_child_nodes(stmt):
+            if isinstance(child, ast.expr):
+                states = [s for current in states for s, _ in self.eval(child, current, frame)]
+        return states
+
+    def _stmt_Pass(self, stmt: ast.Pass, state: State, frame: Frame) -> list[State]:
+        return [state]
+
+    def _stmt_Expr(self, stmt: ast.Expr, state: State, frame: Frame) -> list[State]:
+        return [s for s, _ in self.eval(stmt.value, state, frame)]
+
+    def _stmt_Assign(self, stmt: ast.Assign, state: State, frame: Frame) -> list[State]:
+        results = []
+        for current, value in self.eval(stmt.value, state, frame):
+            for target in stmt.targets:
+                self.bind(target, value, current, stmt.value)
+            results.append(current)
+        return results
+
+    def _stmt_AnnAssign(self, stmt: ast.AnnAssign, state: State, frame: Frame) -> list[State]:
+        if stmt.value is None:
+            return [state]
+        results = []
+        for current, value in self.eval(stmt.value, state, frame):
+            self.bind(stmt.target, value, current, stmt.value)
+            results.append(current)
+        return results
+
+    def _stmt_AugAssign(self, stmt: ast.AugAssign, state: State, frame: Frame) -> list[State]:
+        results = []
+        for current, value in self.eval(stmt.value, state, frame):
+            old = self.pure(stmt.target, current, frame)
+            op = _BIN_OPS.get(type(stmt.op))
+            new = BinOp(op, old, value) if op else opaque(f"aug@{_where(stmt)}", (old, value))
+            self.bind(stmt.target, new, current, stmt.value)
+            results.append(current)
+        return results
+
+    def _stmt_Return(self, stmt: ast.Return, state: State, frame: Frame) -> list[State]:
+        pairs = self.eval(stmt.value, state, frame) if stmt.value is not None else [(state, Const(None))]
+        for current, value in pairs:
+            current.exit = Exit("return", self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
+            current.returned = value
+        return [current for current, _ in pairs]
+
+    def _stmt_Raise(self, stmt: ast.Raise, state: State, frame: Frame) -> list[State]:
+        state.exit = Exit("raise", self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
+        return [state]
+
+    def _stmt_Break(self, stmt: ast.Break, state: State, frame: Frame) -> list[State]:
+        state.exit = Exit("break", self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
+        return [state]
+
+    def _stmt_Continue(self, stmt: ast.Continue, state: State, frame: Frame) -> list[State]:
+        state.exit = Exit("continue", self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
+        return [state]
+
+    def _stmt_FunctionDef(self, stmt: FunctionNode, state: State, frame: Frame) -> list[State]:
+        self.nested[stmt.name] = stmt
+        state.env.pop(stmt.name, None)
+        return [state]
+
+    _stmt_AsyncFunctionDef = _stmt_FunctionDef
+
+    def _stmt_ClassDef(self, stmt: ast.ClassDef, state: State, frame: Frame) -> list[State]:
+        return [state]
+
+    def _stmt_Import(self, stmt: ast.Import, state: State, frame: Frame) -> list[State]:
+        return [state]
+
+    _stmt_ImportFrom = _stmt_Import
+    _stmt_Global = _stmt_Import
+    _stmt_Nonlocal = _stmt_Import
+
+    def _stmt_If(self, stmt: ast.If, state: State, frame: Frame) -> list[State]:
+        results: list[State] = []
+        for current, test in self.eval(stmt.test, state, frame):
+            results.extend(self._branch(test, stmt.body, stmt.orelse, current, frame))
+        return results
+
+    def _branch(
+        self, test: Expr, body: Sequence[ast.stmt], orelse: Sequence[ast.stmt], state: State, frame: Frame
+    ) -> list[State]:
+        truth = constant_truth(test)
+        if truth is True:
+            return self.exec_block(body, [state], frame)
+        if truth is False:
+            return self.exec_block(orelse, [state], frame)
+        then_states = self.exec_block(body, [state.fork(test)], frame)
+        else_states = self.exec_block(orelse, [state.fork(negate(test))], frame)
+        merged = _merge_branches(state, test, then_states, else_states)
+        return merged if merged is not None else then_states + else_states
+
+    def _stmt_Match(self, stmt: ast.Match, state: State, frame: Frame) -> list[State]:
+        results: list[State] = []
+        for current, subject in self.eval(stmt.subject, state, frame):
+            choice = opaque(f"match@{_where(stmt)}", (subject,))
+            for index, case in enumerate(stmt.cases):
+                branch = current.fork(Compare("==", choice, Const(index)))
+                results.extend(self.exec_block(case.body, [branch], frame))
+            results.append(current.fork(Compare(">=", choice, Const(len(stmt.cases)))))
+        return results
+
+    def _stmt_With(self, stmt: ast.With | ast.AsyncWith, state: State, frame: Frame) -> list[State]:
+        states = [state]
+        for item in stmt.items:
+            next_states = []
+            for current in states:
+                for after, value in self.eval(item.context_expr, current, frame):
+                    if item.optional_vars is not None:
+                        self.bind(item.optional_vars, opaque(f"with@{_where(item.context_expr)}", (value,)), after)
+                    next_states.append(after)
+            states = next_states
+        return self.exec_block(stmt.body, states, frame)
+
+    _stmt_AsyncWith = _stmt_With
+
+    def _stmt_Try(self, stmt: ast.Try, state: State, frame: Frame) -> list[State]:
+        body_states = self.exec_block(stmt.body, [state.fork()], frame)
+        normal = [s for s in body_states if s.exit is None or s.exit.kind != "raise"]
+        raised = [s for s in body_states if s.exit is not None and s.exit.kind == "raise"]
+        results = self.exec_block(stmt.orelse, normal, frame) if stmt.orelse else normal
+        for handler in stmt.handlers:
+            results.extend(self._handler(stmt, handler, state, raised, frame))
+        if not stmt.handlers:
+            results.extend(raised)
+        if stmt.finalbody:
+            results = self._finally(stmt.finalbody, results, frame)
+        return results
+
+    _stmt_TryStar = _stmt_Try
+
+    def _handler(
+        self, stmt: ast.Try, handler: ast.ExceptHandler, entry: State, raised: list[State], frame: Frame
+    ) -> list[State]:
+        starts = []
+        for state in raised:  # an explicit raise inside the body lands here
+            start = state.fork()
+            start.exit = None
+            starts.append(start)
+        if _exits(handler.body) and any(isinstance(n, ast.Call) for s in stmt.body for n in ast.walk(s)):
+            # Any call may raise on some ranks only (bad data, I/O): a handler that leaves the
+            # loop or function then skips what the other ranks still do.
+            flag = Atom(f"exception@{_where(handler)}", "nondet", why="an exception")
+            start = entry.fork(flag)
+            starts.append(start)
+        if handler.name:
+            for start in starts:
+                start.env[handler.name] = Atom(f"exc@{_where(handler)}", "shared")
+        if not starts:
+            return []
+        return self.exec_block(handler.body, starts, frame)
+
+    def _finally(self, body: list[ast.stmt], states: list[State], frame: Frame) -> list[State]:
+        results = []
+        for state in states:
+            pending = state.exit
+            resumed = state.fork()
+            resumed.exit = None
+            for after in self.exec_block(body, [resumed], frame):
+                if after.exit is None:
+                    after.exit = pending
+                results.append(after)
+        return results
+
+    # ------------------------------------------------------------------ loops
+
+    def _stmt_For(self, stmt: ast.For | ast.AsyncFor, state: State, frame: Frame) -> list[State]:
+        results: list[State] = []
+        for current, iterable in self.eval(stmt.iter, state, frame):
+            trip = self.trip_count(stmt.iter, iterable, current, frame)
+            over_set = _is_set_expr(stmt.iter) or (
+                isinstance(stmt.iter, ast.Name) and stmt.iter.id in self.set_names
+            )
+            element = opaque(f"item@{_where(stmt)}", (iterable,))
+            body_start = State(dict(current.env), current.conds, ())
+            self.bind(stmt.target, element, body_start)
+            after = self._loop(stmt, body_start, current, trip, frame, over_set=over_set, inputs=(iterable,))
+            results.extend(self.exec_block(stmt.orelse, after, frame) if stmt.orelse else after)
+        return results
+
+    _stmt_AsyncFor = _stmt_For
+
+    def _stmt_While(self, stmt: ast.While, state: State, frame: Frame) -> list[State]:
+        results: list[State] = []
+        for current, test in self.eval(stmt.test, state, frame):
+            if constant_truth(test) is False:
+                results.extend(self.exec_block(stmt.orelse, [current], frame))
+                continue
+            body_start = State(dict(current.env), current.conds, ())
+            after = self._loop(stmt, body_start, current, None, frame, over_set=False, inputs=(test,))
+            results.extend(self.exec_block(stmt.orelse, after, frame) if stmt.orelse else after)
+        return results
+
+    def _loop(
+        self,
+        stmt: ast.For | ast.AsyncFor | ast.While,
+        body_start: State,
+        outer: State,
+        trip: Expr | None,
+        frame: Frame,
+        *,
+        over_set: bool,
+        inputs: tuple[Expr, ...],
+    ) -> list[State]:
+        body_states = self.exec_block(stmt.body, [body_start], frame)
+        changed = assigned_names(stmt.body)
+        if trip is None:  # while: the trip count depends on the test and what the body changes
+            test_names = {n.id for n in ast.walk(stmt.test) if isinstance(n, ast.Name)} if isinstance(stmt, ast.While) else set()
+            feeding = [s.env.get(name, Const(None)) for s in body_states for name in test_names & changed]
+            trip = opaque(f"trips@{_where(stmt)}", (*inputs, *feeding))
+            trip = Atom(trip.name, trip.kind, trip.why, lower=0)
+        after = outer.fork()
+        for name in changed:
+            values = [s.env[name] for s in body_states if name in s.env]
+            if values:
+                after.env[name] = opaque(f"{name}@loop{_where(stmt)}", (*values, trip, *inputs))
+        events = [e for s in body_states for e in s.events]
+        if not events:
+            return [after]
+        body_paths = [Path(s.conds, s.events, s.exit) for s in body_states]
+        self.regions.append(
+            Region(frame.function, "loop", body_paths, stmt.lineno, over_set=over_set, path_name=self.module.path)
+        )
+        first_path = next(s for s in body_states if s.events)
+        first = next((e for e in first_path.events if isinstance(e, CommEvent)), None)
+        if first is None:
+            inner = next(e for e in first_path.events if isinstance(e, LoopEvent))
+            first = inner.first
+        order = _text(stmt.iter) if isinstance(stmt, (ast.For, ast.AsyncFor)) else "while"
+        loop = LoopEvent(
+            self.module.path,
+            stmt.lineno,
+            stmt.col_offset,
+            trip,
+            tuple(e.op for e in first_path.events),
+            order,
+            first,
+            frame.chain,
+            over_set,
+        )
+        if self.record_events:
+            after.events = (*outer.events, loop)
+        return [after]
+
+    def trip_count(self, node: ast.expr, iterable: Expr, state: State, frame: Frame) -> Expr:
+        if isinstance(iterable, TupleVal):
+            return Const(len(iterable.items))
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else None
+            if name == "range" and not node.keywords:
+                return self._range_trip([self.pure(a, state, frame) for a in node.args], node)
+            if name in ("enumerate", "reversed", "sorted", "list", "tuple") and node.args:
+                return self.trip_count(node.args[0], self.pure(node.args[0], state, frame), state, frame)
+            if name == "zip" and node.args:
+                trips = [self.trip_count(a, self.pure(a, state, frame), state, frame) for a in node.args]
+                result = trips[0]
+                for other in trips[1:]:
+                    result = BinOp("min", result, other)
+                return result
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
+            return self._slice_trip(node, state, frame)
+        bound = opaque(f"len({_text(node)})@{_where(node)}", (iterable,))
+        return Atom(bound.name, bound.kind, bound.why, lower=0)
+
+    def _range_trip(self, args: list[Expr], node: ast.AST) -> Expr:
+        if len(args) == 1:
+            start, stop, step = Const(0), args[0], 1
+        elif len(args) in (2, 3):
+            start, stop = args[0], args[1]
+            raw_step = args[2] if len(args) == 3 else Const(1)
+            if not isinstance(raw_step, Const) or not isinstance(raw_step.value, int) or raw_step.value == 0:
+                return opaque(f"trips@{_where(node)}", tuple(args))
+            step = raw_step.value
+        else:
+            return opaque(f"trips@{_where(node)}", tuple(args))
+        if step < 0:
+            start, stop, step = stop, start, -step
+        span = BinOp("-", stop, start)
+        count = span if step == 1 else BinOp("ceildiv", span, Const(step))
+        return BinOp("max", Const(0), count)
+
+    def _slice_trip(self, node: ast.Subscript, state: State, frame: Frame) -> Expr:
+        assert isinstance(node.slice, ast.Slice)
+        container = self.pure(node.value, state, frame)
+        length_atom = opaque(f"len({_text(node.value)})@{_where(node)}", (container,))
+        length: Expr = Atom(length_atom.name, length_atom.kind, length_atom.why, lower=0)
+        if isinstance(container, TupleVal):
+            length = Const(len(container.items))
+        part = node.slice
+        start = self.pure(part.lower, state, frame) if part.lower is not None else Const(0)
+        stop = BinOp("min", self.pure(part.upper, state, frame), length) if part.upper is not None else length
+        step = self.pure(part.step, state, frame) if part.step is not None else Const(1)
+        if isinstance(step, Const) and isinstance(step.value, int) and step.value < 0:
+            return Atom(f"trips@{_where(node)}", "perrank" if is_rank_dependent(start) else "shared", lower=0)
+        span = BinOp("-", stop, start)
+        return BinOp("max", Const(0), BinOp("ceildiv", span, step))
+
+    # ------------------------------------------------------------------ binding
+
+    def bind(self, target: ast.expr, value: Expr, state: State, source: ast.expr | None = None) -> None:
+        if isinstance(target, ast.Name):
+            state.env[target.id] = value
+            if source is not None and _is_set_expr(source):
+                self.set_names.add(target.id)
+            return
+        if isinstance(target, ast.Starred):
+            self.bind(target.value, opaque(f"star@{_where(target)}", (value,)), state)
+            return
+        if isinstance(target, (ast.Tuple, ast.List)):
+            items = value.items if isinstance(value, TupleVal) and len(value.items) == len(target.elts) else None
+            for index, element in enumerate(target.elts):
+                part = items[index] if items is not None else opaque(f"unpack{index}@{_where(target)}", (value,))
+                self.bind(element, part, state)
+            return
+        if isinstance(target, ast.Attribute):
+            parts = dotted(target)
+            if parts:
+                state.env[".".join(parts)] = value
+
+    # ------------------------------------------------------------------ expressions with effects
+
+    def eval(self, node: ast.expr | None, state: State, frame: Frame) -> list[tuple[State, Expr]]:
+        """Evaluate, running the calls that communicate or may (helpers); may fork the state."""
+        if node is None:
+            return [(state, Const(None))]
+        calls = [n for n in _calls_in_order(node) if self._has_effect(n, frame)]
+        if not calls:
+            return [(state, self.pure(node, state, frame))]
+        pending: list[tuple[State, dict[int, Expr]]] = [(state, {})]
+        for call in calls:
+            advanced: list[tuple[State, dict[int, Expr]]] = []
+            for current, known in pending:
+                for after, value in self.eval_call(call, current, frame, known):
+                    advanced.append((after, {**known, id(call): value}))
+            pending = advanced
+            if len(pending) > self.max_paths:
+                raise PathLimitExceeded(f"more than {self.max_paths} paths")
+        return [(current, self.pure(node, current, frame, known)) for current, known in pending]
+
+    def _has_effect(self, call: ast.Call, frame: Frame) -> bool:
+        if self._op_spec(call, None) is not None:
+            return True
+        if self._exit_call(call):
+            return True
+        target = self._local_target(call, frame)
+        return target is not None
+
+    def _exit_call(self, call: ast.Call) -> bool:
+        name = qualified_name(call.func, self.local_imports)
+        if name is None and isinstance(call.func, ast.Name):
+            name = call.func.id
+        return name in EXIT_CALLS
+
+    def eval_call(
+        self, call: ast.Call, state: State, frame: Frame, known: dict[int, Expr]
+    ) -> list[tuple[State, Expr]]:
+        if self._exit_call(call):
+            state.exit = Exit("exit", self.module.path, call.lineno, call.col_offset, frame.chain)
+            return [(state, Const(None))]
+        spec = self._op_spec(call, state)
+        if spec is not None:
+            return [self._communicate(call, spec, state, frame, known)]
+        target = self._local_target(call, frame)
+        if target is None:
+            return [(state, self.pure(call, state, frame, known))]
+        function, class_name, bound_self = target
+        return self.inline(call, function, class_name, bound_self, state, frame, known)
+
+    # ------------------------------------------------------------------ collectives
+
+    def _op_spec(self, call: ast.Call, state: State | None) -> OpSpec | None:
+        name = qualified_name(call.func, self.local_imports, _module_aliases(self.module))
+        if name is not None and name in self.catalog.functions:
+            return self.catalog.functions[name]
+        if isinstance(call.func, ast.Attribute):
+            for method in self.catalog.method_specs(call.func.attr):
+                if method.any_receiver or self._receiver_matches(call.func.value, method.receivers, state):
+                    return method.spec
+        return None
+
+    def _receiver_matches(self, receiver: ast.expr, types: tuple[str, ...], state: State | None) -> bool:
+        if not types:
+            return False
+        type_name = self._type_of(receiver, state)
+        return type_name is not None and type_name in types
+
+    def _type_of(self, node: ast.expr, state: State | None) -> str | None:
+        if state is not None:
+            parts = dotted(node)
+            if parts:
+                value = state.env.get(".".join(parts))
+                if isinstance(value, Atom) and value.name.startswith("type:"):
+                    return value.name[5:].split("@", 1)[0]
+        if isinstance(node, ast.Call):
+            name = qualified_name(node.func, self.local_imports)
+            if name is not None and name in self.catalog.types:
+                return self.catalog.types[name] or name
+        return None
+
+    def _communicate(
+        self, call: ast.Call, spec: OpSpec, state: State, frame: Frame, known: dict[int, Expr]
+    ) -> tuple[State, Expr]:
+        args = _map_arguments(call, spec)
+
+        def value(param: str | None) -> Expr | None:
+            if param is None or param not in args:
+                return None
+            return self.pure(args[param], state, frame, known)
+
+        group = self._group(args.get(spec.group) if spec.group else None, state, frame, known)
+        reduce_op = value(spec.reduce_op)
+        if spec.reduce_op is not None:
+            reduce_op = _normalise_reduce_op(reduce_op, args.get(spec.reduce_op))
+        root = value(spec.root)
+        if root is None and spec.group_root is not None:
+            root = value(spec.group_root)
+        event = CommEvent(
+            op=spec.op,
+            kind=spec.kind,
+            path=self.module.path,
+            line=call.lineno,
+            column=call.col_offset,
+            end_line=call.end_lineno or call.lineno,
+            end_column=call.end_col_offset or call.col_offset,
+            chain=frame.chain,
+            group=group,
+            root=root,
+            reduce_op=reduce_op,
+            peer=value(spec.peer),
+            ranks_arg=value(spec.ranks),
+            operands=tuple(_text(args[name]) for name in spec.operands if name in args),
+        )
+        if self.record_events and spec.kind != "p2p_nonblocking":
+            state.events = (*state.events, event)
+        for name in spec.uniform_after:
+            if name in args:
+                target = args[name]
+                fresh = Atom(f"uniform:{_text(target)}@{_where(call)}", "shared")
+                if isinstance(target, (ast.Name, ast.Attribute)):
+                    self.bind(target, fresh, state)
+        return state, self._op_result(call, spec, args, state, frame, known)
+
+    def _op_result(
+        self, call: ast.Call, spec: OpSpec, args: dict[str, ast.expr], state: State, frame: Frame,
+        known: dict[int, Expr],
+    ) -> Expr:
+        if spec.kind != "group_create":
+            return Atom(f"result:{spec.op}@{_where(call)}", "shared")
+        ranks_node = args.get(spec.ranks) if spec.ranks else None
+        key = f"{spec.op}@{self.module.path}:{_where(call)}"
+        if spec.op.startswith("new_subgroups"):
+            return TupleVal((GroupVal(key, None, per_rank=True), Atom(f"subgroups@{_where(call)}", "shared")))
+        if spec.op != "new_group":
+            return GroupVal(key, None, per_rank=False)
+        ranks_value = self.pure(ranks_node, state, frame, known) if ranks_node is not None else None
+        per_rank = ranks_value is not None and is_rank_dependent(ranks_value)
+        members = None if ranks_node is None else self._membership(ranks_node, state, frame, known)
+        if ranks_node is None:
+            members = TRUE  # new_group() with no ranks is the whole world
+        return GroupVal(key, members, per_rank=per_rank)
+
+    def _membership(self, node: ast.expr, state: State, frame: Frame, known: dict[int, Expr]) -> Expr | None:
+        """A predicate over MEMBER, for literal lists, ranges and comprehensions over ranges."""
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            return Member(MEMBER, tuple(self.pure(e, state, frame, known) for e in node.elts))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in ("list", "tuple", "sorted", "set") and len(node.args) == 1:
+                return self._membership(node.args[0], state, frame, known)
+            if node.func.id == "range" and 1 <= len(node.args) <= 3:
+                values = [self.pure(a, state, frame, known) for a in node.args]
+                start, stop = (Const(0), values[0]) if len(values) == 1 else (values[0], values[1])
+                step = values[2] if len(values) == 3 else Const(1)
+                if isinstance(step, Const) and isinstance(step.value, int) and step.value > 0:
+                    return InRange(MEMBER, start, stop, step.value)
+            return None
+        if isinstance(node, ast.ListComp) and len(node.generators) == 1:
+            gen = node.generators[0]
+            if not (isinstance(node.elt, ast.Name) and isinstance(gen.target, ast.Name)):
+                return None
+            if node.elt.id != gen.target.id:
+                return None
+            domain = self._membership(gen.iter, state, frame, known)
+            if domain is None:
+                return None
+            scoped = State(dict(state.env))
+            scoped.env[gen.target.id] = MEMBER
+            conditions = [self.pure(test, scoped, frame, known) for test in gen.ifs]
+            return conjoin((domain, *conditions))
+        value = self.pure(node, state, frame, known)
+        if isinstance(value, TupleVal):
+            return Member(MEMBER, value.items)
+        return None
+
+    def _group(self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr]) -> GroupVal | None:
+        if node is None or (isinstance(node, ast.Constant) and node.value is None):
+            return None
+        name = qualified_name(node, self.local_imports)
+        if name is not None and name.endswith((".group.WORLD", ".GroupMember.WORLD")):
+            return None
+        value = self.pure(node, state, frame, known)
+        if isinstance(value, GroupVal):
+            return value
+        if isinstance(value, Const) and value.value is None:
+            return None
+        return GroupVal(_text(node), None, per_rank=is_rank_dependent(value))
+
+    # ------------------------------------------------------------------ helpers (inlining)
+
+    def _local_target(self, call: ast.Call, frame: Frame) -> tuple[FunctionNode, str | None, bool] | None:
+        func = call.func
+        module = self.module
+        if isinstance(func, ast.Name):
+            if func.id in self.nested:
+                return self.nested[func.id], frame.class_name, False
+            if func.id in module.functions and self.local_imports.lookup(func.id) is None:
+                return module.functions[func.id], None, False
+            return None
+        if not isinstance(func, ast.Attribute):
+            return None
+        receiver = func.value
+        class_name: str | None = None
+        if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
+            class_name = frame.class_name
+        elif (
+            isinstance(receiver, ast.Call)
+            and isinstance(receiver.func, ast.Name)
+            and receiver.func.id == "super"
+            and frame.class_name
+        ):
+            info = module.classes.get(frame.class_name)
+            for base in info.bases if info else []:
+                method = self._find_method(base, func.attr)
+                if method is not None:
+                    return method, base, True
+            return None
+        elif isinstance(receiver, ast.Name) and receiver.id in module.classes:
+            method = self._find_method(receiver.id, func.attr)
+            return (method, receiver.id, False) if method is not None else None
+        if class_name is None:
+            return None
+        method = self._find_method(class_name, func.attr)
+        return (method, class_name, True) if method is not None else None
+
+    def _find_method(self, class_name: str, name: str, seen: frozenset[str] = frozenset()) -> FunctionNode | None:
+        info = self.module.classes.get(class_name)
+        if info is None or class_name in seen:
+            return None
+        if name in info.methods:
+            return info.methods[name]
+        for base in info.bases:
+            found = self._find_method(base, name, seen | {class_name})
+            if found is not None:
+                return found
+        return None
+
+    def _owner_class(self, function: FunctionNode, default: str | None) -> str | None:
+        for name, info in self.module.classes.items():
+            if function in info.methods.values():
+                return name
+        return default
+
+    def inline(
+        self,
+        call: ast.Call,
+        function: FunctionNode,
+        class_name: str | None,
+        bound_self: bool,
+        state: State,
+        frame: Frame,
+        known: dict[int, Expr],
+    ) -> list[tuple[State, Expr]]:
+        if frame.depth >= self.max_depth or function in frame.stack:
+            return [(state, self.pure(call, state, frame, known))]
+        if function not in self.module.communicating and not self._returns_matter(function):
+            return [(state, self.pure(call, state, frame, known))]
+        env = self._bind_call_arguments(call, function, bound_self, state, frame, known)
+        site = Site(frame.function, function.name, self.module.path, call.lineno, call.col_offset)
+        owner = self._owner_class(function, class_name)
+        inner = Frame(function.name, owner, (*frame.chain, site), frame.depth + 1, (*frame.stack, function))
+        start = State(env, state.conds, state.events)
+        condition = self._decorator_condition(function)
+        skipped: list[tuple[State, Expr]] = []
+        if condition is not None:
+            skipped = [(state.fork(negate(condition)), Const(None))]
+            start = State(env, (*state.conds, condition), state.events)
+        saved_imports = self.local_imports
+        self.local_imports = self._function_imports(function)
+        try:
+            finals = self.exec_block(function.body, [start], inner)
+        finally:
+            self.local_imports = saved_imports
+        results = []
+        for final in finals:
+            resumed = State(dict(state.env), final.conds, final.events)
+            for key, value in final.env.items():
+                if key.startswith("self.") and bound_self:
+                    resumed.env[key] = value
+            if final.exit is not None and final.exit.kind in ("raise", "exit"):
+                resumed.exit = final.exit
+            results.append((resumed, final.returned if final.returned is not None else Const(None)))
+        collapsed = _collapse_returns(state, results)
+        return [*collapsed, *skipped]
+
+    def _returns_matter(self, function: FunctionNode) -> bool:
+        """Inline a quiet helper only if what it returns may depend on the rank."""
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call):
+                name = qualified_name(node.func, self.module.imports)
+                if name in self.catalog.rank_functions:
+                    return True
+                if isinstance(node.func, ast.Attribute) and node.func.attr in self.catalog.rank_methods:
+                    return True
+            if isinstance(node, ast.Attribute) and node.attr in self.catalog.rank_attributes:
+                return True
+            if isinstance(node, ast.Constant) and node.value in self.catalog.rank_env:
+                return True
+        return any(arg.arg in self.catalog.rank_parameters for arg in function.args.args)
+
+    def _decorator_condition(self, function: FunctionNode) -> Expr | None:
+        for decorator in function.decorator_list:
+            target = decorator.func if isinstance(decorator, ast.Call) else decorator
+            name = qualified_name(target, self.module.imports)
+            if name is not None and name in self.catalog.rank_decorators:
+                return value_from_spec(self.catalog.rank_decorators[name], f"decorator@{_where(decorator)}")
+        return None
+
+    def _bind_call_arguments(
+        self, call: ast.Call, function: FunctionNode, bound_self: bool, state: State, frame: Frame,
+        known: dict[int, Expr],
+    ) -> dict[str, Expr]:
+        params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+        env: dict[str, Expr] = {}
+        if bound_self and params:
+            env[params[0]] = Atom("self", "shared")
+            for key, value in state.env.items():
+                if key.startswith("self."):
+                    env[key] = value
+            params = params[1:]
+        defaults = function.args.defaults
+        offset = len(params) - len(defaults)
+        for index, name in enumerate(params):
+            if index >= offset:
+                env[name] = self.pure(defaults[index - offset], State({}), frame)
+            else:
+                env[name] = Atom(f"param:{name}@{_where(call)}", "shared")
+        for kwarg, default in zip(function.args.kwonlyargs, function.args.kw_defaults):
+            env[kwarg.arg] = self.pure(default, State({}), frame) if default is not None else Atom(kwarg.arg, "shared")
+        for index, arg in enumerate(call.args):
+            if isinstance(arg, ast.Starred):
+                break
+            if index < len(params):
+                env[params[index]] = self.pure(arg, state, frame, known)
+        for keyword in call.keywords:
+            if keyword.arg is not None:
+                env[keyword.arg] = self.pure(keyword.value, state, frame, known)
+        return env
+
+    # ------------------------------------------------------------------ pure evaluation
+
+    def pure(self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr] | None = None) -> Expr:
+        if node is None:
+            return Const(None)
+        if known and id(node) in known:
+            return known[id(node)]
+        handler = getattr(self, f"_pure_{type(node).__name__}", None)
+        if handler is None:
+            inputs = tuple(self.pure(child, state, frame, known) for child in _value_children(node))
+            return opaque(f"{type(node).__name__.lower()}@{_where(node)}", inputs)
+        result: Expr = handler(node, state, frame, known)
+        return result
+
+    def _pure_Constant(self, node: ast.Constant, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        if isinstance(node.value, (bool, int, str)) or node.value is None:
+            return Const(node.value)
+        return Atom(f"const:{node.value!r}", "shared")
+
+    def _pure_Name(self, node: ast.Name, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        if node.id in state.env:
+            return state.env[node.id]
+        if node.id in self.module.globals:
+            return self.module.globals[node.id]
+        if node.id in ("True", "False", "None"):
+            return Const({"True": True, "False": False, "None": None}[node.id])
+        return Atom(f"global:{node.id}", "shared")
+
+    def _pure_Attribute(self, node: ast.Attribute, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        parts = dotted(node)
+        if parts:
+            key = ".".join(parts)
+            if key in state.env:
+                return state.env[key]
+            if parts[0] == "self" and len(parts) == 2 and frame.class_name:
+                attribute = self._class_attribute(frame.class_name, parts[1])
+                if attribute is not None:
+                    return attribute
+            name = qualified_name(node, self.local_imports)
+            if name is not None and name.endswith((".group.WORLD", ".GroupMember.WORLD")):
+                return Const(None)
+            if name is not None and ".ReduceOp." in f".{name}":
+                return Const(name.rsplit(".", 1)[-1].upper())
+        if node.attr in self.catalog.rank_attributes:
+            return value_from_spec(self.catalog.rank_attributes[node.attr], f"attr:{node.attr}")
+        base = self.pure(node.value, state, frame, known)
+        if isinstance(base, Atom) and base.name.startswith("type:"):
+            return Atom(f"{base.name}.{node.attr}", "shared")
+        return opaque(f"{_text(node)}@{_where(node)}", (base,))
+
+    def _class_attribute(self, class_name: str, attribute: str, seen: frozenset[str] = frozenset()) -> Expr | None:
+        info = self.module.classes.get(class_name)
+        if info is None or class_name in seen:
+            return None
+        if attribute in info.attributes:
+            return info.attributes[attribute]
+        for base in info.bases:
+            found = self._class_attribute(base, attribute, seen | {class_name})
+            if found is not None:
+                return found
+        return None
+
+    def _pure_Subscript(self, node: ast.Subscript, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        env_key = _environ_key(node, self.local_imports)
+        if env_key is not None:
+            return self._environment_value(env_key, node)
+        base = self.pure(node.value, state, frame, known)
+        index = self.pure(node.slice, state, frame, known) if not isinstance(node.slice, ast.Slice) else None
+        if isinstance(base, TupleVal) and isinstance(index, Const) and isinstance(index.value, int):
+            if -len(base.items) <= index.value < len(base.items):
+                return base.items[index.value]
+        inputs = [base, *(self.pure(c, state, frame, known) for c in _value_children(node.slice))]
+        if index is not None:
+            inputs.append(index)
+        return opaque(f"item:{_text(node)}@{_where(node)}", tuple(inputs))
+
+    def _environment_value(self, key: str, node: ast.AST) -> Expr:
+        spec = self.catalog.rank_env.get(key)
+        if spec is not None:
+            return value_from_spec(spec, f"env:{key}")
+        return Atom(f"env:{key}", "shared")
+
+    def _pure_BinOp(self, node: ast.BinOp, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        left, right = self.pure(node.left, state, frame, known), self.pure(node.right, state, frame, known)
+        op = _BIN_OPS.get(type(node.op))
+        if op is None or _is_text(left) or _is_text(right):
+            return opaque(f"binop@{_where(node)}", (left, right))
+        if isinstance(left, TupleVal) or isinstance(right, TupleVal):
+            if op == "+" and isinstance(left, TupleVal) and isinstance(right, TupleVal):
+                return TupleVal(left.items + right.items)
+            return opaque(f"binop@{_where(node)}", (left, right))
+        return BinOp(op, left, right)
+
+    def _pure_UnaryOp(self, node: ast.UnaryOp, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        operand = self.pure(node.operand, state, frame, known)
+        if isinstance(node.op, ast.Not):
+            return negate(operand)
+        if isinstance(node.op, ast.USub):
+            if isinstance(operand, Const) and isinstance(operand.value, int):
+                return Const(-operand.value)
+            return BinOp("-", Const(0), operand)
+        if isinstance(node.op, ast.UAdd):
+            return operand
+        return opaque(f"unary@{_where(node)}", (operand,))
+
+    def _pure_BoolOp(self, node: ast.BoolOp, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        values = tuple(self.pure(v, state, frame, known) for v in node.values)
+        return BoolOp("and" if isinstance(node.op, ast.And) else "or", values)
+
+    def _pure_Compare(self, node: ast.Compare, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        parts: list[Expr] = []
+        left_node = node.left
+        left = self.pure(left_node, state, frame, known)
+        for op, right_node in zip(node.ops, node.comparators):
+            right = self.pure(right_node, state, frame, known)
+            parts.append(self._compare(op, left, right, right_node, state, frame, known))
+            left = right
+        return parts[0] if len(parts) == 1 else BoolOp("and", tuple(parts))
+
+    def _compare(
+        self, op: ast.cmpop, left: Expr, right: Expr, right_node: ast.expr, state: State, frame: Frame,
+        known: dict[int, Expr] | None,
+    ) -> Expr:
+        if isinstance(op, (ast.In, ast.NotIn)):
+            test = self._membership_test(left, right, right_node, state, frame, known)
+            return negate(test) if isinstance(op, ast.NotIn) else test
+        name = _COMPARE_OPS.get(type(op))
+        if name is None:
+            return opaque(f"compare@{_where(right_node)}", (left, right))
+        left, right = _numeric_text(left, right), _numeric_text(right, left)
+        return Compare(name, left, right)
+
+    def _membership_test(
+        self, item: Expr, container: Expr, node: ast.expr, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
+        if isinstance(container, TupleVal):
+            return Member(item, container.items)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
+            values = [self.pure(a, state, frame, known) for a in node.args]
+            if len(values) == 1:
+                return InRange(item, Const(0), values[0])
+            if len(values) == 2:
+                return InRange(item, values[0], values[1])
+        if isinstance(container, GroupVal) and container.members is not None:
+            return substitute(container.members, {MEMBER: item})
+        return opaque(f"in@{_where(node)}", (item, container))
+
+    def _pure_IfExp(self, node: ast.IfExp, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        test = self.pure(node.test, state, frame, known)
+        then, orelse = self.pure(node.body, state, frame, known), self.pure(node.orelse, state, frame, known)
+        truth = constant_truth(test)
+        if truth is not None:
+            return then if truth else orelse
+        return IfExp(test, then, orelse)
+
+    def _pure_Tuple(self, node: ast.Tuple | ast.List, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        if any(isinstance(e, ast.Starred) for e in node.elts):
+            return opaque(f"seq@{_where(node)}", tuple(self.pure(e, state, frame, known) for e in node.elts))
+        return TupleVal(tuple(self.pure(e, state, frame, known) for e in node.elts))
+
+    _pure_List = _pure_Tuple
+
+    def _pure_NamedExpr(self, node: ast.NamedExpr, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        value = self.pure(node.value, state, frame, known)
+        state.env[node.target.id] = value
+        return value
+
+    def _pure_Call(self, node: ast.Call, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        name = qualified_name(node.func, self.local_imports, _module_aliases(self.module))
+        args = [self.pure(a, state, frame, known) for a in node.args]
+        where = _where(node)
+        if name is not None:
+            special = self._known_call(name, node, args, state, frame, known)
+            if special is not None:
+                return special
+        if isinstance(node.func, ast.Name):
+            builtin = self._builtin_call(node.func.id, node, args, state, frame, known)
+            if builtin is not None:
+                return builtin
+        if isinstance(node.func, ast.Attribute):
+            method = node.func.attr
+            if method in self.catalog.rank_methods and not node.args:
+                return value_from_spec(self.catalog.rank_methods[method], f"method:{method}@{where}")
+            receiver = self.pure(node.func.value, state, frame, known)
+            if method == "get" and isinstance(node.func.value, ast.Attribute):
+                env_name = qualified_name(node.func.value, self.local_imports)
+                if env_name == "os.environ" and args and isinstance(args[0], Const) and isinstance(args[0].value, str):
+                    return self._environment_value(args[0].value, node)
+            inputs = (receiver, *args, *(self.pure(k.value, state, frame, known) for k in node.keywords))
+            return opaque(f"call:{method}@{where}", inputs)
+        inputs = (
+            self.pure(node.func, state, frame, known),
+            *args,
+            *(self.pure(k.value, state, frame, known) for k in node.keywords),
+        )
+        return opaque(f"call@{where}", inputs)
+
+    def _known_call(
+        self, name: str, node: ast.Call, args: list[Expr], state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr | None:
+        where = _where(node)
+        catalog = self.catalog
+        if name in catalog.rank_functions:
+            spec = catalog.rank_functions[name]
+            has_group = any(k.arg == "group" for k in node.keywords) or (node.args and spec in ("rank", "world"))
+            if has_group:
+                group = node.args[0] if node.args else next(k.value for k in node.keywords if k.arg == "group")
+                if not (isinstance(group, ast.Constant) and group.value is None):
+                    kind = "group_rank" if spec == "rank" else None
+                    if kind is None:
+                        return Atom(f"group_size@{where}", "shared", lower=1)
+                    return value_from_spec(kind, where)
+            return value_from_spec(spec, where)
+        if name in catalog.nondeterministic:
+            return Atom(f"{name}()@{where}", "nondet", why=catalog.nondeterministic[name])
+        if name in ENV_READERS and args and isinstance(args[0], Const) and isinstance(args[0].value, str):
+            return self._environment_value(args[0].value, node)
+        if name in catalog.types:
+            return Atom(f"type:{catalog.types[name] or name}@{where}", "shared")
+        return None
+
+    def _builtin_call(
+        self, name: str, node: ast.Call, args: list[Expr], state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr | None:
+        if self.local_imports.lookup(name) is not None or name in self.module.functions:
+            return None
+        if name in PASS_THROUGH and len(args) == 1 and not node.keywords:
+            value = args[0]
+            if isinstance(value, Const) and isinstance(value.value, str) and value.value.lstrip("-").isdigit():
+                return Const(int(value.value))
+            if name == "bool":
+                return Compare("!=", value, Const(0)) if not _is_boolean(value) else value
+            return value
+        if name in ("min", "max") and len(args) >= 2 and not node.keywords:
+            result = args[0]
+            for other in args[1:]:
+                result = BinOp(name, result, other)
+            return result
+        if name == "len" and len(args) == 1:
+            if isinstance(args[0], TupleVal):
+                return Const(len(args[0].items))
+            bound = opaque(f"len@{_where(node)}", (args[0],))
+            return Atom(bound.name, bound.kind, bound.why, lower=0)
+        if name in ("tuple", "list") and len(args) == 1 and isinstance(args[0], TupleVal):
+            return args[0]
+        return None
+
+
+# ----------------------------------------------------------------------------- small helpers
+
+
+def _module_aliases(module: ModuleInfo) -> dict[str, str]:
+    return {}
+
+
+def _is_text(value: Expr) -> bool:
+    return isinstance(value, Const) and isinstance(value.value, str)
+
+
+def _is_boolean(value: Expr) -> bool:
+    return isinstance(value, (Compare, BoolOp, Not, Member, InRange)) or (
+        isinstance(value, Const) and isinstance(value.value, bool)
+    )
+
+
+def _numeric_text(value: Expr, other: Expr) -> Expr:
+    """`os.environ["RANK"] == "0"`: compare the rank with the number the string spells."""
+    if (
+        isinstance(value, Const)
+        and isinstance(value.value, str)
+        and value.value.lstrip("-").isdigit()
+        and is_rank_dependent(other)
+    ):
+        return Const(int(value.value))
+    return value
+
+
+def _environ_key(node: ast.Subscript, imports: ImportTable) -> str | None:
+    name = qualified_name(node.value, imports)
+    if name != "os.environ":
+        return None
+    if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+        return node.slice.value
+    return None
+
+
+def _value_children(node: ast.AST) -> list[ast.expr]:
+    return [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)]
+
+
+def _calls_in_order(node: ast.expr) -> list[ast.Call]:
+    """Calls in evaluation order (arguments before the call), skipping lambdas and comprehensions."""
+    order: list[ast.Call] = []
+
+    def visit(current: ast.AST) -> None:
+        if isinstance(current, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            return
+        for child in ast.iter_child_nodes(current):
+            visit(child)
+        if isinstance(current, ast.Call):
+            order.append(current)
+
+    visit(node)
+    return order
+
+
+def _map_arguments(call: ast.Call, spec: OpSpec) -> dict[str, ast.expr]:
+    args: dict[str, ast.expr] = {}
+    for index, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            break
+        if index < len(spec.params):
+            args[spec.params[index]] = arg
+    for keyword in call.keywords:
+        if keyword.arg is not None:
+            args[keyword.arg] = keyword.value
+    return args
+
+
+def _normalise_reduce_op(value: Expr | None, node: ast.expr | None) -> Expr:
+    if value is None:
+        return Const("SUM")
+    if isinstance(value, Const) and isinstance(value.value, str):
+        return Const(value.value.upper())
+    return value
+
+
+def _exits(body: Sequence[ast.stmt]) -> bool:
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.Continue, ast.Break, ast.Return)):
+                return True
+    return False
+
+
+def _merge_envs(states: list[State]) -> dict[str, Expr]:
+    merged = dict(states[0].env)
+    for state in states[1:]:
+        for key, value in state.env.items():
+            if merged.get(key) != value:
+                merged[key] = opaque(f"merged:{key}", (merged.get(key, Const(None)), value))
+    return merged
+
+
+def _merge_branches(state: State, test: Expr, then_states: list[State], else_states: list[State]) -> list[State] | None:
+    """Join two arms that did not communicate or exit: variables become `a if test else b`."""
+    if len(then_states) != 1 or len(else_states) != 1:
+        return None
+    then, orelse = then_states[0], else_states[0]
+    if then.exit is not None or orelse.exit is not None:
+        return None
+    if then.events != state.events or orelse.events != state.events:
+        return None
+    merged = State(dict(state.env), state.conds, state.events)
+    for key in set(then.env) | set(orelse.env):
+        a, b = then.env.get(key), orelse.env.get(key)
+        if a == b and a is not None:
+            merged.env[key] = a
+        elif a is not None and b is not None:
+            merged.env[key] = IfExp(test, a, b)
+        else:
+            merged.env[key] = opaque(f"maybe:{key}", (test, a or b or Const(None)))
+    return [merged]
+
+
+def _collapse_returns(caller: State, results: list[tuple[State, Expr]]) -> list[tuple[State, Expr]]:
+    """A helper whose paths did not communicate differently is one result: `r1 if c1 else r2`."""
+    if len(results) <= 1:
+        return results
+    if any(state.events != caller.events or state.exit is not None for state, _ in results):
+        return results
+    value = results[-1][1]
+    for state, returned in reversed(results[:-1]):
+        extra = state.conds[len(caller.conds) :]
+        value = IfExp(conjoin(extra), returned, value) if extra else returned
+    merged = caller.fork()
+    return [(merged, value)]
+
+
+def mentions_rank(expr: Expr) -> bool:
+    return any(atom.kind in ("rank", "perrank", "nondet") for atom in atoms(expr))
+
+
+__all__ = [
+    "ClassInfo",
+    "Extractor",
+    "FALSE",
+    "ModuleInfo",
+    "PathLimitExceeded",
+    "State",
+    "mentions_rank",
+    "replace",
+]

@@ -1,0 +1,98 @@
+"""The per-function collective program: paths, each a condition and a sequence of events.
+
+This is the interface between extraction (which walks the code) and solving (which asks z3
+whether two ranks can take paths whose sequences differ).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from collcheck.static.symbolic import Expr, GroupVal
+
+
+@dataclass(frozen=True)
+class Site:
+    """A call through which an event was reached: `callee` called at `path:line` in `caller`."""
+
+    caller: str
+    callee: str
+    path: str
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
+class CommEvent:
+    op: str
+    kind: str  # collective | group_create | p2p_send | p2p_recv
+    path: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    chain: tuple[Site, ...] = ()
+    group: GroupVal | None = None  # None: the default (world) group
+    root: Expr | None = None
+    reduce_op: Expr | None = None
+    peer: Expr | None = None
+    ranks_arg: Expr | None = None
+    operands: tuple[str, ...] = ()
+
+    def signature(self) -> tuple[str, ...]:
+        return (self.op,)
+
+
+@dataclass(frozen=True)
+class LoopEvent:
+    """A loop whose body communicates; its trip count is a symbolic term."""
+
+    path: str
+    line: int
+    column: int
+    trip: Expr
+    body_ops: tuple[str, ...]
+    order: str  # the iterable's text, to notice a reversed iteration order
+    first: CommEvent | None
+    chain: tuple[Site, ...] = ()
+    over_set: bool = False
+
+    @property
+    def op(self) -> str:
+        return "loop[" + ",".join(self.body_ops) + "]"
+
+    def signature(self) -> tuple[str, ...]:
+        return ("loop", *self.body_ops)
+
+
+Element = Union[CommEvent, LoopEvent]
+
+
+@dataclass(frozen=True)
+class Exit:
+    kind: str  # return | raise | exit | break | continue
+    path: str
+    line: int
+    column: int
+    chain: tuple[Site, ...] = ()
+    why: str = ""  # "an exception" for except-handler exits
+
+
+@dataclass(frozen=True)
+class Path:
+    conds: tuple[Expr, ...]
+    events: tuple[Element, ...]
+    exit: Exit | None = None
+
+
+@dataclass
+class Region:
+    """Paths to compare across ranks: a whole function body, or one iteration of a loop."""
+
+    function: str
+    kind: str  # function | loop
+    paths: list[Path] = field(default_factory=list)
+    line: int = 0
+    over_set: bool = False
+    path_name: str = ""

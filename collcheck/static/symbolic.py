@@ -1,0 +1,384 @@
+"""Symbolic values of Python expressions, and their translation to z3.
+
+A value is an immutable tree over atoms. The atoms say how a value relates to the rank:
+
+* `rank`, `world`: the rank of the process and the world size;
+* `shared`: unknown but equal on every rank (a module constant, an argument, the result of a
+  collective) — the stated assumption that values not derived from the rank are uniform;
+* `perrank`: unknown and possibly different on every rank because it was computed from the rank
+  by something collcheck cannot model;
+* `nondet`: different on every process without involving the rank (time, random numbers, the
+  filesystem) — the source of CC007.
+
+The z3 translation instantiates the per-rank atoms once for each of the two ranks compared
+(suffixes `@a` and `@b`) and shares the `shared` ones, which is exactly the question "can two
+ranks disagree?".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Union
+
+PER_RANK_KINDS = frozenset({"rank", "perrank", "nondet"})
+
+
+@dataclass(frozen=True)
+class Const:
+    value: int | bool | str | None
+
+    def __str__(self) -> str:
+        return repr(self.value)
+
+
+@dataclass(frozen=True)
+class Atom:
+    name: str
+    kind: str  # rank | world | shared | perrank | nondet
+    why: str = ""  # for nondet atoms: what varies ("wall-clock time")
+    lower: int | None = None  # known bounds, e.g. 0 <= group_rank < world
+    below_world: bool = False
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: str  # + - * // % min max
+    left: Expr
+    right: Expr
+
+    def __str__(self) -> str:
+        return f"({self.left} {self.op} {self.right})"
+
+
+@dataclass(frozen=True)
+class Compare:
+    op: str  # == != < <= > >=
+    left: Expr
+    right: Expr
+
+    def __str__(self) -> str:
+        return f"({self.left} {self.op} {self.right})"
+
+
+@dataclass(frozen=True)
+class BoolOp:
+    op: str  # and | or
+    values: tuple[Expr, ...]
+
+    def __str__(self) -> str:
+        return "(" + f" {self.op} ".join(str(v) for v in self.values) + ")"
+
+
+@dataclass(frozen=True)
+class Not:
+    operand: Expr
+
+    def __str__(self) -> str:
+        return f"not {self.operand}"
+
+
+@dataclass(frozen=True)
+class IfExp:
+    test: Expr
+    then: Expr
+    orelse: Expr
+
+    def __str__(self) -> str:
+        return f"({self.then} if {self.test} else {self.orelse})"
+
+
+@dataclass(frozen=True)
+class Member:
+    """`item in (a, b, c)`."""
+
+    item: Expr
+    options: tuple[Expr, ...]
+
+    def __str__(self) -> str:
+        return f"({self.item} in {tuple(str(o) for o in self.options)})"
+
+
+@dataclass(frozen=True)
+class InRange:
+    """`start <= item < stop` with a stride: `item in range(start, stop, step)`."""
+
+    item: Expr
+    start: Expr
+    stop: Expr
+    step: int = 1
+
+
+@dataclass(frozen=True)
+class TupleVal:
+    """A tuple/list whose elements are known (for unpacking and `in` tests)."""
+
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class GroupVal:
+    """A process group. `members` is a predicate over the placeholder atom MEMBER, or None when the
+    membership cannot be computed (then collcheck stays quiet about it)."""
+
+    key: str
+    members: Expr | None
+    per_rank: bool = False
+
+
+Expr = Union[Const, Atom, BinOp, Compare, BoolOp, Not, IfExp, Member, InRange, TupleVal, GroupVal]
+
+RANK = Atom("rank", "rank")
+WORLD = Atom("world", "world")
+LOCAL_WORLD = Atom("local_world", "shared", lower=1)
+MEMBER = Atom("member", "shared")
+TRUE = Const(True)
+FALSE = Const(False)
+
+
+def children(expr: Expr) -> tuple[Expr, ...]:
+    if isinstance(expr, (BinOp, Compare)):
+        return (expr.left, expr.right)
+    if isinstance(expr, BoolOp):
+        return expr.values
+    if isinstance(expr, Not):
+        return (expr.operand,)
+    if isinstance(expr, IfExp):
+        return (expr.test, expr.then, expr.orelse)
+    if isinstance(expr, Member):
+        return (expr.item, *expr.options)
+    if isinstance(expr, InRange):
+        return (expr.item, expr.start, expr.stop)
+    if isinstance(expr, TupleVal):
+        return expr.items
+    return ()
+
+
+def atoms(expr: Expr) -> Iterator[Atom]:
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Atom):
+            yield node
+        else:
+            stack.extend(children(node))
+
+
+def atom_kinds(expr: Expr) -> frozenset[str]:
+    return frozenset(atom.kind for atom in atoms(expr))
+
+
+def is_rank_dependent(expr: Expr) -> bool:
+    return bool(atom_kinds(expr) & PER_RANK_KINDS)
+
+
+def opaque(name: str, inputs: tuple[Expr, ...] = ()) -> Atom:
+    """An unknown value computed from `inputs`: it varies per rank exactly when they do."""
+    kinds: set[str] = set()
+    why = ""
+    for item in inputs:
+        for atom in atoms(item):
+            kinds.add(atom.kind)
+            if atom.kind == "nondet" and not why:
+                why = atom.why
+    if kinds & {"rank", "perrank"}:
+        return Atom(name, "perrank")
+    if "nondet" in kinds:
+        return Atom(name, "nondet", why=why)
+    return Atom(name, "shared")
+
+
+def substitute(expr: Expr, mapping: dict[Atom, Expr]) -> Expr:
+    if isinstance(expr, Atom):
+        return mapping.get(expr, expr)
+    if isinstance(expr, BinOp):
+        return BinOp(expr.op, substitute(expr.left, mapping), substitute(expr.right, mapping))
+    if isinstance(expr, Compare):
+        return Compare(expr.op, substitute(expr.left, mapping), substitute(expr.right, mapping))
+    if isinstance(expr, BoolOp):
+        return BoolOp(expr.op, tuple(substitute(v, mapping) for v in expr.values))
+    if isinstance(expr, Not):
+        return Not(substitute(expr.operand, mapping))
+    if isinstance(expr, IfExp):
+        return IfExp(*(substitute(part, mapping) for part in (expr.test, expr.then, expr.orelse)))
+    if isinstance(expr, Member):
+        return Member(substitute(expr.item, mapping), tuple(substitute(o, mapping) for o in expr.options))
+    if isinstance(expr, InRange):
+        return InRange(
+            substitute(expr.item, mapping), substitute(expr.start, mapping), substitute(expr.stop, mapping), expr.step
+        )
+    if isinstance(expr, TupleVal):
+        return TupleVal(tuple(substitute(item, mapping) for item in expr.items))
+    return expr
+
+
+def negate(expr: Expr) -> Expr:
+    if isinstance(expr, Const) and isinstance(expr.value, bool):
+        return Const(not expr.value)
+    if isinstance(expr, Not):
+        return expr.operand
+    return Not(expr)
+
+
+def conjoin(values: tuple[Expr, ...]) -> Expr:
+    kept = tuple(v for v in values if v != TRUE)
+    if any(v == FALSE for v in kept):
+        return FALSE
+    if not kept:
+        return TRUE
+    return kept[0] if len(kept) == 1 else BoolOp("and", kept)
+
+
+def constant_truth(expr: Expr) -> bool | None:
+    """True/False when the value is a literal, None when it depends on anything."""
+    if isinstance(expr, Const):
+        if isinstance(expr.value, (bool, int, str)) or expr.value is None:
+            return bool(expr.value)
+    if isinstance(expr, Not):
+        inner = constant_truth(expr.operand)
+        return None if inner is None else not inner
+    return None
+
+
+# --------------------------------------------------------------------------- z3 translation
+
+
+class Z3Translator:
+    """Translate values for one pair of ranks. Strings and None become distinct integers."""
+
+    def __init__(self, z3: Any, strings: dict[str, int] | None = None) -> None:
+        self.z3 = z3
+        self.strings = strings if strings is not None else {}
+        self.side_constraints: list[Any] = []
+        self._vars: dict[tuple[str, str, str], Any] = {}
+        self.world = z3.Int("world")
+
+    def _var(self, atom: Atom, side: str, sort: str) -> Any:
+        name = atom.name
+        if atom.kind == "world":
+            return self.world if sort == "int" else self.world != 0
+        suffix = f"@{side}" if atom.kind in PER_RANK_KINDS else ""
+        key = (name + suffix, sort, atom.kind)
+        if key not in self._vars:
+            var = self.z3.Int(name + suffix) if sort == "int" else self.z3.Bool(name + suffix + ":b")
+            self._vars[key] = var
+            if sort == "int":
+                if atom.lower is not None:
+                    self.side_constraints.append(var >= atom.lower)
+                if atom.below_world:
+                    self.side_constraints.append(var < self.world)
+                if atom is LOCAL_WORLD or atom.name == "local_world":
+                    self.side_constraints.append(var <= self.world)
+        return self._vars[key]
+
+    def rank(self, side: str) -> Any:
+        return self._var(RANK, side, "int")
+
+    def _string(self, value: str | None) -> int:
+        key = "\0none" if value is None else value
+        if key not in self.strings:
+            self.strings[key] = -1_000_000 - len(self.strings)
+        return self.strings[key]
+
+    def sort_of(self, expr: Expr) -> str:
+        if isinstance(expr, (Compare, BoolOp, Not, Member, InRange)):
+            return "bool"
+        if isinstance(expr, Const) and isinstance(expr.value, bool):
+            return "bool"
+        if isinstance(expr, IfExp):
+            sorts = {self.sort_of(expr.then), self.sort_of(expr.orelse)}
+            return "bool" if sorts == {"bool"} else "int"
+        return "int"
+
+    def as_bool(self, expr: Expr, side: str) -> Any:
+        z3 = self.z3
+        if isinstance(expr, Const):
+            if isinstance(expr.value, bool):
+                return z3.BoolVal(expr.value)
+            return z3.BoolVal(bool(expr.value))
+        if isinstance(expr, Atom):
+            if expr.kind in ("rank", "world") or expr.lower is not None or expr.below_world:
+                return self.as_int(expr, side) != 0
+            return self._var(expr, side, "bool")
+        if isinstance(expr, Compare):
+            return self._compare(expr, side)
+        if isinstance(expr, BoolOp):
+            parts = [self.as_bool(v, side) for v in expr.values]
+            return z3.And(*parts) if expr.op == "and" else z3.Or(*parts)
+        if isinstance(expr, Not):
+            return z3.Not(self.as_bool(expr.operand, side))
+        if isinstance(expr, IfExp):
+            return z3.If(self.as_bool(expr.test, side), self.as_bool(expr.then, side), self.as_bool(expr.orelse, side))
+        if isinstance(expr, Member):
+            item = self.as_int(expr.item, side)
+            return z3.Or(*[item == self.as_int(o, side) for o in expr.options]) if expr.options else z3.BoolVal(False)
+        if isinstance(expr, InRange):
+            item = self.as_int(expr.item, side)
+            start, stop = self.as_int(expr.start, side), self.as_int(expr.stop, side)
+            inside = z3.And(item >= start, item < stop)
+            return inside if expr.step == 1 else z3.And(inside, (item - start) % expr.step == 0)
+        if isinstance(expr, TupleVal):
+            return z3.BoolVal(bool(expr.items))
+        return z3.BoolVal(True)  # GroupVal: a group object is truthy
+
+    def as_int(self, expr: Expr, side: str) -> Any:
+        z3 = self.z3
+        if isinstance(expr, Const):
+            if isinstance(expr.value, bool):
+                return z3.IntVal(int(expr.value))
+            if isinstance(expr.value, int):
+                return z3.IntVal(expr.value)
+            return z3.IntVal(self._string(expr.value))
+        if isinstance(expr, Atom):
+            return self._var(expr, side, "int")
+        if isinstance(expr, BinOp):
+            return self._binop(expr, side)
+        if isinstance(expr, IfExp):
+            return z3.If(self.as_bool(expr.test, side), self.as_int(expr.then, side), self.as_int(expr.orelse, side))
+        if isinstance(expr, (Compare, BoolOp, Not, Member, InRange)):
+            return z3.If(self.as_bool(expr, side), z3.IntVal(1), z3.IntVal(0))
+        if isinstance(expr, GroupVal):
+            return z3.IntVal(self._string("group:" + expr.key))
+        return z3.IntVal(self._string(f"tuple:{expr}"))
+
+    def value(self, expr: Expr, side: str) -> Any:
+        return self.as_bool(expr, side) if self.sort_of(expr) == "bool" else self.as_int(expr, side)
+
+    def _compare(self, expr: Compare, side: str) -> Any:
+        left_sort, right_sort = self.sort_of(expr.left), self.sort_of(expr.right)
+        if left_sort == right_sort == "bool" and expr.op in ("==", "!="):
+            left, right = self.as_bool(expr.left, side), self.as_bool(expr.right, side)
+        else:
+            left, right = self.as_int(expr.left, side), self.as_int(expr.right, side)
+        operators: dict[str, Callable[[Any, Any], Any]] = {
+            "==": lambda a, b: a == b,
+            "!=": lambda a, b: a != b,
+            "<": lambda a, b: a < b,
+            "<=": lambda a, b: a <= b,
+            ">": lambda a, b: a > b,
+            ">=": lambda a, b: a >= b,
+        }
+        return operators[expr.op](left, right)
+
+    def _binop(self, expr: BinOp, side: str) -> Any:
+        z3 = self.z3
+        left, right = self.as_int(expr.left, side), self.as_int(expr.right, side)
+        if expr.op == "+":
+            return left + right
+        if expr.op == "-":
+            return left - right
+        if expr.op == "*":
+            return left * right
+        if expr.op in ("//", "%"):
+            # Python floors; z3's div/mod agree with it for positive divisors, which is all ranks use.
+            return left / right if expr.op == "//" else left % right
+        if expr.op == "min":
+            return z3.If(left <= right, left, right)
+        if expr.op == "max":
+            return z3.If(left >= right, left, right)
+        if expr.op == "ceildiv":
+            return (left + right - 1) / right
+        raise ValueError(f"unsupported operator {expr.op}")
