@@ -10,6 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from collcheck.cache import cached_analyze
 from collcheck.catalog import Catalog, load_catalog
 from collcheck.checks import default_enabled_codes
 from collcheck.config import RuleSelection, Settings
@@ -123,13 +124,19 @@ def _filter(result: FileResult, settings: Settings) -> FileResult:
 
 
 def analyze_file(path: str, settings: Settings, catalog: Catalog | None = None) -> FileResult:
-    from collcheck.static.engine import analyze_source  # noqa: PLC0415 - keep startup light
-
     catalog = catalog or load_catalog(Path(p) for p in settings.catalogs)
-    source = read_source(Path(path), MAX_FILE_BYTES)
-    if isinstance(source, FileError):
-        return FileResult(path=path, error=source)
-    return _filter(analyze_source(source, catalog, settings), settings)
+    resolved = catalog
+
+    def compute() -> FileResult:
+        source = read_source(Path(path), MAX_FILE_BYTES)
+        if isinstance(source, FileError):
+            return FileResult(path=path, error=source)
+        # Imported only on a cache miss, so that a warm run never loads z3, libcst or the engine.
+        from collcheck.static.engine import analyze_source
+
+        return analyze_source(source, resolved, settings)
+
+    return _filter(cached_analyze(path, settings, catalog.fingerprint, compute), settings)
 
 
 def analyze_text(text: str, path: str = "<string>", settings: Settings | None = None) -> FileResult:

@@ -164,21 +164,20 @@ def main(argv: Optional[list[str]] = None) -> int:
         typer.echo(f"collcheck {__version__}")
         return 0
     try:
-        app(args=_with_default_command(args), prog_name="collcheck", standalone_mode=False)
+        code = app(args=_with_default_command(args), prog_name="collcheck", standalone_mode=False)
     except typer.Exit as done:
         return int(done.exit_code)
-    except SystemExit as done:  # click's own usage errors in non-standalone edge cases
+    except typer.Abort:
+        return 130
+    except SystemExit as done:
         return int(done.code or 0)
-    except Exception as error:  # click usage errors and friends
-        import click
-
-        if isinstance(error, click.exceptions.Abort):
-            return 130
-        if isinstance(error, click.ClickException):
-            error.show()
+    except Exception as error:
+        show = getattr(error, "show", None)
+        if callable(show) and hasattr(error, "exit_code"):  # usage errors: bad option, missing argument
+            show()
             return 2
         raise
-    return 0
+    return int(code or 0)
 
 
 def run_main() -> None:

@@ -36,9 +36,11 @@ from collcheck.static.symbolic import (
     InRange,
     Member,
     Not,
+    Sized,
     TupleVal,
     atoms,
     constant_truth,
+    fold,
     conjoin,
     is_rank_dependent,
     negate,
@@ -453,7 +455,7 @@ class Extractor:
                 isinstance(stmt.iter, ast.Name) and stmt.iter.id in self.set_names
             )
             element = opaque(f"item@{_where(stmt)}", (iterable,))
-            body_start = State(dict(current.env), current.conds, ())
+            body_start = State(dict(current.env), (*current.conds, Compare(">=", trip, Const(1))), ())
             self.bind(stmt.target, element, body_start)
             after = self._loop(stmt, body_start, current, trip, frame, over_set=over_set, inputs=(iterable,))
             results.extend(self.exec_block(stmt.orelse, after, frame) if stmt.orelse else after)
@@ -498,6 +500,9 @@ class Extractor:
         events = [e for s in body_states for e in s.events]
         if not events:
             return [after]
+        unrolled = _unroll(trip, body_states, outer, after, self.record_events)
+        if unrolled is not None:
+            return unrolled
         body_paths = [Path(s.conds, s.events, s.exit) for s in body_states]
         self.regions.append(
             Region(frame.function, "loop", body_paths, stmt.lineno, over_set=over_set, path_name=self.module.path)
@@ -518,6 +523,7 @@ class Extractor:
             first,
             frame.chain,
             over_set,
+            tuple(s.conds for s in body_states if s.events),
         )
         if self.record_events:
             after.events = (*outer.events, loop)
@@ -526,6 +532,8 @@ class Extractor:
     def trip_count(self, node: ast.expr, iterable: Expr, state: State, frame: Frame) -> Expr:
         if isinstance(iterable, TupleVal):
             return Const(len(iterable.items))
+        if isinstance(iterable, Sized):
+            return iterable.length
         if isinstance(node, ast.Call):
             name = node.func.id if isinstance(node.func, ast.Name) else None
             if name == "range" and not node.keywords:
@@ -538,8 +546,6 @@ class Extractor:
                 for other in trips[1:]:
                     result = BinOp("min", result, other)
                 return result
-        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
-            return self._slice_trip(node, state, frame)
         bound = opaque(f"len({_text(node)})@{_where(node)}", (iterable,))
         return Atom(bound.name, bound.kind, bound.why, lower=0)
 
@@ -560,21 +566,29 @@ class Extractor:
         count = span if step == 1 else BinOp("ceildiv", span, Const(step))
         return BinOp("max", Const(0), count)
 
-    def _slice_trip(self, node: ast.Subscript, state: State, frame: Frame) -> Expr:
+    def _slice(self, node: ast.Subscript, base: Expr, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        """`items[start:stop:step]`: unknown contents, but a length z3 can reason about."""
         assert isinstance(node.slice, ast.Slice)
-        container = self.pure(node.value, state, frame)
-        length_atom = opaque(f"len({_text(node.value)})@{_where(node)}", (container,))
-        length: Expr = Atom(length_atom.name, length_atom.kind, length_atom.why, lower=0)
-        if isinstance(container, TupleVal):
-            length = Const(len(container.items))
+        length = self._length(base, node)
         part = node.slice
-        start = self.pure(part.lower, state, frame) if part.lower is not None else Const(0)
-        stop = BinOp("min", self.pure(part.upper, state, frame), length) if part.upper is not None else length
-        step = self.pure(part.step, state, frame) if part.step is not None else Const(1)
-        if isinstance(step, Const) and isinstance(step.value, int) and step.value < 0:
-            return Atom(f"trips@{_where(node)}", "perrank" if is_rank_dependent(start) else "shared", lower=0)
+        start = self.pure(part.lower, state, frame, known) if part.lower is not None else Const(0)
+        stop = BinOp("min", self.pure(part.upper, state, frame, known), length) if part.upper is not None else length
+        step = self.pure(part.step, state, frame, known) if part.step is not None else Const(1)
+        name = f"slice:{_text(node)}@{_where(node)}"
+        negative = any(isinstance(v, Const) and isinstance(v.value, int) and v.value < 0 for v in (start, step))
+        if negative or isinstance(part.upper, ast.UnaryOp):
+            return opaque(name, (base, start, step, stop))
+        start = BinOp("min", start, length)
         span = BinOp("-", stop, start)
-        return BinOp("max", Const(0), BinOp("ceildiv", span, step))
+        return Sized(name, BinOp("max", Const(0), BinOp("ceildiv", span, step)))
+
+    def _length(self, value: Expr, node: ast.AST) -> Expr:
+        if isinstance(value, TupleVal):
+            return Const(len(value.items))
+        if isinstance(value, Sized):
+            return value.length
+        bound = opaque(f"len({value})", (value,))  # same value, same length, wherever it is asked
+        return Atom(bound.name, bound.kind, bound.why, lower=0)
 
     # ------------------------------------------------------------------ binding
 
@@ -1003,7 +1017,9 @@ class Extractor:
         if env_key is not None:
             return self._environment_value(env_key, node)
         base = self.pure(node.value, state, frame, known)
-        index = self.pure(node.slice, state, frame, known) if not isinstance(node.slice, ast.Slice) else None
+        if isinstance(node.slice, ast.Slice):
+            return self._slice(node, base, state, frame, known)
+        index = self.pure(node.slice, state, frame, known)
         if isinstance(base, TupleVal) and isinstance(index, Const) and isinstance(index.value, int):
             if -len(base.items) <= index.value < len(base.items):
                 return base.items[index.value]
@@ -1175,10 +1191,7 @@ class Extractor:
                 result = BinOp(name, result, other)
             return result
         if name == "len" and len(args) == 1:
-            if isinstance(args[0], TupleVal):
-                return Const(len(args[0].items))
-            bound = opaque(f"len@{_where(node)}", (args[0],))
-            return Atom(bound.name, bound.kind, bound.why, lower=0)
+            return self._length(args[0], node)
         if name in ("tuple", "list") and len(args) == 1 and isinstance(args[0], TupleVal):
             return args[0]
         return None
@@ -1269,6 +1282,18 @@ def _exits(body: Sequence[ast.stmt]) -> bool:
             if isinstance(node, (ast.Continue, ast.Break, ast.Return)):
                 return True
     return False
+
+
+def _unroll(trip: Expr, body: list[State], outer: State, after: State, record: bool) -> list[State] | None:
+    """`for _ in range(2): barrier()` is two barriers: unroll short constant loops with one path."""
+    count = fold(trip)
+    if not isinstance(count, Const) or not isinstance(count.value, int) or count.value > 8:
+        return None
+    if len(body) != 1 or body[0].exit is not None:
+        return None
+    if record:
+        after.events = (*outer.events, *(body[0].events * count.value))
+    return [after]
 
 
 def _merge_envs(states: list[State]) -> dict[str, Expr]:

@@ -57,6 +57,8 @@ class LoopEvent:
     first: CommEvent | None
     chain: tuple[Site, ...] = ()
     over_set: bool = False
+    # Conditions under which one iteration communicates: an extra iteration matters only then.
+    body_conds: tuple[tuple[Expr, ...], ...] = ()
 
     @property
     def op(self) -> str:

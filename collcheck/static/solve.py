@@ -292,15 +292,28 @@ def _differs(tr: Z3Translator, x: Expr, y: Expr) -> Any:
     return tr.value(x, "a") != tr.value(y, "b")
 
 
+def _communicates(tr: Z3Translator, loop: LoopEvent, side: str) -> Any:
+    """Some iteration of the loop issues a collective on this rank (else extra trips are harmless)."""
+    z3 = tr.z3
+    if not loop.body_conds:
+        return z3.BoolVal(True)
+    options = [z3.And(*[tr.as_bool(c, side) for c in conds]) if conds else z3.BoolVal(True) for conds in loop.body_conds]
+    return z3.Or(*options)
+
+
 def _leaves(path: Path) -> bool:
     return path.exit is not None and path.exit.kind in LEAVING_EXITS
 
 
-def _exit_responsible(shorter: Path, longer: Path) -> Exit | None:
+def _exit_responsible(shorter: Path, longer: Path, skipped: Element, region: Region) -> Exit | None:
+    """The exit that made `shorter` miss `skipped`: it must come before it (or end an iteration)."""
     exit_ = shorter.exit
     if exit_ is None or exit_.kind not in ("return", "raise", "exit", "break", "continue"):
         return None
     if longer.exit is not None and (longer.exit.line, longer.exit.path) == (exit_.line, exit_.path):
+        return None
+    anchor = skipped.chain[0].line if skipped.chain and not exit_.chain else skipped.line
+    if region.kind == "function" and skipped.path == exit_.path and anchor < exit_.line and not exit_.chain:
         return None
     return exit_
 
@@ -356,9 +369,29 @@ def _compare(
     seq_a, seq_b = channel_sequence(a.events, channel), channel_sequence(b.events, channel)
     same_path = a is b
     if not same_path:
-        index = _first_structural_difference(seq_a, seq_b)
-        if index is not None:
-            return _structural(solver, region, channel, membership, a, b, seq_a, seq_b, index)
+        for _ in range(4):
+            index = _first_structural_difference(seq_a, seq_b)
+            if index is None:
+                break
+            side, loop = _loop_at(seq_a, seq_b, index)
+            if loop is None:
+                return _structural(solver, region, channel, membership, a, b, seq_a, seq_b, index)
+
+            def runs(tr: Z3Translator, loop: LoopEvent = loop, side: str = side) -> Any:
+                return tr.z3.And(tr.as_int(loop.trip, side) >= 1, _communicates(tr, loop, side))
+
+            found = _structural(solver, region, channel, membership, a, b, seq_a, seq_b, index, runs)
+            if found:
+                return found
+            # That loop issues nothing for these ranks: compare what remains without it.
+            if side == "a":
+                seq_a = seq_a[:index] + seq_a[index + 1 :]
+            else:
+                seq_b = seq_b[:index] + seq_b[index + 1 :]
+        else:
+            return []
+        if _first_structural_difference(seq_a, seq_b) is not None:
+            return []
         if region.kind == "loop" and _leaves(a) != _leaves(b) and any(p.events for p in region.paths):
             return _found(solver, region, channel, membership, a, b, seq_a, seq_b, "loop_exit", len(seq_a), None,
                           (a if _leaves(a) else b).exit)
@@ -373,8 +406,13 @@ def _compare(
         if not (is_rank_dependent(x) or is_rank_dependent(y) or not same_path):
             continue
 
-        def extra(tr: Z3Translator, x: Expr = x, y: Expr = y) -> Any:
-            return _differs(tr, x, y)
+        def extra(tr: Z3Translator, x: Expr = x, y: Expr = y, index: int = index, kind: str = kind) -> Any:
+            differs = _differs(tr, x, y)
+            if kind != "trip":
+                return differs
+            loop_a, loop_b = seq_a[index], seq_b[index]
+            assert isinstance(loop_a, LoopEvent) and isinstance(loop_b, LoopEvent)
+            return tr.z3.And(differs, tr.z3.Or(_communicates(tr, loop_a, "a"), _communicates(tr, loop_b, "b")))
 
         results.extend(_found(solver, region, channel, membership, a, b, seq_a, seq_b, kind, index, extra, None))
         if results:
@@ -382,16 +420,24 @@ def _compare(
     return results
 
 
+def _loop_at(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...], index: int) -> tuple[str, LoopEvent | None]:
+    if index < len(seq_a) and isinstance(seq_a[index], LoopEvent):
+        return "a", seq_a[index]  # type: ignore[return-value]
+    if index < len(seq_b) and isinstance(seq_b[index], LoopEvent):
+        return "b", seq_b[index]  # type: ignore[return-value]
+    return "", None
+
+
 def _structural(
     solver: RegionSolver, region: Region, channel: str, membership: GroupVal | None, a: Path, b: Path,
-    seq_a: tuple[Element, ...], seq_b: tuple[Element, ...], index: int,
+    seq_a: tuple[Element, ...], seq_b: tuple[Element, ...], index: int, extra: Any = None,
 ) -> list[Divergence]:
     exit_ = None
     if index >= len(seq_a):
-        exit_ = _exit_responsible(a, b)
+        exit_ = _exit_responsible(a, b, seq_b[index], region)
     elif index >= len(seq_b):
-        exit_ = _exit_responsible(b, a)
-    return _found(solver, region, channel, membership, a, b, seq_a, seq_b, "sequence", index, None, exit_)
+        exit_ = _exit_responsible(b, a, seq_a[index], region)
+    return _found(solver, region, channel, membership, a, b, seq_a, seq_b, "sequence", index, extra, exit_)
 
 
 def _found(

@@ -120,6 +120,14 @@ class TupleVal:
 
 
 @dataclass(frozen=True)
+class Sized:
+    """A sequence whose contents are unknown but whose length is known (`items[rank::world]`)."""
+
+    name: str
+    length: Expr
+
+
+@dataclass(frozen=True)
 class GroupVal:
     """A process group. `members` is a predicate over the placeholder atom MEMBER, or None when the
     membership cannot be computed (then collcheck stays quiet about it)."""
@@ -129,7 +137,7 @@ class GroupVal:
     per_rank: bool = False
 
 
-Expr = Union[Const, Atom, BinOp, Compare, BoolOp, Not, IfExp, Member, InRange, TupleVal, GroupVal]
+Expr = Union[Const, Atom, BinOp, Compare, BoolOp, Not, IfExp, Member, InRange, TupleVal, Sized, GroupVal]
 
 RANK = Atom("rank", "rank")
 WORLD = Atom("world", "world")
@@ -154,6 +162,8 @@ def children(expr: Expr) -> tuple[Expr, ...]:
         return (expr.item, expr.start, expr.stop)
     if isinstance(expr, TupleVal):
         return expr.items
+    if isinstance(expr, Sized):
+        return (expr.length,)
     return ()
 
 
@@ -212,6 +222,8 @@ def substitute(expr: Expr, mapping: dict[Atom, Expr]) -> Expr:
         )
     if isinstance(expr, TupleVal):
         return TupleVal(tuple(substitute(item, mapping) for item in expr.items))
+    if isinstance(expr, Sized):
+        return Sized(expr.name, substitute(expr.length, mapping))
     return expr
 
 
@@ -241,6 +253,31 @@ def constant_truth(expr: Expr) -> bool | None:
         inner = constant_truth(expr.operand)
         return None if inner is None else not inner
     return None
+
+
+def fold(expr: Expr) -> Expr:
+    """Constant folding for integer arithmetic on literals (enough to count short loops)."""
+    if not isinstance(expr, BinOp):
+        return expr
+    left, right = fold(expr.left), fold(expr.right)
+    if not (isinstance(left, Const) and isinstance(right, Const)):
+        return BinOp(expr.op, left, right)
+    x, y = left.value, right.value
+    if not (isinstance(x, int) and isinstance(y, int)) or isinstance(x, bool) or isinstance(y, bool):
+        return BinOp(expr.op, left, right)
+    if expr.op in ("//", "%", "ceildiv") and y == 0:
+        return BinOp(expr.op, left, right)
+    results = {
+        "+": lambda: x + y,
+        "-": lambda: x - y,
+        "*": lambda: x * y,
+        "//": lambda: x // y,
+        "%": lambda: x % y,
+        "min": lambda: min(x, y),
+        "max": lambda: max(x, y),
+        "ceildiv": lambda: -(-x // y),
+    }
+    return Const(results[expr.op]())
 
 
 # --------------------------------------------------------------------------- z3 translation
@@ -322,6 +359,8 @@ class Z3Translator:
             return inside if expr.step == 1 else z3.And(inside, (item - start) % expr.step == 0)
         if isinstance(expr, TupleVal):
             return z3.BoolVal(bool(expr.items))
+        if isinstance(expr, (BinOp, Sized)):
+            return self.as_int(expr, side) != 0  # Python truthiness: non-zero, non-empty
         return z3.BoolVal(True)  # GroupVal: a group object is truthy
 
     def as_int(self, expr: Expr, side: str) -> Any:
@@ -342,6 +381,9 @@ class Z3Translator:
             return z3.If(self.as_bool(expr, side), z3.IntVal(1), z3.IntVal(0))
         if isinstance(expr, GroupVal):
             return z3.IntVal(self._string("group:" + expr.key))
+        if isinstance(expr, Sized):
+            kind = "perrank" if is_rank_dependent(expr.length) else "shared"
+            return self._var(Atom(expr.name, kind), side, "int")
         return z3.IntVal(self._string(f"tuple:{expr}"))
 
     def value(self, expr: Expr, side: str) -> Any:

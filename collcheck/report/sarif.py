@@ -1,0 +1,241 @@
+"""SARIF 2.1.0, as GitHub code scanning (`github/codeql-action/upload-sarif`) reads it.
+
+Paths become URIs relative to `%SRCROOT%` (the folder collcheck ran in), so the upload resolves
+them against the checkout. Each counterexample step is a related location and, per rank, a step
+of a thread flow. Files that could not be analysed are tool execution notifications, not results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from collcheck import __version__
+from collcheck.checks import Rule, all_rules
+from collcheck.findings import Counterexample, FileError, Finding, Location, RunResult, Severity, TraceStep
+
+SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
+INFORMATION_URI = "https://github.com/collcheck/collcheck"
+SRCROOT = "%SRCROOT%"
+FINGERPRINT_KEY = "collcheck/v1"
+
+LEVELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+
+
+def _uri(path: str, root: Path) -> tuple[str, bool]:
+    """A URI for `path` and whether it is relative to the source root."""
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        return quote(candidate.as_posix()), True
+    try:
+        return quote(candidate.relative_to(root).as_posix()), True
+    except ValueError:
+        return candidate.as_uri(), False
+
+
+def _artifact(path: str, root: Path) -> dict[str, Any]:
+    uri, relative = _uri(path, root)
+    return {"uri": uri, "uriBaseId": SRCROOT} if relative else {"uri": uri}
+
+
+def _region(location: Location) -> dict[str, Any]:
+    region: dict[str, Any] = {
+        "startLine": max(location.line, 1),
+        "startColumn": location.column + 1,
+        "endLine": max(location.end_line or location.line, 1),
+    }
+    if location.end_column is not None:  # absent: the region runs to the end of its last line
+        region["endColumn"] = location.end_column + 1
+    return region
+
+
+def _physical(path: str, root: Path, region: dict[str, Any]) -> dict[str, Any]:
+    return {"physicalLocation": {"artifactLocation": _artifact(path, root), "region": region}}
+
+
+def _rule_descriptor(rule: Rule) -> dict[str, Any]:
+    level = LEVELS[rule.severity]
+    summary = rule.summary or rule.name
+    return {
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": summary},
+        "fullDescription": {"text": rule.doc.strip() or summary},
+        "help": {"text": rule.doc.strip() or summary, "markdown": rule.doc.strip() or summary},
+        "defaultConfiguration": {"level": level, "enabled": rule.default_enabled},
+        "properties": {"tags": ["collcheck", rule.status], "problem.severity": level, "since": rule.since},
+    }
+
+
+def _unknown_descriptor(code: str) -> dict[str, Any]:
+    """A finding whose code is not registered (a rule module not installed) still needs an entry."""
+    return {"id": code, "name": code, "shortDescription": {"text": code}}
+
+
+def rule_descriptors(findings: Iterable[Finding]) -> list[dict[str, Any]]:
+    descriptors = [_rule_descriptor(rule) for rule in all_rules()]
+    known = {descriptor["id"] for descriptor in descriptors}
+    for code in sorted({finding.code for finding in findings} - known):
+        descriptors.append(_unknown_descriptor(code))
+    return descriptors
+
+
+def _step_text(rank: int, step: TraceStep) -> str:
+    chain = " -> ".join([*step.chain, step.op]) if step.chain else step.op
+    text = f"rank {rank}: {chain} at {Path(step.path).name}:{step.line}"
+    return f"{text} [{step.detail}]" if step.detail else text
+
+
+def _steps(example: Counterexample) -> Iterable[tuple[int, TraceStep]]:
+    for rank, steps in example.ranks:
+        for step in steps:
+            yield rank, step
+
+
+def _related_locations(example: Counterexample, root: Path) -> list[dict[str, Any]]:
+    related = []
+    for index, (rank, step) in enumerate(_steps(example), start=1):
+        entry = _physical(step.path, root, {"startLine": max(step.line, 1)})
+        entry["id"] = index
+        entry["message"] = {"text": _step_text(rank, step)}
+        related.append(entry)
+    return related
+
+
+def _code_flows(example: Counterexample, root: Path) -> list[dict[str, Any]]:
+    thread_flows = []
+    for rank, steps in example.ranks:
+        if not steps:  # SARIF needs at least one location per thread flow
+            continue
+        locations = []
+        for step in steps:
+            location = _physical(step.path, root, {"startLine": max(step.line, 1)})
+            location["message"] = {"text": _step_text(rank, step)}
+            locations.append({"location": location})
+        thread_flows.append({"id": f"rank {rank}", "locations": locations})
+    if not thread_flows:
+        return []
+    message = f"counterexample at world_size={example.world_size}"
+    return [{"message": {"text": message}, "threadFlows": thread_flows}]
+
+
+def _message(finding: Finding) -> str:
+    example = finding.counterexample
+    if example is None:
+        return finding.message
+    ranks = "; ".join(
+        f"rank {rank}: " + (", ".join(step.op for step in steps) or "no collective")
+        for rank, steps in example.ranks
+    )
+    return f"{finding.message} (world_size={example.world_size}; {ranks})"
+
+
+# Messages cite places (`barrier at utils.py:17`); the fingerprint must not move with them.
+_LINE_NUMBERS = re.compile(r"(\.pyi?):\d+(?::\d+)?|\b(line) \d+")
+
+
+def _identity(finding: Finding) -> str:
+    return _LINE_NUMBERS.sub(lambda match: match.group(1) or match.group(2), finding.message)
+
+
+def _fingerprint(finding: Finding, uri: str, occurrence: int) -> str:
+    """Stable across runs and line shifts: no line numbers, only what identifies the finding."""
+    parts = (finding.code, uri, finding.function, _identity(finding), str(occurrence))
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def _result(finding: Finding, rule_index: int, root: Path, occurrence: int) -> dict[str, Any]:
+    location = finding.location
+    primary = _physical(location.path, root, _region(location))
+    uri = _uri(location.path, root)[0]
+    result: dict[str, Any] = {
+        "ruleId": finding.code,
+        "ruleIndex": rule_index,
+        "level": LEVELS[finding.severity],
+        "message": {"text": _message(finding)},
+        "locations": [primary],
+        "partialFingerprints": {FINGERPRINT_KEY: _fingerprint(finding, uri, occurrence)},
+    }
+    if finding.function:
+        primary["logicalLocations"] = [{"name": finding.function, "kind": "function"}]
+    if finding.counterexample is not None:
+        result["relatedLocations"] = _related_locations(finding.counterexample, root)
+        flows = _code_flows(finding.counterexample, root)
+        if flows:
+            result["codeFlows"] = flows
+    return result
+
+
+def _results(findings: list[Finding], rules: list[dict[str, Any]], root: Path) -> list[dict[str, Any]]:
+    index = {rule["id"]: position for position, rule in enumerate(rules)}
+    seen: Counter[tuple[str, str, str, str]] = Counter()
+    results = []
+    for finding in findings:
+        identity = (finding.code, finding.location.path, finding.function, _identity(finding))
+        results.append(_result(finding, index[finding.code], root, seen[identity]))
+        seen[identity] += 1
+    return results
+
+
+def _error_location(error: FileError, root: Path) -> dict[str, Any]:
+    if error.line:
+        return _physical(error.path, root, {"startLine": error.line})
+    return {"physicalLocation": {"artifactLocation": _artifact(error.path, root)}}
+
+
+def _notifications(result: RunResult, root: Path) -> list[dict[str, Any]]:
+    notes: list[dict[str, Any]] = []
+    for error in result.errors:
+        notes.append(
+            {
+                "level": "error",
+                "message": {"text": f"{error.path}: could not be analysed: {error.message}"},
+                "locations": [_error_location(error, root)],
+                "descriptor": {"id": "collcheck/file-error"},
+            }
+        )
+    for unused in result.unused_suppressions:
+        codes = ",".join(unused.codes) or "all codes"
+        notes.append(
+            {
+                "level": "note",
+                "message": {"text": f"unused suppression 'collcheck: ignore' ({codes}): nothing to suppress"},
+                "locations": [_physical(unused.location.path, root, {"startLine": unused.location.line})],
+                "descriptor": {"id": "collcheck/unused-suppression"},
+            }
+        )
+    return notes
+
+
+def sarif_log(result: RunResult, root: Path | None = None) -> dict[str, Any]:
+    root = (root or Path.cwd()).resolve()
+    findings = result.findings
+    rules = rule_descriptors(findings)
+    run: dict[str, Any] = {
+        "tool": {
+            "driver": {
+                "name": "collcheck",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "informationUri": INFORMATION_URI,
+                "rules": rules,
+            }
+        },
+        "originalUriBaseIds": {SRCROOT: {"uri": root.as_uri().rstrip("/") + "/"}},
+        "invocations": [
+            {"executionSuccessful": True, "toolExecutionNotifications": _notifications(result, root)}
+        ],
+        "columnKind": "unicodeCodePoints",
+        "results": _results(findings, rules, root),
+    }
+    return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
+
+
+def render_sarif(result: RunResult, root: Path | None = None) -> str:
+    return json.dumps(sarif_log(result, root), indent=2)

@@ -1,0 +1,281 @@
+"""Intercept every collective at the c10d dispatcher.
+
+`torch.distributed.all_reduce`, DDP's C++ reducer, FSDP2, functional collectives and compiled code
+all end in the `c10d::*` operators (ProcessGroup's C++ methods call them through the dispatcher).
+A Python kernel registered for those operators at the BackendSelect key runs before the backend's
+own kernel, whatever the device (CPU/gloo, CUDA/NCCL, PrivateUse1/HCCL), and redispatches to the
+keys below BackendSelect, so the real collective runs unchanged.
+
+If the dispatcher registration is refused (an unusual torch build), `install` falls back to wrapping
+the `torch.distributed` Python functions, which sees only collectives issued from Python.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, Protocol
+
+from collcheck.runtime.record import CallSite
+
+log = logging.getLogger("collcheck.runtime")
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """How to read one c10d operator's arguments.
+
+    `tensor_args` name the arguments whose shapes must agree across ranks (inputs for gathers,
+    outputs for scatters), so the fingerprint is comparable between ranks.
+    """
+
+    name: str  # c10d operator, e.g. "allreduce_"
+    label: str  # what users call it, e.g. "all_reduce"
+    tensor_args: tuple[str, ...] = ()
+    reduce_arg: str | None = None
+    root_arg: str | None = None
+    p2p: bool = False
+    shapes: bool = True  # all_to_all may legitimately differ in shape (uneven splits)
+
+
+OP_SPECS: tuple[OpSpec, ...] = (
+    OpSpec("allreduce_", "all_reduce", ("tensors",), "reduce_op"),
+    OpSpec("allreduce_coalesced_", "all_reduce_coalesced", ("tensors",), "reduce_op"),
+    OpSpec("broadcast_", "broadcast", ("tensors",), root_arg="root_rank"),
+    OpSpec("reduce_", "reduce", ("tensors",), "reduce_op", "root_rank"),
+    OpSpec("_allgather_base_", "all_gather_into_tensor", ("input_tensor",)),
+    OpSpec("allgather_", "all_gather", ("input_tensors",)),
+    OpSpec("allgather_coalesced_", "all_gather_coalesced", ("input_list",)),
+    OpSpec("allgather_into_tensor_coalesced_", "all_gather_into_tensor_coalesced", ("inputs",)),
+    OpSpec("_reduce_scatter_base_", "reduce_scatter_tensor", ("output_tensor",), "reduce_op"),
+    OpSpec("reduce_scatter_", "reduce_scatter", ("output_tensors",), "reduce_op"),
+    OpSpec("reduce_scatter_tensor_coalesced_", "reduce_scatter_tensor_coalesced", ("outputs",), "reduce_op"),
+    OpSpec("alltoall_", "all_to_all", ("input_tensors",), shapes=False),
+    OpSpec("alltoall_base_", "all_to_all_single", ("input",), shapes=False),
+    OpSpec("gather_", "gather", ("input_tensors",), root_arg="root_rank"),
+    OpSpec("scatter_", "scatter", ("output_tensors",), root_arg="root_rank"),
+    OpSpec("barrier", "barrier"),
+    OpSpec("monitored_barrier_", "monitored_barrier"),
+    OpSpec("send", "send", ("tensors",), root_arg="dst", p2p=True),
+    OpSpec("recv_", "recv", ("tensors",), root_arg="src", p2p=True),
+    OpSpec("recv_any_source_", "recv_any_source", ("tensors",), p2p=True),
+)
+
+
+class Sink(Protocol):
+    """What the hook reports to (the Tracer)."""
+
+    def begin(self, spec: OpSpec, group: Any, tensors: list[Any], reduce_op: int | None,
+              root: int | None) -> object | None: ...
+
+    def attach(self, token: object, work: Any) -> None: ...
+
+
+@dataclass
+class _Installed:
+    library: Any
+    mechanism: str
+    restore: Callable[[], None] | None = None
+
+
+_installed: _Installed | None = None
+_install_lock = threading.Lock()
+
+
+def install(sink: Sink) -> str:
+    """Register the interception once per process; returns "dispatcher" or "python-fallback"."""
+    global _installed
+    with _install_lock:
+        if _installed is not None:
+            return _installed.mechanism
+        try:
+            _installed = _install_dispatcher(sink)
+        except Exception as error:  # registration refused: keep tracing what Python issues
+            log.warning("collcheck: dispatcher hook unavailable (%s); tracing torch.distributed calls only",
+                        error)
+            _installed = _install_python_fallback(sink)
+        return _installed.mechanism
+
+
+def uninstall() -> None:
+    global _installed
+    with _install_lock:
+        if _installed is None:
+            return
+        if _installed.library is not None:
+            _installed.library._destroy()
+        if _installed.restore is not None:
+            _installed.restore()
+        _installed = None
+
+
+def _install_dispatcher(sink: Sink) -> _Installed:
+    import torch
+
+    library = torch.library.Library("c10d", "IMPL")
+    below = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
+    registered = 0
+    for spec in OP_SPECS:
+        packet = getattr(torch.ops.c10d, spec.name, None)
+        if packet is None:  # older/newer torch without this operator
+            continue
+        overload = packet.default
+        library.impl(spec.name, _make_kernel(spec, overload, below, sink), "BackendSelect", with_keyset=True)
+        registered += 1
+    if registered == 0:
+        raise RuntimeError("no c10d operators found")
+    return _Installed(library=library, mechanism="dispatcher")
+
+
+def _argument_positions(overload: Any) -> dict[str, int]:
+    return {argument.name: index for index, argument in enumerate(overload._schema.arguments)}
+
+
+def _make_kernel(spec: OpSpec, overload: Any, below: Any, sink: Sink) -> Callable[..., Any]:
+    positions = _argument_positions(overload)
+    group_at = positions["process_group"]
+    tensor_at = tuple(positions[name] for name in spec.tensor_args if name in positions)
+    reduce_at = positions.get(spec.reduce_arg) if spec.reduce_arg else None
+    root_at = positions.get(spec.root_arg) if spec.root_arg else None
+
+    def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        token = None
+        try:
+            token = sink.begin(
+                spec,
+                args[group_at],
+                _flatten([args[i] for i in tensor_at if i < len(args)]),
+                _reduce_code(args[reduce_at]) if reduce_at is not None and reduce_at < len(args) else None,
+                args[root_at] if root_at is not None and root_at < len(args) else None,
+            )
+        except Exception as error:  # the tracer must never break the program
+            log.debug("collcheck: begin failed: %s", error)
+        result = overload.redispatch(keyset & below, *args, **kwargs)
+        if token is not None:
+            sink.attach(token, result[1] if isinstance(result, tuple) else result)
+        return result
+
+    return kernel
+
+
+def _flatten(values: Sequence[Any]) -> list[Any]:
+    """Tensor, Tensor[] and Tensor[][] arguments, as one flat list of tensors."""
+    flat: list[Any] = []
+    for value in values:
+        if isinstance(value, (list, tuple)):
+            flat.extend(_flatten(value))
+        elif value is not None:
+            flat.append(value)
+    return flat
+
+
+def _reduce_code(value: Any) -> int | None:
+    """c10d passes the ReduceOp as a TorchScript object whose `op()` is the RedOpType number."""
+    try:
+        return int(value.op())
+    except Exception:
+        try:
+            return int(value)
+        except Exception:
+            return None
+
+
+def _install_python_fallback(sink: Sink) -> _Installed:
+    """Wrap the torch.distributed functions; misses C++ callers (DDP reducer, compiled code)."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    names = {"all_reduce": "allreduce_", "broadcast": "broadcast_", "barrier": "barrier",
+             "all_gather_into_tensor": "_allgather_base_", "reduce_scatter_tensor": "_reduce_scatter_base_",
+             "all_gather": "allgather_", "reduce": "reduce_"}
+    by_name = {spec.name: spec for spec in OP_SPECS}
+    originals: dict[str, Any] = {}
+    for public, c10d_name in names.items():
+        original = getattr(c10d, public)
+        originals[public] = original
+        wrapped = _python_wrapper(by_name[c10d_name], original, sink)
+        setattr(c10d, public, wrapped)
+        setattr(dist, public, wrapped)
+
+    def restore() -> None:
+        for public, original in originals.items():
+            setattr(c10d, public, original)
+            setattr(dist, public, original)
+
+    return _Installed(library=None, mechanism="python-fallback", restore=restore)
+
+
+def _python_wrapper(spec: OpSpec, original: Callable[..., Any], sink: Sink) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        import torch.distributed as dist
+
+        group = kwargs.get("group") or dist.group.WORLD
+        tensors = [a for a in args if hasattr(a, "shape")]
+        token = None
+        try:
+            token = sink.begin(spec, group, tensors, None, None)
+        except Exception as error:
+            log.debug("collcheck: begin failed: %s", error)
+        result = original(*args, **kwargs)
+        if token is not None:
+            sink.attach(token, None)
+        return result
+
+    return wrapper
+
+
+# ---------------------------------------------------------------------------------------------
+# Call sites
+
+
+def _skipped_prefixes() -> tuple[str, ...]:
+    import torch
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    return (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, here + os.sep, "<frozen ")
+
+
+_SKIP: tuple[str, ...] | None = None
+STACK_DEPTH = 4
+
+
+def call_site(main_thread_ident: int | None = None) -> CallSite:
+    """The first frame outside torch and collcheck, with a short stack of user frames.
+
+    Collectives issued from a thread with no user frame (DDP's autograd-engine hooks) are attributed
+    to what the main thread is running (typically `loss.backward()`), marked `via="main-thread"`.
+    """
+    global _SKIP
+    if _SKIP is None:
+        _SKIP = _skipped_prefixes()
+    site = _site_from(sys._getframe(1), _SKIP)
+    if site is not None:
+        return site
+    if main_thread_ident is not None and main_thread_ident != threading.get_ident():
+        frame = sys._current_frames().get(main_thread_ident)
+        site = _site_from(frame, _SKIP) if frame is not None else None
+        if site is not None:
+            return CallSite(site.file, site.line, site.func, site.stack, via="main-thread")
+    return CallSite()
+
+
+def _site_from(frame: FrameType | None, skip: tuple[str, ...]) -> CallSite | None:
+    first: FrameType | None = None
+    stack: list[str] = []
+    while frame is not None and len(stack) < STACK_DEPTH:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(skip):
+            if first is None:
+                first = frame
+            stack.append(f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        frame = frame.f_back
+    if first is None:
+        return None
+    return CallSite(first.f_code.co_filename, first.f_lineno, first.f_code.co_name, tuple(stack))

@@ -1,0 +1,62 @@
+"""Every fixture behaves as its inline markers say: `# expect: CC001` on each flagged line,
+nothing else flagged. A fixed twin carries no markers and must be clean."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from collcheck.api import check_paths
+from collcheck.config import load_settings
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+MARKER = re.compile(r"#\s*expect:\s*(?P<codes>CC\d{3}(?:\s*,\s*CC\d{3})*)")
+
+
+def _fixture_units() -> list[Path]:
+    """Single-file fixtures, and folders holding a multi-file fixture (marked by `__fixture__`)."""
+    units: list[Path] = []
+    for path in sorted(FIXTURES.rglob("*.py")):
+        if any((parent / "__fixture__").exists() for parent in path.parents if FIXTURES in parent.parents):
+            continue
+        units.append(path)
+    units.extend(sorted(marker.parent for marker in FIXTURES.rglob("__fixture__")))
+    return units
+
+
+def expected_findings(unit: Path) -> set[tuple[str, int, str]]:
+    files = [unit] if unit.is_file() else sorted(unit.rglob("*.py"))
+    expected: set[tuple[str, int, str]] = set()
+    for file in files:
+        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            match = MARKER.search(line)
+            if match:
+                for code in match.group("codes").split(","):
+                    expected.add((file.name, number, code.strip()))
+    return expected
+
+
+UNITS = _fixture_units()
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=[str(u.relative_to(FIXTURES)) for u in UNITS])
+def test_fixture(unit: Path) -> None:
+    settings = load_settings([unit]).with_overrides(jobs=1, cache=False)
+    result = check_paths([unit], settings)
+    assert not result.errors, result.errors
+    found = {(Path(f.location.path).name, f.location.line, f.code) for f in result.findings}
+    assert found == expected_findings(unit)
+
+
+def test_there_are_enough_fixture_pairs() -> None:
+    static = [u for u in UNITS if "memory" not in u.parts]
+    bugs = [u for u in static if expected_findings(u)]
+    fixed = [u for u in static if not expected_findings(u)]
+    assert len(bugs) >= 30 and len(fixed) >= 30
+
+
+def test_every_static_rule_has_a_bug_and_a_fixed_fixture() -> None:
+    codes = {code for unit in UNITS for _, _, code in expected_findings(unit)}
+    assert {"CC001", "CC002", "CC003", "CC006"} <= codes
