@@ -16,6 +16,7 @@ from collcheck.checks import default_enabled_codes
 from collcheck.config import RuleSelection, Settings
 from collcheck.findings import FileError, FileResult, RunResult
 from collcheck.source import SourceFile, read_source
+from collcheck.static.project import Project
 
 MAX_FILE_BYTES = 8 * 1024 * 1024  # generated files beyond this are reported, not parsed
 
@@ -123,7 +124,9 @@ def _filter(result: FileResult, settings: Settings) -> FileResult:
     return result
 
 
-def analyze_file(path: str, settings: Settings, catalog: Catalog | None = None) -> FileResult:
+def analyze_file(
+    path: str, settings: Settings, catalog: Catalog | None = None, project: Project | None = None
+) -> FileResult:
     catalog = catalog or load_catalog(Path(p) for p in settings.catalogs)
     resolved = catalog
 
@@ -134,9 +137,11 @@ def analyze_file(path: str, settings: Settings, catalog: Catalog | None = None) 
         # Imported only on a cache miss, so that a warm run never loads z3, libcst or the engine.
         from collcheck.static.engine import analyze_source
 
-        return analyze_source(source, resolved, settings)
+        return analyze_source(source, resolved, settings, project)
 
-    return _filter(cached_analyze(path, settings, catalog.fingerprint, compute), settings)
+    # A helper in another file may change this file's verdict: its text is part of the key.
+    digest = project.digest if project is not None else ""
+    return _filter(cached_analyze(path, settings, catalog.fingerprint, compute, dependency_digest=digest), settings)
 
 
 def analyze_text(text: str, path: str = "<string>", settings: Settings | None = None) -> FileResult:
@@ -148,9 +153,16 @@ def analyze_text(text: str, path: str = "<string>", settings: Settings | None = 
     return _filter(analyze_source(SourceFile(path=path, text=text), catalog, settings), settings)
 
 
-def _analyze_job(args: tuple[str, Settings]) -> FileResult:
-    path, settings = args
-    return analyze_file(path, settings)
+def _analyze_job(args: tuple[str, Settings, Project | None]) -> FileResult:
+    path, settings, project = args
+    return analyze_file(path, settings, project=project)
+
+
+def _project(files: list[Path], catalog: Catalog) -> Project:
+    from collcheck.static.project import build_project
+    from collcheck.static.prefilter import trigger_pattern
+
+    return build_project(files, trigger_pattern(catalog))
 
 
 def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -> RunResult:
@@ -162,10 +174,12 @@ def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -
     files = [f for f in files if f.exists() or f.is_symlink()]
     jobs = settings.jobs or os.cpu_count() or 1
     names = [str(path) for path in files]
+    project = _project(files, catalog) if len(files) > 1 else None
     if jobs > 1 and len(names) > 8:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_analyze_job, [(name, settings) for name in names], chunksize=4))
+            work = [(name, settings, project) for name in names]
+            results = list(pool.map(_analyze_job, work, chunksize=4))
     else:
-        results = [analyze_file(name, settings, catalog) for name in names]
+        results = [analyze_file(name, settings, catalog, project) for name in names]
     ordered = sorted([*missing, *results], key=lambda result: result.path)
     return RunResult(files=ordered)

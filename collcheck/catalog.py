@@ -41,6 +41,7 @@ class OpSpec:
     ranks: str | None = None
     operands: tuple[str, ...] = ()
     uniform_after: tuple[str, ...] = ()
+    default_group: str | None = None  # the group used when none is passed (None: the world)
     # For methods: how many leading positional arguments the receiver already consumed (bound methods: 0).
     source: str = ""
 
@@ -74,6 +75,7 @@ class Catalog:
     nondeterministic: dict[str, str] = field(default_factory=dict)  # qualified name -> what varies
     rank_decorators: dict[str, str] = field(default_factory=dict)  # qualified name -> condition
     types: dict[str, str] = field(default_factory=dict)  # factory qualified name -> type name
+    groups: dict[str, str] = field(default_factory=dict)  # function returning a group -> group name
     names: tuple[str, ...] = ()
     fingerprint: str = ""
 
@@ -139,6 +141,7 @@ def _op_spec(entry: dict[str, Any], where: str) -> OpSpec:
         ranks=_optional_str(entry, "ranks", where),
         operands=_str_tuple(entry, "operands", where),
         uniform_after=_str_tuple(entry, "uniform_after", where),
+        default_group=_optional_str(entry, "default_group", where),
         source=where,
     )
 
@@ -166,8 +169,8 @@ class _Builder:
 
 
 def _add_rank_section(builder: _Builder, section: dict[str, Any], where: str, value: str, prefix: str) -> None:
-    for name in _value_table(section.get("functions"), f"{where}.functions", value):
-        builder.table("rank_functions")[name] = value
+    for name, spec in _value_table(section.get("functions"), f"{where}.functions", value).items():
+        builder.table("rank_functions")[name] = spec
     for name in _value_table(section.get("local_functions"), f"{where}.local_functions", "local_rank"):
         builder.table("rank_functions")[name] = "local_rank"
     for name in _value_table(section.get("group_functions"), f"{where}.group_functions", "group_rank"):
@@ -201,8 +204,8 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
             )
     _add_rank_section(builder, data.get("rank", {}), f"{where}: [rank]", "rank", "rank")
     world = data.get("world", {})
-    for name in _value_table(world.get("functions"), f"{where}: [world].functions", "world"):
-        builder.table("rank_functions")[name] = "world"
+    for name, spec in _value_table(world.get("functions"), f"{where}: [world].functions", "world").items():
+        builder.table("rank_functions")[name] = spec
     builder.table("rank_methods").update(_value_table(world.get("methods"), f"{where}: [world].methods", "world"))
     builder.table("rank_env").update(_value_table(world.get("env"), f"{where}: [world].env", "world"))
     builder.table("rank_parameters").update(
@@ -218,6 +221,7 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
         _value_table(data.get("rank_decorators"), f"{where}: [rank_decorators]", "rank == 0")
     )
     builder.table("types").update(_value_table(data.get("types"), f"{where}: [types]", ""))
+    builder.table("groups").update(_value_table(data.get("groups"), f"{where}: [groups]", "group"))
 
 
 def _read_toml(path: Path) -> tuple[dict[str, Any], bytes]:
@@ -261,6 +265,7 @@ def _load_catalog(extra_paths: tuple[str, ...]) -> Catalog:
         nondeterministic=tables.get("nondeterministic", {}),
         rank_decorators=tables.get("rank_decorators", {}),
         types=tables.get("types", {}),
+        groups=tables.get("groups", {}),
         names=tuple(builder.names),
         fingerprint=digest.hexdigest()[:16],
     )

@@ -19,7 +19,10 @@ from collcheck.source import SourceFile
 from collcheck.static.context import ModuleContext
 from collcheck.static.extract import ClassInfo, Extractor, FunctionNode, ModuleInfo, PathLimitExceeded, State, Frame
 from collcheck.static.names import module_imports, qualified_name
+from collcheck.source import read_source
 from collcheck.static.program import CommEvent, Element, LoopEvent, Region, Site
+from collcheck.static.prefilter import _trigger_pattern
+from collcheck.static.project import Project
 from collcheck.static.solve import Divergence, SolveStats, solve_region
 from collcheck.static.symbolic import Atom, Expr, GroupVal, is_rank_dependent, opaque
 from collcheck.suppress import apply_suppressions, build_suppressions, parse_suppressions
@@ -28,22 +31,14 @@ from collcheck.suppress import apply_suppressions, build_suppressions, parse_sup
 CLASSIFICATION_ORDER = ("CC007", "CC005", "CC004", "CC003", "CC002", "CC006", "CC001")
 
 
-def mentions_communication(text: str, catalog: Catalog) -> bool:
-    """The textual prefilter: a file that names no catalogued callable is never parsed."""
-    pattern = _trigger_pattern(catalog)
-    return pattern.search(text) is not None
-
-
-_PATTERNS: dict[str, re.Pattern[str]] = {}
-
-
-def _trigger_pattern(catalog: Catalog) -> re.Pattern[str]:
-    pattern = _PATTERNS.get(catalog.fingerprint)
-    if pattern is None:
-        words = sorted(catalog.trigger_words, key=len, reverse=True)
-        pattern = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\b")
-        _PATTERNS[catalog.fingerprint] = pattern
-    return pattern
+def mentions_communication(text: str, catalog: Catalog, project: Project | None = None) -> bool:
+    """The textual prefilter: a file that names no catalogued callable, nor a function of the run
+    that reaches one, is never parsed."""
+    if _trigger_pattern(catalog).search(text) is not None:
+        return True
+    if project is None or not project.communicating_names:
+        return False
+    return any(re.search(rf"\b{re.escape(name)}\b", text) for name in project.communicating_names)
 
 
 def parse(source: SourceFile) -> ast.Module | FileError:
@@ -57,16 +52,18 @@ def parse(source: SourceFile) -> ast.Module | FileError:
         return FileError(source.path, f"cannot parse: {error}")
 
 
-def analyze_source(source: SourceFile, catalog: Catalog, settings: Settings) -> FileResult:
+def analyze_source(
+    source: SourceFile, catalog: Catalog, settings: Settings, project: Project | None = None
+) -> FileResult:
     result = FileResult(path=source.path)
-    if not mentions_communication(source.text, catalog):
+    if not mentions_communication(source.text, catalog, project):
         return result
     tree = parse(source)
     if isinstance(tree, FileError):
         result.error = tree
         return result
     try:
-        findings = _analyze_tree(tree, source, catalog, settings, result.notes)
+        findings = _analyze_tree(tree, source, catalog, settings, result.notes, project)
     except RecursionError:
         result.error = FileError(source.path, "too deeply nested to analyse")
         return result
@@ -87,8 +84,10 @@ def _def_spans(tree: ast.Module) -> dict[int, int]:
 # ----------------------------------------------------------------------------- module model
 
 
-def build_module(tree: ast.Module, path: str, catalog: Catalog) -> ModuleInfo:
+def build_module(tree: ast.Module, path: str, catalog: Catalog, project: Project | None = None) -> ModuleInfo:
     module = ModuleInfo(path=path, tree=tree, imports=module_imports(tree), catalog=catalog)
+    module.project = project
+    module.loader = load_project_module
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             module.functions[node.name] = node
@@ -142,6 +141,8 @@ def _is_catalog_call(node: ast.Call, module: ModuleInfo) -> bool:
     catalog = module.catalog
     name = qualified_name(node.func, module.imports)
     if name is not None and name in catalog.functions:
+        return True
+    if name is not None and remote_function(module, name) is not None:
         return True
     if isinstance(node.func, ast.Attribute):
         return bool(catalog.method_specs(node.func.attr))
@@ -206,6 +207,49 @@ def _is_main_guard(node: ast.stmt) -> bool:
     return isinstance(left, ast.Name) and left.id == "__name__"
 
 
+_LOADED: dict[str, ModuleInfo | None] = {}
+
+
+def load_project_module(path: str, catalog: Catalog, project: Project, settings: Settings) -> ModuleInfo | None:
+    """Parse another file of the run once per process, for helpers imported from it."""
+    key = f"{catalog.fingerprint}:{project.digest}:{path}"
+    if key in _LOADED:
+        return _LOADED[key]
+    _LOADED[key] = None  # a cycle of imports sees "not available" instead of recursing
+    source = read_source(FsPath(path), 8 * 1024 * 1024)
+    if isinstance(source, FileError):
+        return None
+    tree = parse(source)
+    if isinstance(tree, FileError):
+        return None
+    module = build_module(tree, source.path, catalog, project)
+    extractor = Extractor(module, settings.max_paths, settings.max_inline_depth)
+    module.globals = extractor.module_environment(_module_body(tree)[0])
+    _class_attributes(module, extractor)
+    _LOADED[key] = module
+    return module
+
+
+def remote_function(
+    module: ModuleInfo, qualified: str, communicating_only: bool = True
+) -> tuple[ModuleInfo, FunctionNode] | None:
+    """A function defined in another file of the run (by default: only one that reaches a collective)."""
+    project = module.project
+    if project is None:
+        return None
+    if communicating_only and qualified.rsplit(".", 1)[-1] not in project.communicating_names:
+        return None
+    found = project.lookup(qualified, module.path)
+    if found is None:
+        return None
+    path, attribute = found
+    other = load_project_module(path, module.catalog, project, module.settings or Settings())
+    if other is None or "." in attribute or attribute not in other.functions:
+        return None
+    function = other.functions[attribute]
+    return (other, function) if function in other.communicating or not communicating_only else None
+
+
 # ----------------------------------------------------------------------------- analysis
 
 
@@ -222,9 +266,11 @@ def _entries(module: ModuleInfo) -> list[tuple[FunctionNode, str | None, str]]:
 
 
 def _analyze_tree(
-    tree: ast.Module, source: SourceFile, catalog: Catalog, settings: Settings, notes: list[str]
+    tree: ast.Module, source: SourceFile, catalog: Catalog, settings: Settings, notes: list[str],
+    project: Project | None = None,
 ) -> list[Finding]:
-    module = build_module(tree, source.path, catalog)
+    module = build_module(tree, source.path, catalog, project)
+    module.settings = settings
     extractor = Extractor(module, settings.max_paths, settings.max_inline_depth)
     setup, main = _module_body(tree)
     module.globals = extractor.module_environment(setup)
@@ -370,18 +416,26 @@ def counterexample(d: Divergence) -> Counterexample:
 
 
 def _deduplicate(candidates: list[tuple[Finding, tuple[str, str, int]]]) -> list[Finding]:
-    """A divergence inside a helper is reported once, in the helper, not again at every caller."""
-    direct_origins = {
-        origin for finding, origin in candidates if (finding.location.path, finding.location.line) == origin[1:]
-    }
+    """A divergence is reported where it arises: in the helper that holds it, or at the call site
+    closest to it, not again at every caller further up."""
+    depth: dict[tuple[str, str, int], int] = {}
+    for finding, origin in candidates:
+        depth[origin] = min(depth.get(origin, 99), _chain_depth(finding))
     kept: dict[tuple[str, str, int], Finding] = {}
     for finding, origin in candidates:
-        is_direct = (finding.location.path, finding.location.line) == origin[1:]
-        if not is_direct and origin in direct_origins:
+        if _chain_depth(finding) > depth[origin]:
             continue
         key = (finding.code, finding.location.path, finding.location.line)
         kept.setdefault(key, finding)
     return list(kept.values())
+
+
+def _chain_depth(finding: Finding) -> int:
+    example = finding.counterexample
+    if example is None:
+        return 0
+    depths = [len(step.chain) for _, steps in example.ranks for step in steps if step.chain]
+    return min(depths) if depths else 0
 
 
 def iter_python_files(paths: Iterable[FsPath]) -> Iterable[FsPath]:  # pragma: no cover - convenience

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from collcheck.catalog import Catalog, OpSpec
 from collcheck.static.names import ImportTable, add_import, dotted, qualified_name
@@ -77,6 +78,9 @@ class ModuleInfo:
     globals: dict[str, Expr] = field(default_factory=dict)
     communicating: set[FunctionNode] = field(default_factory=set)
     decorators: dict[FunctionNode, list[str]] = field(default_factory=dict)
+    project: Any = None  # collcheck.static.project.Project: other files of the run
+    loader: Any = None  # loads another file of the run as a ModuleInfo
+    settings: Any = None
 
 
 @dataclass
@@ -113,6 +117,7 @@ def value_from_spec(spec: str, where: str) -> Expr:
         "local_rank": BinOp("%", RANK, LOCAL_WORLD),
         "node_rank": BinOp("//", RANK, LOCAL_WORLD),
         "group_rank": Atom(f"group_rank@{where}", "perrank", lower=0, below_world=True),
+        "group_world": Atom(f"group_world@{where}", "shared", lower=1),
     }
     try:
         tree = ast.parse(spec, mode="eval").body
@@ -198,11 +203,15 @@ class Extractor:
         self.nested: dict[str, FunctionNode] = {}
         self.set_names: set[str] = set()
         self.local_imports: ImportTable = module.imports
+        self.remote_modules: dict[FunctionNode, ModuleInfo] = {}
+        self.loop_regions: dict[tuple[int, tuple[Site, ...]], Region] = {}
+        self.children: dict[str, Extractor] = {}
 
     # ------------------------------------------------------------------ entry points
 
     def run_function(self, node: FunctionNode, class_name: str | None, qualname: str) -> list[Region]:
         self.regions = []
+        self.loop_regions = {}
         self.nested = {}
         self.local_imports = self._function_imports(node)
         env = self._bind_entry_parameters(node)
@@ -214,6 +223,7 @@ class Extractor:
 
     def run_module(self, body: list[ast.stmt]) -> list[Region]:
         self.regions = []
+        self.loop_regions = {}
         frame = Frame("<module>", None, (), 0, ())
         states = self.exec_block(body, [State(dict(self.module.globals))], frame)
         paths = [Path(s.conds, s.events, s.exit) for s in states]
@@ -364,6 +374,10 @@ class Extractor:
         self, test: Expr, body: Sequence[ast.stmt], orelse: Sequence[ast.stmt], state: State, frame: Frame
     ) -> list[State]:
         truth = constant_truth(test)
+        if truth is None and test in state.conds:
+            truth = True  # the same test already taken on this path (`if rank == 0:` twice)
+        elif truth is None and negate(test) in state.conds:
+            truth = False
         if truth is True:
             return self.exec_block(body, [state], frame)
         if truth is False:
@@ -504,9 +518,15 @@ class Extractor:
         if unrolled is not None:
             return unrolled
         body_paths = [Path(s.conds, s.events, s.exit) for s in body_states]
-        self.regions.append(
-            Region(frame.function, "loop", body_paths, stmt.lineno, over_set=over_set, path_name=self.module.path)
-        )
+        # One region per loop, whatever outer path reached it: ranks on different outer paths
+        # still run the same iterations against each other.
+        key = (id(stmt), frame.chain)
+        region = self.loop_regions.get(key)
+        if region is None:
+            region = Region(frame.function, "loop", [], stmt.lineno, over_set=over_set, path_name=self.module.path)
+            self.loop_regions[key] = region
+            self.regions.append(region)
+        region.paths.extend(p for p in body_paths if p not in region.paths)
         first_path = next(s for s in body_states if s.events)
         first = next((e for e in first_path.events if isinstance(e, CommEvent)), None)
         if first is None:
@@ -703,6 +723,8 @@ class Extractor:
             return self.pure(args[param], state, frame, known)
 
         group = self._group(args.get(spec.group) if spec.group else None, state, frame, known)
+        if group is None and spec.default_group is not None and spec.default_group != "world":
+            group = GroupVal(spec.default_group, None)  # membership unknown: compared nowhere
         reduce_op = value(spec.reduce_op)
         if spec.reduce_op is not None:
             reduce_op = _normalise_reduce_op(reduce_op, args.get(spec.reduce_op))
@@ -809,7 +831,9 @@ class Extractor:
                 return self.nested[func.id], frame.class_name, False
             if func.id in module.functions and self.local_imports.lookup(func.id) is None:
                 return module.functions[func.id], None, False
-            return None
+            return self._remote_target(func)
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and self.local_imports.lookup(func.value.id):
+            return self._remote_target(func)
         if not isinstance(func, ast.Attribute):
             return None
         receiver = func.value
@@ -835,6 +859,21 @@ class Extractor:
             return None
         method = self._find_method(class_name, func.attr)
         return (method, class_name, True) if method is not None else None
+
+    def _remote_target(self, func: ast.expr) -> tuple[FunctionNode, str | None, bool] | None:
+        if self.module.project is None:
+            return None
+        name = qualified_name(func, self.local_imports)
+        if name is None:
+            return None
+        from collcheck.static.engine import remote_function  # the engine owns module loading
+
+        found = remote_function(self.module, name, communicating_only=False)
+        if found is None:
+            return None
+        other, function = found
+        self.remote_modules[function] = other
+        return function, None, False
 
     def _find_method(self, class_name: str, name: str, seen: frozenset[str] = frozenset()) -> FunctionNode | None:
         info = self.module.classes.get(class_name)
@@ -866,7 +905,8 @@ class Extractor:
     ) -> list[tuple[State, Expr]]:
         if frame.depth >= self.max_depth or function in frame.stack:
             return [(state, self.pure(call, state, frame, known))]
-        if function not in self.module.communicating and not self._returns_matter(function):
+        owner_module = self.remote_modules.get(function, self.module)
+        if function not in owner_module.communicating and not self._returns_matter(function, owner_module):
             return [(state, self.pure(call, state, frame, known))]
         env = self._bind_call_arguments(call, function, bound_self, state, frame, known)
         site = Site(frame.function, function.name, self.module.path, call.lineno, call.col_offset)
@@ -878,12 +918,13 @@ class Extractor:
         if condition is not None:
             skipped = [(state.fork(negate(condition)), Const(None))]
             start = State(env, (*state.conds, condition), state.events)
-        saved_imports = self.local_imports
-        self.local_imports = self._function_imports(function)
+        runner = self._runner_for(function)
+        saved_imports = runner.local_imports
+        runner.local_imports = runner._function_imports(function)
         try:
-            finals = self.exec_block(function.body, [start], inner)
+            finals = runner.exec_block(function.body, [start], inner)
         finally:
-            self.local_imports = saved_imports
+            runner.local_imports = saved_imports
         results = []
         for final in finals:
             resumed = State(dict(state.env), final.conds, final.events)
@@ -896,11 +937,24 @@ class Extractor:
         collapsed = _collapse_returns(state, results)
         return [*collapsed, *skipped]
 
-    def _returns_matter(self, function: FunctionNode) -> bool:
+    def _runner_for(self, function: FunctionNode) -> Extractor:
+        """The extractor of the module that defines `function` (another file for imported helpers)."""
+        other = self.remote_modules.get(function)
+        if other is None:
+            return self
+        child = self.children.get(other.path)
+        if child is None:
+            child = Extractor(other, self.max_paths, self.max_depth)
+            child.record_events = self.record_events
+            self.children[other.path] = child
+        return child
+
+    def _returns_matter(self, function: FunctionNode, owner: ModuleInfo | None = None) -> bool:
         """Inline a quiet helper only if what it returns may depend on the rank."""
+        imports = (owner or self.module).imports
         for node in ast.walk(function):
             if isinstance(node, ast.Call):
-                name = qualified_name(node.func, self.module.imports)
+                name = qualified_name(node.func, imports)
                 if name in self.catalog.rank_functions:
                     return True
                 if isinstance(node.func, ast.Attribute) and node.func.attr in self.catalog.rank_methods:

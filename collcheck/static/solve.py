@@ -369,7 +369,7 @@ def _compare(
     seq_a, seq_b = channel_sequence(a.events, channel), channel_sequence(b.events, channel)
     same_path = a is b
     if not same_path:
-        for _ in range(4):
+        for _ in range(len(seq_a) + len(seq_b) + 1):
             index = _first_structural_difference(seq_a, seq_b)
             if index is None:
                 break

@@ -1,0 +1,96 @@
+"""The files of one run, so that a helper imported from another file is followed into it.
+
+`from comm_utils import synchronize` in train.py resolves to the `synchronize` defined in
+comm_utils.py of the same run; its body is executed at the call site like a same-module helper.
+The index is plain data (picklable for worker processes); parsed modules are cached per process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+_DEF = re.compile(r"^\s*(?:async\s+)?def\s+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+
+
+def module_name(path: Path) -> str:
+    """Dotted module name, walking up through packages (folders with `__init__.py`)."""
+    parts = [] if path.stem == "__init__" else [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").exists():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts)
+
+
+@dataclass(frozen=True)
+class Project:
+    modules: tuple[tuple[str, str], ...]  # (dotted name, path)
+    communicating_names: frozenset[str] = frozenset()
+    digest: str = ""
+
+    def lookup(self, qualified: str, importer: str) -> tuple[str, str] | None:
+        """(path, attribute) of a qualified name that lands in a file of this run."""
+        table = dict(self.modules)
+        parts = qualified.split(".")
+        importer_dir = Path(importer).resolve().parent
+        for cut in range(len(parts) - 1, 0, -1):
+            module, attribute = ".".join(parts[:cut]), ".".join(parts[cut:])
+            sibling = importer_dir.joinpath(*module.split(".")).with_suffix(".py")
+            if str(sibling) in self._paths():
+                return str(sibling), attribute
+            if module in table:
+                return table[module], attribute
+        return None
+
+    def _paths(self) -> frozenset[str]:
+        return frozenset(path for _, path in self.modules)
+
+
+def build_project(files: Iterable[Path], trigger: re.Pattern[str], max_rounds: int = 4) -> Project:
+    """Index the run's files and the names of functions that may communicate.
+
+    The prefilter is iterated: a file that defines a function mentioning a collective contributes
+    that function's name, so files that only call it are parsed too (up to `max_rounds` hops).
+    """
+    paths = [path.resolve() for path in files]
+    texts: dict[Path, str] = {}
+    for path in paths:
+        try:
+            texts[path] = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    names: set[str] = set()
+    pattern = trigger
+    contributing: set[Path] = set()
+    for _ in range(max_rounds):
+        new_names: set[str] = set()
+        for path, text in texts.items():
+            if path in contributing or not pattern.search(text):
+                continue
+            contributing.add(path)
+            new_names.update(_def_names(text, pattern))
+        new_names -= names
+        if not new_names:
+            break
+        names |= new_names
+        pattern = re.compile(trigger.pattern + r"|\b(?:" + "|".join(sorted(map(re.escape, names))) + r")\b")
+    digest = hashlib.sha256()
+    for path in sorted(contributing):
+        digest.update(str(path).encode() + b"\0" + texts[path].encode("utf-8", "replace"))
+    modules = tuple(sorted((module_name(path), str(path)) for path in paths))
+    return Project(modules, frozenset(names), digest.hexdigest()[:16])
+
+
+def _def_names(text: str, pattern: re.Pattern[str]) -> set[str]:
+    """Names of the functions whose own text (up to the next `def`) matches the pattern."""
+    matches = list(_DEF.finditer(text))
+    names = set()
+    for index, match in enumerate(matches):
+        end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
+        if pattern.search(text, match.end(), end):
+            names.add(match.group(1))
+    return names
