@@ -104,14 +104,17 @@ def rule_command(code: Annotated[str, typer.Argument(help="A rule code, e.g. CC0
 
 @app.command("rules")
 def rules_command(
-    output_format: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    output_format: Annotated[str, typer.Option("--format", help="text, json or markdown.")] = "text",
 ) -> None:
     """List every rule with its code, status and summary."""
     import json
 
-    from collcheck.checks import all_rules
+    from collcheck.checks import all_rules, markdown_table
 
     rules = all_rules()
+    if output_format == "markdown":
+        typer.echo(markdown_table())
+        return
     if output_format == "json":
         typer.echo(
             json.dumps(

@@ -91,3 +91,12 @@ def rule_by_code(code: str) -> Rule | None:
 
 def default_enabled_codes() -> frozenset[str]:
     return frozenset(rule.code for rule in all_rules() if rule.default_enabled)
+
+
+def markdown_table() -> str:
+    """The README's rule table, generated from the rule docstrings (never written twice)."""
+    lines = ["| code | name | severity | default | what it finds |", "| --- | --- | --- | --- | --- |"]
+    for rule in all_rules():
+        default = "on" if rule.default_enabled else "off"
+        lines.append(f"| {rule.code} | {rule.name} | {rule.severity.value} | {default} | {rule.summary} |")
+    return "\n".join(lines)
