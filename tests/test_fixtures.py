@@ -60,3 +60,10 @@ def test_there_are_enough_fixture_pairs() -> None:
 def test_every_static_rule_has_a_bug_and_a_fixed_fixture() -> None:
     codes = {code for unit in UNITS for _, _, code in expected_findings(unit)}
     assert {"CC001", "CC002", "CC003", "CC006"} <= codes
+
+
+def test_readme_rule_table_is_generated_from_the_rules() -> None:
+    from collcheck.checks import markdown_table
+
+    readme = (FIXTURES.parent / "README.md").read_text(encoding="utf-8")
+    assert markdown_table() in readme
