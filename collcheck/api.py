@@ -28,7 +28,9 @@ class Job:
 
 
 def _is_excluded(path: Path, patterns: Sequence[str]) -> bool:
-    return any(fnmatch.fnmatch(path.name, pattern) or fnmatch.fnmatch(str(path), pattern) for pattern in patterns)
+    return any(
+        fnmatch.fnmatch(path.name, pattern) or fnmatch.fnmatch(str(path), pattern) for pattern in patterns
+    )
 
 
 def _walk(folder: Path, patterns: Sequence[str], seen: set[tuple[int, int]]) -> Iterable[Path]:
@@ -85,13 +87,16 @@ def collect_files(paths: Sequence[Path], settings: Settings) -> list[Path]:
     walked: list[Path] = []
     seen: set[tuple[int, int]] = set()
     for path in paths:
-        if path.is_dir():
-            walked.extend(_walk(path, patterns, seen))
-        else:
+        if not path.is_dir():
             found.append(path)
-    if settings.respect_gitignore and walked:
-        ignored = _gitignored(walked)
-        walked = [path for path in walked if path not in ignored]
+            continue
+        files = list(_walk(path, patterns, seen))
+        # A folder named on the command line is checked even if git ignores it (a venv's
+        # site-packages, a vendored tree); .gitignore only prunes what lies inside it.
+        if settings.respect_gitignore and files and not _gitignored([path]):
+            ignored = _gitignored(files)
+            files = [file for file in files if file not in ignored]
+        walked.extend(files)
     unique = dict.fromkeys([*found, *walked])
     return list(unique)
 
@@ -141,12 +146,14 @@ def analyze_file(
 
     # A helper in another file may change this file's verdict: its text is part of the key.
     digest = project.digest if project is not None else ""
-    return _filter(cached_analyze(path, settings, catalog.fingerprint, compute, dependency_digest=digest), settings)
+    return _filter(
+        cached_analyze(path, settings, catalog.fingerprint, compute, dependency_digest=digest), settings
+    )
 
 
 def analyze_text(text: str, path: str = "<string>", settings: Settings | None = None) -> FileResult:
     """Analyse source text directly (tests, editors)."""
-    from collcheck.static.engine import analyze_source  # noqa: PLC0415
+    from collcheck.static.engine import analyze_source
 
     settings = settings or Settings()
     catalog = load_catalog(Path(p) for p in settings.catalogs)
@@ -159,8 +166,8 @@ def _analyze_job(args: tuple[str, Settings, Project | None]) -> FileResult:
 
 
 def _project(files: list[Path], catalog: Catalog) -> Project:
-    from collcheck.static.project import build_project
     from collcheck.static.prefilter import trigger_pattern
+    from collcheck.static.project import build_project
 
     return build_project(files, trigger_pattern(catalog))
 
@@ -169,8 +176,11 @@ def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -
     settings = settings or Settings()
     catalog = load_catalog(Path(p) for p in settings.catalogs)  # fail early (exit 2) on a bad catalog
     files = collect_files([Path(p) for p in paths], settings)
-    missing = [FileResult(path=str(p), error=FileError(str(p), "no such file or folder")) for p in paths
-               if not Path(p).exists()]
+    missing = [
+        FileResult(path=str(p), error=FileError(str(p), "no such file or folder"))
+        for p in paths
+        if not Path(p).exists()
+    ]
     files = [f for f in files if f.exists() or f.is_symlink()]
     jobs = settings.jobs or os.cpu_count() or 1
     names = [str(path) for path in files]

@@ -30,7 +30,8 @@ Issue the same collectives in the same order on every rank; put only the rank-sp
 (logging, saving) under `if rank == 0:`.
 
 ## References
-- PyTorch, *Distributed communication package*: "collectives must be called by all processes in the group in the same order"
+- PyTorch, *Distributed communication package*: collectives must be called by all processes of
+  the group, in the same order
 - PARCOACH (static MPI collective verification)
 """
 
@@ -59,7 +60,9 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     low, high, at_low, at_high = ranks(d)
     world = str(d.model.world)
     if d.kind == "swap":
-        seq_low, seq_high = (d.sequence_a, d.sequence_b) if d.model.rank_a == low else (d.sequence_b, d.sequence_a)
+        seq_low, seq_high = (
+            (d.sequence_a, d.sequence_b) if d.model.rank_a == low else (d.sequence_b, d.sequence_a)
+        )
         return MESSAGE_SWAPPED, {
             "rank_x": str(low),
             "rank_y": str(high),
@@ -70,8 +73,12 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     if at_low is None or at_high is None:
         present, absent = (high, low) if at_low is None else (low, high)
         element = at_high if at_low is None else at_low
-        return MESSAGE_MISSING, {"op": describe_element(element), "rank_x": str(present), "rank_y": str(absent),
-                                 "world": world}
+        return MESSAGE_MISSING, {
+            "op": describe_element(element),
+            "rank_x": str(present),
+            "rank_y": str(absent),
+            "world": world,
+        }
     return MESSAGE, {
         "rank_x": str(low),
         "rank_y": str(high),

@@ -60,12 +60,16 @@ def applies(d: Divergence) -> bool:
 
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     assert d.exit is not None
-    low, high, at_low, at_high = ranks(d)
+    _low, _high, _at_low, _at_high = ranks(d)
     exiting_is_a = d.exit is (d.path_a.exit)
     rank_exit = d.model.rank_a if exiting_is_a else d.model.rank_b
     rank_other = d.model.rank_b if exiting_is_a else d.model.rank_a
     skipped_element = d.event_b if exiting_is_a else d.event_a
-    skipped = describe_element(skipped_element) if skipped_element is not None else "the next iteration's collectives"
+    skipped = (
+        describe_element(skipped_element)
+        if skipped_element is not None
+        else "the next iteration's collectives"
+    )
     exit_word = "sys.exit()" if d.exit.kind == "exit" else d.exit.kind
     if d.exit.why == "an exception" or d.nondet_why == "an exception":
         return MESSAGE_EXCEPTION, {"exit": exit_word, "skipped": skipped}

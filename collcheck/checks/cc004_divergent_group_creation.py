@@ -36,8 +36,14 @@ from collcheck.static.solve import Divergence
 CODE = "CC004"
 NAME = "divergent-group-creation"
 SEVERITY = Severity.ERROR
-MESSAGE = "group creation differs between ranks: rank {rank_x} has {what_x}, rank {rank_y} has {what_y} (world size {world})"
-MESSAGE_ARGS = "{op} gets rank-dependent ranks: ranks {rank_x} and {rank_y} would create different groups (world size {world})"
+MESSAGE = (
+    "group creation differs between ranks: rank {rank_x} has {what_x}, rank {rank_y} has {what_y} "
+    "(world size {world})"
+)
+MESSAGE_ARGS = (
+    "{op} gets rank-dependent ranks: ranks {rank_x} and {rank_y} would create different groups "
+    "(world size {world})"
+)
 
 
 def applies(d: Divergence) -> bool:

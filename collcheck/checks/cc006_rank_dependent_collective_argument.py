@@ -30,7 +30,10 @@ from collcheck.static.solve import Divergence
 CODE = "CC006"
 NAME = "rank-dependent-collective-argument"
 SEVERITY = Severity.ERROR
-MESSAGE = "{op} at {where} gets a different {argument} on rank {rank_x} ({value_x}) and rank {rank_y} ({value_y}); it must be the same on every rank (world size {world})"
+MESSAGE = (
+    "{op} at {where} gets a different {argument} on rank {rank_x} ({value_x}) and rank {rank_y} "
+    "({value_y}); it must be the same on every rank (world size {world})"
+)
 
 _ARGUMENT = {"root": "root (src/dst)", "reduce_op": "reduce op"}
 

@@ -60,10 +60,7 @@ def applies(d: Divergence) -> bool:
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     low, high, at_low, at_high = ranks(d)
     element = at_low if at_low is not None else at_high
-    if element is None and d.exit is not None:
-        text = f"`{d.exit.kind}`"
-    else:
-        text = describe_element(element)
+    text = f"`{d.exit.kind}`" if element is None and d.exit is not None else describe_element(element)
     return MESSAGE, {
         "what": (d.nondet_why or "a per-process value").capitalize(),
         "element": text,

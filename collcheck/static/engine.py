@@ -15,16 +15,23 @@ from collcheck.catalog import Catalog
 from collcheck.checks import Rule, all_rules
 from collcheck.config import Settings
 from collcheck.findings import Counterexample, FileError, FileResult, Finding, Location, TraceStep
-from collcheck.source import SourceFile
+from collcheck.source import SourceFile, read_source
 from collcheck.static.context import ModuleContext
-from collcheck.static.extract import ClassInfo, Extractor, FunctionNode, ModuleInfo, PathLimitExceeded, State, Frame
+from collcheck.static.extract import (
+    ClassInfo,
+    Extractor,
+    Frame,
+    FunctionNode,
+    ModuleInfo,
+    PathLimitExceeded,
+    State,
+)
 from collcheck.static.names import module_imports, qualified_name
-from collcheck.source import read_source
-from collcheck.static.program import CommEvent, Element, LoopEvent, Region, Site
 from collcheck.static.prefilter import _trigger_pattern
+from collcheck.static.program import CommEvent, Element, LoopEvent, Region, Site
 from collcheck.static.project import Project
 from collcheck.static.solve import Divergence, SolveStats, solve_region
-from collcheck.static.symbolic import Atom, Expr, GroupVal, is_rank_dependent, opaque
+from collcheck.static.symbolic import Atom, Const, Expr, GroupVal, is_rank_dependent, opaque
 from collcheck.suppress import apply_suppressions, build_suppressions, parse_suppressions
 
 # Order matters: the first rule that claims a divergence reports it.
@@ -93,12 +100,38 @@ def build_module(tree: ast.Module, path: str, catalog: Catalog, project: Project
             module.functions[node.name] = node
         elif isinstance(node, ast.ClassDef):
             methods = {
-                item.name: item for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                item.name: item
+                for item in node.body
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
             }
             bases = [base.id for base in node.bases if isinstance(base, ast.Name)]
-            module.classes[node.name] = ClassInfo(node, methods, bases)
+            info = ClassInfo(node, methods, bases)
+            info.attributes.update(_class_constants(node))
+            module.classes[node.name] = info
     module.communicating = _communicating_functions(module)
     return module
+
+
+def _class_constants(node: ast.ClassDef) -> dict[str, Expr]:
+    """`MAIN_PROCESS_RANK = -1` in a class body: `self.MAIN_PROCESS_RANK` is that constant."""
+    constants: dict[str, Expr] = {}
+    for item in node.body:
+        if not isinstance(item, ast.Assign) or len(item.targets) != 1:
+            continue
+        target, value = item.targets[0], item.value
+        if (
+            isinstance(value, ast.UnaryOp)
+            and isinstance(value.op, ast.USub)
+            and isinstance(value.operand, ast.Constant)
+        ):
+            if isinstance(value.operand.value, int):
+                constants[getattr(target, "id", "")] = Const(-value.operand.value)
+            continue
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
+            if isinstance(value.value, (int, str, bool)) or value.value is None:
+                constants[target.id] = Const(value.value)
+    constants.pop("", None)
+    return constants
 
 
 def _all_functions(module: ModuleInfo) -> list[FunctionNode]:
@@ -148,7 +181,10 @@ def _is_catalog_call(node: ast.Call, module: ModuleInfo) -> bool:
         return bool(catalog.method_specs(node.func.attr))
     if isinstance(node.func, ast.Name):
         # A function-level import (`from torch.distributed import barrier` inside the function).
-        return any(q.endswith("." + node.func.id) for q in catalog.functions) and node.func.id not in module.functions
+        return (
+            any(q.endswith("." + node.func.id) for q in catalog.functions)
+            and node.func.id not in module.functions
+        )
     return False
 
 
@@ -177,7 +213,13 @@ def _class_attributes(module: ModuleInfo, extractor: Extractor) -> None:
                             extractor.record_events = True
                         seen.setdefault(target.attr, []).append(value)
         for attribute, values in seen.items():
-            interesting = [v for v in values if is_rank_dependent(v) or isinstance(v, GroupVal)]
+            interesting = [
+                v
+                for v in values
+                if is_rank_dependent(v)
+                or isinstance(v, GroupVal)
+                or (isinstance(v, Atom) and v.name.startswith("type:"))
+            ]
             if not interesting:
                 continue
             if len(set(values)) == 1:
@@ -210,7 +252,9 @@ def _is_main_guard(node: ast.stmt) -> bool:
 _LOADED: dict[str, ModuleInfo | None] = {}
 
 
-def load_project_module(path: str, catalog: Catalog, project: Project, settings: Settings) -> ModuleInfo | None:
+def load_project_module(
+    path: str, catalog: Catalog, project: Project, settings: Settings
+) -> ModuleInfo | None:
     """Parse another file of the run once per process, for helpers imported from it."""
     key = f"{catalog.fingerprint}:{project.digest}:{path}"
     if key in _LOADED:
@@ -266,7 +310,11 @@ def _entries(module: ModuleInfo) -> list[tuple[FunctionNode, str | None, str]]:
 
 
 def _analyze_tree(
-    tree: ast.Module, source: SourceFile, catalog: Catalog, settings: Settings, notes: list[str],
+    tree: ast.Module,
+    source: SourceFile,
+    catalog: Catalog,
+    settings: Settings,
+    notes: list[str],
     project: Project | None = None,
 ) -> list[Finding]:
     module = build_module(tree, source.path, catalog, project)
@@ -312,7 +360,9 @@ def _communicates(body: list[ast.stmt], module: ModuleInfo) -> bool:
 def _module_checks(
     tree: ast.Module, source: SourceFile, catalog: Catalog, settings: Settings, module: ModuleInfo
 ) -> list[Finding]:
-    context = ModuleContext(tree=tree, source=source, settings=settings, catalog=catalog, imports=module.imports)
+    context = ModuleContext(
+        tree=tree, source=source, settings=settings, catalog=catalog, imports=module.imports
+    )
     findings: list[Finding] = []
     for rule in all_rules():
         check = getattr(rule.module, "check_module", None)
@@ -363,7 +413,9 @@ def _set_order_finding(region: Region, rules: dict[str, Rule]) -> tuple[Finding,
         return None
     template, args = rule.module.describe_set_order(region)
     location = Location(region.path_name, region.line, 0)
-    finding = Finding(rule.code, rule.severity, location, template, tuple(sorted(args.items())), None, region.function)
+    finding = Finding(
+        rule.code, rule.severity, location, template, tuple(sorted(args.items())), None, region.function
+    )
     return finding, (rule.code, region.path_name, region.line)
 
 
@@ -408,8 +460,24 @@ def _step(element: Element, trips: str = "") -> TraceStep:
 def counterexample(d: Divergence) -> Counterexample:
     model = d.model
     trips = dict(model.values)
-    steps_a = tuple(_step(e, trips.get(f"trips on rank {model.rank_a}", "") if isinstance(e, LoopEvent) and e is d.event_a else "") for e in d.sequence_a)
-    steps_b = tuple(_step(e, trips.get(f"trips on rank {model.rank_b}", "") if isinstance(e, LoopEvent) and e is d.event_b else "") for e in d.sequence_b)
+    steps_a = tuple(
+        _step(
+            e,
+            trips.get(f"trips on rank {model.rank_a}", "")
+            if isinstance(e, LoopEvent) and e is d.event_a
+            else "",
+        )
+        for e in d.sequence_a
+    )
+    steps_b = tuple(
+        _step(
+            e,
+            trips.get(f"trips on rank {model.rank_b}", "")
+            if isinstance(e, LoopEvent) and e is d.event_b
+            else "",
+        )
+        for e in d.sequence_b
+    )
     ranks = [(model.rank_a, steps_a), (model.rank_b, steps_b)]
     ranks.sort(key=lambda item: item[0])
     return Counterexample(world_size=model.world, ranks=tuple(ranks), values=model.values)

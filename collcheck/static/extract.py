@@ -40,9 +40,9 @@ from collcheck.static.symbolic import (
     Sized,
     TupleVal,
     atoms,
+    conjoin,
     constant_truth,
     fold,
-    conjoin,
     is_rank_dependent,
     negate,
     opaque,
@@ -53,6 +53,72 @@ FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})
 ENV_READERS = frozenset({"os.getenv", "os.environ.get"})
 PASS_THROUGH = frozenset({"int", "float", "bool", "round", "abs"})
+# Builtins that compute a value from their arguments: the result varies exactly when they do.
+VALUE_BUILTINS = frozenset(
+    {
+        "list",
+        "tuple",
+        "set",
+        "frozenset",
+        "sorted",
+        "reversed",
+        "range",
+        "enumerate",
+        "zip",
+        "sum",
+        "str",
+        "repr",
+        "format",
+        "dict",
+        "map",
+        "filter",
+        "divmod",
+        "pow",
+        "hash",
+        "any",
+        "all",
+    }
+)
+# Methods whose result carries the receiver's per-rank nature (reading a value out of it).
+VALUE_METHODS = frozenset(
+    {
+        "item",
+        "tolist",
+        "numpy",
+        "read",
+        "readline",
+        "readlines",
+        "read_text",
+        "read_bytes",
+        "strip",
+        "lower",
+        "upper",
+        "split",
+        "get",
+        "keys",
+        "values",
+        "items",
+        "copy",
+        "clone",
+        "detach",
+        "cpu",
+        "cuda",
+        "float",
+        "int",
+        "long",
+        "bool",
+        "sum",
+        "mean",
+        "all",
+        "any",
+        "numel",
+        "startswith",
+        "endswith",
+        "is_file",
+        "exists",
+        "is_dir",
+    }
+)
 
 
 class PathLimitExceeded(Exception):
@@ -134,9 +200,13 @@ def _spec_expr(node: ast.expr, names: dict[str, Expr], where: str) -> Expr:
     if isinstance(node, ast.Compare) and len(node.ops) == 1:
         op = _COMPARE_OPS.get(type(node.ops[0]))
         if op is not None:
-            return Compare(op, _spec_expr(node.left, names, where), _spec_expr(node.comparators[0], names, where))
+            return Compare(
+                op, _spec_expr(node.left, names, where), _spec_expr(node.comparators[0], names, where)
+            )
     if isinstance(node, ast.BinOp) and type(node.op) in _BIN_OPS:
-        return BinOp(_BIN_OPS[type(node.op)], _spec_expr(node.left, names, where), _spec_expr(node.right, names, where))
+        return BinOp(
+            _BIN_OPS[type(node.op)], _spec_expr(node.left, names, where), _spec_expr(node.right, names, where)
+        )
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         return Not(_spec_expr(node.operand, names, where))
     return Atom(f"spec@{where}", "perrank")
@@ -169,7 +239,11 @@ def _text(node: ast.AST) -> str:
 def _is_set_expr(node: ast.expr) -> bool:
     if isinstance(node, (ast.Set, ast.SetComp)):
         return True
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("set", "frozenset")
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("set", "frozenset")
+    )
 
 
 def assigned_names(nodes: Iterable[ast.AST]) -> set[str]:
@@ -252,11 +326,31 @@ class Extractor:
         env: dict[str, Expr] = {}
         args = node.args
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
-            env[arg.arg] = self._parameter_value(arg.arg, node)
+            env[arg.arg] = self._annotated_type(arg) or self._parameter_value(arg.arg, node)
         for arg in (args.vararg, args.kwarg):
             if arg is not None:
                 env[arg.arg] = Atom(f"param:{arg.arg}", "shared")
         return env
+
+    def _annotated_type(self, arg: ast.arg) -> Expr | None:
+        """`accelerator: Accelerator` makes method calls on it resolve through the catalog."""
+        if arg.annotation is None:
+            return None
+        annotation = arg.annotation
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            try:
+                annotation = ast.parse(annotation.value, mode="eval").body
+            except SyntaxError:
+                return None
+        name = qualified_name(annotation, self.local_imports)
+        if name is None:
+            return None
+        known_types = set(self.catalog.types.values()) | set(self.catalog.types)
+        for method in self.catalog.methods:
+            known_types.update(method.receivers)
+        if name in known_types:
+            return Atom(f"type:{self.catalog.types.get(name) or name}@param:{arg.arg}", "shared")
+        return None
 
     def _parameter_value(self, name: str, node: ast.AST) -> Expr:
         spec = self.catalog.rank_parameters.get(name)
@@ -404,7 +498,9 @@ class Extractor:
             for current in states:
                 for after, value in self.eval(item.context_expr, current, frame):
                     if item.optional_vars is not None:
-                        self.bind(item.optional_vars, opaque(f"with@{_where(item.context_expr)}", (value,)), after)
+                        self.bind(
+                            item.optional_vars, opaque(f"with@{_where(item.context_expr)}", (value,)), after
+                        )
                     next_states.append(after)
             states = next_states
         return self.exec_block(stmt.body, states, frame)
@@ -434,7 +530,11 @@ class Extractor:
             start = state.fork()
             start.exit = None
             starts.append(start)
-        if _exits(handler.body) and any(isinstance(n, ast.Call) for s in stmt.body for n in ast.walk(s)):
+        if (
+            _exits(handler.body)
+            and _catches_data_errors(handler)
+            and any(isinstance(n, ast.Call) for s in stmt.body for n in ast.walk(s))
+        ):
             # Any call may raise on some ranks only (bad data, I/O): a handler that leaves the
             # loop or function then skips what the other ranks still do.
             flag = Atom(f"exception@{_where(handler)}", "nondet", why="an exception")
@@ -502,7 +602,11 @@ class Extractor:
         body_states = self.exec_block(stmt.body, [body_start], frame)
         changed = assigned_names(stmt.body)
         if trip is None:  # while: the trip count depends on the test and what the body changes
-            test_names = {n.id for n in ast.walk(stmt.test) if isinstance(n, ast.Name)} if isinstance(stmt, ast.While) else set()
+            test_names = (
+                {n.id for n in ast.walk(stmt.test) if isinstance(n, ast.Name)}
+                if isinstance(stmt, ast.While)
+                else set()
+            )
             feeding = [s.env.get(name, Const(None)) for s in body_states for name in test_names & changed]
             trip = opaque(f"trips@{_where(stmt)}", (*inputs, *feeding))
             trip = Atom(trip.name, trip.kind, trip.why, lower=0)
@@ -523,7 +627,9 @@ class Extractor:
         key = (id(stmt), frame.chain)
         region = self.loop_regions.get(key)
         if region is None:
-            region = Region(frame.function, "loop", [], stmt.lineno, over_set=over_set, path_name=self.module.path)
+            region = Region(
+                frame.function, "loop", [], stmt.lineno, over_set=over_set, path_name=self.module.path
+            )
             self.loop_regions[key] = region
             self.regions.append(region)
         region.paths.extend(p for p in body_paths if p not in region.paths)
@@ -566,8 +672,7 @@ class Extractor:
                 for other in trips[1:]:
                     result = BinOp("min", result, other)
                 return result
-        bound = opaque(f"len({_text(node)})@{_where(node)}", (iterable,))
-        return Atom(bound.name, bound.kind, bound.why, lower=0)
+        return self._length(iterable, node)  # the same collection has the same length in every loop
 
     def _range_trip(self, args: list[Expr], node: ast.AST) -> Expr:
         if len(args) == 1:
@@ -586,16 +691,24 @@ class Extractor:
         count = span if step == 1 else BinOp("ceildiv", span, Const(step))
         return BinOp("max", Const(0), count)
 
-    def _slice(self, node: ast.Subscript, base: Expr, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+    def _slice(
+        self, node: ast.Subscript, base: Expr, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
         """`items[start:stop:step]`: unknown contents, but a length z3 can reason about."""
         assert isinstance(node.slice, ast.Slice)
         length = self._length(base, node)
         part = node.slice
         start = self.pure(part.lower, state, frame, known) if part.lower is not None else Const(0)
-        stop = BinOp("min", self.pure(part.upper, state, frame, known), length) if part.upper is not None else length
+        stop = (
+            BinOp("min", self.pure(part.upper, state, frame, known), length)
+            if part.upper is not None
+            else length
+        )
         step = self.pure(part.step, state, frame, known) if part.step is not None else Const(1)
         name = f"slice:{_text(node)}@{_where(node)}"
-        negative = any(isinstance(v, Const) and isinstance(v.value, int) and v.value < 0 for v in (start, step))
+        negative = any(
+            isinstance(v, Const) and isinstance(v.value, int) and v.value < 0 for v in (start, step)
+        )
         if negative or isinstance(part.upper, ast.UnaryOp):
             return opaque(name, (base, start, step, stop))
         start = BinOp("min", start, length)
@@ -622,9 +735,19 @@ class Extractor:
             self.bind(target.value, opaque(f"star@{_where(target)}", (value,)), state)
             return
         if isinstance(target, (ast.Tuple, ast.List)):
-            items = value.items if isinstance(value, TupleVal) and len(value.items) == len(target.elts) else None
+            if isinstance(value, Atom) and value.name.startswith("type:") and target.elts:
+                # `engine, *_ = deepspeed.initialize(...)`: the first element is the typed object.
+                self.bind(target.elts[0], value, state)
+                for index, element in enumerate(target.elts[1:], start=1):
+                    self.bind(element, Atom(f"unpack{index}:{value.name}", "shared"), state)
+                return
+            items = (
+                value.items if isinstance(value, TupleVal) and len(value.items) == len(target.elts) else None
+            )
             for index, element in enumerate(target.elts):
-                part = items[index] if items is not None else opaque(f"unpack{index}@{_where(target)}", (value,))
+                part = (
+                    items[index] if items is not None else opaque(f"unpack{index}@{_where(target)}", (value,))
+                )
                 self.bind(element, part, state)
             return
         if isinstance(target, ast.Attribute):
@@ -638,7 +761,7 @@ class Extractor:
         """Evaluate, running the calls that communicate or may (helpers); may fork the state."""
         if node is None:
             return [(state, Const(None))]
-        calls = [n for n in _calls_in_order(node) if self._has_effect(n, frame)]
+        calls = [n for n in _calls_in_order(node) if self._has_effect(n, frame, state)]
         if not calls:
             return [(state, self.pure(node, state, frame))]
         pending: list[tuple[State, dict[int, Expr]]] = [(state, {})]
@@ -652,8 +775,8 @@ class Extractor:
                 raise PathLimitExceeded(f"more than {self.max_paths} paths")
         return [(current, self.pure(node, current, frame, known)) for current, known in pending]
 
-    def _has_effect(self, call: ast.Call, frame: Frame) -> bool:
-        if self._op_spec(call, None) is not None:
+    def _has_effect(self, call: ast.Call, frame: Frame, state: State | None = None) -> bool:
+        if self._op_spec(call, state) is not None:
             return True
         if self._exit_call(call):
             return True
@@ -704,6 +827,15 @@ class Extractor:
             parts = dotted(node)
             if parts:
                 value = state.env.get(".".join(parts))
+                if value is None and parts[0] == "self" and len(parts) == 2:
+                    value = next(
+                        (
+                            c.attributes[parts[1]]
+                            for c in self.module.classes.values()
+                            if parts[1] in c.attributes
+                        ),
+                        None,
+                    )
                 if isinstance(value, Atom) and value.name.startswith("type:"):
                     return value.name[5:].split("@", 1)[0]
         if isinstance(node, ast.Call):
@@ -758,7 +890,12 @@ class Extractor:
         return state, self._op_result(call, spec, args, state, frame, known)
 
     def _op_result(
-        self, call: ast.Call, spec: OpSpec, args: dict[str, ast.expr], state: State, frame: Frame,
+        self,
+        call: ast.Call,
+        spec: OpSpec,
+        args: dict[str, ast.expr],
+        state: State,
+        frame: Frame,
         known: dict[int, Expr],
     ) -> Expr:
         if spec.kind != "group_create":
@@ -808,7 +945,9 @@ class Extractor:
             return Member(MEMBER, value.items)
         return None
 
-    def _group(self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr]) -> GroupVal | None:
+    def _group(
+        self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr]
+    ) -> GroupVal | None:
         if node is None or (isinstance(node, ast.Constant) and node.value is None):
             return None
         name = qualified_name(node, self.local_imports)
@@ -832,7 +971,11 @@ class Extractor:
             if func.id in module.functions and self.local_imports.lookup(func.id) is None:
                 return module.functions[func.id], None, False
             return self._remote_target(func)
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and self.local_imports.lookup(func.value.id):
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and self.local_imports.lookup(func.value.id)
+        ):
             return self._remote_target(func)
         if not isinstance(func, ast.Attribute):
             return None
@@ -875,7 +1018,9 @@ class Extractor:
         self.remote_modules[function] = other
         return function, None, False
 
-    def _find_method(self, class_name: str, name: str, seen: frozenset[str] = frozenset()) -> FunctionNode | None:
+    def _find_method(
+        self, class_name: str, name: str, seen: frozenset[str] = frozenset()
+    ) -> FunctionNode | None:
         info = self.module.classes.get(class_name)
         if info is None or class_name in seen:
             return None
@@ -974,7 +1119,12 @@ class Extractor:
         return None
 
     def _bind_call_arguments(
-        self, call: ast.Call, function: FunctionNode, bound_self: bool, state: State, frame: Frame,
+        self,
+        call: ast.Call,
+        function: FunctionNode,
+        bound_self: bool,
+        state: State,
+        frame: Frame,
         known: dict[int, Expr],
     ) -> dict[str, Expr]:
         params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
@@ -992,8 +1142,10 @@ class Extractor:
                 env[name] = self.pure(defaults[index - offset], State({}), frame)
             else:
                 env[name] = Atom(f"param:{name}@{_where(call)}", "shared")
-        for kwarg, default in zip(function.args.kwonlyargs, function.args.kw_defaults):
-            env[kwarg.arg] = self.pure(default, State({}), frame) if default is not None else Atom(kwarg.arg, "shared")
+        for kwarg, default in zip(function.args.kwonlyargs, function.args.kw_defaults, strict=False):
+            env[kwarg.arg] = (
+                self.pure(default, State({}), frame) if default is not None else Atom(kwarg.arg, "shared")
+            )
         for index, arg in enumerate(call.args):
             if isinstance(arg, ast.Starred):
                 break
@@ -1006,7 +1158,9 @@ class Extractor:
 
     # ------------------------------------------------------------------ pure evaluation
 
-    def pure(self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr] | None = None) -> Expr:
+    def pure(
+        self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr] | None = None
+    ) -> Expr:
         if node is None:
             return Const(None)
         if known and id(node) in known:
@@ -1018,7 +1172,9 @@ class Extractor:
         result: Expr = handler(node, state, frame, known)
         return result
 
-    def _pure_Constant(self, node: ast.Constant, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+    def _pure_Constant(
+        self, node: ast.Constant, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
         if isinstance(node.value, (bool, int, str)) or node.value is None:
             return Const(node.value)
         return Atom(f"const:{node.value!r}", "shared")
@@ -1032,7 +1188,9 @@ class Extractor:
             return Const({"True": True, "False": False, "None": None}[node.id])
         return Atom(f"global:{node.id}", "shared")
 
-    def _pure_Attribute(self, node: ast.Attribute, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+    def _pure_Attribute(
+        self, node: ast.Attribute, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
         parts = dotted(node)
         if parts:
             key = ".".join(parts)
@@ -1054,7 +1212,9 @@ class Extractor:
             return Atom(f"{base.name}.{node.attr}", "shared")
         return opaque(f"{_text(node)}@{_where(node)}", (base,))
 
-    def _class_attribute(self, class_name: str, attribute: str, seen: frozenset[str] = frozenset()) -> Expr | None:
+    def _class_attribute(
+        self, class_name: str, attribute: str, seen: frozenset[str] = frozenset()
+    ) -> Expr | None:
         info = self.module.classes.get(class_name)
         if info is None or class_name in seen:
             return None
@@ -1066,7 +1226,9 @@ class Extractor:
                 return found
         return None
 
-    def _pure_Subscript(self, node: ast.Subscript, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+    def _pure_Subscript(
+        self, node: ast.Subscript, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
         env_key = _environ_key(node, self.local_imports)
         if env_key is not None:
             return self._environment_value(env_key, node)
@@ -1074,9 +1236,13 @@ class Extractor:
         if isinstance(node.slice, ast.Slice):
             return self._slice(node, base, state, frame, known)
         index = self.pure(node.slice, state, frame, known)
-        if isinstance(base, TupleVal) and isinstance(index, Const) and isinstance(index.value, int):
-            if -len(base.items) <= index.value < len(base.items):
-                return base.items[index.value]
+        if (
+            isinstance(base, TupleVal)
+            and isinstance(index, Const)
+            and isinstance(index.value, int)
+            and -len(base.items) <= index.value < len(base.items)
+        ):
+            return base.items[index.value]
         inputs = [base, *(self.pure(c, state, frame, known) for c in _value_children(node.slice))]
         if index is not None:
             inputs.append(index)
@@ -1099,7 +1265,9 @@ class Extractor:
             return opaque(f"binop@{_where(node)}", (left, right))
         return BinOp(op, left, right)
 
-    def _pure_UnaryOp(self, node: ast.UnaryOp, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+    def _pure_UnaryOp(
+        self, node: ast.UnaryOp, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
         operand = self.pure(node.operand, state, frame, known)
         if isinstance(node.op, ast.Not):
             return negate(operand)
@@ -1111,22 +1279,32 @@ class Extractor:
             return operand
         return opaque(f"unary@{_where(node)}", (operand,))
 
-    def _pure_BoolOp(self, node: ast.BoolOp, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+    def _pure_BoolOp(
+        self, node: ast.BoolOp, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
         values = tuple(self.pure(v, state, frame, known) for v in node.values)
         return BoolOp("and" if isinstance(node.op, ast.And) else "or", values)
 
-    def _pure_Compare(self, node: ast.Compare, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+    def _pure_Compare(
+        self, node: ast.Compare, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
         parts: list[Expr] = []
         left_node = node.left
         left = self.pure(left_node, state, frame, known)
-        for op, right_node in zip(node.ops, node.comparators):
+        for op, right_node in zip(node.ops, node.comparators, strict=False):
             right = self.pure(right_node, state, frame, known)
             parts.append(self._compare(op, left, right, right_node, state, frame, known))
             left = right
         return parts[0] if len(parts) == 1 else BoolOp("and", tuple(parts))
 
     def _compare(
-        self, op: ast.cmpop, left: Expr, right: Expr, right_node: ast.expr, state: State, frame: Frame,
+        self,
+        op: ast.cmpop,
+        left: Expr,
+        right: Expr,
+        right_node: ast.expr,
+        state: State,
+        frame: Frame,
         known: dict[int, Expr] | None,
     ) -> Expr:
         if isinstance(op, (ast.In, ast.NotIn)):
@@ -1139,7 +1317,13 @@ class Extractor:
         return Compare(name, left, right)
 
     def _membership_test(
-        self, item: Expr, container: Expr, node: ast.expr, state: State, frame: Frame, known: dict[int, Expr] | None
+        self,
+        item: Expr,
+        container: Expr,
+        node: ast.expr,
+        state: State,
+        frame: Frame,
+        known: dict[int, Expr] | None,
     ) -> Expr:
         if isinstance(container, TupleVal):
             return Member(item, container.items)
@@ -1161,14 +1345,18 @@ class Extractor:
             return then if truth else orelse
         return IfExp(test, then, orelse)
 
-    def _pure_Tuple(self, node: ast.Tuple | ast.List, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+    def _pure_Tuple(
+        self, node: ast.Tuple | ast.List, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
         if any(isinstance(e, ast.Starred) for e in node.elts):
             return opaque(f"seq@{_where(node)}", tuple(self.pure(e, state, frame, known) for e in node.elts))
         return TupleVal(tuple(self.pure(e, state, frame, known) for e in node.elts))
 
     _pure_List = _pure_Tuple
 
-    def _pure_NamedExpr(self, node: ast.NamedExpr, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+    def _pure_NamedExpr(
+        self, node: ast.NamedExpr, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
         value = self.pure(node.value, state, frame, known)
         state.env[node.target.id] = value
         return value
@@ -1192,27 +1380,41 @@ class Extractor:
             receiver = self.pure(node.func.value, state, frame, known)
             if method == "get" and isinstance(node.func.value, ast.Attribute):
                 env_name = qualified_name(node.func.value, self.local_imports)
-                if env_name == "os.environ" and args and isinstance(args[0], Const) and isinstance(args[0].value, str):
+                if (
+                    env_name == "os.environ"
+                    and args
+                    and isinstance(args[0], Const)
+                    and isinstance(args[0].value, str)
+                ):
                     return self._environment_value(args[0].value, node)
-            inputs = (receiver, *args, *(self.pure(k.value, state, frame, known) for k in node.keywords))
-            return opaque(f"call:{method}@{where}", inputs)
-        inputs = (
-            self.pure(node.func, state, frame, known),
-            *args,
-            *(self.pure(k.value, state, frame, known) for k in node.keywords),
-        )
-        return opaque(f"call@{where}", inputs)
+            if method in VALUE_METHODS:
+                inputs = (receiver, *args, *(self.pure(k.value, state, frame, known) for k in node.keywords))
+                return opaque(f"call:{_text(node)}", inputs)
+        # Any other call is a black box whose result is taken to be the same on every rank: a rank
+        # passed as an argument (a sampler, a device, a constructor) does not make it per-rank.
+        # Equal text, equal value: the same helper asked twice answers the same.
+        return Atom(f"call:{_text(node)}", "shared")
 
     def _known_call(
-        self, name: str, node: ast.Call, args: list[Expr], state: State, frame: Frame, known: dict[int, Expr] | None
+        self,
+        name: str,
+        node: ast.Call,
+        args: list[Expr],
+        state: State,
+        frame: Frame,
+        known: dict[int, Expr] | None,
     ) -> Expr | None:
         where = _where(node)
         catalog = self.catalog
         if name in catalog.rank_functions:
             spec = catalog.rank_functions[name]
-            has_group = any(k.arg == "group" for k in node.keywords) or (node.args and spec in ("rank", "world"))
+            has_group = any(k.arg == "group" for k in node.keywords) or (
+                node.args and spec in ("rank", "world")
+            )
             if has_group:
-                group = node.args[0] if node.args else next(k.value for k in node.keywords if k.arg == "group")
+                group = (
+                    node.args[0] if node.args else next(k.value for k in node.keywords if k.arg == "group")
+                )
                 if not (isinstance(group, ast.Constant) and group.value is None):
                     kind = "group_rank" if spec == "rank" else None
                     if kind is None:
@@ -1228,13 +1430,23 @@ class Extractor:
         return None
 
     def _builtin_call(
-        self, name: str, node: ast.Call, args: list[Expr], state: State, frame: Frame, known: dict[int, Expr] | None
+        self,
+        name: str,
+        node: ast.Call,
+        args: list[Expr],
+        state: State,
+        frame: Frame,
+        known: dict[int, Expr] | None,
     ) -> Expr | None:
         if self.local_imports.lookup(name) is not None or name in self.module.functions:
             return None
         if name in PASS_THROUGH and len(args) == 1 and not node.keywords:
             value = args[0]
-            if isinstance(value, Const) and isinstance(value.value, str) and value.value.lstrip("-").isdigit():
+            if (
+                isinstance(value, Const)
+                and isinstance(value.value, str)
+                and value.value.lstrip("-").isdigit()
+            ):
                 return Const(int(value.value))
             if name == "bool":
                 return Compare("!=", value, Const(0)) if not _is_boolean(value) else value
@@ -1248,6 +1460,9 @@ class Extractor:
             return self._length(args[0], node)
         if name in ("tuple", "list") and len(args) == 1 and isinstance(args[0], TupleVal):
             return args[0]
+        if name in VALUE_BUILTINS:
+            keywords = [self.pure(k.value, state, frame, known) for k in node.keywords]
+            return opaque(f"call:{_text(node)}", (*args, *keywords))
         return None
 
 
@@ -1330,6 +1545,41 @@ def _normalise_reduce_op(value: Expr | None, node: ast.expr | None) -> Expr:
     return value
 
 
+# Errors that come from a rank's own data or files, and so can happen on some ranks only. Control
+# flow exceptions (StopIteration), bare `except:` and `Exception` are not taken as such: they mostly
+# guard code that behaves the same everywhere, and reporting them would bury real findings.
+DATA_ERRORS = frozenset(
+    {
+        "OSError",
+        "IOError",
+        "FileNotFoundError",
+        "PermissionError",
+        "EOFError",
+        "UnicodeDecodeError",
+        "JSONDecodeError",
+        "ValueError",
+        "KeyError",
+        "IndexError",
+        "UnidentifiedImageError",
+        "DecompressionBombError",
+        "ConnectionError",
+        "TimeoutError",
+        "CorruptedDataError",
+    }
+)
+
+
+def _catches_data_errors(handler: ast.ExceptHandler) -> bool:
+    if handler.type is None:
+        return False
+    types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    for item in types:
+        parts = dotted(item)
+        if parts and parts[-1] in DATA_ERRORS:
+            return True
+    return False
+
+
 def _exits(body: Sequence[ast.stmt]) -> bool:
     for stmt in body:
         for node in ast.walk(stmt):
@@ -1359,7 +1609,9 @@ def _merge_envs(states: list[State]) -> dict[str, Expr]:
     return merged
 
 
-def _merge_branches(state: State, test: Expr, then_states: list[State], else_states: list[State]) -> list[State] | None:
+def _merge_branches(
+    state: State, test: Expr, then_states: list[State], else_states: list[State]
+) -> list[State] | None:
     """Join two arms that did not communicate or exit: variables become `a if test else b`."""
     if len(then_states) != 1 or len(else_states) != 1:
         return None
@@ -1399,9 +1651,9 @@ def mentions_rank(expr: Expr) -> bool:
 
 
 __all__ = [
+    "FALSE",
     "ClassInfo",
     "Extractor",
-    "FALSE",
     "ModuleInfo",
     "PathLimitExceeded",
     "State",

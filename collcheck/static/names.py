@@ -73,7 +73,9 @@ def dotted(node: ast.expr) -> list[str] | None:
     return None
 
 
-def qualified_name(node: ast.expr, table: ImportTable, aliases: Mapping[str, str] | None = None) -> str | None:
+def qualified_name(
+    node: ast.expr, table: ImportTable, aliases: Mapping[str, str] | None = None
+) -> str | None:
     """The qualified name of a dotted expression whose head is an import (or a module alias)."""
     parts = dotted(node)
     if not parts:

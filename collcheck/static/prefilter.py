@@ -20,5 +20,3 @@ def _trigger_pattern(catalog: Catalog) -> re.Pattern[str]:
         pattern = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\b")
         _PATTERNS[catalog.fingerprint] = pattern
     return pattern
-
-

@@ -7,7 +7,6 @@ whether two ranks can take paths whose sequences differ).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 from collcheck.static.symbolic import Expr, GroupVal
 
@@ -68,7 +67,7 @@ class LoopEvent:
         return ("loop", *self.body_ops)
 
 
-Element = Union[CommEvent, LoopEvent]
+Element = CommEvent | LoopEvent
 
 
 @dataclass(frozen=True)

@@ -138,7 +138,6 @@ class RegionSolver:
     # ------------------------------------------------------------------ queries
 
     def _base(self, tr: Z3Translator, a: Path, b: Path, membership: GroupVal | None) -> list[Any]:
-        z3 = self.z3
         world = tr.world
         ra, rb = tr.rank("a"), tr.rank("b")
         facts = [ra >= 0, rb >= 0, ra < world, rb < world, ra != rb]
@@ -169,7 +168,8 @@ class RegionSolver:
             if verdict == self.z3.unknown:
                 self.stats.unknown += 1
                 self.stats.notes.append(
-                    f"{self.region.path_name}:{self.region.line}: solver gave up ({self.solver.reason_unknown()}) "
+                    f"{self.region.path_name}:{self.region.line}: solver gave up "
+                    f"({self.solver.reason_unknown()}) "
                     f"in {self.region.function}; no finding reported for that query"
                 )
                 return "unknown", None, None
@@ -224,7 +224,7 @@ class _SharedNondetTranslator(Z3Translator):
 
 
 def _first_structural_difference(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]) -> int | None:
-    for index, (x, y) in enumerate(zip(seq_a, seq_b)):
+    for index, (x, y) in enumerate(zip(seq_a, seq_b, strict=False)):
         if x.signature() != y.signature():
             return index
     if len(seq_a) != len(seq_b):
@@ -241,17 +241,17 @@ def _operand_permutation(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...])
         return _reordered_loop(seq_a, seq_b)
     if any(not operands for _, operands in ops_a):
         return None
-    for index, (x, y) in enumerate(zip(seq_a, seq_b)):
+    for index, (x, y) in enumerate(zip(seq_a, seq_b, strict=False)):
         if isinstance(x, CommEvent) and isinstance(y, CommEvent) and x.operands != y.operands:
             return index
     return None
 
 
 def _reordered_loop(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]) -> int | None:
-    for index, (x, y) in enumerate(zip(seq_a, seq_b)):
-        if isinstance(x, LoopEvent) and isinstance(y, LoopEvent) and x.order != y.order:
-            if _unreversed(x.order) == _unreversed(y.order):
-                return index
+    for index, (x, y) in enumerate(zip(seq_a, seq_b, strict=False)):
+        reordered = isinstance(x, LoopEvent) and isinstance(y, LoopEvent) and x.order != y.order
+        if reordered and _unreversed(x.order) == _unreversed(y.order):  # type: ignore[union-attr]
+            return index
     return None
 
 
@@ -265,7 +265,7 @@ def _unreversed(text: str) -> str:
 
 def _term_pairs(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]) -> list[tuple[str, int, Expr, Expr]]:
     pairs: list[tuple[str, int, Expr, Expr]] = []
-    for index, (x, y) in enumerate(zip(seq_a, seq_b)):
+    for index, (x, y) in enumerate(zip(seq_a, seq_b, strict=False)):
         if isinstance(x, LoopEvent) and isinstance(y, LoopEvent):
             pairs.append(("trip", index, x.trip, y.trip))
             continue
@@ -276,8 +276,14 @@ def _term_pairs(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]) -> list[
         if x.reduce_op is not None and y.reduce_op is not None:
             pairs.append(("reduce_op", index, x.reduce_op, y.reduce_op))
         if x.kind == "group_create" and x.ranks_arg is not None and y.ranks_arg is not None:
-            pairs.append(("group_args", index, x.ranks_arg, y.ranks_arg))
+            if not (_singleton(x.ranks_arg) and _singleton(y.ranks_arg)):
+                pairs.append(("group_args", index, x.ranks_arg, y.ranks_arg))
     return [p for p in pairs if p[2] != p[3] or is_rank_dependent(p[2])]
+
+
+def _singleton(ranks: Expr) -> bool:
+    """`new_group([rank])` on every rank: each builds a group of itself, a common working idiom."""
+    return isinstance(ranks, TupleVal) and len(ranks.items) == 1
 
 
 def _differs(tr: Z3Translator, x: Expr, y: Expr) -> Any:
@@ -285,7 +291,7 @@ def _differs(tr: Z3Translator, x: Expr, y: Expr) -> Any:
     if isinstance(x, TupleVal) and isinstance(y, TupleVal):
         if len(x.items) != len(y.items):
             return z3.BoolVal(True)
-        parts = [_differs(tr, i, j) for i, j in zip(x.items, y.items)]
+        parts = [_differs(tr, i, j) for i, j in zip(x.items, y.items, strict=False)]
         return z3.Or(*parts) if parts else z3.BoolVal(False)
     if isinstance(x, TupleVal) or isinstance(y, TupleVal):
         return z3.BoolVal(False)
@@ -297,7 +303,10 @@ def _communicates(tr: Z3Translator, loop: LoopEvent, side: str) -> Any:
     z3 = tr.z3
     if not loop.body_conds:
         return z3.BoolVal(True)
-    options = [z3.And(*[tr.as_bool(c, side) for c in conds]) if conds else z3.BoolVal(True) for conds in loop.body_conds]
+    options = [
+        z3.And(*[tr.as_bool(c, side) for c in conds]) if conds else z3.BoolVal(True)
+        for conds in loop.body_conds
+    ]
     return z3.Or(*options)
 
 
@@ -333,6 +342,9 @@ def _nondet_why(a: Path, b: Path) -> str:
 
 
 def _pairs(paths: list[Path]) -> Iterator[tuple[Path, Path]]:
+    # A path that ends in an uncaught `raise` crashes its rank; torchrun and mp.spawn then tear the
+    # job down, so it cannot hang it. (A raise caught by a handler has become another path.)
+    paths = [p for p in paths if p.exit is None or p.exit.kind != "raise"]
     for i, a in enumerate(paths):
         for b in paths[i:]:
             yield a, b
@@ -351,7 +363,11 @@ def solve_region(
         for a, b in _pairs(region.paths):
             for divergence in _compare(solver, region, channel, membership, a, b):
                 first = divergence.event_a or divergence.event_b
-                key = (divergence.kind, first.line if first else 0, divergence.exit.line if divergence.exit else 0)
+                key = (
+                    divergence.kind,
+                    first.line if first else 0,
+                    divergence.exit.line if divergence.exit else 0,
+                )
                 if key in seen:
                     continue
                 seen.add(key)
@@ -393,11 +409,25 @@ def _compare(
         if _first_structural_difference(seq_a, seq_b) is not None:
             return []
         if region.kind == "loop" and _leaves(a) != _leaves(b) and any(p.events for p in region.paths):
-            return _found(solver, region, channel, membership, a, b, seq_a, seq_b, "loop_exit", len(seq_a), None,
-                          (a if _leaves(a) else b).exit)
+            return _found(
+                solver,
+                region,
+                channel,
+                membership,
+                a,
+                b,
+                seq_a,
+                seq_b,
+                "loop_exit",
+                len(seq_a),
+                None,
+                (a if _leaves(a) else b).exit,
+            )
         swapped = _operand_permutation(seq_a, seq_b)
         if swapped is not None:
-            return _found(solver, region, channel, membership, a, b, seq_a, seq_b, "swap", swapped, None, None)
+            return _found(
+                solver, region, channel, membership, a, b, seq_a, seq_b, "swap", swapped, None, None
+            )
     pairs = _term_pairs(seq_a, seq_b)
     if not pairs:
         return []
@@ -412,15 +442,21 @@ def _compare(
                 return differs
             loop_a, loop_b = seq_a[index], seq_b[index]
             assert isinstance(loop_a, LoopEvent) and isinstance(loop_b, LoopEvent)
-            return tr.z3.And(differs, tr.z3.Or(_communicates(tr, loop_a, "a"), _communicates(tr, loop_b, "b")))
+            return tr.z3.And(
+                differs, tr.z3.Or(_communicates(tr, loop_a, "a"), _communicates(tr, loop_b, "b"))
+            )
 
-        results.extend(_found(solver, region, channel, membership, a, b, seq_a, seq_b, kind, index, extra, None))
+        results.extend(
+            _found(solver, region, channel, membership, a, b, seq_a, seq_b, kind, index, extra, None)
+        )
         if results:
             break
     return results
 
 
-def _loop_at(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...], index: int) -> tuple[str, LoopEvent | None]:
+def _loop_at(
+    seq_a: tuple[Element, ...], seq_b: tuple[Element, ...], index: int
+) -> tuple[str, LoopEvent | None]:
     if index < len(seq_a) and isinstance(seq_a[index], LoopEvent):
         return "a", seq_a[index]  # type: ignore[return-value]
     if index < len(seq_b) and isinstance(seq_b[index], LoopEvent):
@@ -429,8 +465,16 @@ def _loop_at(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...], index: int)
 
 
 def _structural(
-    solver: RegionSolver, region: Region, channel: str, membership: GroupVal | None, a: Path, b: Path,
-    seq_a: tuple[Element, ...], seq_b: tuple[Element, ...], index: int, extra: Any = None,
+    solver: RegionSolver,
+    region: Region,
+    channel: str,
+    membership: GroupVal | None,
+    a: Path,
+    b: Path,
+    seq_a: tuple[Element, ...],
+    seq_b: tuple[Element, ...],
+    index: int,
+    extra: Any = None,
 ) -> list[Divergence]:
     exit_ = None
     if index >= len(seq_a):
@@ -441,8 +485,18 @@ def _structural(
 
 
 def _found(
-    solver: RegionSolver, region: Region, channel: str, membership: GroupVal | None, a: Path, b: Path,
-    seq_a: tuple[Element, ...], seq_b: tuple[Element, ...], kind: str, index: int, extra: Any, exit_: Exit | None,
+    solver: RegionSolver,
+    region: Region,
+    channel: str,
+    membership: GroupVal | None,
+    a: Path,
+    b: Path,
+    seq_a: tuple[Element, ...],
+    seq_b: tuple[Element, ...],
+    kind: str,
+    index: int,
+    extra: Any,
+    exit_: Exit | None,
 ) -> list[Divergence]:
     verdict, model, solved = solver.satisfiable(a, b, membership, extra)
     if verdict != "sat" or model is None or solved is None:
@@ -505,13 +559,19 @@ def _pretty(value: str, solver: RegionSolver) -> str:
 # ----------------------------------------------------------------------------- point-to-point
 
 
+def _modelled_peer(peer: Expr | None) -> bool:
+    """A peer whose relation to the rank is known (`rank + 1`, `1 - rank`, a constant), not one
+    looked up in a table or computed by a black box: only those can prove a deadlock."""
+    return peer is not None and not any(atom.kind in ("perrank", "nondet") for atom in atoms(peer))
+
+
 def _compare_p2p(solver: RegionSolver, region: Region, a: Path, b: Path) -> list[Divergence]:
     """Both ranks block first on the same direction towards each other: send/send or recv/recv."""
     seq_a = tuple(e for e in channel_sequence(a.events, "p2p") if isinstance(e, CommEvent))
     seq_b = tuple(e for e in channel_sequence(b.events, "p2p") if isinstance(e, CommEvent))
     for i, x in enumerate(seq_a):
         for j, y in enumerate(seq_b):
-            if x.kind != y.kind or x.peer is None or y.peer is None:
+            if x.kind != y.kind or not _modelled_peer(x.peer) or not _modelled_peer(y.peer):
                 continue
 
             def extra(tr: Z3Translator, i: int = i, j: int = j) -> Any:
@@ -524,7 +584,5 @@ def _compare_p2p(solver: RegionSolver, region: Region, a: Path, b: Path) -> list
 
             verdict, model, _ = solver.satisfiable(a, b, None, extra)
             if verdict == "sat" and model is not None:
-                return [
-                    Divergence("p2p", region, a, b, "p2p", i, x, y, model, seq_a, seq_b)
-                ]
+                return [Divergence("p2p", region, a, b, "p2p", i, x, y, model, seq_a, seq_b)]
     return []

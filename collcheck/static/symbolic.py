@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 PER_RANK_KINDS = frozenset({"rank", "perrank", "nondet"})
 
@@ -137,7 +137,7 @@ class GroupVal:
     per_rank: bool = False
 
 
-Expr = Union[Const, Atom, BinOp, Compare, BoolOp, Not, IfExp, Member, InRange, TupleVal, Sized, GroupVal]
+Expr = Const | Atom | BinOp | Compare | BoolOp | Not | IfExp | Member | InRange | TupleVal | Sized | GroupVal
 
 RANK = Atom("rank", "rank")
 WORLD = Atom("world", "world")
@@ -218,7 +218,10 @@ def substitute(expr: Expr, mapping: dict[Atom, Expr]) -> Expr:
         return Member(substitute(expr.item, mapping), tuple(substitute(o, mapping) for o in expr.options))
     if isinstance(expr, InRange):
         return InRange(
-            substitute(expr.item, mapping), substitute(expr.start, mapping), substitute(expr.stop, mapping), expr.step
+            substitute(expr.item, mapping),
+            substitute(expr.start, mapping),
+            substitute(expr.stop, mapping),
+            expr.step,
         )
     if isinstance(expr, TupleVal):
         return TupleVal(tuple(substitute(item, mapping) for item in expr.items))
@@ -246,9 +249,8 @@ def conjoin(values: tuple[Expr, ...]) -> Expr:
 
 def constant_truth(expr: Expr) -> bool | None:
     """True/False when the value is a literal, None when it depends on anything."""
-    if isinstance(expr, Const):
-        if isinstance(expr.value, (bool, int, str)) or expr.value is None:
-            return bool(expr.value)
+    if isinstance(expr, Const) and (isinstance(expr.value, (bool, int, str)) or expr.value is None):
+        return bool(expr.value)
     if isinstance(expr, Not):
         inner = constant_truth(expr.operand)
         return None if inner is None else not inner
@@ -348,10 +350,16 @@ class Z3Translator:
         if isinstance(expr, Not):
             return z3.Not(self.as_bool(expr.operand, side))
         if isinstance(expr, IfExp):
-            return z3.If(self.as_bool(expr.test, side), self.as_bool(expr.then, side), self.as_bool(expr.orelse, side))
+            return z3.If(
+                self.as_bool(expr.test, side), self.as_bool(expr.then, side), self.as_bool(expr.orelse, side)
+            )
         if isinstance(expr, Member):
             item = self.as_int(expr.item, side)
-            return z3.Or(*[item == self.as_int(o, side) for o in expr.options]) if expr.options else z3.BoolVal(False)
+            return (
+                z3.Or(*[item == self.as_int(o, side) for o in expr.options])
+                if expr.options
+                else z3.BoolVal(False)
+            )
         if isinstance(expr, InRange):
             item = self.as_int(expr.item, side)
             start, stop = self.as_int(expr.start, side), self.as_int(expr.stop, side)
@@ -376,7 +384,9 @@ class Z3Translator:
         if isinstance(expr, BinOp):
             return self._binop(expr, side)
         if isinstance(expr, IfExp):
-            return z3.If(self.as_bool(expr.test, side), self.as_int(expr.then, side), self.as_int(expr.orelse, side))
+            return z3.If(
+                self.as_bool(expr.test, side), self.as_int(expr.then, side), self.as_int(expr.orelse, side)
+            )
         if isinstance(expr, (Compare, BoolOp, Not, Member, InRange)):
             return z3.If(self.as_bool(expr, side), z3.IntVal(1), z3.IntVal(0))
         if isinstance(expr, GroupVal):
