@@ -168,17 +168,22 @@ class _Builder:
         return self.tables.setdefault(name, {})
 
 
-def _add_rank_section(builder: _Builder, section: dict[str, Any], where: str, value: str, prefix: str) -> None:
-    for name, spec in _value_table(section.get("functions"), f"{where}.functions", value).items():
-        builder.table("rank_functions")[name] = spec
+def _add_rank_section(
+    builder: _Builder, section: dict[str, Any], where: str, value: str, prefix: str
+) -> None:
+    builder.table("rank_functions").update(_value_table(section.get("functions"), f"{where}.functions", value))
     for name in _value_table(section.get("local_functions"), f"{where}.local_functions", "local_rank"):
         builder.table("rank_functions")[name] = "local_rank"
     for name in _value_table(section.get("group_functions"), f"{where}.group_functions", "group_rank"):
         builder.table("rank_functions")[name] = "group_rank"
     builder.table("rank_methods").update(_value_table(section.get("methods"), f"{where}.methods", value))
     builder.table("rank_env").update(_value_table(section.get("env"), f"{where}.env", value))
-    builder.table("rank_parameters").update(_value_table(section.get("parameters"), f"{where}.parameters", value))
-    builder.table("rank_attributes").update(_value_table(section.get("attributes"), f"{where}.attributes", value))
+    builder.table("rank_parameters").update(
+        _value_table(section.get("parameters"), f"{where}.parameters", value)
+    )
+    builder.table("rank_attributes").update(
+        _value_table(section.get("attributes"), f"{where}.attributes", value)
+    )
 
 
 def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
@@ -204,9 +209,11 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
             )
     _add_rank_section(builder, data.get("rank", {}), f"{where}: [rank]", "rank", "rank")
     world = data.get("world", {})
-    for name, spec in _value_table(world.get("functions"), f"{where}: [world].functions", "world").items():
-        builder.table("rank_functions")[name] = spec
-    builder.table("rank_methods").update(_value_table(world.get("methods"), f"{where}: [world].methods", "world"))
+    world_functions = _value_table(world.get("functions"), f"{where}: [world].functions", "world")
+    builder.table("rank_functions").update(world_functions)
+    builder.table("rank_methods").update(
+        _value_table(world.get("methods"), f"{where}: [world].methods", "world")
+    )
     builder.table("rank_env").update(_value_table(world.get("env"), f"{where}: [world].env", "world"))
     builder.table("rank_parameters").update(
         _value_table(world.get("parameters"), f"{where}: [world].parameters", "world")

@@ -42,7 +42,7 @@ CODE = "CC007"
 NAME = "per-process-value-guard"
 SEVERITY = Severity.WARNING
 MESSAGE = (
-    "{what} differs between processes and decides whether {element} runs: ranks {rank_x} and "
+    "whether {element} runs depends on {what}, which differs between processes: ranks {rank_x} and "
     "{rank_y} can disagree; broadcast or all-reduce the decision first"
 )
 MESSAGE_SET = (
@@ -62,7 +62,7 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     element = at_low if at_low is not None else at_high
     text = f"`{d.exit.kind}`" if element is None and d.exit is not None else describe_element(element)
     return MESSAGE, {
-        "what": (d.nondet_why or "a per-process value").capitalize(),
+        "what": d.nondet_why or "a per-process value",
         "element": text,
         "rank_x": str(low),
         "rank_y": str(high),

@@ -35,6 +35,7 @@ def result_to_json(result: RunResult) -> dict[str, Any]:
             {"path": error.path, "message": error.message, **({"line": error.line} if error.line else {})}
             for error in result.errors
         ],
+        "notes": result.notes,
         "unused_suppressions": [
             {"path": item.location.path, "line": item.location.line, "codes": list(item.codes)}
             for item in result.unused_suppressions

@@ -435,9 +435,9 @@ def _locations(d: Divergence, code: str) -> tuple[Location, tuple[str, int] | No
     if code == "CC003" and d.exit is not None:
         exit_ = d.exit
         return _site_location(exit_.chain, exit_.path, exit_.line, exit_.column), (exit_.path, exit_.line)
-    candidates = [e for e in (d.event_a, d.event_b) if e is not None]
+    candidates: list[Element] = [e for e in (d.event_a, d.event_b) if e is not None]
     if code == "CC002":
-        loops = [e for e in candidates if isinstance(e, LoopEvent)]
+        loops: list[Element] = [e for e in candidates if isinstance(e, LoopEvent)]
         candidates = loops or candidates
     if not candidates:
         return Location(d.region.path_name, d.region.line, 0), None

@@ -327,9 +327,9 @@ class Extractor:
         args = node.args
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
             env[arg.arg] = self._annotated_type(arg) or self._parameter_value(arg.arg, node)
-        for arg in (args.vararg, args.kwarg):
-            if arg is not None:
-                env[arg.arg] = Atom(f"param:{arg.arg}", "shared")
+        for rest in (args.vararg, args.kwarg):
+            if rest is not None:
+                env[rest.arg] = Atom(f"param:{rest.arg}", "shared")
         return env
 
     def _annotated_type(self, arg: ast.arg) -> Expr | None:
@@ -675,6 +675,8 @@ class Extractor:
         return self._length(iterable, node)  # the same collection has the same length in every loop
 
     def _range_trip(self, args: list[Expr], node: ast.AST) -> Expr:
+        start: Expr
+        stop: Expr
         if len(args) == 1:
             start, stop, step = Const(0), args[0], 1
         elif len(args) in (2, 3):
