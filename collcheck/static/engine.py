@@ -34,6 +34,9 @@ from collcheck.static.solve import Divergence, SolveStats, solve_region
 from collcheck.static.symbolic import Atom, Const, Expr, GroupVal, is_rank_dependent, opaque
 from collcheck.suppress import apply_suppressions, build_suppressions, parse_suppressions
 
+# A finding, where its divergence arises (code, path, line), and the calls it went through.
+Candidate = tuple[Finding, tuple[str, str, int], tuple[Site, ...]]
+
 # Order matters: the first rule that claims a divergence reports it.
 CLASSIFICATION_ORDER = ("CC007", "CC005", "CC004", "CC003", "CC002", "CC006", "CC001")
 
@@ -325,7 +328,7 @@ def _analyze_tree(
     _class_attributes(module, extractor)
     rules = {rule.code: rule for rule in all_rules()}
     stats = SolveStats()
-    candidates: list[tuple[Finding, tuple[str, str, int]]] = []
+    candidates: list[Candidate] = []
     for function, class_name, qualname in _entries(module):
         try:
             regions = extractor.run_function(function, class_name, qualname)
@@ -340,6 +343,9 @@ def _analyze_tree(
         except PathLimitExceeded as limit:
             notes.append(f"{source.path}: module body skipped: {limit}")
     notes.extend(stats.notes)
+    candidates = [
+        c for c in candidates if not _reported_in_callee(c, source.path, catalog, settings, project)
+    ]
     findings = _deduplicate(candidates)
     findings.extend(_module_checks(tree, source, catalog, settings, module))
     return sorted(findings, key=Finding.sort_key)
@@ -373,7 +379,7 @@ def _module_checks(
 
 def _findings_for(
     regions: list[Region], rules: dict[str, Rule], settings: Settings, stats: SolveStats
-) -> list[tuple[Finding, tuple[str, str, int]]]:
+) -> list[Candidate]:
     results = []
     for region in regions:
         for divergence in solve_region(region, settings.world_size, settings.z3_timeout_ms, stats):
@@ -387,7 +393,7 @@ def _findings_for(
     return results
 
 
-def classify(divergence: Divergence, rules: dict[str, Rule]) -> tuple[Finding, tuple[str, str, int]] | None:
+def classify(divergence: Divergence, rules: dict[str, Rule]) -> Candidate | None:
     for code in CLASSIFICATION_ORDER:
         rule = rules.get(code)
         if rule is None or not rule.module.applies(divergence):
@@ -403,11 +409,12 @@ def classify(divergence: Divergence, rules: dict[str, Rule]) -> tuple[Finding, t
             counterexample=counterexample(divergence),
             function=divergence.region.function,
         )
-        return finding, (code, origin[0], origin[1]) if origin else (code, primary.path, primary.line)
+        key = (code, origin[0], origin[1]) if origin else (code, primary.path, primary.line)
+        return finding, key, _divergence_sites(divergence)
     return None
 
 
-def _set_order_finding(region: Region, rules: dict[str, Rule]) -> tuple[Finding, tuple[str, str, int]] | None:
+def _set_order_finding(region: Region, rules: dict[str, Rule]) -> Candidate | None:
     rule = rules.get("CC007")
     if rule is None:
         return None
@@ -416,7 +423,7 @@ def _set_order_finding(region: Region, rules: dict[str, Rule]) -> tuple[Finding,
     finding = Finding(
         rule.code, rule.severity, location, template, tuple(sorted(args.items())), None, region.function
     )
-    return finding, (rule.code, region.path_name, region.line)
+    return finding, (rule.code, region.path_name, region.line), ()
 
 
 def _site_location(chain: tuple[Site, ...], path: str, line: int, column: int) -> Location:
@@ -425,9 +432,9 @@ def _site_location(chain: tuple[Site, ...], path: str, line: int, column: int) -
     return Location(path, line, column)
 
 
-def _element_location(element: Element) -> Location:
-    if isinstance(element, CommEvent):
-        return _site_location(element.chain, element.path, element.line, element.column)
+def _element_location(element: Element, code: str = "") -> Location:
+    if isinstance(element, LoopEvent) and code != "CC002" and element.first is not None and not element.chain:
+        element = element.first  # a loop missing on some ranks: point at the collective inside it
     return _site_location(element.chain, element.path, element.line, element.column)
 
 
@@ -439,10 +446,16 @@ def _locations(d: Divergence, code: str) -> tuple[Location, tuple[str, int] | No
     if code == "CC002":
         loops: list[Element] = [e for e in candidates if isinstance(e, LoopEvent)]
         candidates = loops or candidates
+    if not candidates and d.exit is not None:  # a loop left early on some ranks: point at the exit
+        exit_ = d.exit
+        return _site_location(exit_.chain, exit_.path, exit_.line, exit_.column), (exit_.path, exit_.line)
     if not candidates:
         return Location(d.region.path_name, d.region.line, 0), None
-    chosen = min(candidates, key=lambda e: (_element_location(e).line, e.line))
-    return _element_location(chosen), (chosen.path, chosen.line)
+    chosen = min(candidates, key=lambda e: (_element_location(e, code).line, e.line))
+    location = _element_location(chosen, code)
+    if isinstance(chosen, LoopEvent) and code != "CC002" and chosen.first is not None and not chosen.chain:
+        return location, (location.path, location.line)
+    return location, (chosen.path, chosen.line)
 
 
 def _step(element: Element, trips: str = "") -> TraceStep:
@@ -483,14 +496,69 @@ def counterexample(d: Divergence) -> Counterexample:
     return Counterexample(world_size=model.world, ranks=tuple(ranks), values=model.values)
 
 
-def _deduplicate(candidates: list[tuple[Finding, tuple[str, str, int]]]) -> list[Finding]:
+_STANDALONE: dict[tuple[str, int], set[tuple[str, str, int]]] = {}
+
+
+def _reported_in_callee(
+    candidate: Candidate,
+    path: str,
+    catalog: Catalog,
+    settings: Settings,
+    project: Project | None,
+) -> bool:
+    """A divergence that a helper in another file shows on its own is reported there, once."""
+    finding, origin, sites = candidate
+    if project is None or origin[1] == path or finding.counterexample is None:
+        return False
+    for site in sites:
+        if not site.callee_path or site.callee_path == path:
+            continue
+        if origin in _standalone_origins(site.callee_path, site.callee, catalog, settings, project):
+            return True
+    return False
+
+
+def _divergence_sites(d: Divergence) -> tuple[Site, ...]:
+    sites: dict[Site, None] = {}
+    for element in (d.event_a, d.event_b):
+        if element is not None:
+            sites.update(dict.fromkeys(element.chain))
+    if d.exit is not None:
+        sites.update(dict.fromkeys(d.exit.chain))
+    return tuple(sites)
+
+
+def _standalone_origins(
+    path: str, function_name: str, catalog: Catalog, settings: Settings, project: Project
+) -> set[tuple[str, str, int]]:
+    module = load_project_module(path, catalog, project, settings)
+    if module is None:
+        return set()
+    function = module.functions.get(function_name)
+    if function is None:
+        return set()
+    key = (path, function.lineno)
+    if key not in _STANDALONE:
+        _STANDALONE[key] = set()  # recursion guard
+        extractor = Extractor(module, settings.max_paths, settings.max_inline_depth)
+        try:
+            regions = extractor.run_function(function, None, function_name)
+        except PathLimitExceeded:
+            regions = []
+        rules = {rule.code: rule for rule in all_rules()}
+        found = _findings_for(regions, rules, settings, SolveStats())
+        _STANDALONE[key] = {origin for _, origin, _ in found}
+    return _STANDALONE[key]
+
+
+def _deduplicate(candidates: list[Candidate]) -> list[Finding]:
     """A divergence is reported where it arises: in the helper that holds it, or at the call site
     closest to it, not again at every caller further up."""
     depth: dict[tuple[str, str, int], int] = {}
-    for finding, origin in candidates:
+    for finding, origin, _ in candidates:
         depth[origin] = min(depth.get(origin, 99), _chain_depth(finding))
     kept: dict[tuple[str, str, int], Finding] = {}
-    for finding, origin in candidates:
+    for finding, origin, _ in candidates:
         if _chain_depth(finding) > depth[origin]:
             continue
         key = (finding.code, finding.location.path, finding.location.line)

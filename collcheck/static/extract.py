@@ -236,13 +236,25 @@ def _text(node: ast.AST) -> str:
         return "<expr>"
 
 
-def _is_set_expr(node: ast.expr) -> bool:
+SET_METHODS = frozenset({"union", "intersection", "difference", "symmetric_difference"})
+
+
+def _is_set_expr(node: ast.expr, set_names: frozenset[str] | set[str] = frozenset()) -> bool:
+    """A set built here: literal, comprehension, set()/frozenset(), set operators and methods."""
     if isinstance(node, (ast.Set, ast.SetComp)):
         return True
+    if isinstance(node, ast.Name):
+        return node.id in set_names
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitOr, ast.BitAnd, ast.Sub, ast.BitXor)):
+        return _is_set_expr(node.left, set_names) or _is_set_expr(node.right, set_names)
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, ast.Name):
+        return node.func.id in ("set", "frozenset")
     return (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in ("set", "frozenset")
+        isinstance(node.func, ast.Attribute)
+        and node.func.attr in SET_METHODS
+        and _is_set_expr(node.func.value, set_names)
     )
 
 
@@ -287,10 +299,18 @@ class Extractor:
         self.regions = []
         self.loop_regions = {}
         self.nested = {}
+        self.set_names = set()
         self.local_imports = self._function_imports(node)
         env = self._bind_entry_parameters(node)
         frame = Frame(qualname, class_name, (), 0, (node,))
-        states = self.exec_block(node.body, [State(env)], frame)
+        start = State(env)
+        condition = self._decorator_condition(node, self.module)
+        if condition is not None:
+            # `@rank_zero_only`: the body runs on some ranks; the others skip it whole.
+            start = State(env, (condition,))
+        states = self.exec_block(node.body, [start], frame)
+        if condition is not None:
+            states.append(State(env, (negate(condition),)))
         paths = [Path(s.conds, s.events, s.exit) for s in states if s.exit is None or s.exit.kind != "break"]
         region = Region(qualname, "function", paths, node.lineno, path_name=self.module.path)
         return [region, *self.regions]
@@ -565,9 +585,7 @@ class Extractor:
         results: list[State] = []
         for current, iterable in self.eval(stmt.iter, state, frame):
             trip = self.trip_count(stmt.iter, iterable, current, frame)
-            over_set = _is_set_expr(stmt.iter) or (
-                isinstance(stmt.iter, ast.Name) and stmt.iter.id in self.set_names
-            )
+            over_set = _is_set_expr(stmt.iter, self.set_names)
             element = opaque(f"item@{_where(stmt)}", (iterable,))
             body_start = State(dict(current.env), (*current.conds, Compare(">=", trip, Const(1))), ())
             self.bind(stmt.target, element, body_start)
@@ -730,8 +748,10 @@ class Extractor:
     def bind(self, target: ast.expr, value: Expr, state: State, source: ast.expr | None = None) -> None:
         if isinstance(target, ast.Name):
             state.env[target.id] = value
-            if source is not None and _is_set_expr(source):
+            if source is not None and _is_set_expr(source, self.set_names):
                 self.set_names.add(target.id)
+            elif source is not None:
+                self.set_names.discard(target.id)
             return
         if isinstance(target, ast.Starred):
             self.bind(target.value, opaque(f"star@{_where(target)}", (value,)), state)
@@ -1053,14 +1073,19 @@ class Extractor:
         if frame.depth >= self.max_depth or function in frame.stack:
             return [(state, self.pure(call, state, frame, known))]
         owner_module = self.remote_modules.get(function, self.module)
-        if function not in owner_module.communicating and not self._returns_matter(function, owner_module):
+        communicates = function in owner_module.communicating or (
+            function in self.nested.values() and self._body_communicates(function)
+        )
+        if not communicates and not self._returns_matter(function, owner_module):
             return [(state, self.pure(call, state, frame, known))]
         env = self._bind_call_arguments(call, function, bound_self, state, frame, known)
-        site = Site(frame.function, function.name, self.module.path, call.lineno, call.col_offset)
+        site = Site(
+            frame.function, function.name, self.module.path, call.lineno, call.col_offset, owner_module.path
+        )
         owner = self._owner_class(function, class_name)
         inner = Frame(function.name, owner, (*frame.chain, site), frame.depth + 1, (*frame.stack, function))
         start = State(env, state.conds, state.events)
-        condition = self._decorator_condition(function)
+        condition = self._decorator_condition(function, owner_module)
         skipped: list[tuple[State, Expr]] = []
         if condition is not None:
             skipped = [(state.fork(negate(condition)), Const(None))]
@@ -1084,6 +1109,19 @@ class Extractor:
         collapsed = _collapse_returns(state, results)
         return [*collapsed, *skipped]
 
+    def _helper_for(self, call: ast.Call, owner: ModuleInfo) -> tuple[ModuleInfo, FunctionNode] | None:
+        """A function of the run that `call` (written in `owner`) reaches by its plain name."""
+        if isinstance(call.func, ast.Name) and call.func.id in owner.functions:
+            return owner, owner.functions[call.func.id]
+        if owner.project is None:
+            return None
+        name = qualified_name(call.func, owner.imports)
+        if name is None:
+            return None
+        from collcheck.static.engine import remote_function
+
+        return remote_function(owner, name, communicating_only=False)
+
     def _runner_for(self, function: FunctionNode) -> Extractor:
         """The extractor of the module that defines `function` (another file for imported helpers)."""
         other = self.remote_modules.get(function)
@@ -1096,10 +1134,30 @@ class Extractor:
             self.children[other.path] = child
         return child
 
-    def _returns_matter(self, function: FunctionNode, owner: ModuleInfo | None = None) -> bool:
-        """Inline a quiet helper only if what it returns may depend on the rank."""
-        imports = (owner or self.module).imports
+    def _body_communicates(self, function: FunctionNode) -> bool:
+        names = {f.name for f in self.module.communicating}
         for node in ast.walk(function):
+            if isinstance(node, ast.Call):
+                if self._op_spec(node, None) is not None:
+                    return True
+                if isinstance(node.func, ast.Name) and node.func.id in names:
+                    return True
+        return False
+
+    def _returns_matter(
+        self, function: FunctionNode, owner: ModuleInfo | None = None, depth: int = 0
+    ) -> bool:
+        """Inline a quiet helper only if what it returns may depend on the rank (directly, or
+        through another helper of the run that does)."""
+        owner = owner or self.module
+        imports = owner.imports
+        for node in ast.walk(function):
+            if isinstance(node, ast.Return) and node.value is not None and depth < 3:
+                for call in (n for n in ast.walk(node.value) if isinstance(n, ast.Call)):
+                    helper = self._helper_for(call, owner)
+                    if helper is not None and helper[1] is not function:
+                        if self._returns_matter(helper[1], helper[0], depth + 1):
+                            return True
             if isinstance(node, ast.Call):
                 name = qualified_name(node.func, imports)
                 if name in self.catalog.rank_functions:
@@ -1112,10 +1170,14 @@ class Extractor:
                 return True
         return any(arg.arg in self.catalog.rank_parameters for arg in function.args.args)
 
-    def _decorator_condition(self, function: FunctionNode) -> Expr | None:
+    def _decorator_condition(self, function: FunctionNode, owner: ModuleInfo) -> Expr | None:
         for decorator in function.decorator_list:
             target = decorator.func if isinstance(decorator, ast.Call) else decorator
-            name = qualified_name(target, self.module.imports)
+            name = qualified_name(target, owner.imports)
+            if name is None and isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                bound = owner.globals.get(target.value.id)  # `@accelerator.on_main_process`
+                if isinstance(bound, Atom) and bound.name.startswith("type:"):
+                    name = bound.name[5:].split("@", 1)[0] + "." + target.attr
             if name is not None and name in self.catalog.rank_decorators:
                 return value_from_spec(self.catalog.rank_decorators[name], f"decorator@{_where(decorator)}")
         return None

@@ -20,6 +20,7 @@ class Site:
     path: str
     line: int
     column: int
+    callee_path: str = ""  # where the callee is defined (another file for imported helpers)
 
 
 @dataclass(frozen=True)
