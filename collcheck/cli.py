@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -28,7 +28,7 @@ app = typer.Typer(
 SUBCOMMANDS = ("check", "rule", "rules", "estimate", "run", "trace", "version")
 
 
-def _codes(value: Optional[str]) -> Optional[tuple[str, ...]]:
+def _codes(value: str | None) -> tuple[str, ...] | None:
     if value is None:
         return None
     return tuple(code.strip().upper() for code in value.split(",") if code.strip())
@@ -41,24 +41,32 @@ def _fail(message: str) -> typer.Exit:
 
 @app.command("check")
 def check_command(
-    paths: Annotated[Optional[list[Path]], typer.Argument(help="Files or folders to check.")] = None,
+    paths: Annotated[list[Path] | None, typer.Argument(help="Files or folders to check.")] = None,
     output_format: Annotated[
         str, typer.Option("--format", "--output-format", help="text, concise, json, sarif, github or junit.")
     ] = "text",
-    select: Annotated[Optional[str], typer.Option(help="Comma-separated codes or prefixes to enable.")] = None,
-    extend_select: Annotated[Optional[str], typer.Option(help="Codes to enable on top of the selection.")] = None,
-    ignore: Annotated[Optional[str], typer.Option(help="Comma-separated codes or prefixes to disable.")] = None,
-    world_size: Annotated[
-        Optional[int], typer.Option(min=2, help="Only consider this world size (default: any >= 2).")
+    select: Annotated[str | None, typer.Option(help="Comma-separated codes or prefixes to enable.")] = None,
+    extend_select: Annotated[
+        str | None, typer.Option(help="Codes to enable on top of the selection.")
     ] = None,
-    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Worker processes (default: all cores).")] = None,
+    ignore: Annotated[str | None, typer.Option(help="Comma-separated codes or prefixes to disable.")] = None,
+    world_size: Annotated[
+        int | None, typer.Option(min=2, help="Only consider this world size (default: any >= 2).")
+    ] = None,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", min=1, help="Worker processes (default: all cores).")
+    ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
-    config: Annotated[Optional[Path], typer.Option(help="Use this pyproject.toml instead of searching.")] = None,
-    z3_timeout: Annotated[Optional[int], typer.Option(help="Milliseconds per solver query.")] = None,
+    config: Annotated[Path | None, typer.Option(help="Use this pyproject.toml instead of searching.")] = None,
+    z3_timeout: Annotated[int | None, typer.Option(help="Milliseconds per solver query.")] = None,
     statistics: Annotated[bool, typer.Option("--statistics", help="Count findings per code.")] = False,
-    exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")] = False,
+    exit_zero: Annotated[
+        bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")
+    ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print solver notes.")] = False,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report to this file.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the report to this file.")
+    ] = None,
 ) -> None:
     """Check Python files for collective mismatches, deadlocks and memory blow-ups."""
     from collcheck.api import check_paths
@@ -119,8 +127,14 @@ def rules_command(
         typer.echo(
             json.dumps(
                 [
-                    {"code": r.code, "name": r.name, "severity": r.severity.value, "status": r.status,
-                     "default": r.default_enabled, "summary": r.summary}
+                    {
+                        "code": r.code,
+                        "name": r.name,
+                        "severity": r.severity.value,
+                        "status": r.status,
+                        "default": r.default_enabled,
+                        "summary": r.summary,
+                    }
                     for r in rules
                 ],
                 indent=2,
@@ -160,7 +174,7 @@ def _with_default_command(argv: list[str]) -> list[str]:
     return ["check", *argv]
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Entry point callable from tests: returns the exit code instead of exiting."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--version"]:

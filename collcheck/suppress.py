@@ -69,7 +69,9 @@ def apply_suppressions(
         else:
             hit.used.add(finding.code)
     unused = [
-        UnusedSuppression(location=Location(path, item.line), codes=tuple(sorted(set(item.codes) - item.used)))
+        UnusedSuppression(
+            location=Location(path, item.line), codes=tuple(sorted(set(item.codes) - item.used))
+        )
         for item in suppressions
         if (item.codes and set(item.codes) - item.used) or (not item.codes and not item.used)
     ]

@@ -65,7 +65,9 @@ def render_finding(finding: Finding, concise: bool) -> list[str]:
     return lines
 
 
-def render_text(result: RunResult, *, concise: bool = False, verbose: bool = False, statistics: bool = False) -> str:
+def render_text(
+    result: RunResult, *, concise: bool = False, verbose: bool = False, statistics: bool = False
+) -> str:
     out: list[str] = []
     for finding in result.findings:
         out.extend(render_finding(finding, concise))

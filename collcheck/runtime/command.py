@@ -1,17 +1,136 @@
-"""`collcheck run` and `collcheck trace` (owned by the runtime tracer; placeholder until it lands)."""
+"""`collcheck run` and `collcheck trace`: thin CLI over launch.py and analyze.py."""
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
+from collcheck.runtime.analyze import Analysis, TraceError, analyze, load_dir, render_text, to_json
 
-def run_command() -> None:
-    """Run a command with the tracer."""
-    typer.echo("collcheck run: not implemented yet", err=True)
-    raise typer.Exit(2)
+TRACE_FORMATS = ("text", "json", "perfetto")
+HANG_GRACE_S = 30.0  # the launcher's backstop fires this long after the in-process watchdog should have
 
 
-def trace_command() -> None:
-    """Analyse traces offline."""
-    typer.echo("collcheck trace: not implemented yet", err=True)
-    raise typer.Exit(2)
+def run_command(
+    ctx: typer.Context,
+    verify: Annotated[bool, typer.Option("--verify", help="Cross-check ranks in the background.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Check agreement before each collective.")] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="Seconds a collective may wait before a stall report.")
+    ] = 300.0,
+    trace_dir: Annotated[Path, typer.Option("--trace-dir", help="Where each rank writes its trace.")] = Path(
+        "collcheck-trace"
+    ),
+    print_env: Annotated[
+        bool, typer.Option("--print-env", help="Print the environment for launchers collcheck does not wrap.")
+    ] = False,
+) -> None:
+    """Run COMMAND (python script.py, torchrun ...) with the collective tracer in every process."""
+    from collcheck.runtime import launch
+    from collcheck.runtime.tracer import TraceConfig, config_to_env
+
+    config = TraceConfig(trace_dir=str(trace_dir), verify=verify or strict, strict=strict, timeout_s=timeout)
+    env = launch.tracing_env({}, config_to_env(config))
+    if print_env:
+        for key, value in sorted(env.items()):
+            shown = f"{value}:$PYTHONPATH" if key == "PYTHONPATH" else value
+            typer.echo(f"export {key}={shlex.quote(shown) if key != 'PYTHONPATH' else shown}")
+        raise typer.Exit(0)
+    command = list(ctx.args)
+    if not command:
+        typer.echo("collcheck: error: no command (usage: collcheck run [OPTIONS] -- COMMAND...)", err=True)
+        raise typer.Exit(2)
+    launch.clear_old_traces(str(trace_dir))
+    outcome = launch.run(
+        command,
+        launch.tracing_env(dict(os.environ), config_to_env(config)),
+        trace_dir=str(trace_dir),
+        hang_after_s=timeout + HANG_GRACE_S,
+    )
+    raise typer.Exit(_finish(outcome, str(trace_dir), strict))
+
+
+def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
+    """Print the cross-rank analysis when the job failed, hung, was interrupted or diverged."""
+    from collcheck.runtime.launch import RunOutcome
+
+    assert isinstance(outcome, RunOutcome)
+    try:
+        analysis = analyze(load_dir(trace_dir))
+    except TraceError:
+        typer.echo(
+            f"collcheck: no traces in {trace_dir} (did the command initialise torch.distributed?)", err=True
+        )
+        return outcome.returncode
+    failed = outcome.returncode != 0 or outcome.hung or outcome.interrupted
+    if failed or analysis.diverged or analysis.warnings:
+        typer.echo(_headline(outcome), err=True)
+        typer.echo(render_text(analysis), err=True)
+    else:
+        typer.echo(
+            f"collcheck: {len(analysis.ranks)} ranks traced, consistent; traces in {trace_dir}", err=True
+        )
+    if outcome.returncode != 0:
+        return outcome.returncode
+    return analysis.exit_code(strict) if not outcome.hung else 1
+
+
+def _headline(outcome: object) -> str:
+    from collcheck.runtime.launch import RunOutcome
+
+    assert isinstance(outcome, RunOutcome)
+    if outcome.interrupted:
+        why = "was interrupted"
+    elif outcome.hung:
+        why = f"hung and was stopped after {outcome.seconds:.0f}s"
+    elif outcome.returncode != 0:
+        why = f"exited with status {outcome.returncode}"
+    else:
+        why = "finished"
+    return f"\ncollcheck: the job {why}; cross-rank analysis of the traces:"
+
+
+def trace_command(
+    directory: Annotated[
+        Path, typer.Argument(help="A trace directory (collcheck or Flight Recorder dumps).")
+    ],
+    output_format: Annotated[str, typer.Option("--format", help="text, json or perfetto.")] = "text",
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write here (perfetto default: DIR/trace.perfetto.json)."),
+    ] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Call-site divergence fails too.")] = False,
+) -> None:
+    """Analyse recorded traces offline; exit 1 when the ranks diverged."""
+    if output_format not in TRACE_FORMATS:
+        typer.echo(
+            f"collcheck: error: unknown format '{output_format}' (expected text, json or perfetto)", err=True
+        )
+        raise typer.Exit(2)
+    try:
+        analysis = analyze(load_dir(str(directory)))
+    except TraceError as error:
+        typer.echo(f"collcheck: error: {error}", err=True)
+        raise typer.Exit(2) from error
+    _emit(analysis, output_format, output, directory)
+    raise typer.Exit(analysis.exit_code(strict))
+
+
+def _emit(analysis: Analysis, output_format: str, output: Path | None, directory: Path) -> None:
+    if output_format == "perfetto":
+        from collcheck.runtime.perfetto import to_perfetto
+
+        target = output or directory / "trace.perfetto.json"
+        target.write_text(json.dumps(to_perfetto(analysis)), encoding="utf-8")
+        typer.echo(f"wrote {target} (open it in https://ui.perfetto.dev)")
+        return
+    text = json.dumps(to_json(analysis), indent=2) if output_format == "json" else render_text(analysis)
+    if output is not None:
+        output.write_text(text + "\n", encoding="utf-8")
+    else:
+        typer.echo(text)

@@ -71,8 +71,9 @@ OP_SPECS: tuple[OpSpec, ...] = (
 class Sink(Protocol):
     """What the hook reports to (the Tracer)."""
 
-    def begin(self, spec: OpSpec, group: Any, tensors: list[Any], reduce_op: int | None,
-              root: int | None) -> object | None: ...
+    def begin(
+        self, spec: OpSpec, group: Any, tensors: list[Any], reduce_op: int | None, root: int | None
+    ) -> object | None: ...
 
     def attach(self, token: object, work: Any) -> None: ...
 
@@ -97,8 +98,9 @@ def install(sink: Sink) -> str:
         try:
             _installed = _install_dispatcher(sink)
         except Exception as error:  # registration refused: keep tracing what Python issues
-            log.warning("collcheck: dispatcher hook unavailable (%s); tracing torch.distributed calls only",
-                        error)
+            log.warning(
+                "collcheck: dispatcher hook unavailable (%s); tracing torch.distributed calls only", error
+            )
             _installed = _install_python_fallback(sink)
         return _installed.mechanism
 
@@ -118,7 +120,7 @@ def uninstall() -> None:
 def _install_dispatcher(sink: Sink) -> _Installed:
     import torch
 
-    library = torch.library.Library("c10d", "IMPL")
+    library: Any = torch.library.Library("c10d", "IMPL")  # type: ignore[no-untyped-call]
     below = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
     registered = 0
     for spec in OP_SPECS:
@@ -191,9 +193,15 @@ def _install_python_fallback(sink: Sink) -> _Installed:
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
-    names = {"all_reduce": "allreduce_", "broadcast": "broadcast_", "barrier": "barrier",
-             "all_gather_into_tensor": "_allgather_base_", "reduce_scatter_tensor": "_reduce_scatter_base_",
-             "all_gather": "allgather_", "reduce": "reduce_"}
+    names = {
+        "all_reduce": "allreduce_",
+        "broadcast": "broadcast_",
+        "barrier": "barrier",
+        "all_gather_into_tensor": "_allgather_base_",
+        "reduce_scatter_tensor": "_reduce_scatter_base_",
+        "all_gather": "allgather_",
+        "reduce": "reduce_",
+    }
     by_name = {spec.name: spec for spec in OP_SPECS}
     originals: dict[str, Any] = {}
     for public, c10d_name in names.items():
@@ -236,10 +244,26 @@ def _python_wrapper(spec: OpSpec, original: Callable[..., Any], sink: Sink) -> C
 
 
 def _skipped_prefixes() -> tuple[str, ...]:
+    """Frames that are never the user's call site: torch, collcheck, the standard library (functools,
+    contextlib wrappers), typing_extensions' @deprecated wrapper and generated code (`<eval_with_key>`
+    of FX graphs under torch.compile, `<frozen ...>`)."""
+    import sysconfig
+
     import torch
 
     here = os.path.dirname(os.path.abspath(__file__))
-    return (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, here + os.sep, "<frozen ")
+    stdlib = {sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib")}
+    wrappers = []
+    typing_extensions = sys.modules.get("typing_extensions")
+    if typing_extensions is not None and getattr(typing_extensions, "__file__", None):
+        wrappers.append(os.path.abspath(str(typing_extensions.__file__)))
+    return (
+        os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+        here + os.sep,
+        *(path + os.sep for path in stdlib),
+        *wrappers,
+        "<",
+    )
 
 
 _SKIP: tuple[str, ...] | None = None

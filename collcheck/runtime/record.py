@@ -8,6 +8,7 @@ never imports torch.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -40,6 +41,7 @@ class CallSite:
         return f"{display_path(self.file)}:{self.line}"
 
 
+@functools.lru_cache(maxsize=4096)
 def display_path(path: str) -> str:
     """Relative to the working directory when inside it, so reports read `train.py:13`."""
     try:
@@ -67,6 +69,7 @@ class CollectiveEvent:
     t_start: float = 0.0
     t_end: float | None = None  # filled from the matching `done` line when completion was observed
     group_desc: str = ""
+    observable: bool = True  # False after an `unobserved` line: the backend offers no completion
 
     @property
     def signature(self) -> str:
@@ -78,8 +81,11 @@ class CollectiveEvent:
     @property
     def describe(self) -> str:
         """`all_reduce(float32[1024])`, or `all_reduce(float32[1024], op=max)` when not a sum."""
-        tensors = ", ".join(f"{dtype}[{'x'.join(map(str, shape))}]" for shape, dtype in
-                            zip(self.shapes, self.dtypes))
+        if self.shapes:
+            pairs = zip(self.shapes, self.dtypes, strict=False)
+            tensors = ", ".join(f"{dtype}[{'x'.join(map(str, shape))}]" for shape, dtype in pairs)
+        else:  # ops whose shapes may legitimately differ (all_to_all) record dtypes only
+            tensors = ", ".join(self.dtypes)
         extras = []
         if self.reduce_op not in (None, "sum"):
             extras.append(f"op={self.reduce_op}")
@@ -88,12 +94,30 @@ class CollectiveEvent:
         return f"{self.op}({', '.join(filter(None, [tensors, *extras]))})"
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["ev"] = "coll"
-        data["site"] = {"file": self.site.file, "line": self.site.line, "func": self.site.func,
-                        "stack": list(self.site.stack), "via": self.site.via}
-        data.pop("t_end")
-        return data
+        # Built by hand: dataclasses.asdict deep-copies and is several times slower on the hot path.
+        site = self.site
+        return {
+            "ev": "coll",
+            "rank": self.rank,
+            "group": self.group,
+            "group_ranks": self.group_ranks,
+            "seq": self.seq,
+            "op": self.op,
+            "shapes": self.shapes,
+            "dtypes": self.dtypes,
+            "reduce_op": self.reduce_op,
+            "root": self.root,
+            "site": {
+                "file": site.file,
+                "line": site.line,
+                "func": site.func,
+                "stack": site.stack,
+                "via": site.via,
+            },
+            "thread": self.thread,
+            "t_start": self.t_start,
+            "group_desc": self.group_desc,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CollectiveEvent:
@@ -131,7 +155,7 @@ class DoneEvent:
     ok: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        return {"ev": "done", **asdict(self)}
+        return {"ev": "done", "group": self.group, "seq": self.seq, "t_end": self.t_end, "ok": self.ok}
 
 
 @dataclass(frozen=True)

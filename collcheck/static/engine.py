@@ -28,7 +28,7 @@ from collcheck.static.extract import (
 )
 from collcheck.static.names import module_imports, qualified_name
 from collcheck.static.prefilter import _trigger_pattern
-from collcheck.static.program import CommEvent, Element, LoopEvent, Region, Site
+from collcheck.static.program import Element, LoopEvent, Region, Site
 from collcheck.static.project import Project
 from collcheck.static.solve import Divergence, SolveStats, solve_region
 from collcheck.static.symbolic import Atom, Const, Expr, GroupVal, is_rank_dependent, opaque
