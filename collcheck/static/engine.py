@@ -130,9 +130,11 @@ def _class_constants(node: ast.ClassDef) -> dict[str, Expr]:
             if isinstance(value.operand.value, int):
                 constants[getattr(target, "id", "")] = Const(-value.operand.value)
             continue
-        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
-            if isinstance(value.value, (int, str, bool)) or value.value is None:
-                constants[target.id] = Const(value.value)
+        literal = isinstance(value, ast.Constant) and (
+            isinstance(value.value, (int, str, bool)) or value.value is None
+        )
+        if isinstance(target, ast.Name) and literal:
+            constants[target.id] = Const(value.value)  # type: ignore[attr-defined]
     constants.pop("", None)
     return constants
 

@@ -1155,9 +1155,9 @@ class Extractor:
             if isinstance(node, ast.Return) and node.value is not None and depth < 3:
                 for call in (n for n in ast.walk(node.value) if isinstance(n, ast.Call)):
                     helper = self._helper_for(call, owner)
-                    if helper is not None and helper[1] is not function:
-                        if self._returns_matter(helper[1], helper[0], depth + 1):
-                            return True
+                    nested = helper is not None and helper[1] is not function
+                    if nested and self._returns_matter(helper[1], helper[0], depth + 1):  # type: ignore[index]
+                        return True
             if isinstance(node, ast.Call):
                 name = qualified_name(node.func, imports)
                 if name in self.catalog.rank_functions:

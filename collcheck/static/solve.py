@@ -275,9 +275,9 @@ def _term_pairs(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]) -> list[
             pairs.append(("root", index, x.root, y.root))
         if x.reduce_op is not None and y.reduce_op is not None:
             pairs.append(("reduce_op", index, x.reduce_op, y.reduce_op))
-        if x.kind == "group_create" and x.ranks_arg is not None and y.ranks_arg is not None:
-            if not (_singleton(x.ranks_arg) and _singleton(y.ranks_arg)):
-                pairs.append(("group_args", index, x.ranks_arg, y.ranks_arg))
+        creates = x.kind == "group_create" and x.ranks_arg is not None and y.ranks_arg is not None
+        if creates and not (_singleton(x.ranks_arg) and _singleton(y.ranks_arg)):  # type: ignore[arg-type]
+            pairs.append(("group_args", index, x.ranks_arg, y.ranks_arg))  # type: ignore[arg-type]
     return [p for p in pairs if p[2] != p[3] or is_rank_dependent(p[2])]
 
 
