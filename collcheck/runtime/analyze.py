@@ -1,0 +1,549 @@
+"""Offline cross-rank analysis of collcheck traces and PyTorch Flight Recorder dumps.
+
+Collectives are aligned per (group, sequence number). Nothing trusts a particular rank: at the
+first sequence number where ranks disagree the majority is the reference (ties go to the class
+holding the lowest rank), and every side is shown with its own call site. Never imports torch:
+Flight Recorder pickles contain only builtin types.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from collcheck.runtime.record import (
+    TRACE_PREFIX,
+    TRACE_SUFFIX,
+    CallSite,
+    CollectiveEvent,
+    read_trace,
+)
+
+
+@dataclass(frozen=True)
+class Side:
+    """One rank's view of one collective."""
+
+    rank: int
+    describe: str
+    site: str
+    stack: tuple[str, ...] = ()
+    completed: bool | None = None
+
+    @property
+    def text(self) -> str:
+        return f"rank {self.rank} {self.describe} at {self.site}"
+
+    @classmethod
+    def of(cls, event: CollectiveEvent) -> Side:
+        completed = event.t_end is not None if event.observable else None
+        return cls(event.rank, event.describe, event.site.short, event.site.stack, completed)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first sequence number of a group where ranks disagree.
+
+    kind "mismatch": different collectives (op, shapes, dtypes, reduce op, root);
+    kind "callsite": the same collective issued from different lines (a warning).
+    `sides` is the reference first, then one side per other variant; `ranks` lists every rank per
+    variant in the same order.
+    """
+
+    group: str
+    seq: int
+    kind: str
+    sides: tuple[Side, ...]
+    ranks: tuple[tuple[int, ...], ...]
+
+    @property
+    def text(self) -> str:
+        ordered = sorted(self.sides[:2], key=lambda side: side.rank)
+        return f"{ordered[0].text} vs {ordered[1].text} (group {self.group}, #{self.seq})"
+
+
+@dataclass(frozen=True)
+class Missing:
+    """Ranks of a group that never issued a collective that another member issued."""
+
+    group: str
+    seq: int
+    ranks: tuple[int, ...]
+    issued_by: Side
+
+    @property
+    def text(self) -> str:
+        who = ", ".join(f"rank {rank}" for rank in self.ranks)
+        return (
+            f"{who} never issued {self.issued_by.describe} (group {self.group}, #{self.seq}); "
+            f"rank {self.issued_by.rank} issued it at {self.issued_by.site}"
+        )
+
+
+RUNTIME_ERROR_KINDS = ("mismatch", "callsite", "stall")  # errors the tracer raised while the job ran
+
+
+@dataclass(frozen=True)
+class RuntimeReport:
+    rank: int
+    kind: str
+    severity: str
+    text: str
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    rank: int
+    source: str  # "collcheck" or "flight-recorder"
+    collectives: int
+    last: Side | None
+    exited: bool | None  # None when the source cannot tell (Flight Recorder)
+    path: str = ""
+
+    @property
+    def text(self) -> str:
+        if self.last is None:
+            head = "no collective recorded"
+        else:
+            state = {True: "completed", False: "not completed", None: "completion not observable"}[
+                self.last.completed
+            ]
+            count = f"{self.collectives} collective{'' if self.collectives == 1 else 's'}"
+            head = f"{count}; last {self.last.describe} at {self.last.site}, {state}"
+        if self.exited is False:
+            head += "; trace ends without an exit record (killed, crashed or aborted)"
+        return head
+
+
+@dataclass
+class RankTrace:
+    rank: int
+    source: str
+    path: str
+    events: list[CollectiveEvent] = field(default_factory=list)
+    reports: list[RuntimeReport] = field(default_factory=list)
+    exited: bool | None = None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    ranks: tuple[int, ...]
+    groups: tuple[tuple[str, tuple[int, ...], int], ...]  # name, members, collectives issued (max)
+    divergences: tuple[Divergence, ...]
+    missing: tuple[Missing, ...]
+    summaries: tuple[RankSummary, ...]
+    reports: tuple[RuntimeReport, ...]
+    events: dict[int, list[CollectiveEvent]] = field(default_factory=dict, compare=False)
+
+    @property
+    def mismatches(self) -> tuple[Divergence, ...]:
+        return tuple(d for d in self.divergences if d.kind == "mismatch")
+
+    @property
+    def warnings(self) -> tuple[Divergence, ...]:
+        return tuple(d for d in self.divergences if d.kind == "callsite")
+
+    @property
+    def runtime_errors(self) -> tuple[RuntimeReport, ...]:
+        return tuple(r for r in self.reports if r.severity == "error" and r.kind in RUNTIME_ERROR_KINDS)
+
+    @property
+    def diverged(self) -> bool:
+        return bool(self.mismatches or self.missing or self.runtime_errors)
+
+    def exit_code(self, strict: bool = False) -> int:
+        return 1 if self.diverged or (strict and self.warnings) else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+class TraceError(Exception):
+    """The directory holds nothing that could be read as a trace."""
+
+
+def load_dir(path: str) -> list[RankTrace]:
+    if not os.path.isdir(path):
+        raise TraceError(f"{path}: not a directory")
+    traces: list[RankTrace] = []
+    for name in sorted(os.listdir(path)):
+        full = os.path.join(path, name)
+        if not os.path.isfile(full):
+            continue
+        trace = load_file(full)
+        if trace is not None:
+            traces.append(trace)
+    if not traces:
+        raise TraceError(f"{path}: no collcheck traces or Flight Recorder dumps found")
+    return traces
+
+
+def load_file(path: str) -> RankTrace | None:
+    name = os.path.basename(path)
+    if name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX):
+        return _load_collcheck(path)
+    return _load_flight_recorder(path)
+
+
+def _load_collcheck(path: str) -> RankTrace:
+    rows = read_trace(path)
+    digits = re.search(r"(\d+)", os.path.basename(path)[len(TRACE_PREFIX) :])
+    rank = int(digits.group(1)) if digits else -1
+    trace = RankTrace(rank=rank, source="collcheck", path=path, exited=False)
+    by_key: dict[tuple[str, int], CollectiveEvent] = {}
+    for row in rows:
+        kind = row.get("ev")
+        if kind == "header":
+            trace.rank = int(row.get("rank", rank))
+        elif kind == "coll":
+            event = CollectiveEvent.from_json(row)
+            by_key[(event.group, event.seq)] = event
+            trace.events.append(event)
+        elif kind == "done":
+            done = by_key.get((str(row.get("group")), int(row.get("seq", 0))))
+            if done is not None and row.get("ok", True):
+                done.t_end = float(row.get("t_end", done.t_start))
+        elif kind == "unobserved":
+            unknown = by_key.get((str(row.get("group")), int(row.get("seq", 0))))
+            if unknown is not None:
+                unknown.observable = False
+        elif kind == "report":
+            trace.reports.append(
+                RuntimeReport(
+                    int(row.get("rank", trace.rank)),
+                    str(row.get("kind")),
+                    str(row.get("severity")),
+                    str(row.get("text")),
+                )
+            )
+        elif kind == "exit":
+            trace.exited = True
+    return trace
+
+
+# Flight Recorder ------------------------------------------------------------------------------
+
+_FR_DTYPES = {
+    "Float": "float32",
+    "Double": "float64",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Int": "int32",
+    "Long": "int64",
+    "Short": "int16",
+    "Char": "int8",
+    "Byte": "uint8",
+    "Bool": "bool",
+    "ComplexFloat": "complex64",
+    "ComplexDouble": "complex128",
+}
+# Not user frames: torch itself, and collcheck's hook when the job was traced by both.
+_TORCH_FILE = re.compile(r"[/\\]torch[/\\]|[/\\]collcheck[/\\]runtime[/\\]")
+
+
+def _load_flight_recorder(path: str) -> RankTrace | None:
+    dump = _read_dump(path)
+    if not isinstance(dump, dict) or not isinstance(dump.get("entries"), list):
+        return None
+    rank = _dump_rank(dump, path)
+    if rank is None:
+        return None
+    configs = _pg_ranks(dump.get("pg_config"))
+    trace = RankTrace(rank=rank, source="flight-recorder", path=path, exited=None)
+    for entry in dump["entries"]:
+        if isinstance(entry, dict):
+            event = _fr_event(entry, rank, configs)
+            if event is not None:
+                trace.events.append(event)
+    return trace
+
+
+def _read_dump(path: str) -> Any:
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(1)
+            handle.seek(0)
+            if head in (b"{", b"["):
+                return json.load(handle)
+            # Flight Recorder's own format; only load dumps you trust, as with any pickle.
+            return pickle.load(handle)
+    except Exception:
+        return None
+
+
+def _dump_rank(dump: dict[str, Any], path: str) -> int | None:
+    if isinstance(dump.get("rank"), int):
+        return int(dump["rank"])
+    digits = re.search(r"(\d+)(?:\.\w+)?$", os.path.basename(path))  # FR names files <prefix><rank>
+    return int(digits.group(1)) if digits else None
+
+
+def _pg_ranks(config: Any) -> dict[str, tuple[int, ...]]:
+    found: dict[str, tuple[int, ...]] = {}
+    if not isinstance(config, dict):
+        return found
+    for name, value in config.items():
+        ranks = value.get("ranks") if isinstance(value, dict) else None
+        try:
+            parsed = json.loads(ranks) if isinstance(ranks, str) else ranks
+            found[str(name)] = tuple(int(r) for r in parsed or ())
+        except Exception:  # unparseable: members are inferred from the entries instead
+            continue
+    return found
+
+
+def _fr_event(
+    entry: dict[str, Any], rank: int, configs: dict[str, tuple[int, ...]]
+) -> CollectiveEvent | None:
+    group_field = entry.get("process_group") or ("", "")
+    group = str(group_field[0]) if isinstance(group_field, (list, tuple)) else str(group_field)
+    p2p = bool(entry.get("is_p2p"))
+    seq = int(entry.get("p2p_seq_id" if p2p else "collective_seq_id") or 0)
+    if seq <= 0:
+        return None
+    # Raw gloo dumps key pg_config by "" while entries name the group "0": fall back to the only one.
+    ranks = configs.get(group) or (next(iter(configs.values())) if len(configs) == 1 else ())
+    created = float(entry.get("time_created_ns") or 0) / 1e9
+    completed_ns = entry.get("time_discovered_completed_ns")
+    done = entry.get("state") == "completed" or bool(entry.get("retired"))
+    return CollectiveEvent(
+        rank=rank,
+        group=f"{group}:p2p" if p2p else group,
+        group_ranks=ranks,
+        seq=seq,
+        op=str(entry.get("profiling_name", "?")).split(":")[-1],
+        shapes=tuple(tuple(int(d) for d in size) for size in entry.get("input_sizes") or ()),
+        dtypes=tuple(_FR_DTYPES.get(str(d), str(d)) for d in entry.get("input_dtypes") or ()),
+        site=_fr_site(entry.get("frames") or ()),
+        thread=str(entry.get("thread_name", "")),
+        t_start=created,
+        t_end=(float(completed_ns) / 1e9 if completed_ns else created) if done else None,
+        group_desc=str(group_field[1])
+        if isinstance(group_field, (list, tuple)) and len(group_field) > 1
+        else "",
+    )
+
+
+def _fr_site(frames: Any) -> CallSite:
+    """The first frame outside torch (FR frames are innermost first)."""
+    user = [f for f in frames if isinstance(f, dict) and not _TORCH_FILE.search(str(f.get("filename", "")))]
+    if not user:
+        return CallSite()
+    first = user[0]
+    stack = tuple(f"{f.get('filename')}:{f.get('line')} in {f.get('name')}" for f in user[:4])
+    return CallSite(
+        str(first.get("filename", "")), int(first.get("line", 0)), str(first.get("name", "")), stack
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Analysis
+
+
+def analyze(traces: list[RankTrace]) -> Analysis:
+    events = {trace.rank: trace.events for trace in traces}
+    by_group: dict[str, dict[int, dict[int, CollectiveEvent]]] = {}
+    members: dict[str, set[int]] = {}
+    for rank, rank_events in events.items():
+        for event in rank_events:
+            by_group.setdefault(event.group, {}).setdefault(rank, {})[event.seq] = event
+            members.setdefault(event.group, set()).update(event.group_ranks or (rank,))
+            members[event.group].add(rank)
+    divergences: list[Divergence] = []
+    missing: list[Missing] = []
+    groups = []
+    for group in sorted(by_group, key=_group_order):
+        ranks_events = by_group[group]
+        groups.append(
+            (group, tuple(sorted(members[group])), max(max(seqs) for seqs in ranks_events.values()))
+        )
+        if group.endswith(":p2p"):  # sends and receives pair up across ranks, not by sequence
+            continue
+        divergences.extend(_divergences(group, ranks_events))
+        found = _missing(group, ranks_events, members[group] & set(events))
+        if found is not None:
+            missing.append(found)
+    return Analysis(
+        ranks=tuple(sorted(events)),
+        groups=tuple(groups),
+        divergences=tuple(divergences),
+        missing=tuple(missing),
+        summaries=tuple(_summary(trace) for trace in sorted(traces, key=lambda t: t.rank)),
+        reports=tuple(report for trace in traces for report in trace.reports),
+        events=events,
+    )
+
+
+def _group_order(name: str) -> tuple[int, str]:
+    return (int(name), "") if name.isdigit() else (1 << 30, name)
+
+
+def _divergences(group: str, ranks_events: dict[int, dict[int, CollectiveEvent]]) -> list[Divergence]:
+    """The first mismatch of the group, and the first call-site divergence before it."""
+    found: list[Divergence] = []
+    all_seqs = sorted({seq for seqs in ranks_events.values() for seq in seqs})
+    for seq in all_seqs:
+        present = {rank: seqs[seq] for rank, seqs in ranks_events.items() if seq in seqs}
+        if len(present) < 2:
+            continue
+        variants = _variants(present, lambda event: event.signature)
+        if len(variants) > 1:
+            found.append(_divergence(group, seq, "mismatch", variants, present))
+            return found  # later sequence numbers are misaligned: the first one is the answer
+        sites = _variants(present, lambda event: event.site.short)
+        if len(sites) > 1 and not any(d.kind == "callsite" for d in found):
+            found.append(_divergence(group, seq, "callsite", sites, present))
+    return found
+
+
+def _variants(present: dict[int, CollectiveEvent], key: Any) -> list[tuple[int, ...]]:
+    """Ranks grouped by `key`, largest group first, ties broken by lowest rank (no trusted rank)."""
+    classes: dict[str, list[int]] = {}
+    for rank in sorted(present):
+        classes.setdefault(key(present[rank]), []).append(rank)
+    return sorted((tuple(ranks) for ranks in classes.values()), key=lambda ranks: (-len(ranks), ranks[0]))
+
+
+def _divergence(
+    group: str, seq: int, kind: str, variants: list[tuple[int, ...]], present: dict[int, CollectiveEvent]
+) -> Divergence:
+    sides = tuple(Side.of(present[ranks[0]]) for ranks in variants)
+    return Divergence(group, seq, kind, sides, tuple(variants))
+
+
+def _missing(
+    group: str, ranks_events: dict[int, dict[int, CollectiveEvent]], members: set[int]
+) -> Missing | None:
+    """The earliest collective of the group that some traced member never issued."""
+    counts = {rank: max(ranks_events[rank]) if rank in ranks_events else 0 for rank in members}
+    if not counts:
+        return None
+    lowest = min(counts.values())
+    if lowest == max(counts.values()):
+        return None
+    seq = lowest + 1
+    behind = tuple(sorted(rank for rank, count in counts.items() if count == lowest))
+    issuer = min(rank for rank, count in counts.items() if count >= seq)
+    return Missing(group, seq, behind, Side.of(ranks_events[issuer][seq]))
+
+
+def _summary(trace: RankTrace) -> RankSummary:
+    last = max(trace.events, key=lambda event: event.t_start) if trace.events else None
+    return RankSummary(
+        trace.rank, trace.source, len(trace.events), Side.of(last) if last else None, trace.exited, trace.path
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+
+
+def render_text(analysis: Analysis) -> str:
+    lines = [
+        f"collcheck trace: {_plural(len(analysis.ranks), 'rank')}, {_plural(len(analysis.groups), 'group')}"
+    ]
+    for group, members, count in analysis.groups:
+        lines.append(f"group {group} (ranks {_ranks_text(members)}): {_plural(count, 'collective')}")
+        for divergence in (d for d in analysis.divergences if d.group == group):
+            label = "first divergence" if divergence.kind == "mismatch" else "warning: call sites differ"
+            lines.append(f"  {label}: {divergence.text}")
+            for side, ranks in zip(divergence.sides, divergence.ranks, strict=False):
+                stack = " <- ".join(_short_frame(frame) for frame in side.stack[:3]) or side.site
+                lines.append(f"    {_plural_label(ranks)}: {side.describe} at {stack}")
+        for item in (m for m in analysis.missing if m.group == group):
+            lines.append(f"  never issued: {item.text}")
+    lines.append("per rank:")
+    for summary in analysis.summaries:
+        lines.append(f"  rank {summary.rank}: {summary.text}")
+    if analysis.reports:
+        lines.append("reported at run time:")
+        for report in analysis.reports:
+            body = report.text.replace("\n", "\n    ")
+            lines.append(f"  rank {report.rank} {report.severity} ({report.kind}): {body}")
+    verdict = "ranks diverged" if analysis.diverged else "consistent"
+    if not analysis.diverged and analysis.warnings:
+        verdict += " (with call-site warnings)"
+    lines.append(f"result: {verdict}")
+    return "\n".join(lines)
+
+
+def _short_frame(frame: str) -> str:
+    path, _, rest = frame.partition(":")
+    from collcheck.runtime.record import display_path
+
+    return f"{display_path(path)}:{rest}"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _ranks_text(ranks: tuple[int, ...]) -> str:
+    return ",".join(map(str, ranks))
+
+
+def to_json(analysis: Analysis) -> dict[str, Any]:
+    def side(s: Side) -> dict[str, Any]:
+        return {
+            "rank": s.rank,
+            "collective": s.describe,
+            "site": s.site,
+            "stack": list(s.stack),
+            "completed": s.completed,
+        }
+
+    return {
+        "ranks": list(analysis.ranks),
+        "diverged": analysis.diverged,
+        "groups": [{"name": g, "ranks": list(m), "collectives": c} for g, m, c in analysis.groups],
+        "divergences": [
+            {
+                "group": d.group,
+                "seq": d.seq,
+                "kind": d.kind,
+                "text": d.text,
+                "sides": [side(s) for s in d.sides],
+                "ranks": [list(r) for r in d.ranks],
+            }
+            for d in analysis.divergences
+        ],
+        "missing": [
+            {
+                "group": m.group,
+                "seq": m.seq,
+                "ranks": list(m.ranks),
+                "issued_by": side(m.issued_by),
+                "text": m.text,
+            }
+            for m in analysis.missing
+        ],
+        "summaries": [
+            {
+                "rank": s.rank,
+                "source": s.source,
+                "collectives": s.collectives,
+                "last": side(s.last) if s.last else None,
+                "exited": s.exited,
+                "text": s.text,
+            }
+            for s in analysis.summaries
+        ],
+        "reports": [
+            {"rank": r.rank, "kind": r.kind, "severity": r.severity, "text": r.text} for r in analysis.reports
+        ],
+    }
+
+
+def kinds(analysis: Analysis) -> Counter[str]:
+    """How many findings of each kind (for one-line summaries)."""
+    return Counter([d.kind for d in analysis.divergences] + ["missing"] * len(analysis.missing))
+
+
+def _plural_label(ranks: tuple[int, ...]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_ranks_text(ranks)}"

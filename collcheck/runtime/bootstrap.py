@@ -1,0 +1,116 @@
+"""Switch the tracer on from environment variables, without importing torch.
+
+Imported by the `sitecustomize` that `collcheck run` puts first on PYTHONPATH. It waits for
+`torch.distributed.distributed_c10d` to be imported (an import hook, so torch is never imported by
+collcheck into a process that does not use it) and wraps `init_process_group`, starting the tracer
+once the default process group exists, and `destroy_process_group`, stopping it first.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+C10D_MODULE = "torch.distributed.distributed_c10d"
+_WRAPPED = "__collcheck_wrapped__"
+
+
+def arm() -> None:
+    """Start tracing after `init_process_group` in this process (idempotent)."""
+    module = sys.modules.get(C10D_MODULE)
+    if module is not None:
+        _patch(module)
+        return
+    if not any(isinstance(finder, _C10dFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _C10dFinder())
+
+
+class _C10dFinder(importlib.abc.MetaPathFinder):
+    """Finds distributed_c10d like the normal path finder would, then patches it after it runs."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != C10D_MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        spec.loader = _PatchingLoader(spec.loader)
+        return spec
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._inner.create_module(spec)  # type: ignore[no-any-return]
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._inner.exec_module(module)
+        # Patched before torch.distributed's `from .distributed_c10d import *` copies the names.
+        _patch(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ... for tracebacks
+        return getattr(self._inner, name)
+
+
+def _patch(module: ModuleType) -> None:
+    init = getattr(module, "init_process_group", None)
+    destroy = getattr(module, "destroy_process_group", None)
+    if init is None or getattr(init, _WRAPPED, False):
+        return
+    module.init_process_group = _after(init, _start)  # type: ignore[attr-defined]
+    if destroy is not None:
+        module.destroy_process_group = _before(destroy, _stop)  # type: ignore[attr-defined]
+    parent = sys.modules.get("torch.distributed")
+    if parent is not None and hasattr(parent, "init_process_group"):  # already imported: patch there too
+        parent.init_process_group = module.init_process_group  # type: ignore[attr-defined]
+        if destroy is not None:
+            parent.destroy_process_group = module.destroy_process_group  # type: ignore[attr-defined]
+
+
+def _after(function: Callable[..., Any], hook: Callable[[], None]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        result = function(*args, **kwargs)
+        hook()
+        return result
+
+    setattr(wrapper, _WRAPPED, True)
+    return wrapper
+
+
+def _before(function: Callable[..., Any], hook: Callable[[], None]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not args and kwargs.get("group") is None:  # only the default group ends tracing
+            hook()
+        return function(*args, **kwargs)
+
+    setattr(wrapper, _WRAPPED, True)
+    return wrapper
+
+
+def _start() -> None:
+    try:
+        from collcheck.runtime.tracer import config_from_env, start
+
+        start(config_from_env())
+    except Exception as error:  # tracing is a debugging aid: never fail the job for it
+        sys.stderr.write(f"collcheck: tracer not started: {type(error).__name__}: {error}\n")
+
+
+def _stop() -> None:
+    try:
+        from collcheck.runtime.tracer import stop
+
+        stop()
+    except Exception as error:
+        sys.stderr.write(f"collcheck: tracer stop failed: {type(error).__name__}: {error}\n")

@@ -1,0 +1,140 @@
+"""`collcheck run`: start a command with the tracer switched on in every Python process it starts.
+
+No code changes: the boot directory (holding a `sitecustomize`) goes first on PYTHONPATH and the
+COLLCHECK_* variables carry the settings, so `python train.py` and every `torchrun` worker arm the
+tracer themselves. The launcher only waits, forwards Ctrl-C, and returns the exit status; it never
+imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX
+
+BOOT_DIR = str(Path(__file__).resolve().parent / "boot")
+PACKAGE_HOME = str(Path(__file__).resolve().parents[2])
+INTERRUPTED = 130
+GRACE_S = 5.0
+POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    returncode: int
+    interrupted: bool
+    hung: bool
+    seconds: float
+
+
+def tracing_env(base: dict[str, str], settings: dict[str, str]) -> dict[str, str]:
+    """The environment for the traced command: boot dir first on PYTHONPATH plus the settings."""
+    env = dict(base)
+    env.update(settings)
+    env["COLLCHECK_HOME"] = PACKAGE_HOME
+    existing = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + existing if existing else "")
+    return env
+
+
+def clear_old_traces(trace_dir: str) -> None:
+    """Remove collcheck's own files from a previous run, so the analysis sees this run only."""
+    if not os.path.isdir(trace_dir):
+        return
+    for name in os.listdir(trace_dir):
+        if name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX):
+            os.remove(os.path.join(trace_dir, name))
+
+
+def run(
+    command: list[str], env: dict[str, str], trace_dir: str | None = None, hang_after_s: float | None = None
+) -> RunOutcome:
+    """Run `command` in its own process group; Ctrl-C and a detected hang stop the whole group.
+
+    The hang check is a backstop for what the in-process watchdog cannot report (it needs a live
+    Python thread in the stuck rank): a collective recorded as issued and not completed for
+    `hang_after_s` seconds in some rank's trace.
+    """
+    started = time.monotonic()
+    process = subprocess.Popen(command, env=env, start_new_session=True)
+    watcher = _TraceWatcher(trace_dir) if trace_dir and hang_after_s else None
+    try:
+        while True:
+            try:
+                returncode = process.wait(timeout=POLL_S)
+                return RunOutcome(returncode, False, False, time.monotonic() - started)
+            except subprocess.TimeoutExpired:
+                pass
+            if watcher is not None and hang_after_s is not None and watcher.oldest_open_age() > hang_after_s:
+                _stop_group(process)
+                return RunOutcome(process.returncode or 1, False, True, time.monotonic() - started)
+    except KeyboardInterrupt:
+        _stop_group(process, signal.SIGINT)
+        return RunOutcome(INTERRUPTED, True, False, time.monotonic() - started)
+
+
+class _TraceWatcher:
+    """Follows the rank traces as they grow and tracks collectives without a completion line."""
+
+    def __init__(self, trace_dir: str) -> None:
+        self.trace_dir = trace_dir
+        self._offsets: dict[str, int] = {}
+        self._open: dict[tuple[str, str, int], float] = {}
+
+    def oldest_open_age(self) -> float:
+        self._read_new()
+        if not self._open:
+            return 0.0
+        return time.time() - min(self._open.values())
+
+    def _read_new(self) -> None:
+        if not os.path.isdir(self.trace_dir):
+            return
+        for name in os.listdir(self.trace_dir):
+            if name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX):
+                self._follow(os.path.join(self.trace_dir, name))
+
+    def _follow(self, path: str) -> None:
+        offset = self._offsets.get(path, 0)
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            chunk = handle.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self._offsets[path] = offset + len(complete)
+        for line in complete.splitlines():
+            self._note(path, line)
+
+    def _note(self, path: str, line: bytes) -> None:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            return
+        kind = row.get("ev")
+        if kind == "coll":
+            self._open[(path, str(row["group"]), int(row["seq"]))] = float(row["t_start"])
+        elif kind == "done":
+            self._open.pop((path, str(row["group"]), int(row["seq"])), None)
+        elif kind == "exit":
+            for key in [key for key in self._open if key[0] == path]:
+                del self._open[key]
+
+
+def _stop_group(process: subprocess.Popen[bytes], first: signal.Signals = signal.SIGTERM) -> None:
+    for sig in (first, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting politely
+            continue

@@ -1,0 +1,318 @@
+"""The per-process tracer: turns intercepted c10d calls into events, feeds the writer and monitor.
+
+Only imported once torch.distributed is in use (by `enable` or by the bootstrap after
+`init_process_group`), so processes that never touch torch never import it because of collcheck.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from collcheck.runtime.hook import OpSpec, call_site, install
+from collcheck.runtime.record import (
+    SCHEMA_VERSION,
+    CollectiveEvent,
+    DoneEvent,
+    TraceWriter,
+    trace_file_name,
+)
+from collcheck.runtime.verify import Monitor, MonitorConfig, connect_store
+
+DEFAULT_TRACE_DIR = "collcheck-trace"
+DEFAULT_TIMEOUT_S = 300.0
+STORE_CONNECT_TIMEOUT_S = 3.0  # the job store was just reachable; only overrides can be slow
+
+# RedOpType numbering of c10d (stable since torch 1.x): the ReduceOp object only exposes the number.
+REDUCE_NAMES = ("sum", "avg", "product", "min", "max", "band", "bor", "bxor", "premul_sum")
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    trace_dir: str = DEFAULT_TRACE_DIR
+    verify: bool = False
+    strict: bool = False
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    store_address: str | None = None  # host:port; default: the job's own store
+    abort: bool = True  # end the job on an error (mismatch, stall) instead of only reporting it
+
+    @property
+    def mode(self) -> str:
+        if not self.verify:
+            return "record"
+        return "strict" if self.strict else "async"
+
+
+ENV_TRACE = "COLLCHECK_TRACE"
+ENV_DIR = "COLLCHECK_TRACE_DIR"
+ENV_VERIFY = "COLLCHECK_VERIFY"
+ENV_STRICT = "COLLCHECK_STRICT"
+ENV_TIMEOUT = "COLLCHECK_TIMEOUT"
+ENV_STORE = "COLLCHECK_STORE"
+ENV_ABORT = "COLLCHECK_ABORT"
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def config_from_env(environ: dict[str, str] | None = None) -> TraceConfig:
+    env = os.environ if environ is None else environ
+    strict = _flag(env.get(ENV_STRICT))
+    return TraceConfig(
+        trace_dir=env.get(ENV_DIR) or DEFAULT_TRACE_DIR,
+        verify=_flag(env.get(ENV_VERIFY)) or strict,
+        strict=strict,
+        timeout_s=float(env.get(ENV_TIMEOUT) or DEFAULT_TIMEOUT_S),
+        store_address=env.get(ENV_STORE) or None,
+        abort=env.get(ENV_ABORT, "1") != "0",
+    )
+
+
+def config_to_env(config: TraceConfig) -> dict[str, str]:
+    env = {
+        ENV_TRACE: "1",
+        ENV_DIR: os.path.abspath(config.trace_dir),
+        ENV_VERIFY: "1" if config.verify else "0",
+        ENV_STRICT: "1" if config.strict else "0",
+        ENV_TIMEOUT: str(config.timeout_s),
+        ENV_ABORT: "1" if config.abort else "0",
+    }
+    if config.store_address:
+        env[ENV_STORE] = config.store_address
+    return env
+
+
+@dataclass(frozen=True)
+class _Group:
+    name: str
+    desc: str
+    ranks: tuple[int, ...]
+
+
+class Tracer:
+    """Implements the hook's Sink: one instance per process."""
+
+    def __init__(self, config: TraceConfig, rank: int, world_size: int) -> None:
+        import torch
+        from torch._C import _distributed_c10d as c10d_c
+
+        self.config = config
+        self.rank = rank
+        self.world_size = world_size
+        self._process_group_type = c10d_c.ProcessGroup
+        self._work_type = c10d_c.Work
+        self._script_object = torch.ScriptObject
+        self._groups: dict[str, _Group] = {}
+        self._seq: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._main = threading.main_thread().ident
+        path = os.path.join(config.trace_dir, trace_file_name(rank))
+        self.writer = TraceWriter(path)
+        self.monitor = Monitor(
+            MonitorConfig(rank, config.verify, config.strict, config.timeout_s, world_size, config.abort),
+            self.writer,
+            lambda: connect_store(config.store_address, STORE_CONNECT_TIMEOUT_S),
+        )
+        self.mechanism = ""
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        # Kernels stay registered for the life of the process; they reach whichever tracer is active.
+        self.mechanism = install(_FORWARD)
+        self.writer.write(self._header())
+        self.monitor.start()
+
+    def _header(self) -> dict[str, Any]:
+        import torch
+
+        return {
+            "ev": "header",
+            "schema": SCHEMA_VERSION,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "argv": sys.argv,
+            "mode": self.config.mode,
+            "timeout_s": self.config.timeout_s,
+            "torch": torch.__version__,
+            "hook": self.mechanism,
+            "t": time.time(),
+            "cwd": os.getcwd(),
+        }
+
+    def stop(self) -> None:
+        self.monitor.ended = True
+        self.monitor.stop(exited=True)
+        self.writer.write({"ev": "exit", "t": time.time()})
+        self.writer.close()
+
+    # -- Sink ----------------------------------------------------------------------------------
+
+    def begin(
+        self, spec: OpSpec, group: Any, tensors: list[Any], reduce_op: int | None, root: int | None
+    ) -> CollectiveEvent | None:
+        if any(_is_fake(t) for t in tensors):  # tracing/compiling, not a real collective
+            return None
+        info = self._group(group)
+        name = f"{info.name}:p2p" if spec.p2p else info.name
+        with self._lock:
+            seq = self._seq.get(name, 0) + 1
+            self._seq[name] = seq
+        root_global = _to_global(root, info.ranks)
+        ranks = (
+            tuple(sorted({self.rank, root_global})) if spec.p2p and root_global is not None else info.ranks
+        )
+        event = CollectiveEvent(
+            rank=self.rank,
+            group=name,
+            group_ranks=ranks,
+            seq=seq,
+            op=spec.label,
+            shapes=tuple(tuple(t.shape) for t in tensors) if spec.shapes else (),
+            dtypes=tuple(str(t.dtype).removeprefix("torch.") for t in tensors),
+            reduce_op=REDUCE_NAMES[reduce_op]
+            if reduce_op is not None and 0 <= reduce_op < len(REDUCE_NAMES)
+            else None,
+            root=root_global,
+            site=call_site(self._main),
+            thread=threading.current_thread().name,
+            t_start=time.time(),
+            group_desc=info.desc,
+        )
+        self.writer.write(event.to_json())
+        if not spec.p2p:  # point-to-point pairs are recorded, not cross-checked (see docs)
+            self.monitor.issued(event)
+        return event
+
+    def attach(self, token: object, work: Any) -> None:
+        if not isinstance(token, CollectiveEvent):
+            return
+        if work is None:  # python fallback: the call has returned, so it has completed
+            self._done(token, True)
+            return
+        try:
+            if isinstance(work, self._script_object):
+                work = self._work_type.unbox(work)
+            future = work.get_future()
+        except Exception:  # e.g. gloo's reduce_scatter_tensor: "Work::getFuture not implemented"
+            self.writer.write({"ev": "unobserved", "group": token.group, "seq": token.seq})
+            self.monitor.completed(token.group, token.seq)  # cannot watch it: never call it a stall
+            return
+        future.add_done_callback(lambda done: self._done(token, _succeeded(done)))
+
+    def _done(self, event: CollectiveEvent, ok: bool) -> None:
+        self.writer.write(DoneEvent(event.group, event.seq, time.time(), ok).to_json())
+        self.monitor.completed(event.group, event.seq)
+        if not ok:  # often a peer that collcheck stopped: end with its report, not a backend error
+            self.monitor.collective_failed()
+
+    def _group(self, group: Any) -> _Group:
+        if isinstance(group, self._script_object):
+            group = self._process_group_type.unbox(group)
+        name = str(group.group_name)
+        known = self._groups.get(name)
+        if known is None:
+            known = self._groups[name] = _Group(name, _desc(group), _ranks(group))
+        return known
+
+
+def _is_fake(tensor: Any) -> bool:
+    return bool(getattr(tensor, "is_meta", False)) or hasattr(tensor, "fake_mode")
+
+
+def _succeeded(future: Any) -> bool:
+    try:
+        future.value()
+    except Exception:
+        return False
+    return True
+
+
+def _to_global(local: int | None, ranks: tuple[int, ...]) -> int | None:
+    if local is None:
+        return None
+    return ranks[local] if 0 <= local < len(ranks) else local
+
+
+def _desc(group: Any) -> str:
+    try:
+        return str(group.group_desc)
+    except Exception:
+        return ""
+
+
+def _ranks(group: Any) -> tuple[int, ...]:
+    import torch.distributed as dist
+
+    try:
+        return tuple(dist.get_process_group_ranks(group))
+    except Exception:  # a group c10d does not know (built by hand): assume it spans 0..size-1
+        return tuple(range(group.size()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Process-wide switch
+
+_active: Tracer | None = None
+_active_lock = threading.Lock()
+
+
+def active() -> Tracer | None:
+    return _active
+
+
+class _Forward:
+    """The hook's sink: forwards to the active tracer, or does nothing once tracing stopped."""
+
+    def begin(
+        self, spec: OpSpec, group: Any, tensors: list[Any], reduce_op: int | None, root: int | None
+    ) -> CollectiveEvent | None:
+        tracer = _active
+        return tracer.begin(spec, group, tensors, reduce_op, root) if tracer is not None else None
+
+    def attach(self, token: object, work: Any) -> None:
+        tracer = _active
+        if tracer is not None:
+            tracer.attach(token, work)
+
+
+_FORWARD = _Forward()
+
+
+def start(config: TraceConfig) -> Tracer | None:
+    """Start tracing in this process (torch.distributed must be initialized); idempotent."""
+    global _active
+    import torch.distributed as dist
+
+    with _active_lock:
+        if _active is not None:
+            return _active
+        if not dist.is_available() or not dist.is_initialized():
+            return None
+        tracer = Tracer(config, dist.get_rank(), dist.get_world_size())
+        tracer.start()
+        _active = tracer
+        atexit.register(stop)
+        return tracer
+
+
+def stop() -> None:
+    """Stop tracing (called at exit and before the process group is destroyed)."""
+    global _active
+    with _active_lock:
+        tracer, _active = _active, None
+    if tracer is not None:
+        tracer.stop()
+
+
+def with_overrides(config: TraceConfig, **changes: Any) -> TraceConfig:
+    return replace(config, **{key: value for key, value in changes.items() if value is not None})

@@ -1,0 +1,122 @@
+"""Launch small real gloo jobs (2-4 ranks on 127.0.0.1) in subprocesses, each with a hard timeout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from collcheck.runtime.launch import tracing_env
+from collcheck.runtime.tracer import TraceConfig, config_to_env
+
+PROGRAMS = Path(__file__).parent / "programs"
+REPO = Path(__file__).resolve().parents[2]
+JOB_TIMEOUT_S = 60.0
+
+
+@dataclass
+class RankResult:
+    rank: int
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class Job:
+    ranks: list[RankResult]
+    trace_dir: Path
+    seconds: float
+
+    @property
+    def stderr(self) -> str:
+        return "\n".join(r.stderr for r in self.ranks)
+
+    @property
+    def returncodes(self) -> list[int]:
+        return [r.returncode for r in self.ranks]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def line_of(program: str, marker: str) -> int:
+    """The line of a `# MARKER` comment in a test program, so tests never hard-code line numbers."""
+    for number, text in enumerate((PROGRAMS / program).read_text().splitlines(), start=1):
+        if text.rstrip().endswith(f"# {marker}"):
+            return number
+    raise AssertionError(f"{marker} not in {program}")
+
+
+def base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COLLCHECK_", "TORCH_DISTRIBUTED"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(PROGRAMS), str(REPO)])
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def run_job(
+    program: str,
+    tmp_path: Path,
+    nranks: int = 2,
+    trace: TraceConfig | None = None,
+    args: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
+    timeout: float = JOB_TIMEOUT_S,
+) -> Job:
+    """Start `nranks` processes of `program` (env:// rendezvous) and wait for all, killing on timeout.
+
+    With `trace`, the tracer is switched on exactly as `collcheck run` does it (boot dir on
+    PYTHONPATH plus COLLCHECK_* variables): the programs themselves contain no collcheck code.
+    """
+    env = base_env()
+    trace_dir = tmp_path / "trace"
+    if trace is not None:
+        trace = TraceConfig(
+            str(trace_dir), trace.verify, trace.strict, trace.timeout_s, trace.store_address, trace.abort
+        )
+        env = tracing_env(env, config_to_env(trace))
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(nranks))
+    env.update(extra_env or {})
+    started = time.monotonic()
+    processes = []
+    for rank in range(nranks):
+        rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, str(PROGRAMS / program), *args],
+                env=rank_env,
+                cwd=str(PROGRAMS),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+        )
+    results = [_wait(rank, process, started + timeout) for rank, process in enumerate(processes)]
+    return Job(results, trace_dir, time.monotonic() - started)
+
+
+def _wait(rank: int, process: subprocess.Popen[str], deadline: float) -> RankResult:
+    try:
+        out, err = process.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        err += "\n<killed by the test timeout>"
+    return RankResult(rank, process.returncode, out, err)
+
+
+@pytest.fixture
+def job_tmp(tmp_path: Path) -> Path:
+    return tmp_path

@@ -1,0 +1,179 @@
+"""Offline analysis on hand-built traces (no torch): divergence, missing ranks, FR dumps, CLI."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+from collcheck.cli import main
+from collcheck.runtime.analyze import analyze, load_dir
+from collcheck.runtime.perfetto import to_perfetto
+from collcheck.runtime.record import CallSite, CollectiveEvent, DoneEvent, TraceWriter, trace_file_name
+
+
+def _event(
+    rank: int,
+    seq: int,
+    numel: int,
+    line: int,
+    op: str = "all_reduce",
+    group: str = "0",
+    ranks: tuple[int, ...] = (0, 1),
+) -> CollectiveEvent:
+    return CollectiveEvent(
+        rank=rank,
+        group=group,
+        group_ranks=ranks,
+        seq=seq,
+        op=op,
+        shapes=((numel,),),
+        dtypes=("float32",),
+        reduce_op="sum",
+        site=CallSite("train.py", line, "main"),
+        t_start=100.0 + seq + rank / 10,
+    )
+
+
+def _write(directory: Path, rank: int, events: list[CollectiveEvent], exited: bool = True) -> None:
+    writer = TraceWriter(str(directory / trace_file_name(rank)))
+    writer.write({"ev": "header", "rank": rank})
+    for event in events:
+        writer.write(event.to_json())
+        writer.write(DoneEvent(event.group, event.seq, event.t_start + 0.01).to_json())
+    if exited:
+        writer.write({"ev": "exit"})
+    writer.close()
+
+
+def test_first_mismatch_names_both_sides(tmp_path: Path) -> None:
+    _write(tmp_path, 0, [_event(0, 1, 4, 10), _event(0, 2, 1024, 13)])
+    _write(tmp_path, 1, [_event(1, 1, 4, 10), _event(1, 2, 4096, 16)])
+    analysis = analyze(load_dir(str(tmp_path)))
+    assert [d.text for d in analysis.mismatches] == [
+        "rank 0 all_reduce(float32[1024]) at train.py:13 vs rank 1 all_reduce(float32[4096]) at train.py:16 "
+        "(group 0, #2)"
+    ]
+    assert analysis.diverged and analysis.exit_code() == 1
+
+
+def test_the_majority_is_the_reference_not_rank_0(tmp_path: Path) -> None:
+    ranks = (0, 1, 2)
+    _write(tmp_path, 0, [_event(0, 1, 8, 20, ranks=ranks)])
+    for rank in (1, 2):
+        _write(tmp_path, rank, [_event(rank, 1, 4, 20, ranks=ranks)])
+    divergence = analyze(load_dir(str(tmp_path))).mismatches[0]
+    assert divergence.ranks == ((1, 2), (0,))
+    assert divergence.sides[0].describe == "all_reduce(float32[4])"
+
+
+def test_callsite_only_divergence_is_a_warning(tmp_path: Path) -> None:
+    _write(tmp_path, 0, [_event(0, 1, 4, 10), _event(0, 2, 4, 11)])
+    _write(tmp_path, 1, [_event(1, 1, 4, 11), _event(1, 2, 4, 10)])
+    analysis = analyze(load_dir(str(tmp_path)))
+    assert [(d.kind, d.seq) for d in analysis.divergences] == [("callsite", 1)]
+    assert analysis.exit_code() == 0 and analysis.exit_code(strict=True) == 1
+
+
+def test_rank_that_never_joined_and_killed_rank(tmp_path: Path) -> None:
+    _write(tmp_path, 0, [_event(0, 1, 4, 10), _event(0, 2, 4, 11, op="barrier")])
+    _write(tmp_path, 1, [_event(1, 1, 4, 10)], exited=False)
+    analysis = analyze(load_dir(str(tmp_path)))
+    (missing,) = analysis.missing
+    assert (missing.ranks, missing.seq, missing.issued_by.site) == ((1,), 2, "train.py:11")
+    assert analysis.summaries[1].exited is False
+    assert "without an exit record" in analysis.summaries[1].text
+
+
+def test_torn_last_line_is_ignored(tmp_path: Path) -> None:
+    _write(tmp_path, 0, [_event(0, 1, 4, 10)])
+    _write(tmp_path, 1, [_event(1, 1, 4, 10)], exited=False)
+    with open(tmp_path / trace_file_name(1), "a") as handle:
+        handle.write('{"ev":"coll","rank":1,"gro')  # killed mid-write
+    assert not analyze(load_dir(str(tmp_path))).diverged
+
+
+def _fr_entry(seq: int, name: str, sizes: list[list[int]], line: int) -> dict[str, object]:
+    # The shape of a real torch 2.13 gloo dump (`_dump_fr_trace()`), frames innermost first.
+    return {
+        "collective_seq_id": seq,
+        "p2p_seq_id": 0,
+        "is_p2p": False,
+        "pg_id": 0,
+        "op_id": seq,
+        "process_group": ("0", "default_pg"),
+        "profiling_name": f"gloo:{name}",
+        "record_id": seq - 1,
+        "input_sizes": sizes,
+        "input_dtypes": ["Float"] * len(sizes),
+        "output_sizes": sizes,
+        "output_dtypes": ["Float"] * len(sizes),
+        "state": "scheduled",
+        "retired": True,
+        "time_created_ns": 10**18 + seq,
+        "time_discovered_started_ns": None,
+        "time_discovered_completed_ns": None,
+        "timeout_ms": 1800000,
+        "thread_name": "python",
+        "frames": [
+            {
+                "filename": "/x/site-packages/torch/distributed/distributed_c10d.py",
+                "line": 3245,
+                "name": "all_reduce",
+            },
+            {"filename": "/job/train.py", "line": line, "name": "<module>"},
+        ],
+    }
+
+
+def _fr_dump(entries: list[dict[str, object]]) -> dict[str, object]:
+    # Raw gloo dumps key pg_config by "" while entries say group "0" (FR's own analyzer trips on it).
+    return {
+        "version": "2.10",
+        "pg_config": {"": {"name": "", "desc": "", "ranks": "[0, 1]"}},
+        "pg_status": {},
+        "entries": entries,
+    }
+
+
+def test_flight_recorder_pickle_and_json_dumps(tmp_path: Path) -> None:
+    with open(tmp_path / "nccl_trace_rank_0", "wb") as handle:
+        pickle.dump(
+            _fr_dump([_fr_entry(1, "all_reduce", [[8]], 5), _fr_entry(2, "all_reduce", [[3]], 6)]), handle
+        )
+    with open(tmp_path / "nccl_trace_rank_1.json", "w") as handle:
+        json.dump(
+            _fr_dump([_fr_entry(1, "all_reduce", [[8]], 5), _fr_entry(2, "broadcast", [[3]], 9)]), handle
+        )
+    analysis = analyze(load_dir(str(tmp_path)))
+    assert [s.source for s in analysis.summaries] == ["flight-recorder"] * 2
+    assert analysis.mismatches[0].text == (
+        "rank 0 all_reduce(float32[3]) at /job/train.py:6 vs "
+        "rank 1 broadcast(float32[3]) at /job/train.py:9 (group 0, #2)"
+    )
+
+
+def test_perfetto_has_one_track_per_rank_and_marks_divergence(tmp_path: Path) -> None:
+    _write(tmp_path, 0, [_event(0, 1, 4, 10)])
+    _write(tmp_path, 1, [_event(1, 1, 8, 12)])
+    trace = to_perfetto(analyze(load_dir(str(tmp_path))))
+    events = trace["traceEvents"]
+    assert {e["args"]["name"] for e in events if e.get("name") == "process_name"} == {"rank 0", "rank 1"}
+    assert sorted(e["pid"] for e in events if e["ph"] == "X") == [0, 1]
+    assert {e["pid"] for e in events if e["ph"] == "i"} == {0, 1}
+    json.dumps(trace)
+
+
+def test_trace_cli_exit_codes_and_formats(tmp_path: Path, capsys: object) -> None:
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    for rank in (0, 1):
+        _write(good, rank, [_event(rank, 1, 4, 10)])
+        _write(bad, rank, [_event(rank, 1, 4 * (rank + 1), 10)])
+    assert main(["trace", str(good)]) == 0
+    assert main(["trace", str(bad), "--format", "json"]) == 1
+    assert main(["trace", str(bad), "--format", "perfetto", "-o", str(tmp_path / "p.json")]) == 1
+    assert json.loads((tmp_path / "p.json").read_text())["traceEvents"]
+    assert main(["trace", str(tmp_path / "missing")]) == 2
+    assert main(["trace", str(good), "--format", "xml"]) == 2

@@ -1,0 +1,67 @@
+"""`collcheck run` end to end: torchrun workers get the tracer, and the analysis ends the output."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PROGRAMS, base_env, free_port, line_of
+
+RUN_TIMEOUT_S = 90
+
+
+def _collcheck(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "collcheck", *args],
+        cwd=cwd,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+
+
+@pytest.mark.multirank
+def test_run_torchrun_job_prints_the_first_divergence_with_both_call_sites(tmp_path: Path) -> None:
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        str(PROGRAMS / "swap_diff.py"),
+    ]
+    done = _collcheck(
+        "run", "--verify", "--timeout", "5", "--trace-dir", str(tmp_path / "t"), "--", *torchrun, cwd=tmp_path
+    )
+    assert done.returncode != 0
+    tail = done.stderr[done.stderr.index("cross-rank analysis") :]
+    assert (
+        "all_reduce(float32[1024]) at " in tail
+        and f"swap_diff.py:{line_of('swap_diff.py', 'DIFF_0')}" in tail
+    )
+    assert f"swap_diff.py:{line_of('swap_diff.py', 'DIFF_1')}" in tail
+    assert "(group 0, #2)" in tail and "result: ranks diverged" in tail
+
+
+def test_run_does_not_import_torch_into_processes_that_do_not_use_it(tmp_path: Path) -> None:
+    check = "import sys, os; assert os.environ['COLLCHECK_TRACE'] == '1'; assert 'torch' not in sys.modules"
+    done = _collcheck(
+        "run", "--trace-dir", str(tmp_path / "t"), "--", sys.executable, "-c", check, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert "no traces" in done.stderr
+
+
+def test_run_without_a_command_is_a_usage_error(tmp_path: Path) -> None:
+    assert _collcheck("run", cwd=tmp_path).returncode == 2
+
+
+def test_print_env_for_other_launchers(tmp_path: Path) -> None:
+    done = _collcheck("run", "--verify", "--print-env", cwd=tmp_path)
+    assert "export COLLCHECK_TRACE=1" in done.stdout and "export COLLCHECK_VERIFY=1" in done.stdout
+    assert "sitecustomize" not in done.stdout and "/boot:$PYTHONPATH" in done.stdout

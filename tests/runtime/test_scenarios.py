@@ -1,0 +1,146 @@
+"""Real multi-process gloo jobs: what the tracer reports for each way ranks can diverge.
+
+The programs in programs/ contain no collcheck code; the tracer is switched on through the
+environment exactly as `collcheck run` does. Each job has a hard timeout (conftest.run_job).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import line_of, run_job
+
+from collcheck.runtime.analyze import analyze, load_dir
+from collcheck.runtime.tracer import TraceConfig
+from collcheck.runtime.verify import ABORT_EXIT_CODE
+
+pytestmark = pytest.mark.multirank
+
+RECORD = TraceConfig(timeout_s=3.0)
+ASYNC = TraceConfig(verify=True, timeout_s=3.0)
+STRICT = TraceConfig(verify=True, strict=True, timeout_s=3.0)
+
+
+def test_swapped_same_shape_pair_warns_in_async_mode_and_flight_recorder_agrees(tmp_path: Path) -> None:
+    fr_dir = tmp_path / "fr"
+    fr_dir.mkdir()
+    job = run_job(
+        "swap_same.py", tmp_path, trace=ASYNC, extra_env={"FR_DIR": str(fr_dir), "TORCH_FR_BUFFER_SIZE": "64"}
+    )
+    assert job.returncodes == [0, 0], job.stderr
+    # The program "succeeds" with silently wrong sums; the tracer names both call sites.
+    a0, b1 = line_of("swap_same.py", "SWAP_A0"), line_of("swap_same.py", "SWAP_B1")
+    assert (
+        f"rank 0 all_reduce(float32[4]) at swap_same.py:{a0} vs rank 1 all_reduce(float32[4]) at "
+        f"swap_same.py:{b1} (group 0, #1)" in job.stderr
+    )
+    analysis = analyze(load_dir(str(job.trace_dir)))
+    assert [(d.kind, d.seq) for d in analysis.divergences] == [("callsite", 1)]
+    assert not analysis.diverged  # a warning by default
+    # The same divergence from PyTorch's own Flight Recorder dumps, using their stack frames.
+    recorded = analyze(load_dir(str(fr_dir)))
+    assert {s.source for s in recorded.summaries} == {"flight-recorder"}
+    warning = recorded.divergences[0]
+    assert (warning.kind, warning.seq) == ("callsite", 1)
+    assert {side.site.rsplit(":", 1)[1] for side in warning.sides} == {str(a0), str(b1)}
+
+
+def test_swapped_same_shape_pair_is_an_error_in_strict_mode(tmp_path: Path) -> None:
+    job = run_job("swap_same.py", tmp_path, trace=STRICT)
+    assert job.returncodes == [ABORT_EXIT_CODE, ABORT_EXIT_CODE], job.stderr
+    assert "call-site divergence (strict)" in job.stderr
+    # Caught before the first all_reduce ran: no rank printed a (wrong) result.
+    assert all("a=" not in rank.stdout for rank in job.ranks)
+
+
+def test_swapped_different_shapes_are_reported_before_gloo_aborts(tmp_path: Path) -> None:
+    job = run_job("swap_diff.py", tmp_path, trace=STRICT)
+    diff0, diff1 = line_of("swap_diff.py", "DIFF_0"), line_of("swap_diff.py", "DIFF_1")
+    assert job.returncodes == [ABORT_EXIT_CODE, ABORT_EXIT_CODE], job.stderr
+    assert (
+        f"collective mismatch: rank 0 all_reduce(float32[1024]) at swap_diff.py:{diff0} vs rank 1 "
+        f"all_reduce(float32[4096]) at swap_diff.py:{diff1} (group 0, #2)"
+    ) in job.stderr
+    assert "Received data size doesn't match" not in job.stderr  # gloo never saw the mismatch
+
+
+def test_swapped_different_shapes_in_async_mode_leave_traces_that_name_both_sides(tmp_path: Path) -> None:
+    # Gloo kills rank 0 within milliseconds (C++ abort on the size check), faster than a background
+    # checker; the streamed traces still give the answer offline (and `collcheck run` prints it).
+    job = run_job("swap_diff.py", tmp_path, trace=ASYNC)
+    assert job.returncodes != [0, 0]
+    mismatch = analyze(load_dir(str(job.trace_dir))).mismatches[0]
+    assert mismatch.seq == 2
+    assert {side.describe for side in mismatch.sides} == {
+        "all_reduce(float32[1024])",
+        "all_reduce(float32[4096])",
+    }
+
+
+def test_barrier_only_on_rank_0_is_reported_as_a_stall_long_before_the_pg_timeout(tmp_path: Path) -> None:
+    job = run_job("barrier_rank0.py", tmp_path, trace=ASYNC, extra_env={"PG_TIMEOUT": "120"})
+    barrier = line_of("barrier_rank0.py", "ONLY_RANK0")
+    assert job.returncodes == [ABORT_EXIT_CODE, ABORT_EXIT_CODE], job.stderr
+    assert job.seconds < 30  # the process-group timeout is 120 s; the tracer's is 3 s
+    report = job.ranks[0].stderr
+    assert "rank 0 has waited" in report and f"in barrier() at barrier_rank0.py:{barrier}" in report
+    assert "not issued by: rank 1" in report
+    assert (
+        f"rank 1: last all_reduce(float32[4]) at barrier_rank0.py:{line_of('barrier_rank0.py', 'FIRST')}"
+        in report
+    )
+
+
+def test_cross_group_wait_cycle_is_detected(tmp_path: Path) -> None:
+    job = run_job("cycle.py", tmp_path, trace=RECORD)
+    assert job.returncodes == [ABORT_EXIT_CODE, ABORT_EXIT_CODE], job.stderr
+    a0, b1 = line_of("cycle.py", "CYCLE_A0"), line_of("cycle.py", "CYCLE_B1")
+    assert "wait cycle:" in job.stderr
+    cycle_line = next(line for line in job.stderr.splitlines() if "wait cycle:" in line)
+    assert f"cycle.py:{a0}" in cycle_line and f"cycle.py:{b1}" in cycle_line
+
+
+def test_ddp_results_are_bit_identical_and_gradient_all_reduces_are_recorded(tmp_path: Path) -> None:
+    plain, traced = tmp_path / "plain.json", tmp_path / "traced.json"
+    first = run_job("ddp_train.py", tmp_path / "a", args=(str(plain),))
+    second = run_job("ddp_train.py", tmp_path / "b", trace=ASYNC, args=(str(traced),))
+    assert first.returncodes == [0, 0] and second.returncodes == [0, 0], second.stderr
+    assert plain.read_text() == traced.read_text()  # float.hex of every parameter
+    events = analyze(load_dir(str(second.trace_dir))).events[0]
+    backward = line_of("ddp_train.py", "BACKWARD")
+    gradients = [e for e in events if e.op == "all_reduce" and e.site.line == backward]
+    assert len(gradients) == 5  # one bucket per step, attributed to loss.backward()
+
+
+def test_dtensor_and_functional_collectives_are_recorded(tmp_path: Path) -> None:
+    job = run_job("functional.py", tmp_path, trace=ASYNC)
+    assert job.returncodes == [0, 0], job.stderr
+    events = analyze(load_dir(str(job.trace_dir))).events[1]
+    by_line = {e.site.line: e.op for e in events}
+    assert by_line[line_of("functional.py", "DTENSOR_GATHER")].startswith("all_gather_into_tensor")
+    assert by_line[line_of("functional.py", "FUNCTIONAL_REDUCE")] == "all_reduce"
+
+
+def test_sigkilled_rank_leaves_an_intact_trace(tmp_path: Path) -> None:
+    job = run_job("sigkill.py", tmp_path, trace=RECORD)
+    assert job.returncodes[1] == -9
+    analysis = analyze(load_dir(str(job.trace_dir)))
+    rank0, rank1 = analysis.summaries
+    assert rank1.last is not None and rank1.last.site.endswith(
+        f"sigkill.py:{line_of('sigkill.py', 'LAST_OF_RANK1')}"
+    )
+    assert rank1.exited is False
+    assert rank0.last is not None and rank0.last.site.endswith(f"sigkill.py:{line_of('sigkill.py', 'THIRD')}")
+    assert analysis.missing[0].ranks == (1,) and analysis.missing[0].seq == 3
+
+
+def test_unreachable_store_degrades_to_recording_only(tmp_path: Path) -> None:
+    from conftest import free_port
+
+    unreachable = TraceConfig(verify=True, timeout_s=3.0, store_address=f"127.0.0.1:{free_port()}")
+    job = run_job("steady.py", tmp_path, trace=unreachable)
+    assert job.returncodes == [0, 0], job.stderr
+    assert "store unreachable" in job.stderr and "recording only" in job.stderr
+    analysis = analyze(load_dir(str(job.trace_dir)))
+    assert not analysis.diverged and [s.collectives for s in analysis.summaries] == [5, 5]
