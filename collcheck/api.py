@@ -12,8 +12,8 @@ from pathlib import Path
 
 from collcheck.cache import cached_analyze
 from collcheck.catalog import Catalog, load_catalog
-from collcheck.checks import default_enabled_codes
-from collcheck.config import RuleSelection, Settings
+from collcheck.checks import rule_selection
+from collcheck.config import Settings
 from collcheck.findings import FileError, FileResult, RunResult
 from collcheck.source import SourceFile, read_source
 from collcheck.static.project import Project
@@ -101,15 +101,6 @@ def collect_files(paths: Sequence[Path], settings: Settings) -> list[Path]:
     return list(unique)
 
 
-def _selection(settings: Settings) -> RuleSelection:
-    select = settings.select + settings.extend_select if settings.select else settings.extend_select
-    return RuleSelection(
-        select=select if settings.select else (),
-        ignore=settings.ignore,
-        default_enabled=default_enabled_codes() | frozenset(settings.extend_select),
-    )
-
-
 def _per_file_ignored(path: str, settings: Settings) -> tuple[str, ...]:
     codes: list[str] = []
     for pattern, pattern_codes in settings.per_file_ignores:
@@ -119,7 +110,7 @@ def _per_file_ignored(path: str, settings: Settings) -> tuple[str, ...]:
 
 
 def _filter(result: FileResult, settings: Settings) -> FileResult:
-    selection = _selection(settings)
+    selection = rule_selection(settings)
     ignored = _per_file_ignored(result.path, settings)
     result.findings = [
         finding

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from types import ModuleType
 
+from collcheck.config import RuleSelection, Settings
 from collcheck.findings import Severity
 
 # code -> (module, status, version it appeared in). Status: stable | preview | removed.
@@ -100,3 +101,13 @@ def markdown_table() -> str:
         default = "on" if rule.default_enabled else "off"
         lines.append(f"| {rule.code} | {rule.name} | {rule.severity.value} | {default} | {rule.summary} |")
     return "\n".join(lines)
+
+
+def rule_selection(settings: Settings) -> RuleSelection:
+    """Which codes this run reports, ruff-style (select, extend-select, ignore; prefixes allowed)."""
+    select = settings.select + settings.extend_select if settings.select else settings.extend_select
+    return RuleSelection(
+        select=select if settings.select else (),
+        ignore=settings.ignore,
+        default_enabled=default_enabled_codes() | frozenset(settings.extend_select),
+    )

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path as FsPath
 
 from collcheck.catalog import Catalog
-from collcheck.checks import Rule, all_rules
+from collcheck.checks import Rule, all_rules, rule_selection
 from collcheck.config import Settings
 from collcheck.findings import Counterexample, FileError, FileResult, Finding, Location, TraceStep
 from collcheck.source import SourceFile, read_source
@@ -48,7 +48,7 @@ def mentions_communication(text: str, catalog: Catalog, project: Project | None 
         return True
     if project is None or not project.communicating_names:
         return False
-    return any(re.search(rf"\b{re.escape(name)}\b", text) for name in project.communicating_names)
+    return project.name_pattern().search(text) is not None
 
 
 def parse(source: SourceFile) -> ast.Module | FileError:
@@ -372,7 +372,10 @@ def _module_checks(
         tree=tree, source=source, settings=settings, catalog=catalog, imports=module.imports
     )
     findings: list[Finding] = []
+    selection = rule_selection(settings)
     for rule in all_rules():
+        if not selection.enabled(rule.code):
+            continue  # a rule switched off costs nothing
         check = getattr(rule.module, "check_module", None)
         if check is not None:
             findings.extend(check(context))

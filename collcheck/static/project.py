@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+_NAME_PATTERNS: dict[str, re.Pattern[str]] = {}
 _DEF = re.compile(r"^\s*(?:async\s+)?def\s+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
 
 
@@ -45,6 +46,14 @@ class Project:
             if module in table:
                 return table[module], attribute
         return None
+
+    def name_pattern(self) -> re.Pattern[str]:
+        pattern = _NAME_PATTERNS.get(self.digest)
+        if pattern is None:
+            names = sorted(self.communicating_names, key=len, reverse=True)
+            pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\b")
+            _NAME_PATTERNS[self.digest] = pattern
+        return pattern
 
     def _paths(self) -> frozenset[str]:
         return frozenset(path for _, path in self.modules)
