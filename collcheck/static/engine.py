@@ -183,7 +183,10 @@ def _is_catalog_call(node: ast.Call, module: ModuleInfo) -> bool:
     if name is not None and remote_function(module, name) is not None:
         return True
     if isinstance(node.func, ast.Attribute):
-        return bool(catalog.method_specs(node.func.attr))
+        return any(
+            spec.any_receiver or _imports_package_of(module, spec.receivers)
+            for spec in catalog.method_specs(node.func.attr)
+        )
     if isinstance(node.func, ast.Name):
         # A function-level import (`from torch.distributed import barrier` inside the function).
         return (
@@ -191,6 +194,13 @@ def _is_catalog_call(node: ast.Call, module: ModuleInfo) -> bool:
             and node.func.id not in module.functions
         )
     return False
+
+
+def _imports_package_of(module: ModuleInfo, receivers: tuple[str, ...]) -> bool:
+    """A typed method (`Accelerator.gather`) can only be reached where its library is imported."""
+    packages = {receiver.split(".", 1)[0] for receiver in receivers}
+    table = module.imports
+    return any(qualified.split(".", 1)[0] in packages for qualified in table.names.values())
 
 
 def _class_attributes(module: ModuleInfo, extractor: Extractor) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from collcheck.catalog import Catalog, OpSpec
@@ -229,7 +230,9 @@ def _where(node: ast.AST) -> str:
     return f"{getattr(node, 'lineno', 0)}:{getattr(node, 'col_offset', 0)}"
 
 
+@lru_cache(maxsize=65536)
 def _text(node: ast.AST) -> str:
+    """Source text of a node (cached: the same nodes are named again on every path)."""
     try:
         return ast.unparse(node)
     except (ValueError, RecursionError):  # pragma: no cover - malformed synthetic trees
@@ -290,6 +293,8 @@ class Extractor:
         self.set_names: set[str] = set()
         self.local_imports: ImportTable = module.imports
         self.remote_modules: dict[FunctionNode, ModuleInfo] = {}
+        self._owners: dict[FunctionNode, str] | None = None
+        self._import_tables: dict[FunctionNode, ImportTable] = {}
         self.loop_regions: dict[tuple[int, tuple[Site, ...]], Region] = {}
         self.children: dict[str, Extractor] = {}
 
@@ -336,10 +341,13 @@ class Extractor:
         return _merge_envs(states) if states else {}
 
     def _function_imports(self, node: FunctionNode) -> ImportTable:
-        table = self.module.imports.child()
-        for child in ast.walk(node):
-            if isinstance(child, (ast.Import, ast.ImportFrom)):
-                add_import(table, child)
+        table = self._import_tables.get(node)
+        if table is None:
+            table = self.module.imports.child()
+            for child in ast.walk(node):
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    add_import(table, child)
+            self._import_tables[node] = table
         return table
 
     def _bind_entry_parameters(self, node: FunctionNode) -> dict[str, Expr]:
@@ -1055,10 +1063,9 @@ class Extractor:
         return None
 
     def _owner_class(self, function: FunctionNode, default: str | None) -> str | None:
-        for name, info in self.module.classes.items():
-            if function in info.methods.values():
-                return name
-        return default
+        if self._owners is None:
+            self._owners = {m: name for name, info in self.module.classes.items() for m in info.methods.values()}
+        return self._owners.get(function, default)
 
     def inline(
         self,

@@ -75,6 +75,8 @@ def build_project(files: Iterable[Path], trigger: re.Pattern[str], max_rounds: i
     names: set[str] = set()
     pattern = trigger
     contributing: set[Path] = set()
+    # Only a name that some file imports can carry a collective into another file.
+    imported = _imported_names(texts.values())
     for _ in range(max_rounds):
         new_names: set[str] = set()
         for path, text in texts.items():
@@ -82,7 +84,7 @@ def build_project(files: Iterable[Path], trigger: re.Pattern[str], max_rounds: i
                 continue
             contributing.add(path)
             new_names.update(_def_names(text, pattern))
-        new_names -= names
+        new_names = (new_names & imported) - names
         if not new_names:
             break
         names |= new_names
@@ -92,6 +94,24 @@ def build_project(files: Iterable[Path], trigger: re.Pattern[str], max_rounds: i
         digest.update(str(path).encode() + b"\0" + texts[path].encode("utf-8", "replace"))
     modules = tuple(sorted((module_name(path), str(path)) for path in paths))
     return Project(modules, frozenset(names), digest.hexdigest()[:16])
+
+
+_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]+(?:\(([^)]*)\)|([^\n(#]+))", re.MULTILINE)
+
+
+def _imported_names(texts: Iterable[str]) -> set[str]:
+    """Names brought in by `from X import a, b as c` anywhere in the run (the original names)."""
+    names: set[str] = set()
+    for text in texts:
+        if "import" not in text:
+            continue
+        for match in _FROM_IMPORT.finditer(text):
+            listed = match.group(1) if match.group(1) is not None else match.group(2)
+            for part in re.sub(r"#[^\n]*", "", listed).replace("\\\n", " ").replace("\n", " ").split(","):
+                name = part.strip().split(" as ")[0].strip()
+                if name.isidentifier() and not name.startswith("__"):
+                    names.add(name)
+    return names
 
 
 def _def_names(text: str, pattern: re.Pattern[str]) -> set[str]:
