@@ -55,6 +55,7 @@ class Settings:
     z3_timeout_ms: int = 2000
     max_paths: int = 256
     max_inline_depth: int = 4
+    max_steps: int = 5000  # statements executed per analysed function, helpers included
     jobs: int = 0  # 0: all cores
     cache: bool = True
     cache_dir: str = ".collcheck_cache"
@@ -81,6 +82,7 @@ _KEY_TYPES: dict[str, str] = {
     "z3-timeout": "int",
     "max-paths": "int",
     "max-inline-depth": "int",
+    "max-steps": "int",
     "jobs": "int",
     "cache": "bool",
     "cache-dir": "string",

@@ -196,6 +196,19 @@ def _is_catalog_call(node: ast.Call, module: ModuleInfo) -> bool:
     return False
 
 
+def _without_mutable_globals(env: dict[str, Expr], module: ModuleInfo) -> dict[str, Expr]:
+    """A module variable some function rebinds (`global _GROUP`, a lazy cache) has no known value:
+    `_GROUP = None` at import time says nothing about it at the time of a call."""
+    mutable = {
+        name
+        for function in _all_functions(module)
+        for node in ast.walk(function)
+        if isinstance(node, ast.Global)
+        for name in node.names
+    }
+    return {name: value for name, value in env.items() if name not in mutable}
+
+
 def _imports_package_of(module: ModuleInfo, receivers: tuple[str, ...]) -> bool:
     """A typed method (`Accelerator.gather`) can only be reached where its library is imported."""
     packages = {receiver.split(".", 1)[0] for receiver in receivers}
@@ -282,8 +295,8 @@ def load_project_module(
     if isinstance(tree, FileError):
         return None
     module = build_module(tree, source.path, catalog, project)
-    extractor = Extractor(module, settings.max_paths, settings.max_inline_depth)
-    module.globals = extractor.module_environment(_module_body(tree)[0])
+    extractor = Extractor(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
+    module.globals = _without_mutable_globals(extractor.module_environment(_module_body(tree)[0]), module)
     _class_attributes(module, extractor)
     _LOADED[key] = module
     return module
@@ -334,9 +347,9 @@ def _analyze_tree(
 ) -> list[Finding]:
     module = build_module(tree, source.path, catalog, project)
     module.settings = settings
-    extractor = Extractor(module, settings.max_paths, settings.max_inline_depth)
+    extractor = Extractor(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
     setup, main = _module_body(tree)
-    module.globals = extractor.module_environment(setup)
+    module.globals = _without_mutable_globals(extractor.module_environment(setup), module)
     _class_attributes(module, extractor)
     rules = {rule.code: rule for rule in all_rules()}
     stats = SolveStats()
@@ -555,7 +568,7 @@ def _standalone_origins(
     key = (path, function.lineno)
     if key not in _STANDALONE:
         _STANDALONE[key] = set()  # recursion guard
-        extractor = Extractor(module, settings.max_paths, settings.max_inline_depth)
+        extractor = Extractor(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
         try:
             regions = extractor.run_function(function, None, function_name)
         except PathLimitExceeded:

@@ -282,7 +282,9 @@ def assigned_names(nodes: Iterable[ast.AST]) -> set[str]:
 class Extractor:
     """Symbolic execution of one module's functions against the catalog."""
 
-    def __init__(self, module: ModuleInfo, max_paths: int = 256, max_depth: int = 4) -> None:
+    def __init__(
+        self, module: ModuleInfo, max_paths: int = 256, max_depth: int = 4, max_steps: int = 20000
+    ) -> None:
         self.module = module
         self.catalog = module.catalog
         self.max_paths = max_paths
@@ -293,6 +295,9 @@ class Extractor:
         self.set_names: set[str] = set()
         self.local_imports: ImportTable = module.imports
         self.remote_modules: dict[FunctionNode, ModuleInfo] = {}
+        self.steps = 0
+        self.max_steps = max_steps
+        self._returns: dict[FunctionNode, bool] = {}
         self._owners: dict[FunctionNode, str] | None = None
         self._import_tables: dict[FunctionNode, ImportTable] = {}
         self.loop_regions: dict[tuple[int, tuple[Site, ...]], Region] = {}
@@ -305,6 +310,7 @@ class Extractor:
         self.loop_regions = {}
         self.nested = {}
         self.set_names = set()
+        self.steps = 0
         self.local_imports = self._function_imports(node)
         env = self._bind_entry_parameters(node)
         frame = Frame(qualname, class_name, (), 0, (node,))
@@ -323,6 +329,7 @@ class Extractor:
     def run_module(self, body: list[ast.stmt]) -> list[Region]:
         self.regions = []
         self.loop_regions = {}
+        self.steps = 0
         frame = Frame("<module>", None, (), 0, ())
         states = self.exec_block(body, [State(dict(self.module.globals))], frame)
         paths = [Path(s.conds, s.events, s.exit) for s in states]
@@ -403,6 +410,10 @@ class Extractor:
         return states
 
     def exec_stmt(self, stmt: ast.stmt, state: State, frame: Frame) -> list[State]:
+        self.steps += 1
+        if self.steps > self.max_steps:
+            # A bound on work, not only on paths: inlining can make a few paths very expensive.
+            raise PathLimitExceeded(f"more than {self.max_steps} statements executed")
         handler = getattr(self, f"_stmt_{type(stmt).__name__}", None)
         if handler is None:
             return self._stmt_generic(stmt, state, frame)
@@ -1064,7 +1075,9 @@ class Extractor:
 
     def _owner_class(self, function: FunctionNode, default: str | None) -> str | None:
         if self._owners is None:
-            self._owners = {m: name for name, info in self.module.classes.items() for m in info.methods.values()}
+            self._owners = {
+                m: name for name, info in self.module.classes.items() for m in info.methods.values()
+            }
         return self._owners.get(function, default)
 
     def inline(
@@ -1091,6 +1104,9 @@ class Extractor:
         )
         owner = self._owner_class(function, class_name)
         inner = Frame(function.name, owner, (*frame.chain, site), frame.depth + 1, (*frame.stack, function))
+        declared = _global_names(function)
+        for name in declared & set(state.env):
+            env[name] = state.env[name]  # module state as the caller last left it
         start = State(env, state.conds, state.events)
         condition = self._decorator_condition(function, owner_module)
         skipped: list[tuple[State, Expr]] = []
@@ -1100,16 +1116,18 @@ class Extractor:
         runner = self._runner_for(function)
         saved_imports = runner.local_imports
         runner.local_imports = runner._function_imports(function)
+        runner.steps = self.steps  # one work budget for the whole analysed function
         try:
             finals = runner.exec_block(function.body, [start], inner)
         finally:
             runner.local_imports = saved_imports
+            self.steps = runner.steps
         results = []
         for final in finals:
             resumed = State(dict(state.env), final.conds, final.events)
             for key, value in final.env.items():
-                if key.startswith("self.") and bound_self:
-                    resumed.env[key] = value
+                if (key.startswith("self.") and bound_self) or key in declared:
+                    resumed.env[key] = value  # attribute and `global` writes outlive the call
             if final.exit is not None and final.exit.kind in ("raise", "exit"):
                 resumed.exit = final.exit
             results.append((resumed, final.returned if final.returned is not None else Const(None)))
@@ -1136,7 +1154,7 @@ class Extractor:
             return self
         child = self.children.get(other.path)
         if child is None:
-            child = Extractor(other, self.max_paths, self.max_depth)
+            child = Extractor(other, self.max_paths, self.max_depth, self.max_steps)
             child.record_events = self.record_events
             self.children[other.path] = child
         return child
@@ -1157,6 +1175,14 @@ class Extractor:
         """Inline a quiet helper only if what it returns may depend on the rank (directly, or
         through another helper of the run that does)."""
         owner = owner or self.module
+        if depth == 0 and function in self._returns:
+            return self._returns[function]
+        result = self._returns_matter_uncached(function, owner, depth)
+        if depth == 0:
+            self._returns[function] = result
+        return result
+
+    def _returns_matter_uncached(self, function: FunctionNode, owner: ModuleInfo, depth: int) -> bool:
         imports = owner.imports
         for node in ast.walk(function):
             if isinstance(node, ast.Return) and node.value is not None and depth < 3:
@@ -1579,7 +1605,15 @@ def _value_children(node: ast.AST) -> list[ast.expr]:
     return [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)]
 
 
-def _calls_in_order(node: ast.expr) -> list[ast.Call]:
+@lru_cache(maxsize=4096)
+def _global_names(function: FunctionNode) -> frozenset[str]:
+    return frozenset(
+        name for node in ast.walk(function) if isinstance(node, ast.Global) for name in node.names
+    )
+
+
+@lru_cache(maxsize=65536)
+def _calls_in_order(node: ast.expr) -> tuple[ast.Call, ...]:
     """Calls in evaluation order (arguments before the call), skipping lambdas and comprehensions."""
     order: list[ast.Call] = []
 
@@ -1592,7 +1626,7 @@ def _calls_in_order(node: ast.expr) -> list[ast.Call]:
             order.append(current)
 
     visit(node)
-    return order
+    return tuple(order)
 
 
 def _map_arguments(call: ast.Call, spec: OpSpec) -> dict[str, ast.expr]:

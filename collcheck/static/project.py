@@ -96,7 +96,9 @@ def build_project(files: Iterable[Path], trigger: re.Pattern[str], max_rounds: i
     return Project(modules, frozenset(names), digest.hexdigest()[:16])
 
 
-_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]+(?:\(([^)]*)\)|([^\n(#]+))", re.MULTILINE)
+_FROM_IMPORT = re.compile(
+    r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]+(?:\(([^)]*)\)|([^\n(#]+))", re.MULTILINE
+)
 
 
 def _imported_names(texts: Iterable[str]) -> set[str]:
