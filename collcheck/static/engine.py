@@ -7,7 +7,6 @@ too large for the path budget becomes a note.
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterable
 from pathlib import Path as FsPath
 
