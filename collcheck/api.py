@@ -15,7 +15,7 @@ from collcheck.catalog import Catalog, load_catalog
 from collcheck.checks import rule_selection
 from collcheck.config import Settings
 from collcheck.findings import FileError, FileResult, RunResult
-from collcheck.source import SourceFile, read_source
+from collcheck.source import SourceFile, read_source, real_path
 from collcheck.static.project import Project
 
 MAX_FILE_BYTES = 8 * 1024 * 1024  # generated files beyond this are reported, not parsed
@@ -27,13 +27,14 @@ class Job:
     display_path: str
 
 
-def _is_excluded(path: Path, patterns: Sequence[str]) -> bool:
-    return any(
-        fnmatch.fnmatch(path.name, pattern) or fnmatch.fnmatch(str(path), pattern) for pattern in patterns
-    )
+def _is_excluded(path: Path, patterns: Sequence[str], root: str = ".") -> bool:
+    candidates = (path.name, str(path), _relative(str(path), root))
+    return any(fnmatch.fnmatch(candidate, pattern) for pattern in patterns for candidate in candidates)
 
 
-def _walk(folder: Path, patterns: Sequence[str], seen: set[tuple[int, int]]) -> Iterable[Path]:
+def _walk(
+    folder: Path, patterns: Sequence[str], seen: set[tuple[int, int]], root: str = "."
+) -> Iterable[Path]:
     try:
         stat = folder.stat()
     except OSError:
@@ -48,17 +49,18 @@ def _walk(folder: Path, patterns: Sequence[str], seen: set[tuple[int, int]]) -> 
         return
     for entry in entries:
         child = Path(entry.path)
-        if _is_excluded(child, patterns):
+        if _is_excluded(child, patterns, root):
             continue
         try:
             if entry.is_dir():
                 if (child / "pyvenv.cfg").exists():  # any virtualenv, whatever its name
                     continue
-                yield from _walk(child, patterns, seen)
+                yield from _walk(child, patterns, seen, root)
             elif entry.name.endswith(".py"):
                 yield child
-        except OSError:
-            yield child
+        except OSError:  # a symlink loop or a vanished entry: a .py name is reported, others skipped
+            if entry.name.endswith(".py"):
+                yield child
 
 
 def _gitignored(paths: list[Path]) -> set[Path]:
@@ -90,7 +92,7 @@ def collect_files(paths: Sequence[Path], settings: Settings) -> list[Path]:
         if not path.is_dir():
             found.append(path)
             continue
-        files = list(_walk(path, patterns, seen))
+        files = list(_walk(path, patterns, seen, settings.root))
         # A folder named on the command line is checked even if git ignores it (a venv's
         # site-packages, a vendored tree); .gitignore only prunes what lies inside it.
         if settings.respect_gitignore and files and not _gitignored([path]):
@@ -101,10 +103,19 @@ def collect_files(paths: Sequence[Path], settings: Settings) -> list[Path]:
     return list(unique)
 
 
+def _relative(path: str, root: str) -> str:
+    """A path as written in pyproject.toml: relative to the folder holding it."""
+    try:
+        return os.path.relpath(os.path.realpath(path), os.path.realpath(root))
+    except ValueError:  # another drive (Windows)
+        return path
+
+
 def _per_file_ignored(path: str, settings: Settings) -> tuple[str, ...]:
     codes: list[str] = []
+    candidates = (path, _relative(path, settings.root), Path(path).name)
     for pattern, pattern_codes in settings.per_file_ignores:
-        if fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(Path(path).name, pattern):
+        if any(fnmatch.fnmatch(candidate, pattern) for candidate in candidates):
             codes.extend(pattern_codes)
     return tuple(codes)
 
@@ -136,7 +147,13 @@ def analyze_file(
         return analyze_source(source, resolved, settings, project)
 
     # A helper in another file may change this file's verdict: its text is part of the key.
-    digest = project.digest if project is not None else ""
+    digest = ""
+    if project is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        digest = project.dependency_digest(str(real_path(path)), text)
     return _filter(
         cached_analyze(path, settings, catalog.fingerprint, compute, dependency_digest=digest), settings
     )
@@ -172,7 +189,10 @@ def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -
         for p in paths
         if not Path(p).exists()
     ]
-    files = [f for f in files if f.exists() or f.is_symlink()]
+    named = {Path(p) for p in paths}
+    # Named paths that do not exist are already reported once above; walked dangling links or
+    # loops are read (and reported) like any unreadable file.
+    files = [f for f in files if f not in named or f.exists()]
     jobs = settings.jobs or os.cpu_count() or 1
     names = [str(path) for path in files]
     project = _project(files, catalog) if len(files) > 1 else None

@@ -171,7 +171,9 @@ class _Builder:
 def _add_rank_section(
     builder: _Builder, section: dict[str, Any], where: str, value: str, prefix: str
 ) -> None:
-    builder.table("rank_functions").update(_value_table(section.get("functions"), f"{where}.functions", value))
+    builder.table("rank_functions").update(
+        _value_table(section.get("functions"), f"{where}.functions", value)
+    )
     for name in _value_table(section.get("local_functions"), f"{where}.local_functions", "local_rank"):
         builder.table("rank_functions")[name] = "local_rank"
     for name in _value_table(section.get("group_functions"), f"{where}.group_functions", "group_rank"):

@@ -34,6 +34,17 @@ def _codes(value: str | None) -> tuple[str, ...] | None:
     return tuple(code.strip().upper() for code in value.split(",") if code.strip())
 
 
+def validate_codes(settings: object) -> None:
+    """A code or prefix that names no rule is a typo that would silently disable checking."""
+    from collcheck.checks import CODE_TABLE
+    from collcheck.config import ConfigError
+
+    for option in ("select", "extend_select", "ignore"):
+        for code in getattr(settings, option):
+            if code != "ALL" and not any(known.startswith(code) for known in CODE_TABLE):
+                raise ConfigError(f"unknown rule code or prefix '{code}' in {option.replace('_', '-')}")
+
+
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"collcheck: error: {message}", err=True)
     return typer.Exit(2)
@@ -58,7 +69,7 @@ def check_command(
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
     config: Annotated[Path | None, typer.Option(help="Use this pyproject.toml instead of searching.")] = None,
-    z3_timeout: Annotated[int | None, typer.Option(help="Milliseconds per solver query.")] = None,
+    z3_timeout: Annotated[int | None, typer.Option(min=1, help="Milliseconds per solver query.")] = None,
     statistics: Annotated[bool, typer.Option("--statistics", help="Count findings per code.")] = False,
     exit_zero: Annotated[
         bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")
@@ -78,15 +89,23 @@ def check_command(
         raise _fail(f"unknown format '{output_format}' (expected one of {', '.join(FORMATS)})")
     targets = paths or [Path(".")]
     try:
-        settings = load_settings(targets, config).with_overrides(
-            select=_codes(select),
+        configured = load_settings(targets, config)
+        selected = _codes(select)
+        ignored = _codes(ignore)
+        if selected is not None and ignored is None:
+            # The command line wins over the configuration, as in ruff: a code selected here is
+            # not taken away by the configuration's `ignore`.
+            ignored = tuple(code for code in configured.ignore if code not in selected)
+        settings = configured.with_overrides(
+            select=selected,
             extend_select=_codes(extend_select),
-            ignore=_codes(ignore),
+            ignore=ignored,
             world_size=world_size,
             jobs=jobs,
             z3_timeout_ms=z3_timeout,
             cache=False if no_cache else None,
         )
+        validate_codes(settings)
         result = check_paths(targets, settings)
     except (ConfigError, CatalogError) as error:
         raise _fail(str(error)) from error

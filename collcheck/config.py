@@ -5,6 +5,7 @@ Settings are immutable and passed into the engine; no check reads configuration 
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -143,13 +144,13 @@ def settings_from_table(table: Mapping[str, Any], root: Path) -> Settings:
     if values.get("world_size") is not None and values["world_size"] < 2:
         raise ConfigError("[tool.collcheck] 'world-size' must be at least 2")
     if "catalogs" in values:
-        values["catalogs"] = tuple(str((root / path).resolve()) for path in values["catalogs"])
+        values["catalogs"] = tuple(os.path.realpath(root / path) for path in values["catalogs"])
     return Settings(root=str(root), **values)
 
 
 def find_pyproject(paths: Iterable[Path]) -> Path | None:
     """The nearest pyproject.toml with a [tool.collcheck] table, from the first path upward."""
-    starts = [path.resolve() for path in paths] or [Path.cwd()]
+    starts = [Path(os.path.realpath(path)) for path in paths] or [Path.cwd()]
     for start in starts:
         folder = start if start.is_dir() else start.parent
         for candidate_dir in [folder, *folder.parents]:

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import io
+import os
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
 from collcheck.findings import FileError
+
+
+def real_path(path: Path | str) -> Path:
+    """Absolute path with links followed, without raising on a symlink loop (Path.resolve does)."""
+    return Path(os.path.realpath(path))
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ class Suppression:
 def parse_suppressions(source: str) -> dict[int, tuple[str, ...]]:
     """Line -> suppressed codes, read from comments only (never from strings)."""
     found: dict[int, tuple[str, ...]] = {}
-    if "collcheck" not in source:
+    if "collcheck" not in source.lower():
         return found
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))

@@ -702,11 +702,6 @@ def test_loaded_catalog_contents() -> None:
     assert not any(spec.any_receiver for spec in by_method["broadcast"])
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="collcheck.catalog reads [rank].functions / [world].functions tables as name lists and "
-    "replaces their values with 'rank' / 'world' (needed: megatron is_pipeline_*_stage, group_world)",
-)
 def test_function_table_values_survive_loading() -> None:
     catalog = load_catalog()
     assert catalog.rank_functions["megatron.core.parallel_state.is_pipeline_first_stage"] == "group_rank == 0"

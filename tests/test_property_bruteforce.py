@@ -8,9 +8,9 @@ size, must report a finding exactly when they do.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
-from typing import Union
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -64,7 +64,7 @@ class Return:
     cond: str
 
 
-Stmt = Union[Op, If, For, Return]
+Stmt = Op | If | For | Return
 
 
 def blocks(depth: int) -> st.SearchStrategy[tuple[Stmt, ...]]:
@@ -80,7 +80,9 @@ def blocks(depth: int) -> st.SearchStrategy[tuple[Stmt, ...]]:
     return st.lists(compound, min_size=0, max_size=3).map(tuple)
 
 
-programs = st.tuples(blocks(2), st.one_of(st.none(), st.sampled_from(sorted(CONDITIONS)).map(Return)), blocks(1))
+programs = st.tuples(
+    blocks(2), st.one_of(st.none(), st.sampled_from(sorted(CONDITIONS)).map(Return)), blocks(1)
+)
 
 
 def render(stmts: tuple[Stmt, ...], indent: int) -> list[str]:
@@ -135,13 +137,13 @@ def run(stmts: tuple[Stmt, ...], rank: int, world: int, out: list[str]) -> None:
             raise Returned
 
 
-def sequence(program: tuple[tuple[Stmt, ...], Return | None, tuple[Stmt, ...]], rank: int, world: int) -> list[str]:
+def sequence(
+    program: tuple[tuple[Stmt, ...], Return | None, tuple[Stmt, ...]], rank: int, world: int
+) -> list[str]:
     head, early, tail = program
     out: list[str] = []
-    try:
+    with contextlib.suppress(Returned):
         run(tuple(head) + ((early,) if early else ()) + tuple(tail), rank, world, out)
-    except Returned:
-        pass
     return out
 
 
@@ -150,9 +152,13 @@ RANK_DEPENDENT_TRIPS = frozenset({"rank", "rank + 1", "world - rank", "rank // 2
 
 def has_rank_dependent_loop(stmts: tuple[Stmt, ...]) -> bool:
     for stmt in stmts:
-        if isinstance(stmt, For) and (stmt.trip in RANK_DEPENDENT_TRIPS or has_rank_dependent_loop(stmt.body)):
+        if isinstance(stmt, For) and (
+            stmt.trip in RANK_DEPENDENT_TRIPS or has_rank_dependent_loop(stmt.body)
+        ):
             return True
-        if isinstance(stmt, If) and (has_rank_dependent_loop(stmt.then) or has_rank_dependent_loop(stmt.orelse)):
+        if isinstance(stmt, If) and (
+            has_rank_dependent_loop(stmt.then) or has_rank_dependent_loop(stmt.orelse)
+        ):
             return True
     return False
 
@@ -162,11 +168,19 @@ def diverges(program: tuple[tuple[Stmt, ...], Return | None, tuple[Stmt, ...]], 
     return any(sequence(program, rank, world) != first for rank in range(1, world))
 
 
-@settings(max_examples=int(os.environ.get("COLLCHECK_PROPERTY_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("COLLCHECK_PROPERTY_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(programs, st.integers(min_value=2, max_value=8))
-def test_verdict_matches_brute_force(program: tuple[tuple[Stmt, ...], Return | None, tuple[Stmt, ...]], world: int) -> None:
+def test_verdict_matches_brute_force(
+    program: tuple[tuple[Stmt, ...], Return | None, tuple[Stmt, ...]], world: int
+) -> None:
     text = program_text(program)
-    result = analyze_text(text, "generated.py", Settings(world_size=world, select=("CC001", "CC002", "CC003")))
+    result = analyze_text(
+        text, "generated.py", Settings(world_size=world, select=("CC001", "CC002", "CC003"))
+    )
     assert result.error is None
     # A function over the path budget is skipped with a note: inconclusive, not a verdict.
     assume(not any("skipped" in note for note in result.notes))

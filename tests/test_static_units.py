@@ -58,7 +58,10 @@ def test_broadcast_output_is_uniform_again() -> None:
 
 
 def test_loop_with_rank_dependent_trip_count_becomes_one_loop_element_and_a_region() -> None:
-    source = "import torch.distributed as dist\ndef f(x):\n    for i in range(dist.get_rank()):\n        dist.all_reduce(x)\n"
+    source = (
+        "import torch.distributed as dist\n"
+        "def f(x):\n    for i in range(dist.get_rank()):\n        dist.all_reduce(x)\n"
+    )
     found = regions(source)
     assert [r.kind for r in found] == ["function", "loop"]
     (loop,) = found[0].paths[0].events
@@ -69,7 +72,10 @@ def test_z3_encoding_two_rank_instances_share_uniform_values() -> None:
     tr = Z3Translator(z3)
     world_minus_one = BinOp("-", RANK, Const(1))
     solver = z3.Solver()
-    solver.add(tr.as_bool(Compare("==", RANK, Const(0)), "a"), tr.as_bool(Compare("==", world_minus_one, Const(0)), "b"))
+    solver.add(
+        tr.as_bool(Compare("==", RANK, Const(0)), "a"),
+        tr.as_bool(Compare("==", world_minus_one, Const(0)), "b"),
+    )
     solver.add(tr.rank("a") != tr.rank("b"))
     assert solver.check() == z3.sat
     model = solver.model()

@@ -18,7 +18,9 @@ def test_wheel_ships_rules_and_runs(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert build.returncode == 0, build.stderr
     wheel = next(wheels.glob("collcheck-*.whl"))
@@ -37,7 +39,11 @@ def test_wheel_ships_rules_and_runs(tmp_path: Path) -> None:
     clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     run = subprocess.run(
         [str(python), "-m", "collcheck", "--no-cache", "--format", "json", str(fixture)],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=clean_env,
     )
     assert run.returncode == 1, run.stderr
     assert '"code": "CC001"' in run.stdout
@@ -45,6 +51,10 @@ def test_wheel_ships_rules_and_runs(tmp_path: Path) -> None:
     assert "torch" not in freeze.stdout.lower()  # the static analyzer must not pull torch
     where = subprocess.run(
         [str(python), "-c", "import collcheck.catalog as c; print(c.bundled_catalog_dir())"],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=clean_env,
     )
     assert str(env_dir) in where.stdout, where.stdout

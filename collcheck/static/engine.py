@@ -26,7 +26,7 @@ from collcheck.static.extract import (
     State,
 )
 from collcheck.static.names import module_imports, qualified_name
-from collcheck.static.prefilter import _trigger_pattern
+from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, Site
 from collcheck.static.project import Project
 from collcheck.static.solve import Divergence, SolveStats, solve_region
@@ -43,7 +43,7 @@ CLASSIFICATION_ORDER = ("CC007", "CC005", "CC004", "CC003", "CC002", "CC006", "C
 def mentions_communication(text: str, catalog: Catalog, project: Project | None = None) -> bool:
     """The textual prefilter: a file that names no catalogued callable, nor a function of the run
     that reaches one, is never parsed."""
-    if _trigger_pattern(catalog).search(text) is not None:
+    if trigger_pattern(catalog).search(text):
         return True
     if project is None or not project.communicating_names:
         return False
@@ -293,10 +293,16 @@ def load_project_module(
     tree = parse(source)
     if isinstance(tree, FileError):
         return None
-    module = build_module(tree, source.path, catalog, project)
+    try:
+        module = build_module(tree, source.path, catalog, project)
+    except RecursionError:  # a helper file too deep to model is not followed; its importer still is
+        return None
     extractor = Extractor(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
-    module.globals = _without_mutable_globals(extractor.module_environment(_module_body(tree)[0]), module)
-    _class_attributes(module, extractor)
+    try:
+        module.globals = _without_mutable_globals(extractor.module_environment(_module_body(tree)[0]), module)
+        _class_attributes(module, extractor)
+    except RecursionError:  # module-level code too deep to model: its functions are still followed
+        module.globals = {}
     _LOADED[key] = module
     return module
 

@@ -8,12 +8,16 @@ The index is plain data (picklable for worker processes); parsed modules are cac
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from collcheck.static.prefilter import Trigger
+
 _NAME_PATTERNS: dict[str, re.Pattern[str]] = {}
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DEF = re.compile(r"^\s*(?:async\s+)?def\s+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
 
 
@@ -32,12 +36,25 @@ class Project:
     modules: tuple[tuple[str, str], ...]  # (dotted name, path)
     communicating_names: frozenset[str] = frozenset()
     digest: str = ""
+    file_hashes: tuple[tuple[str, str], ...] = ()  # content hash of each file that may communicate
+
+    def dependency_digest(self, path: str, text: str) -> str:
+        """What a file's verdict may depend on in other files: the communicating files whose module
+        it names (so one edit re-checks its importers, not the whole tree)."""
+        by_stem = _stems(self)
+        parts = [
+            content
+            for word in set(_IDENTIFIER.findall(text)) & by_stem.keys()
+            for file, content in by_stem[word]
+            if file != path
+        ]
+        return hashlib.sha256("".join(sorted(parts)).encode()).hexdigest()[:16]
 
     def lookup(self, qualified: str, importer: str) -> tuple[str, str] | None:
         """(path, attribute) of a qualified name that lands in a file of this run."""
         table = dict(self.modules)
         parts = qualified.split(".")
-        importer_dir = Path(importer).resolve().parent
+        importer_dir = Path(os.path.realpath(importer)).parent
         for cut in range(len(parts) - 1, 0, -1):
             module, attribute = ".".join(parts[:cut]), ".".join(parts[cut:])
             sibling = importer_dir.joinpath(*module.split(".")).with_suffix(".py")
@@ -59,13 +76,29 @@ class Project:
         return frozenset(path for _, path in self.modules)
 
 
-def build_project(files: Iterable[Path], trigger: re.Pattern[str], max_rounds: int = 4) -> Project:
+_STEMS: dict[str, dict[str, list[tuple[str, str]]]] = {}
+
+
+def _stems(project: Project) -> dict[str, list[tuple[str, str]]]:
+    """Last module-name component -> (path, content hash) of the communicating files."""
+    table = _STEMS.get(project.digest)
+    if table is None:
+        hashes = dict(project.file_hashes)
+        table = {}
+        for name, path in project.modules:
+            if path in hashes:
+                table.setdefault(name.rsplit(".", 1)[-1], []).append((path, hashes[path]))
+        _STEMS[project.digest] = table
+    return table
+
+
+def build_project(files: Iterable[Path], trigger: Trigger, max_rounds: int = 4) -> Project:
     """Index the run's files and the names of functions that may communicate.
 
     The prefilter is iterated: a file that defines a function mentioning a collective contributes
     that function's name, so files that only call it are parsed too (up to `max_rounds` hops).
     """
-    paths = [path.resolve() for path in files]
+    paths = [Path(os.path.realpath(path)) for path in files]
     texts: dict[Path, str] = {}
     for path in paths:
         try:
@@ -73,27 +106,32 @@ def build_project(files: Iterable[Path], trigger: re.Pattern[str], max_rounds: i
         except OSError:
             continue
     names: set[str] = set()
-    pattern = trigger
     contributing: set[Path] = set()
     # Only a name that some file imports can carry a collective into another file.
     imported = _imported_names(texts.values())
+    words = {path: frozenset(_IDENTIFIER.findall(text)) for path, text in texts.items()}
+    pending = {path for path, text in texts.items() if trigger.search(text)}
     for _ in range(max_rounds):
         new_names: set[str] = set()
-        for path, text in texts.items():
-            if path in contributing or not pattern.search(text):
-                continue
+        for path in pending - contributing:
             contributing.add(path)
-            new_names.update(_def_names(text, pattern))
+            new_names.update(_def_names(texts[path], trigger, names))
         new_names = (new_names & imported) - names
         if not new_names:
             break
         names |= new_names
-        pattern = re.compile(trigger.pattern + r"|\b(?:" + "|".join(sorted(map(re.escape, names))) + r")\b")
-    digest = hashlib.sha256()
-    for path in sorted(contributing):
-        digest.update(str(path).encode() + b"\0" + texts[path].encode("utf-8", "replace"))
+        pending = {
+            path
+            for path, found in words.items()
+            if path not in contributing and not found.isdisjoint(new_names)
+        }
+    hashes = {
+        str(path): hashlib.sha256(texts[path].encode("utf-8", "replace")).hexdigest()[:16]
+        for path in contributing
+    }
     modules = tuple(sorted((module_name(path), str(path)) for path in paths))
-    return Project(modules, frozenset(names), digest.hexdigest()[:16])
+    digest = hashlib.sha256("".join(sorted(hashes.values())).encode()).hexdigest()[:16]
+    return Project(modules, frozenset(names), digest, tuple(sorted(hashes.items())))
 
 
 _FROM_IMPORT = re.compile(
@@ -116,12 +154,15 @@ def _imported_names(texts: Iterable[str]) -> set[str]:
     return names
 
 
-def _def_names(text: str, pattern: re.Pattern[str]) -> set[str]:
-    """Names of the functions whose own text (up to the next `def`) matches the pattern."""
+def _def_names(text: str, trigger: Trigger, known: set[str]) -> set[str]:
+    """Names of the functions whose own text (up to the next `def`) names a collective or a
+    function already known to reach one."""
     matches = list(_DEF.finditer(text))
     names = set()
     for index, match in enumerate(matches):
         end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
-        if pattern.search(text, match.end(), end):
+        if trigger.search(text, match.end(), end) or (
+            known and not known.isdisjoint(_IDENTIFIER.findall(text, match.end(), end))
+        ):
             names.add(match.group(1))
     return names

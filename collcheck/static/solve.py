@@ -28,6 +28,9 @@ from collcheck.static.symbolic import (
 )
 
 WORLD_CHANNEL = "world"
+RESOURCE_LIMIT = (
+    2_000_000  # z3 resource units per query (bounds nonlinear arithmetic, which ignores the timeout)
+)
 LEAVING_EXITS = frozenset({"break", "return", "raise", "exit"})
 
 
@@ -61,9 +64,46 @@ class Divergence:
 
 @dataclass
 class SolveStats:
+    """Per-file solver state: counters, notes, and the file's own z3 context (created on first
+    use), so that a file's counterexamples never depend on what was solved before it."""
+
     queries: int = 0
     unknown: int = 0
     notes: list[str] = field(default_factory=list)
+    z3: Any = None
+
+    def z3_in_context(self) -> Any:
+        if self.z3 is None:
+            import z3  # deferred: most files never need the solver
+
+            self.z3 = _ContextZ3(z3, z3.Context())
+        return self.z3
+
+
+class _ContextZ3:
+    """The z3 module with every constructor bound to one context."""
+
+    def __init__(self, module: Any, ctx: Any) -> None:
+        self._module = module
+        self.ctx = ctx
+
+    def Int(self, name: str) -> Any:
+        return self._module.Int(name, self.ctx)
+
+    def Bool(self, name: str) -> Any:
+        return self._module.Bool(name, self.ctx)
+
+    def IntVal(self, value: int) -> Any:
+        return self._module.IntVal(value, self.ctx)
+
+    def BoolVal(self, value: bool) -> Any:
+        return self._module.BoolVal(value, self.ctx)
+
+    def Solver(self) -> Any:
+        return self._module.Solver(ctx=self.ctx)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
 
 
 def _channel_key(event: Element) -> str | None:
@@ -124,8 +164,7 @@ class RegionSolver:
     """One z3 solver for a region; queries are pushed and popped on it."""
 
     def __init__(self, region: Region, world_size: int | None, timeout_ms: int, stats: SolveStats) -> None:
-        import z3  # deferred: most files never need the solver
-
+        z3 = stats.z3_in_context()
         self.z3 = z3
         self.region = region
         self.world_size = world_size
@@ -133,7 +172,12 @@ class RegionSolver:
         self.stats = stats
         self.solver = z3.Solver()
         self.solver.set("timeout", timeout_ms)
+        # The timeout is not polled inside some nonlinear arithmetic; a resource limit is.
+        self.solver.set("rlimit", RESOURCE_LIMIT)
         self.strings: dict[str, int] = {}
+        # One translator per region: the same conditions appear in many pair queries.
+        self.translator = Z3Translator(z3, self.strings)
+        self.shared_translator: Z3Translator = _SharedNondetTranslator(z3, self.strings)
 
     # ------------------------------------------------------------------ queries
 
@@ -152,9 +196,7 @@ class RegionSolver:
     def satisfiable(
         self, a: Path, b: Path, membership: GroupVal | None, extra: Any = None, share_nondet: bool = False
     ) -> tuple[str, Model | None, Any]:
-        tr = Z3Translator(self.z3, self.strings)
-        if share_nondet:
-            tr = _SharedNondetTranslator(self.z3, self.strings)
+        tr = self.shared_translator if share_nondet else self.translator
         facts = self._base(tr, a, b, membership)
         extra_fact = extra(tr) if extra is not None else None
         facts.extend(tr.side_constraints)  # bounds of the atoms met while translating
@@ -175,12 +217,20 @@ class RegionSolver:
                 return "unknown", None, None
             if verdict == self.z3.unsat:
                 return "unsat", None, None
-            model, raw = self._small_model(tr)
+            small = self._small_model(tr)
+            if small is None:
+                self.stats.unknown += 1
+                self.stats.notes.append(
+                    f"{self.region.path_name}:{self.region.line}: solver gave up while building a "
+                    f"counterexample in {self.region.function}; no finding reported for that query"
+                )
+                return "unknown", None, None
+            model, raw = small
             return "sat", model, (tr, raw)
         finally:
             self.solver.pop()
 
-    def _small_model(self, tr: Z3Translator) -> tuple[Model, Any]:
+    def _small_model(self, tr: Z3Translator) -> tuple[Model, Any] | None:
         """Prefer the smallest world and rank 0: the counterexample a person believes at once."""
         z3 = self.z3
         world, ra, rb = tr.world, tr.rank("a"), tr.rank("b")
@@ -195,7 +245,8 @@ class RegionSolver:
                     return self._model(model, tr), model
             finally:
                 self.solver.pop()
-        self.solver.check()
+        if self.solver.check() != z3.sat:  # gave up while minimising: treat as unknown
+            return None
         model = self.solver.model()
         return self._model(model, tr), model
 

@@ -293,6 +293,9 @@ class Z3Translator:
         self.strings = strings if strings is not None else {}
         self.side_constraints: list[Any] = []
         self._vars: dict[tuple[str, str, str], Any] = {}
+        # Values are DAGs (merged branches share subtrees): translate each node once. The value is
+        # kept beside its translation so that its id cannot be reused while the memo lives.
+        self._memo: dict[tuple[int, str, str], tuple[Any, Expr]] = {}
         self.world = z3.Int("world")
 
     def _var(self, atom: Atom, side: str, sort: str) -> Any:
@@ -333,6 +336,13 @@ class Z3Translator:
         return "int"
 
     def as_bool(self, expr: Expr, side: str) -> Any:
+        key = (id(expr), side, "b")
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = (self._as_bool(expr, side), expr)
+        return hit[0]
+
+    def _as_bool(self, expr: Expr, side: str) -> Any:
         z3 = self.z3
         if isinstance(expr, Const):
             if isinstance(expr.value, bool):
@@ -372,6 +382,13 @@ class Z3Translator:
         return z3.BoolVal(True)  # GroupVal: a group object is truthy
 
     def as_int(self, expr: Expr, side: str) -> Any:
+        key = (id(expr), side, "i")
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = (self._as_int(expr, side), expr)
+        return hit[0]
+
+    def _as_int(self, expr: Expr, side: str) -> Any:
         z3 = self.z3
         if isinstance(expr, Const):
             if isinstance(expr.value, bool):
