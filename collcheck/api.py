@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import subprocess
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
-from collcheck.cache import cached_analyze
+from collcheck.cache import cached_analyze, load_manifest, store_manifest
 from collcheck.catalog import Catalog, load_catalog
 from collcheck.checks import rule_selection
 from collcheck.config import Settings
@@ -27,9 +29,23 @@ class Job:
     display_path: str
 
 
+@lru_cache(maxsize=32)
+def _exclusion_matchers(patterns: tuple[str, ...]) -> tuple[re.Pattern[str] | None, tuple[str, ...]]:
+    """Name patterns (`build`, `*.pyc`) as one regex; path patterns (`legacy/*`) kept apart."""
+    names = [p for p in patterns if "/" not in p]
+    paths = tuple(p for p in patterns if "/" in p)
+    regex = re.compile("|".join(fnmatch.translate(p) for p in names)) if names else None
+    return regex, paths
+
+
 def _is_excluded(path: Path, patterns: Sequence[str], root: str = ".") -> bool:
-    candidates = (path.name, str(path), _relative(str(path), root))
-    return any(fnmatch.fnmatch(candidate, pattern) for pattern in patterns for candidate in candidates)
+    by_name, by_path = _exclusion_matchers(tuple(patterns))
+    if by_name is not None and by_name.match(path.name):
+        return True
+    if not by_path:
+        return False
+    candidates = (str(path), _relative(str(path), root))
+    return any(fnmatch.fnmatch(candidate, pattern) for pattern in by_path for candidate in candidates)
 
 
 def _walk(
@@ -132,8 +148,14 @@ def _filter(result: FileResult, settings: Settings) -> FileResult:
 
 
 def analyze_file(
-    path: str, settings: Settings, catalog: Catalog | None = None, project: Project | None = None
+    path: str,
+    settings: Settings,
+    catalog: Catalog | None = None,
+    project: Project | None = None,
+    *,
+    lookup_only: bool = False,
 ) -> FileResult:
+    """One file's result, from the cache when possible (with `lookup_only`, None on a miss)."""
     catalog = catalog or load_catalog(Path(p) for p in settings.catalogs)
     resolved = catalog
 
@@ -141,22 +163,21 @@ def analyze_file(
         source = read_source(Path(path), MAX_FILE_BYTES)
         if isinstance(source, FileError):
             return FileResult(path=path, error=source)
-        # Imported only on a cache miss, so that a warm run never loads z3, libcst or the engine.
+        # Imported only on a cache miss, so that a warm run never loads z3 or the engine.
         from collcheck.static.engine import analyze_source
 
         return analyze_source(source, resolved, settings, project)
 
-    # A helper in another file may change this file's verdict: its text is part of the key.
-    digest = ""
-    if project is not None:
-        try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            text = ""
-        digest = project.dependency_digest(str(real_path(path)), text)
-    return _filter(
-        cached_analyze(path, settings, catalog.fingerprint, compute, dependency_digest=digest), settings
+    def dependencies(content: bytes) -> str:
+        # A helper in another file may change this file's verdict: those files are in the key.
+        if project is None:
+            return ""
+        return project.dependency_digest(str(real_path(path)), content.decode("utf-8", "replace"))
+
+    result = cached_analyze(
+        path, settings, catalog.fingerprint, compute, dependency_digest=dependencies, lookup_only=lookup_only
     )
+    return _filter(result, settings) if result is not None else None  # type: ignore[return-value]
 
 
 def analyze_text(text: str, path: str = "<string>", settings: Settings | None = None) -> FileResult:
@@ -173,11 +194,29 @@ def _analyze_job(args: tuple[str, Settings, Project | None]) -> FileResult:
     return analyze_file(path, settings, project=project)
 
 
-def _project(files: list[Path], catalog: Catalog) -> Project:
+def _dependency_digest(project: Project | None, path: str) -> str:
+    if project is None:
+        return ""
+    from collcheck.static.project import dependency_table
+
+    return dependency_table(project).get(str(real_path(path)), "")
+
+
+def _project(files: list[Path], catalog: Catalog, settings: Settings | None = None) -> Project:
+    """The run's cross-file index; on a warm run it comes from the cache when no file changed
+    (same paths, sizes and modification times)."""
+    from collcheck.cache import load_project, store_project
     from collcheck.static.prefilter import trigger_pattern
     from collcheck.static.project import build_project
 
-    return build_project(files, trigger_pattern(catalog))
+    if settings is None or not settings.cache:
+        return build_project(files, trigger_pattern(catalog))
+    cached = load_project(files, catalog.fingerprint, settings)
+    if cached is not None:
+        return cached
+    project = build_project(files, trigger_pattern(catalog))
+    store_project(files, catalog.fingerprint, settings, project)
+    return project
 
 
 def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -> RunResult:
@@ -195,12 +234,25 @@ def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -
     files = [f for f in files if f not in named or f.exists()]
     jobs = settings.jobs or os.cpu_count() or 1
     names = [str(path) for path in files]
-    project = _project(files, catalog) if len(files) > 1 else None
-    if jobs > 1 and len(names) > 8:
+    project = _project(files, catalog, settings) if len(files) > 1 else None
+    roots = sorted(str(real_path(p)) for p in paths)
+    dependencies = {name: _dependency_digest(project, name) for name in names}
+    unchanged = load_manifest(settings, catalog.fingerprint, roots, dependencies)
+    # Cache hits are answered here; only the misses go to worker processes.
+    hits = {
+        name: unchanged.get(name) or analyze_file(name, settings, catalog, project, lookup_only=True)
+        for name in names
+    }
+    misses = [name for name in names if hits[name] is None]
+    if jobs > 1 and len(misses) > 8:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            work = [(name, settings, project) for name in names]
-            results = list(pool.map(_analyze_job, work, chunksize=4))
+            work = [(name, settings, project) for name in misses]
+            computed = dict(zip(misses, pool.map(_analyze_job, work, chunksize=4), strict=True))
     else:
-        results = [analyze_file(name, settings, catalog, project) for name in names]
+        computed = {name: analyze_file(name, settings, catalog, project) for name in misses}
+    results = [hits[name] or computed[name] for name in names]
+    store_manifest(
+        settings, catalog.fingerprint, roots, {r.path: (dependencies.get(r.path, ""), r) for r in results}
+    )
     ordered = sorted([*missing, *results], key=lambda result: result.path)
     return RunResult(files=ordered)

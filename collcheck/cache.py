@@ -19,9 +19,12 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collcheck import __version__
+
+if TYPE_CHECKING:
+    from collcheck.static.project import Project
 from collcheck.config import Settings
 from collcheck.findings import (
     Counterexample,
@@ -224,20 +227,131 @@ def cached_analyze(
     catalog_fingerprint: str,
     compute: Callable[[], FileResult],
     *,
-    dependency_digest: str = "",
-) -> FileResult:
-    """`compute()` behind the cache; with `settings.cache` off, or an unreadable file, just compute."""
+    dependency_digest: str | Callable[[bytes], str] = "",
+    lookup_only: bool = False,
+) -> FileResult | None:
+    """`compute()` behind the cache; with `settings.cache` off, or an unreadable file, just compute.
+    With `lookup_only`, a miss returns None instead of computing. `dependency_digest` may be a
+    function of the file's bytes (so the file is read once)."""
     if not settings.cache:
-        return compute()
+        return None if lookup_only else compute()
     try:
         content = Path(path).read_bytes()
     except OSError:
-        return compute()  # the engine side turns the read failure into a FileError
+        return None if lookup_only else compute()  # the engine turns the read failure into a FileError
     folder = cache_folder(settings)
-    key = cache_key(content, path, settings, catalog_fingerprint, dependency_digest)
+    dependencies = dependency_digest(content) if callable(dependency_digest) else dependency_digest
+    key = cache_key(content, path, settings, catalog_fingerprint, dependencies)
     hit = load(folder, key)
-    if hit is not None:
+    if hit is not None or lookup_only:
         return hit
     result = compute()
     store(folder, key, result)
     return result
+
+
+# --- the run's cross-file index ------------------------------------------------------------------
+
+
+def _project_key(files: list[Path], catalog_fingerprint: str) -> str | None:
+    """Keyed on every file's path, size and modification time: any change rebuilds the index."""
+    digest = hashlib.sha256(f"{__version__}\0{catalog_fingerprint}\0{CACHE_FORMAT}".encode())
+    for path in files:
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def load_project(files: list[Path], catalog_fingerprint: str, settings: Settings) -> Project | None:
+    from collcheck.static.project import Project  # light: plain data
+
+    key = _project_key(files, catalog_fingerprint)
+    if key is None:
+        return None
+    try:
+        data = json.loads((cache_folder(settings) / "projects" / f"{key}.json").read_text(encoding="utf-8"))
+        return Project(
+            modules=tuple((str(a), str(b)) for a, b in data["modules"]),
+            communicating_names=frozenset(data["communicating_names"]),
+            digest=str(data["digest"]),
+            file_hashes=tuple((str(a), str(b)) for a, b in data["file_hashes"]),
+            dependencies=tuple((str(a), str(b)) for a, b in data["dependencies"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def store_project(files: list[Path], catalog_fingerprint: str, settings: Settings, project: Project) -> None:
+    key = _project_key(files, catalog_fingerprint)
+    if key is None:
+        return
+    folder = cache_folder(settings)
+    payload = {
+        "modules": project.modules,
+        "communicating_names": sorted(project.communicating_names),
+        "digest": project.digest,
+        "file_hashes": project.file_hashes,
+        "dependencies": project.dependencies,
+    }
+    try:
+        _ensure_folder(folder)
+        _write_atomically(folder / "projects" / f"{key}.json", json.dumps(payload))
+    except (OSError, ValueError, TypeError):
+        return
+
+
+# --- the run manifest: a warm run answers from file stats alone --------------------------------
+
+
+def _manifest_path(settings: Settings, catalog_fingerprint: str, roots: list[str]) -> Path:
+    material = "\0".join(
+        [__version__, str(CACHE_FORMAT), settings_fingerprint(settings), catalog_fingerprint, *roots]
+    )
+    return cache_folder(settings) / "runs" / (hashlib.sha256(material.encode()).hexdigest()[:32] + ".json")
+
+
+def _stamp(path: str, dependencies: str) -> list[Any] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return [stat.st_size, stat.st_mtime_ns, dependencies]
+
+
+def load_manifest(
+    settings: Settings, catalog_fingerprint: str, roots: list[str], files: dict[str, str]
+) -> dict[str, FileResult]:
+    """Results of files whose size, modification time and dependencies are unchanged since the
+    last run with the same settings (`files` maps each path to its dependency digest)."""
+    if not settings.cache:
+        return {}
+    try:
+        data = json.loads(_manifest_path(settings, catalog_fingerprint, roots).read_text(encoding="utf-8"))
+        results: dict[str, FileResult] = {}
+        for path, dependencies in files.items():
+            entry = data.get(path)
+            if entry is not None and entry[0] == _stamp(path, dependencies):
+                results[path] = result_from_json(entry[1])
+        return results
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+        return {}
+
+
+def store_manifest(
+    settings: Settings, catalog_fingerprint: str, roots: list[str], results: dict[str, tuple[str, FileResult]]
+) -> None:
+    if not settings.cache:
+        return
+    payload = {}
+    for path, (dependencies, result) in results.items():
+        stamp = _stamp(path, dependencies)
+        if stamp is not None:
+            payload[path] = [stamp, result_to_json(result)]
+    try:
+        _ensure_folder(cache_folder(settings))
+        _write_atomically(_manifest_path(settings, catalog_fingerprint, roots), json.dumps(payload))
+    except (OSError, ValueError, TypeError):
+        return

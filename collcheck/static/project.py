@@ -37,10 +37,16 @@ class Project:
     communicating_names: frozenset[str] = frozenset()
     digest: str = ""
     file_hashes: tuple[tuple[str, str], ...] = ()  # content hash of each file that may communicate
+    dependencies: tuple[tuple[str, str], ...] = ()  # path -> digest of what it depends on (precomputed)
 
     def dependency_digest(self, path: str, text: str) -> str:
         """What a file's verdict may depend on in other files: the communicating files whose module
         it names (so one edit re-checks its importers, not the whole tree)."""
+        known = dependency_table(self).get(path)
+        if known is not None:
+            return known
+        if not self.communicating_names or self.name_pattern().search(text) is None:
+            return ""  # names no function of the run that communicates: depends on no other file
         by_stem = _stems(self)
         parts = [
             content
@@ -77,6 +83,15 @@ class Project:
 
 
 _STEMS: dict[str, dict[str, list[tuple[str, str]]]] = {}
+_DEPENDENCIES: dict[tuple[str, int], dict[str, str]] = {}
+
+
+def dependency_table(project: Project) -> dict[str, str]:
+    key = (project.digest, len(project.dependencies))
+    table = _DEPENDENCIES.get(key)
+    if table is None:
+        table = _DEPENDENCIES[key] = dict(project.dependencies)
+    return table
 
 
 def _stems(project: Project) -> dict[str, list[tuple[str, str]]]:
@@ -131,7 +146,11 @@ def build_project(files: Iterable[Path], trigger: Trigger, max_rounds: int = 4) 
     }
     modules = tuple(sorted((module_name(path), str(path)) for path in paths))
     digest = hashlib.sha256("".join(sorted(hashes.values())).encode()).hexdigest()[:16]
-    return Project(modules, frozenset(names), digest, tuple(sorted(hashes.items())))
+    project = Project(modules, frozenset(names), digest, tuple(sorted(hashes.items())))
+    dependencies = tuple(
+        (str(path), project.dependency_digest(str(path), text)) for path, text in texts.items()
+    )
+    return Project(project.modules, project.communicating_names, digest, project.file_hashes, dependencies)
 
 
 _FROM_IMPORT = re.compile(
