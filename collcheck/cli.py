@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from collcheck import __version__
+from collcheck.memory.command import EPILOG as ESTIMATE_EPILOG
 from collcheck.memory.command import estimate_command
 from collcheck.runtime.command import run_command, trace_command
 
@@ -174,6 +175,7 @@ def version_command() -> None:
 app.command(
     "estimate",
     help="Estimate per-rank KV-cache and all-gather memory, and whether it fits a budget.",
+    epilog=ESTIMATE_EPILOG,
 )(estimate_command)
 app.command(
     "run",
