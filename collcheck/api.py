@@ -202,6 +202,14 @@ def _dependency_digest(project: Project | None, path: str) -> str:
     return dependency_table(project).get(str(real_path(path)), "")
 
 
+def _rank_words(catalog: Catalog) -> re.Pattern[str]:
+    """Words that mark a function as computing something from the rank (catalog-driven)."""
+    words = {name.rsplit(".", 1)[-1] for name in catalog.rank_functions}
+    words |= set(catalog.rank_env) | set(catalog.rank_attributes) | set(catalog.rank_methods)
+    words |= {name.rsplit(".", 1)[-1] for name in catalog.rank_decorators}
+    return re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, words), key=len, reverse=True)) + r")\b")
+
+
 def _project(files: list[Path], catalog: Catalog, settings: Settings | None = None) -> Project:
     """The run's cross-file index; on a warm run it comes from the cache when no file changed
     (same paths, sizes and modification times)."""
@@ -209,12 +217,13 @@ def _project(files: list[Path], catalog: Catalog, settings: Settings | None = No
     from collcheck.static.prefilter import trigger_pattern
     from collcheck.static.project import build_project
 
+    rank_words = _rank_words(catalog)
     if settings is None or not settings.cache:
-        return build_project(files, trigger_pattern(catalog))
+        return build_project(files, trigger_pattern(catalog), rank_words=rank_words)
     cached = load_project(files, catalog.fingerprint, settings)
     if cached is not None:
         return cached
-    project = build_project(files, trigger_pattern(catalog))
+    project = build_project(files, trigger_pattern(catalog), rank_words=rank_words)
     store_project(files, catalog.fingerprint, settings, project)
     return project
 

@@ -279,6 +279,7 @@ def load_project(files: list[Path], catalog_fingerprint: str, settings: Settings
             digest=str(data["digest"]),
             file_hashes=tuple((str(a), str(b)) for a, b in data["file_hashes"]),
             dependencies=tuple((str(a), str(b)) for a, b in data["dependencies"]),
+            rank_names=frozenset(data["rank_names"]),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -295,6 +296,7 @@ def store_project(files: list[Path], catalog_fingerprint: str, settings: Setting
         "digest": project.digest,
         "file_hashes": project.file_hashes,
         "dependencies": project.dependencies,
+        "rank_names": sorted(project.rank_names),
     }
     try:
         _ensure_folder(folder)

@@ -7,6 +7,7 @@ too large for the path budget becomes a note.
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Iterable
 from pathlib import Path as FsPath
 
@@ -67,7 +68,8 @@ def analyze_source(
     result = FileResult(path=source.path)
     if not mentions_communication(source.text, catalog, project):
         return result
-    tree = parse(source)
+    loaded = _already_loaded(source.path, catalog, project)
+    tree = loaded.tree if loaded is not None else parse(source)
     if isinstance(tree, FileError):
         result.error = tree
         return result
@@ -77,7 +79,7 @@ def analyze_source(
         result.error = FileError(source.path, "too deeply nested to analyse")
         return result
     comments = parse_suppressions(source.text)
-    suppressions = build_suppressions(comments, _def_spans(tree))
+    suppressions = build_suppressions(comments, _def_spans(tree) if comments else {})
     result.findings, result.unused_suppressions = apply_suppressions(findings, suppressions, source.path)
     return result
 
@@ -153,6 +155,8 @@ def _communicating_functions(module: ModuleInfo) -> set[FunctionNode]:
     for function in functions:
         names: set[str] = set()
         for node in ast.walk(function):
+            if isinstance(node, ast.Global):
+                module.mutable_globals.update(node.names)
             if not isinstance(node, ast.Call):
                 continue
             if _is_catalog_call(node, module):
@@ -188,24 +192,24 @@ def _is_catalog_call(node: ast.Call, module: ModuleInfo) -> bool:
         )
     if isinstance(node.func, ast.Name):
         # A function-level import (`from torch.distributed import barrier` inside the function).
-        return (
-            any(q.endswith("." + node.func.id) for q in catalog.functions)
-            and node.func.id not in module.functions
-        )
+        return node.func.id in _last_names(catalog) and node.func.id not in module.functions
     return False
+
+
+_LAST_NAMES: dict[str, frozenset[str]] = {}
+
+
+def _last_names(catalog: Catalog) -> frozenset[str]:
+    names = _LAST_NAMES.get(catalog.fingerprint)
+    if names is None:
+        names = _LAST_NAMES[catalog.fingerprint] = frozenset(q.rsplit(".", 1)[-1] for q in catalog.functions)
+    return names
 
 
 def _without_mutable_globals(env: dict[str, Expr], module: ModuleInfo) -> dict[str, Expr]:
     """A module variable some function rebinds (`global _GROUP`, a lazy cache) has no known value:
     `_GROUP = None` at import time says nothing about it at the time of a call."""
-    mutable = {
-        name
-        for function in _all_functions(module)
-        for node in ast.walk(function)
-        if isinstance(node, ast.Global)
-        for name in node.names
-    }
-    return {name: value for name, value in env.items() if name not in mutable}
+    return {name: value for name, value in env.items() if name not in module.mutable_globals}
 
 
 def _imports_package_of(module: ModuleInfo, receivers: tuple[str, ...]) -> bool:
@@ -279,11 +283,22 @@ def _is_main_guard(node: ast.stmt) -> bool:
 _LOADED: dict[str, ModuleInfo | None] = {}
 
 
+def _loaded_key(path: str, catalog: Catalog, project: Project) -> str:
+    return f"{catalog.fingerprint}:{project.digest}:{os.path.realpath(path)}"
+
+
+def _already_loaded(path: str, catalog: Catalog, project: Project | None) -> ModuleInfo | None:
+    """A file met earlier as another file's helper is not parsed and modelled a second time."""
+    if project is None:
+        return None
+    return _LOADED.get(_loaded_key(path, catalog, project))
+
+
 def load_project_module(
     path: str, catalog: Catalog, project: Project, settings: Settings
 ) -> ModuleInfo | None:
     """Parse another file of the run once per process, for helpers imported from it."""
-    key = f"{catalog.fingerprint}:{project.digest}:{path}"
+    key = _loaded_key(path, catalog, project)
     if key in _LOADED:
         return _LOADED[key]
     _LOADED[key] = None  # a cycle of imports sees "not available" instead of recursing
@@ -350,12 +365,20 @@ def _analyze_tree(
     notes: list[str],
     project: Project | None = None,
 ) -> list[Finding]:
-    module = build_module(tree, source.path, catalog, project)
-    module.settings = settings
-    extractor = Extractor(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
     setup, main = _module_body(tree)
-    module.globals = _without_mutable_globals(extractor.module_environment(setup), module)
-    _class_attributes(module, extractor)
+    loaded = _already_loaded(source.path, catalog, project)
+    if loaded is not None and loaded.tree is tree:
+        module = loaded
+        module.settings = settings
+        extractor = Extractor(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
+    else:
+        module = build_module(tree, source.path, catalog, project)
+        module.settings = settings
+        extractor = Extractor(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
+        module.globals = _without_mutable_globals(extractor.module_environment(setup), module)
+        _class_attributes(module, extractor)
+        if project is not None:
+            _LOADED.setdefault(_loaded_key(source.path, catalog, project), module)
     rules = {rule.code: rule for rule in all_rules()}
     stats = SolveStats()
     candidates: list[Candidate] = []

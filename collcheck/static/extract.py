@@ -148,6 +148,7 @@ class ModuleInfo:
     project: Any = None  # collcheck.static.project.Project: other files of the run
     loader: Any = None  # loads another file of the run as a ModuleInfo
     settings: Any = None
+    mutable_globals: set[str] = field(default_factory=set)  # names some function declares `global`
 
 
 @dataclass
@@ -1048,7 +1049,7 @@ class Extractor:
         if self.module.project is None:
             return None
         name = qualified_name(func, self.local_imports)
-        if name is None:
+        if name is None or not self.module.project.may_follow(name.rsplit(".", 1)[-1]):
             return None
         from collcheck.static.engine import remote_function  # the engine owns module loading
 

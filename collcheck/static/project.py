@@ -38,6 +38,11 @@ class Project:
     digest: str = ""
     file_hashes: tuple[tuple[str, str], ...] = ()  # content hash of each file that may communicate
     dependencies: tuple[tuple[str, str], ...] = ()  # path -> digest of what it depends on (precomputed)
+    rank_names: frozenset[str] = frozenset()  # imported functions whose text reads a rank (helpers to follow)
+
+    def may_follow(self, name: str) -> bool:
+        """Worth opening another file for: a helper that communicates or computes a rank value."""
+        return name in self.communicating_names or name in self.rank_names
 
     def dependency_digest(self, path: str, text: str) -> str:
         """What a file's verdict may depend on in other files: the communicating files whose module
@@ -58,14 +63,14 @@ class Project:
 
     def lookup(self, qualified: str, importer: str) -> tuple[str, str] | None:
         """(path, attribute) of a qualified name that lands in a file of this run."""
-        table = dict(self.modules)
+        table, paths = _tables(self)
         parts = qualified.split(".")
-        importer_dir = Path(os.path.realpath(importer)).parent
+        importer_dir = os.path.dirname(os.path.realpath(importer))
         for cut in range(len(parts) - 1, 0, -1):
             module, attribute = ".".join(parts[:cut]), ".".join(parts[cut:])
-            sibling = importer_dir.joinpath(*module.split(".")).with_suffix(".py")
-            if str(sibling) in self._paths():
-                return str(sibling), attribute
+            sibling = os.path.join(importer_dir, *module.split(".")) + ".py"
+            if sibling in paths:
+                return sibling, attribute
             if module in table:
                 return table[module], attribute
         return None
@@ -78,11 +83,20 @@ class Project:
             _NAME_PATTERNS[self.digest] = pattern
         return pattern
 
-    def _paths(self) -> frozenset[str]:
-        return frozenset(path for _, path in self.modules)
-
 
 _STEMS: dict[str, dict[str, list[tuple[str, str]]]] = {}
+_TABLES: dict[tuple[str, int], tuple[dict[str, str], frozenset[str]]] = {}
+
+
+def _tables(project: Project) -> tuple[dict[str, str], frozenset[str]]:
+    """Module name -> path, and the set of paths (built once per project, not per lookup)."""
+    key = (project.digest, len(project.modules))
+    tables = _TABLES.get(key)
+    if tables is None:
+        tables = _TABLES[key] = (dict(project.modules), frozenset(path for _, path in project.modules))
+    return tables
+
+
 _DEPENDENCIES: dict[tuple[str, int], dict[str, str]] = {}
 
 
@@ -107,7 +121,9 @@ def _stems(project: Project) -> dict[str, list[tuple[str, str]]]:
     return table
 
 
-def build_project(files: Iterable[Path], trigger: Trigger, max_rounds: int = 4) -> Project:
+def build_project(
+    files: Iterable[Path], trigger: Trigger, max_rounds: int = 4, rank_words: re.Pattern[str] | None = None
+) -> Project:
     """Index the run's files and the names of functions that may communicate.
 
     The prefilter is iterated: a file that defines a function mentioning a collective contributes
@@ -150,7 +166,40 @@ def build_project(files: Iterable[Path], trigger: Trigger, max_rounds: int = 4) 
     dependencies = tuple(
         (str(path), project.dependency_digest(str(path), text)) for path, text in texts.items()
     )
-    return Project(project.modules, project.communicating_names, digest, project.file_hashes, dependencies)
+    rank_names: set[str] = set()
+    if rank_words is not None:
+        ranked = [text for text in texts.values() if rank_words.search(text)]
+        for text in ranked:
+            rank_names.update(_segments_matching(text, rank_words))
+        for _ in range(3):  # helpers of helpers: `is_main()` returning `get_rank_from_env() == 0`
+            if not rank_names:
+                break
+            known = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, rank_names))) + r")\b")
+            grown = set(rank_names)
+            for text in ranked:
+                grown.update(_segments_matching(text, known))
+            if grown == rank_names:
+                break
+            rank_names = grown
+    return Project(
+        project.modules,
+        project.communicating_names,
+        digest,
+        project.file_hashes,
+        dependencies,
+        frozenset(rank_names & imported),
+    )
+
+
+def _segments_matching(text: str, pattern: re.Pattern[str]) -> set[str]:
+    """Names of the functions whose own text (up to the next `def`) matches the pattern."""
+    matches = list(_DEF.finditer(text))
+    found = set()
+    for index, match in enumerate(matches):
+        end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
+        if pattern.search(text, match.end(), end):
+            found.add(match.group(1))
+    return found
 
 
 _FROM_IMPORT = re.compile(
