@@ -168,19 +168,16 @@ def build_project(
     )
     rank_names: set[str] = set()
     if rank_words is not None:
-        ranked = [text for text in texts.values() if rank_words.search(text)]
-        for text in ranked:
-            rank_names.update(_segments_matching(text, rank_words))
+        segments = [seg for text in texts.values() if rank_words.search(text) for seg in _def_words(text)]
+        frontier = {name for name, found in segments if rank_words.search(" ".join(found))}
+        rank_names = set(frontier)
         for _ in range(3):  # helpers of helpers: `is_main()` returning `get_rank_from_env() == 0`
-            if not rank_names:
+            frontier = {
+                name for name, found in segments if name not in rank_names and not found.isdisjoint(frontier)
+            }
+            if not frontier:
                 break
-            known = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, rank_names))) + r")\b")
-            grown = set(rank_names)
-            for text in ranked:
-                grown.update(_segments_matching(text, known))
-            if grown == rank_names:
-                break
-            rank_names = grown
+            rank_names |= frontier
     return Project(
         project.modules,
         project.communicating_names,
@@ -191,15 +188,14 @@ def build_project(
     )
 
 
-def _segments_matching(text: str, pattern: re.Pattern[str]) -> set[str]:
-    """Names of the functions whose own text (up to the next `def`) matches the pattern."""
+def _def_words(text: str) -> list[tuple[str, frozenset[str]]]:
+    """Each function's name with the identifiers of its own text (up to the next `def`)."""
     matches = list(_DEF.finditer(text))
-    found = set()
+    segments = []
     for index, match in enumerate(matches):
         end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
-        if pattern.search(text, match.end(), end):
-            found.add(match.group(1))
-    return found
+        segments.append((match.group(1), frozenset(_IDENTIFIER.findall(text, match.end(), end))))
+    return segments
 
 
 _FROM_IMPORT = re.compile(
