@@ -202,12 +202,12 @@ def _dependency_digest(project: Project | None, path: str) -> str:
     return dependency_table(project).get(str(real_path(path)), "")
 
 
-def _rank_words(catalog: Catalog) -> re.Pattern[str]:
+def _rank_words(catalog: Catalog) -> frozenset[str]:
     """Words that mark a function as computing something from the rank (catalog-driven)."""
     words = {name.rsplit(".", 1)[-1] for name in catalog.rank_functions}
     words |= set(catalog.rank_env) | set(catalog.rank_attributes) | set(catalog.rank_methods)
     words |= {name.rsplit(".", 1)[-1] for name in catalog.rank_decorators}
-    return re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, words), key=len, reverse=True)) + r")\b")
+    return frozenset(words)
 
 
 def _project(files: list[Path], catalog: Catalog, settings: Settings | None = None) -> Project:

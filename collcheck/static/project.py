@@ -7,6 +7,7 @@ The index is plain data (picklable for worker processes); parsed modules are cac
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 import re
@@ -122,7 +123,7 @@ def _stems(project: Project) -> dict[str, list[tuple[str, str]]]:
 
 
 def build_project(
-    files: Iterable[Path], trigger: Trigger, max_rounds: int = 4, rank_words: re.Pattern[str] | None = None
+    files: Iterable[Path], trigger: Trigger, max_rounds: int = 4, rank_words: frozenset[str] | None = None
 ) -> Project:
     """Index the run's files and the names of functions that may communicate.
 
@@ -168,8 +169,9 @@ def build_project(
     )
     rank_names: set[str] = set()
     if rank_words is not None:
-        segments = [seg for text in texts.values() if rank_words.search(text) for seg in _def_words(text)]
-        frontier = {name for name, found in segments if rank_words.search(" ".join(found))}
+        ranked = [texts[path] for path, found in words.items() if not found.isdisjoint(rank_words)]
+        segments = [seg for text in ranked for seg in _def_words(text)]
+        frontier = {name for name, found in segments if not found.isdisjoint(rank_words)}
         rank_names = set(frontier)
         for _ in range(3):  # helpers of helpers: `is_main()` returning `get_rank_from_env() == 0`
             frontier = {
@@ -220,13 +222,16 @@ def _imported_names(texts: Iterable[str]) -> set[str]:
 
 def _def_names(text: str, trigger: Trigger, known: set[str]) -> set[str]:
     """Names of the functions whose own text (up to the next `def`) names a collective or a
-    function already known to reach one."""
+    function already known to reach one. One pass of each pattern over the file, then each hit
+    is assigned to the function it falls in (not one search per function)."""
     matches = list(_DEF.finditer(text))
+    if not matches:
+        return set()
+    starts = [match.end() for match in matches]
+    hits = trigger.positions(text, known)
     names = set()
-    for index, match in enumerate(matches):
-        end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
-        if trigger.search(text, match.end(), end) or (
-            known and not known.isdisjoint(_IDENTIFIER.findall(text, match.end(), end))
-        ):
-            names.add(match.group(1))
+    for position in hits:
+        index = bisect.bisect_right(starts, position) - 1
+        if index >= 0:
+            names.add(matches[index].group(1))
     return names
