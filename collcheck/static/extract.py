@@ -12,7 +12,7 @@ Nothing here imports or runs the analysed code.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
@@ -1060,16 +1060,25 @@ class Extractor:
         self.remote_modules[function] = other
         return function, None, False
 
-    def _find_method(
-        self, class_name: str, name: str, seen: frozenset[str] = frozenset()
-    ) -> FunctionNode | None:
+    def _find_method(self, class_name: str, name: str) -> FunctionNode | None:
+        found: FunctionNode | None = self._inherited(class_name, name, lambda info: info.methods)
+        return found
+
+    def _inherited(
+        self,
+        class_name: str,
+        name: str,
+        table: Callable[[ClassInfo], Mapping[str, Any]],
+        seen: frozenset[str] = frozenset(),
+    ) -> Any:
+        """`name` in the class or, failing that, its bases of this module (methods, attributes)."""
         info = self.module.classes.get(class_name)
         if info is None or class_name in seen:
             return None
-        if name in info.methods:
-            return info.methods[name]
+        if name in table(info):
+            return table(info)[name]
         for base in info.bases:
-            found = self._find_method(base, name, seen | {class_name})
+            found = self._inherited(base, name, table, seen | {class_name})
             if found is not None:
                 return found
         return None
@@ -1310,19 +1319,9 @@ class Extractor:
             return Atom(f"{base.name}.{node.attr}", "shared")
         return opaque(f"{_text(node)}@{_where(node)}", (base,))
 
-    def _class_attribute(
-        self, class_name: str, attribute: str, seen: frozenset[str] = frozenset()
-    ) -> Expr | None:
-        info = self.module.classes.get(class_name)
-        if info is None or class_name in seen:
-            return None
-        if attribute in info.attributes:
-            return info.attributes[attribute]
-        for base in info.bases:
-            found = self._class_attribute(base, attribute, seen | {class_name})
-            if found is not None:
-                return found
-        return None
+    def _class_attribute(self, class_name: str, attribute: str) -> Expr | None:
+        found: Expr | None = self._inherited(class_name, attribute, lambda info: info.attributes)
+        return found
 
     def _pure_Subscript(
         self, node: ast.Subscript, state: State, frame: Frame, known: dict[int, Expr] | None

@@ -336,10 +336,13 @@ class Z3Translator:
         return "int"
 
     def as_bool(self, expr: Expr, side: str) -> Any:
-        key = (id(expr), side, "b")
+        return self._memoised(expr, side, "b", self._as_bool)
+
+    def _memoised(self, expr: Expr, side: str, sort: str, translate: Callable[[Expr, str], Any]) -> Any:
+        key = (id(expr), side, sort)
         hit = self._memo.get(key)
         if hit is None:
-            hit = self._memo[key] = (self._as_bool(expr, side), expr)
+            hit = self._memo[key] = (translate(expr, side), expr)
         return hit[0]
 
     def _as_bool(self, expr: Expr, side: str) -> Any:
@@ -382,11 +385,7 @@ class Z3Translator:
         return z3.BoolVal(True)  # GroupVal: a group object is truthy
 
     def as_int(self, expr: Expr, side: str) -> Any:
-        key = (id(expr), side, "i")
-        hit = self._memo.get(key)
-        if hit is None:
-            hit = self._memo[key] = (self._as_int(expr, side), expr)
-        return hit[0]
+        return self._memoised(expr, side, "i", self._as_int)
 
     def _as_int(self, expr: Expr, side: str) -> Any:
         z3 = self.z3
