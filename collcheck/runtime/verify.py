@@ -514,7 +514,11 @@ class Monitor:
                 self._degrade(f"could not read positions ({_short(error)})", loud=False)
         text = stall_text(self.config.rank, blocked, positions, now)
         if store is None:
+            # Recording only: without the other ranks' positions a slow peer and a hang look the
+            # same, so report and let the job's own timeout decide rather than kill it.
             text += "\n  (other ranks unknown: no store; see `collcheck trace` on the trace directory)"
+            self._report("stall", "warning", text, echo=True)
+            return
         self._fail("stall", text)
 
     def _read_positions(self, store: Any, blocked: dict[str, Any]) -> dict[int, Position | None]:
