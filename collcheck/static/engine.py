@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterable
 from pathlib import Path as FsPath
 
 from collcheck.catalog import Catalog
@@ -628,14 +627,3 @@ def _chain_depth(finding: Finding) -> int:
         return 0
     depths = [len(step.chain) for _, steps in example.ranks for step in steps if step.chain]
     return min(depths) if depths else 0
-
-
-def iter_python_files(paths: Iterable[FsPath]) -> Iterable[FsPath]:  # pragma: no cover - convenience
-    for path in paths:
-        if path.is_dir():
-            yield from sorted(path.rglob("*.py"))
-        else:
-            yield path
-
-
-__all__ = ["Atom", "analyze_source", "build_module", "classify", "mentions_communication", "parse"]

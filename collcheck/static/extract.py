@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -21,7 +21,6 @@ from collcheck.catalog import Catalog, OpSpec
 from collcheck.static.names import ImportTable, add_import, dotted, qualified_name
 from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, Path, Region, Site
 from collcheck.static.symbolic import (
-    FALSE,
     LOCAL_WORLD,
     MEMBER,
     RANK,
@@ -40,7 +39,6 @@ from collcheck.static.symbolic import (
     Not,
     Sized,
     TupleVal,
-    atoms,
     conjoin,
     constant_truth,
     fold,
@@ -849,7 +847,7 @@ class Extractor:
     # ------------------------------------------------------------------ collectives
 
     def _op_spec(self, call: ast.Call, state: State | None) -> OpSpec | None:
-        name = qualified_name(call.func, self.local_imports, _module_aliases(self.module))
+        name = qualified_name(call.func, self.local_imports)
         if name is not None and name in self.catalog.functions:
             return self.catalog.functions[name]
         if isinstance(call.func, ast.Attribute):
@@ -901,7 +899,7 @@ class Extractor:
             group = GroupVal(spec.default_group, None)  # membership unknown: compared nowhere
         reduce_op = value(spec.reduce_op)
         if spec.reduce_op is not None:
-            reduce_op = _normalise_reduce_op(reduce_op, args.get(spec.reduce_op))
+            reduce_op = _normalise_reduce_op(reduce_op)
         root = value(spec.root)
         if root is None and spec.group_root is not None:
             root = value(spec.group_root)
@@ -1459,7 +1457,7 @@ class Extractor:
         return value
 
     def _pure_Call(self, node: ast.Call, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
-        name = qualified_name(node.func, self.local_imports, _module_aliases(self.module))
+        name = qualified_name(node.func, self.local_imports)
         args = [self.pure(a, state, frame, known) for a in node.args]
         where = _where(node)
         if name is not None:
@@ -1566,10 +1564,6 @@ class Extractor:
 # ----------------------------------------------------------------------------- small helpers
 
 
-def _module_aliases(module: ModuleInfo) -> dict[str, str]:
-    return {}
-
-
 def _is_text(value: Expr) -> bool:
     return isinstance(value, Const) and isinstance(value.value, str)
 
@@ -1642,7 +1636,7 @@ def _map_arguments(call: ast.Call, spec: OpSpec) -> dict[str, ast.expr]:
     return args
 
 
-def _normalise_reduce_op(value: Expr | None, node: ast.expr | None) -> Expr:
+def _normalise_reduce_op(value: Expr | None) -> Expr:
     if value is None:
         return Const("SUM")
     if isinstance(value, Const) and isinstance(value.value, str):
@@ -1749,19 +1743,3 @@ def _collapse_returns(caller: State, results: list[tuple[State, Expr]]) -> list[
         value = IfExp(conjoin(extra), returned, value) if extra else returned
     merged = caller.fork()
     return [(merged, value)]
-
-
-def mentions_rank(expr: Expr) -> bool:
-    return any(atom.kind in ("rank", "perrank", "nondet") for atom in atoms(expr))
-
-
-__all__ = [
-    "FALSE",
-    "ClassInfo",
-    "Extractor",
-    "ModuleInfo",
-    "PathLimitExceeded",
-    "State",
-    "mentions_rank",
-    "replace",
-]

@@ -8,7 +8,6 @@ does it for imports: function-level imports shadow module-level ones.
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -73,16 +72,12 @@ def dotted(node: ast.expr) -> list[str] | None:
     return None
 
 
-def qualified_name(
-    node: ast.expr, table: ImportTable, aliases: Mapping[str, str] | None = None
-) -> str | None:
-    """The qualified name of a dotted expression whose head is an import (or a module alias)."""
+def qualified_name(node: ast.expr, table: ImportTable) -> str | None:
+    """The qualified name of a dotted expression whose head is an import."""
     parts = dotted(node)
     if not parts:
         return None
     head = table.lookup(parts[0])
-    if head is None and aliases is not None:
-        head = aliases.get(parts[0])
     if head is None:
         return None
     return ".".join([head, *parts[1:]])
