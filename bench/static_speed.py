@@ -278,22 +278,18 @@ def quiet_file(tree: Path, files: list[Path]) -> tuple[Path, str]:
     Uses collcheck's own prefilter and project index when importable; otherwise falls back to the
     smallest file, labelled as unverified."""
     try:
+        from collcheck.api import _project
         from collcheck.catalog import load_catalog
-        from collcheck.static.prefilter import trigger_pattern
-        from collcheck.static.project import build_project
+        from collcheck.config import Settings
 
-        trigger = trigger_pattern(load_catalog())
-        project = build_project(files, trigger)
-        import re
-
-        names = sorted(project.communicating_names)
-        extra = re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\b") if names else None
+        project = _project(files, load_catalog(), Settings(cache=False))
         candidates = []
         for path in files:
-            text = path.read_text(encoding="utf-8", errors="replace")
-            if trigger.search(text) or (extra is not None and extra.search(text)):
+            real = os.path.realpath(path)
+            if not project.indexed(real) or real in project.selected:
                 continue
-            candidates.append((abs(len(text) - 4000), str(path), path))  # a mid-sized file
+            size = path.stat().st_size
+            candidates.append((abs(size - 4000), str(path), path))  # a mid-sized file
         if candidates:
             chosen = min(candidates)[2]
             share = f"{len(candidates)} of {len(files)} files are not selected by it"

@@ -18,7 +18,7 @@ from collcheck.checks import rule_selection
 from collcheck.config import Settings
 from collcheck.findings import FileError, FileResult, RunResult
 from collcheck.source import SourceFile, read_source, real_path
-from collcheck.static.project import Project
+from collcheck.static.project import FileFacts, Project
 
 MAX_FILE_BYTES = 8 * 1024 * 1024  # generated files beyond this are reported, not parsed
 
@@ -168,12 +168,8 @@ def analyze_file(
 
         return analyze_source(source, resolved, settings, project)
 
-    def dependencies(content: bytes) -> str:
-        # A helper in another file may change this file's verdict: those files are in the key.
-        if project is None:
-            return ""
-        return project.dependency_digest(str(real_path(path)), content.decode("utf-8", "replace"))
-
+    # A helper in another file may change this file's verdict: those files are in the key.
+    dependencies = "" if project is None else project.dependency_digest(str(real_path(path)))
     result = cached_analyze(
         path, settings, catalog.fingerprint, compute, dependency_digest=dependencies, lookup_only=lookup_only
     )
@@ -189,43 +185,99 @@ def analyze_text(text: str, path: str = "<string>", settings: Settings | None = 
     return _filter(analyze_source(SourceFile(path=path, text=text), catalog, settings), settings)
 
 
-def _analyze_job(args: tuple[str, Settings, Project | None]) -> FileResult:
-    path, settings, project = args
-    return analyze_file(path, settings, project=project)
+_WORKER: dict[str, object] = {}
 
 
-def _dependency_digest(project: Project | None, path: str) -> str:
-    if project is None:
-        return ""
-    from collcheck.static.project import dependency_table
+def _start_worker(settings: Settings, project: Project | None) -> None:
+    """Each worker process receives the settings and the index once, not with every file."""
+    _WORKER["settings"] = settings
+    _WORKER["project"] = project
 
-    return dependency_table(project).get(str(real_path(path)), "")
+
+def _analyze_job(path: str) -> FileResult:
+    settings = _WORKER["settings"]
+    project = _WORKER["project"]
+    assert isinstance(settings, Settings)
+    return analyze_file(path, settings, project=project if isinstance(project, Project) else None)
+
+
+_RANK_WORDS: dict[str, frozenset[str]] = {}
 
 
 def _rank_words(catalog: Catalog) -> frozenset[str]:
     """Words that mark a function as computing something from the rank (catalog-driven)."""
-    words = {name.rsplit(".", 1)[-1] for name in catalog.rank_functions}
-    words |= set(catalog.rank_env) | set(catalog.rank_attributes) | set(catalog.rank_methods)
-    words |= {name.rsplit(".", 1)[-1] for name in catalog.rank_decorators}
-    return frozenset(words)
+    words = _RANK_WORDS.get(catalog.fingerprint)
+    if words is None:
+        found = {name.rsplit(".", 1)[-1] for name in catalog.rank_functions}
+        found |= set(catalog.rank_env) | set(catalog.rank_attributes) | set(catalog.rank_methods)
+        found |= {name.rsplit(".", 1)[-1] for name in catalog.rank_decorators}
+        # `x.size()` is everywhere and says nothing about a rank.
+        words = _RANK_WORDS[catalog.fingerprint] = frozenset(found - {"size"})
+    return words
 
 
-def _project(files: list[Path], catalog: Catalog, settings: Settings | None = None) -> Project:
-    """The run's cross-file index; on a warm run it comes from the cache when no file changed
-    (same paths, sizes and modification times)."""
-    from collcheck.cache import load_project, store_project
+def _facts_of(path: str, catalog: Catalog) -> FileFacts:
     from collcheck.static.prefilter import trigger_pattern
-    from collcheck.static.project import build_project
+    from collcheck.static.project import file_facts, unreadable_facts
 
-    rank_words = _rank_words(catalog)
-    if settings is None or not settings.cache:
-        return build_project(files, trigger_pattern(catalog), rank_words=rank_words)
-    cached = load_project(files, catalog.fingerprint, settings)
-    if cached is not None:
-        return cached
-    project = build_project(files, trigger_pattern(catalog), rank_words=rank_words)
-    store_project(files, catalog.fingerprint, settings, project)
+    source = read_source(Path(path), MAX_FILE_BYTES)
+    if isinstance(source, FileError):
+        return unreadable_facts()
+    return file_facts(source.text, trigger_pattern(catalog), _rank_words(catalog))
+
+
+def _facts_job(args: tuple[list[str], tuple[str, ...]]) -> list[FileFacts]:
+    paths, catalog_paths = args
+    catalog = load_catalog(Path(p) for p in catalog_paths)
+    return [_facts_of(path, catalog) for path in paths]
+
+
+_PARALLEL_FACTS_FROM = 200  # below this, starting worker processes costs more than it saves
+
+
+def _all_facts(paths: list[str], catalog: Catalog, settings: Settings, jobs: int) -> dict[str, FileFacts]:
+    """Each file's index facts: from the cache where its size and modification time are unchanged."""
+    from collcheck.cache import load_facts, store_facts
+
+    known = load_facts(settings, catalog.fingerprint, paths)
+    missing = [path for path in paths if path not in known]
+    if jobs > 1 and len(missing) >= _PARALLEL_FACTS_FROM:
+        batches = [missing[index : index + 64] for index in range(0, len(missing), 64)]
+        work = [(batch, tuple(settings.catalogs)) for batch in batches]
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            computed = [facts for batch in pool.map(_facts_job, work) for facts in batch]
+    else:
+        computed = [_facts_of(path, catalog) for path in missing]
+    fresh = dict(zip(missing, computed, strict=True))
+    if fresh:
+        store_facts(settings, catalog.fingerprint, fresh)
+    return {**known, **fresh}
+
+
+def _project(files: list[Path], catalog: Catalog, settings: Settings, jobs: int = 1) -> Project:
+    """The run's cross-file index; on a warm run it comes from the cache when no file changed
+    (same paths, sizes and modification times), and after an edit only the edited files are read."""
+    from collcheck.cache import load_project, store_project
+    from collcheck.static.project import build_project, module_names
+
+    if settings.cache:
+        cached = load_project(files, catalog.fingerprint, settings)
+        if cached is not None:
+            return cached
+    paths = list(dict.fromkeys(str(real_path(path)) for path in files))
+    facts = _all_facts(paths, catalog, settings, jobs)
+    project = build_project(facts, module_names(Path(path) for path in paths))
+    if settings.cache:
+        store_project(files, catalog.fingerprint, settings, project)
     return project
+
+
+def _ruled_out(project: Project, path: str) -> bool:
+    return project.indexed(path) and path not in project.selected
+
+
+def _quiet(name: str) -> FileResult:
+    return FileResult(path=name)
 
 
 def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -> RunResult:
@@ -243,20 +295,25 @@ def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -
     files = [f for f in files if f not in named or f.exists()]
     jobs = settings.jobs or os.cpu_count() or 1
     names = [str(path) for path in files]
-    project = _project(files, catalog, settings) if len(files) > 1 else None
+    project = _project(files, catalog, settings, jobs) if len(files) > 1 else None
     roots = sorted(str(real_path(p)) for p in paths)
-    dependencies = {name: _dependency_digest(project, name) for name in names}
+    real = {name: str(real_path(name)) for name in names}
+    dependencies = {name: project.dependency_digest(real[name]) if project else "" for name in names}
     unchanged = load_manifest(settings, catalog.fingerprint, roots, dependencies)
-    # Cache hits are answered here; only the misses go to worker processes.
+    # Files the index rules out are answered without reading them again; cache hits are answered
+    # here; only the misses go to worker processes.
     hits = {
-        name: unchanged.get(name) or analyze_file(name, settings, catalog, project, lookup_only=True)
+        name: unchanged.get(name)
+        or (_quiet(name) if project and _ruled_out(project, real[name]) else None)
+        or analyze_file(name, settings, catalog, project, lookup_only=True)
         for name in names
     }
     misses = [name for name in names if hits[name] is None]
     if jobs > 1 and len(misses) > 8:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            work = [(name, settings, project) for name in misses]
-            computed = dict(zip(misses, pool.map(_analyze_job, work, chunksize=4), strict=True))
+        with ProcessPoolExecutor(
+            max_workers=jobs, initializer=_start_worker, initargs=(settings, project)
+        ) as pool:
+            computed = dict(zip(misses, pool.map(_analyze_job, misses, chunksize=2), strict=True))
     else:
         computed = {name: analyze_file(name, settings, catalog, project) for name in misses}
     results = [hits[name] or computed[name] for name in names]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from collcheck import __version__
 
 if TYPE_CHECKING:
-    from collcheck.static.project import Project
+    from collcheck.static.project import FileFacts, Project
 from collcheck.config import Settings
 from collcheck.findings import (
     Counterexample,
@@ -280,6 +280,7 @@ def load_project(files: list[Path], catalog_fingerprint: str, settings: Settings
             file_hashes=tuple((str(a), str(b)) for a, b in data["file_hashes"]),
             dependencies=tuple((str(a), str(b)) for a, b in data["dependencies"]),
             rank_names=frozenset(data["rank_names"]),
+            selected=frozenset(data["selected"]),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -297,10 +298,79 @@ def store_project(files: list[Path], catalog_fingerprint: str, settings: Setting
         "file_hashes": project.file_hashes,
         "dependencies": project.dependencies,
         "rank_names": sorted(project.rank_names),
+        "selected": sorted(project.selected),
     }
     try:
         _ensure_folder(folder)
         _write_atomically(folder / "projects" / f"{key}.json", json.dumps(payload))
+    except (OSError, ValueError, TypeError):
+        return
+
+
+# --- each file's index facts, by path, size and modification time ------------------------------
+
+
+def _facts_path(settings: Settings, catalog_fingerprint: str) -> Path:
+    material = f"{__version__}\0{CACHE_FORMAT}\0{catalog_fingerprint}"
+    return cache_folder(settings) / "facts" / (hashlib.sha256(material.encode()).hexdigest()[:32] + ".json")
+
+
+def _file_stamp(path: str) -> list[int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return [stat.st_size, stat.st_mtime_ns]
+
+
+def load_facts(settings: Settings, catalog_fingerprint: str, paths: list[str]) -> dict[str, FileFacts]:
+    """The stored facts of those `paths` whose size and modification time are unchanged."""
+    from collcheck.static.project import FileFacts  # light: plain data
+
+    if not settings.cache:
+        return {}
+    try:
+        data = json.loads(_facts_path(settings, catalog_fingerprint).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    found: dict[str, FileFacts] = {}
+    for path in paths:
+        entry = data.get(path) if isinstance(data, dict) else None
+        if not entry or entry[0] != _file_stamp(path):
+            continue
+        try:
+            digest, readable, triggered, hits, rank_hits, references = entry[1]
+            found[path] = FileFacts(
+                str(digest),
+                bool(readable),
+                bool(triggered),
+                tuple(hits),
+                tuple(rank_hits),
+                tuple((str(name), tuple(remote), tuple(local)) for name, remote, local in references),
+            )
+        except (ValueError, TypeError):
+            continue
+    return found
+
+
+def store_facts(settings: Settings, catalog_fingerprint: str, facts: dict[str, FileFacts]) -> None:
+    """Add or replace the facts of these files (entries of other files are kept)."""
+    if not settings.cache:
+        return
+    target = _facts_path(settings, catalog_fingerprint)
+    try:
+        data = json.loads(target.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            data = {}
+    except (OSError, ValueError):
+        data = {}
+    for path, item in facts.items():
+        stamp = _file_stamp(path)
+        if stamp is not None:
+            data[path] = [stamp, dataclasses.astuple(item)]
+    try:
+        _ensure_folder(cache_folder(settings))
+        _write_atomically(target, json.dumps(data))
     except (OSError, ValueError, TypeError):
         return
 

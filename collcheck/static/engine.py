@@ -40,14 +40,15 @@ Candidate = tuple[Finding, tuple[str, str, int], tuple[Site, ...]]
 CLASSIFICATION_ORDER = ("CC007", "CC005", "CC004", "CC003", "CC002", "CC006", "CC001")
 
 
-def mentions_communication(text: str, catalog: Catalog, project: Project | None = None) -> bool:
+def mentions_communication(
+    text: str, catalog: Catalog, project: Project | None = None, path: str = ""
+) -> bool:
     """The textual prefilter: a file that names no catalogued callable, nor a function of the run
     that reaches one, is never parsed."""
-    if trigger_pattern(catalog).search(text):
-        return True
-    if project is None or not project.communicating_names:
-        return False
-    return project.name_pattern().search(text) is not None
+    real = os.path.realpath(path) if path else ""
+    if project is not None and project.indexed(real):
+        return real in project.selected
+    return trigger_pattern(catalog).search(text)
 
 
 def parse(source: SourceFile) -> ast.Module | FileError:
@@ -65,7 +66,7 @@ def analyze_source(
     source: SourceFile, catalog: Catalog, settings: Settings, project: Project | None = None
 ) -> FileResult:
     result = FileResult(path=source.path)
-    if not mentions_communication(source.text, catalog, project):
+    if not mentions_communication(source.text, catalog, project, source.path):
         return result
     loaded = _already_loaded(source.path, catalog, project)
     tree = loaded.tree if loaded is not None else parse(source)

@@ -18,26 +18,38 @@ class Trigger:
         self.distinctive = frozenset(distinctive)
         self.plain = frozenset(plain)
 
-    def positions(self, text: str, known: frozenset[str] | set[str] = frozenset()) -> list[int]:
-        """Where the text mentions communication (plain words only as `.word` in a text that names
-        a distributed library), or one of the `known` names."""
-        plain = self.plain if self.plain and _MARKER.search(text) is not None else frozenset()
+    def positions(
+        self, text: str, known: frozenset[str] | set[str] = frozenset(), words: frozenset[str] | None = None
+    ) -> list[int]:
+        """Where the text uses a communicating name as code: called, reached through a dot or
+        imported (a word in prose or a comment, `a barrier to entry`, is not a use). Plain words
+        count only in a text that also names a distributed library."""
+        words = frozenset(_IDENTIFIER.findall(text)) if words is None else words
+        strong = words & (self.distinctive | known)
+        plain = words & self.plain if names_distributed_library(text) else frozenset()
+        if not strong and not plain:
+            return []
+        # Only the few words this text contains are searched for, as whole words.
+        pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(strong | plain))) + r")\b")
         found = []
-        for match in _IDENTIFIER.finditer(text):
+        for match in pattern.finditer(text):
             word = match.group()
-            used_as_api = word in plain and _after_dot(text, match.start())
-            if word in self.distinctive or word in known or used_as_api:
+            if word in strong:
+                if _used_as_code(text, match.start(), match.end()):
+                    found.append(match.start())
+            elif _after_dot(text, match.start()) and _receiver(text, match.start()) not in _OTHER_RECEIVERS:
                 found.append(match.start())
         return found
 
     def search(self, text: str, pos: int = 0, endpos: int | None = None) -> bool:
         end = len(text) if endpos is None else endpos
-        words = set(_IDENTIFIER.findall(text, pos, end))
-        if not words.isdisjoint(self.distinctive):
-            return True
-        if words.isdisjoint(self.plain) or _MARKER.search(text) is None:
+        return self.matches(frozenset(_IDENTIFIER.findall(text, pos, end)), text[pos:end])
+
+    def matches(self, words: frozenset[str], text: str) -> bool:
+        """`search` for a text whose identifiers are already known."""
+        if words.isdisjoint(self.distinctive) and words.isdisjoint(self.plain):
             return False
-        return bool(self.positions(text[pos:end]))
+        return bool(self.positions(text, words=words))
 
 
 def trigger_pattern(catalog: Catalog) -> Trigger:
@@ -54,6 +66,12 @@ _TRIGGERS: dict[str, Trigger] = {}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def _used_as_code(text: str, start: int, end: int) -> bool:
+    """`all_reduce(`, `.barrier`, `from m import all_reduce`: the word names the API."""
+    after = text[end : end + 3].lstrip(" ")
+    return after.startswith("(") or _after_dot(text, start)
+
+
 def _after_dot(text: str, position: int) -> bool:
     """`x.gather(` or `from m import gather`: the plain word is used as an API name."""
     before = text[max(0, position - 1) : position]
@@ -63,8 +81,54 @@ def _after_dot(text: str, position: int) -> bool:
     return "import" in text[line_start:position]
 
 
-DISTINCTIVE_WORDS = frozenset({"barrier", "allreduce", "allgather", "reducescatter", "alltoall"})
-_MARKER = re.compile(
-    r"\b(?:distributed|deepspeed|accelerate|Accelerator|lightning|pytorch_lightning|megatron|vllm|"
-    r"torch_npu|hccl|nccl|gloo|Fabric|parallel_state)\b"
+def _receiver(text: str, position: int) -> str:
+    """`functools` in `functools.reduce`: the word before the dot ("" when there is none)."""
+    start = position - 1
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    return text[start : position - 1]
+
+
+# Receivers whose `reduce`, `gather`, `save`, `load`, `scatter`, ... are not communication.
+_OTHER_RECEIVERS = frozenset(
+    {
+        "functools",
+        "torch",
+        "json",
+        "pickle",
+        "yaml",
+        "np",
+        "numpy",
+        "jnp",
+        "jit",
+        "operator",
+        "os",
+        "importlib",
+        "sympy",
+        "math",
+        "shutil",
+        "tf",
+        "Tensor",
+        "marshal",
+        "toml",
+        "tomllib",
+    }
 )
+DISTINCTIVE_WORDS = frozenset({"barrier", "allreduce", "allgather", "reducescatter", "alltoall"})
+# Names that show a text imports or names a distributed library (plain words count only there).
+# Substring tests: one regex alternation over a whole file costs ~1 ms.
+_LIBRARY_MARKERS = (
+    "torch.distributed",
+    "c10d",
+    "import distributed",
+    "deepspeed",
+    "accelerate",
+    "lightning",
+    "megatron",
+    "vllm",
+    "torch_npu",
+)
+
+
+def names_distributed_library(text: str) -> bool:
+    return any(marker in text for marker in _LIBRARY_MARKERS)

@@ -2,6 +2,12 @@
 
 `from comm_utils import synchronize` in train.py resolves to the `synchronize` defined in
 comm_utils.py of the same run; its body is executed at the call site like a same-module helper.
+
+The index is built from text, without parsing: each file yields a few facts (which of its
+top-level functions name a collective or a rank, which imported or local functions each one
+names), cached by path, size and modification time so that an edit costs one file's facts. A
+fixed point over those facts gives the functions that may reach a collective, by module and
+name, and so the files worth parsing: the ones that name a collective, or import such a function.
 The index is plain data (picklable for worker processes); parsed modules are cached per process.
 """
 
@@ -11,15 +17,143 @@ import bisect
 import hashlib
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from collcheck.static.prefilter import Trigger
 
-_NAME_PATTERNS: dict[str, re.Pattern[str]] = {}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_DEF = re.compile(r"^\s*(?:async\s+)?def\s+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+# A called name, plain or dotted (`sync(`, `comm.sync (`): a word in prose or passed as a value
+# is not followed (the engine would rarely follow it either).
+_CALLED = re.compile(r"(?<![\w.])(?=([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*))\1(?=[ \t]*\()")
+# Where a top-level statement starts: each top-level function's own text runs from its `def` to
+# the next of these (a column-0 line inside a multi-line string ends it early: rare, and only
+# loses that function's cross-file reach).
+_TOP_LEVEL = re.compile(r"^(?:(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)|[A-Za-z_@])", re.MULTILINE)
+_FROM_IMPORT = re.compile(
+    r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(?:\(([^)]*)\)|([^\n(#;]+))", re.MULTILINE
+)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#;(]+)", re.MULTILINE)
+MODULE_CODE = ""  # the segment key for text outside top-level functions (classes, module body)
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """What the index needs from one file's text (cheap to compute, cached per file)."""
+
+    digest: str  # sha256 prefix of the text
+    readable: bool  # False: the engine reports why (binary, undecodable, unreadable)
+    triggered: bool  # the text names a catalogued collective
+    hits: tuple[str, ...]  # top-level functions whose own text names a collective
+    rank_hits: tuple[str, ...]  # top-level functions whose own text reads a rank
+    # (function or MODULE_CODE, qualified names of imported callables it names, local functions it names)
+    references: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]
+
+
+def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileFacts:
+    digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+    words = frozenset(_IDENTIFIER.findall(text))
+    uses = trigger.positions(text, words=words)
+    starts, names = _segments(text)
+    hits = _segments_hit(text, starts, names, uses)
+    rank_found = words & rank_words
+    rank_hits: tuple[str, ...] = ()
+    if rank_found:
+        pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(rank_found))) + r")\b")
+        rank_hits = _segments_hit(text, starts, names, [m.start() for m in pattern.finditer(text)])
+    imports = _import_table(text) if "import" in words else {}
+    local = frozenset(name for name in names if name)
+    references = _references(text, starts, names, imports, local, words)
+    return FileFacts(digest, True, bool(uses), hits, rank_hits, references)
+
+
+def unreadable_facts() -> FileFacts:
+    return FileFacts("", False, False, (), (), ())
+
+
+def _segments(text: str) -> tuple[list[int], list[str]]:
+    """Start of each top-level scope and its function name (MODULE_CODE for classes, decorators
+    and the text before the first one)."""
+    starts, names = [0], [MODULE_CODE]
+    for match in _TOP_LEVEL.finditer(text):
+        starts.append(match.start())
+        names.append(match.group(1) or MODULE_CODE)
+    # A decorator belongs to the function below it: `@dist_only\ndef f` is f's text.
+    for index in range(len(names) - 2, 0, -1):
+        if text.startswith("@", starts[index]) and names[index + 1]:
+            names[index] = names[index + 1]
+    return starts, names
+
+
+def _segments_hit(
+    text: str, starts: list[int], names: list[str], positions: Iterable[int]
+) -> tuple[str, ...]:
+    found = {names[bisect.bisect_right(starts, position) - 1] for position in positions}
+    found.discard(MODULE_CODE)
+    return tuple(sorted(found))
+
+
+def _references(
+    text: str,
+    starts: list[int],
+    names: list[str],
+    imports: Mapping[str, str],
+    local: frozenset[str],
+    words: frozenset[str],
+) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
+    heads = (words & imports.keys()) | (words & local)
+    if not heads:
+        return ()
+    by_segment: dict[str, tuple[set[str], set[str]]] = {}
+    ends = [*starts[1:], len(text)]
+    for start, end, name in zip(starts, ends, names, strict=True):
+        remote, same_file = by_segment.setdefault(name, (set(), set()))
+        for token in set(_CALLED.findall(text, start, end)):
+            head, _, rest = token.partition(".")
+            if head not in heads:
+                continue
+            if head in imports:
+                qualified = imports[head]
+                remote.add(qualified)
+                for part in rest.split(".") if rest else ():  # `utils.sync` of `utils.sync.attr`
+                    qualified = f"{qualified}.{part}"
+                    remote.add(qualified)
+            elif not rest and head != name:
+                same_file.add(head)
+    return tuple(
+        (name, tuple(sorted(remote)), tuple(sorted(same_file)))
+        for name, (remote, same_file) in sorted(by_segment.items())
+        if remote or same_file
+    )
+
+
+def _import_table(text: str) -> dict[str, str]:
+    """Local name -> qualified name, as the engine resolves it (relative imports by their module
+    part, which the index then finds beside the importer)."""
+    table: dict[str, str] = {}
+    for match in _IMPORT.finditer(text):
+        for part in match.group(1).replace("\\", " ").split(","):
+            pieces = part.split()
+            if len(pieces) == 3 and pieces[1] == "as":
+                table[pieces[2]] = pieces[0]
+            elif len(pieces) == 1:
+                top = pieces[0].split(".", 1)[0]
+                table[top] = top
+    for match in _FROM_IMPORT.finditer(text):
+        base = match.group(1).lstrip(".")
+        listed = match.group(2) if match.group(2) is not None else match.group(3)
+        if "#" in listed:
+            listed = re.sub(r"#[^\n]*", "", listed)
+        listed = listed.replace("\\", " ")
+        for part in listed.split(","):
+            pieces = part.split()
+            if not pieces or pieces[0] == "*":
+                continue
+            local = pieces[2] if len(pieces) == 3 and pieces[1] == "as" else pieces[0]
+            if pieces[0].isidentifier() and local.isidentifier():
+                table[local] = f"{base}.{pieces[0]}" if base else pieces[0]
+    return table
 
 
 def module_name(path: Path) -> str:
@@ -37,55 +171,43 @@ class Project:
     modules: tuple[tuple[str, str], ...]  # (dotted name, path)
     communicating_names: frozenset[str] = frozenset()
     digest: str = ""
-    file_hashes: tuple[tuple[str, str], ...] = ()  # content hash of each file that may communicate
-    dependencies: tuple[tuple[str, str], ...] = ()  # path -> digest of what it depends on (precomputed)
+    file_hashes: tuple[tuple[str, str], ...] = ()  # content hash of each file with a helper to follow
+    dependencies: tuple[tuple[str, str], ...] = ()  # path -> digest of the files it depends on
     rank_names: frozenset[str] = frozenset()  # imported functions whose text reads a rank (helpers to follow)
+    selected: frozenset[str] = frozenset()  # files worth parsing (they may communicate)
 
     def may_follow(self, name: str) -> bool:
         """Worth opening another file for: a helper that communicates or computes a rank value."""
         return name in self.communicating_names or name in self.rank_names
 
-    def dependency_digest(self, path: str, text: str) -> str:
-        """What a file's verdict may depend on in other files: the communicating files whose module
-        it names (so one edit re-checks its importers, not the whole tree)."""
-        known = dependency_table(self).get(path)
-        if known is not None:
-            return known
-        if not self.communicating_names or self.name_pattern().search(text) is None:
-            return ""  # names no function of the run that communicates: depends on no other file
-        by_stem = _stems(self)
-        parts = [
-            content
-            for word in set(_IDENTIFIER.findall(text)) & by_stem.keys()
-            for file, content in by_stem[word]
-            if file != path
-        ]
-        return hashlib.sha256("".join(sorted(parts)).encode()).hexdigest()[:16]
+    def indexed(self, path: str) -> bool:
+        return path in _tables(self)[1]
+
+    def dependency_digest(self, path: str) -> str:
+        """What a file's verdict may depend on in other files: the helpers it reaches, through
+        any number of files (so one edit re-checks its importers, not the whole tree)."""
+        return dependency_table(self).get(path, "")
 
     def lookup(self, qualified: str, importer: str) -> tuple[str, str] | None:
         """(path, attribute) of a qualified name that lands in a file of this run."""
         table, paths = _tables(self)
-        parts = qualified.split(".")
-        importer_dir = os.path.dirname(os.path.realpath(importer))
-        for cut in range(len(parts) - 1, 0, -1):
-            module, attribute = ".".join(parts[:cut]), ".".join(parts[cut:])
-            sibling = os.path.join(importer_dir, *module.split(".")) + ".py"
-            if sibling in paths:
-                return sibling, attribute
-            if module in table:
-                return table[module], attribute
-        return None
-
-    def name_pattern(self) -> re.Pattern[str]:
-        pattern = _NAME_PATTERNS.get(self.digest)
-        if pattern is None:
-            names = sorted(self.communicating_names, key=len, reverse=True)
-            pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\b")
-            _NAME_PATTERNS[self.digest] = pattern
-        return pattern
+        return _lookup(qualified, os.path.dirname(os.path.realpath(importer)), table, paths)
 
 
-_STEMS: dict[str, dict[str, list[tuple[str, str]]]] = {}
+def _lookup(
+    qualified: str, importer_dir: str, table: Mapping[str, str], paths: frozenset[str]
+) -> tuple[str, str] | None:
+    parts = qualified.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module, attribute = ".".join(parts[:cut]), ".".join(parts[cut:])
+        sibling = os.path.join(importer_dir, *module.split(".")) + ".py"
+        if sibling in paths:
+            return sibling, attribute
+        if module in table:
+            return table[module], attribute
+    return None
+
+
 _TABLES: dict[tuple[str, int], tuple[dict[str, str], frozenset[str]]] = {}
 
 
@@ -109,129 +231,121 @@ def dependency_table(project: Project) -> dict[str, str]:
     return table
 
 
-def _stems(project: Project) -> dict[str, list[tuple[str, str]]]:
-    """Last module-name component -> (path, content hash) of the communicating files."""
-    table = _STEMS.get(project.digest)
-    if table is None:
-        hashes = dict(project.file_hashes)
-        table = {}
-        for name, path in project.modules:
-            if path in hashes:
-                table.setdefault(name.rsplit(".", 1)[-1], []).append((path, hashes[path]))
-        _STEMS[project.digest] = table
+def module_names(paths: Iterable[Path]) -> dict[str, str]:
+    """Module name -> path (one `__init__.py` check per folder, not per file)."""
+    packages: dict[Path, bool] = {}
+
+    def is_package(folder: Path) -> bool:
+        if folder not in packages:
+            packages[folder] = (folder / "__init__.py").exists()
+        return packages[folder]
+
+    table: dict[str, str] = {}
+    for path in paths:
+        parts = [] if path.stem == "__init__" else [path.stem]
+        folder = path.parent
+        while is_package(folder) and folder.parent != folder:
+            parts.insert(0, folder.name)
+            folder = folder.parent
+        table.setdefault(".".join(parts), str(path))
     return table
 
 
-def build_project(
-    files: Iterable[Path], trigger: Trigger, max_rounds: int = 4, rank_words: frozenset[str] | None = None
-) -> Project:
-    """Index the run's files and the names of functions that may communicate.
+Function = tuple[str, str]  # (path, top-level function name)
 
-    The prefilter is iterated: a file that defines a function mentioning a collective contributes
-    that function's name, so files that only call it are parsed too (up to `max_rounds` hops).
+
+def build_project(files: Mapping[str, FileFacts], module_table: Mapping[str, str]) -> Project:
+    """The run's index from each file's facts (`files`: real path -> facts).
+
+    A top-level function may communicate when its own text names a collective, or a function of
+    the run that may communicate (imported from another file, or defined in the same one); the
+    same fixed point gives the functions that compute a rank value. A file is selected when it
+    names a collective or refers to a function that may communicate.
     """
-    paths = [Path(os.path.realpath(path)) for path in files]
-    texts: dict[Path, str] = {}
-    for path in paths:
-        try:
-            texts[path] = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-    names: set[str] = set()
-    contributing: set[Path] = set()
-    # Only a name that some file imports can carry a collective into another file.
-    imported = _imported_names(texts.values())
-    words = {path: frozenset(_IDENTIFIER.findall(text)) for path, text in texts.items()}
-    pending = {path for path, text in texts.items() if trigger.search(text)}
-    for _ in range(max_rounds):
-        new_names: set[str] = set()
-        for path in pending - contributing:
-            contributing.add(path)
-            new_names.update(_def_names(texts[path], trigger, names))
-        new_names = (new_names & imported) - names
-        if not new_names:
-            break
-        names |= new_names
-        pending = {
-            path
-            for path, found in words.items()
-            if path not in contributing and not found.isdisjoint(new_names)
-        }
-    hashes = {
-        str(path): hashlib.sha256(texts[path].encode("utf-8", "replace")).hexdigest()[:16]
-        for path in contributing
-    }
-    modules = tuple(sorted((module_name(path), str(path)) for path in paths))
-    digest = hashlib.sha256("".join(sorted(hashes.values())).encode()).hexdigest()[:16]
-    project = Project(modules, frozenset(names), digest, tuple(sorted(hashes.items())))
-    dependencies = tuple(
-        (str(path), project.dependency_digest(str(path), text)) for path, text in texts.items()
-    )
-    rank_names: set[str] = set()
-    if rank_words is not None:
-        ranked = [texts[path] for path, found in words.items() if not found.isdisjoint(rank_words)]
-        segments = [seg for text in ranked for seg in _def_words(text)]
-        frontier = {name for name, found in segments if not found.isdisjoint(rank_words)}
-        rank_names = set(frontier)
-        for _ in range(3):  # helpers of helpers: `is_main()` returning `get_rank_from_env() == 0`
-            frontier = {
-                name for name, found in segments if name not in rank_names and not found.isdisjoint(frontier)
-            }
-            if not frontier:
-                break
-            rank_names |= frontier
+    paths = frozenset(files)
+    calls = _resolved_calls(files, module_table, paths)
+    communicating = _closure({(path, name) for path, facts in files.items() for name in facts.hits}, calls)
+    ranked = _closure({(path, name) for path, facts in files.items() for name in facts.rank_hits}, calls)
+    # An unreadable file goes to the engine, which reports why.
+    selected = {path for path, facts in files.items() if facts.triggered or not facts.readable}
+    for (path, _), callees in calls.items():
+        if path not in selected and not callees.isdisjoint(communicating):
+            selected.add(path)
+    helpers = communicating | ranked
+    contributing = sorted({path for path, _ in helpers})
+    hashes = tuple((path, files[path].digest) for path in contributing)
+    digest = hashlib.sha256("".join(f"{p}{d}" for p, d in hashes).encode()).hexdigest()[:16]
+    dependencies = _dependency_digests(selected, calls, helpers, files)
     return Project(
-        project.modules,
-        project.communicating_names,
-        digest,
-        project.file_hashes,
-        dependencies,
-        frozenset(rank_names & imported),
+        modules=tuple(sorted(module_table.items())),
+        communicating_names=frozenset(name for _, name in communicating),
+        digest=digest,
+        file_hashes=hashes,
+        dependencies=tuple(sorted(dependencies.items())),
+        rank_names=frozenset(name for _, name in ranked),
+        selected=frozenset(selected),
     )
 
 
-def _def_words(text: str) -> list[tuple[str, frozenset[str]]]:
-    """Each function's name with the identifiers of its own text (up to the next `def`)."""
-    matches = list(_DEF.finditer(text))
-    segments = []
-    for index, match in enumerate(matches):
-        end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
-        segments.append((match.group(1), frozenset(_IDENTIFIER.findall(text, match.end(), end))))
-    return segments
+def _resolved_calls(
+    files: Mapping[str, FileFacts], module_table: Mapping[str, str], paths: frozenset[str]
+) -> dict[Function, frozenset[Function]]:
+    """Each scope's named functions of the run, as (path, name): imports resolved the way the
+    engine resolves them (only a module-level function of another file can be followed)."""
+    calls: dict[Function, frozenset[Function]] = {}
+    for path, facts in files.items():
+        folder = os.path.dirname(path)
+        for name, remote, same_file in facts.references:
+            targets = {(path, callee) for callee in same_file}
+            for qualified in remote:
+                found = _lookup(qualified, folder, module_table, paths)
+                if found is not None and "." not in found[1]:
+                    targets.add(found)
+            if targets:
+                calls[(path, name)] = frozenset(targets)
+    return calls
 
 
-_FROM_IMPORT = re.compile(
-    r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]+(?:\(([^)]*)\)|([^\n(#]+))", re.MULTILINE
-)
-
-
-def _imported_names(texts: Iterable[str]) -> set[str]:
-    """Names brought in by `from X import a, b as c` anywhere in the run (the original names)."""
-    names: set[str] = set()
-    for text in texts:
-        if "import" not in text:
+def _closure(seeds: set[Function], calls: Mapping[Function, frozenset[Function]]) -> set[Function]:
+    """Seeds plus every top-level function that names one of them, transitively."""
+    callers: dict[Function, list[Function]] = {}
+    for caller, callees in calls.items():
+        if caller[1] == MODULE_CODE:
             continue
-        for match in _FROM_IMPORT.finditer(text):
-            listed = match.group(1) if match.group(1) is not None else match.group(2)
-            for part in re.sub(r"#[^\n]*", "", listed).replace("\\\n", " ").replace("\n", " ").split(","):
-                name = part.strip().split(" as ")[0].strip()
-                if name.isidentifier() and not name.startswith("__"):
-                    names.add(name)
-    return names
+        for callee in callees:
+            callers.setdefault(callee, []).append(caller)
+    found = set(seeds)
+    pending = list(seeds)
+    while pending:
+        for caller in callers.get(pending.pop(), ()):
+            if caller not in found:
+                found.add(caller)
+                pending.append(caller)
+    return found
 
 
-def _def_names(text: str, trigger: Trigger, known: set[str]) -> set[str]:
-    """Names of the functions whose own text (up to the next `def`) names a collective or a
-    function already known to reach one. One pass of each pattern over the file, then each hit
-    is assigned to the function it falls in (not one search per function)."""
-    matches = list(_DEF.finditer(text))
-    if not matches:
-        return set()
-    starts = [match.end() for match in matches]
-    hits = trigger.positions(text, known)
-    names = set()
-    for position in hits:
-        index = bisect.bisect_right(starts, position) - 1
-        if index >= 0:
-            names.add(matches[index].group(1))
-    return names
+def _dependency_digests(
+    selected: set[str],
+    calls: Mapping[Function, frozenset[Function]],
+    helpers: set[Function],
+    files: Mapping[str, FileFacts],
+) -> dict[str, str]:
+    """For each selected file, a digest of the other files whose helpers it reaches (transitively)."""
+    reaches: dict[str, set[str]] = {}
+    for (path, _), callees in calls.items():
+        for callee in callees:
+            if callee in helpers and callee[0] != path:
+                reaches.setdefault(path, set()).add(callee[0])
+    digests: dict[str, str] = {}
+    for path in selected:
+        seen: set[str] = set()
+        pending = list(reaches.get(path, ()))
+        while pending:
+            other = pending.pop()
+            if other not in seen and other != path:
+                seen.add(other)
+                pending.extend(reaches.get(other, ()))
+        if seen:
+            material = "".join(f"{other}{files[other].digest}" for other in sorted(seen))
+            digests[path] = hashlib.sha256(material.encode()).hexdigest()[:16]
+    return digests

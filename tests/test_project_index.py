@@ -1,0 +1,157 @@
+"""The run's cross-file index: which files are parsed, and which edits re-check which files."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from collcheck import api
+from collcheck.catalog import load_catalog
+from collcheck.config import Settings
+
+HELPER_QUIET = "def synchronize():\n    return None\n"
+HELPER_BARRIER = "import torch.distributed as dist\n\n\ndef synchronize():\n    dist.barrier()\n"
+TRAIN = """\
+import torch.distributed as dist
+from comm_utils import synchronize
+
+
+def step():
+    if dist.get_rank() == 0:
+        synchronize()
+"""
+
+
+def write(folder: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def codes(folder: Path, settings: Settings) -> list[tuple[str, str, int]]:
+    result = api.check_paths([folder], settings)
+    assert not [file.error for file in result.files if file.error]
+    return [
+        (Path(finding.location.path).name, finding.code, finding.location.line)
+        for file in result.files
+        for finding in file.findings
+    ]
+
+
+def bump(path: Path, text: str) -> None:
+    """Rewrite a file so that its size or modification time surely changes."""
+    stat = path.stat()
+    path.write_text(text)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(root=str(tmp_path), cache_dir=str(tmp_path / "cache"), jobs=1)
+
+
+def test_a_helper_that_starts_communicating_rechecks_its_importer(tmp_path: Path, settings: Settings) -> None:
+    project = tmp_path / "project"
+    write(project, {"comm_utils.py": HELPER_QUIET, "train.py": TRAIN})
+    assert codes(project, settings) == []
+    bump(project / "comm_utils.py", HELPER_BARRIER)
+    assert codes(project, settings) == [("train.py", "CC001", 7)]
+    bump(project / "comm_utils.py", HELPER_QUIET + "\n")
+    assert codes(project, settings) == []
+
+
+def test_an_edit_two_files_away_rechecks_the_caller(tmp_path: Path, settings: Settings) -> None:
+    project = tmp_path / "project"
+    once = "import torch.distributed as dist\n\n\ndef synchronize():\n    dist.barrier()\n"
+    twice = once + "    dist.barrier()\n"
+    outer = "from inner import synchronize\n\n\ndef save():\n    synchronize()\n"
+    train = """\
+    import torch.distributed as dist
+    from outer import save
+
+
+    def step():
+        if dist.get_rank() == 0:
+            save()
+        else:
+            dist.barrier()
+    """
+    # Every file communicates before and after the edit: only the index's transitive
+    # dependencies (train -> outer -> inner) can tell that train.py must be analysed again.
+    write(project, {"inner.py": once, "outer.py": outer, "train.py": train})
+    assert codes(project, settings) == []
+    bump(project / "inner.py", twice)
+    assert [code for name, code, _ in codes(project, settings) if name == "train.py"] == ["CC001"]
+
+
+def test_relative_import_of_a_helper_in_a_package(tmp_path: Path, settings: Settings) -> None:
+    package = tmp_path / "project" / "pkg"
+    write(
+        package,
+        {
+            "__init__.py": "",
+            "comm_utils.py": HELPER_BARRIER,
+            "train.py": TRAIN.replace("from comm_utils", "from .comm_utils"),
+        },
+    )
+    assert codes(package.parent, settings) == [("train.py", "CC001", 7)]
+
+
+def test_only_edited_files_are_read_again_for_the_index(
+    tmp_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    write(project, {"comm_utils.py": HELPER_BARRIER, "train.py": TRAIN, "quiet.py": "x = 1\n"})
+    read: list[str] = []
+    real_facts_of = api._facts_of
+
+    def counting(path: str, catalog: object) -> object:
+        read.append(Path(path).name)
+        return real_facts_of(path, catalog)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(api, "_facts_of", counting)
+    codes(project, settings)
+    assert sorted(read) == ["comm_utils.py", "quiet.py", "train.py"]
+    read.clear()
+    codes(project, settings)
+    assert read == []  # nothing changed: the index itself is cached
+    bump(project / "quiet.py", "x = 2\n")
+    codes(project, settings)
+    assert read == ["quiet.py"]
+
+
+SELECTION = {
+    "calls_collective.py": "import torch.distributed as dist\n\n\ndef f():\n    dist.barrier()\n",
+    "prose.py": '"""A low barrier to entry; all_reduce is explained elsewhere."""\n\nX = 1\n',
+    "foreign_receiver.py": "import functools\nimport torch.distributed\n\nY = functools.reduce(max, [1])\n",
+    "calls_helper.py": "from comm_utils import synchronize\n\n\ndef g():\n    synchronize()\n",
+    "names_helper_in_comment.py": "# synchronize() is called by the trainer\nZ = 3\n",
+    "comm_utils.py": HELPER_BARRIER,
+}
+
+
+def test_the_index_selects_files_that_use_communication_as_code(tmp_path: Path) -> None:
+    write(tmp_path, SELECTION)
+    settings = Settings(cache=False)
+    project = api._project(sorted(tmp_path.iterdir()), load_catalog(), settings)
+    selected = sorted(Path(path).name for path in project.selected)
+    assert selected == ["calls_collective.py", "calls_helper.py", "comm_utils.py"]
+    assert project.communicating_names == frozenset({"f", "g", "synchronize"})
+
+
+def test_selection_does_not_depend_on_the_number_of_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for index in range(120):  # enough files for the index to be built by worker processes
+        write(tmp_path, {f"filler_{index}.py": f"V = {index}\n"})
+    write(tmp_path, SELECTION)
+    files = sorted(tmp_path.iterdir())
+    catalog = load_catalog()
+    monkeypatch.setattr(api, "_PARALLEL_FACTS_FROM", 100)
+    serial = api._project(files, catalog, Settings(cache=False), jobs=1)
+    parallel = api._project(files, catalog, Settings(cache=False), jobs=2)
+    assert serial == parallel
