@@ -42,9 +42,7 @@ UNITS = _fixture_units()
 
 # Known false negatives, documented here until the engine covers them (strict: a fix must remove
 # the entry, so this list cannot rot).
-KNOWN_GAPS = {
-    "deep/groups/new_subgroups_bug.py": "membership of new_subgroups() groups (rank // size) is not modelled",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _param(unit: Path) -> object:

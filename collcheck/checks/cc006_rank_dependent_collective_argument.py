@@ -1,11 +1,16 @@
 """## What it does
 Finds a collective argument that must be the same on every rank but is computed from the rank:
-the root (`src` of `broadcast`/`scatter`, `dst` of `reduce`/`gather`) or the reduce `op`.
+the root (`src` of `broadcast`/`scatter`, `dst` of `reduce`/`gather`), the reduce `op`, or the
+group: the default (world) group on one rank and a subgroup of known members on another.
 
 ## Why is this bad?
 Every rank must name the same root and the same reduction. With `broadcast(x, src=rank)` every
 rank believes it is the source: nothing is exchanged, or the job hangs, depending on the backend.
-With `op=SUM` on one rank and `op=MAX` on another, the result is undefined.
+With `op=SUM` on one rank and `op=MAX` on another, the result is undefined. A collective on the
+world group and one on a subgroup never match: the rank on the world group waits for ranks that
+are inside the other group's collective. Only groups created in the analysed code with known
+members, fewer than the whole world, are compared with the default group: a group of unknown
+origin (a parameter, an attribute) may be the default group itself.
 
 ## Example
 ```python
@@ -35,17 +40,35 @@ MESSAGE = (
     "({value_y}); it must be the same on every rank (world size {world})"
 )
 
+MESSAGE_GROUP = (
+    "{op} at {where} runs on {value_x} on rank {rank_x} but on {value_y} on rank {rank_y}; "
+    "every rank must issue it on the same group (world size {world})"
+)
+
 _ARGUMENT = {"root": "root (src/dst)", "reduce_op": "reduce op"}
 
 
 def applies(d: Divergence) -> bool:
-    return d.kind in ("root", "reduce_op")
+    return d.kind in ("root", "reduce_op", "group")
 
 
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
-    low, high, at_low, _ = ranks(d)
+    low, high, at_low, at_high = ranks(d)
     values = dict(d.model.values)
     assert at_low is not None
+    if d.kind == "group":
+        assert at_high is not None
+        return MESSAGE_GROUP, {
+            "op": op_name(at_low),
+            "where": where(at_low)
+            if at_low.line == at_high.line
+            else f"{where(at_low)} and {where(at_high)}",
+            "rank_x": str(low),
+            "rank_y": str(high),
+            "value_x": values.get(f"group on rank {low}", "?"),
+            "value_y": values.get(f"group on rank {high}", "?"),
+            "world": str(d.model.world),
+        }
     return MESSAGE, {
         "op": op_name(at_low),
         "where": where(at_low),

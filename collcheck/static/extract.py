@@ -19,7 +19,7 @@ from typing import Any
 
 from collcheck.catalog import Catalog, OpSpec
 from collcheck.static.names import ImportTable, add_import, dotted, qualified_name
-from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, Path, Region, Site
+from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, LoopRange, Path, Region, Site
 from collcheck.static.symbolic import (
     LOCAL_WORLD,
     MEMBER,
@@ -607,7 +607,17 @@ class Extractor:
             element = opaque(f"item@{_where(stmt)}", (iterable,))
             body_start = State(dict(current.env), (*current.conds, Compare(">=", trip, Const(1))), ())
             self.bind(stmt.target, element, body_start)
-            after = self._loop(stmt, body_start, current, trip, frame, over_set=over_set, inputs=(iterable,))
+            loop_range = self._loop_range(stmt, element, current, frame)
+            after = self._loop(
+                stmt,
+                body_start,
+                current,
+                trip,
+                frame,
+                over_set=over_set,
+                inputs=(iterable,),
+                loop_range=loop_range,
+            )
             results.extend(self.exec_block(stmt.orelse, after, frame) if stmt.orelse else after)
         return results
 
@@ -634,6 +644,7 @@ class Extractor:
         *,
         over_set: bool,
         inputs: tuple[Expr, ...],
+        loop_range: LoopRange | None = None,
     ) -> list[State]:
         body_states = self.exec_block(stmt.body, [body_start], frame)
         changed = assigned_names(stmt.body)
@@ -662,12 +673,22 @@ class Extractor:
         # still run the same iterations against each other.
         key = (id(stmt), frame.chain)
         region = self.loop_regions.get(key)
+        if loop_range is not None and not _iterations_alike(stmt, body_states, frame):
+            loop_range = None
         if region is None:
             region = Region(
-                frame.function, "loop", [], stmt.lineno, over_set=over_set, path_name=self.module.path
+                frame.function,
+                "loop",
+                [],
+                stmt.lineno,
+                over_set=over_set,
+                path_name=self.module.path,
+                loop_range=loop_range,
             )
             self.loop_regions[key] = region
             self.regions.append(region)
+        elif region.loop_range != loop_range:
+            region.loop_range = None  # reached from outer paths that disagree on it: no counting
         region.paths.extend(p for p in body_paths if p not in region.paths)
         first_path = next(s for s in body_states if s.events)
         first = next((e for e in first_path.events if isinstance(e, CommEvent)), None)
@@ -690,6 +711,35 @@ class Extractor:
         if self.record_events:
             after.events = (*outer.events, loop)
         return [after]
+
+    def _loop_range(
+        self, stmt: ast.For | ast.AsyncFor, var: Expr, state: State, frame: Frame
+    ) -> LoopRange | None:
+        """`for name in range(...)` over bounds that are the same on every rank."""
+        node = stmt.iter
+        if not (
+            isinstance(stmt, ast.For)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "range"
+            and not node.keywords
+            and 1 <= len(node.args) <= 3
+            and not any(isinstance(a, ast.Starred) for a in node.args)
+        ):
+            return None
+        if self.local_imports.lookup("range") is not None or "range" in self.module.functions:
+            return None
+        if not isinstance(var, Atom) or var.kind != "shared":
+            return None
+        values = [self.pure(a, state, frame) for a in node.args]
+        start, stop = (Const(0), values[0]) if len(values) == 1 else (values[0], values[1])
+        step = values[2] if len(values) == 3 else Const(1)
+        if not (isinstance(step, Const) and type(step.value) is int and step.value > 0):
+            return None
+        if is_rank_dependent(start) or is_rank_dependent(stop):
+            return None
+        return LoopRange(var, start, stop, step.value)
 
     def trip_count(self, node: ast.expr, iterable: Expr, state: State, frame: Frame) -> Expr:
         if isinstance(iterable, TupleVal):
@@ -894,7 +944,12 @@ class Extractor:
                 return None
             return self.pure(args[param], state, frame, known)
 
-        group = self._group(args.get(spec.group) if spec.group else None, state, frame, known)
+        group_node = args.get(spec.group) if spec.group else None
+        group = self._group(group_node, state, frame, known)
+        group_term = None
+        if group is not None and group.per_rank and group.members is None and group_node is not None:
+            chosen = self.pure(group_node, state, frame, known)
+            group_term = chosen if _group_choice(chosen) else None
         if group is None and spec.default_group is not None and spec.default_group != "world":
             group = GroupVal(spec.default_group, None)  # membership unknown: compared nowhere
         reduce_op = value(spec.reduce_op)
@@ -918,6 +973,7 @@ class Extractor:
             peer=value(spec.peer),
             ranks_arg=value(spec.ranks),
             operands=tuple(_text(args[name]) for name in spec.operands if name in args),
+            group_term=group_term,
         )
         if self.record_events and spec.kind != "p2p_nonblocking":
             state.events = (*state.events, event)
@@ -943,15 +999,56 @@ class Extractor:
         ranks_node = args.get(spec.ranks) if spec.ranks else None
         key = f"{spec.op}@{self.module.path}:{_where(call)}"
         if spec.op.startswith("new_subgroups"):
-            return TupleVal((GroupVal(key, None, per_rank=True), Atom(f"subgroups@{_where(call)}", "shared")))
+            current = self._current_subgroup(spec.op, key, args, state, frame, known)
+            return TupleVal((current, Atom(f"subgroups@{_where(call)}", "shared")))
         if spec.op != "new_group":
-            return GroupVal(key, None, per_rank=False)
+            return GroupVal(key, None, per_rank=False, created=True)
         ranks_value = self.pure(ranks_node, state, frame, known) if ranks_node is not None else None
         per_rank = ranks_value is not None and is_rank_dependent(ranks_value)
         members = None if ranks_node is None else self._membership(ranks_node, state, frame, known)
         if ranks_node is None:
             members = TRUE  # new_group() with no ranks is the whole world
-        return GroupVal(key, members, per_rank=per_rank)
+        return GroupVal(key, members, per_rank=per_rank, created=True)
+
+    def _current_subgroup(
+        self, op: str, key: str, args: dict[str, ast.expr], state: State, frame: Frame, known: dict[int, Expr]
+    ) -> GroupVal:
+        """The first result of `new_subgroups`/`new_subgroups_by_enumeration`: the one subgroup of the
+        partition that holds this rank. Two ranks share it exactly when their colors are equal."""
+        unknown = GroupVal(key, None, per_rank=True, created=True)
+        if op == "new_subgroups":
+            parent = args.get("group")
+            if parent is not None and not (isinstance(parent, ast.Constant) and parent.value is None):
+                return unknown  # subgroups of another group: ranks are numbered within it
+            size_node = args.get("group_size")
+            # Without a size, torch uses the number of devices per host: unknown, the same everywhere.
+            size = (
+                self.pure(size_node, state, frame, known)
+                if size_node is not None
+                else Atom(f"group_size@{key}", "shared", lower=1)
+            )
+            positive = not isinstance(size, Const) or (isinstance(size.value, int) and size.value > 0)
+            if is_rank_dependent(size) or not positive:
+                return unknown
+            # torch raises unless the world size is a multiple of group_size; then every rank has one.
+            whole = Compare("==", BinOp("%", WORLD, size), Const(0))
+            return GroupVal(key, whole, color=BinOp("//", RANK, size), created=True)
+        listed = args.get("ranks_per_subgroup_list")
+        value = self.pure(listed, state, frame, known) if listed is not None else None
+        if not isinstance(value, TupleVal) or not all(
+            isinstance(part, TupleVal)
+            and all(isinstance(r, Const) and type(r.value) is int for r in part.items)
+            for part in value.items
+        ):
+            return unknown
+        color: Expr = Const(-1)  # a rank in no subgroup gets None (the world): compared nowhere here
+        members: list[Expr] = []
+        for index in reversed(range(len(value.items))):
+            part = value.items[index]
+            assert isinstance(part, TupleVal)
+            color = IfExp(Member(RANK, part.items), Const(index), color)
+            members.extend(part.items)
+        return GroupVal(key, Member(MEMBER, tuple(members)), color=color, created=True)
 
     def _membership(self, node: ast.expr, state: State, frame: Frame, known: dict[int, Expr]) -> Expr | None:
         """A predicate over MEMBER, for literal lists, ranges and comprehensions over ranges."""
@@ -1429,7 +1526,11 @@ class Extractor:
             if len(values) == 2:
                 return InRange(item, values[0], values[1])
         if isinstance(container, GroupVal) and container.members is not None:
-            return substitute(container.members, {MEMBER: item})
+            inside = substitute(container.members, {MEMBER: item})
+            if container.color is not None:  # this rank's subgroup: same color as the rank
+                same = Compare("==", substitute(container.color, {RANK: item}), container.color)
+                return conjoin((inside, same))
+            return inside
         return opaque(f"in@{_where(node)}", (item, container))
 
     def _pure_IfExp(self, node: ast.IfExp, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
@@ -1636,6 +1737,13 @@ def _map_arguments(call: ast.Call, spec: OpSpec) -> dict[str, ast.expr]:
     return args
 
 
+def _group_choice(value: Expr) -> bool:
+    """A group argument chosen among the default group (None) and group values by conditions."""
+    if isinstance(value, IfExp):
+        return _group_choice(value.then) and _group_choice(value.orelse)
+    return isinstance(value, GroupVal) or (isinstance(value, Const) and value.value is None)
+
+
 def _normalise_reduce_op(value: Expr | None) -> Expr:
     if value is None:
         return Const("SUM")
@@ -1684,6 +1792,103 @@ def _exits(body: Sequence[ast.stmt]) -> bool:
         for node in ast.walk(stmt):
             if isinstance(node, (ast.Continue, ast.Break, ast.Return)):
                 return True
+    return False
+
+
+def _iterations_alike(stmt: ast.For | ast.AsyncFor | ast.While, body: list[State], frame: Frame) -> bool:
+    """Every iteration that communicates issues the same collectives with the same arguments: one
+    sequence of plain collectives, whose calls in the loop body mention neither the loop variable
+    nor anything the body reassigns (a `src=peer`, a `chunks[i]`, a counter carried over)."""
+    sequences = [state.events for state in body if state.events]
+    if not sequences or any(events != sequences[0] for events in sequences):
+        return False
+    variant = _loop_variant_names(stmt)
+    calls = {
+        (n.lineno, n.col_offset): n for part in stmt.body for n in ast.walk(part) if isinstance(n, ast.Call)
+    }
+    depth = len(frame.chain)
+    for event in sequences[0]:
+        if not isinstance(event, CommEvent) or event.kind != "collective":
+            return False
+        if event.chain[:depth] != frame.chain:
+            return False
+        direct = len(event.chain) == depth
+        line, column = (
+            (event.line, event.column) if direct else (event.chain[depth].line, event.chain[depth].column)
+        )
+        call = calls.get((line, column))
+        if call is None or _mentions(call, variant):
+            return False
+        if not direct and not _fixed_arguments(event, variant):
+            return False
+    return True
+
+
+def _fixed_arguments(event: CommEvent, variant: set[str]) -> bool:
+    """A collective issued by a helper: its root, op and group are literals or groups created
+    somewhere, and the loop changes no attribute the helper could read."""
+    if any("." in name for name in variant):
+        return False
+    terms = (event.root, event.reduce_op, event.peer, event.ranks_arg, event.group_term)
+    if not all(term is None or isinstance(term, Const) for term in terms):
+        return False
+    return event.group is None or event.group.created
+
+
+def _loop_variant_names(stmt: ast.For | ast.AsyncFor | ast.While) -> set[str]:
+    """Names whose value may change from one iteration to the next: the loop targets and what the
+    body assigns, except a name assigned once, unconditionally, from loop-invariant names and not
+    read before that assignment (`buf = torch.zeros(n)`)."""
+    variant = set(assigned_names([stmt.target])) if isinstance(stmt, (ast.For, ast.AsyncFor)) else set()
+    stores: dict[str, int] = {}
+    for part in stmt.body:
+        for node in ast.walk(part):
+            for name in _stored_names(node):
+                stores[name] = stores.get(name, 0) + 1
+    read: set[str] = set()
+    for part in stmt.body:
+        target = part.targets[0] if isinstance(part, ast.Assign) and len(part.targets) == 1 else None
+        if isinstance(part, ast.Assign) and isinstance(target, ast.Name):
+            carried = target.id in read or target.id in _read_names(part.value)  # `x = x + 1`
+            once = stores.get(target.id) == 1 and not carried
+            if not once or _mentions(part.value, variant):
+                variant.add(target.id)
+        else:
+            variant.update(name for node in ast.walk(part) for name in _stored_names(node))
+        read.update(_read_names(part))
+    return variant
+
+
+def _stored_names(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        return [node.id]
+    if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        parts = dotted(node) if isinstance(node, ast.Attribute) else dotted(node.value)
+        return [".".join(parts)] if parts else []
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        # Dotted like an attribute: state that a helper called from the body could read.
+        return [*node.names, *(f"<global>.{name}" for name in node.names)]
+    return []
+
+
+def _read_names(node: ast.AST) -> set[str]:
+    names: set[str] = set()
+    for child in ast.walk(node):
+        if isinstance(child, ast.Name):
+            names.add(child.id)
+        elif isinstance(child, ast.Attribute):
+            parts = dotted(child)
+            if parts:
+                names.add(".".join(parts))
+    return names
+
+
+def _mentions(node: ast.AST, names: set[str]) -> bool:
+    """`node` reads one of `names`, or an attribute of one (`x` covers `x.grad`)."""
+    for read in _read_names(node):
+        parts = read.split(".")
+        if any(".".join(parts[: i + 1]) in names for i in range(len(parts))):
+            return True
     return False
 
 

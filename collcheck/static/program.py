@@ -39,6 +39,9 @@ class CommEvent:
     peer: Expr | None = None
     ranks_arg: Expr | None = None
     operands: tuple[str, ...] = ()
+    # The group argument when it is chosen per rank among known values (`None if rank == 0 else
+    # g`): `group` is then an unknown per-rank group, and this term says which group each rank uses.
+    group_term: Expr | None = None
 
     def signature(self) -> tuple[str, ...]:
         return (self.op,)
@@ -88,6 +91,18 @@ class Path:
     exit: Exit | None = None
 
 
+@dataclass(frozen=True)
+class LoopRange:
+    """`for var in range(start, stop, step)` whose iterations, whenever they communicate, issue the
+    same collectives with arguments that do not change from one iteration to the next (checked on
+    the source). Lets the solver count iterations instead of comparing them one by one."""
+
+    var: Expr  # the loop variable's value: the same atom in every path of the loop's region
+    start: Expr
+    stop: Expr
+    step: int
+
+
 @dataclass
 class Region:
     """Paths to compare across ranks: a whole function body, or one iteration of a loop."""
@@ -98,3 +113,4 @@ class Region:
     line: int = 0
     over_set: bool = False
     path_name: str = ""
+    loop_range: LoopRange | None = None

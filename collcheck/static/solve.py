@@ -12,14 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path as FsPath
 from typing import Any
 
-from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, Path, Region
+from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, LoopRange, Path, Region
 from collcheck.static.symbolic import (
     MEMBER,
+    RANK,
     Atom,
+    BoolOp,
+    Compare,
+    Const,
     Expr,
     GroupVal,
+    IfExp,
+    Not,
     TupleVal,
     Z3Translator,
     atoms,
@@ -46,7 +53,7 @@ class Model:
 class Divergence:
     """Two ranks whose programs disagree, and how."""
 
-    kind: str  # sequence | swap | loop_exit | root | reduce_op | trip | group_args | p2p | set_order
+    kind: str  # sequence | swap | loop_exit | root | reduce_op | group | trip | group_args | p2p | set_order
     region: Region
     path_a: Path
     path_b: Path
@@ -157,7 +164,8 @@ def _region_is_uniform(region: Region) -> bool:
 def _terms(event: Element) -> list[Expr]:
     if isinstance(event, LoopEvent):
         return [event.trip]
-    return [t for t in (event.root, event.reduce_op, event.peer, event.ranks_arg) if t is not None]
+    terms = (event.root, event.reduce_op, event.peer, event.ranks_arg, event.group_term)
+    return [t for t in terms if t is not None]
 
 
 class RegionSolver:
@@ -191,6 +199,9 @@ class RegionSolver:
         if membership is not None and membership.members is not None:
             facts.append(tr.as_bool(substitute(membership.members, {MEMBER: Atom("rank", "rank")}), "a"))
             facts.append(tr.as_bool(substitute(membership.members, {MEMBER: Atom("rank", "rank")}), "b"))
+        if membership is not None and membership.color is not None:
+            # One creation call, a different subgroup per rank: only ranks of one subgroup meet.
+            facts.append(tr.as_int(membership.color, "a") == tr.as_int(membership.color, "b"))
         return facts
 
     def satisfiable(
@@ -227,6 +238,21 @@ class RegionSolver:
                 return "unknown", None, None
             model, raw = small
             return "sat", model, (tr, raw)
+        finally:
+            self.solver.pop()
+
+    def never(self, facts_of: Any) -> bool:
+        """The facts (over one rank, side "a") cannot hold together; a timeout counts as "may"."""
+        tr = self.translator
+        facts = list(facts_of(tr))
+        rank, world = tr.rank("a"), tr.world
+        facts += [rank >= 0, rank < world, world == self.world_size if self.world_size else world >= 2]
+        facts.extend(tr.side_constraints)
+        self.solver.push()
+        try:
+            self.solver.add(*facts)
+            self.stats.queries += 1
+            return bool(self.solver.check() == self.z3.unsat)
         finally:
             self.solver.pop()
 
@@ -409,9 +435,30 @@ def solve_region(
     solver = RegionSolver(region, world_size, timeout_ms, stats)
     found: list[Divergence] = []
     seen: set[tuple[str, int, int]] = set()
+    # Two ranks that issue the same collectives but one of them on the default group: that pair is
+    # reported once, as the group mismatch, not again as a collective missing from each channel.
+    grouped: set[tuple[int, int]] = set()
+    counted = region.kind == "loop" and _skips_one_iteration(solver, region)
+    if counted:  # an iteration skipped against one that communicates is not a divergence here
+        grouped.update((id(a), id(b)) for a, b in _pairs(region.paths) if bool(a.events) != bool(b.events))
+    for a, b in _pairs(region.paths):
+        if (id(a), id(b)) in grouped:
+            continue
+        for divergence in _compare_groups(solver, region, a, b):
+            if a is not b:  # on one path the group term has no channel: nothing to report twice
+                grouped.add((id(a), id(b)))
+            first = divergence.event_a or divergence.event_b
+            key = (divergence.kind, first.line if first else 0, 0)
+            if key not in seen:
+                seen.add(key)
+                found.append(divergence)
+                if len(found) >= max_findings:
+                    return found
     for channel in _channels(region.paths):
         membership = _group_of(channel, region.paths) if channel.startswith("group:") else None
         for a, b in _pairs(region.paths):
+            if (id(a), id(b)) in grouped:
+                continue
             for divergence in _compare(solver, region, channel, membership, a, b):
                 first = divergence.event_a or divergence.event_b
                 key = (
@@ -505,6 +552,183 @@ def _compare(
     return results
 
 
+# ----------------------------------------------------------------------------- skip-one loops
+
+
+def _skips_one_iteration(solver: RegionSolver, region: Region) -> bool:
+    """`for peer in range(world): if peer == rank: continue; all_reduce(t)`: compared iteration by
+    iteration, rank 0 skips where rank 1 reduces. Counted, every rank issues the same sequence D
+    exactly `len(range) - 1` times, and collectives match by order, not by iteration: no hang.
+
+    That holds when (1) every iteration that communicates issues the same D, with arguments that do
+    not change between iterations (checked on the source: `region.loop_range` is set only then;
+    `broadcast(t, src=peer)` is not such a loop: rank `peer` skips the one broadcast it roots);
+    (2) an iteration issues D or nothing, and never leaves the loop; (3) for some g over the rank,
+    a rank skips exactly when the loop variable equals g(rank), and g(rank) lies in the range for
+    every rank that runs the loop. (2) and (3) are proved for one symbolic rank and iteration."""
+    loop = region.loop_range
+    if loop is None:
+        return False
+    paths = [p for p in region.paths if p.exit is None or p.exit.kind != "raise"]  # a raise crashes
+    if any(p.exit is not None and p.exit.kind != "continue" for p in paths):
+        return False
+    issuing = [p for p in paths if p.events]
+    skipping = [p for p in paths if not p.events]
+    if not issuing or not skipping:
+        return False
+    for owner in _owner_candidates(paths, loop.var):
+        if all(solver.never(query) for query in _skip_one_queries(loop, owner, skipping, issuing)):
+            return True
+    return False
+
+
+def _skip_one_queries(loop: LoopRange, owner: Expr, skipping: list[Path], issuing: list[Path]) -> list[Any]:
+    """Each must be unsatisfiable: a skip at another iteration than the rank's own, an issue at its
+    own, and an own iteration outside the range on a rank that runs the loop."""
+
+    def skips_elsewhere(tr: Z3Translator) -> list[Any]:
+        var = tr.as_int(loop.var, "a")
+        return [_in_range(tr, loop, var), _taken(tr, skipping), var != tr.as_int(owner, "a")]
+
+    def issues_on_own(tr: Z3Translator) -> list[Any]:
+        var = tr.as_int(loop.var, "a")
+        return [_in_range(tr, loop, var), _taken(tr, issuing), var == tr.as_int(owner, "a")]
+
+    def owner_outside(tr: Z3Translator) -> list[Any]:
+        var = tr.as_int(loop.var, "a")
+        runs = tr.z3.Or(_taken(tr, skipping), _taken(tr, issuing))
+        return [_in_range(tr, loop, var), runs, tr.z3.Not(_in_range(tr, loop, tr.as_int(owner, "a")))]
+
+    return [skips_elsewhere, issues_on_own, owner_outside]
+
+
+def _in_range(tr: Z3Translator, loop: LoopRange, value: Any) -> Any:
+    start, stop = tr.as_int(loop.start, "a"), tr.as_int(loop.stop, "a")
+    facts = [value >= start, value < stop]
+    if loop.step != 1:
+        facts.append((value - start) % loop.step == 0)
+    return tr.z3.And(*facts)
+
+
+def _taken(tr: Z3Translator, paths: list[Path]) -> Any:
+    """One of the paths is taken by the rank (side "a")."""
+    z3 = tr.z3
+    options = [z3.And(*[tr.as_bool(c, "a") for c in p.conds]) if p.conds else z3.BoolVal(True) for p in paths]
+    return z3.Or(*options)
+
+
+def _owner_candidates(paths: list[Path], var: Expr) -> list[Expr]:
+    """g in the tests `var == g` / `var != g` of the paths, with g computed from the rank."""
+    found: dict[Expr, None] = {}
+    stack: list[Expr] = [c for p in paths for c in p.conds]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Not):
+            stack.append(node.operand)
+        elif isinstance(node, BoolOp):
+            stack.extend(node.values)
+        elif isinstance(node, Compare) and node.op in ("==", "!="):
+            for mine, other in ((node.left, node.right), (node.right, node.left)):
+                if mine == var and is_rank_dependent(other) and var not in set(atoms(other)):
+                    found[other] = None
+    return list(found)
+
+
+# ----------------------------------------------------------------------------- group mismatch
+
+
+def _group_term(event: CommEvent) -> Expr:
+    if event.group_term is not None:
+        return event.group_term
+    return Const(None) if event.group is None else event.group
+
+
+def _group_leaves(term: Expr) -> list[Expr]:
+    if isinstance(term, IfExp):
+        return _group_leaves(term.then) + _group_leaves(term.orelse)
+    return [term]
+
+
+def _is_world(term: Expr) -> bool:
+    return isinstance(term, Const) and term.value is None
+
+
+def _known_subgroup(term: Expr) -> bool:
+    """A group made by a creation call of the analysed code whose members are known. A group of
+    unknown origin (a parameter, `self.group`) may well be the default group: never one of these."""
+    return isinstance(term, GroupVal) and term.created and not term.per_rank and term.members is not None
+
+
+def _strict_subgroup(tr: Z3Translator, group: GroupVal, side: str) -> Any:
+    """Some rank of the world is not in the group that this rank holds."""
+    assert group.members is not None
+    outsider = Atom(f"outsider:{group.key}", "shared")
+    inside = substitute(group.members, {MEMBER: outsider})
+    facts = [tr.as_int(outsider, side) >= 0, tr.as_int(outsider, side) < tr.world]
+    if group.color is not None:
+        # One subgroup of a partition: the rank holds it (the partition is valid), the outsider not.
+        facts.append(tr.as_bool(substitute(group.members, {MEMBER: RANK}), side))
+        same = tr.as_int(substitute(group.color, {RANK: outsider}), side) == tr.as_int(group.color, side)
+        facts.append(tr.z3.Not(tr.z3.And(tr.as_bool(inside, side), same)))
+    else:
+        facts.append(tr.z3.Not(tr.as_bool(inside, side)))
+    return tr.z3.And(*facts)
+
+
+def _world_against_subgroup(tr: Z3Translator, x: Expr, y: Expr, side_x: str, side_y: str) -> Any:
+    z3 = tr.z3
+    if not any(_is_world(leaf) for leaf in _group_leaves(x)):
+        return z3.BoolVal(False)
+    subgroups = [leaf for leaf in dict.fromkeys(_group_leaves(y)) if _known_subgroup(leaf)]
+    if not subgroups:
+        return z3.BoolVal(False)
+    on_world = tr.as_int(x, side_x) == tr.as_int(Const(None), side_x)
+    on_subgroup = z3.Or(
+        *[
+            z3.And(tr.as_int(y, side_y) == tr.as_int(g, side_y), _strict_subgroup(tr, g, side_y))  # type: ignore[arg-type]
+            for g in subgroups
+        ]
+    )
+    return z3.And(on_world, on_subgroup)
+
+
+def _may_mismatch(x: Expr, y: Expr) -> bool:
+    return any(_is_world(leaf) for leaf in _group_leaves(x)) and any(
+        _known_subgroup(leaf) for leaf in _group_leaves(y)
+    )
+
+
+def _group_blind(events: tuple[Element, ...]) -> tuple[Element, ...]:
+    return tuple(e for e in events if not (isinstance(e, CommEvent) and e.kind.startswith("p2p")))
+
+
+def _compare_groups(solver: RegionSolver, region: Region, a: Path, b: Path) -> list[Divergence]:
+    """The same collectives in the same order, but one rank issues one of them on the default
+    (world) group and the other on a group known to hold only some of the ranks: the two never
+    match, and the rank on the world group waits for a rank that is not coming."""
+    seq_a, seq_b = _group_blind(a.events), _group_blind(b.events)
+    if _first_structural_difference(seq_a, seq_b) is not None:
+        return []
+    for index, (x, y) in enumerate(zip(seq_a, seq_b, strict=True)):
+        if not (isinstance(x, CommEvent) and isinstance(y, CommEvent)):
+            continue
+        if x.group_term is None and y.group_term is None and (a is b or x.group == y.group):
+            continue  # the same group on both ranks
+        gx, gy = _group_term(x), _group_term(y)
+        if not (_may_mismatch(gx, gy) or _may_mismatch(gy, gx)):
+            continue
+
+        def extra(tr: Z3Translator, gx: Expr = gx, gy: Expr = gy) -> Any:
+            return tr.z3.Or(
+                _world_against_subgroup(tr, gx, gy, "a", "b"), _world_against_subgroup(tr, gy, gx, "b", "a")
+            )
+
+        found = _found(solver, region, "group", None, a, b, seq_a, seq_b, "group", index, extra, None)
+        if found:
+            return found
+    return []
+
+
 def _loop_at(
     seq_a: tuple[Element, ...], seq_b: tuple[Element, ...], index: int
 ) -> tuple[str, LoopEvent | None]:
@@ -568,6 +792,11 @@ def _found(
         assert isinstance(x, LoopEvent) and isinstance(y, LoopEvent)
         values.append((f"trips on rank {model.rank_a}", value_of(x.trip, "a")))
         values.append((f"trips on rank {model.rank_b}", value_of(y.trip, "b")))
+    elif kind == "group":
+        x, y = seq_a[index], seq_b[index]
+        assert isinstance(x, CommEvent) and isinstance(y, CommEvent)
+        values.append((f"group on rank {model.rank_a}", _group_label(_group_term(x), "a", raw, tr)))
+        values.append((f"group on rank {model.rank_b}", _group_label(_group_term(y), "b", raw, tr)))
     elif kind in ("root", "reduce_op"):
         x, y = seq_a[index], seq_b[index]
         assert isinstance(x, CommEvent) and isinstance(y, CommEvent)
@@ -594,6 +823,23 @@ def _found(
             nondet_why=why,
         )
     ]
+
+
+def _group_label(term: Expr, side: str, raw: Any, tr: Z3Translator) -> str:
+    """Which group the rank uses in the model, in words."""
+    chosen = raw.eval(tr.as_int(term, side), model_completion=True)
+    for leaf in _group_leaves(term):
+        if str(raw.eval(tr.as_int(leaf, side), model_completion=True)) != str(chosen):
+            continue
+        if _is_world(leaf):
+            return "the default (world) group"
+        if isinstance(leaf, GroupVal) and leaf.created and "@" in leaf.key:
+            op, place = leaf.key.split("@", 1)
+            file, line = place.rsplit(":", 2)[:2]
+            return f"the {op} group of {FsPath(file).name}:{line}"
+        if isinstance(leaf, GroupVal):
+            return f"group `{leaf.key}`"
+    return "another group"
 
 
 def _pretty(value: str, solver: RegionSolver) -> str:

@@ -130,11 +130,18 @@ class Sized:
 @dataclass(frozen=True)
 class GroupVal:
     """A process group. `members` is a predicate over the placeholder atom MEMBER, or None when the
-    membership cannot be computed (then collcheck stays quiet about it)."""
+    membership cannot be computed (then collcheck stays quiet about it).
+
+    `color` is set for a creation call that hands each rank a different group of one partition
+    (`new_subgroups`): a term over RANK, equal on two ranks exactly when they hold the same group.
+    `created` marks a group made by a group-creation call of the analysed code, which is never the
+    default (world) group object."""
 
     key: str
     members: Expr | None
     per_rank: bool = False
+    color: Expr | None = None
+    created: bool = False
 
 
 Expr = Const | Atom | BinOp | Compare | BoolOp | Not | IfExp | Member | InRange | TupleVal | Sized | GroupVal
