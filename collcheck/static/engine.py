@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from pathlib import Path as FsPath
 
 from collcheck.catalog import Catalog
@@ -95,7 +96,9 @@ def _def_spans(tree: ast.Module) -> dict[int, int]:
 # ----------------------------------------------------------------------------- module model
 
 
-def build_module(tree: ast.Module, path: str, catalog: Catalog, project: Project | None = None) -> ModuleInfo:
+def build_module(
+    tree: ast.Module, path: str, catalog: Catalog, project: Project | None = None, text: str | None = None
+) -> ModuleInfo:
     module = ModuleInfo(path=path, tree=tree, imports=module_imports(tree), catalog=catalog)
     module.project = project
     module.loader = load_project_module
@@ -112,7 +115,7 @@ def build_module(tree: ast.Module, path: str, catalog: Catalog, project: Project
             info = ClassInfo(node, methods, bases)
             info.attributes.update(_class_constants(node))
             module.classes[node.name] = info
-    module.communicating = _communicating_functions(module)
+    module.communicating = _communicating_functions(module, text)
     return module
 
 
@@ -147,12 +150,23 @@ def _all_functions(module: ModuleInfo) -> list[FunctionNode]:
     return functions
 
 
-def _communicating_functions(module: ModuleInfo) -> set[FunctionNode]:
-    """Functions that reach a collective, directly or through helpers of this module (fixed point)."""
+def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set[FunctionNode]:
+    """Functions that reach a collective, directly or through helpers of this module (fixed point).
+
+    With the module's `text`, a function whose own text names no catalogued callable, no
+    communicating function of the run and no `global` is not walked: walking every node of every
+    function is the costliest step of modelling a large module, and most functions never match.
+    """
     functions = _all_functions(module)
+    words = _function_words(functions, text) if text is not None else None
+    candidates = _candidate_words(module)
     direct: set[FunctionNode] = set()
     called: dict[FunctionNode, set[str]] = {}
     for function in functions:
+        own = words.get(function) if words is not None else None
+        if own is not None and own.isdisjoint(candidates):
+            called[function] = set(own)  # a superset of the names it calls: enough for the fixed point
+            continue
         names: set[str] = set()
         for node in ast.walk(function):
             if isinstance(node, ast.Global):
@@ -176,6 +190,37 @@ def _communicating_functions(module: ModuleInfo) -> set[FunctionNode]:
                 communicating.add(function)
                 changed = True
     return communicating
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _function_words(functions: list[FunctionNode], text: str) -> dict[FunctionNode, frozenset[str]]:
+    """The identifiers of each function's own source lines."""
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    words: dict[FunctionNode, frozenset[str]] = {}
+    for function in functions:
+        first = min([function.lineno, *(d.lineno for d in function.decorator_list)])
+        last = function.end_lineno or function.lineno
+        if 0 < first <= last < len(starts):
+            words[function] = frozenset(_IDENTIFIER.findall(text, starts[first - 1], starts[last]))
+    return words
+
+
+def _candidate_words(module: ModuleInfo) -> frozenset[str]:
+    """Words without which a function cannot call a collective directly (nor declare `global`)."""
+    trigger = trigger_pattern(module.catalog)
+    project = module.project
+    extra = project.communicating_names if project is not None else frozenset()
+    # `from torch.distributed import barrier as sync`: the function's text says only `sync`.
+    aliases = {
+        local
+        for local, qualified in module.imports.names.items()
+        if qualified in module.catalog.functions or qualified.rsplit(".", 1)[-1] in extra
+    }
+    return trigger.distinctive | trigger.plain | extra | _last_names(module.catalog) | aliases | {"global"}
 
 
 def _is_catalog_call(node: ast.Call, module: ModuleInfo) -> bool:
@@ -309,7 +354,7 @@ def load_project_module(
     if isinstance(tree, FileError):
         return None
     try:
-        module = build_module(tree, source.path, catalog, project)
+        module = build_module(tree, source.path, catalog, project, source.text)
     except RecursionError:  # a helper file too deep to model is not followed; its importer still is
         return None
     extractor = Extractor(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
@@ -372,7 +417,7 @@ def _analyze_tree(
         module.settings = settings
         extractor = Extractor(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
     else:
-        module = build_module(tree, source.path, catalog, project)
+        module = build_module(tree, source.path, catalog, project, source.text)
         module.settings = settings
         extractor = Extractor(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
         module.globals = _without_mutable_globals(extractor.module_environment(setup), module)
