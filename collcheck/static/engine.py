@@ -18,6 +18,7 @@ from collcheck.findings import Counterexample, FileError, FileResult, Finding, L
 from collcheck.source import SourceFile, read_source
 from collcheck.static.context import ModuleContext
 from collcheck.static.extract import (
+    CALLBACK_OP,
     ClassInfo,
     Extractor,
     Frame,
@@ -484,6 +485,8 @@ def _findings_for(
     results = []
     for region in regions:
         for divergence in solve_region(region, settings.world_size, settings.z3_timeout_ms, stats):
+            if _behind_unknown_code(divergence):
+                continue
             finding = classify(divergence, rules)
             if finding is not None:
                 results.append(finding)
@@ -492,6 +495,24 @@ def _findings_for(
             if finding is not None:
                 results.append(finding)
     return results
+
+
+def _behind_unknown_code(divergence: Divergence) -> bool:
+    """A rank handed a communicating callback to unknown code (`study.optimize(objective)`) at or
+    before the point of divergence: what it issued there, and how often, is unknown."""
+    for sequence in (divergence.sequence_a, divergence.sequence_b):
+        for index, element in enumerate(sequence):
+            if index > divergence.index and divergence.kind in ("sequence", "swap", "loop_exit"):
+                break
+            if _is_callback(element):
+                return True
+    return _is_callback(divergence.event_a) or _is_callback(divergence.event_b)
+
+
+def _is_callback(element: Element | None) -> bool:
+    if isinstance(element, LoopEvent):
+        return CALLBACK_OP in element.body_ops
+    return element is not None and element.op == CALLBACK_OP
 
 
 def classify(divergence: Divergence, rules: dict[str, Rule]) -> Candidate | None:

@@ -291,6 +291,7 @@ class Extractor:
         self.regions: list[Region] = []
         self.record_events = True
         self.nested: dict[str, FunctionNode] = {}
+        self._callback_communicates: dict[FunctionNode, bool] = {}
         self.set_names: set[str] = set()
         self.local_imports: ImportTable = module.imports
         self.remote_modules: dict[FunctionNode, ModuleInfo] = {}
@@ -497,6 +498,10 @@ class Extractor:
     _stmt_Nonlocal = _stmt_Import
 
     def _stmt_If(self, stmt: ast.If, state: State, frame: Frame) -> list[State]:
+        if _lazy_initialisation(stmt, self.module.mutable_globals):
+            # `if _GROUP is None: _GROUP = new_group(...)` creates once per process, normally on
+            # the first, uniform call: later calls (perhaps on some ranks only) take the cached path.
+            return self.exec_block(stmt.orelse, [state], frame)
         results: list[State] = []
         for current, test in self.eval(stmt.test, state, frame):
             results.extend(self._branch(test, stmt.body, stmt.orelse, current, frame))
@@ -871,7 +876,7 @@ class Extractor:
         if self._exit_call(call):
             return True
         target = self._local_target(call, frame)
-        return target is not None
+        return target is not None or self._passes_communicating_callback(call, frame)
 
     def _exit_call(self, call: ast.Call) -> bool:
         name = qualified_name(call.func, self.local_imports)
@@ -890,9 +895,36 @@ class Extractor:
             return [self._communicate(call, spec, state, frame, known)]
         target = self._local_target(call, frame)
         if target is None:
+            if self.record_events and self._passes_communicating_callback(call, frame):
+                state.events = (*state.events, _callback_event(call, self.module.path, frame))
             return [(state, self.pure(call, state, frame, known))]
         function, class_name, bound_self = target
         return self.inline(call, function, class_name, bound_self, state, frame, known)
+
+    def _passes_communicating_callback(self, call: ast.Call, frame: Frame) -> bool:
+        """`study.optimize(objective)`, `pool.submit(sync)`: unknown code receives a function that
+        communicates and may call it any number of times."""
+        for argument in [*call.args, *(keyword.value for keyword in call.keywords)]:
+            function: FunctionNode | None = None
+            if isinstance(argument, ast.Name):
+                function = self.nested.get(argument.id) or self.module.functions.get(argument.id)
+            elif (
+                isinstance(argument, ast.Attribute)
+                and isinstance(argument.value, ast.Name)
+                and argument.value.id in ("self", "cls")
+                and frame.class_name
+            ):
+                function = self._find_method(frame.class_name, argument.attr)
+            if function is not None and self._communicates(function):
+                return True
+        return False
+
+    def _communicates(self, function: FunctionNode) -> bool:
+        known = self._callback_communicates.get(function)
+        if known is None:
+            known = function in self.module.communicating or self._body_communicates(function)
+            self._callback_communicates[function] = known
+        return known
 
     # ------------------------------------------------------------------ collectives
 
@@ -1948,3 +1980,53 @@ def _collapse_returns(caller: State, results: list[tuple[State, Expr]]) -> list[
         value = IfExp(conjoin(extra), returned, value) if extra else returned
     merged = caller.fork()
     return [(merged, value)]
+
+
+CALLBACK_OP = "callback"
+
+
+def _callback_event(call: ast.Call, path: str, frame: Frame) -> CommEvent:
+    """A call into unknown code with a communicating callback: what it issues, and how often,
+    is unknown (an `opaque` event; divergences at or after it are not reported)."""
+    return CommEvent(
+        op=CALLBACK_OP,
+        kind="opaque",
+        path=path,
+        line=call.lineno,
+        column=call.col_offset,
+        end_line=call.end_lineno or call.lineno,
+        end_column=call.end_col_offset or call.col_offset,
+        chain=frame.chain,
+    )
+
+
+def _lazy_initialisation(stmt: ast.If, mutable_globals: set[str]) -> bool:
+    """`if X is None:` (or `if not X:`) whose body assigns X, X a module global that functions
+    rebind or an attribute of `self`: a value created on first use and cached."""
+    test = stmt.test
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is):
+        right = test.comparators[0]
+        if not (isinstance(right, ast.Constant) and right.value is None):
+            return False
+        target = test.left
+    elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        target = test.operand
+    else:
+        return False
+    wanted = _cached_name(target)
+    if wanted is None or (not wanted.startswith("self.") and wanted not in mutable_globals):
+        return False
+    return any(
+        isinstance(node, ast.Assign) and any(_cached_name(t) == wanted for t in node.targets)
+        for statement in stmt.body
+        for node in ast.walk(statement)
+    )
+
+
+def _cached_name(node: ast.expr) -> str | None:
+    """`X` or `self.x`: where a lazily created value is kept."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return f"self.{node.attr}"
+    return None
