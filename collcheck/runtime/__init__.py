@@ -16,13 +16,15 @@ def enable(
     timeout: float = 300.0,
     store: str | None = None,
     abort: bool = True,
+    adapters: bool = True,
 ) -> None:
     """Trace every collective of this process (and of processes it starts).
 
     Call it before or after `init_process_group`: tracing starts once the default group exists.
     `verify` cross-checks ranks through the job's store in the background; `strict` checks before
     each collective. `timeout` is the stall report threshold in seconds. `abort=False` reports
-    mismatches and stalls without ending the job.
+    mismatches and stalls without ending the job. `adapters=False` leaves communicators that
+    bypass c10d (vLLM's PyNccl, vllm-ascend's PyHccl) alone, like COLLCHECK_ADAPTERS=0.
     """
     from collcheck.runtime.bootstrap import arm
     from collcheck.runtime.tracer import TraceConfig, config_to_env
@@ -37,12 +39,16 @@ def enable(
     )
     # Through the environment, so worker processes spawned from here are traced the same way.
     os.environ.update(config_to_env(config))
+    if not adapters:
+        os.environ["COLLCHECK_ADAPTERS"] = "0"
     arm()
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        from collcheck.runtime.bootstrap import arm_adapters
         from collcheck.runtime.tracer import start
 
+        arm_adapters()
         start(config)
 
 

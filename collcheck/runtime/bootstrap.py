@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -28,6 +29,21 @@ def arm() -> None:
         return
     if not any(isinstance(finder, _C10dFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _C10dFinder())
+
+
+def arm_adapters() -> None:
+    """Wrap communicators that bypass c10d (vLLM's PyNccl, vllm-ascend's PyHccl; see adapters.py),
+    unless COLLCHECK_ADAPTERS=0. Called when the tracer starts, not at interpreter start: classes
+    are patched in place, so one imported (or instantiated) earlier is covered all the same, and
+    processes that never initialise torch.distributed do not pay for the import."""
+    if os.environ.get("COLLCHECK_ADAPTERS", "1").strip() == "0":
+        return
+    try:
+        from collcheck.runtime.adapters import install
+
+        install()
+    except Exception as error:  # tracing c10d collectives does not depend on it
+        sys.stderr.write(f"collcheck: adapters not installed: {type(error).__name__}: {error}\n")
 
 
 class _C10dFinder(importlib.abc.MetaPathFinder):
@@ -99,6 +115,7 @@ def _before(function: Callable[..., Any], hook: Callable[[], None]) -> Callable[
 
 
 def _start() -> None:
+    arm_adapters()
     try:
         from collcheck.runtime.tracer import config_from_env, start
 
