@@ -12,6 +12,7 @@ Nothing here imports or runs the analysed code.
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -19,7 +20,17 @@ from typing import Any
 
 from collcheck.catalog import Catalog, OpSpec
 from collcheck.static.names import ImportTable, add_import, dotted, qualified_name
-from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, LoopRange, Path, Region, Site
+from collcheck.static.program import (
+    CommEvent,
+    Element,
+    Exit,
+    LoopEvent,
+    LoopRange,
+    Path,
+    Rebase,
+    Region,
+    Site,
+)
 from collcheck.static.symbolic import (
     LOCAL_WORLD,
     MEMBER,
@@ -39,6 +50,7 @@ from collcheck.static.symbolic import (
     Not,
     Sized,
     TupleVal,
+    children,
     conjoin,
     constant_truth,
     fold,
@@ -169,6 +181,104 @@ class Frame:
     chain: tuple[Site, ...]
     depth: int
     stack: tuple[FunctionNode, ...]
+
+
+# ----------------------------------------------------------------------------- helper summaries
+#
+# A helper is executed once per distinct call context and its result reused at every other call
+# (issue 6): inlining re-ran it at every call site and on every path that reached one. The result
+# of a run is exact for the call that recorded it; it is reused only where it would come out the
+# same, which the summary checks against what the run read from outside the helper:
+#
+# * the arguments and inherited state (`self.*`, declared globals): part of the key;
+# * the inlining depth and the receiver class: part of the key;
+# * the caller's path condition: a branch of the helper is not forked when the caller already
+#   decided its test (`if rank == 0:` twice) — each such lookup is recorded with its answer;
+# * the call stack, for recursion: each "is this function already on the stack" is recorded;
+# * executor state that outlives a call (nested functions, names bound to sets): snapshots.
+#
+# What the run produced keeps the chain and path condition of the recording call site; `Rebase`
+# moves it onto the next one. Loop regions the helper added are replayed too, so the regions, the
+# findings and their counterexample chains are those of plain inlining.
+
+Snapshot = tuple[frozenset[tuple[str, FunctionNode]], frozenset[str]]
+
+
+@dataclass(frozen=True)
+class LoopOp:
+    """One loop region update (`Extractor._loop_region`), kept to replay it from a summary."""
+
+    runner: Extractor
+    stmt: ast.stmt
+    chain: tuple[Site, ...]
+    function: str
+    over_set: bool
+    loop_range: LoopRange | None
+    paths: tuple[Path, ...]
+
+    def rebased(self, rebase: Rebase) -> LoopOp:
+        if rebase.identity:
+            return self
+        return LoopOp(
+            self.runner,
+            self.stmt,
+            rebase.chain(self.chain),
+            self.function,
+            self.over_set,
+            self.loop_range,
+            tuple(rebase.path(p) for p in self.paths),
+        )
+
+
+@dataclass
+class Recording:
+    """What one helper run read from outside the helper, and the loop regions it touched."""
+
+    prefix: int  # length of the caller's path condition: the helper's own conditions follow it
+    outer_stack: int  # length of the caller's call stack
+    # (test, its negation among the helper's own conditions, the answer the branch got)
+    queries: list[tuple[Expr, bool, bool | None]] = field(default_factory=list)
+    recursion: list[tuple[FunctionNode, bool]] = field(default_factory=list)
+    touched: dict[int, tuple[Extractor, Snapshot]] = field(default_factory=dict)
+    loops: list[LoopOp] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class HelperResult:
+    """One final state of a helper run, relative to the call: its own conditions and events."""
+
+    conds: tuple[Expr, ...]
+    events: tuple[Element, ...]
+    exit: Exit | None
+    returned: Expr | None
+    env: tuple[tuple[str, Expr], ...]  # only what outlives the call (`self.*`, globals)
+
+
+@dataclass(frozen=True)
+class Summary:
+    conds: tuple[Expr, ...]  # the recording caller's path condition
+    chain: tuple[Site, ...]  # the helper frame's chain at the recording call site
+    results: tuple[HelperResult, ...]
+    steps: int
+    queries: tuple[tuple[Expr, bool, bool | None], ...]
+    recursion: tuple[tuple[FunctionNode, bool], ...]
+    touched: tuple[tuple[Extractor, Snapshot, Snapshot], ...]  # runner, state before, after
+    loops: tuple[LoopOp, ...]
+
+
+@dataclass
+class Summaries:
+    """Helper summaries of one analysed file, shared by its extractor and those of other files."""
+
+    enabled: bool = True
+    entries: dict[tuple[Any, ...], list[Summary]] = field(default_factory=dict)
+    recordings: list[Recording] = field(default_factory=list)
+    executions: Counter[FunctionNode] = field(default_factory=Counter)  # helper bodies run
+    reused: int = 0
+
+
+MAX_SUMMARIES_PER_KEY = 4  # contexts differing only in the caller's condition or stack
+MAX_KEY_NODES = 64  # argument values beyond this are not hashed into a key (they are DAGs)
 
 
 # ----------------------------------------------------------------------------- catalog values
@@ -302,6 +412,7 @@ class Extractor:
         self._import_tables: dict[FunctionNode, ImportTable] = {}
         self.loop_regions: dict[tuple[int, tuple[Site, ...]], Region] = {}
         self.children: dict[str, Extractor] = {}
+        self.summaries = Summaries()
 
     # ------------------------------------------------------------------ entry points
 
@@ -515,6 +626,8 @@ class Extractor:
             truth = True  # the same test already taken on this path (`if rank == 0:` twice)
         elif truth is None and negate(test) in state.conds:
             truth = False
+        if self.summaries.recordings and constant_truth(test) is None:
+            self._note_query(test, truth, state.conds)
         if truth is True:
             return self.exec_block(body, [state], frame)
         if truth is False:
@@ -674,27 +787,11 @@ class Extractor:
         if unrolled is not None:
             return unrolled
         body_paths = [Path(s.conds, s.events, s.exit) for s in body_states]
-        # One region per loop, whatever outer path reached it: ranks on different outer paths
-        # still run the same iterations against each other.
-        key = (id(stmt), frame.chain)
-        region = self.loop_regions.get(key)
         if loop_range is not None and not _iterations_alike(stmt, body_states, frame):
             loop_range = None
-        if region is None:
-            region = Region(
-                frame.function,
-                "loop",
-                [],
-                stmt.lineno,
-                over_set=over_set,
-                path_name=self.module.path,
-                loop_range=loop_range,
-            )
-            self.loop_regions[key] = region
-            self.regions.append(region)
-        elif region.loop_range != loop_range:
-            region.loop_range = None  # reached from outer paths that disagree on it: no counting
-        region.paths.extend(p for p in body_paths if p not in region.paths)
+        self._loop_region(
+            LoopOp(self, stmt, frame.chain, frame.function, over_set, loop_range, tuple(body_paths))
+        )
         first_path = next(s for s in body_states if s.events)
         first = next((e for e in first_path.events if isinstance(e, CommEvent)), None)
         if first is None:
@@ -716,6 +813,29 @@ class Extractor:
         if self.record_events:
             after.events = (*outer.events, loop)
         return [after]
+
+    def _loop_region(self, op: LoopOp, note: bool = True) -> None:
+        if note and self.summaries.recordings:
+            self.summaries.recordings[-1].loops.append(op)
+        # One region per loop, whatever outer path reached it: ranks on different outer paths
+        # still run the same iterations against each other.
+        key = (id(op.stmt), op.chain)
+        region = self.loop_regions.get(key)
+        if region is None:
+            region = Region(
+                op.function,
+                "loop",
+                [],
+                op.stmt.lineno,
+                over_set=op.over_set,
+                path_name=self.module.path,
+                loop_range=op.loop_range,
+            )
+            self.loop_regions[key] = region
+            self.regions.append(region)
+        elif region.loop_range != op.loop_range:
+            region.loop_range = None  # reached from outer paths that disagree on it: no counting
+        region.paths.extend(p for p in op.paths if p not in region.paths)
 
     def _loop_range(
         self, stmt: ast.For | ast.AsyncFor, var: Expr, state: State, frame: Frame
@@ -1227,7 +1347,12 @@ class Extractor:
         frame: Frame,
         known: dict[int, Expr],
     ) -> list[tuple[State, Expr]]:
-        if frame.depth >= self.max_depth or function in frame.stack:
+        if frame.depth >= self.max_depth:
+            return [(state, self.pure(call, state, frame, known))]
+        recursive = function in frame.stack
+        if self.summaries.recordings:
+            self._note_recursion(function, recursive, frame)
+        if recursive:
             return [(state, self.pure(call, state, frame, known))]
         owner_module = self.remote_modules.get(function, self.module)
         communicates = function in owner_module.communicating or (
@@ -1251,14 +1376,7 @@ class Extractor:
             skipped = [(state.fork(negate(condition)), Const(None))]
             start = State(env, (*state.conds, condition), state.events)
         runner = self._runner_for(function)
-        saved_imports = runner.local_imports
-        runner.local_imports = runner._function_imports(function)
-        runner.steps = self.steps  # one work budget for the whole analysed function
-        try:
-            finals = runner.exec_block(function.body, [start], inner)
-        finally:
-            runner.local_imports = saved_imports
-            self.steps = runner.steps
+        finals = self._run_helper(runner, function, start, inner, state, frame, bound_self, declared)
         results = []
         for final in finals:
             resumed = State(dict(state.env), final.conds, final.events)
@@ -1270,6 +1388,97 @@ class Extractor:
             results.append((resumed, final.returned if final.returned is not None else Const(None)))
         collapsed = _collapse_returns(state, results)
         return [*collapsed, *skipped]
+
+    def _run_helper(
+        self,
+        runner: Extractor,
+        function: FunctionNode,
+        start: State,
+        inner: Frame,
+        caller: State,
+        frame: Frame,
+        bound_self: bool,
+        declared: frozenset[str],
+    ) -> list[State]:
+        """The helper's final states: from a summary that holds here, or by running its body once
+        (and keeping the run as a summary for the next call that agrees on what it read)."""
+        summaries = self.summaries
+        key = _summary_key(function, inner, bound_self, start.env, runner.record_events)
+        if key is not None and summaries.enabled:
+            for summary in summaries.entries.get(key, ()):
+                if _summary_holds(summary, caller, frame):
+                    summaries.reused += 1
+                    return self._apply_summary(summary, caller, inner, frame)
+        else:
+            key = None
+        summaries.executions[function] += 1
+        if key is None:
+            _touch(summaries.recordings, runner)
+            return self._execute_helper(runner, function, start, inner)
+        recording = Recording(len(caller.conds), len(frame.stack))
+        summaries.recordings.append(recording)
+        steps = self.steps
+        try:
+            _touch(summaries.recordings, runner)
+            finals = self._execute_helper(runner, function, start, inner)
+        finally:
+            summaries.recordings.pop()
+        summary = _summarise(recording, finals, caller, inner, self.steps - steps, bound_self, declared)
+        if summaries.recordings:  # a helper run being recorded around this call read it all too
+            _pass_on(summary, summaries.recordings[-1], caller, frame, summary.loops)
+        stored = summaries.entries.setdefault(key, [])
+        if len(stored) < MAX_SUMMARIES_PER_KEY:
+            stored.append(summary)
+        return finals
+
+    def _execute_helper(
+        self, runner: Extractor, function: FunctionNode, start: State, inner: Frame
+    ) -> list[State]:
+        saved_imports = runner.local_imports
+        runner.local_imports = runner._function_imports(function)
+        runner.steps = self.steps  # one work budget for the whole analysed function
+        try:
+            return runner.exec_block(function.body, [start], inner)
+        finally:
+            runner.local_imports = saved_imports
+            self.steps = runner.steps
+
+    def _apply_summary(self, summary: Summary, caller: State, inner: Frame, frame: Frame) -> list[State]:
+        """Replay a recorded helper run at this call: its work, the dependencies it passes on to
+        helper runs being recorded around this call, its loop regions and its final states."""
+        self.steps += summary.steps
+        if self.steps > self.max_steps:
+            raise PathLimitExceeded(f"more than {self.max_steps} statements executed")
+        rebase = Rebase(summary.chain, inner.chain, summary.conds, caller.conds)
+        loops = tuple(op.rebased(rebase) for op in summary.loops)
+        if self.summaries.recordings:
+            _pass_on(summary, self.summaries.recordings[-1], caller, frame, loops)
+        for runner, _, after in summary.touched:
+            runner.nested = dict(after[0])
+            runner.set_names = set(after[1])
+        for op in loops:
+            op.runner._loop_region(op, note=False)  # passed on above
+        finals = []
+        for result in summary.results:
+            events = result.events if rebase.identity else tuple(rebase.element(e) for e in result.events)
+            final = State(dict(result.env), (*caller.conds, *result.conds), (*caller.events, *events))
+            final.exit = rebase.exit(result.exit)
+            final.returned = result.returned
+            finals.append(final)
+        return finals
+
+    def _note_query(self, test: Expr, truth: bool | None, conds: tuple[Expr, ...]) -> None:
+        """A branch test looked up in the path condition: the answer may come from a caller."""
+        # Only the innermost recording: it passes what it read on to the enclosing one when done.
+        recording = self.summaries.recordings[-1]
+        own = conds[recording.prefix :]
+        if test not in own:
+            recording.queries.append((test, negate(test) in own, truth))
+
+    def _note_recursion(self, function: FunctionNode, recursive: bool, frame: Frame) -> None:
+        recording = self.summaries.recordings[-1]
+        if function not in frame.stack[recording.outer_stack :]:
+            recording.recursion.append((function, recursive))
 
     def _helper_for(self, call: ast.Call, owner: ModuleInfo) -> tuple[ModuleInfo, FunctionNode] | None:
         """A function of the run that `call` (written in `owner`) reaches by its plain name."""
@@ -1293,6 +1502,7 @@ class Extractor:
         if child is None:
             child = Extractor(other, self.max_paths, self.max_depth, self.max_steps)
             child.record_events = self.record_events
+            child.summaries = self.summaries  # one cache and one set of recordings per analysis
             self.children[other.path] = child
         return child
 
@@ -1692,6 +1902,120 @@ class Extractor:
             keywords = [self.pure(k.value, state, frame, known) for k in node.keywords]
             return opaque(f"call:{_text(node)}", (*args, *keywords))
         return None
+
+
+# ----------------------------------------------------------------------------- summaries
+
+
+def _small(value: Expr, limit: int = MAX_KEY_NODES) -> bool:
+    """Few enough nodes to hash and compare cheaply (values are DAGs: a tree walk may explode)."""
+    stack: list[Expr] = [value]
+    seen = 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > limit:
+            return False
+        if isinstance(node, GroupVal):
+            stack.extend(part for part in (node.members, node.color) if part is not None)
+        else:
+            stack.extend(children(node))
+    return True
+
+
+def _summary_key(
+    function: FunctionNode, inner: Frame, bound_self: bool, env: dict[str, Expr], record_events: bool
+) -> tuple[Any, ...] | None:
+    if not all(_small(value) for value in env.values()):
+        return None
+    return (function, inner.class_name, bound_self, inner.depth, tuple(env.items()), record_events)
+
+
+def _snapshot(runner: Extractor) -> Snapshot:
+    return frozenset(runner.nested.items()), frozenset(runner.set_names)
+
+
+def _touch(recordings: list[Recording], runner: Extractor) -> None:
+    """`runner` is about to run a helper body: its state is an input of the innermost recording
+    (which passes it on to the enclosing ones when done)."""
+    if recordings and id(runner) not in recordings[-1].touched:
+        recordings[-1].touched[id(runner)] = (runner, _snapshot(runner))
+
+
+def _branch_answer(test: Expr, negated_own: bool, conds: tuple[Expr, ...]) -> bool | None:
+    """What `Extractor._branch` decides for `test` under the caller's condition `conds`, when the
+    helper's own conditions hold the test's negation or not (they never hold the test itself)."""
+    if test in conds:
+        return True
+    if negated_own or negate(test) in conds:
+        return False
+    return None
+
+
+def _summary_holds(summary: Summary, caller: State, frame: Frame) -> bool:
+    """The recorded run would come out the same if run at this call."""
+    for runner, before, _ in summary.touched:
+        if _snapshot(runner) != before:
+            return False
+    for function, recursive in summary.recursion:
+        if (function in frame.stack) != recursive:
+            return False
+    return all(
+        _branch_answer(test, negated_own, caller.conds) == truth
+        for test, negated_own, truth in summary.queries
+    )
+
+
+def _pass_on(
+    summary: Summary, recording: Recording, caller: State, frame: Frame, loops: tuple[LoopOp, ...]
+) -> None:
+    """A summary applied inside a run being recorded: what the summary read from outside its call
+    is read from outside the recorded run too, unless the recorded run itself decides it."""
+    for runner, before, _ in summary.touched:
+        recording.touched.setdefault(id(runner), (runner, before))
+    own_stack = frame.stack[recording.outer_stack :]
+    recording.recursion.extend(item for item in summary.recursion if item[0] not in own_stack)
+    own = caller.conds[recording.prefix :]
+    for test, negated_own, truth in summary.queries:
+        if test not in own:
+            recording.queries.append((test, negated_own or negate(test) in own, truth))
+    recording.loops.extend(loops)  # in this call's terms (rebased when the summary is reused)
+
+
+def _summarise(
+    recording: Recording,
+    finals: list[State],
+    caller: State,
+    inner: Frame,
+    steps: int,
+    bound_self: bool,
+    declared: frozenset[str],
+) -> Summary:
+    prefix, events = len(caller.conds), len(caller.events)
+    results = tuple(
+        HelperResult(
+            final.conds[prefix:],
+            final.events[events:],
+            final.exit,
+            final.returned,
+            tuple(
+                (name, value)
+                for name, value in final.env.items()
+                if (name.startswith("self.") and bound_self) or name in declared
+            ),
+        )
+        for final in finals
+    )
+    return Summary(
+        caller.conds,
+        inner.chain,
+        results,
+        steps,
+        tuple(recording.queries),
+        tuple(recording.recursion),
+        tuple((runner, before, _snapshot(runner)) for runner, before in recording.touched.values()),
+        tuple(recording.loops),
+    )
 
 
 # ----------------------------------------------------------------------------- small helpers

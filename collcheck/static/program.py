@@ -6,7 +6,7 @@ whether two ranks can take paths whose sequences differ).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from collcheck.static.symbolic import Expr, GroupVal
 
@@ -114,3 +114,47 @@ class Region:
     over_set: bool = False
     path_name: str = ""
     loop_range: LoopRange | None = None
+
+
+# --------------------------------------------------------------------------- rebasing
+# A helper's summary is recorded at one call site and applied at others: what it produced carries
+# the call chain and the path condition of the site where it was recorded. These functions move a
+# recorded element onto another site: `old` chain/condition prefix replaced by `new`.
+
+
+@dataclass(frozen=True)
+class Rebase:
+    old_chain: tuple[Site, ...]
+    new_chain: tuple[Site, ...]
+    old_conds: tuple[Expr, ...]
+    new_conds: tuple[Expr, ...]
+
+    @property
+    def identity(self) -> bool:
+        return self.old_chain == self.new_chain and self.old_conds == self.new_conds
+
+    def chain(self, chain: tuple[Site, ...]) -> tuple[Site, ...]:
+        return self.new_chain + chain[len(self.old_chain) :]
+
+    def conds(self, conds: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        return self.new_conds + conds[len(self.old_conds) :]
+
+    def element(self, element: Element) -> Element:
+        if isinstance(element, CommEvent):
+            return replace(element, chain=self.chain(element.chain))
+        first = element.first
+        return replace(
+            element,
+            chain=self.chain(element.chain),
+            first=None if first is None else replace(first, chain=self.chain(first.chain)),
+            # A loop's body conditions start with the conditions of the path that reached it.
+            body_conds=tuple(self.conds(conds) for conds in element.body_conds),
+        )
+
+    def exit(self, exit: Exit | None) -> Exit | None:
+        return None if exit is None else replace(exit, chain=self.chain(exit.chain))
+
+    def path(self, path: Path) -> Path:
+        if self.identity:
+            return path
+        return Path(self.conds(path.conds), tuple(self.element(e) for e in path.events), self.exit(path.exit))
