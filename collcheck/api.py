@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import gc
 import os
 import re
 import subprocess
@@ -192,6 +193,19 @@ def _start_worker(settings: Settings, project: Project | None) -> None:
     """Each worker process receives the settings and the index once, not with every file."""
     _WORKER["settings"] = settings
     _WORKER["project"] = project
+    _collect_garbage_less_often()
+
+
+# Syntax trees and symbolic terms are many small objects that live until a file is done: with
+# the default thresholds the cycle collector runs constantly over them (measured: a third of the
+# analysis time on the torch tree) while finding next to nothing to free.
+_GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def _collect_garbage_less_often() -> tuple[int, int, int]:
+    previous = gc.get_threshold()
+    gc.set_threshold(*_GC_THRESHOLDS)
+    return previous
 
 
 def _analyze_job(path: str) -> FileResult:
@@ -282,6 +296,14 @@ def _quiet(name: str) -> FileResult:
 
 def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -> RunResult:
     settings = settings or Settings()
+    previous = _collect_garbage_less_often()
+    try:
+        return _check_paths(paths, settings)
+    finally:
+        gc.set_threshold(*previous)
+
+
+def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     catalog = load_catalog(Path(p) for p in settings.catalogs)  # fail early (exit 2) on a bad catalog
     files = collect_files([Path(p) for p in paths], settings)
     missing = [
