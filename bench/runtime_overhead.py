@@ -4,9 +4,10 @@
 
 Measures, in one run: untraced, record mode, async verify, strict verify, and
 TORCH_DISTRIBUTED_DEBUG=DETAIL. Modes are run round-robin `--rounds` times and the best round of
-each is kept, which filters out noise from other work on the machine. Prints per-op times and
-ratios; goals: record within 5% of untraced at 1 MiB, async verify at most a third of DETAIL's
-added cost. Not a test.
+each is kept, which filters out noise from other work on the machine. Prints per-op wall times
+and ratios, rank 0's CPU time per op (all its threads; steadier than wall time when other jobs
+share the cores) and the 1-minute load average; goals: record within 5% of untraced at 1 MiB,
+async verify at most a third of DETAIL's added cost. Not a test.
 """
 
 from __future__ import annotations
@@ -35,18 +36,19 @@ def worker(mode: str, small_iters: int, large_iters: int, trace_dir: str) -> Non
 
         collcheck.runtime.enable(trace_dir, verify=mode != "record", strict=mode == "strict", timeout=600)
     dist.init_process_group("gloo")
-    results = {}
+    results: dict[str, float] = {}
     for label, numel in SIZES.items():
         iters = small_iters if numel == SIZES["small (4 KiB)"] else large_iters
         tensor = torch.ones(numel)
         for _ in range(max(iters // 10, 5)):  # warm up connections and allocator
             dist.all_reduce(tensor)
         dist.barrier()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for _ in range(iters):
             dist.all_reduce(tensor)
         elapsed = time.perf_counter() - started
         results[label] = elapsed / iters * 1e3
+        results[f"{label} cpu"] = (time.process_time() - cpu) / iters * 1e3
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps(results), flush=True)
     dist.destroy_process_group()
@@ -110,32 +112,40 @@ def main() -> None:
         worker(args.worker, args.small_iters, args.large_iters, args.trace_dir)
         return
     best: dict[str, dict[str, float]] = {}
+    loads = [os.getloadavg()[0]]
     for round_number in range(args.rounds):
         for mode in MODES:
             measured = run_mode(mode, args)
             for label, value in measured.items():
                 best.setdefault(mode, {})[label] = min(value, best.get(mode, {}).get(label, float("inf")))
+            loads.append(os.getloadavg()[0])
         print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     report(best)
+    print(
+        f"1-minute load average during the run: {min(loads):.2f} to {max(loads):.2f} ({os.cpu_count()} CPUs)"
+    )
 
 
 def report(best: dict[str, dict[str, float]]) -> None:
-    print(f"{'mode':<10}" + "".join(f"{label:>26}" for label in SIZES))
+    print(f"{'mode':<10}" + "".join(f"{label + ' wall':>26}{label + ' cpu':>26}" for label in SIZES))
     for mode in MODES:
         cells = []
         for label in SIZES:
-            value, base = best[mode][label], best["untraced"][label]
-            cells.append(f"{value:9.3f} ms/op  x{value / base:5.2f}")
+            for column in (label, f"{label} cpu"):
+                value, base = best[mode][column], best["untraced"][column]
+                cells.append(f"{value:9.3f} ms/op  x{value / base:5.2f}")
         print(f"{mode:<10}" + "".join(f"{cell:>26}" for cell in cells))
     for label in SIZES:
         base = best["untraced"][label]
         detail_added = best["detail"][label] - base
         async_added = best["async"][label] - base
         record = best["record"][label] / base - 1
+        record_cpu = best["record"][f"{label} cpu"] / best["untraced"][f"{label} cpu"] - 1
         share = async_added / detail_added if detail_added > 0 else float("nan")
         print(
-            f"{label}: record +{record * 100:.1f}% vs untraced; async adds {async_added * 1e3:.0f} us, "
-            f"DETAIL adds {detail_added * 1e3:.0f} us (async/DETAIL = {share:.2f})"
+            f"{label}: record +{record * 100:.1f}% wall (+{record_cpu * 100:.1f}% cpu) vs untraced; "
+            f"async adds {async_added * 1e3:.0f} us, DETAIL adds {detail_added * 1e3:.0f} us "
+            f"(async/DETAIL = {share:.2f})"
         )
 
 

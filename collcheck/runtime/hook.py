@@ -8,6 +8,9 @@ keys below BackendSelect, so the real collective runs unchanged.
 
 If the dispatcher registration is refused (an unusual torch build), `install` falls back to wrapping
 the `torch.distributed` Python functions, which sees only collectives issued from Python.
+
+With the dispatcher hook, `Work.wait` is wrapped too, so that record mode can note a collective's
+completion on the thread that waits for it instead of in a callback on the backend's thread.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any, Protocol
 
 from collcheck.runtime.record import CallSite
@@ -77,6 +80,8 @@ class Sink(Protocol):
 
     def attach(self, token: object, work: Any) -> None: ...
 
+    def waited(self, work: Any, raised: bool) -> None: ...
+
 
 @dataclass
 class _Installed:
@@ -132,7 +137,44 @@ def _install_dispatcher(sink: Sink) -> _Installed:
         registered += 1
     if registered == 0:
         raise RuntimeError("no c10d operators found")
-    return _Installed(library=library, mechanism="dispatcher")
+    return _Installed(library=library, mechanism="dispatcher", restore=_wrap_work_wait(sink))
+
+
+def _wrap_work_wait(sink: Sink) -> Callable[[], None] | None:
+    """Report every return (or raise) of `Work.wait()` called from Python, such as the one inside
+    every blocking `torch.distributed` collective. C++ waiters (DDP's reducer, `wait_tensor`) are not
+    seen; record mode polls their works instead."""
+    from torch._C import _distributed_c10d as c10d_c
+
+    work_type: Any = c10d_c.Work
+    original = work_type.wait
+
+    def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = original(self, *args, **kwargs)
+        except BaseException:
+            _report_wait(sink, self, raised=True)
+            raise
+        _report_wait(sink, self, raised=False)
+        return result
+
+    try:
+        work_type.wait = functools.wraps(original)(wait)
+    except (AttributeError, TypeError) as error:  # a binding that refuses new attributes: poll only
+        log.debug("collcheck: Work.wait not wrapped: %s", error)
+        return None
+
+    def restore() -> None:
+        work_type.wait = original
+
+    return restore
+
+
+def _report_wait(sink: Sink, work: Any, raised: bool) -> None:
+    try:
+        sink.waited(work, raised)
+    except Exception as error:  # the tracer must never break the program
+        log.debug("collcheck: waited failed: %s", error)
 
 
 def _argument_positions(overload: Any) -> dict[str, int]:
@@ -145,6 +187,9 @@ def _make_kernel(spec: OpSpec, overload: Any, below: Any, sink: Sink) -> Callabl
     tensor_at = tuple(positions[name] for name in spec.tensor_args if name in positions)
     reduce_at = positions.get(spec.reduce_arg) if spec.reduce_arg else None
     root_at = positions.get(spec.root_arg) if spec.root_arg else None
+    # The handle's boxed redispatch, without OpOverload.redispatch's extra Python frame.
+    handle = getattr(overload, "_handle", None)
+    redispatch = getattr(handle, "redispatch_boxed", None) or overload.redispatch
 
     def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         token = None
@@ -158,7 +203,7 @@ def _make_kernel(spec: OpSpec, overload: Any, below: Any, sink: Sink) -> Callabl
             )
         except Exception as error:  # the tracer must never break the program
             log.debug("collcheck: begin failed: %s", error)
-        result = overload.redispatch(keyset & below, *args, **kwargs)
+        result = redispatch(keyset & below, *args, **kwargs)
         if token is not None:
             sink.attach(token, result[1] if isinstance(result, tuple) else result)
         return result
@@ -268,6 +313,13 @@ def _skipped_prefixes() -> tuple[str, ...]:
 
 _SKIP: tuple[str, ...] | None = None
 STACK_DEPTH = 4
+# Caches for the walk, keyed by id(code) because code objects compare by content, not by file; each
+# entry holds its code objects, so an id cannot be reused while it is cached. One skip decision per
+# code object, one CallSite per distinct (code, line) chain. Both are bounded (cleared when full), so
+# programs that generate code cannot grow them without limit.
+_CACHE_LIMIT = 1 << 16
+_skipped_code: dict[int, tuple[CodeType, bool]] = {}
+_sites: dict[tuple[object, ...], tuple[list[CodeType], CallSite]] = {}
 
 
 def call_site(main_thread_ident: int | None = None) -> CallSite:
@@ -279,27 +331,47 @@ def call_site(main_thread_ident: int | None = None) -> CallSite:
     global _SKIP
     if _SKIP is None:
         _SKIP = _skipped_prefixes()
-    site = _site_from(sys._getframe(1), _SKIP)
+    site = _site_from(sys._getframe(1), _SKIP, "")
     if site is not None:
         return site
     if main_thread_ident is not None and main_thread_ident != threading.get_ident():
         frame = sys._current_frames().get(main_thread_ident)
-        site = _site_from(frame, _SKIP) if frame is not None else None
+        site = _site_from(frame, _SKIP, "main-thread") if frame is not None else None
         if site is not None:
-            return CallSite(site.file, site.line, site.func, site.stack, via="main-thread")
+            return site
     return CallSite()
 
 
-def _site_from(frame: FrameType | None, skip: tuple[str, ...]) -> CallSite | None:
-    first: FrameType | None = None
-    stack: list[str] = []
-    while frame is not None and len(stack) < STACK_DEPTH:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(skip):
-            if first is None:
-                first = frame
-            stack.append(f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+def _site_from(frame: FrameType | None, skip: tuple[str, ...], via: str) -> CallSite | None:
+    """Walks `f_back` only; the CallSite (and its encoded JSON) is built once per chain."""
+    key: list[object] = [via]
+    codes: list[CodeType] = []
+    while frame is not None and len(codes) < STACK_DEPTH:
+        code = frame.f_code
+        known = _skipped_code.get(id(code))
+        if known is None:
+            known = _remember(_skipped_code, id(code), (code, code.co_filename.startswith(skip)))
+        if not known[1]:
+            codes.append(code)
+            key += (id(code), frame.f_lineno)
         frame = frame.f_back
-    if first is None:
+    if not codes:
         return None
-    return CallSite(first.f_code.co_filename, first.f_lineno, first.f_code.co_name, tuple(stack))
+    chain = tuple(key)
+    cached = _sites.get(chain)
+    if cached is None:
+        cached = _remember(_sites, chain, (codes, _build_site(codes, chain[2::2], via)))
+    return cached[1]
+
+
+def _build_site(codes: list[CodeType], lines: tuple[Any, ...], via: str) -> CallSite:
+    frames = zip(codes, lines, strict=True)
+    stack = tuple(f"{code.co_filename}:{line} in {code.co_name}" for code, line in frames)
+    return CallSite(codes[0].co_filename, lines[0], codes[0].co_name, stack, via=via)
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> Any:
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
+    return value

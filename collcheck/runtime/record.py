@@ -13,7 +13,7 @@ import json
 import os
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 SCHEMA_VERSION = 1
 TRACE_PREFIX = "collcheck-rank"
@@ -39,6 +39,15 @@ class CallSite:
         if not self.file:
             return "<no python frame>"
         return f"{display_path(self.file)}:{self.line}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "func": self.func, "stack": self.stack, "via": self.via}
+
+    @functools.cached_property
+    def encoded(self) -> str:
+        """The `site` object of a `coll` line; the hook reuses one CallSite per call stack, so each
+        stack is encoded once."""
+        return _dumps(self.to_json())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -107,13 +116,7 @@ class CollectiveEvent:
             "dtypes": self.dtypes,
             "reduce_op": self.reduce_op,
             "root": self.root,
-            "site": {
-                "file": site.file,
-                "line": site.line,
-                "func": site.func,
-                "stack": site.stack,
-                "via": site.via,
-            },
+            "site": site.to_json(),
             "thread": self.thread,
             "t_start": self.t_start,
             "group_desc": self.group_desc,
@@ -172,25 +175,91 @@ class ReportEvent:
         return {"ev": "report", **asdict(self)}
 
 
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+class CollectiveEncoder:
+    """Encodes `coll` and `done` lines exactly as `json.dumps(event.to_json())` would, from pieces
+    cached per group, per (op, shapes, dtypes, reduce op, root), per call site and per thread: a
+    training loop repeats the same few collectives, so only seq and t_start are encoded per event.
+    """
+
+    def __init__(self, rank: int) -> None:
+        self._rank = _dumps(rank)
+        # group name -> (ranks, desc, head, tail); ranks are compared by identity first, since the
+        # tracer passes the same tuple for every collective of a group.
+        self._groups: dict[str, tuple[tuple[int, ...], str, str, str]] = {}
+        self._ops: dict[tuple[Any, ...], str] = {}
+        self._threads: dict[str, str] = {}
+        self._names: dict[str, str] = {}
+
+    def coll(self, event: CollectiveEvent) -> str:
+        head, tail = self._group_pieces(event.group, event.group_ranks, event.group_desc)
+        key = (event.op, event.shapes, event.dtypes, event.reduce_op, event.root)
+        middle = self._ops.get(key)
+        if middle is None:
+            middle = self._ops[key] = self._middle(event)
+        thread = self._threads.get(event.thread)
+        if thread is None:
+            thread = self._threads[event.thread] = f',"thread":{_dumps(event.thread)},"t_start":'
+        return f"{head}{event.seq}{middle}{event.site.encoded}{thread}{event.t_start!r}{tail}"
+
+    def done(self, group: str, seq: int, t_end: float, ok: bool) -> str:
+        name = self._names.get(group)
+        if name is None:
+            name = self._names[group] = _dumps(group)
+        status = "true" if ok else "false"
+        return f'{{"ev":"done","group":{name},"seq":{seq},"t_end":{t_end!r},"ok":{status}}}\n'
+
+    def _group_pieces(self, group: str, ranks: tuple[int, ...], desc: str) -> tuple[str, str]:
+        cached = self._groups.get(group)
+        if cached is not None and (cached[0] is ranks or cached[0] == ranks) and cached[1] == desc:
+            return cached[2], cached[3]
+        head = (
+            f'{{"ev":"coll","rank":{self._rank},"group":{_dumps(group)},"group_ranks":{_dumps(ranks)},"seq":'
+        )
+        tail = f',"group_desc":{_dumps(desc)}}}\n'
+        self._groups[group] = (ranks, desc, head, tail)
+        return head, tail
+
+    @staticmethod
+    def _middle(event: CollectiveEvent) -> str:
+        return (
+            f',"op":{_dumps(event.op)},"shapes":{_dumps(event.shapes)},"dtypes":{_dumps(event.dtypes)},'
+            f'"reduce_op":{_dumps(event.reduce_op)},"root":{_dumps(event.root)},"site":'
+        )
+
+
 class TraceWriter:
-    """Appends one JSON line per event and flushes it at once (a killed rank keeps its trace)."""
+    """Appends each event as one line with a single unbuffered `os.write`: nothing waits in a user-space
+    buffer, so a rank killed with SIGKILL leaves a trace intact up to its last collective."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        # Line buffering: every write() of a complete line reaches the OS immediately.
-        self._file: TextIO = open(path, "w", encoding="utf-8", buffering=1)  # noqa: SIM115
-        self._lock = threading.Lock()
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666)
+        self._lock = threading.Lock()  # lines from the issuing, monitor and backend threads never interleave
 
     def write(self, data: dict[str, Any]) -> None:
-        line = json.dumps(data, separators=(",", ":")) + "\n"
+        self.write_line(_dumps(data) + "\n")
+
+    def write_line(self, line: str) -> None:
+        data = line.encode("utf-8")
         with self._lock:
-            if not self._file.closed:
-                self._file.write(line)
+            if self._fd < 0:  # closed: the tracer stopped or the monitor is ending the process
+                return
+            while data:  # a regular file takes the whole line; a full disk raises
+                written = os.write(self._fd, data)
+                if written <= 0:
+                    raise OSError(f"collcheck: short write to {self.path}")
+                data = data[written:]
 
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
 
 def read_trace(path: str) -> list[dict[str, Any]]:

@@ -18,8 +18,8 @@ from typing import Any
 from collcheck.runtime.hook import OpSpec, call_site, install
 from collcheck.runtime.record import (
     SCHEMA_VERSION,
+    CollectiveEncoder,
     CollectiveEvent,
-    DoneEvent,
     TraceWriter,
     trace_file_name,
 )
@@ -28,6 +28,8 @@ from collcheck.runtime.verify import Monitor, MonitorConfig, connect_store
 DEFAULT_TRACE_DIR = "collcheck-trace"
 DEFAULT_TIMEOUT_S = 300.0
 STORE_CONNECT_TIMEOUT_S = 3.0  # the job store was just reachable; only overrides can be slow
+# At stop, how long record mode waits for collectives still running (async ops not waited for).
+STOP_GRACE_S = 0.2
 
 # RedOpType numbering of c10d (stable since torch 1.x): the ReduceOp object only exposes the number.
 REDUCE_NAMES = ("sum", "avg", "product", "min", "max", "band", "bor", "bxor", "premul_sum")
@@ -97,7 +99,15 @@ class _Group:
 
 
 class Tracer:
-    """Implements the hook's Sink: one instance per process."""
+    """Implements the hook's Sink: one instance per process.
+
+    Completion. Verify modes add a callback to each Work's future, which gloo runs on its worker
+    thread (taking the GIL) before `wait()` returns. Record mode keeps that off the collective's
+    path: it notes the completion when `Work.wait()` returns in Python (the blocking
+    `torch.distributed` calls), and polls the future's `done()` for the rest (DDP's buckets,
+    functional collectives, async ops) when the next collective is issued and on every monitor
+    tick, so their `t_end` may be up to one tick (50 ms) late.
+    """
 
     def __init__(self, config: TraceConfig, rank: int, world_size: int) -> None:
         import torch
@@ -113,12 +123,20 @@ class Tracer:
         self._seq: dict[str, int] = {}
         self._lock = threading.Lock()
         self._main = threading.main_thread().ident
+        self._tensor_type = torch.Tensor
+        self._dtypes: dict[Any, str] = {}
         path = os.path.join(config.trace_dir, trace_file_name(rank))
         self.writer = TraceWriter(path)
+        self.encoder = CollectiveEncoder(rank)
+        # Record mode: works whose completion is not yet noted (see the class docstring).
+        self._poll_completion = not config.verify
+        self._pending: dict[Any, tuple[CollectiveEvent, Any]] = {}  # work -> (event, its future)
+        self._pending_lock = threading.Lock()
         self.monitor = Monitor(
             MonitorConfig(rank, config.verify, config.strict, config.timeout_s, world_size, config.abort),
             self.writer,
             lambda: connect_store(config.store_address, STORE_CONNECT_TIMEOUT_S),
+            on_tick=self.poll_completions if self._poll_completion else None,
         )
         self.mechanism = ""
 
@@ -151,6 +169,7 @@ class Tracer:
 
     def stop(self) -> None:
         self.monitor.ended = True
+        self._drain(STOP_GRACE_S)
         self.monitor.stop(exited=True)
         self.writer.write({"ev": "exit", "t": time.time()})
         self.writer.close()
@@ -160,8 +179,11 @@ class Tracer:
     def begin(
         self, spec: OpSpec, group: Any, tensors: list[Any], reduce_op: int | None, root: int | None
     ) -> CollectiveEvent | None:
-        if any(_is_fake(t) for t in tensors):  # tracing/compiling, not a real collective
+        plain = self._tensor_type
+        if any(_is_fake(t, plain) for t in tensors):  # tracing/compiling, not a real collective
             return None
+        if self._pending:  # note what completed since: its line comes before this collective's
+            self.poll_completions()
         info = self._group(group)
         name = f"{info.name}:p2p" if spec.p2p else info.name
         with self._lock:
@@ -178,7 +200,7 @@ class Tracer:
             seq=seq,
             op=spec.label,
             shapes=tuple(tuple(t.shape) for t in tensors) if spec.shapes else (),
-            dtypes=tuple(str(t.dtype).removeprefix("torch.") for t in tensors),
+            dtypes=tuple(self._dtype_name(t.dtype) for t in tensors),
             reduce_op=REDUCE_NAMES[reduce_op]
             if reduce_op is not None and 0 <= reduce_op < len(REDUCE_NAMES)
             else None,
@@ -188,7 +210,7 @@ class Tracer:
             t_start=time.time(),
             group_desc=info.desc,
         )
-        self.writer.write(event.to_json())
+        self.writer.write_line(self.encoder.coll(event))
         if not spec.p2p:  # point-to-point pairs are recorded, not cross-checked (see docs)
             self.monitor.issued(event)
         return event
@@ -207,13 +229,57 @@ class Tracer:
             self.writer.write({"ev": "unobserved", "group": token.group, "seq": token.seq})
             self.monitor.completed(token.group, token.seq)  # cannot watch it: never call it a stall
             return
+        if self._poll_completion:
+            with self._pending_lock:
+                self._pending[work] = (token, future)
+            return
         future.add_done_callback(lambda done: self._done(token, _succeeded(done)))
 
-    def _done(self, event: CollectiveEvent, ok: bool) -> None:
-        self.writer.write(DoneEvent(event.group, event.seq, time.time(), ok).to_json())
+    def waited(self, work: Any, raised: bool) -> None:
+        """`work.wait()` returned or raised in Python (record mode notes the completion here).
+
+        A returned wait is a completion, as a completed future was before (for NCCL both only mean
+        that the current stream waits for the collective). A raised one is a failure if the work
+        completed, and a timeout, which leaves it pending, if not.
+        """
+        if not self._pending or (raised and not work.is_completed()):
+            return
+        with self._pending_lock:
+            pending = self._pending.pop(work, None)
+        if pending is not None:
+            self._done(pending[0], not raised)
+
+    def poll_completions(self) -> None:
+        """Note every pending work that has completed (issuing thread and monitor thread)."""
+        if not self._pending:
+            return
+        with self._pending_lock:
+            finished = [(work, pending) for work, pending in self._pending.items() if pending[1].done()]
+            for work, _ in finished:
+                del self._pending[work]
+        now = time.time()
+        for _, (event, future) in finished:
+            self._done(event, _succeeded(future), now)
+
+    def _drain(self, grace_s: float) -> None:
+        deadline = time.monotonic() + grace_s
+        self.poll_completions()
+        while self._pending and time.monotonic() < deadline:
+            time.sleep(0.001)
+            self.poll_completions()
+
+    def _done(self, event: CollectiveEvent, ok: bool, t_end: float | None = None) -> None:
+        when = time.time() if t_end is None else t_end
+        self.writer.write_line(self.encoder.done(event.group, event.seq, when, ok))
         self.monitor.completed(event.group, event.seq)
         if not ok:  # often a peer that collcheck stopped: end with its report, not a backend error
             self.monitor.collective_failed()
+
+    def _dtype_name(self, dtype: Any) -> str:
+        name = self._dtypes.get(dtype)
+        if name is None:
+            name = self._dtypes[dtype] = str(dtype).removeprefix("torch.")
+        return name
 
     def _group(self, group: Any) -> _Group:
         if isinstance(group, self._script_object):
@@ -225,7 +291,9 @@ class Tracer:
         return known
 
 
-def _is_fake(tensor: Any) -> bool:
+def _is_fake(tensor: Any, plain: Any) -> bool:
+    if type(tensor) is plain:  # the common case; FakeTensor and other wrappers are subclasses
+        return bool(tensor.is_meta)
     return bool(getattr(tensor, "is_meta", False)) or hasattr(tensor, "fake_mode")
 
 
@@ -283,6 +351,11 @@ class _Forward:
         tracer = _active
         if tracer is not None:
             tracer.attach(token, work)
+
+    def waited(self, work: Any, raised: bool) -> None:
+        tracer = _active
+        if tracer is not None:
+            tracer.waited(work, raised)
 
 
 _FORWARD = _Forward()

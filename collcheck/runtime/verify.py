@@ -240,11 +240,16 @@ class Monitor:
     store failures degrade to recording only."""
 
     def __init__(
-        self, config: MonitorConfig, writer: TraceWriter, store_factory: Callable[[], Any] | None
+        self,
+        config: MonitorConfig,
+        writer: TraceWriter,
+        store_factory: Callable[[], Any] | None,
+        on_tick: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
         self.writer = writer
         self._factory = store_factory
+        self._on_tick = on_tick  # record mode: notes completions before stalls are checked
         self.store: Any = None
         self.strict_store: Any = None
         self._lock = threading.Lock()
@@ -385,6 +390,8 @@ class Monitor:
                 self._degrade(f"checker failed ({_short(error)})", loud=True)
 
     def _tick(self) -> None:
+        if self._on_tick is not None:
+            self._on_tick()
         store = self.store
         if store is not None:
             self._check_abort(store)

@@ -11,10 +11,12 @@ from collcheck.runtime.tracer import TraceConfig
 pytestmark = pytest.mark.multirank
 
 
-@pytest.fixture(scope="module")
-def events(tmp_path_factory: pytest.TempPathFactory) -> dict[int, object]:
+@pytest.fixture(scope="module", params=["verify", "record"])
+def events(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[int, object]:
+    # Both ways of observing completion: future callbacks (verify) and wait()/polling (record).
     tmp = tmp_path_factory.mktemp("ops")
-    job = run_job("ops_single.py", tmp, nranks=1, trace=TraceConfig(verify=True, timeout_s=30))
+    config = TraceConfig(verify=request.param == "verify", timeout_s=30)
+    job = run_job("ops_single.py", tmp, nranks=1, trace=config)
     assert job.returncodes == [0], job.stderr
     by_line: dict[int, object] = {}
     for event in analyze(load_dir(str(job.trace_dir))).events[0]:
@@ -45,6 +47,7 @@ def test_each_collective_is_recorded_with_its_call_site(
     assert event.op == op  # type: ignore[attr-defined]
     assert event.describe == describe  # type: ignore[attr-defined]
     assert event.site.file.endswith("ops_single.py")  # type: ignore[attr-defined]
-    # Completion comes from the Work's future; gloo's reduce_scatter_tensor has none, and says so.
+    # Completion comes from the Work (its future, or a returned wait()); gloo's reduce_scatter_tensor
+    # has no future and never reports completion, and the trace says so.
     assert (event.t_end is not None) == event.observable  # type: ignore[attr-defined]
     assert event.observable == (op != "reduce_scatter_tensor")  # type: ignore[attr-defined]

@@ -6,10 +6,11 @@ environment exactly as `collcheck run` does. Each job has a hard timeout (confte
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
-from conftest import line_of, run_job
+from conftest import Job, line_of, run_job
 
 from collcheck.runtime.analyze import analyze, load_dir
 from collcheck.runtime.tracer import TraceConfig
@@ -101,16 +102,36 @@ def test_cross_group_wait_cycle_is_detected(tmp_path: Path) -> None:
     assert f"cycle.py:{a0}" in cycle_line and f"cycle.py:{b1}" in cycle_line
 
 
-def test_ddp_results_are_bit_identical_and_gradient_all_reduces_are_recorded(tmp_path: Path) -> None:
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def run_ddp_job(folder: Path, mode: TraceConfig | None, output: Path) -> Job:
+    """torch 2.13's DDP on gloo sometimes aborts a rank at interpreter exit, after its work is
+    done, with or without collcheck (seen in about 1 run in 10 of the plain program): such a run
+    is repeated, up to twice; any other failure is reported as it is."""
+    for attempt in range(3):
+        job = run_job("ddp_train.py", folder / str(attempt), trace=mode, args=(str(output),))
+        torn_down = [r for r in job.ranks if r.returncode == -signal.SIGABRT and TEARDOWN_ABORT in r.stderr]
+        if not torn_down or len(torn_down) + job.returncodes.count(0) != len(job.ranks):
+            return job
+    return job
+
+
+@pytest.mark.parametrize("mode", [ASYNC, RECORD], ids=["async", "record"])
+def test_ddp_results_are_bit_identical_and_gradient_all_reduces_are_recorded(
+    tmp_path: Path, mode: TraceConfig
+) -> None:
     plain, traced = tmp_path / "plain.json", tmp_path / "traced.json"
-    first = run_job("ddp_train.py", tmp_path / "a", args=(str(plain),))
-    second = run_job("ddp_train.py", tmp_path / "b", trace=ASYNC, args=(str(traced),))
+    first = run_ddp_job(tmp_path / "a", None, plain)
+    second = run_ddp_job(tmp_path / "b", mode, traced)
     assert first.returncodes == [0, 0] and second.returncodes == [0, 0], second.stderr
     assert plain.read_text() == traced.read_text()  # float.hex of every parameter
     events = analyze(load_dir(str(second.trace_dir))).events[0]
     backward = line_of("ddp_train.py", "BACKWARD")
     gradients = [e for e in events if e.op == "all_reduce" and e.site.line == backward]
     assert len(gradients) == 5  # one bucket per step, attributed to loss.backward()
+    # DDP waits for its buckets in C++: record mode sees them complete by polling their futures.
+    assert all(e.t_end is not None for e in events)
 
 
 def test_dtensor_and_functional_collectives_are_recorded(tmp_path: Path) -> None:

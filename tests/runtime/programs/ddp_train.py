@@ -25,4 +25,8 @@ if rank == 0:
     flat = torch.cat([p.detach().flatten() for p in model.parameters()]).double().tolist()
     with open(sys.argv[1], "w") as handle:
         json.dump([value.hex() for value in flat], handle)
+# Release DDP's reducer before the process group: torch 2.13 on gloo sometimes aborts at exit
+# ("terminate called without an active exception") when the reducer outlives its group.
+del model, optimizer
+dist.barrier()
 dist.destroy_process_group()

@@ -1,0 +1,105 @@
+"""The tracer's hot path pieces, in process: line encoding, the trace writer and call-site caching."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collcheck.runtime import hook
+from collcheck.runtime.record import (
+    CallSite,
+    CollectiveEncoder,
+    CollectiveEvent,
+    DoneEvent,
+    TraceWriter,
+    read_trace,
+)
+
+
+def _dumps(data: dict[str, object]) -> str:
+    return json.dumps(data, separators=(",", ":")) + "\n"
+
+
+EVENTS = [
+    CollectiveEvent(
+        rank=3,
+        group="0",
+        group_ranks=(0, 1, 2, 3),
+        seq=7,
+        op="all_reduce",
+        shapes=((1024,), (2, 3)),
+        dtypes=("float32", "bfloat16"),
+        reduce_op="sum",
+        site=CallSite("/w/train.py", 13, "sync", ("/w/train.py:13 in sync", "/w/train.py:20 in <module>")),
+        thread="MainThread",
+        t_start=1795965684.2666335,
+        group_desc="default_pg",
+    ),
+    CollectiveEvent(
+        rank=3,
+        group="5:p2p",
+        group_ranks=(1, 3),
+        seq=1,
+        op="send",
+        shapes=(),
+        dtypes=("int64",),
+        root=1,
+        site=CallSite('/w/dätä "q".py', 2, "<module>", ('/w/dätä "q".py:2 in <module>',), via="main-thread"),
+        thread="Thread-1 (worker)",
+        t_start=100.0,
+    ),
+    CollectiveEvent(rank=3, group="0", group_ranks=(0, 1, 2, 3), seq=8, op="barrier", shapes=(), dtypes=()),
+]
+
+
+@pytest.mark.parametrize("event", EVENTS, ids=lambda event: event.op)
+def test_encoded_lines_equal_json_dumps_of_the_event(event: CollectiveEvent) -> None:
+    encoder = CollectiveEncoder(event.rank)
+    for _ in range(2):  # cold, then from the cached pieces
+        assert encoder.coll(event) == _dumps(event.to_json())
+    done = DoneEvent(event.group, event.seq, 1795965684.5, ok=False)
+    assert encoder.done(done.group, done.seq, done.t_end, done.ok) == _dumps(done.to_json())
+
+
+def test_encoder_notices_a_group_whose_members_change() -> None:
+    encoder = CollectiveEncoder(0)
+    first = CollectiveEvent(0, "0:p2p", (0, 1), 1, "send", (), ())
+    second = CollectiveEvent(0, "0:p2p", (0, 2), 2, "send", (), ())
+    encoder.coll(first)
+    assert json.loads(encoder.coll(second))["group_ranks"] == [0, 2]
+
+
+def test_writer_writes_whole_lines_and_ignores_writes_after_close(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "trace.jsonl"
+    writer = TraceWriter(str(path))
+    writer.write({"ev": "header", "argv": ["ünï"]})
+    writer.write_line(CollectiveEncoder(0).coll(EVENTS[2]))
+    writer.close()
+    writer.write({"ev": "late"})
+    writer.close()
+    rows = read_trace(str(path))
+    assert [row["ev"] for row in rows] == ["header", "coll"]
+    assert rows[0]["argv"] == ["ünï"]
+
+
+def _site_here() -> CallSite:
+    return hook.call_site()  # SITE_LINE
+
+
+def test_call_site_is_cached_per_stack_and_right() -> None:
+    first, second = _site_here(), _site_here()
+    assert first is second  # one CallSite (and one encoded site) per call stack
+    assert first.file == __file__ and first.func == "_site_here"
+    line = next(
+        i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "# SITE_LINE" in text
+    )
+    assert first.line == line
+    assert first.stack[1].startswith(f"{__file__}:") and first.stack[1].endswith(
+        " in test_call_site_is_cached_per_stack_and_right"
+    )
+    assert len(first.stack) <= hook.STACK_DEPTH
+    other = (lambda: hook.call_site())()
+    assert other is not first and other.line != first.line
+    assert json.loads(first.encoded) == json.loads(json.dumps(first.to_json()))
