@@ -38,6 +38,8 @@ POSITION_EVERY_S = 0.25
 FLUSH_S = 2.0
 ABORT_GRACE_S = 0.5
 ABORT_LINGER_S = 3.0
+KEY_WINDOW = 65_536  # fingerprints kept per group behind the newest (about 200 bytes each)
+PRUNE_PER_TICK = 1_024  # deletions per tick at most: the checker's tick stays short
 PREFIX = "collcheck"
 
 
@@ -269,6 +271,8 @@ class Monitor:
         self._position_dirty = True
         self._degraded = False
         self.ended = False  # the process group is being destroyed: store errors are expected
+        self._published: dict[str, int] = {}  # group -> last fingerprint this rank (the leader) set
+        self._pruned: dict[str, int] = {}  # group -> fingerprints deleted up to this sequence number
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -354,6 +358,7 @@ class Monitor:
         try:
             if event.rank == leader:
                 store.set(key, json.dumps(fp))
+                self._published[event.group] = event.seq
                 return
             theirs = self._wait_for(store, key, event, fp)
         except Exception as error:
@@ -398,6 +403,7 @@ class Monitor:
             if self.config.verify and not self.config.strict:
                 self._publish_and_compare(store)
             self._maybe_publish_position()
+            self._prune(store)
         self._check_stalls()
 
     def _check_abort(self, store: Any) -> None:
@@ -430,8 +436,22 @@ class Monitor:
             store.multi_set([key for key, _ in mine], [value for _, value in mine])
             for group, count in counts.items():
                 store.add(f"head/{group}", count)
+            for event in new:
+                if event.rank == min(event.group_ranks):
+                    self._published[event.group] = max(self._published.get(event.group, 0), event.seq)
         for group, pending in self._pending.items():
             self._compare_group(store, group, pending)
+
+    def _prune(self, store: Any) -> None:
+        """Delete fingerprints far behind the newest: a long job must not grow the store without
+        bound. Followers compare within a tick or two; KEY_WINDOW leaves them ample slack."""
+        for group, newest in list(self._published.items()):
+            start = self._pruned.get(group, 0) + 1
+            stop = min(newest - KEY_WINDOW, start + PRUNE_PER_TICK - 1)
+            for seq in range(start, stop + 1):
+                store.delete_key(f"fp/{group}/{seq}")
+            if stop >= start:
+                self._pruned[group] = stop
 
     def _compare_group(self, store: Any, group: str, pending: deque[dict[str, Any]]) -> None:
         if not pending:

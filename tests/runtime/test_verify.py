@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from collcheck.runtime.record import CallSite, CollectiveEvent
 from collcheck.runtime.verify import (
     Position,
@@ -65,3 +67,33 @@ def test_stall_names_missing_rank_and_where_it_is() -> None:
     assert "not issued by: rank 1" in text
     assert "rank 1: last all_reduce(float32[4]) at train.py:9 (group 0, #1), completed" in text
     assert "wait cycle" not in text
+
+
+class _DeletingStore:
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    def delete_key(self, key: str) -> bool:
+        self.deleted.append(key)
+        return True
+
+
+def test_fingerprints_far_behind_the_newest_are_deleted_a_batch_per_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from collcheck.runtime import verify
+
+    monkeypatch.setattr(verify, "KEY_WINDOW", 10)
+    monkeypatch.setattr(verify, "PRUNE_PER_TICK", 4)
+    config = verify.MonitorConfig(rank=0, verify=True, strict=False, timeout_s=5.0, world_size=2)
+    monitor = verify.Monitor(config, writer=None, store_factory=None)  # type: ignore[arg-type]
+    monitor._published["0"] = 17
+    store = _DeletingStore()
+    monitor._prune(store)
+    assert store.deleted == ["fp/0/1", "fp/0/2", "fp/0/3", "fp/0/4"]
+    monitor._prune(store)
+    monitor._prune(store)
+    assert store.deleted[-1] == "fp/0/7" and len(store.deleted) == 7  # the newest 10 are kept
+    monitor._published["0"] = 18
+    monitor._prune(store)
+    assert store.deleted[-1] == "fp/0/8" and len(store.deleted) == 8
