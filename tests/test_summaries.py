@@ -137,9 +137,13 @@ def test_methods_nested_helpers_and_recursion_match_inlining() -> None:
     assert extractor.summaries.reused > 0
 
 
-def test_a_summary_recorded_inside_a_recursion_is_not_reused_outside_it() -> None:
+def test_a_summary_recorded_inside_a_recursion_is_not_reused_outside_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Recursion followed one level only, so that the cut is reached within the inlining depth:
     # `h` at depth 3 once under `g` (its call back to `g` is cut: recursion) and once under `c`
     # (where it runs `g`): the same function, depth and arguments, but a different stack.
+    monkeypatch.setattr(extract, "MAX_RECURSION", 1)
     source = (
         "import torch.distributed as dist\n"
         "def g():\n"
@@ -203,3 +207,21 @@ def test_findings_and_counterexamples_are_those_of_inlining(
     inlined = check_paths([unit], settings)
     assert [repr(f) for f in summarised.findings] == [repr(f) for f in inlined.findings]
     assert [f.notes for f in summarised.files] == [f.notes for f in inlined.files]
+
+
+def test_recursion_is_followed_a_bounded_number_of_levels_as_with_inlining() -> None:
+    source = (
+        "import torch.distributed as dist\n"
+        "def levels(t, n):\n"
+        "    if n == 0:\n"
+        "        return\n"
+        "    dist.all_reduce(t)\n"
+        "    levels(t, n - 1)\n"
+        "def f(t):\n"
+        "    levels(t, 2)\n"
+        "    levels(t, 2)\n"
+    )
+    regions, _ = same_as_inlining(source, "f")
+    # Each call follows `levels` MAX_RECURSION (3) levels deep, the inlining depth allowing:
+    # three all_reduces per call at most (one, if recursion were cut at the first re-entry).
+    assert max(len(path.events) for path in regions[0].paths) == 2 * extract.MAX_RECURSION

@@ -194,7 +194,8 @@ class Frame:
 # * the inlining depth and the receiver class: part of the key;
 # * the caller's path condition: a branch of the helper is not forked when the caller already
 #   decided its test (`if rank == 0:` twice) — each such lookup is recorded with its answer;
-# * the call stack, for recursion: each "is this function already on the stack" is recorded;
+# * the call stack, for recursion: how often each function it re-entered was on the caller's
+#   stack is recorded (recursion is followed MAX_RECURSION levels deep);
 # * executor state that outlives a call (nested functions, names bound to sets): snapshots.
 #
 # What the run produced keeps the chain and path condition of the recording call site; `Rebase`
@@ -238,7 +239,7 @@ class Recording:
     outer_stack: int  # length of the caller's call stack
     # (test, its negation among the helper's own conditions, the answer the branch got)
     queries: list[tuple[Expr, bool, bool | None]] = field(default_factory=list)
-    recursion: list[tuple[FunctionNode, bool]] = field(default_factory=list)
+    recursion: list[tuple[FunctionNode, int]] = field(default_factory=list)
     touched: dict[int, tuple[Extractor, Snapshot]] = field(default_factory=dict)
     loops: list[LoopOp] = field(default_factory=list)
 
@@ -261,7 +262,7 @@ class Summary:
     results: tuple[HelperResult, ...]
     steps: int
     queries: tuple[tuple[Expr, bool, bool | None], ...]
-    recursion: tuple[tuple[FunctionNode, bool], ...]
+    recursion: tuple[tuple[FunctionNode, int], ...]
     touched: tuple[tuple[Extractor, Snapshot, Snapshot], ...]  # runner, state before, after
     loops: tuple[LoopOp, ...]
 
@@ -277,6 +278,7 @@ class Summaries:
     reused: int = 0
 
 
+MAX_RECURSION = 3  # levels of one function on a call stack: recursion is unrolled this far
 MAX_SUMMARIES_PER_KEY = 4  # contexts differing only in the caller's condition or stack
 MAX_KEY_NODES = 64  # argument values beyond this are not hashed into a key (they are DAGs)
 
@@ -1349,10 +1351,10 @@ class Extractor:
     ) -> list[tuple[State, Expr]]:
         if frame.depth >= self.max_depth:
             return [(state, self.pure(call, state, frame, known))]
-        recursive = function in frame.stack
         if self.summaries.recordings:
-            self._note_recursion(function, recursive, frame)
-        if recursive:
+            self._note_recursion(function, frame)
+        if frame.stack.count(function) >= MAX_RECURSION:
+            # Bounded: deeper levels are not followed (their collectives are not seen).
             return [(state, self.pure(call, state, frame, known))]
         owner_module = self.remote_modules.get(function, self.module)
         communicates = function in owner_module.communicating or (
@@ -1475,10 +1477,11 @@ class Extractor:
         if test not in own:
             recording.queries.append((test, negate(test) in own, truth))
 
-    def _note_recursion(self, function: FunctionNode, recursive: bool, frame: Frame) -> None:
+    def _note_recursion(self, function: FunctionNode, frame: Frame) -> None:
+        """How deep `function` already is outside the run being recorded decides how far its
+        recursion is followed inside: the summary holds only for the same depth."""
         recording = self.summaries.recordings[-1]
-        if function not in frame.stack[recording.outer_stack :]:
-            recording.recursion.append((function, recursive))
+        recording.recursion.append((function, frame.stack[: recording.outer_stack].count(function)))
 
     def _helper_for(self, call: ast.Call, owner: ModuleInfo) -> tuple[ModuleInfo, FunctionNode] | None:
         """A function of the run that `call` (written in `owner`) reaches by its plain name."""
@@ -1957,8 +1960,8 @@ def _summary_holds(summary: Summary, caller: State, frame: Frame) -> bool:
     for runner, before, _ in summary.touched:
         if _snapshot(runner) != before:
             return False
-    for function, recursive in summary.recursion:
-        if (function in frame.stack) != recursive:
+    for function, outside in summary.recursion:
+        if frame.stack.count(function) != outside:
             return False
     return all(
         _branch_answer(test, negated_own, caller.conds) == truth
@@ -1974,7 +1977,9 @@ def _pass_on(
     for runner, before, _ in summary.touched:
         recording.touched.setdefault(id(runner), (runner, before))
     own_stack = frame.stack[recording.outer_stack :]
-    recording.recursion.extend(item for item in summary.recursion if item[0] not in own_stack)
+    recording.recursion.extend(
+        (function, outside - own_stack.count(function)) for function, outside in summary.recursion
+    )
     own = caller.conds[recording.prefix :]
     for test, negated_own, truth in summary.queries:
         if test not in own:
