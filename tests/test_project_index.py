@@ -155,3 +155,39 @@ def test_selection_does_not_depend_on_the_number_of_jobs(
     serial = api._project(files, catalog, Settings(cache=False), jobs=1)
     parallel = api._project(files, catalog, Settings(cache=False), jobs=2)
     assert serial == parallel
+
+
+def test_files_with_the_same_module_name_are_each_found_beside_their_importers(
+    tmp_path: Path, settings: Settings
+) -> None:
+    # Two scripts folders (no packages), each with its own comm_utils.py: `from comm_utils import`
+    # must reach the one beside the importer, whichever the module table lists for the name.
+    write(tmp_path / "project" / "a", {"comm_utils.py": HELPER_QUIET, "train.py": TRAIN})
+    write(tmp_path / "project" / "b", {"comm_utils.py": HELPER_BARRIER, "train.py": TRAIN})
+    assert codes(tmp_path / "project", settings) == [("train.py", "CC001", 7)]
+    write(tmp_path / "project" / "a", {"comm_utils.py": HELPER_BARRIER})
+    write(tmp_path / "project" / "b", {"comm_utils.py": HELPER_QUIET})
+    settings = Settings(root=settings.root, cache=False, jobs=1)
+    found = api.check_paths([tmp_path / "project"], settings)
+    paths = [f.location.path for r in found.files for f in r.findings]
+    assert len(paths) == 1 and Path(paths[0]).parent.name == "a"
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def test_the_index_loses_no_finding_of_the_fixtures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """All fixtures as one run (names clash across folders): the same findings as parsing every file."""
+    from collcheck.static import engine
+
+    settings = Settings(root=str(FIXTURES), cache=False, jobs=1)
+
+    def found() -> list[tuple[str, int, str]]:
+        result = api.check_paths([FIXTURES], settings)
+        return sorted((f.location.path, f.location.line, f.code) for r in result.files for f in r.findings)
+
+    selected = found()
+    monkeypatch.setattr(api, "_ruled_out", lambda project, path: False)
+    monkeypatch.setattr(engine, "mentions_communication", lambda *args, **kwargs: True)
+    assert selected == found()
+    assert len(selected) > 90

@@ -231,8 +231,10 @@ def dependency_table(project: Project) -> dict[str, str]:
     return table
 
 
-def module_names(paths: Iterable[Path]) -> dict[str, str]:
-    """Module name -> path (one `__init__.py` check per folder, not per file)."""
+def module_names(paths: Iterable[Path]) -> list[tuple[str, str]]:
+    """(module name, path) of every file (one `__init__.py` check per folder, not per file).
+    Two files may share a name (scripts in different folders): both are kept, as each is found
+    beside its importers."""
     packages: dict[Path, bool] = {}
 
     def is_package(folder: Path) -> bool:
@@ -240,21 +242,21 @@ def module_names(paths: Iterable[Path]) -> dict[str, str]:
             packages[folder] = (folder / "__init__.py").exists()
         return packages[folder]
 
-    table: dict[str, str] = {}
+    names: list[tuple[str, str]] = []
     for path in paths:
         parts = [] if path.stem == "__init__" else [path.stem]
         folder = path.parent
         while is_package(folder) and folder.parent != folder:
             parts.insert(0, folder.name)
             folder = folder.parent
-        table.setdefault(".".join(parts), str(path))
-    return table
+        names.append((".".join(parts), str(path)))
+    return names
 
 
 Function = tuple[str, str]  # (path, top-level function name)
 
 
-def build_project(files: Mapping[str, FileFacts], module_table: Mapping[str, str]) -> Project:
+def build_project(files: Mapping[str, FileFacts], modules: Iterable[tuple[str, str]]) -> Project:
     """The run's index from each file's facts (`files`: real path -> facts).
 
     A top-level function may communicate when its own text names a collective, or a function of
@@ -262,6 +264,8 @@ def build_project(files: Mapping[str, FileFacts], module_table: Mapping[str, str
     same fixed point gives the functions that compute a rank value. A file is selected when it
     names a collective or refers to a function that may communicate.
     """
+    ordered = tuple(sorted(modules))
+    module_table = dict(ordered)  # as `Project.lookup` sees it
     paths = frozenset(files)
     calls = _resolved_calls(files, module_table, paths)
     communicating = _closure({(path, name) for path, facts in files.items() for name in facts.hits}, calls)
@@ -277,7 +281,7 @@ def build_project(files: Mapping[str, FileFacts], module_table: Mapping[str, str
     digest = hashlib.sha256("".join(f"{p}{d}" for p, d in hashes).encode()).hexdigest()[:16]
     dependencies = _dependency_digests(selected, calls, helpers, files)
     return Project(
-        modules=tuple(sorted(module_table.items())),
+        modules=ordered,
         communicating_names=frozenset(name for _, name in communicating),
         digest=digest,
         file_hashes=hashes,
