@@ -615,6 +615,10 @@ class Extractor:
             # `if _GROUP is None: _GROUP = new_group(...)` creates once per process, normally on
             # the first, uniform call: later calls (perhaps on some ranks only) take the cached path.
             return self.exec_block(stmt.orelse, [state], frame)
+        if _memo_lookup(stmt):
+            # `if key in cache: return cache[key]`: a per-process memo, filled the same way on
+            # every rank, even when the key is rank-dependent (each rank's own group).
+            return self._branch(Atom(f"memo@{stmt.lineno}", "shared"), stmt.body, stmt.orelse, state, frame)
         results: list[State] = []
         for current, test in self.eval(stmt.test, state, frame):
             results.extend(self._branch(test, stmt.body, stmt.orelse, current, frame))
@@ -2359,3 +2363,26 @@ def _cached_name(node: ast.expr) -> str | None:
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
         return f"self.{node.attr}"
     return None
+
+
+def _memo_lookup(stmt: ast.If) -> bool:
+    """`if key in cache: return cache[key]` or `if key not in cache: cache[key] = ...` (also as
+    the last part of an `and`: `if cache is not None and key in cache:`)."""
+    test = stmt.test
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        test = test.values[-1]
+    if not (
+        isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.In, ast.NotIn))
+    ):
+        return False
+    cache = test.comparators[0]
+    if not isinstance(cache, (ast.Name, ast.Attribute)) or not stmt.body:
+        return False
+    entry = f"{ast.unparse(cache)}[{ast.unparse(test.left)}]"
+    if isinstance(test.ops[0], ast.In):
+        last = stmt.body[-1]
+        return isinstance(last, ast.Return) and last.value is not None and ast.unparse(last.value) == entry
+    return any(
+        isinstance(node, ast.Assign) and any(ast.unparse(target) == entry for target in node.targets)
+        for node in stmt.body
+    )
