@@ -33,6 +33,8 @@ if flag.item():
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from collcheck.checks._describe import describe_element, ranks
 from collcheck.findings import Severity
 from collcheck.static.program import Region
@@ -44,6 +46,11 @@ SEVERITY = Severity.WARNING
 MESSAGE = (
     "whether {element} runs depends on {what}, which differs between processes: ranks {rank_x} and "
     "{rank_y} can disagree; broadcast or all-reduce the decision first"
+)
+MESSAGE_EXIT = (
+    "whether `{exit}` at {where} is taken depends on {what}, which differs between processes: "
+    "ranks {rank_x} and {rank_y} can disagree, and it skips {element}; broadcast or all-reduce "
+    "the decision first"
 )
 MESSAGE_SET = (
     "collectives are issued while iterating over a set: its order depends on each process's hash "
@@ -60,6 +67,16 @@ def applies(d: Divergence) -> bool:
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     low, high, at_low, at_high = ranks(d)
     element = at_low if at_low is not None else at_high
+    if d.exit is not None and element is not None:
+        # One finding per guarded exit, not one per collective it skips.
+        return MESSAGE_EXIT, {
+            "exit": d.exit.kind,
+            "where": f"{Path(d.exit.path).name}:{d.exit.line}",
+            "what": d.nondet_why or "a per-process value",
+            "rank_x": str(low),
+            "rank_y": str(high),
+            "element": describe_element(element),
+        }
     text = f"`{d.exit.kind}`" if element is None and d.exit is not None else describe_element(element)
     return MESSAGE, {
         "what": d.nondet_why or "a per-process value",

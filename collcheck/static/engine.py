@@ -575,6 +575,11 @@ def _locations(d: Divergence, code: str) -> tuple[Location, tuple[str, int] | No
         return Location(d.region.path_name, d.region.line, 0), None
     chosen = min(candidates, key=lambda e: (_element_location(e, code).line, e.line))
     location = _element_location(chosen, code)
+    if code == "CC007" and d.exit is not None:
+        # Shown at the guarded exit (one finding for the collectives it skips); the divergence
+        # still arises at the collective, so callers further up are not told again.
+        exit_ = d.exit
+        return _site_location(exit_.chain, exit_.path, exit_.line, exit_.column), (chosen.path, chosen.line)
     if isinstance(chosen, LoopEvent) and code != "CC002" and chosen.first is not None and not chosen.chain:
         return location, (location.path, location.line)
     return location, (chosen.path, chosen.line)
