@@ -50,7 +50,7 @@ def test_manifest_fields() -> None:
     assert item["language"] == "python"
     assert item["types"] == ["python"]
     assert item["pass_filenames"] is True
-    assert item["require_serial"] is False
+    assert item["require_serial"] is True  # one run sees every staged file: cross-file helpers are followed
     entry = str(item["entry"]).split()
     assert entry[0] == "collcheck"
     assert entry[1:] in ([], ["check"])
