@@ -150,12 +150,16 @@ def _wrap_work_wait(sink: Sink) -> Callable[[], None] | None:
     original = work_type.wait
 
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # Runs after every blocking collective: one frame, the sink reached without a helper.
         try:
             result = original(self, *args, **kwargs)
         except BaseException:
             _report_wait(sink, self, raised=True)
             raise
-        _report_wait(sink, self, raised=False)
+        try:
+            sink.waited(self, False)
+        except Exception as error:  # the tracer must never break the program
+            log.debug("collcheck: waited failed: %s", error)
         return result
 
     try:
@@ -185,21 +189,25 @@ def _make_kernel(spec: OpSpec, overload: Any, below: Any, sink: Sink) -> Callabl
     positions = _argument_positions(overload)
     group_at = positions["process_group"]
     tensor_at = tuple(positions[name] for name in spec.tensor_args if name in positions)
-    reduce_at = positions.get(spec.reduce_arg) if spec.reduce_arg else None
-    root_at = positions.get(spec.root_arg) if spec.root_arg else None
+    tensors_of = _tensor_reader(tensor_at)
+    reduce_at = positions.get(spec.reduce_arg, -1) if spec.reduce_arg else -1
+    root_at = positions.get(spec.root_arg, -1) if spec.root_arg else -1
     # The handle's boxed redispatch, without OpOverload.redispatch's extra Python frame.
     handle = getattr(overload, "_handle", None)
     redispatch = getattr(handle, "redispatch_boxed", None) or overload.redispatch
 
+    # Every collective pays for this frame: positions are resolved above, the dispatcher passes
+    # every schema argument positionally, so the `len(args)` guards only protect odd callers.
     def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         token = None
         try:
+            count = len(args)
             token = sink.begin(
                 spec,
                 args[group_at],
-                _flatten([args[i] for i in tensor_at if i < len(args)]),
-                _reduce_code(args[reduce_at]) if reduce_at is not None and reduce_at < len(args) else None,
-                args[root_at] if root_at is not None and root_at < len(args) else None,
+                tensors_of(args),
+                _reduce_code(args[reduce_at]) if 0 <= reduce_at < count else None,
+                args[root_at] if 0 <= root_at < count else None,
             )
         except Exception as error:  # the tracer must never break the program
             log.debug("collcheck: begin failed: %s", error)
@@ -209,6 +217,22 @@ def _make_kernel(spec: OpSpec, overload: Any, below: Any, sink: Sink) -> Callabl
         return result
 
     return kernel
+
+
+def _tensor_reader(tensor_at: tuple[int, ...]) -> Callable[[Sequence[Any]], list[Any]]:
+    """How the kernel collects an operator's tensors. Most operators have one `Tensor[]` argument,
+    whose list is passed on as it is (the tracer only reads it) instead of being copied."""
+    if len(tensor_at) != 1:
+        return lambda args: _flatten([args[i] for i in tensor_at if i < len(args)])
+    (at,) = tensor_at
+
+    def one(args: Sequence[Any]) -> list[Any]:
+        value = args[at] if at < len(args) else None
+        if type(value) is list and (not value or type(value[0]) is not list):
+            return value
+        return _flatten([value])
+
+    return one
 
 
 def _flatten(values: Sequence[Any]) -> list[Any]:
@@ -319,7 +343,8 @@ STACK_DEPTH = 4
 # programs that generate code cannot grow them without limit.
 _CACHE_LIMIT = 1 << 16
 _skipped_code: dict[int, tuple[CodeType, bool]] = {}
-_sites: dict[tuple[object, ...], tuple[list[CodeType], CallSite]] = {}
+_sites: dict[tuple[object, ...], tuple[list[CodeType], CallSite]] = {}  # by f_lasti chain
+_sites_by_line: dict[tuple[object, ...], tuple[list[CodeType], CallSite]] = {}  # one CallSite per line chain
 
 
 def call_site(main_thread_ident: int | None = None) -> CallSite:
@@ -343,7 +368,10 @@ def call_site(main_thread_ident: int | None = None) -> CallSite:
 
 
 def _site_from(frame: FrameType | None, skip: tuple[str, ...], via: str) -> CallSite | None:
-    """Walks `f_back` only; the CallSite (and its encoded JSON) is built once per chain."""
+    """Walks `f_back` only; the CallSite (and its encoded JSON) is built once per chain. The chain is
+    keyed by each frame's `f_lasti` (an attribute read) rather than `f_lineno` (computed from the
+    line table on every read); line numbers are computed only when a new chain is built."""
+    start = frame
     key: list[object] = [via]
     codes: list[CodeType] = []
     while frame is not None and len(codes) < STACK_DEPTH:
@@ -353,18 +381,40 @@ def _site_from(frame: FrameType | None, skip: tuple[str, ...], via: str) -> Call
             known = _remember(_skipped_code, id(code), (code, code.co_filename.startswith(skip)))
         if not known[1]:
             codes.append(code)
-            key += (id(code), frame.f_lineno)
+            key += (id(code), frame.f_lasti)
         frame = frame.f_back
     if not codes:
         return None
     chain = tuple(key)
     cached = _sites.get(chain)
     if cached is None:
-        cached = _remember(_sites, chain, (codes, _build_site(codes, chain[2::2], via)))
+        cached = _remember(
+            _sites, chain, (codes, _site_for_lines(codes, _user_lines(start, skip, len(codes)), via))
+        )
     return cached[1]
 
 
-def _build_site(codes: list[CodeType], lines: tuple[Any, ...], via: str) -> CallSite:
+def _site_for_lines(codes: list[CodeType], lines: tuple[int, ...], via: str) -> CallSite:
+    """One CallSite per chain of lines, shared by the instruction chains on them (two calls on one
+    line), so each stack is encoded once."""
+    key = (via, *(id(code) for code in codes), *lines)
+    known = _sites_by_line.get(key)
+    if known is None:
+        known = _remember(_sites_by_line, key, (codes, _build_site(codes, lines, via)))
+    return known[1]
+
+
+def _user_lines(frame: FrameType | None, skip: tuple[str, ...], count: int) -> tuple[int, ...]:
+    """The line numbers of the frames `_site_from` kept (the first `count` unskipped ones)."""
+    lines: list[int] = []
+    while frame is not None and len(lines) < count:
+        if not frame.f_code.co_filename.startswith(skip):
+            lines.append(frame.f_lineno)
+        frame = frame.f_back
+    return tuple(lines)
+
+
+def _build_site(codes: list[CodeType], lines: tuple[int, ...], via: str) -> CallSite:
     frames = zip(codes, lines, strict=True)
     stack = tuple(f"{code.co_filename}:{line} in {code.co_name}" for code, line in frames)
     return CallSite(codes[0].co_filename, lines[0], codes[0].co_name, stack, via=via)

@@ -12,6 +12,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -130,13 +131,15 @@ class Tracer:
         self.encoder = CollectiveEncoder(rank)
         # Record mode: works whose completion is not yet noted (see the class docstring).
         self._poll_completion = not config.verify
-        self._pending: dict[Any, tuple[CollectiveEvent, Any]] = {}  # work -> (event, its future)
+        # work -> [event, its future (asked for at the first poll)]
+        self._pending: dict[Any, list[Any]] = {}
+        self._observable: dict[tuple[str, str], bool] = {}  # (group, op) -> the backend gives futures
         self._pending_lock = threading.Lock()
         self.monitor = Monitor(
             MonitorConfig(rank, config.verify, config.strict, config.timeout_s, world_size, config.abort),
             self.writer,
             lambda: connect_store(config.store_address, STORE_CONNECT_TIMEOUT_S),
-            on_tick=self.poll_completions if self._poll_completion else None,
+            on_tick=self._record_tick if self._poll_completion else None,
         )
         self.mechanism = ""
 
@@ -145,6 +148,7 @@ class Tracer:
     def start(self) -> None:
         # Kernels stay registered for the life of the process; they reach whichever tracer is active.
         self.mechanism = install(_FORWARD)
+        _FORWARD.route(self)
         self.writer.write(self._header())
         self.monitor.start()
 
@@ -180,8 +184,9 @@ class Tracer:
         self, spec: OpSpec, group: Any, tensors: list[Any], reduce_op: int | None, root: int | None
     ) -> CollectiveEvent | None:
         plain = self._tensor_type
-        if any(_is_fake(t, plain) for t in tensors):  # tracing/compiling, not a real collective
-            return None
+        for tensor in tensors:  # tracing/compiling, not a real collective
+            if (type(tensor) is not plain or tensor.is_meta) and _is_fake(tensor, plain):
+                return None
         if self._pending:  # note what completed since: its line comes before this collective's
             self.poll_completions()
         info = self._group(group)
@@ -224,14 +229,24 @@ class Tracer:
         try:
             if isinstance(work, self._script_object):
                 work = self._work_type.unbox(work)
+            if self._poll_completion:
+                # Record mode asks for the future only when it polls: most works are waited for
+                # from Python right away, and creating the future wrapper costs more than the
+                # rest of this method. Whether the backend offers one is learnt once per group/op.
+                observable = self._observable.get((token.group, token.op))
+                if observable is None:
+                    work.get_future()  # raises where the backend offers none
+                    self._observable[(token.group, token.op)] = True
+                elif not observable:
+                    raise RuntimeError("no future")
+                with self._pending_lock:
+                    self._pending[work] = [token, None]
+                return
             future = work.get_future()
         except Exception:  # e.g. gloo's reduce_scatter_tensor: "Work::getFuture not implemented"
+            self._observable[(token.group, token.op)] = False
             self.writer.write({"ev": "unobserved", "group": token.group, "seq": token.seq})
             self.monitor.completed(token.group, token.seq)  # cannot watch it: never call it a stall
-            return
-        if self._poll_completion:
-            with self._pending_lock:
-                self._pending[work] = (token, future)
             return
         future.add_done_callback(lambda done: self._done(token, _succeeded(done)))
 
@@ -247,19 +262,26 @@ class Tracer:
         with self._pending_lock:
             pending = self._pending.pop(work, None)
         if pending is not None:
-            self._done(pending[0], not raised)
+            self._done(pending[0], not raised, defer=True)
 
     def poll_completions(self) -> None:
         """Note every pending work that has completed (issuing thread and monitor thread)."""
         if not self._pending:
             return
         with self._pending_lock:
-            finished = [(work, pending) for work, pending in self._pending.items() if pending[1].done()]
+            finished = [
+                (work, pending) for work, pending in self._pending.items() if _future_done(work, pending)
+            ]
             for work, _ in finished:
                 del self._pending[work]
         now = time.time()
         for _, (event, future) in finished:
-            self._done(event, _succeeded(future), now)
+            self._done(event, _succeeded(future), now, defer=True)
+
+    def _record_tick(self) -> None:
+        """The monitor's tick in record mode: note completions, write the deferred `done` lines."""
+        self.poll_completions()
+        self.writer.flush()
 
     def _drain(self, grace_s: float) -> None:
         deadline = time.monotonic() + grace_s
@@ -268,9 +290,16 @@ class Tracer:
             time.sleep(0.001)
             self.poll_completions()
 
-    def _done(self, event: CollectiveEvent, ok: bool, t_end: float | None = None) -> None:
+    def _done(
+        self, event: CollectiveEvent, ok: bool, t_end: float | None = None, defer: bool = False
+    ) -> None:
+        """`defer` (record mode): the line goes out with the next one, or at the next tick."""
         when = time.time() if t_end is None else t_end
-        self.writer.write_line(self.encoder.done(event.group, event.seq, when, ok))
+        line = self.encoder.done(event.group, event.seq, when, ok)
+        if defer and ok:  # a failure is written at once: the process may be about to end
+            self.writer.defer_line(line)
+        else:
+            self.writer.write_line(line)
         self.monitor.completed(event.group, event.seq)
         if not ok:  # often a peer that collcheck stopped: end with its report, not a backend error
             self.monitor.collective_failed()
@@ -295,6 +324,31 @@ def _is_fake(tensor: Any, plain: Any) -> bool:
     if type(tensor) is plain:  # the common case; FakeTensor and other wrappers are subclasses
         return bool(tensor.is_meta)
     return bool(getattr(tensor, "is_meta", False)) or hasattr(tensor, "fake_mode")
+
+
+def _future_done(work: Any, pending: list[Any]) -> bool:
+    """Whether a pending work has completed; its future is asked for once, at the first poll."""
+    future = pending[1]
+    if future is None:
+        try:
+            future = pending[1] = work.get_future()
+        except Exception:  # seen to offer one before; count it as done rather than as a stall
+            pending[1] = _NO_FUTURE
+            return True
+    return bool(future.done())
+
+
+class _NoFuture:
+    """Stands in for a future the backend would not give at poll time: done, and ok."""
+
+    def done(self) -> bool:
+        return True
+
+    def value(self) -> None:
+        return None
+
+
+_NO_FUTURE = _NoFuture()
 
 
 def _succeeded(future: Any) -> bool:
@@ -339,23 +393,26 @@ def active() -> Tracer | None:
 
 
 class _Forward:
-    """The hook's sink: forwards to the active tracer, or does nothing once tracing stopped."""
+    """The hook's sink. While a tracer is active its bound methods are installed as this object's
+    attributes, so the hook reaches the tracer without an extra Python call per collective; once
+    tracing stopped they do nothing."""
 
-    def begin(
-        self, spec: OpSpec, group: Any, tensors: list[Any], reduce_op: int | None, root: int | None
-    ) -> CollectiveEvent | None:
-        tracer = _active
-        return tracer.begin(spec, group, tensors, reduce_op, root) if tracer is not None else None
+    def __init__(self) -> None:
+        self.clear()
 
-    def attach(self, token: object, work: Any) -> None:
-        tracer = _active
-        if tracer is not None:
-            tracer.attach(token, work)
+    def route(self, tracer: Tracer) -> None:
+        self.begin: Callable[..., CollectiveEvent | None] = tracer.begin
+        self.attach: Callable[[object, Any], None] = tracer.attach
+        self.waited: Callable[[Any, bool], None] = tracer.waited
 
-    def waited(self, work: Any, raised: bool) -> None:
-        tracer = _active
-        if tracer is not None:
-            tracer.waited(work, raised)
+    def clear(self) -> None:
+        self.begin = _nothing
+        self.attach = _nothing
+        self.waited = _nothing
+
+
+def _nothing(*args: Any) -> None:
+    return None
 
 
 _FORWARD = _Forward()
@@ -383,6 +440,7 @@ def stop() -> None:
     global _active
     with _active_lock:
         tracer, _active = _active, None
+        _FORWARD.clear()
     if tracer is not None:
         tracer.stop()
 

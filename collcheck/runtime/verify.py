@@ -326,11 +326,13 @@ class Monitor:
 
     def completed(self, group: str, seq: int) -> None:
         with self._lock:
-            self._inflight.pop((group, seq), None)
+            inflight = self._inflight
+            inflight.pop((group, seq), None)
             # A group runs its collectives in order: a later one done means earlier ones are too
-            # (covers works whose completion cannot be observed).
-            for key in [key for key in self._inflight if key[0] == group and key[1] < seq]:
-                del self._inflight[key]
+            # (covers works whose completion cannot be observed). Usually nothing is left in flight.
+            if inflight:
+                for key in [key for key in inflight if key[0] == group and key[1] < seq]:
+                    del inflight[key]
             if self._last is not None and self._last.group == group and self._last.seq == seq:
                 self._last_done = True
             self._position_dirty = True

@@ -103,3 +103,17 @@ def test_call_site_is_cached_per_stack_and_right() -> None:
     other = (lambda: hook.call_site())()
     assert other is not first and other.line != first.line
     assert json.loads(first.encoded) == json.loads(json.dumps(first.to_json()))
+
+
+def test_deferred_lines_go_out_before_the_next_line_or_at_flush(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    writer = TraceWriter(str(path))
+    writer.defer_line('{"ev":"done","seq":1}\n')
+    assert path.read_text() == ""  # not written on its own
+    writer.write_line('{"ev":"coll","seq":2}\n')  # one os.write carries both, in order
+    assert [row["seq"] for row in read_trace(str(path))] == [1, 2]
+    writer.defer_line('{"ev":"done","seq":2}\n')
+    writer.flush()  # the monitor's tick
+    writer.defer_line('{"ev":"done","seq":3}\n')
+    writer.close()  # stopping writes what is left
+    assert [row["seq"] for row in read_trace(str(path))] == [1, 2, 2, 3]
