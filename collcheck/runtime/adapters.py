@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from collcheck.runtime.importhook import PatchingLoader
+
 ENV_ADAPTERS = "COLLCHECK_ADAPTERS"  # "0": leave these communicators alone
 _WRAPPED = "__collcheck_adapter__"
 _TRACER_MODULE = "collcheck.runtime.tracer"
@@ -193,28 +195,17 @@ class _AdapterFinder(importlib.abc.MetaPathFinder):
                 continue
             if found.loader is None or not hasattr(found.loader, "exec_module"):
                 return None  # let the normal import run; `install` patches it if called again
-            found.loader = _PatchingLoader(found.loader)
+            found.loader = PatchingLoader(found.loader, _patch_after_import)
             spec: importlib.machinery.ModuleSpec = found
             return spec
         return None
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._inner.create_module(spec)  # type: ignore[no-any-return]
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._inner.exec_module(module)
-        try:
-            patch_module(module)
-        except Exception as error:  # tracing is a debugging aid: never fail the import for it
-            sys.stderr.write(f"collcheck: adapter not installed: {type(error).__name__}: {error}\n")
-
-    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ... for tracebacks
-        return getattr(self._inner, name)
+def _patch_after_import(module: ModuleType) -> None:
+    try:
+        patch_module(module)
+    except Exception as error:  # tracing is a debugging aid: never fail the import for it
+        sys.stderr.write(f"collcheck: adapter not installed: {type(error).__name__}: {error}\n")
 
 
 # ---------------------------------------------------------------------------------------------

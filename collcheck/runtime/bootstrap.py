@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from collcheck.runtime.importhook import PatchingLoader
+
 C10D_MODULE = "torch.distributed.distributed_c10d"
 _WRAPPED = "__collcheck_wrapped__"
 
@@ -57,24 +59,9 @@ class _C10dFinder(importlib.abc.MetaPathFinder):
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return None
-        spec.loader = _PatchingLoader(spec.loader)
-        return spec
-
-
-class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._inner.create_module(spec)  # type: ignore[no-any-return]
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._inner.exec_module(module)
         # Patched before torch.distributed's `from .distributed_c10d import *` copies the names.
-        _patch(module)
-
-    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ... for tracebacks
-        return getattr(self._inner, name)
+        spec.loader = PatchingLoader(spec.loader, _patch)
+        return spec
 
 
 def _patch(module: ModuleType) -> None:
