@@ -1661,6 +1661,10 @@ class Extractor:
         base = self.pure(node.value, state, frame, known)
         if isinstance(base, Atom) and base.name.startswith("type:"):
             return Atom(f"{base.name}.{node.attr}", "shared")
+        if isinstance(base, Atom):
+            # Named after the object, not the place it is read: `self.remote` read in two
+            # branches is one value (an assignment in between is in `state.env`).
+            return opaque(f"{base.name}.{node.attr}", (base,))
         return opaque(f"{_text(node)}@{_where(node)}", (base,))
 
     def _class_attribute(self, class_name: str, attribute: str) -> Expr | None:
