@@ -1688,6 +1688,9 @@ class Extractor:
             and -len(base.items) <= index.value < len(base.items)
         ):
             return base.items[index.value]
+        if isinstance(base, Atom) and isinstance(index, Const) and isinstance(index.value, (str, int)):
+            # `cfg["sync"]` read in two branches is one value, like an attribute (see above).
+            return opaque(f"item:{base.name}[{index.value!r}]", (base,))
         inputs = [base, *(self.pure(c, state, frame, known) for c in _value_children(node.slice))]
         if index is not None:
             inputs.append(index)
