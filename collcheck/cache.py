@@ -386,11 +386,8 @@ def _manifest_path(settings: Settings, catalog_fingerprint: str, roots: list[str
 
 
 def _stamp(path: str, dependencies: str) -> list[Any] | None:
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return None
-    return [stat.st_size, stat.st_mtime_ns, dependencies]
+    stamp = _file_stamp(path)
+    return None if stamp is None else [*stamp, dependencies]
 
 
 def load_manifest(

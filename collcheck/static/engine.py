@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import os
-import re
 from pathlib import Path as FsPath
 
 from collcheck.catalog import Catalog
@@ -28,7 +27,7 @@ from collcheck.static.extract import (
     State,
 )
 from collcheck.static.names import module_imports, qualified_name
-from collcheck.static.prefilter import trigger_pattern
+from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, Site
 from collcheck.static.project import Project
 from collcheck.static.solve import Divergence, SolveStats, solve_region
@@ -193,9 +192,6 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
     return communicating
 
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
 def _function_words(functions: list[FunctionNode], text: str) -> dict[FunctionNode, frozenset[str]]:
     """The identifiers of each function's own source lines."""
     starts = [0]
@@ -206,7 +202,7 @@ def _function_words(functions: list[FunctionNode], text: str) -> dict[FunctionNo
         first = min([function.lineno, *(d.lineno for d in function.decorator_list)])
         last = function.end_lineno or function.lineno
         if 0 < first <= last < len(starts):
-            words[function] = frozenset(_IDENTIFIER.findall(text, starts[first - 1], starts[last]))
+            words[function] = frozenset(IDENTIFIER.findall(text, starts[first - 1], starts[last]))
     return words
 
 

@@ -18,14 +18,12 @@ class Trigger:
         self.distinctive = frozenset(distinctive)
         self.plain = frozenset(plain)
 
-    def positions(
-        self, text: str, known: frozenset[str] | set[str] = frozenset(), words: frozenset[str] | None = None
-    ) -> list[int]:
+    def positions(self, text: str, words: frozenset[str] | None = None) -> list[int]:
         """Where the text uses a communicating name as code: called, reached through a dot or
         imported (a word in prose or a comment, `a barrier to entry`, is not a use). Plain words
         count only in a text that also names a distributed library."""
-        words = frozenset(_IDENTIFIER.findall(text)) if words is None else words
-        strong = words & (self.distinctive | known)
+        words = frozenset(IDENTIFIER.findall(text)) if words is None else words
+        strong = words & self.distinctive
         plain = words & self.plain if names_distributed_library(text) else frozenset()
         if not strong and not plain:
             return []
@@ -43,7 +41,7 @@ class Trigger:
 
     def search(self, text: str, pos: int = 0, endpos: int | None = None) -> bool:
         end = len(text) if endpos is None else endpos
-        return self.matches(frozenset(_IDENTIFIER.findall(text, pos, end)), text[pos:end])
+        return self.matches(frozenset(IDENTIFIER.findall(text, pos, end)), text[pos:end])
 
     def matches(self, words: frozenset[str], text: str) -> bool:
         """`search` for a text whose identifiers are already known."""
@@ -63,7 +61,7 @@ def trigger_pattern(catalog: Catalog) -> Trigger:
 
 
 _TRIGGERS: dict[str, Trigger] = {}
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _used_as_code(text: str, start: int, end: int) -> bool:

@@ -21,9 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from collcheck.static.prefilter import Trigger
+from collcheck.static.prefilter import IDENTIFIER, Trigger
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A called name, plain or dotted (`sync(`, `comm.sync (`): a word in prose or passed as a value
 # is not followed (the engine would rarely follow it either).
 _CALLED = re.compile(r"(?<![\w.])(?=([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*))\1(?=[ \t]*\()")
@@ -53,7 +52,7 @@ class FileFacts:
 
 def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileFacts:
     digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
-    words = frozenset(_IDENTIFIER.findall(text))
+    words = frozenset(IDENTIFIER.findall(text))
     uses = trigger.positions(text, words=words)
     starts, names = _segments(text)
     hits = _segments_hit(text, starts, names, uses)
@@ -154,16 +153,6 @@ def _import_table(text: str) -> dict[str, str]:
             if pieces[0].isidentifier() and local.isidentifier():
                 table[local] = f"{base}.{pieces[0]}" if base else pieces[0]
     return table
-
-
-def module_name(path: Path) -> str:
-    """Dotted module name, walking up through packages (folders with `__init__.py`)."""
-    parts = [] if path.stem == "__init__" else [path.stem]
-    folder = path.parent
-    while (folder / "__init__.py").exists():
-        parts.insert(0, folder.name)
-        folder = folder.parent
-    return ".".join(parts)
 
 
 @dataclass(frozen=True)
