@@ -253,7 +253,7 @@ def _all_facts(paths: list[str], catalog: Catalog, settings: Settings, jobs: int
     """Each file's index facts: from the cache where its size and modification time are unchanged."""
     from collcheck.cache import load_facts, store_facts
 
-    known = load_facts(settings, catalog.fingerprint, paths)
+    known, stored = load_facts(settings, catalog.fingerprint, paths)
     missing = [path for path in paths if path not in known]
     if jobs > 1 and len(missing) >= _PARALLEL_FACTS_FROM:
         batches = [missing[index : index + 64] for index in range(0, len(missing), 64)]
@@ -264,7 +264,7 @@ def _all_facts(paths: list[str], catalog: Catalog, settings: Settings, jobs: int
         computed = [_facts_of(path, catalog) for path in missing]
     fresh = dict(zip(missing, computed, strict=True))
     if fresh:
-        store_facts(settings, catalog.fingerprint, fresh)
+        store_facts(settings, catalog.fingerprint, fresh, stored)
     return {**known, **fresh}
 
 

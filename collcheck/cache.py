@@ -323,19 +323,24 @@ def _file_stamp(path: str) -> list[int] | None:
     return [stat.st_size, stat.st_mtime_ns]
 
 
-def load_facts(settings: Settings, catalog_fingerprint: str, paths: list[str]) -> dict[str, FileFacts]:
-    """The stored facts of those `paths` whose size and modification time are unchanged."""
+def load_facts(
+    settings: Settings, catalog_fingerprint: str, paths: list[str]
+) -> tuple[dict[str, FileFacts], dict[str, Any]]:
+    """The stored facts of those `paths` whose size and modification time are unchanged, and the
+    whole stored table (handed back to `store_facts`, so the file is read once per run)."""
     from collcheck.static.project import FileFacts  # light: plain data
 
     if not settings.cache:
-        return {}
+        return {}, {}
     try:
         data = json.loads(_facts_path(settings, catalog_fingerprint).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}
+        return {}, {}
+    if not isinstance(data, dict):
+        return {}, {}
     found: dict[str, FileFacts] = {}
     for path in paths:
-        entry = data.get(path) if isinstance(data, dict) else None
+        entry = data.get(path)
         if not entry or entry[0] != _file_stamp(path):
             continue
         try:
@@ -350,20 +355,18 @@ def load_facts(settings: Settings, catalog_fingerprint: str, paths: list[str]) -
             )
         except (ValueError, TypeError):
             continue
-    return found
+    return found, data
 
 
-def store_facts(settings: Settings, catalog_fingerprint: str, facts: dict[str, FileFacts]) -> None:
-    """Add or replace the facts of these files (entries of other files are kept)."""
+def store_facts(
+    settings: Settings, catalog_fingerprint: str, facts: dict[str, FileFacts], stored: dict[str, Any]
+) -> None:
+    """Add or replace the facts of these files in the table `load_facts` read (entries of other
+    files are kept)."""
     if not settings.cache:
         return
     target = _facts_path(settings, catalog_fingerprint)
-    try:
-        data = json.loads(target.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            data = {}
-    except (OSError, ValueError):
-        data = {}
+    data = dict(stored)
     for path, item in facts.items():
         stamp = _file_stamp(path)
         if stamp is not None:
