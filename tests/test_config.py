@@ -3,39 +3,18 @@ and a message naming the key, and the command line overriding it."""
 
 from __future__ import annotations
 
-import json
+import functools
 import shutil
 from pathlib import Path
 from typing import Any
 
+import cli_support
 import pytest
+from cli_support import BUG, LOOP_BUG, RANK2, located, run
 
-from collcheck.cli import main
 from collcheck.config import ConfigError, Settings, find_pyproject, load_settings
 
-REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO / "fixtures"
-BUG = FIXTURES / "CC001" / "barrier_rank0_bug.py"  # CC001 at line 11
-LOOP_BUG = FIXTURES / "CC002" / "range_rank_bug.py"  # CC002 at line 9
-RANK2 = (
-    "import torch.distributed as dist\n\n\ndef f():\n    if dist.get_rank() == 2:\n        dist.barrier()\n"
-)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
-    code, out, err = run(capsys, "check", "--no-cache", "--format", "json", *argv)
-    assert code in (0, 1), err
-    return code, json.loads(out)
-
-
-def located(data: dict[str, Any]) -> list[tuple[str, str, int]]:
-    return [(Path(f["path"]).name, f["code"], f["line"]) for f in data["findings"]]
+run_json = functools.partial(cli_support.run_json, command=("check",))
 
 
 def write_config(folder: Path, table: str, project: bool = True) -> Path:
