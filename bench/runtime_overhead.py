@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MODES = ("untraced", "record", "async", "strict", "detail")
+MODES = ("untraced", "record", "record-py", "async", "strict", "detail")
 SIZES = {"small (4 KiB)": 1024, "1 MiB": 262144}
 
 
@@ -39,10 +39,13 @@ def worker(mode: str, small_iters: int, large_iters: int, trace_dir: str) -> Non
     import torch
     import torch.distributed as dist
 
-    if mode in ("record", "async", "strict"):
+    if mode in ("record", "record-py", "async", "strict"):
         import collcheck.runtime
 
-        collcheck.runtime.enable(trace_dir, verify=mode != "record", strict=mode == "strict", timeout=600)
+        verify = mode in ("async", "strict")
+        collcheck.runtime.enable(
+            trace_dir, verify=verify, strict=mode == "strict", timeout=600, native=mode != "record-py"
+        )
     dist.init_process_group("gloo")
     results: dict[str, float] = {}
     for label, numel in SIZES.items():
@@ -62,7 +65,7 @@ def worker(mode: str, small_iters: int, large_iters: int, trace_dir: str) -> Non
     dist.destroy_process_group()
 
 
-SINGLE_MODES = ("untraced", "record")
+SINGLE_MODES = ("untraced", "record", "record-py")
 SINGLE_NUMEL = 1024
 SINGLE_LOOPS = 5
 
@@ -72,10 +75,10 @@ def single_worker(mode: str, iters: int, trace_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
-    if mode == "record":
+    if mode in ("record", "record-py"):
         import collcheck.runtime
 
-        collcheck.runtime.enable(trace_dir, adapters=False)
+        collcheck.runtime.enable(trace_dir, adapters=False, native=mode == "record")
     dist.init_process_group("gloo")
     tensor = torch.ones(SINGLE_NUMEL)
     for _ in range(max(iters // 10, 5)):
@@ -219,15 +222,20 @@ def report(best: dict[str, dict[str, float]]) -> None:
 
 
 def report_single(single: dict[str, dict[str, float]], two_rank_mib_ms: float) -> None:
-    base, traced = single["untraced"], single["record"]
-    added, added_cpu = traced["us"] - base["us"], traced["cpu_us"] - base["cpu_us"]
+    base = single["untraced"]
     print(
         f"world size 1, {SINGLE_NUMEL}-float all_reduce: untraced {base['us']:.1f} us/op "
-        f"({base['cpu_us']:.1f} us thread cpu), record {traced['us']:.1f} us/op "
-        f"({traced['cpu_us']:.1f} us thread cpu); record adds {added:.1f} us/op "
-        f"({added_cpu:.1f} us thread cpu) = {added / (two_rank_mib_ms * 1e3) * 100:.1f}% of a "
-        f"2-rank 1 MiB untraced all_reduce ({two_rank_mib_ms:.3f} ms)"
+        f"({base['cpu_us']:.1f} us thread cpu)"
     )
+    for mode, label in (("record", "record (native kernel)"), ("record-py", "record (Python kernel)")):
+        traced = single[mode]
+        added, added_cpu = traced["us"] - base["us"], traced["cpu_us"] - base["cpu_us"]
+        print(
+            f"  {label}: {traced['us']:.1f} us/op ({traced['cpu_us']:.1f} us thread cpu), adds "
+            f"{added:.1f} us/op ({added_cpu:.1f} us thread cpu) = "
+            f"{added / (two_rank_mib_ms * 1e3) * 100:.1f}% of a 2-rank 1 MiB untraced all_reduce "
+            f"({two_rank_mib_ms:.3f} ms)"
+        )
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ def test_wheel_ships_rules_and_runs(tmp_path: Path) -> None:
 
     names = zipfile.ZipFile(wheel).namelist()
     assert "collcheck/rules/torch.toml" in names
+    assert "collcheck/runtime/native/recorder.cpp" in names  # built on first use in record mode
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"

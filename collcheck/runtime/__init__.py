@@ -17,6 +17,7 @@ def enable(
     store: str | None = None,
     abort: bool = True,
     adapters: bool = True,
+    native: bool = True,
 ) -> None:
     """Trace every collective of this process (and of processes it starts).
 
@@ -25,6 +26,8 @@ def enable(
     each collective. `timeout` is the stall report threshold in seconds. `abort=False` reports
     mismatches and stalls without ending the job. `adapters=False` leaves communicators that
     bypass c10d (vLLM's PyNccl, vllm-ascend's PyHccl) alone, like COLLCHECK_ADAPTERS=0.
+    `native=False` keeps record mode on the Python kernel instead of the compiled one (built on
+    first use, about a minute), like COLLCHECK_NATIVE=0.
     """
     from collcheck.runtime.bootstrap import arm
     from collcheck.runtime.tracer import TraceConfig, config_to_env
@@ -36,6 +39,7 @@ def enable(
         timeout_s=timeout,
         store_address=store,
         abort=abort,
+        native=native,
     )
     # Through the environment, so worker processes spawned from here are traced the same way.
     os.environ.update(config_to_env(config))

@@ -26,6 +26,13 @@ def run_command(
     trace_dir: Annotated[Path, typer.Option("--trace-dir", help="Where each rank writes its trace.")] = Path(
         "collcheck-trace"
     ),
+    native: Annotated[
+        bool,
+        typer.Option(
+            "--native/--no-native",
+            help="Record mode: the compiled C++ kernel (built once, about a minute) or the Python one.",
+        ),
+    ] = True,
     print_env: Annotated[
         bool, typer.Option("--print-env", help="Print the environment for launchers collcheck does not wrap.")
     ] = False,
@@ -34,7 +41,9 @@ def run_command(
     from collcheck.runtime import launch
     from collcheck.runtime.tracer import TraceConfig, config_to_env
 
-    config = TraceConfig(trace_dir=str(trace_dir), verify=verify or strict, strict=strict, timeout_s=timeout)
+    config = TraceConfig(
+        trace_dir=str(trace_dir), verify=verify or strict, strict=strict, timeout_s=timeout, native=native
+    )
     env = launch.tracing_env({}, config_to_env(config))
     if print_env:
         for key, value in sorted(env.items()):
@@ -46,6 +55,8 @@ def run_command(
         typer.echo("collcheck: error: no command (usage: collcheck run [OPTIONS] -- COMMAND...)", err=True)
         raise typer.Exit(2)
     launch.clear_old_traces(str(trace_dir))
+    if config.uses_native:
+        launch.prebuild_native()
     outcome = launch.run(
         command,
         launch.tracing_env(dict(os.environ), config_to_env(config)),

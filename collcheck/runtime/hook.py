@@ -94,12 +94,25 @@ _installed: _Installed | None = None
 _install_lock = threading.Lock()
 
 
-def install(sink: Sink) -> str:
-    """Register the interception once per process; returns "dispatcher" or "python-fallback"."""
+def install(sink: Sink, native: Any = None) -> str:
+    """Register the interception once per process; returns "native", "dispatcher" or
+    "python-fallback". `native` is the compiled recorder module (native.py), for record mode;
+    asking for the other kind of kernel than the one registered replaces it."""
     global _installed
     with _install_lock:
-        if _installed is not None:
+        wanted = "native" if native is not None else "dispatcher"
+        if _installed is not None and (
+            _installed.mechanism == wanted or _installed.mechanism == "python-fallback"
+        ):
             return _installed.mechanism
+        if _installed is not None:
+            _uninstall_locked()
+        if native is not None:
+            try:
+                _installed = _install_native(native)
+                return _installed.mechanism
+            except Exception as error:  # keep tracing with the Python kernel
+                log.warning("collcheck: native kernels refused (%s); using the Python kernel", error)
         try:
             _installed = _install_dispatcher(sink)
         except Exception as error:  # registration refused: keep tracing what Python issues
@@ -111,15 +124,47 @@ def install(sink: Sink) -> str:
 
 
 def uninstall() -> None:
-    global _installed
     with _install_lock:
-        if _installed is None:
-            return
-        if _installed.library is not None:
-            _installed.library._destroy()
-        if _installed.restore is not None:
-            _installed.restore()
-        _installed = None
+        _uninstall_locked()
+
+
+def _uninstall_locked() -> None:
+    global _installed
+    if _installed is None:
+        return
+    if _installed.library is not None:
+        _installed.library._destroy()
+    if _installed.restore is not None:
+        _installed.restore()
+    _installed = None
+
+
+def _install_native(module: Any) -> _Installed:
+    """The C++ kernels of native/recorder.cpp, given each operator's argument positions."""
+    import torch
+
+    operators = []
+    for spec in OP_SPECS:
+        packet = getattr(torch.ops.c10d, spec.name, None)
+        if packet is None:
+            continue
+        positions = _argument_positions(packet.default)
+        operators.append(
+            (
+                spec.name,
+                spec.label,
+                positions["process_group"],
+                [positions[name] for name in spec.tensor_args if name in positions],
+                positions.get(spec.reduce_arg, -1) if spec.reduce_arg else -1,
+                positions.get(spec.root_arg, -1) if spec.root_arg else -1,
+                spec.p2p,
+                spec.shapes,
+            )
+        )
+    if not operators:
+        raise RuntimeError("no c10d operators found")
+    module.install(operators)
+    return _Installed(library=None, mechanism="native", restore=module.uninstall)
 
 
 def _install_dispatcher(sink: Sink) -> _Installed:
@@ -336,7 +381,17 @@ def _skipped_prefixes() -> tuple[str, ...]:
 
 
 _SKIP: tuple[str, ...] | None = None
-STACK_DEPTH = 4
+STACK_DEPTH = 4  # native/recorder.cpp's kStackDepth
+
+
+def skipped_file(filename: str) -> bool:
+    """Whether frames of this file are never the user's call site (see `_skipped_prefixes`)."""
+    global _SKIP
+    if _SKIP is None:
+        _SKIP = _skipped_prefixes()
+    return filename.startswith(_SKIP)
+
+
 # Caches for the walk, keyed by id(code) because code objects compare by content, not by file; each
 # entry holds its code objects, so an id cannot be reused while it is cached. One skip decision per
 # code object, one CallSite per distinct (code, line) chain. Both are bounded (cleared when full), so

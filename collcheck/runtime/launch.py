@@ -8,10 +8,13 @@ imports torch.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +26,7 @@ PACKAGE_HOME = str(Path(__file__).resolve().parents[2])
 INTERRUPTED = 130
 GRACE_S = 5.0
 POLL_S = 1.0
+NATIVE_BUILD_WAIT_S = 1200.0  # the build itself times out after 900 s
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,20 @@ def tracing_env(base: dict[str, str], settings: dict[str, str]) -> dict[str, str
     existing = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + existing if existing else "")
     return env
+
+
+def prebuild_native() -> None:
+    """Build the native recorder before the job starts, if this interpreter has torch, so its
+    message comes before the job's output; the ranks load it (or build it themselves under a
+    lock when they run another interpreter). Never fatal: they fall back to the Python kernel."""
+    if importlib.util.find_spec("torch") is None:
+        return
+    env = {key: value for key, value in os.environ.items() if not key.startswith("COLLCHECK_")}
+    if os.environ.get("COLLCHECK_NATIVE_DIR"):
+        env["COLLCHECK_NATIVE_DIR"] = os.environ["COLLCHECK_NATIVE_DIR"]
+    command = [sys.executable, "-m", "collcheck.runtime.native", "build"]
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(command, env=env, timeout=NATIVE_BUILD_WAIT_S, check=False)
 
 
 def clear_old_traces(trace_dir: str) -> None:

@@ -257,6 +257,9 @@ class TraceWriter:
                 self._deferred.clear()
             self._write(line)
 
+    def fileno(self) -> int:
+        return self._fd
+
     def defer_line(self, line: str) -> None:
         with self._lock:
             self._deferred.append(line)

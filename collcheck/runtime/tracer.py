@@ -7,6 +7,7 @@ Only imported once torch.distributed is in use (by `enable` or by the bootstrap 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import socket
 import sys
@@ -16,7 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from collcheck.runtime import native
 from collcheck.runtime.hook import OpSpec, call_site, install
+from collcheck.runtime.native import NativeRecorder
 from collcheck.runtime.record import (
     SCHEMA_VERSION,
     CollectiveEncoder,
@@ -44,6 +47,11 @@ class TraceConfig:
     timeout_s: float = DEFAULT_TIMEOUT_S
     store_address: str | None = None  # host:port; default: the job's own store
     abort: bool = True  # end the job on an error (mismatch, stall) instead of only reporting it
+    native: bool = True  # record mode: the C++ kernel (native.py) where it can be built
+
+    @property
+    def uses_native(self) -> bool:
+        return self.native and not self.verify
 
     @property
     def mode(self) -> str:
@@ -59,6 +67,7 @@ ENV_STRICT = "COLLCHECK_STRICT"
 ENV_TIMEOUT = "COLLCHECK_TIMEOUT"
 ENV_STORE = "COLLCHECK_STORE"
 ENV_ABORT = "COLLCHECK_ABORT"
+ENV_NATIVE = "COLLCHECK_NATIVE"
 
 
 def _flag(value: str | None) -> bool:
@@ -75,6 +84,7 @@ def config_from_env(environ: dict[str, str] | None = None) -> TraceConfig:
         timeout_s=float(env.get(ENV_TIMEOUT) or DEFAULT_TIMEOUT_S),
         store_address=env.get(ENV_STORE) or None,
         abort=env.get(ENV_ABORT, "1") != "0",
+        native=env.get(ENV_NATIVE, "1").strip().lower() not in ("0", "false", "no", "off"),
     )
 
 
@@ -86,6 +96,7 @@ def config_to_env(config: TraceConfig) -> dict[str, str]:
         ENV_STRICT: "1" if config.strict else "0",
         ENV_TIMEOUT: str(config.timeout_s),
         ENV_ABORT: "1" if config.abort else "0",
+        ENV_NATIVE: "1" if config.native else "0",
     }
     if config.store_address:
         env[ENV_STORE] = config.store_address
@@ -135,6 +146,9 @@ class Tracer:
         self._pending: dict[Any, list[Any]] = {}
         self._observable: dict[tuple[str, str], bool] = {}  # (group, op) -> the backend gives futures
         self._pending_lock = threading.Lock()
+        self.native: NativeRecorder | None = None
+        self._native_events: dict[str, CollectiveEvent] = {}  # in-flight line -> its event
+        self._native_last: tuple[str, CollectiveEvent] | None = None
         self.monitor = Monitor(
             MonitorConfig(rank, config.verify, config.strict, config.timeout_s, world_size, config.abort),
             self.writer,
@@ -147,9 +161,15 @@ class Tracer:
 
     def start(self) -> None:
         # Kernels stay registered for the life of the process; they reach whichever tracer is active.
-        self.mechanism = install(_FORWARD)
-        _FORWARD.route(self)
+        module = native.load() if self.config.uses_native else None
+        self.mechanism = install(_FORWARD, native=module)
+        if self.mechanism == "native" and module is not None:
+            self.native = NativeRecorder(module, self.rank, self._main)
+        else:
+            _FORWARD.route(self)
         self.writer.write(self._header())
+        if self.native is not None:
+            self.native.start(self.writer.fileno())
         self.monitor.start()
 
     def _header(self) -> dict[str, Any]:
@@ -174,6 +194,8 @@ class Tracer:
     def stop(self) -> None:
         self.monitor.ended = True
         self._drain(STOP_GRACE_S)
+        if self.native is not None:
+            self.native.stop()
         self.monitor.stop(exited=True)
         self.writer.write({"ev": "exit", "t": time.time()})
         self.writer.close()
@@ -280,11 +302,37 @@ class Tracer:
 
     def _record_tick(self) -> None:
         """The monitor's tick in record mode: note completions, write the deferred `done` lines."""
+        if self.native is not None:
+            self._native_tick()
+            return
         self.poll_completions()
         self.writer.flush()
 
+    def _native_tick(self) -> None:
+        """Give the monitor what the native recorder has in flight (for positions and stalls)."""
+        assert self.native is not None
+        self.native.flush()
+        issued, inflight, last, last_done, _ = self.native.snapshot()
+        events = {line: self._native_events.get(line) or _event_of(line) for line in inflight}
+        self._native_events = events
+        last_event = events.get(last)
+        if last_event is None and last:
+            if self._native_last is None or self._native_last[0] != last:
+                self._native_last = (last, _event_of(last))
+            last_event = self._native_last[1]
+        self.monitor.replace_state(
+            {group: seq for group, seq in issued.items() if not group.endswith(":p2p")},
+            [event for event in events.values() if not event.group.endswith(":p2p")],
+            last_event,
+            last_done,
+        )
+
     def _drain(self, grace_s: float) -> None:
         deadline = time.monotonic() + grace_s
+        if self.native is not None:
+            while self.native.snapshot()[1] and time.monotonic() < deadline:
+                time.sleep(0.001)
+            return
         self.poll_completions()
         while self._pending and time.monotonic() < deadline:
             time.sleep(0.001)
@@ -318,6 +366,10 @@ class Tracer:
         if known is None:
             known = self._groups[name] = _Group(name, _desc(group), _ranks(group))
         return known
+
+
+def _event_of(line: str) -> CollectiveEvent:
+    return CollectiveEvent.from_json(json.loads(line))
 
 
 def _is_fake(tensor: Any, plain: Any) -> bool:

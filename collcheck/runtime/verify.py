@@ -337,6 +337,23 @@ class Monitor:
                 self._last_done = True
             self._position_dirty = True
 
+    def replace_state(
+        self,
+        issued: dict[str, int],
+        inflight: list[CollectiveEvent],
+        last: CollectiveEvent | None,
+        last_done: bool,
+    ) -> None:
+        """Record mode with the native recorder: what it has issued and has in flight, read back
+        on each tick (instead of `issued`/`completed` calls per collective)."""
+        with self._lock:
+            changed = issued != self._issued or last is not self._last or last_done != self._last_done
+            self._issued = issued
+            self._inflight = {(event.group, event.seq): event for event in inflight}
+            self._last, self._last_done = last, last_done
+            if changed:
+                self._position_dirty = True
+
     def collective_failed(self) -> None:
         """A collective failed in the backend: if another rank reported why, stop with that."""
         store = self.store

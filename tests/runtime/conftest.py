@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -82,9 +83,7 @@ def run_job(
     env = base_env()
     trace_dir = tmp_path / "trace"
     if trace is not None:
-        trace = TraceConfig(
-            str(trace_dir), trace.verify, trace.strict, trace.timeout_s, trace.store_address, trace.abort
-        )
+        trace = dataclasses.replace(trace, trace_dir=str(trace_dir))
         env = tracing_env(env, config_to_env(trace))
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(nranks))
     env.update(extra_env or {})
@@ -115,6 +114,15 @@ def _wait(rank: int, process: subprocess.Popen[str], deadline: float) -> RankRes
         out, err = process.communicate()
         err += "\n<killed by the test timeout>"
     return RankResult(rank, process.returncode, out, err)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def native_recorder_built() -> None:
+    """Build record mode's native kernel once, before any job: a rank that had to build it would
+    spend most of its timeout compiling. Where it cannot be built, ranks use the Python kernel."""
+    from collcheck.runtime import native
+
+    native.load(build=True, quiet=True)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from collcheck.runtime.verify import ABORT_EXIT_CODE
 pytestmark = pytest.mark.multirank
 
 RECORD = TraceConfig(timeout_s=3.0)
+RECORD_PYTHON = TraceConfig(timeout_s=3.0, native=False)  # the Python kernel (COLLCHECK_NATIVE=0)
 ASYNC = TraceConfig(verify=True, timeout_s=3.0)
 STRICT = TraceConfig(verify=True, strict=True, timeout_s=3.0)
 
@@ -117,7 +118,7 @@ def run_ddp_job(folder: Path, mode: TraceConfig | None, output: Path) -> Job:
     return job
 
 
-@pytest.mark.parametrize("mode", [ASYNC, RECORD], ids=["async", "record"])
+@pytest.mark.parametrize("mode", [ASYNC, RECORD, RECORD_PYTHON], ids=["async", "record", "record-python"])
 def test_ddp_results_are_bit_identical_and_gradient_all_reduces_are_recorded(
     tmp_path: Path, mode: TraceConfig
 ) -> None:

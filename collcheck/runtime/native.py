@@ -1,0 +1,241 @@
+"""Build, load and drive the native recorder (native/recorder.cpp), record mode's C++ kernel.
+
+The Python kernel of hook.py costs each collective a round trip through Python; the native kernel
+writes the same trace line from C++ and enters Python only to walk the caller's frames (and, once
+per new group, code object, call site or thread, to ask this module). It is compiled once per
+torch/Python/source combination with `torch.utils.cpp_extension` (about a minute on two cores),
+in a subprocess with a timeout, under an advisory file lock so that the ranks of a job build it
+once between them; a lock held by a killed process is released by the kernel, so it never goes
+stale. Without a compiler, or with COLLCHECK_NATIVE=0, record mode keeps the Python kernel.
+
+    python -m collcheck.runtime.native build     # build now (what `collcheck run` does first)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import CodeType, ModuleType
+
+SOURCE = Path(__file__).resolve().parent / "native" / "recorder.cpp"
+ENV_NATIVE = "COLLCHECK_NATIVE"  # "0": keep the Python kernel
+ENV_NATIVE_DIR = "COLLCHECK_NATIVE_DIR"  # where builds live (default: the user's cache folder)
+BUILD_TIMEOUT_S = 900.0
+LOCK_TIMEOUT_S = BUILD_TIMEOUT_S + 60.0
+FAILED_MARKER = "build-failed.txt"
+
+
+def wanted(environ: dict[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return env.get(ENV_NATIVE, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def cache_root(environ: dict[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    if env.get(ENV_NATIVE_DIR):
+        return Path(env[ENV_NATIVE_DIR])
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "collcheck" / "native"
+
+
+def module_name() -> str:
+    """Unique per source text, torch build and interpreter: a stale build is never loaded."""
+    import torch
+
+    digest = hashlib.sha256()
+    digest.update(SOURCE.read_bytes())
+    for part in (torch.__version__, sys.version, str(sysconfig.get_config_var("EXT_SUFFIX"))):
+        digest.update(part.encode())
+    return f"collcheck_native_{digest.hexdigest()[:16]}"
+
+
+_loaded: ModuleType | None = None
+_load_lock = threading.Lock()
+
+
+def load(build: bool = True, quiet: bool = False) -> ModuleType | None:
+    """The compiled recorder, building it first if needed (and allowed); None if unavailable."""
+    global _loaded
+    with _load_lock:
+        if _loaded is not None:
+            return _loaded
+        name = module_name()
+        directory = cache_root() / name
+        try:
+            _loaded = _import(name, directory) or (
+                _build_and_import(name, directory, quiet) if build else None
+            )
+        except Exception as error:  # never fail the traced program for it
+            _warn(f"native recorder unavailable ({type(error).__name__}: {error}); using the Python kernel")
+            return None
+        return _loaded
+
+
+def _import(name: str, directory: Path) -> ModuleType | None:
+    library = directory / f"{name}.so"
+    if not library.is_file():
+        return None
+    import torch  # noqa: F401  (the extension links against torch's libraries, loaded first)
+
+    spec = importlib.util.spec_from_file_location(name, library)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _build_and_import(name: str, directory: Path, quiet: bool) -> ModuleType | None:
+    directory.mkdir(parents=True, exist_ok=True)
+    failed = directory / FAILED_MARKER
+    with _exclusive(directory / "collcheck.lock"):
+        module = _import(name, directory)  # another rank built it while we waited
+        if module is not None:
+            return module
+        if failed.exists():
+            _warn(f"native recorder: an earlier build failed (see {failed}; delete it to retry)")
+            return None
+        if not quiet:
+            _warn(f"building the native recorder once for this torch (about a minute) in {directory}")
+        started = time.monotonic()
+        done = _run_build(name, directory)
+        if done.returncode != 0:
+            failed.write_text(done.stdout + done.stderr)
+            _warn(f"native recorder: build failed (see {failed}); using the Python kernel")
+            return None
+        if not quiet:
+            _warn(f"native recorder built in {time.monotonic() - started:.0f} s")
+        return _import(name, directory)
+
+
+def _run_build(name: str, directory: Path) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("COLLCHECK_")}
+    # A pip-installed ninja sits beside the interpreter, which need not be on PATH (no activated venv).
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    command = [sys.executable, "-m", "collcheck.runtime.native", "compile", name, str(directory)]
+    try:
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(command, 1, "", f"build timed out after {BUILD_TIMEOUT_S:.0f} s\n")
+
+
+def _compile(name: str, directory: str) -> None:
+    """In the build subprocess."""
+    from torch.utils import cpp_extension
+
+    cpp_extension.load(
+        name=name,
+        sources=[str(SOURCE)],
+        build_directory=directory,
+        extra_cflags=["-O2"],
+        is_python_module=True,
+        verbose=False,
+    )
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """flock: released by the kernel when the holder dies, so a killed build never blocks a rank."""
+    handle = open(path, "a+")  # noqa: SIM115  (held for the duration of the block)
+    try:
+        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{path} held for {LOCK_TIMEOUT_S:.0f} s") from None
+                time.sleep(0.2)
+        yield
+    finally:
+        handle.close()
+
+
+def _warn(text: str) -> None:
+    sys.stderr.write(f"collcheck: {text}\n")
+    sys.stderr.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# Driving it from the tracer
+
+
+class NativeRecorder:
+    """The Python side of the native kernel: answers its questions about groups, code objects,
+    call sites and threads (once each), and reads back what is in flight for the monitor."""
+
+    def __init__(self, module: ModuleType, rank: int, main_thread_ident: int | None) -> None:
+        self.module = module
+        self.rank = rank
+        self._main = main_thread_ident
+
+    def start(self, fd: int) -> None:
+        self.module.configure(
+            self.rank, json.dumps(self.rank), _group_info, _skip_code, self._site_json, _thread_piece
+        )
+        self.module.start(fd)
+
+    def _site_json(self) -> str:
+        from collcheck.runtime.hook import call_site
+
+        return call_site(self._main).encoded
+
+    def snapshot(self) -> tuple[dict[str, int], list[str], str, bool, int]:
+        """(issued per sequence, in-flight lines oldest first, last line, its completion, count)."""
+        issued, inflight, last, last_done, recorded = self.module.snapshot()
+        return dict(issued), list(inflight), str(last), bool(last_done), int(recorded)
+
+    def flush(self) -> None:
+        self.module.flush()
+
+    def stop(self) -> None:
+        self.module.stop()
+
+
+def _group_info(name: str) -> tuple[list[int], str, str, str]:
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    try:
+        group = c10d._resolve_process_group(name)  # type: ignore[attr-defined, arg-type]
+        ranks = list(dist.get_process_group_ranks(group))
+        desc = str(getattr(group, "group_desc", "") or "")
+    except Exception:  # a group c10d does not know: the world's ranks
+        ranks, desc = list(range(dist.get_world_size())), ""
+    return ranks, json.dumps(name), json.dumps(f"{name}:p2p"), json.dumps(desc)
+
+
+def _skip_code(code: CodeType) -> bool:
+    from collcheck.runtime.hook import skipped_file
+
+    return skipped_file(code.co_filename)
+
+
+def _thread_piece() -> str:
+    return f',"thread":{json.dumps(threading.current_thread().name)},"t_start":'
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["compile"] and len(argv) == 3:
+        _compile(argv[1], argv[2])
+        return 0
+    if argv[:1] == ["build"]:
+        return 0 if load(build=True) is not None else 1
+    sys.stderr.write("usage: python -m collcheck.runtime.native build\n")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

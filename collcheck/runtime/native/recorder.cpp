@@ -1,0 +1,568 @@
+// collcheck's native recorder: record mode's c10d kernel in C++.
+//
+// The Python kernel of hook.py costs every collective a round trip through Python (boxing the
+// arguments into Python objects, redispatching from Python). This kernel is registered for the
+// same c10d operators at the same key (BackendSelect) and writes the same JSON line as
+// CollectiveEncoder.coll, but it only enters Python to walk the caller's frames, and calls back
+// into Python only for what it has not seen before: a process group, a code object, a chain of
+// call sites, a thread. Completion is noted by a C++ callback on the Work's future (no GIL), and
+// the `done` line goes out with the next line or at the monitor's next flush.
+//
+// Built on first use by collcheck/runtime/native.py with torch.utils.cpp_extension; the Python
+// side (tracer.py) reads in-flight collectives back with `snapshot()` for stall reports.
+
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/csrc/DynamicTypes.h>
+
+#include <Python.h>
+#include <frameobject.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr int kStackDepth = 4;  // user frames per call site, as hook.STACK_DEPTH
+constexpr size_t kCacheLimit = 1 << 16;
+const char* const kReduceNames[] = {"sum", "avg", "product", "min", "max", "band", "bor", "bxor", "premul_sum"};
+
+double now_seconds() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+void append_double(std::string& out, double value) {
+  char buffer[40];
+  auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  out.append(buffer, result.ptr);
+  // Python's repr always shows a float as one (1.0, not 1): keep the lines identical.
+  if (std::string_view(buffer, result.ptr - buffer).find_first_of(".en") == std::string_view::npos) {
+    out += ".0";
+  }
+}
+
+// What the kernel needs to know about one operator (from hook.OpSpec and the schema).
+struct OpInfo {
+  std::string label_json;  // "\"all_reduce\""
+  std::string label;
+  int group_at = -1;
+  std::vector<int> tensor_at;
+  int reduce_at = -1;
+  int root_at = -1;
+  bool p2p = false;
+  bool shapes = true;
+};
+
+struct GroupInfo {
+  std::vector<int64_t> ranks;
+  std::string name_json;
+  std::string p2p_name;
+  std::string p2p_name_json;
+  std::string ranks_json;
+  std::string head;  // {"ev":"coll","rank":R,"group":G,"group_ranks":[..],"seq":
+  std::string tail;  // ,"group_desc":D}\n
+};
+
+// Everything touched without the GIL (the issuing thread after the frame walk, the backend's
+// thread in the completion callback, the monitor's flush) lives here, behind `mu`. Nothing that
+// holds `mu` ever waits for the GIL, so the two locks cannot deadlock.
+struct State {
+  std::mutex mu;
+  int fd = -1;
+  std::atomic<bool> active{false};  // read without `mu` on every collective
+  std::string deferred;
+  std::unordered_map<std::string, int64_t> seq;
+  std::map<std::pair<std::string, int64_t>, std::string> inflight;
+  std::unordered_map<std::string, bool> observable;  // group + op -> the backend gives futures
+  std::string last_group;
+  int64_t last_seq = 0;
+  std::string last_line;
+  bool last_done = false;
+  int64_t recorded = 0;
+
+  void write_locked(std::string line) {
+    if (!deferred.empty()) {
+      line.insert(0, deferred);
+      deferred.clear();
+    }
+    const char* data = line.data();
+    size_t left = line.size();
+    while (left > 0 && fd >= 0) {
+      ssize_t written = ::write(fd, data, left);
+      if (written < 0 && errno == EINTR) continue;
+      if (written <= 0) return;  // a full disk: the trace ends here, the program goes on
+      data += written;
+      left -= static_cast<size_t>(written);
+    }
+  }
+
+  void completed_locked(const std::string& group, int64_t seq_done) {
+    // A group runs its collectives in order: a later one done means the earlier ones are too.
+    auto first = inflight.lower_bound({group, 0});
+    auto last = inflight.upper_bound({group, seq_done});
+    inflight.erase(first, last);
+    if (last_group == group && last_seq == seq_done) last_done = true;
+  }
+
+  void done(const std::string& group_json, const std::string& group, int64_t seq_done, double t_end, bool ok) {
+    std::lock_guard<std::mutex> guard(mu);
+    if (!active) return;
+    completed_locked(group, seq_done);
+    std::string line = "{\"ev\":\"done\",\"group\":" + group_json + ",\"seq\":" + std::to_string(seq_done) +
+        ",\"t_end\":";
+    append_double(line, t_end);
+    line += ok ? ",\"ok\":true}\n" : ",\"ok\":false}\n";
+    if (ok) {
+      deferred += line;
+    } else {  // a failure is written at once: the process may be about to end
+      write_locked(std::move(line));
+    }
+  }
+};
+
+std::shared_ptr<State> g_state = std::make_shared<State>();
+
+// Caches below are only touched with the GIL held.
+struct PythonSide {
+  py::object group_info;  // name -> (ranks, name_json, p2p_name_json, desc_json)
+  py::object skip_code;  // code -> bool
+  py::object site_json;  // () -> str, the encoded site of the current frames
+  py::object thread_piece;  // () -> ',"thread":"...","t_start":'
+  std::string rank_json;
+  int64_t rank = 0;
+  std::unordered_map<std::string, GroupInfo> groups;
+  std::unordered_map<PyObject*, bool> skipped;  // holds a reference to each code object
+  std::map<std::vector<std::pair<PyObject*, int>>, std::string> sites;
+  std::vector<std::string> dtype_json;  // by ScalarType
+};
+
+PythonSide* g_python = nullptr;  // created in configure(), never freed (interpreter lifetime)
+std::unique_ptr<torch::Library> g_library;
+
+void clear_code_caches(PythonSide& side) {
+  side.sites.clear();
+  for (auto& entry : side.skipped) Py_DECREF(entry.first);
+  side.skipped.clear();
+}
+
+bool is_skipped(PythonSide& side, PyCodeObject* code) {
+  PyObject* key = reinterpret_cast<PyObject*>(code);
+  auto found = side.skipped.find(key);
+  if (found != side.skipped.end()) return found->second;
+  if (side.skipped.size() >= kCacheLimit) clear_code_caches(side);
+  bool skip = side.skip_code(py::handle(key)).cast<bool>();
+  Py_INCREF(key);
+  side.skipped.emplace(key, skip);
+  return skip;
+}
+
+int frame_lasti(PyFrameObject* frame) {
+#if PY_VERSION_HEX >= 0x030B0000
+  return PyFrame_GetLasti(frame);
+#else
+  return frame->f_lasti;
+#endif
+}
+
+// The encoded call site of the current Python frames, cached per chain of (code, instruction) of
+// the user frames, as hook._site_from does. With the GIL held.
+std::string site_of_current_frames(PythonSide& side) {
+  PyFrameObject* frame = PyEval_GetFrame();
+  if (frame == nullptr) {  // a thread without Python frames: the Python side asks the main thread
+    return side.site_json().cast<std::string>();
+  }
+  Py_INCREF(frame);
+  std::vector<std::pair<PyObject*, int>> chain;
+  while (frame != nullptr && chain.size() < static_cast<size_t>(kStackDepth)) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    bool skip = true;
+    try {
+      skip = is_skipped(side, code);
+    } catch (...) {
+      Py_DECREF(code);
+      Py_DECREF(frame);
+      throw;
+    }
+    if (!skip) chain.emplace_back(reinterpret_cast<PyObject*>(code), frame_lasti(frame));
+    Py_DECREF(code);  // kept alive by `skipped`
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  Py_XDECREF(frame);
+  if (chain.empty()) return side.site_json().cast<std::string>();
+  auto found = side.sites.find(chain);
+  if (found != side.sites.end()) return found->second;
+  std::string site = side.site_json().cast<std::string>();
+  side.sites.emplace(std::move(chain), site);
+  return site;
+}
+
+const GroupInfo& group_of(PythonSide& side, const std::string& name) {
+  auto found = side.groups.find(name);
+  if (found != side.groups.end()) return found->second;
+  py::tuple info = side.group_info(name);
+  GroupInfo group;
+  for (auto rank : info[0].cast<py::list>()) group.ranks.push_back(rank.cast<int64_t>());
+  group.name_json = info[1].cast<std::string>();
+  group.p2p_name = name + ":p2p";
+  group.p2p_name_json = info[2].cast<std::string>();
+  std::string ranks_json = "[";
+  for (size_t i = 0; i < group.ranks.size(); ++i) {
+    if (i) ranks_json += ",";
+    ranks_json += std::to_string(group.ranks[i]);
+  }
+  ranks_json += "]";
+  group.ranks_json = ranks_json;
+  group.head = "{\"ev\":\"coll\",\"rank\":" + side.rank_json + ",\"group\":" + group.name_json +
+      ",\"group_ranks\":" + ranks_json + ",\"seq\":";
+  group.tail = ",\"group_desc\":" + info[3].cast<std::string>() + "}\n";
+  return side.groups.emplace(name, std::move(group)).first->second;
+}
+
+// The thread's name, kept in its thread state's dict: thread idents are reused by new threads,
+// thread states are not, so a new thread is always asked for (as hook.py reads it per event).
+std::string thread_of(PythonSide& side) {
+  static const char* const kKey = "collcheck.thread_piece";
+  PyObject* dict = PyThreadState_GetDict();  // borrowed
+  if (dict != nullptr) {
+    PyObject* known = PyDict_GetItemString(dict, kKey);  // borrowed
+    if (known != nullptr && PyUnicode_Check(known)) return py::reinterpret_borrow<py::str>(known).cast<std::string>();
+  }
+  py::str piece = side.thread_piece();
+  if (dict != nullptr) PyDict_SetItemString(dict, kKey, piece.ptr());
+  return piece.cast<std::string>();
+}
+
+// Tensor, Tensor[] and Tensor[][] arguments, flattened. False if a tensor is fake (tracing or
+// compiling: meta tensors, Python-dispatched subclasses such as FakeTensor), which is no collective.
+bool collect_tensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
+  if (value.isTensor()) {
+    const at::Tensor& tensor = value.toTensor();
+    if (!tensor.defined()) return true;
+    if (tensor.is_meta() || tensor.key_set().has(c10::DispatchKey::Python)) return false;
+    out.push_back(tensor);
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& tensor : value.toTensorList()) {
+      if (!collect_tensors(c10::IValue(tensor), out)) return false;
+    }
+  } else if (value.isList()) {
+    for (const c10::IValue& item : value.toListRef()) {
+      if (!collect_tensors(item, out)) return false;
+    }
+  }
+  return true;
+}
+
+// torch's own name of a dtype ("float32"), asked of Python once per dtype. With the GIL held.
+const std::string& dtype_json(PythonSide& side, c10::ScalarType type) {
+  auto index = static_cast<size_t>(type);
+  if (index >= side.dtype_json.size()) side.dtype_json.resize(index + 1);
+  std::string& known = side.dtype_json[index];
+  if (known.empty()) {
+    std::string name = py::str(py::handle(reinterpret_cast<PyObject*>(torch::getTHPDtype(type))));
+    if (name.rfind("torch.", 0) == 0) name.erase(0, 6);
+    known = "\"" + name + "\"";
+  }
+  return known;
+}
+
+struct Issued {
+  std::string group;  // the sequence's name: the group's, or "<group>:p2p"
+  std::string group_json;
+  std::string observable_key;
+  int64_t seq = 0;
+};
+
+class RecorderKernel final : public c10::OperatorKernel {
+ public:
+  explicit RecorderKernel(OpInfo info) : info_(std::move(info)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+    std::unique_ptr<Issued> issued;
+    if (g_state->active) {
+      try {
+        issued = begin(op, *stack);
+      } catch (...) {  // the recorder must never break the program
+        issued.reset();
+      }
+    }
+    op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::BackendSelect), stack);
+    if (issued) {
+      try {
+        attach(op, *stack, *issued);
+      } catch (...) {
+      }
+    }
+  }
+
+ private:
+  std::unique_ptr<Issued> begin(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+    const size_t count = op.schema().arguments().size();
+    const size_t base = stack.size() - count;
+    auto arg = [&](int at) -> const c10::IValue& { return stack[base + static_cast<size_t>(at)]; };
+    std::vector<at::Tensor> tensors;
+    for (int at : info_.tensor_at) {
+      if (!collect_tensors(arg(at), tensors)) return nullptr;
+    }
+    auto group = arg(info_.group_at).toCustomClass<c10d::ProcessGroup>();
+    const std::string& name = group->getGroupName();
+    int reduce = -1;
+    if (info_.reduce_at >= 0) reduce = static_cast<int>(arg(info_.reduce_at).toCustomClass<c10d::ReduceOp>()->op_);
+    bool has_root = info_.root_at >= 0 && arg(info_.root_at).isInt();
+    int64_t root = has_root ? arg(info_.root_at).toInt() : -1;
+
+    std::string head, site, thread, tail, group_json, sequence_name;
+    std::vector<std::string> dtypes;
+    {
+      py::gil_scoped_acquire gil;
+      if (g_python == nullptr) return nullptr;
+      PythonSide& side = *g_python;
+      try {
+        const GroupInfo& info = group_of(side, name);
+        if (has_root && root >= 0 && root < static_cast<int64_t>(info.ranks.size())) root = info.ranks[root];
+        if (info_.p2p) {
+          sequence_name = info.p2p_name;
+          group_json = info.p2p_name_json;
+          std::string ranks = "[" + std::to_string(side.rank) + "]";
+          if (has_root && root != side.rank) {
+            int64_t low = std::min(side.rank, root), high = std::max(side.rank, root);
+            ranks = "[" + std::to_string(low) + "," + std::to_string(high) + "]";
+          } else if (!has_root) {  // recv from any source: any member
+            ranks = info.ranks_json;
+          }
+          head = "{\"ev\":\"coll\",\"rank\":" + side.rank_json + ",\"group\":" + group_json +
+              ",\"group_ranks\":" + ranks + ",\"seq\":";
+        } else {
+          sequence_name = name;
+          group_json = info.name_json;
+          head = info.head;
+        }
+        tail = info.tail;
+        site = site_of_current_frames(side);
+        thread = thread_of(side);
+        for (const at::Tensor& tensor : tensors) dtypes.push_back(dtype_json(side, tensor.scalar_type()));
+      } catch (py::error_already_set& error) {
+        error.discard_as_unraisable(__func__);
+        return nullptr;
+      }
+    }
+
+    std::string middle = ",\"op\":" + info_.label_json + ",\"shapes\":[";
+    if (info_.shapes) {
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        if (i) middle += ",";
+        middle += "[";
+        auto sizes = tensors[i].sizes();
+        for (size_t d = 0; d < sizes.size(); ++d) {
+          if (d) middle += ",";
+          middle += std::to_string(sizes[d]);
+        }
+        middle += "]";
+      }
+    }
+    middle += "],\"dtypes\":[";
+    for (size_t i = 0; i < dtypes.size(); ++i) {
+      if (i) middle += ",";
+      middle += dtypes[i];
+    }
+    middle += "],\"reduce_op\":";
+    if (reduce >= 0 && reduce < static_cast<int>(sizeof(kReduceNames) / sizeof(kReduceNames[0]))) {
+      middle += "\"" + std::string(kReduceNames[reduce]) + "\"";
+    } else {
+      middle += "null";
+    }
+    middle += ",\"root\":";
+    middle += has_root ? std::to_string(root) : "null";
+    middle += ",\"site\":";
+
+    auto result = std::make_unique<Issued>();
+    result->group = sequence_name;
+    result->group_json = group_json;
+    result->observable_key = sequence_name + '\n' + info_.label;
+    State& state = *g_state;
+    std::lock_guard<std::mutex> guard(state.mu);
+    if (!state.active) return nullptr;
+    int64_t seq = ++state.seq[sequence_name];
+    result->seq = seq;
+    std::string line = head + std::to_string(seq) + middle + site + thread;
+    append_double(line, now_seconds());
+    line += tail;
+    state.inflight[{sequence_name, seq}] = line;
+    state.last_group = sequence_name;
+    state.last_seq = seq;
+    state.last_line = line;
+    state.last_done = false;
+    state.recorded += 1;
+    state.write_locked(std::move(line));
+    return result;
+  }
+
+  void attach(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const Issued& issued) {
+    const size_t returns = op.schema().returns().size();
+    c10::intrusive_ptr<c10d::Work> work;
+    for (size_t i = stack.size() - returns; i < stack.size(); ++i) {
+      const c10::IValue& value = stack[i];
+      if (value.isCustomClass()) {
+        work = value.toCustomClass<c10d::Work>();
+        break;
+      }
+    }
+    if (!work) return;
+    std::shared_ptr<State> state = g_state;
+    bool known_unobservable = false;
+    {
+      std::lock_guard<std::mutex> guard(state->mu);
+      auto found = state->observable.find(issued.observable_key);
+      known_unobservable = found != state->observable.end() && !found->second;
+    }
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    if (!known_unobservable) {
+      try {
+        future = work->getFuture();
+      } catch (...) {  // e.g. gloo's reduce_scatter_tensor: "Work::getFuture not implemented"
+      }
+    }
+    if (!future) {
+      std::lock_guard<std::mutex> guard(state->mu);
+      state->observable[issued.observable_key] = false;
+      if (!state->active) return;
+      state->completed_locked(issued.group, issued.seq);  // cannot watch it: never call it a stall
+      state->write_locked("{\"ev\":\"unobserved\",\"group\":" + issued.group_json + ",\"seq\":" +
+                          std::to_string(issued.seq) + "}\n");
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> guard(state->mu);
+      state->observable[issued.observable_key] = true;
+    }
+    future->addCallback(
+        [state, group = issued.group, group_json = issued.group_json, seq = issued.seq](c10::ivalue::Future& done) {
+          state->done(group_json, group, seq, now_seconds(), !done.hasError());
+        },
+        /*uses_future=*/false);
+  }
+
+  OpInfo info_;
+};
+
+// -- the module's functions (called from collcheck/runtime/native.py) --------------------------
+
+void configure(int64_t rank, const std::string& rank_json, py::object group_info, py::object skip_code,
+               py::object site_json, py::object thread_piece) {
+  if (g_python == nullptr) g_python = new PythonSide();
+  PythonSide& side = *g_python;
+  side.rank = rank;
+  side.rank_json = rank_json;
+  side.group_info = std::move(group_info);
+  side.skip_code = std::move(skip_code);
+  side.site_json = std::move(site_json);
+  side.thread_piece = std::move(thread_piece);
+  side.groups.clear();
+  clear_code_caches(side);
+}
+
+void install(const std::vector<std::tuple<std::string, std::string, int, std::vector<int>, int, int, bool, bool>>& ops) {
+  g_library = std::make_unique<torch::Library>(torch::Library::IMPL, "c10d", c10::DispatchKey::BackendSelect,
+                                               __FILE__, __LINE__);
+  for (const auto& [name, label, group_at, tensor_at, reduce_at, root_at, p2p, shapes] : ops) {
+    OpInfo info;
+    info.label = label;
+    info.label_json = "\"" + label + "\"";
+    info.group_at = group_at;
+    info.tensor_at = tensor_at;
+    info.reduce_at = reduce_at;
+    info.root_at = root_at;
+    info.p2p = p2p;
+    info.shapes = shapes;
+    g_library->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<RecorderKernel>(std::move(info))));
+  }
+}
+
+void uninstall() { g_library.reset(); }
+
+// Start writing to `fd` (the module keeps its own duplicate); sequence numbers start afresh.
+void start(int fd) {
+  int own = ::dup(fd);
+  if (own < 0) throw std::runtime_error("collcheck native recorder: dup failed");
+  State& state = *g_state;
+  std::lock_guard<std::mutex> guard(state.mu);
+  if (state.fd >= 0) ::close(state.fd);
+  state.fd = own;
+  state.deferred.clear();
+  state.seq.clear();
+  state.inflight.clear();
+  state.observable.clear();
+  state.last_group.clear();
+  state.last_line.clear();
+  state.last_seq = 0;
+  state.last_done = false;
+  state.recorded = 0;
+  state.active = true;
+}
+
+void flush() {
+  State& state = *g_state;
+  std::lock_guard<std::mutex> guard(state.mu);
+  if (!state.deferred.empty()) state.write_locked(std::string());
+}
+
+void stop() {
+  State& state = *g_state;
+  std::lock_guard<std::mutex> guard(state.mu);
+  if (!state.deferred.empty()) state.write_locked(std::string());
+  state.active = false;
+  if (state.fd >= 0) ::close(state.fd);
+  state.fd = -1;
+}
+
+// (issued per sequence name, in-flight lines oldest first, last line, whether it completed, count)
+py::tuple snapshot() {
+  std::unordered_map<std::string, int64_t> seq;
+  std::vector<std::string> inflight;
+  std::string last;
+  bool last_done = false;
+  int64_t recorded = 0;
+  {
+    py::gil_scoped_release release;  // the issuing thread may need the GIL before it releases `mu`
+    State& state = *g_state;
+    std::lock_guard<std::mutex> guard(state.mu);
+    seq = state.seq;
+    for (const auto& entry : state.inflight) inflight.push_back(entry.second);
+    last = state.last_line;
+    last_done = state.last_done;
+    recorded = state.recorded;
+  }
+  return py::make_tuple(seq, inflight, last, last_done, recorded);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "collcheck's native recorder (record mode's c10d kernel)";
+  m.def("configure", &configure);
+  m.def("install", &install);
+  m.def("uninstall", &uninstall);
+  m.def("start", &start);
+  m.def("flush", &flush, py::call_guard<py::gil_scoped_release>());
+  m.def("stop", &stop, py::call_guard<py::gil_scoped_release>());
+  m.def("snapshot", &snapshot);
+}

@@ -1,0 +1,91 @@
+"""Record mode's native (C++) kernel: same trace as the Python kernel, fallback when unavailable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_job
+
+from collcheck.runtime import native
+from collcheck.runtime.record import read_trace
+from collcheck.runtime.tracer import TraceConfig
+
+pytestmark = pytest.mark.multirank
+
+NATIVE = TraceConfig(timeout_s=5.0)
+PYTHON = TraceConfig(timeout_s=5.0, native=False)
+TIMES = ("t_start", "t_end", "t")
+
+
+@pytest.fixture(scope="module")
+def built() -> None:
+    if native.load(build=True, quiet=True) is None:
+        failed = native.cache_root() / native.module_name() / native.FAILED_MARKER
+        reason = failed.read_text()[-2000:] if failed.exists() else "see stderr"
+        pytest.skip(f"the native recorder cannot be built here: {reason}")
+
+
+def traces(job_dir: Path, ranks: int) -> list[list[dict[str, Any]]]:
+    return [read_trace(str(job_dir / f"collcheck-rank{rank}.jsonl")) for rank in range(ranks)]
+
+
+def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Collective and unobserved lines without their clocks; `done` lines as (group, seq, ok)."""
+    kept = [
+        {k: v for k, v in row.items() if k not in TIMES}
+        for row in rows
+        if row["ev"] in ("coll", "unobserved")
+    ]
+    done = sorted((row["group"], row["seq"], row["ok"]) for row in rows if row["ev"] == "done")
+    return [*kept, {"done": done}]
+
+
+@pytest.mark.parametrize(("program", "ranks"), [("ops_single.py", 1), ("mixed_groups.py", 2)])
+def test_native_kernel_writes_the_lines_the_python_kernel_writes(
+    built: None, tmp_path: Path, program: str, ranks: int
+) -> None:
+    fast = run_job(program, tmp_path / "native", nranks=ranks, trace=NATIVE)
+    slow = run_job(program, tmp_path / "python", nranks=ranks, trace=PYTHON)
+    assert fast.returncodes == [0] * ranks, fast.stderr
+    assert slow.returncodes == [0] * ranks, slow.stderr
+    native_rows, python_rows = traces(fast.trace_dir, ranks), traces(slow.trace_dir, ranks)
+    for rank in range(ranks):
+        assert native_rows[rank][0]["hook"] == "native"
+        assert python_rows[rank][0]["hook"] == "dispatcher"
+        assert comparable(native_rows[rank]) == comparable(python_rows[rank])
+        assert all(row["t_end"] >= 0 for row in native_rows[rank] if row["ev"] == "done")
+    assert "UserWarning" not in fast.stderr  # the tracer adds nothing to the program's output
+
+
+def test_mixed_program_trace_has_what_the_comparison_relies_on(built: None, tmp_path: Path) -> None:
+    job = run_job("mixed_groups.py", tmp_path, nranks=2, trace=NATIVE)
+    assert job.returncodes == [0, 0], job.stderr
+    rows = [row for row in traces(job.trace_dir, 2)[1] if row["ev"] == "coll"]
+    ops = [(row["op"], row["group"], row["dtypes"]) for row in rows]
+    assert ("all_reduce", "1", ["bfloat16"]) in ops  # the subgroup has its own name and sequence
+    assert [row["op"] for row in rows if row["group"].endswith(":p2p")] == ["recv", "send", "recv"]
+    side = [row for row in rows if row["op"] == "broadcast"]
+    assert side and side[0]["thread"] == "side-thread"
+    assert rows[0]["reduce_op"] == "min" and rows[0]["shapes"] == [[3, 2]]
+
+
+def test_a_failed_build_falls_back_to_the_python_kernel(tmp_path: Path) -> None:
+    root = tmp_path / "native-cache"
+    marker = root / native.module_name() / native.FAILED_MARKER
+    marker.parent.mkdir(parents=True)
+    marker.write_text("g++: not found\n")
+    job = run_job("steady.py", tmp_path, trace=NATIVE, extra_env={native.ENV_NATIVE_DIR: str(root)})
+    assert job.returncodes == [0, 0], job.stderr
+    assert f"an earlier build failed (see {marker}" in job.stderr
+    assert [rows[0]["hook"] for rows in traces(job.trace_dir, 2)] == ["dispatcher", "dispatcher"]
+
+
+def test_collcheck_native_0_keeps_the_python_kernel(tmp_path: Path) -> None:
+    job = run_job("steady.py", tmp_path, trace=PYTHON)
+    assert job.returncodes == [0, 0], job.stderr
+    headers = [rows[0] for rows in traces(job.trace_dir, 2)]
+    assert [header["hook"] for header in headers] == ["dispatcher", "dispatcher"]
+    assert json.dumps(headers[0]["mode"]) == '"record"'
