@@ -45,6 +45,7 @@ class OpSpec:
     root_arg: str | None = None
     p2p: bool = False
     shapes: bool = True  # all_to_all may legitimately differ in shape (uneven splits)
+    tag_arg: str | None = None  # send/recv: gloo pairs them by tag too, so it is compared
 
 
 OP_SPECS: tuple[OpSpec, ...] = (
@@ -65,9 +66,9 @@ OP_SPECS: tuple[OpSpec, ...] = (
     OpSpec("scatter_", "scatter", ("output_tensors",), root_arg="root_rank"),
     OpSpec("barrier", "barrier"),
     OpSpec("monitored_barrier_", "monitored_barrier"),
-    OpSpec("send", "send", ("tensors",), root_arg="dst", p2p=True),
-    OpSpec("recv_", "recv", ("tensors",), root_arg="src", p2p=True),
-    OpSpec("recv_any_source_", "recv_any_source", ("tensors",), p2p=True),
+    OpSpec("send", "send", ("tensors",), root_arg="dst", p2p=True, tag_arg="tag"),
+    OpSpec("recv_", "recv", ("tensors",), root_arg="src", p2p=True, tag_arg="tag"),
+    OpSpec("recv_any_source_", "recv_any_source", ("tensors",), p2p=True, tag_arg="tag"),
 )
 
 
@@ -75,7 +76,13 @@ class Sink(Protocol):
     """What the hook reports to (the Tracer)."""
 
     def begin(
-        self, spec: OpSpec, group: Any, tensors: list[Any], reduce_op: int | None, root: int | None
+        self,
+        spec: OpSpec,
+        group: Any,
+        tensors: list[Any],
+        reduce_op: int | None,
+        root: int | None,
+        tag: int | None = None,
     ) -> object | None: ...
 
     def attach(self, token: object, work: Any) -> None: ...
@@ -192,6 +199,7 @@ def _make_kernel(spec: OpSpec, overload: Any, below: Any, sink: Sink) -> Callabl
     tensors_of = _tensor_reader(tensor_at)
     reduce_at = positions.get(spec.reduce_arg, -1) if spec.reduce_arg else -1
     root_at = positions.get(spec.root_arg, -1) if spec.root_arg else -1
+    tag_at = positions.get(spec.tag_arg, -1) if spec.tag_arg else -1
     # The handle's boxed redispatch, without OpOverload.redispatch's extra Python frame.
     handle = getattr(overload, "_handle", None)
     redispatch = getattr(handle, "redispatch_boxed", None) or overload.redispatch
@@ -208,6 +216,7 @@ def _make_kernel(spec: OpSpec, overload: Any, below: Any, sink: Sink) -> Callabl
                 tensors_of(args),
                 _reduce_code(args[reduce_at]) if 0 <= reduce_at < count else None,
                 args[root_at] if 0 <= root_at < count else None,
+                args[tag_at] if 0 <= tag_at < count else None,
             )
         except Exception as error:  # the tracer must never break the program
             log.debug("collcheck: begin failed: %s", error)

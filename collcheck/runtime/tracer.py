@@ -181,7 +181,13 @@ class Tracer:
     # -- Sink ----------------------------------------------------------------------------------
 
     def begin(
-        self, spec: OpSpec, group: Any, tensors: list[Any], reduce_op: int | None, root: int | None
+        self,
+        spec: OpSpec,
+        group: Any,
+        tensors: list[Any],
+        reduce_op: int | None,
+        root: int | None,
+        tag: int | None = None,
     ) -> CollectiveEvent | None:
         plain = self._tensor_type
         for tensor in tensors:  # tracing/compiling, not a real collective
@@ -214,6 +220,7 @@ class Tracer:
             thread=threading.current_thread().name,
             t_start=time.time(),
             group_desc=info.desc,
+            tag=tag,
         )
         self.writer.write_line(self.encoder.coll(event))
         if not spec.p2p:  # point-to-point pairs are recorded, not cross-checked (see docs)
