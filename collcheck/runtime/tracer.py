@@ -31,6 +31,7 @@ DEFAULT_TIMEOUT_S = 300.0
 STORE_CONNECT_TIMEOUT_S = 3.0  # the job store was just reachable; only overrides can be slow
 # At stop, how long record mode waits for collectives still running (async ops not waited for).
 STOP_GRACE_S = 0.2
+P2P_WAITS_LIMIT = 1024  # send/recv Works watched through wait() at once (see Tracer.attach)
 
 # RedOpType numbering of c10d (stable since torch 1.x): the ReduceOp object only exposes the number.
 REDUCE_NAMES = ("sum", "avg", "product", "min", "max", "band", "bor", "bxor", "premul_sum")
@@ -135,6 +136,7 @@ class Tracer:
         self._pending: dict[Any, list[Any]] = {}
         self._observable: dict[tuple[str, str], bool] = {}  # (group, op) -> the backend gives futures
         self._pending_lock = threading.Lock()
+        self._p2p_waits: dict[Any, CollectiveEvent] = {}  # send/recv Works without a future
         self.monitor = Monitor(
             MonitorConfig(rank, config.verify, config.strict, config.timeout_s, world_size, config.abort),
             self.writer,
@@ -223,7 +225,9 @@ class Tracer:
             tag=tag,
         )
         self.writer.write_line(self.encoder.coll(event))
-        if not spec.p2p:  # point-to-point pairs are recorded, not cross-checked (see docs)
+        if spec.p2p:  # paired with its peer's recv/send, not with the group's collectives
+            self.monitor.issued_p2p(event)
+        else:
             self.monitor.issued(event)
         return event
 
@@ -252,6 +256,11 @@ class Tracer:
             future = work.get_future()
         except Exception:  # e.g. gloo's reduce_scatter_tensor: "Work::getFuture not implemented"
             self._observable[(token.group, token.op)] = False
+            # Gloo's send/recv Works have no future either, but complete in wait(), which is how
+            # a recv that never gets its send is told from a finished one (see `waited`).
+            if token.group.endswith(":p2p") and len(self._p2p_waits) < P2P_WAITS_LIMIT:
+                self._p2p_waits[work] = token
+                return
             self.writer.write({"ev": "unobserved", "group": token.group, "seq": token.seq})
             self.monitor.completed(token.group, token.seq)  # cannot watch it: never call it a stall
             return
@@ -264,12 +273,23 @@ class Tracer:
         that the current stream waits for the collective). A raised one is a failure if the work
         completed, and a timeout, which leaves it pending, if not.
         """
+        if self._p2p_waits and self._p2p_waited(work, raised):
+            return
         if not self._pending or (raised and not work.is_completed()):
             return
         with self._pending_lock:
             pending = self._pending.pop(work, None)
         if pending is not None:
             self._done(pending[0], not raised, defer=True)
+
+    def _p2p_waited(self, work: Any, raised: bool) -> bool:
+        """Whether `work` is a watched send/recv Work; notes its completion (or failure)."""
+        event = self._p2p_waits.get(work)
+        if event is None:
+            return False
+        if (not raised or work.is_completed()) and self._p2p_waits.pop(work, None) is not None:
+            self._done(event, not raised)
+        return True
 
     def poll_completions(self) -> None:
         """Note every pending work that has completed (issuing thread and monitor thread)."""
