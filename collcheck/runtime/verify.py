@@ -14,9 +14,11 @@ Protocol (keys live under the `collcheck/` prefix of the job's store; no new ser
 * `abort`: the first error report (compare_set, so the first reporter wins); every rank polls it
   and stops, so one rank's finding ends the whole job instead of leaving the others hanging.
 
-Asynchronous mode does all store traffic on a background thread. Strict mode publishes and
-compares on the calling thread before every collective, send and recv. Every store wait has a
-timeout;
+Asynchronous mode does the store traffic on a background thread, except the first time a
+(group, op, call site) is issued on a rank: that collective is agreed on the calling thread before
+it is issued, as in strict mode, so a divergence at a new call site (the usual kind) is caught
+before the backend sees it. Strict mode publishes and compares on the calling thread before every
+collective, send and recv. Every store wait has a timeout;
 any store failure degrades the tracer to recording only (with a warning), never to a hang.
 The functions at the bottom (report texts, cycle search) are pure, so tests can call them.
 """
@@ -45,6 +47,7 @@ ABORT_GRACE_S = 0.5
 ABORT_LINGER_S = 3.0
 KEY_WINDOW = 65_536  # fingerprints kept per group behind the newest (about 200 bytes each)
 PRUNE_PER_TICK = 1_024  # deletions per tick at most: the checker's tick stays short
+FIRST_SEEN_LIMIT = 4_096  # (group, op, call site) agreed synchronously in async mode, at most
 P2P_POLL_S = 0.1  # how often a strict recv waiting for its send looks for a wait cycle
 PREFIX = "collcheck"
 
@@ -323,10 +326,13 @@ class Monitor:
         self._background = config.verify and not config.strict  # async: the thread compares
         self._strict = config.verify and config.strict
         self.store: Any = None
-        # The issuing threads' own connection (strict mode), so a wait there never delays the
-        # background thread's abort polling.
+        # The issuing threads' own connection (strict mode; async mode's first-seen checks), so a
+        # wait there never delays the background thread's abort polling.
         self.sync_store: Any = None
         self._lock = threading.Lock()
+        # One publisher at a time, taking `_new` in issue order: every fingerprint is published
+        # once, and always before the head that counts it.
+        self._publish_lock = threading.Lock()
         # Events (and send/recv slots), not fingerprints: building those (strings, relative paths)
         # is left to the background thread, off the collective's path.
         self._new: deque[CollectiveEvent | P2PSlot] = deque()
@@ -337,6 +343,7 @@ class Monitor:
         self._channels: dict[Channel, int] = {}  # sends (or recvs) this rank issued per channel
         self._any_source: set[str] = set()  # groups in which this rank received from any source
         self._late: list[tuple[str, dict[str, Any]]] = []  # strict recvs compared after issue
+        self._seen: set[tuple[str, str, str, int]] = set()  # async: (group, op, file, line) agreed
         self._last: CollectiveEvent | None = None
         self._last_slot: P2PSlot | None = None
         self._last_done = False
@@ -358,7 +365,7 @@ class Monitor:
         if self._factory is not None:
             try:
                 self.store = self._factory()
-                if self._strict:
+                if self.config.verify:
                     self.sync_store = self._factory()
             except Exception as error:
                 self._degrade(f"store unreachable ({_short(error)})", loud=True)
@@ -396,14 +403,21 @@ class Monitor:
     # -- called by the tracer on the issuing thread --------------------------------------------
 
     def issued(self, event: CollectiveEvent) -> None:
+        first = False
         with self._lock:
             self._issued[event.group] = event.seq
             self._inflight[(event.group, event.seq)] = event
             self._last, self._last_slot, self._last_done = event, None, False
             self._position_dirty = True
             if self._background:
-                self._new.append(event)
-        if self._strict:
+                # The steady state costs this set lookup; a new site is remembered (bounded).
+                site = event.site
+                key = (event.group, event.op, site.file, site.line)
+                first = key not in self._seen and self._remember_site(key)
+                # A first-seen leader's is queued too, and published below with what precedes it.
+                if not first or event.rank == min(event.group_ranks):
+                    self._new.append(event)
+        if first or self._strict:
             self._agree(event)
 
     def issued_p2p(self, event: CollectiveEvent) -> None:
@@ -453,6 +467,15 @@ class Monitor:
         except Exception:
             pass
 
+    def _remember_site(self, key: tuple[str, str, str, int]) -> bool:
+        """Note a new (group, op, file, line) (holding the lock); False once FIRST_SEEN_LIMIT are
+        known. Keyed on the call site, not the shapes, so a loop whose shapes vary stays
+        asynchronous; bounded, so generated call sites cannot turn async mode into strict mode."""
+        if len(self._seen) >= FIRST_SEEN_LIMIT:
+            return False
+        self._seen.add(key)
+        return True
+
     def _slot(self, event: CollectiveEvent) -> P2PSlot | None:
         """Count a send or recv on its channel (holding the lock); None when it cannot be paired."""
         if event.op == ANY_SOURCE:
@@ -464,7 +487,7 @@ class Monitor:
         self._channels[channel] = k
         return P2PSlot(event, channel, k)
 
-    # -- strict mode: agreeing before the op is issued -----------------------------------------
+    # -- agreeing before the op is issued (strict mode, async first-seen) ----------------------
 
     def _agree(self, event: CollectiveEvent) -> None:
         """Publish (leader) or wait for the leader's fingerprint and compare, before issuing."""
@@ -475,15 +498,22 @@ class Monitor:
         key = f"fp/{event.group}/{event.seq}"
         try:
             if event.rank == min(event.group_ranks):
-                store.set(key, json.dumps(fp))
-                self._published[event.group] = event.seq
+                if self._strict:
+                    store.set(key, json.dumps(fp))
+                    self._published[event.group] = event.seq
+                else:  # async: ours is queued in issue order; publish the queue, ours included
+                    with self._publish_lock:
+                        self._publish_queued(store)
                 return
+            # Async mode: a leader for whom this collective is not new publishes it from its
+            # background thread within a tick; the wait is the same.
             theirs = self._wait_for(store, key, fp)
         except Exception as error:
-            self._degrade(f"strict check failed ({_short(error)})", loud=True)
+            what = "strict" if self._strict else "first-seen"
+            self._degrade(f"{what} check failed ({_short(error)})", loud=True)
             return
         if theirs is not None:
-            self._compare(fp, theirs, strict=True)
+            self._compare(fp, theirs, strict=self._strict)
 
     def _agree_p2p(self, slot: P2PSlot) -> None:
         """Strict mode: a send publishes its fingerprint before it is issued; a recv waits for its
@@ -602,12 +632,15 @@ class Monitor:
         self._finish("aborted", f"stopping: {first}", echo=True)
 
     def _publish_and_compare(self, store: Any) -> None:
-        self._publish_queued(store)
-        for channel, pending in self._pending.items():
+        with self._publish_lock:
+            self._publish_queued(store)
+        # The issuing thread may add channels meanwhile (first-seen publication): iterate a copy.
+        for channel, pending in list(self._pending.items()):
             self._compare_channel(store, channel, pending)
 
     def _publish_queued(self, store: Any) -> None:
-        """Publish the queued fingerprints this rank publishes and queue the others for comparison."""
+        """Publish the queued fingerprints this rank publishes and queue the others for comparison
+        (holding `_publish_lock`)."""
         with self._lock:
             new = list(self._new)
             self._new.clear()
