@@ -379,9 +379,12 @@ def _record(
     )
     tracer.writer.write_line(tracer.encoder.coll(event))
     # Cross-checked like a c10d collective when the members are known (the leader is the lowest
-    # global rank); point-to-point pairs are recorded only, as for c10d.
-    if identity.ranks and not method.p2p:
-        tracer.monitor.issued(event)
+    # global rank; a send is paired with its peer's recv, as for c10d).
+    if identity.ranks:
+        if method.p2p:
+            tracer.monitor.issued_p2p(event)
+        else:
+            tracer.monitor.issued(event)
     return event
 
 

@@ -2,8 +2,9 @@
 
 Collectives are aligned per (group, sequence number). Nothing trusts a particular rank: at the
 first sequence number where ranks disagree the majority is the reference (ties go to the class
-holding the lowest rank), and every side is shown with its own call site. Never imports torch:
-Flight Recorder pickles contain only builtin types.
+holding the lowest rank), and every side is shown with its own call site. Sends and recvs are
+paired per channel instead (the k-th send from s to d with the k-th recv on d from s; p2p.py).
+Never imports torch: Flight Recorder pickles contain only builtin types.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from collcheck.runtime.p2p import Pair, base_group, pair_text, pairs
 from collcheck.runtime.record import (
     TRACE_PREFIX,
     TRACE_SUFFIX,
@@ -85,6 +87,28 @@ class Missing:
         )
 
 
+@dataclass(frozen=True)
+class P2PFinding:
+    """The first send/recv pair of a channel whose tensors or tags differ (kind "mismatch"), or
+    its first send never received or recv never sent (kind "unmatched": `sides` holds the side
+    that was issued; rank `absent` never issued its `absent_op`)."""
+
+    group: str  # the trace's group, `<name>:p2p`
+    kind: str
+    where: str  # `group 0, send #1 0->1`
+    sides: tuple[Side, ...]
+    events: tuple[tuple[int, int], ...]  # (rank, seq) of each side's event
+    absent: int | None = None
+    absent_op: str = ""
+
+    @property
+    def text(self) -> str:
+        if self.kind == "mismatch":
+            send, recv = self.sides
+            return pair_text((send.rank, send.text), (recv.rank, recv.text), self.where)
+        return f"rank {self.absent} never issued the {self.absent_op} for {self.sides[0].text} ({self.where})"
+
+
 RUNTIME_ERROR_KINDS = ("mismatch", "callsite", "stall")  # errors the tracer raised while the job ran
 
 
@@ -139,6 +163,7 @@ class Analysis:
     summaries: tuple[RankSummary, ...]
     reports: tuple[RuntimeReport, ...]
     events: dict[int, list[CollectiveEvent]] = field(default_factory=dict, compare=False)
+    p2p: tuple[P2PFinding, ...] = ()
 
     @property
     def mismatches(self) -> tuple[Divergence, ...]:
@@ -154,7 +179,7 @@ class Analysis:
 
     @property
     def diverged(self) -> bool:
-        return bool(self.mismatches or self.missing or self.runtime_errors)
+        return bool(self.mismatches or self.missing or self.runtime_errors or self.p2p)
 
     def exit_code(self, strict: bool = False) -> int:
         return 1 if self.diverged or (strict and self.warnings) else 0
@@ -357,6 +382,7 @@ def analyze(traces: list[RankTrace]) -> Analysis:
             members[event.group].add(rank)
     divergences: list[Divergence] = []
     missing: list[Missing] = []
+    p2p: list[P2PFinding] = []
     groups = []
     for group in sorted(by_group, key=_group_order):
         ranks_events = by_group[group]
@@ -364,6 +390,7 @@ def analyze(traces: list[RankTrace]) -> Analysis:
             (group, tuple(sorted(members[group])), max(max(seqs) for seqs in ranks_events.values()))
         )
         if group.endswith(":p2p"):  # sends and receives pair up across ranks, not by sequence
+            p2p.extend(_p2p_findings(group, ranks_events, set(events)))
             continue
         divergences.extend(_divergences(group, ranks_events))
         found = _missing(group, ranks_events, members[group] & set(events))
@@ -377,6 +404,7 @@ def analyze(traces: list[RankTrace]) -> Analysis:
         summaries=tuple(_summary(trace) for trace in sorted(traces, key=lambda t: t.rank)),
         reports=tuple(report for trace in traces for report in trace.reports),
         events=events,
+        p2p=tuple(p2p),
     )
 
 
@@ -433,6 +461,47 @@ def _missing(
     return Missing(group, seq, behind, Side.of(ranks_events[issuer][seq]))
 
 
+def _p2p_findings(
+    group: str, ranks_events: dict[int, dict[int, CollectiveEvent]], traced: set[int]
+) -> list[P2PFinding]:
+    """Per channel, the first pair that disagrees and the first send or recv left unmatched."""
+    found: list[P2PFinding] = []
+    channels = pairs(event for seqs in ranks_events.values() for event in seqs.values())
+    for channel_pairs in channels.values():
+        for pair in channel_pairs:
+            if pair.send is not None and pair.recv is not None and not pair.agrees:
+                sides = (Side.of(pair.send), Side.of(pair.recv))
+                found.append(P2PFinding(group, "mismatch", _where(pair), sides, _ranks_seqs(pair)))
+                break
+        lone = next((pair for pair in channel_pairs if pair.send is None or pair.recv is None), None)
+        if lone is not None:
+            found.extend(_unmatched(group, lone, traced))
+    return found
+
+
+def _unmatched(group: str, pair: Pair, traced: set[int]) -> list[P2PFinding]:
+    """A send never received or a recv never sent; only when the peer was traced (an untraced
+    rank's sends and recvs are unknown, not missing)."""
+    if pair.recv is None and pair.send is not None:
+        issued, absent, absent_op = pair.send, pair.channel.dst, "recv"
+    elif pair.send is None and pair.recv is not None:
+        issued, absent, absent_op = pair.recv, pair.channel.src, "send"
+    else:
+        return []
+    if absent not in traced:
+        return []
+    sides = (Side.of(issued),)
+    return [P2PFinding(group, "unmatched", _where(pair), sides, _ranks_seqs(pair), absent, absent_op)]
+
+
+def _where(pair: Pair) -> str:
+    return pair.channel.where(pair.k)
+
+
+def _ranks_seqs(pair: Pair) -> tuple[tuple[int, int], ...]:
+    return tuple((event.rank, event.seq) for event in (pair.send, pair.recv) if event is not None)
+
+
 def _summary(trace: RankTrace) -> RankSummary:
     last = max(trace.events, key=lambda event: event.t_start) if trace.events else None
     return RankSummary(
@@ -458,6 +527,12 @@ def render_text(analysis: Analysis) -> str:
                 lines.append(f"    {_plural_label(ranks)}: {side.describe} at {stack}")
         for item in (m for m in analysis.missing if m.group == group):
             lines.append(f"  never issued: {item.text}")
+        for finding in (f for f in analysis.p2p if f.group == group):
+            label = "first mismatch" if finding.kind == "mismatch" else "never matched"
+            lines.append(f"  {label}: {finding.text}")
+            for side in finding.sides:
+                stack = " <- ".join(_short_frame(frame) for frame in side.stack[:3]) or side.site
+                lines.append(f"    rank {side.rank}: {side.describe} at {stack}")
     lines.append("per rank:")
     for summary in analysis.summaries:
         lines.append(f"  rank {summary.rank}: {summary.text}")
@@ -523,6 +598,17 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
             }
             for m in analysis.missing
         ],
+        "p2p": [
+            {
+                "group": base_group(f.group),
+                "kind": f.kind,
+                "where": f.where,
+                "text": f.text,
+                "sides": [side(s) for s in f.sides],
+                "absent": f.absent,
+            }
+            for f in analysis.p2p
+        ],
         "summaries": [
             {
                 "rank": s.rank,
@@ -542,7 +628,8 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
 
 def kinds(analysis: Analysis) -> Counter[str]:
     """How many findings of each kind (for one-line summaries)."""
-    return Counter([d.kind for d in analysis.divergences] + ["missing"] * len(analysis.missing))
+    p2p = [f"p2p {finding.kind}" for finding in analysis.p2p]
+    return Counter([d.kind for d in analysis.divergences] + ["missing"] * len(analysis.missing) + p2p)
 
 
 def _plural_label(ranks: tuple[int, ...]) -> str:

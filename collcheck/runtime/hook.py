@@ -45,6 +45,7 @@ class OpSpec:
     root_arg: str | None = None
     p2p: bool = False
     shapes: bool = True  # all_to_all may legitimately differ in shape (uneven splits)
+    tag_arg: str | None = None  # send/recv: gloo pairs them by tag too, so it is compared
 
 
 OP_SPECS: tuple[OpSpec, ...] = (
@@ -65,9 +66,9 @@ OP_SPECS: tuple[OpSpec, ...] = (
     OpSpec("scatter_", "scatter", ("output_tensors",), root_arg="root_rank"),
     OpSpec("barrier", "barrier"),
     OpSpec("monitored_barrier_", "monitored_barrier"),
-    OpSpec("send", "send", ("tensors",), root_arg="dst", p2p=True),
-    OpSpec("recv_", "recv", ("tensors",), root_arg="src", p2p=True),
-    OpSpec("recv_any_source_", "recv_any_source", ("tensors",), p2p=True),
+    OpSpec("send", "send", ("tensors",), root_arg="dst", p2p=True, tag_arg="tag"),
+    OpSpec("recv_", "recv", ("tensors",), root_arg="src", p2p=True, tag_arg="tag"),
+    OpSpec("recv_any_source_", "recv_any_source", ("tensors",), p2p=True, tag_arg="tag"),
 )
 
 
@@ -75,7 +76,13 @@ class Sink(Protocol):
     """What the hook reports to (the Tracer)."""
 
     def begin(
-        self, spec: OpSpec, group: Any, tensors: list[Any], reduce_op: int | None, root: int | None
+        self,
+        spec: OpSpec,
+        group: Any,
+        tensors: list[Any],
+        reduce_op: int | None,
+        root: int | None,
+        tag: int | None = None,
     ) -> object | None: ...
 
     def attach(self, token: object, work: Any) -> None: ...
@@ -109,7 +116,7 @@ def install(sink: Sink, native: Any = None) -> str:
             _uninstall_locked()
         if native is not None:
             try:
-                _installed = _install_native(native)
+                _installed = _install_native(native, sink)
                 return _installed.mechanism
             except Exception as error:  # keep tracing with the Python kernel
                 log.warning("collcheck: native kernels refused (%s); using the Python kernel", error)
@@ -139,14 +146,16 @@ def _uninstall_locked() -> None:
     _installed = None
 
 
-def _install_native(module: Any) -> _Installed:
-    """The C++ kernels of native/recorder.cpp, given each operator's argument positions."""
+def _install_native(module: Any, sink: Sink) -> _Installed:
+    """The C++ kernels of native/recorder.cpp for the collectives, given each operator's argument
+    positions. Sends and recvs keep the Python kernel: gloo's complete only inside `wait()`, which
+    the tracer watches from Python to tell a recv still waiting for its send from a finished one."""
     import torch
 
     operators = []
     for spec in OP_SPECS:
         packet = getattr(torch.ops.c10d, spec.name, None)
-        if packet is None:
+        if packet is None or spec.p2p:
             continue
         positions = _argument_positions(packet.default)
         operators.append(
@@ -157,23 +166,36 @@ def _install_native(module: Any) -> _Installed:
                 [positions[name] for name in spec.tensor_args if name in positions],
                 positions.get(spec.reduce_arg, -1) if spec.reduce_arg else -1,
                 positions.get(spec.root_arg, -1) if spec.root_arg else -1,
-                spec.p2p,
                 spec.shapes,
             )
         )
     if not operators:
         raise RuntimeError("no c10d operators found")
-    module.install(operators)
-    return _Installed(library=None, mechanism="native", restore=module.uninstall)
+    python_kernels = _install_dispatcher(sink, [spec for spec in OP_SPECS if spec.p2p])
+    try:
+        module.install(operators)
+    except Exception:
+        python_kernels.library._destroy()
+        if python_kernels.restore is not None:
+            python_kernels.restore()
+        raise
+    restore_wait = python_kernels.restore
+
+    def restore() -> None:
+        module.uninstall()
+        if restore_wait is not None:
+            restore_wait()
+
+    return _Installed(library=python_kernels.library, mechanism="native", restore=restore)
 
 
-def _install_dispatcher(sink: Sink) -> _Installed:
+def _install_dispatcher(sink: Sink, specs: Sequence[OpSpec] = OP_SPECS) -> _Installed:
     import torch
 
     library: Any = torch.library.Library("c10d", "IMPL")  # type: ignore[no-untyped-call]
     below = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
     registered = 0
-    for spec in OP_SPECS:
+    for spec in specs:
         packet = getattr(torch.ops.c10d, spec.name, None)
         if packet is None:  # older/newer torch without this operator
             continue
@@ -237,6 +259,7 @@ def _make_kernel(spec: OpSpec, overload: Any, below: Any, sink: Sink) -> Callabl
     tensors_of = _tensor_reader(tensor_at)
     reduce_at = positions.get(spec.reduce_arg, -1) if spec.reduce_arg else -1
     root_at = positions.get(spec.root_arg, -1) if spec.root_arg else -1
+    tag_at = positions.get(spec.tag_arg, -1) if spec.tag_arg else -1
     # The handle's boxed redispatch, without OpOverload.redispatch's extra Python frame.
     handle = getattr(overload, "_handle", None)
     redispatch = getattr(handle, "redispatch_boxed", None) or overload.redispatch
@@ -253,6 +276,7 @@ def _make_kernel(spec: OpSpec, overload: Any, below: Any, sink: Sink) -> Callabl
                 tensors_of(args),
                 _reduce_code(args[reduce_at]) if 0 <= reduce_at < count else None,
                 args[root_at] if 0 <= root_at < count else None,
+                args[tag_at] if 0 <= tag_at < count else None,
             )
         except Exception as error:  # the tracer must never break the program
             log.debug("collcheck: begin failed: %s", error)

@@ -204,7 +204,7 @@ class NativeRecorder:
         self.module.stop()
 
 
-def _group_info(name: str) -> tuple[list[int], str, str, str]:
+def _group_info(name: str) -> tuple[list[int], str, str]:
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
@@ -214,7 +214,7 @@ def _group_info(name: str) -> tuple[list[int], str, str, str]:
         desc = str(getattr(group, "group_desc", "") or "")
     except Exception:  # a group c10d does not know: the world's ranks
         ranks, desc = list(range(dist.get_world_size())), ""
-    return ranks, json.dumps(name), json.dumps(f"{name}:p2p"), json.dumps(desc)
+    return ranks, json.dumps(name), json.dumps(desc)
 
 
 def _skip_code(code: CodeType) -> bool:

@@ -58,6 +58,11 @@ def _marks(analysis: Analysis, origin: float) -> list[dict[str, Any]]:
                 event = _find(analysis, rank, divergence.group, divergence.seq)
                 if event is not None:
                     marks.append(_instant(rank, event.t_start, origin, divergence.kind, divergence.text))
+    for finding in analysis.p2p:
+        for rank, seq in finding.events:
+            event = _find(analysis, rank, finding.group, seq)
+            if event is not None:
+                marks.append(_instant(rank, event.t_start, origin, f"p2p {finding.kind}", finding.text))
     for item in analysis.missing:
         for rank in item.ranks:
             events = analysis.events.get(rank) or []

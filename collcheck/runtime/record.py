@@ -79,6 +79,7 @@ class CollectiveEvent:
     t_end: float | None = None  # filled from the matching `done` line when completion was observed
     group_desc: str = ""
     observable: bool = True  # False after an `unobserved` line: the backend offers no completion
+    tag: int | None = None  # send/recv only (c10d's `tag`); written only when known
 
     @property
     def signature(self) -> str:
@@ -99,13 +100,15 @@ class CollectiveEvent:
         if self.reduce_op not in (None, "sum"):
             extras.append(f"op={self.reduce_op}")
         if self.root is not None:
-            extras.append(f"root={self.root}")
+            extras.append(f"{'peer' if self.group.endswith(':p2p') else 'root'}={self.root}")
+        if self.tag:
+            extras.append(f"tag={self.tag}")
         return f"{self.op}({', '.join(filter(None, [tensors, *extras]))})"
 
     def to_json(self) -> dict[str, Any]:
         # Built by hand: dataclasses.asdict deep-copies and is several times slower on the hot path.
         site = self.site
-        return {
+        data: dict[str, Any] = {
             "ev": "coll",
             "rank": self.rank,
             "group": self.group,
@@ -116,11 +119,11 @@ class CollectiveEvent:
             "dtypes": self.dtypes,
             "reduce_op": self.reduce_op,
             "root": self.root,
-            "site": site.to_json(),
-            "thread": self.thread,
-            "t_start": self.t_start,
-            "group_desc": self.group_desc,
         }
+        if self.tag is not None:
+            data["tag"] = self.tag
+        data.update(site=site.to_json(), thread=self.thread, t_start=self.t_start, group_desc=self.group_desc)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CollectiveEvent:
@@ -145,6 +148,7 @@ class CollectiveEvent:
             thread=str(data.get("thread", "")),
             t_start=float(data.get("t_start", 0.0)),
             group_desc=str(data.get("group_desc", "")),
+            tag=None if data.get("tag") is None else int(data["tag"]),
         )
 
 
@@ -196,7 +200,7 @@ class CollectiveEncoder:
 
     def coll(self, event: CollectiveEvent) -> str:
         head, tail = self._group_pieces(event.group, event.group_ranks, event.group_desc)
-        key = (event.op, event.shapes, event.dtypes, event.reduce_op, event.root)
+        key = (event.op, event.shapes, event.dtypes, event.reduce_op, event.root, event.tag)
         middle = self._ops.get(key)
         if middle is None:
             middle = self._ops[key] = self._middle(event)
@@ -227,7 +231,9 @@ class CollectiveEncoder:
     def _middle(event: CollectiveEvent) -> str:
         return (
             f',"op":{_dumps(event.op)},"shapes":{_dumps(event.shapes)},"dtypes":{_dumps(event.dtypes)},'
-            f'"reduce_op":{_dumps(event.reduce_op)},"root":{_dumps(event.root)},"site":'
+            f'"reduce_op":{_dumps(event.reduce_op)},"root":{_dumps(event.root)},'
+            + ("" if event.tag is None else f'"tag":{_dumps(event.tag)},')
+            + '"site":'
         )
 
 

@@ -34,6 +34,7 @@ DEFAULT_TIMEOUT_S = 300.0
 STORE_CONNECT_TIMEOUT_S = 3.0  # the job store was just reachable; only overrides can be slow
 # At stop, how long record mode waits for collectives still running (async ops not waited for).
 STOP_GRACE_S = 0.2
+P2P_WAITS_LIMIT = 1024  # send/recv Works watched through wait() at once (see Tracer.attach)
 
 # RedOpType numbering of c10d (stable since torch 1.x): the ReduceOp object only exposes the number.
 REDUCE_NAMES = ("sum", "avg", "product", "min", "max", "band", "bor", "bxor", "premul_sum")
@@ -146,6 +147,7 @@ class Tracer:
         self._pending: dict[Any, list[Any]] = {}
         self._observable: dict[tuple[str, str], bool] = {}  # (group, op) -> the backend gives futures
         self._pending_lock = threading.Lock()
+        self._p2p_waits: dict[Any, CollectiveEvent] = {}  # send/recv Works without a future
         self.native: NativeRecorder | None = None
         self._native_events: dict[str, CollectiveEvent] = {}  # in-flight line -> its event
         self._native_last: tuple[str, CollectiveEvent] | None = None
@@ -165,8 +167,7 @@ class Tracer:
         self.mechanism = install(_FORWARD, native=module)
         if self.mechanism == "native" and module is not None:
             self.native = NativeRecorder(module, self.rank, self._main)
-        else:
-            _FORWARD.route(self)
+        _FORWARD.route(self)  # with the native kernel, sends and recvs still come here
         self.writer.write(self._header())
         if self.native is not None:
             self.native.start(self.writer.fileno())
@@ -203,7 +204,13 @@ class Tracer:
     # -- Sink ----------------------------------------------------------------------------------
 
     def begin(
-        self, spec: OpSpec, group: Any, tensors: list[Any], reduce_op: int | None, root: int | None
+        self,
+        spec: OpSpec,
+        group: Any,
+        tensors: list[Any],
+        reduce_op: int | None,
+        root: int | None,
+        tag: int | None = None,
     ) -> CollectiveEvent | None:
         plain = self._tensor_type
         for tensor in tensors:  # tracing/compiling, not a real collective
@@ -236,9 +243,12 @@ class Tracer:
             thread=threading.current_thread().name,
             t_start=time.time(),
             group_desc=info.desc,
+            tag=tag,
         )
         self.writer.write_line(self.encoder.coll(event))
-        if not spec.p2p:  # point-to-point pairs are recorded, not cross-checked (see docs)
+        if spec.p2p:  # paired with its peer's recv/send, not with the group's collectives
+            self.monitor.issued_p2p(event)
+        else:
             self.monitor.issued(event)
         return event
 
@@ -267,6 +277,11 @@ class Tracer:
             future = work.get_future()
         except Exception:  # e.g. gloo's reduce_scatter_tensor: "Work::getFuture not implemented"
             self._observable[(token.group, token.op)] = False
+            # Gloo's send/recv Works have no future either, but complete in wait(), which is how
+            # a recv that never gets its send is told from a finished one (see `waited`).
+            if token.group.endswith(":p2p") and len(self._p2p_waits) < P2P_WAITS_LIMIT:
+                self._p2p_waits[work] = token
+                return
             self.writer.write({"ev": "unobserved", "group": token.group, "seq": token.seq})
             self.monitor.completed(token.group, token.seq)  # cannot watch it: never call it a stall
             return
@@ -279,12 +294,23 @@ class Tracer:
         that the current stream waits for the collective). A raised one is a failure if the work
         completed, and a timeout, which leaves it pending, if not.
         """
+        if self._p2p_waits and self._p2p_waited(work, raised):
+            return
         if not self._pending or (raised and not work.is_completed()):
             return
         with self._pending_lock:
             pending = self._pending.pop(work, None)
         if pending is not None:
             self._done(pending[0], not raised, defer=True)
+
+    def _p2p_waited(self, work: Any, raised: bool) -> bool:
+        """Whether `work` is a watched send/recv Work; notes its completion (or failure)."""
+        event = self._p2p_waits.get(work)
+        if event is None:
+            return False
+        if (not raised or work.is_completed()) and self._p2p_waits.pop(work, None) is not None:
+            self._done(event, not raised)
+        return True
 
     def poll_completions(self) -> None:
         """Note every pending work that has completed (issuing thread and monitor thread)."""
@@ -320,12 +346,7 @@ class Tracer:
             if self._native_last is None or self._native_last[0] != last:
                 self._native_last = (last, _event_of(last))
             last_event = self._native_last[1]
-        self.monitor.replace_state(
-            {group: seq for group, seq in issued.items() if not group.endswith(":p2p")},
-            [event for event in events.values() if not event.group.endswith(":p2p")],
-            last_event,
-            last_done,
-        )
+        self.monitor.sync_collectives(issued, list(events.values()), last_event, last_done)
 
     def _drain(self, grace_s: float) -> None:
         deadline = time.monotonic() + grace_s

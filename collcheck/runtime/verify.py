@@ -6,13 +6,19 @@ Protocol (keys live under the `collcheck/` prefix of the job's store; no new ser
   leader (its lowest global rank). `head/<group>` counts how many the leader has published.
   Every other member compares its own fingerprint with the leader's, so each pair of ranks is
   compared through the leader with one store key per collective rather than one per rank.
+* `fp/<group>:p2p/<src>-<dst>/<k>` and `head/<group>:p2p/<src>-<dst>`: the same for sends and
+  recvs (see p2p.py): the sender publishes the k-th send to `dst`, and `dst` compares its k-th
+  recv from `src` with it. `pwait/<rank>`: the rank a strict recv is waiting for ("" when none).
 * `pos/<rank>`: where a rank is (per-group issued counts, collectives in flight, its last one),
   refreshed a few times a second; read only when a stall is reported.
 * `abort`: the first error report (compare_set, so the first reporter wins); every rank polls it
   and stops, so one rank's finding ends the whole job instead of leaving the others hanging.
 
-Asynchronous mode does all store traffic on a background thread. Strict mode publishes and
-compares on the calling thread before the collective is issued. Every store wait has a timeout;
+Asynchronous mode does the store traffic on a background thread, except the first time a
+(group, op, call site) is issued on a rank: that collective is agreed on the calling thread before
+it is issued, as in strict mode, so a divergence at a new call site (the usual kind) is caught
+before the backend sees it. Strict mode publishes and compares on the calling thread before every
+collective, send and recv. Every store wait has a timeout;
 any store failure degrades the tracer to recording only (with a warning), never to a hang.
 The functions at the bottom (report texts, cycle search) are pure, so tests can call them.
 """
@@ -30,6 +36,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from collcheck.runtime.p2p import ANY_SOURCE, RECV, Channel, channel_of, is_p2p, pair_text, payload
 from collcheck.runtime.record import CollectiveEvent, ReportEvent, TraceWriter
 
 ABORT_EXIT_CODE = 86
@@ -40,6 +47,8 @@ ABORT_GRACE_S = 0.5
 ABORT_LINGER_S = 3.0
 KEY_WINDOW = 65_536  # fingerprints kept per group behind the newest (about 200 bytes each)
 PRUNE_PER_TICK = 1_024  # deletions per tick at most: the checker's tick stays short
+FIRST_SEEN_LIMIT = 4_096  # (group, op, call site) agreed synchronously in async mode, at most
+P2P_POLL_S = 0.1  # how often a strict recv waiting for its send looks for a wait cycle
 PREFIX = "collcheck"
 
 
@@ -60,18 +69,47 @@ def fingerprint(event: CollectiveEvent) -> dict[str, Any]:
     }
 
 
-def blocked_fingerprint(event: CollectiveEvent) -> dict[str, Any]:
-    """A fingerprint plus when the collective was issued (what positions and stalls show)."""
-    fp = fingerprint(event)
+@dataclass(frozen=True)
+class P2PSlot:
+    """A send or recv's place on its channel: the k-th send is received by the k-th recv."""
+
+    event: CollectiveEvent
+    channel: Channel
+    k: int
+
+    @property
+    def sender(self) -> bool:
+        return self.event.rank == self.channel.src
+
+
+def p2p_fingerprint(slot: P2PSlot) -> dict[str, Any]:
+    """A send's or recv's record: `s` is what both sides must agree on (shapes, dtypes, tag), and
+    `c`, `k`, `w` say which pair it is (channel, number, and how reports name it)."""
+    fp = fingerprint(slot.event)
+    fp.update(
+        s=payload(slot.event), o=slot.event.op, c=slot.channel.key, k=slot.k, w=slot.channel.where(slot.k)
+    )
+    return fp
+
+
+def blocked_fingerprint(event: CollectiveEvent, slot: P2PSlot | None = None) -> dict[str, Any]:
+    """A fingerprint plus when the op was issued (what positions and stalls show)."""
+    fp = p2p_fingerprint(slot) if slot is not None else fingerprint(event)
     fp["since"] = event.t_start
     return fp
 
 
+def label(fp: dict[str, Any]) -> str:
+    """`group 0, #4` for a collective, `group 0, send #1 0->1` for a send or recv."""
+    return str(fp["w"]) if "w" in fp else f"group {fp['g']}, #{fp['n']}"
+
+
 def mismatch_kind(mine: dict[str, Any], theirs: dict[str, Any]) -> str | None:
-    """ "mismatch" when the collectives differ, "callsite" when only where they were issued does."""
+    """ "mismatch" when the collectives (or a send and its recv) differ, "callsite" when only where
+    two collectives were issued does (a send and its recv are always on different lines)."""
     if mine["s"] != theirs["s"]:
         return "mismatch"
-    if mine["site"] != theirs["site"]:
+    if "c" not in mine and mine["site"] != theirs["site"]:
         return "callsite"
     return None
 
@@ -81,9 +119,9 @@ def side(fp: dict[str, Any]) -> str:
 
 
 def mismatch_text(first: dict[str, Any], second: dict[str, Any]) -> str:
-    """`rank 0 all_reduce(float32[1024]) at train.py:13 vs rank 1 ... (group 0, #1)`."""
-    low, high = sorted((first, second), key=lambda fp: int(fp["r"]))
-    return f"{side(low)} vs {side(high)} (group {first['g']}, #{first['n']})"
+    """`rank 0 all_reduce(float32[1024]) at train.py:13 vs rank 1 ... (group 0, #1)`; for a send and
+    its recv `rank 0 send(float32[4], peer=1) at ... vs rank 1 recv(...) ... (group 0, send #1 0->1)`."""
+    return pair_text((int(first["r"]), side(first)), (int(second["r"]), side(second)), label(first))
 
 
 @dataclass
@@ -115,13 +153,12 @@ def where(position: Position | None, now: float) -> str:
     if position.inflight:
         oldest = position.inflight[0]
         parts.append(
-            f"blocked in {oldest['d']} at {oldest['site']} (group {oldest['g']}, #{oldest['n']}) "
-            f"for {now - oldest['since']:.1f}s"
+            f"blocked in {oldest['d']} at {oldest['site']} ({label(oldest)}) for {now - oldest['since']:.1f}s"
         )
     elif position.last is not None:
         state = "completed" if position.last_done else "issued"
         last = position.last
-        parts.append(f"last {last['d']} at {last['site']} (group {last['g']}, #{last['n']}), {state}")
+        parts.append(f"last {last['d']} at {last['site']} ({label(last)}), {state}")
     else:
         parts.append("no collective yet")
     if position.exited:
@@ -139,9 +176,7 @@ def waits_for(positions: dict[int, Position | None]) -> dict[int, list[tuple[int
             continue
         for blocked in position.inflight:
             for peer in blocked.get("ranks", ()):
-                other = positions.get(peer)
-                issued = other.issued.get(blocked["g"], 0) if other is not None else 0
-                if peer != rank and issued < blocked["n"]:
+                if peer != rank and _behind(positions.get(peer), blocked):
                     edges.setdefault(rank, []).append((peer, blocked))
     return edges
 
@@ -164,25 +199,61 @@ def find_wait_cycle(positions: dict[int, Position | None]) -> list[tuple[int, di
 
 
 def cycle_text(cycle: list[tuple[int, dict[str, Any]]]) -> str:
-    steps = [f"rank {rank} (in group {b['g']} #{b['n']} {b['d']} at {b['site']})" for rank, b in cycle]
+    steps = [f"rank {rank} (in {label(b).replace(',', '')} {b['d']} at {b['site']})" for rank, b in cycle]
     return " waits for ".join(steps) + f", which waits for rank {cycle[0][0]}"
 
 
+def _counter(blocked: dict[str, Any]) -> tuple[str, int] | None:
+    """The position counter that tells whether a peer has issued its side of `blocked`: the group's
+    for a collective, the channel's for a send or recv; None for a recv from any source."""
+    if "c" in blocked:
+        return str(blocked["c"]), int(blocked["k"])
+    if is_p2p(str(blocked["g"])):
+        return None
+    return str(blocked["g"]), int(blocked["n"])
+
+
 def _behind(position: Position | None, blocked: dict[str, Any]) -> bool:
-    """Whether a rank has not issued the collective another rank is blocked in (unknown counts)."""
-    return position is None or position.issued.get(blocked["g"], 0) < blocked["n"]
+    """Whether a rank has not issued its side of what another rank is blocked in (unknown counts)."""
+    counter = _counter(blocked)
+    if counter is None:
+        return False
+    return position is None or position.issued.get(counter[0], 0) < counter[1]
+
+
+def peer_finished(me: int, blocked: dict[str, Any], positions: dict[int, Position | None]) -> bool:
+    """Whether the peer of a send or recv `me` is "blocked" in has issued and completed its side:
+    the transfer happened, and `me` only never waited for its Work (gloo's send/recv Works complete
+    in `wait()`, so one never waited for would otherwise look stalled)."""
+    if "c" not in blocked:
+        return False
+    for peer in blocked.get("ranks", ()):
+        position = positions.get(peer)
+        if peer == me or position is None:
+            continue
+        if _behind(position, blocked):
+            return False
+        return not any(b.get("c") == blocked["c"] and b.get("k") == blocked["k"] for b in position.inflight)
+    return False
+
+
+def _not_issued(blocked: dict[str, Any]) -> str:
+    op = blocked.get("o")
+    return {"send": "matching recv not issued by", "recv": "matching send not issued by"}.get(
+        str(op), "not issued by"
+    )
 
 
 def stall_text(me: int, blocked: dict[str, Any], positions: dict[int, Position | None], now: float) -> str:
     """The stall report: who has not issued the collective, where every rank is, any wait cycle."""
     lines = [
         f"stall: rank {me} has waited {now - blocked['since']:.1f}s in {blocked['d']} at "
-        f"{blocked['site']} (group {blocked['g']}, #{blocked['n']})"
+        f"{blocked['site']} ({label(blocked)})"
     ]
     peers = [peer for peer in blocked.get("ranks", ()) if peer != me]
     missing = [peer for peer in peers if _behind(positions.get(peer), blocked)]
     if missing:
-        lines.append(f"  not issued by: {', '.join(f'rank {peer}' for peer in missing)}")
+        lines.append(f"  {_not_issued(blocked)}: {', '.join(f'rank {peer}' for peer in missing)}")
     for rank in sorted(positions):
         lines.append(f"  rank {rank}: {where(positions[rank], now)}")
     cycle = find_wait_cycle(positions)
@@ -252,16 +323,29 @@ class Monitor:
         self.writer = writer
         self._factory = store_factory
         self._on_tick = on_tick  # record mode: notes completions before stalls are checked
+        self._background = config.verify and not config.strict  # async: the thread compares
+        self._strict = config.verify and config.strict
         self.store: Any = None
-        self.strict_store: Any = None
+        # The issuing threads' own connection (strict mode; async mode's first-seen checks), so a
+        # wait there never delays the background thread's abort polling.
+        self.sync_store: Any = None
         self._lock = threading.Lock()
-        self._new: deque[CollectiveEvent] = deque()
-        self._pending: dict[str, deque[dict[str, Any]]] = {}
-        # Events, not fingerprints: building those (strings, relative paths) is left to the
-        # background thread, off the collective's path.
+        # One publisher at a time, taking `_new` in issue order: every fingerprint is published
+        # once, and always before the head that counts it.
+        self._publish_lock = threading.Lock()
+        # Events (and send/recv slots), not fingerprints: building those (strings, relative paths)
+        # is left to the background thread, off the collective's path.
+        self._new: deque[CollectiveEvent | P2PSlot] = deque()
+        self._pending: dict[str, deque[tuple[int, dict[str, Any]]]] = {}  # channel -> (seq, fp)
         self._inflight: dict[tuple[str, int], CollectiveEvent] = {}
-        self._issued: dict[str, int] = {}
+        self._slots: dict[tuple[str, int], P2PSlot] = {}  # the sends and recvs among them
+        self._issued: dict[str, int] = {}  # group -> seq; send/recv channel -> k
+        self._channels: dict[Channel, int] = {}  # sends (or recvs) this rank issued per channel
+        self._any_source: set[str] = set()  # groups in which this rank received from any source
+        self._late: list[tuple[str, dict[str, Any]]] = []  # strict recvs compared after issue
+        self._seen: set[tuple[str, str, str, int]] = set()  # async: (group, op, file, line) agreed
         self._last: CollectiveEvent | None = None
+        self._last_slot: P2PSlot | None = None
         self._last_done = False
         self._stalled: set[tuple[str, int]] = set()
         self._callsite_warnings = 0
@@ -270,9 +354,10 @@ class Monitor:
         self._position_sent = 0.0
         self._position_dirty = True
         self._degraded = False
+        self._reporting = False  # this rank set the abort: it must linger, not stop on its own key
         self.ended = False  # the process group is being destroyed: store errors are expected
-        self._published: dict[str, int] = {}  # group -> last fingerprint this rank (the leader) set
-        self._pruned: dict[str, int] = {}  # group -> fingerprints deleted up to this sequence number
+        self._published: dict[str, int] = {}  # channel -> last fingerprint this rank published
+        self._pruned: dict[str, int] = {}  # channel -> fingerprints deleted up to this number
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -280,8 +365,8 @@ class Monitor:
         if self._factory is not None:
             try:
                 self.store = self._factory()
-                if self.config.strict:
-                    self.strict_store = self._factory()
+                if self.config.verify:
+                    self.sync_store = self._factory()
             except Exception as error:
                 self._degrade(f"store unreachable ({_short(error)})", loud=True)
         self._thread = threading.Thread(target=self._run, name="collcheck-monitor", daemon=True)
@@ -302,55 +387,95 @@ class Monitor:
 
     def _flush(self, wait_s: float = FLUSH_S) -> None:
         """Compare what is still pending, so a short job's last collectives are checked too."""
-        if not self.config.verify or self.config.strict:
+        if not self.config.verify:
             return
         deadline = time.time() + wait_s
         while True:
-            self._publish_and_compare(self.store)
-            if not any(self._pending.values()) or time.time() > deadline:
+            if self._background:
+                self._publish_and_compare(self.store)
+            if self._late:
+                self._check_late(self.store)
+            done = not self._late and not any(self._pending.values())
+            if done or time.time() > deadline:
                 return
             time.sleep(TICK_S)
 
     # -- called by the tracer on the issuing thread --------------------------------------------
 
     def issued(self, event: CollectiveEvent) -> None:
+        first = False
         with self._lock:
             self._issued[event.group] = event.seq
             self._inflight[(event.group, event.seq)] = event
-            self._last, self._last_done = event, False
+            self._last, self._last_slot, self._last_done = event, None, False
             self._position_dirty = True
-            if self.config.verify and not self.config.strict:
-                self._new.append(event)
-        if self.config.verify and self.config.strict and self.strict_store is not None:
-            self._agree(event, blocked_fingerprint(event))
+            if self._background:
+                # The steady state costs this set lookup; a new site is remembered (bounded).
+                site = event.site
+                key = (event.group, event.op, site.file, site.line)
+                first = key not in self._seen and self._remember_site(key)
+                # A first-seen leader's is queued too, and published below with what precedes it.
+                if not first or event.rank == min(event.group_ranks):
+                    self._new.append(event)
+        if first or self._strict:
+            self._agree(event)
+
+    def issued_p2p(self, event: CollectiveEvent) -> None:
+        """A send or recv: in flight and in positions like a collective, and paired on its channel
+        (strict mode: before it is issued; async mode: on the background thread)."""
+        with self._lock:
+            slot = self._slot(event)
+            self._issued[event.group] = event.seq
+            self._inflight[(event.group, event.seq)] = event
+            self._last, self._last_slot, self._last_done = event, slot, False
+            self._position_dirty = True
+            if slot is None:
+                return
+            self._issued[slot.channel.key] = slot.k
+            self._slots[(event.group, event.seq)] = slot
+            if self._background:
+                self._new.append(slot)
+        if self._strict:
+            self._agree_p2p(slot)
 
     def completed(self, group: str, seq: int) -> None:
         with self._lock:
             inflight = self._inflight
             inflight.pop((group, seq), None)
+            if self._slots:
+                self._slots.pop((group, seq), None)
             # A group runs its collectives in order: a later one done means earlier ones are too
             # (covers works whose completion cannot be observed). Usually nothing is left in flight.
-            if inflight:
+            # Not so for sends and recvs: those with different peers complete in any order.
+            if inflight and not is_p2p(group):
                 for key in [key for key in inflight if key[0] == group and key[1] < seq]:
                     del inflight[key]
             if self._last is not None and self._last.group == group and self._last.seq == seq:
                 self._last_done = True
             self._position_dirty = True
 
-    def replace_state(
+    def sync_collectives(
         self,
         issued: dict[str, int],
         inflight: list[CollectiveEvent],
         last: CollectiveEvent | None,
         last_done: bool,
     ) -> None:
-        """Record mode with the native recorder: what it has issued and has in flight, read back
-        on each tick (instead of `issued`/`completed` calls per collective)."""
+        """Record mode with the native kernel: the collectives it has issued and has in flight,
+        read back on each tick (instead of `issued`/`completed` calls per collective). Sends and
+        recvs still come through `issued_p2p`/`completed`, so their entries are kept."""
         with self._lock:
-            changed = issued != self._issued or last is not self._last or last_done != self._last_done
-            self._issued = issued
-            self._inflight = {(event.group, event.seq): event for event in inflight}
-            self._last, self._last_done = last, last_done
+            kept = {key: event for key, event in self._inflight.items() if is_p2p(key[0])}
+            kept.update(((event.group, event.seq), event) for event in inflight)
+            changed = issued.items() - self._issued.items() or kept.keys() != self._inflight.keys()
+            self._issued.update(issued)
+            self._inflight = kept
+            newer = last is not None and (
+                self._last is None or not is_p2p(self._last.group) or last.t_start >= self._last.t_start
+            )
+            if newer and (last is not self._last or last_done != self._last_done):
+                self._last, self._last_slot, self._last_done = last, None, last_done
+                changed = True
             if changed:
                 self._position_dirty = True
 
@@ -367,40 +492,132 @@ class Monitor:
         except Exception:
             pass
 
-    # -- strict mode ---------------------------------------------------------------------------
+    def _remember_site(self, key: tuple[str, str, str, int]) -> bool:
+        """Note a new (group, op, file, line) (holding the lock); False once FIRST_SEEN_LIMIT are
+        known. Keyed on the call site, not the shapes, so a loop whose shapes vary stays
+        asynchronous; bounded, so generated call sites cannot turn async mode into strict mode."""
+        if len(self._seen) >= FIRST_SEEN_LIMIT:
+            return False
+        self._seen.add(key)
+        return True
 
-    def _agree(self, event: CollectiveEvent, fp: dict[str, Any]) -> None:
+    def _slot(self, event: CollectiveEvent) -> P2PSlot | None:
+        """Count a send or recv on its channel (holding the lock); None when it cannot be paired."""
+        if event.op == ANY_SOURCE:
+            self._any_source.add(event.group)
+        channel = channel_of(event)
+        if channel is None or (event.op == RECV and event.group in self._any_source):
+            return None
+        k = self._channels.get(channel, 0) + 1
+        self._channels[channel] = k
+        return P2PSlot(event, channel, k)
+
+    # -- agreeing before the op is issued (strict mode, async first-seen) ----------------------
+
+    def _agree(self, event: CollectiveEvent) -> None:
         """Publish (leader) or wait for the leader's fingerprint and compare, before issuing."""
-        store = self.strict_store
-        leader = min(event.group_ranks)
+        store = self.sync_store
+        if store is None:
+            return
+        fp = blocked_fingerprint(event)
         key = f"fp/{event.group}/{event.seq}"
         try:
-            if event.rank == leader:
-                store.set(key, json.dumps(fp))
-                self._published[event.group] = event.seq
+            if event.rank == min(event.group_ranks):
+                if self._strict:
+                    store.set(key, json.dumps(fp))
+                    self._published[event.group] = event.seq
+                else:  # async: ours is queued in issue order; publish the queue, ours included
+                    with self._publish_lock:
+                        self._publish_queued(store)
                 return
-            theirs = self._wait_for(store, key, event, fp)
+            # Async mode: a leader for whom this collective is not new publishes it from its
+            # background thread within a tick; the wait is the same.
+            theirs = self._wait_for(store, key, fp)
+        except Exception as error:
+            what = "strict" if self._strict else "first-seen"
+            self._degrade(f"{what} check failed ({_short(error)})", loud=True)
+            return
+        if theirs is not None:
+            self._compare(fp, theirs, strict=self._strict)
+
+    def _agree_p2p(self, slot: P2PSlot) -> None:
+        """Strict mode: a send publishes its fingerprint before it is issued; a recv waits for its
+        send's and compares. A recv gives way, and is compared once the send is published, when
+        its sender is itself waiting in a strict recv for this rank (directly or around a cycle):
+        irecv-before-isend on every rank is legal and must not wait for the timeout."""
+        store = self.sync_store
+        if store is None:
+            return
+        fp = blocked_fingerprint(slot.event, slot)
+        key = f"fp/{slot.channel.key}/{slot.k}"
+        try:
+            if slot.sender:
+                store.set(key, json.dumps(fp))
+                self._published[slot.channel.key] = slot.k
+                return
+            theirs = self._wait_for_send(store, key, fp, slot.channel.src)
         except Exception as error:
             self._degrade(f"strict check failed ({_short(error)})", loud=True)
             return
-        if theirs is not None:
-            self._compare(fp, theirs, strict=True)
+        if theirs is None:
+            with self._lock:
+                self._late.append((key, fp))
+            return
+        self._compare(fp, theirs, strict=True)
+
+    def _wait_for_send(self, store: Any, key: str, fp: dict[str, Any], sender: int) -> dict[str, Any] | None:
+        if store.check([key]):  # the usual case: the sender is ahead
+            return dict(json.loads(store.get(key)))
+        marker = f"pwait/{self.config.rank}"
+        store.set(marker, str(sender))
+        try:
+            return self._wait_for(store, key, fp, lambda: self._in_wait_cycle(store, sender))
+        finally:
+            store.set(marker, "")
+
+    def _in_wait_cycle(self, store: Any, sender: int) -> bool:
+        """Whether `sender` waits, through strict recvs' `pwait/` markers, for this rank."""
+        rank, seen = sender, set()
+        while rank not in seen:
+            seen.add(rank)
+            key = f"pwait/{rank}"
+            value = store.get(key) if store.check([key]) else b""  # never a blocking get
+            if not value:
+                return False
+            rank = int(value)
+            if rank == self.config.rank:
+                return True
+        return False
 
     def _wait_for(
-        self, store: Any, key: str, event: CollectiveEvent, fp: dict[str, Any]
+        self, store: Any, key: str, fp: dict[str, Any], give_way: Callable[[], bool] | None = None
     ) -> dict[str, Any] | None:
+        """The fingerprint under `key`, waited for up to the stall timeout; None after a stall
+        report, or as soon as `give_way` says so. An expired store `wait` prints a c10d warning,
+        so without `give_way` to ask, one wait expires only at the stall; with it, `check` is
+        polled. Another rank's abort ends this process from the background thread meanwhile."""
         deadline = time.time() + self.config.timeout_s
-        while True:
+        if give_way is None:
             try:
-                store.wait([key], timedelta(seconds=0.5))
+                store.wait([key], timedelta(seconds=self.config.timeout_s))
                 return dict(json.loads(store.get(key)))
             except Exception as error:
                 if "timeout" not in str(error).lower() and "wait" not in str(error).lower():
                     raise
-            self._check_abort(store)
-            if time.time() > deadline:
-                self._report_stall(fp, store)
-                return None
+        else:
+            pause, asked = 0.001, time.time()
+            while time.time() < deadline:
+                if store.check([key]):
+                    return dict(json.loads(store.get(key)))
+                if time.time() - asked > P2P_POLL_S:
+                    if give_way():
+                        return None
+                    asked = time.time()
+                time.sleep(pause)
+                pause = min(2 * pause, 0.02)
+        if self._claim_stall(str(fp["g"]), int(fp["n"])):  # the watchdog may have timed out too
+            self._report_stall(fp, store)
+        return None
 
     # -- background thread ---------------------------------------------------------------------
 
@@ -419,14 +636,16 @@ class Monitor:
         store = self.store
         if store is not None:
             self._check_abort(store)
-            if self.config.verify and not self.config.strict:
+            if self._background:
                 self._publish_and_compare(store)
+            if self._late:
+                self._check_late(store)
             self._maybe_publish_position()
             self._prune(store)
         self._check_stalls()
 
     def _check_abort(self, store: Any) -> None:
-        if not store.check(["abort"]):
+        if self._reporting or not store.check(["abort"]):
             return
         text = store.get("abort").decode("utf-8", "replace")
         first = text.splitlines()[0] if text else "an error"
@@ -438,28 +657,38 @@ class Monitor:
         self._finish("aborted", f"stopping: {first}", echo=True)
 
     def _publish_and_compare(self, store: Any) -> None:
+        with self._publish_lock:
+            self._publish_queued(store)
+        # The issuing thread may add channels meanwhile (first-seen publication): iterate a copy.
+        for channel, pending in list(self._pending.items()):
+            self._compare_channel(store, channel, pending)
+
+    def _publish_queued(self, store: Any) -> None:
+        """Publish the queued fingerprints this rank publishes and queue the others for comparison
+        (holding `_publish_lock`)."""
         with self._lock:
             new = list(self._new)
             self._new.clear()
-        mine: list[tuple[str, str]] = []
+        keys: list[str] = []
+        values: list[str] = []
         counts: dict[str, int] = {}
-        for event in new:
-            fp = fingerprint(event)
-            if event.rank == min(event.group_ranks):
-                mine.append((f"fp/{event.group}/{event.seq}", json.dumps(fp)))
-                counts[event.group] = counts.get(event.group, 0) + 1
+        newest: dict[str, int] = {}
+        for item in new:
+            channel, seq, fp, publisher = _outgoing(item)
+            if publisher:
+                keys.append(f"fp/{channel}/{seq}")
+                values.append(json.dumps(fp))
+                counts[channel] = counts.get(channel, 0) + 1
+                newest[channel] = seq
             else:
-                self._pending.setdefault(event.group, deque()).append(fp)
-        if mine:
+                self._pending.setdefault(channel, deque()).append((seq, fp))
+        if keys:
             # Fingerprints first, then the head: a reader never sees a head ahead of its keys.
-            store.multi_set([key for key, _ in mine], [value for _, value in mine])
-            for group, count in counts.items():
-                store.add(f"head/{group}", count)
-            for event in new:
-                if event.rank == min(event.group_ranks):
-                    self._published[event.group] = max(self._published.get(event.group, 0), event.seq)
-        for group, pending in self._pending.items():
-            self._compare_group(store, group, pending)
+            store.multi_set(keys, values)
+            for channel, count in counts.items():
+                store.add(f"head/{channel}", count)
+            for channel, seq in newest.items():
+                self._published[channel] = max(self._published.get(channel, 0), seq)
 
     def _prune(self, store: Any) -> None:
         """Delete fingerprints far behind the newest: a long job must not grow the store without
@@ -472,18 +701,30 @@ class Monitor:
             if stop >= start:
                 self._pruned[group] = stop
 
-    def _compare_group(self, store: Any, group: str, pending: deque[dict[str, Any]]) -> None:
+    def _compare_channel(self, store: Any, channel: str, pending: deque[tuple[int, dict[str, Any]]]) -> None:
         if not pending:
             return
-        head = int(store.add(f"head/{group}", 0))
+        head = int(store.add(f"head/{channel}", 0))
         ready = []
-        while pending and pending[0]["n"] <= head:
+        while pending and pending[0][0] <= head:
             ready.append(pending.popleft())
         if not ready:
             return
-        values = store.multi_get([f"fp/{group}/{fp['n']}" for fp in ready])
-        for fp, raw in zip(ready, values, strict=False):
+        values = store.multi_get([f"fp/{channel}/{seq}" for seq, _ in ready])
+        for (_, fp), raw in zip(ready, values, strict=False):
             self._compare(fp, dict(json.loads(raw)), strict=False)
+
+    def _check_late(self, store: Any) -> None:
+        """Strict recvs that gave way: compare each once its send's fingerprint is published."""
+        with self._lock:
+            late = list(self._late)
+        for item in late:
+            key, fp = item
+            if not store.check([key]):
+                continue
+            with self._lock:
+                self._late.remove(item)
+            self._compare(fp, dict(json.loads(store.get(key))), strict=True)
 
     def _compare(self, mine: dict[str, Any], theirs: dict[str, Any], strict: bool) -> None:
         kind = mismatch_kind(mine, theirs)
@@ -491,7 +732,8 @@ class Monitor:
             return
         text = mismatch_text(theirs, mine)
         if kind == "mismatch":
-            self._fail("mismatch", f"collective mismatch: {text}")
+            what = "point-to-point" if "c" in mine else "collective"
+            self._fail("mismatch", f"{what} mismatch: {text}")
         elif strict:
             self._fail("callsite", f"call-site divergence (strict): {text}")
         else:
@@ -514,13 +756,19 @@ class Monitor:
     def _position(self, exited: bool = False) -> Position:
         with self._lock:
             events = sorted(self._inflight.values(), key=lambda event: event.t_start)
-            issued, last, last_done = dict(self._issued), self._last, self._last_done
+            slots = [self._slots.get((event.group, event.seq)) for event in events]
+            issued, last, last_slot = dict(self._issued), self._last, self._last_slot
+            last_done = self._last_done
+        if last is None:
+            last_fp = None
+        else:
+            last_fp = p2p_fingerprint(last_slot) if last_slot is not None else fingerprint(last)
         return Position(
             rank=self.config.rank,
             t=time.time(),
             issued=issued,
-            inflight=[blocked_fingerprint(event) for event in events],
-            last=fingerprint(last) if last is not None else None,
+            inflight=[blocked_fingerprint(event, slot) for event, slot in zip(events, slots, strict=True)],
+            last=last_fp,
             last_done=last_done,
             exited=exited,
         )
@@ -543,10 +791,20 @@ class Monitor:
                 for key, event in self._inflight.items()
                 if now - event.t_start > self.config.timeout_s and key not in self._stalled
             ]
-        if overdue:
+            if not overdue:
+                return
             oldest = min(overdue, key=lambda event: event.t_start)
+            slot = self._slots.get((oldest.group, oldest.seq))
             self._stalled.add((oldest.group, oldest.seq))
-            self._report_stall(blocked_fingerprint(oldest), self.store)
+        self._report_stall(blocked_fingerprint(oldest, slot), self.store)
+
+    def _claim_stall(self, group: str, seq: int) -> bool:
+        """Whether this caller reports the stall of (group, seq): each is reported once."""
+        with self._lock:
+            if (group, seq) in self._stalled:
+                return False
+            self._stalled.add((group, seq))
+            return True
 
     def _report_stall(self, blocked: dict[str, Any], store: Any) -> None:
         now = time.time()
@@ -558,6 +816,9 @@ class Monitor:
             except Exception as error:
                 positions = {self.config.rank: self._position()}
                 self._degrade(f"could not read positions ({_short(error)})", loud=False)
+        if peer_finished(self.config.rank, blocked, positions):
+            self.completed(str(blocked["g"]), int(blocked["n"]))  # a Work nobody waits for
+            return
         text = stall_text(self.config.rank, blocked, positions, now)
         if store is None:
             # Recording only: without the other ranks' positions a slow peer and a hang look the
@@ -597,10 +858,11 @@ class Monitor:
         self._report(kind, "error", text, echo=True)
         if not self.config.abort:
             return
-        if self.store is not None or self.strict_store is not None:
+        self._reporting = True
+        if self.store is not None or self.sync_store is not None:
             store = (
-                self.strict_store
-                if threading.current_thread() is threading.main_thread() and self.strict_store is not None
+                self.sync_store
+                if threading.current_thread() is threading.main_thread() and self.sync_store is not None
                 else self.store
             )
             try:
@@ -629,9 +891,17 @@ class Monitor:
             return
         self._degraded = True
         self.store = None
-        self.strict_store = None
+        self.sync_store = None
         quiet = self.ended or not loud
         self._report("degraded", "warning", f"{why}; recording only", echo=not quiet)
+
+
+def _outgoing(item: CollectiveEvent | P2PSlot) -> tuple[str, int, dict[str, Any], bool]:
+    """A queued item's channel, number, fingerprint, and whether this rank publishes it (the
+    group's leader; the sender of a send/recv pair)."""
+    if isinstance(item, P2PSlot):
+        return item.channel.key, item.k, p2p_fingerprint(item), item.sender
+    return item.group, item.seq, fingerprint(item), item.rank == min(item.group_ranks)
 
 
 def _read_position(store: Any, rank: int) -> Position | None:

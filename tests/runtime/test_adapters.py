@@ -139,7 +139,7 @@ def test_pynccl_collectives_are_recorded_and_verified_without_changing_results(t
         assert {e.group_desc for e in collectives} == {"PyNcclCommunicator"}
         assert collectives[0].describe == "all_reduce(float32[1])"
         by_line = {e.site.line: e for e in events if e.site.file.endswith("adapters_pynccl.py")}
-        expected = dict(_EXPECTED, PN_SEND="send(float32[2], root=1)", PN_RECV="recv(float32[2], root=0)")
+        expected = dict(_EXPECTED, PN_SEND="send(float32[2], peer=1)", PN_RECV="recv(float32[2], peer=0)")
         for marker, describe in expected.items():
             if marker == ("PN_RECV" if rank == 0 else "PN_SEND"):
                 continue

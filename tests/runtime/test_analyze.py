@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import pickle
+from dataclasses import replace
 from pathlib import Path
 
 from collcheck.cli import main
-from collcheck.runtime.analyze import analyze, load_dir
+from collcheck.runtime.analyze import analyze, load_dir, render_text, to_json
 from collcheck.runtime.perfetto import to_perfetto
 from collcheck.runtime.record import CallSite, CollectiveEvent, DoneEvent, TraceWriter, trace_file_name
 
@@ -177,3 +178,71 @@ def test_trace_cli_exit_codes_and_formats(tmp_path: Path, capsys: object) -> Non
     assert json.loads((tmp_path / "p.json").read_text())["traceEvents"]
     assert main(["trace", str(tmp_path / "missing")]) == 2
     assert main(["trace", str(good), "--format", "xml"]) == 2
+
+
+def _p2p(rank: int, seq: int, op: str, peer: int, numel: int, line: int) -> CollectiveEvent:
+    return CollectiveEvent(
+        rank=rank,
+        group="0:p2p",
+        group_ranks=tuple(sorted((rank, peer))),
+        seq=seq,
+        op=op,
+        shapes=((numel,),),
+        dtypes=("float32",),
+        root=peer,
+        site=CallSite("train.py", line, "main"),
+        t_start=100.0 + seq + rank / 10,
+        tag=0,
+    )
+
+
+def test_sends_and_recvs_that_pair_up_are_consistent(tmp_path: Path) -> None:
+    _write(tmp_path, 0, [_p2p(0, 1, "send", 1, 4, 12), _p2p(0, 2, "recv", 1, 3, 13)])
+    _write(tmp_path, 1, [_p2p(1, 1, "recv", 0, 4, 15), _p2p(1, 2, "send", 0, 3, 16)])
+    analysis = analyze(load_dir(str(tmp_path)))
+    assert not analysis.p2p and not analysis.diverged
+
+
+def test_the_first_p2p_mismatch_of_each_channel_names_both_call_sites(tmp_path: Path) -> None:
+    sends = [_p2p(0, seq, "send", 1, 4, 12) for seq in (1, 2, 3)]
+    recvs = [_p2p(1, 1, "recv", 0, 4, 15), _p2p(1, 2, "recv", 0, 8, 15), _p2p(1, 3, "recv", 0, 8, 15)]
+    _write(tmp_path, 0, sends)
+    _write(tmp_path, 1, recvs)
+    analysis = analyze(load_dir(str(tmp_path)))
+    text = (
+        "rank 0 send(float32[4], peer=1) at train.py:12 vs rank 1 recv(float32[8], peer=0) at train.py:15 "
+        "(group 0, send #2 0->1)"
+    )
+    assert [(f.kind, f.text) for f in analysis.p2p] == [("mismatch", text)]  # the first one only
+    assert analysis.diverged and analysis.exit_code() == 1
+    assert f"  first mismatch: {text}" in render_text(analysis).splitlines()
+    assert to_json(analysis)["p2p"][0]["where"] == "group 0, send #2 0->1"
+    marks = [e for e in to_perfetto(analysis)["traceEvents"] if e["ph"] == "i"]
+    assert sorted(e["pid"] for e in marks) == [0, 1]
+
+
+def test_a_send_never_received_is_reported_when_the_receiver_was_traced(tmp_path: Path) -> None:
+    _write(tmp_path, 0, [_p2p(0, 1, "send", 1, 4, 12), _p2p(0, 2, "send", 1, 4, 13)])
+    _write(tmp_path, 1, [_p2p(1, 1, "recv", 0, 4, 15)])
+    (finding,) = analyze(load_dir(str(tmp_path))).p2p
+    assert (finding.kind, finding.text) == (
+        "unmatched",
+        "rank 1 never issued the recv for rank 0 send(float32[4], peer=1) at train.py:13 "
+        "(group 0, send #2 0->1)",
+    )
+    (tmp_path / trace_file_name(1)).unlink()  # rank 1 untraced: its recvs are unknown, not missing
+    assert not analyze(load_dir(str(tmp_path))).p2p
+
+
+def test_a_recv_never_sent_and_any_source_receivers(tmp_path: Path) -> None:
+    _write(tmp_path, 0, [_event(0, 1, 4, 10)])
+    _write(tmp_path, 1, [_event(1, 1, 4, 10), _p2p(1, 1, "recv", 0, 4, 15)])
+    (finding,) = analyze(load_dir(str(tmp_path))).p2p
+    assert finding.text == (
+        "rank 0 never issued the send for rank 1 recv(float32[4], peer=0) at train.py:15 "
+        "(group 0, send #1 0->1)"
+    )
+    any_source = replace(_p2p(1, 1, "recv_any_source", 0, 8, 14), root=None)
+    _write(tmp_path, 0, [_p2p(0, 1, "send", 1, 8, 12), _p2p(0, 2, "send", 1, 8, 12)])
+    _write(tmp_path, 1, [any_source, _p2p(1, 2, "recv", 0, 4, 15)])
+    assert not analyze(load_dir(str(tmp_path))).p2p  # which send each recv took cannot be told

@@ -6,6 +6,7 @@ environment exactly as `collcheck run` does. Each job has a hard timeout (confte
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -56,8 +57,12 @@ def test_swapped_same_shape_pair_is_an_error_in_strict_mode(tmp_path: Path) -> N
     assert all("a=" not in rank.stdout for rank in job.ranks)
 
 
-def test_swapped_different_shapes_are_reported_before_gloo_aborts(tmp_path: Path) -> None:
-    job = run_job("swap_diff.py", tmp_path, trace=STRICT)
+@pytest.mark.parametrize("mode", [STRICT, ASYNC], ids=["strict", "async"])
+def test_swapped_different_shapes_are_reported_before_gloo_aborts(tmp_path: Path, mode: TraceConfig) -> None:
+    # Gloo aborts a process within milliseconds of a size mismatch, faster than a background
+    # checker: async mode agrees on the first collective of each call site before issuing it,
+    # as strict mode does for every collective.
+    job = run_job("swap_diff.py", tmp_path, trace=mode)
     diff0, diff1 = line_of("swap_diff.py", "DIFF_0"), line_of("swap_diff.py", "DIFF_1")
     assert job.returncodes == [ABORT_EXIT_CODE, ABORT_EXIT_CODE], job.stderr
     assert (
@@ -65,19 +70,84 @@ def test_swapped_different_shapes_are_reported_before_gloo_aborts(tmp_path: Path
         f"all_reduce(float32[4096]) at swap_diff.py:{diff1} (group 0, #2)"
     ) in job.stderr
     assert "Received data size doesn't match" not in job.stderr  # gloo never saw the mismatch
-
-
-def test_swapped_different_shapes_in_async_mode_leave_traces_that_name_both_sides(tmp_path: Path) -> None:
-    # Gloo kills rank 0 within milliseconds (C++ abort on the size check), faster than a background
-    # checker; the streamed traces still give the answer offline (and `collcheck run` prints it).
-    job = run_job("swap_diff.py", tmp_path, trace=ASYNC)
-    assert job.returncodes != [0, 0]
+    # The streamed traces name both sides too (what `collcheck run` prints at the end).
     mismatch = analyze(load_dir(str(job.trace_dir))).mismatches[0]
     assert mismatch.seq == 2
     assert {side.describe for side in mismatch.sides} == {
         "all_reduce(float32[1024])",
         "all_reduce(float32[4096])",
     }
+
+
+def test_a_steady_loop_with_changing_shapes_runs_unchanged_in_async_mode(tmp_path: Path) -> None:
+    # Only the first collective of each call site is agreed before it is issued: the loop's
+    # changing shapes do not make it new again, and its results are unchanged.
+    job = run_job("steady_loop.py", tmp_path, trace=ASYNC)
+    assert job.returncodes == [0, 0], job.stderr
+    total = float(sum(3 * (1 + step % 7) for step in range(300)))
+    assert [rank.stdout.strip() for rank in job.ranks] == [f"rank {r} total {total}" for r in (0, 1)]
+    assert "collcheck:" not in job.stderr
+    analysis = analyze(load_dir(str(job.trace_dir)))
+    assert not analysis.diverged and not analysis.warnings
+    assert [s.collectives for s in analysis.summaries] == [304, 304]
+
+
+@pytest.mark.parametrize("mode", [ASYNC, STRICT], ids=["async", "strict"])
+def test_matching_sends_and_recvs_stay_quiet_with_correct_results(tmp_path: Path, mode: TraceConfig) -> None:
+    # Blocking with a tag, then irecv-before-isend and batch_isend_irecv on both ranks: strict
+    # mode's recvs, each waiting for its send's fingerprint, must give way instead of hanging.
+    job = run_job("p2p_ok.py", tmp_path, trace=mode)
+    assert job.returncodes == [0, 0], job.stderr
+    results = [json.loads(rank.stdout.split("RESULT ", 1)[1]) for rank in job.ranks]
+    assert results[0] == {
+        "back": [0, 10, 20],
+        **{f"irecv{step}": [10.0 + step] * 5 for step in range(3)},
+        "batch": [1.5, 1.5],
+    }
+    assert results[1] == {
+        "first": [0.0, 1.0, 2.0, 3.0],
+        **{f"irecv{step}": [float(step)] * 5 for step in range(3)},
+        "batch": [0.5, 0.5],
+    }
+    assert "collcheck:" not in job.stderr
+    analysis = analyze(load_dir(str(job.trace_dir)))
+    assert not analysis.diverged and not analysis.p2p
+    events = {e.site.line: e for e in analysis.events[0] + analysis.events[1]}
+    assert events[line_of("p2p_ok.py", "SEND_TAGGED")].describe == "send(float32[4], peer=1, tag=7)"
+    assert events[line_of("p2p_ok.py", "RECV_TAGGED")].describe == "recv(float32[4], peer=0, tag=7)"
+    # gloo's send/recv Works have no future: their completion is seen when wait() returns.
+    assert all(e.t_end is not None for rank in (0, 1) for e in analysis.events[rank])
+
+
+@pytest.mark.parametrize("mode", [STRICT, ASYNC], ids=["strict", "async"])
+def test_a_send_received_into_a_bigger_buffer_is_a_p2p_mismatch(tmp_path: Path, mode: TraceConfig) -> None:
+    job = run_job("p2p_bad.py", tmp_path, trace=mode)
+    send, recv = line_of("p2p_bad.py", "SEND_4"), line_of("p2p_bad.py", "RECV_8")
+    assert job.returncodes == [ABORT_EXIT_CODE, ABORT_EXIT_CODE], job.stderr
+    text = (
+        f"point-to-point mismatch: rank 0 send(float32[4], peer=1) at p2p_bad.py:{send} vs rank 1 "
+        f"recv(float32[8], peer=0) at p2p_bad.py:{recv} (group 0, send #1 0->1)"
+    )
+    assert f"collcheck: rank 1: {text}" in job.ranks[1].stderr
+    if mode is STRICT:  # caught before the recv was issued: gloo never filled half the buffer
+        assert "received" not in job.ranks[1].stdout
+    (finding, *_) = analyze(load_dir(str(job.trace_dir))).p2p
+    assert (finding.kind, finding.where) == ("mismatch", "group 0, send #1 0->1")
+
+
+@pytest.mark.parametrize("mode", [ASYNC, STRICT, RECORD], ids=["async", "strict", "record"])
+def test_a_recv_whose_send_never_comes_is_reported_as_a_stall(tmp_path: Path, mode: TraceConfig) -> None:
+    job = run_job("p2p_stall.py", tmp_path, trace=mode, extra_env={"PG_TIMEOUT": "120"})
+    assert job.returncodes == [ABORT_EXIT_CODE, ABORT_EXIT_CODE], job.stderr
+    assert job.seconds < 30  # the process-group timeout is 120 s; the tracer's is 3 s
+    recv, first = line_of("p2p_stall.py", "NO_SEND"), line_of("p2p_stall.py", "FIRST")
+    report = job.ranks[1].stderr
+    assert (
+        f"in recv(float32[4], peer=0) at p2p_stall.py:{recv} (group 0, send #1 0->1)\n"
+        "  matching send not issued by: rank 0\n"
+        f"  rank 0: last all_reduce(float32[4]) at p2p_stall.py:{first} (group 0, #1), completed\n"
+    ) in report
+    assert report.count("stall: rank 1 has waited") == 1
 
 
 def test_barrier_only_on_rank_0_is_reported_as_a_stall_long_before_the_pg_timeout(tmp_path: Path) -> None:

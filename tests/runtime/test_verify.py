@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+from fake_store import FakeStore, ReportWriter
 
 from collcheck.runtime.record import CallSite, CollectiveEvent
 from collcheck.runtime.verify import (
+    Monitor,
+    MonitorConfig,
     Position,
     find_wait_cycle,
     fingerprint,
@@ -97,3 +102,109 @@ def test_fingerprints_far_behind_the_newest_are_deleted_a_batch_per_tick(
     monitor._published["0"] = 18
     monitor._prune(store)
     assert store.deleted[-1] == "fp/0/8" and len(store.deleted) == 8
+
+
+# ---------------------------------------------------------------------------------------------
+# Async mode's first-seen checks, on monitors sharing an in-memory store (no threads but the
+# ones a test starts; `_publish_and_compare` is one tick of the background thread)
+
+
+def _monitor(rank: int, store: FakeStore, strict: bool = False) -> tuple[Monitor, ReportWriter]:
+    writer = ReportWriter()
+    config = MonitorConfig(rank=rank, verify=True, strict=strict, timeout_s=5.0, world_size=2, abort=False)
+    monitor = Monitor(config, writer=writer, store_factory=None)  # type: ignore[arg-type]
+    monitor.store = monitor.sync_store = store
+    return monitor, writer
+
+
+def _event(rank: int, seq: int, line: int, numel: int = 4) -> CollectiveEvent:
+    return CollectiveEvent(
+        rank=rank,
+        group="0",
+        group_ranks=(0, 1),
+        seq=seq,
+        op="all_reduce",
+        shapes=((numel,),),
+        dtypes=("float32",),
+        reduce_op="sum",
+        site=CallSite("train.py", line),
+    )
+
+
+def test_a_new_call_site_is_published_before_issue_and_later_ones_in_the_background() -> None:
+    store = FakeStore()
+    leader, _ = _monitor(0, store)
+    leader.issued(_event(0, 1, line=10))
+    assert store.sets["fp/0/1"] == 1 and store.value("head/0") == 1  # before the collective runs
+    for seq in range(2, 6):  # the same call site with other shapes: a loop, not a new site
+        leader.issued(_event(0, seq, line=10, numel=seq))
+    assert "fp/0/2" not in store.data and store.value("head/0") == 1
+    leader._publish_and_compare(store)  # the background thread's tick
+    assert store.value("head/0") == 5
+    assert [store.sets[f"fp/0/{seq}"] for seq in range(1, 6)] == [1] * 5  # each published once
+
+
+def test_a_new_leader_site_publishes_what_was_queued_before_it_in_order() -> None:
+    store = FakeStore()
+    leader, _ = _monitor(0, store)
+    leader.issued(_event(0, 1, line=10))
+    leader.issued(_event(0, 2, line=10))  # queued for the background thread
+    leader.issued(_event(0, 3, line=11))  # new: #2 must go out first, or head/0 would run ahead
+    assert store.value("head/0") == 3 and [store.sets[f"fp/0/{seq}"] for seq in (1, 2, 3)] == [1, 1, 1]
+    leader._publish_and_compare(store)
+    assert store.value("head/0") == 3 and store.sets["fp/0/2"] == 1
+
+
+def test_a_follower_at_a_new_site_waits_for_what_the_leader_publishes_in_the_background() -> None:
+    store = FakeStore()
+    leader, _ = _monitor(0, store)
+    follower, reports = _monitor(1, store)
+    leader.issued(_event(0, 1, line=10))
+    follower.issued(_event(1, 1, line=10))
+    leader.issued(_event(0, 2, line=10))  # not new on the leader: left to its background thread
+    waiting = threading.Thread(target=follower.issued, args=(_event(1, 2, line=12),))
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive()  # the follower's collective is not issued yet
+    leader._publish_and_compare(store)
+    waiting.join(5.0)
+    assert not waiting.is_alive()
+    assert reports.reports == [
+        (
+            "callsite",
+            "warning",  # async mode: a call-site difference alone stays a warning
+            "call-site divergence: rank 0 all_reduce(float32[4]) at train.py:10 vs rank 1 "
+            "all_reduce(float32[4]) at train.py:12 (group 0, #2) (same collective issued from "
+            "different lines; legitimate for the barrier trick, wrong for a swapped pair)",
+        )
+    ]
+    follower._publish_and_compare(store)  # compared once: nothing pending, nothing reported again
+    assert len(reports.reports) == 1 and not any(follower._pending.values())
+    assert store.value("head/0") == 2 and store.sets["fp/0/2"] == 1
+
+
+def test_a_different_shape_at_a_new_site_is_a_mismatch_before_it_is_issued() -> None:
+    store = FakeStore()
+    leader, _ = _monitor(0, store)
+    follower, reports = _monitor(1, store)
+    leader.issued(_event(0, 1, line=13, numel=1024))
+    follower.issued(_event(1, 1, line=16, numel=4096))
+    assert reports.reports == [
+        (
+            "mismatch",
+            "error",
+            "collective mismatch: rank 0 all_reduce(float32[1024]) at train.py:13 vs rank 1 "
+            "all_reduce(float32[4096]) at train.py:16 (group 0, #1)",
+        )
+    ]
+
+
+def test_first_seen_sites_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collcheck.runtime import verify
+
+    monkeypatch.setattr(verify, "FIRST_SEEN_LIMIT", 2)
+    store = FakeStore()
+    leader, _ = _monitor(0, store)
+    for seq, line in enumerate((10, 11, 12, 13), start=1):
+        leader.issued(_event(0, seq, line=line))
+    assert store.value("head/0") == 2 and len(leader._new) == 2  # the rest are left asynchronous

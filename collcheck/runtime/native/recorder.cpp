@@ -67,16 +67,12 @@ struct OpInfo {
   std::vector<int> tensor_at;
   int reduce_at = -1;
   int root_at = -1;
-  bool p2p = false;
   bool shapes = true;
 };
 
 struct GroupInfo {
   std::vector<int64_t> ranks;
   std::string name_json;
-  std::string p2p_name;
-  std::string p2p_name_json;
-  std::string ranks_json;
   std::string head;  // {"ev":"coll","rank":R,"group":G,"group_ranks":[..],"seq":
   std::string tail;  // ,"group_desc":D}\n
 };
@@ -142,7 +138,7 @@ std::shared_ptr<State> g_state = std::make_shared<State>();
 
 // Caches below are only touched with the GIL held.
 struct PythonSide {
-  py::object group_info;  // name -> (ranks, name_json, p2p_name_json, desc_json)
+  py::object group_info;  // name -> (ranks, name_json, desc_json)
   py::object skip_code;  // code -> bool
   py::object site_json;  // () -> str, the encoded site of the current frames
   py::object thread_piece;  // () -> ',"thread":"...","t_start":'
@@ -223,18 +219,15 @@ const GroupInfo& group_of(PythonSide& side, const std::string& name) {
   GroupInfo group;
   for (auto rank : info[0].cast<py::list>()) group.ranks.push_back(rank.cast<int64_t>());
   group.name_json = info[1].cast<std::string>();
-  group.p2p_name = name + ":p2p";
-  group.p2p_name_json = info[2].cast<std::string>();
   std::string ranks_json = "[";
   for (size_t i = 0; i < group.ranks.size(); ++i) {
     if (i) ranks_json += ",";
     ranks_json += std::to_string(group.ranks[i]);
   }
   ranks_json += "]";
-  group.ranks_json = ranks_json;
   group.head = "{\"ev\":\"coll\",\"rank\":" + side.rank_json + ",\"group\":" + group.name_json +
       ",\"group_ranks\":" + ranks_json + ",\"seq\":";
-  group.tail = ",\"group_desc\":" + info[3].cast<std::string>() + "}\n";
+  group.tail = ",\"group_desc\":" + info[2].cast<std::string>() + "}\n";
   return side.groups.emplace(name, std::move(group)).first->second;
 }
 
@@ -286,7 +279,7 @@ const std::string& dtype_json(PythonSide& side, c10::ScalarType type) {
 }
 
 struct Issued {
-  std::string group;  // the sequence's name: the group's, or "<group>:p2p"
+  std::string group;  // the group name, which numbers its collectives
   std::string group_json;
   std::string observable_key;
   int64_t seq = 0;
@@ -339,23 +332,9 @@ class RecorderKernel final : public c10::OperatorKernel {
       try {
         const GroupInfo& info = group_of(side, name);
         if (has_root && root >= 0 && root < static_cast<int64_t>(info.ranks.size())) root = info.ranks[root];
-        if (info_.p2p) {
-          sequence_name = info.p2p_name;
-          group_json = info.p2p_name_json;
-          std::string ranks = "[" + std::to_string(side.rank) + "]";
-          if (has_root && root != side.rank) {
-            int64_t low = std::min(side.rank, root), high = std::max(side.rank, root);
-            ranks = "[" + std::to_string(low) + "," + std::to_string(high) + "]";
-          } else if (!has_root) {  // recv from any source: any member
-            ranks = info.ranks_json;
-          }
-          head = "{\"ev\":\"coll\",\"rank\":" + side.rank_json + ",\"group\":" + group_json +
-              ",\"group_ranks\":" + ranks + ",\"seq\":";
-        } else {
-          sequence_name = name;
-          group_json = info.name_json;
-          head = info.head;
-        }
+        sequence_name = name;
+        group_json = info.name_json;
+        head = info.head;
         tail = info.tail;
         site = site_of_current_frames(side);
         thread = thread_of(side);
@@ -480,10 +459,12 @@ void configure(int64_t rank, const std::string& rank_json, py::object group_info
   clear_code_caches(side);
 }
 
-void install(const std::vector<std::tuple<std::string, std::string, int, std::vector<int>, int, int, bool, bool>>& ops) {
+// One kernel per collective: (operator, label, process_group at, tensors at, reduce op at, root at,
+// whether shapes must agree). Sends and recvs keep the Python kernel (hook._install_native).
+void install(const std::vector<std::tuple<std::string, std::string, int, std::vector<int>, int, int, bool>>& ops) {
   g_library = std::make_unique<torch::Library>(torch::Library::IMPL, "c10d", c10::DispatchKey::BackendSelect,
                                                __FILE__, __LINE__);
-  for (const auto& [name, label, group_at, tensor_at, reduce_at, root_at, p2p, shapes] : ops) {
+  for (const auto& [name, label, group_at, tensor_at, reduce_at, root_at, shapes] : ops) {
     OpInfo info;
     info.label = label;
     info.label_json = "\"" + label + "\"";
@@ -491,7 +472,6 @@ void install(const std::vector<std::tuple<std::string, std::string, int, std::ve
     info.tensor_at = tensor_at;
     info.reduce_at = reduce_at;
     info.root_at = root_at;
-    info.p2p = p2p;
     info.shapes = shapes;
     g_library->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<RecorderKernel>(std::move(info))));
   }

@@ -1,0 +1,91 @@
+"""An in-memory stand-in for the c10d store, shared by Monitors in one process (no torch).
+
+It implements the calls the Monitor makes, with the real store's blocking rules: `wait` blocks up
+to its timeout and then raises a timeout error; `get` and `multi_get` of a missing key raise (the
+real ones would block), so a protocol bug that reads a key before it exists fails the test.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from datetime import timedelta
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.sets: Counter[str] = Counter()  # how often each key was written (set or multi_set)
+        self._changed = threading.Condition()
+
+    def _put(self, key: str, value: str | bytes) -> None:
+        self.data[key] = value.encode() if isinstance(value, str) else value
+        self.sets[key] += 1
+
+    def set(self, key: str, value: str | bytes) -> None:
+        with self._changed:
+            self._put(key, value)
+            self._changed.notify_all()
+
+    def multi_set(self, keys: list[str], values: list[str]) -> None:
+        with self._changed:
+            for key, value in zip(keys, values, strict=True):
+                self._put(key, value)
+            self._changed.notify_all()
+
+    def get(self, key: str) -> bytes:
+        with self._changed:
+            if key not in self.data:
+                raise AssertionError(f"get of missing key {key} would block")
+            return self.data[key]
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        return [self.get(key) for key in keys]
+
+    def check(self, keys: list[str]) -> bool:
+        with self._changed:
+            return all(key in self.data for key in keys)
+
+    def wait(self, keys: list[str], timeout: timedelta) -> None:
+        with self._changed:
+            if not self._changed.wait_for(lambda: all(k in self.data for k in keys), timeout.total_seconds()):
+                raise RuntimeError(f"wait timeout after {timeout}, keys: {keys}")
+
+    def add(self, key: str, amount: int) -> int:
+        with self._changed:
+            value = int(self.data.get(key, b"0")) + amount
+            self.data[key] = str(value).encode()
+            self._changed.notify_all()
+            return value
+
+    def compare_set(self, key: str, expected: str, desired: str) -> bytes:
+        with self._changed:
+            current = self.data.get(key)
+            if (current is None and expected == "") or current == expected.encode():
+                self._put(key, desired)
+            return self.data[key]
+
+    def delete_key(self, key: str) -> bool:
+        with self._changed:
+            return self.data.pop(key, None) is not None
+
+    def value(self, key: str) -> int:
+        """A counter's value (`head/...`), 0 when never added to."""
+        return int(self.data.get(key, b"0"))
+
+
+class ReportWriter:
+    """Collects what a Monitor writes; `reports` are its (kind, severity, text) findings."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, object]] = []
+
+    def write(self, data: dict[str, object]) -> None:
+        self.rows.append(data)
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def reports(self) -> list[tuple[object, object, object]]:
+        return [(r["kind"], r["severity"], r["text"]) for r in self.rows if r.get("ev") == "report"]
