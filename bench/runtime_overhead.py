@@ -1,21 +1,27 @@
 """Overhead of the runtime tracer on small and 1 MiB all_reduces (2 gloo ranks on this machine).
 
     python bench/runtime_overhead.py [--rounds 3] [--small-iters 2000] [--large-iters 300]
-                                      [--single-iters 3000]
+                                      [--single-iters 3000] [--blocks 80]
 
-Measures, in one run: untraced, record mode, async verify, strict verify, and
-TORCH_DISTRIBUTED_DEBUG=DETAIL. Modes are run round-robin `--rounds` times and the best round of
-each is kept, which filters out noise from other work on the machine. Prints per-op wall times
-and ratios, rank 0's CPU time per op (all its threads; steadier than wall time when other jobs
-share the cores) and the 1-minute load average; goals: record within 5% of untraced at 1 MiB,
-async verify at most a third of DETAIL's added cost.
+Measures, in one run:
 
-With two ranks on two cores the wall figures are dominated by scheduling noise, so the run also
-measures record mode's added cost per collective in isolation: one process (world size 1, gloo),
-a loop of `--single-iters` all_reduces of 1024 floats, best of 5 loops, untraced and record mode
-(`enable(trace_dir, adapters=False)`) in alternating processes, `--rounds` times each. It prints
-both in µs/op, the issuing thread's CPU time per op, and the added cost as a share of the 2-rank
-1 MiB untraced time of the same run. Not a test.
+1. Untraced, record mode (native kernel), record mode with the Python kernel (`record-py`),
+   async verify, strict verify, and TORCH_DISTRIBUTED_DEBUG=DETAIL, each in its own pair of
+   processes, round-robin `--rounds` times, keeping the best round of each: per-op wall time,
+   rank 0's CPU time per op (all its threads), and their ratios to untraced. Goal: async verify
+   adds at most a third of what DETAIL adds.
+2. Record mode against untraced in paired blocks: one pair of processes alternates untraced
+   blocks (no kernel registered) and traced blocks (the tracer started for the block), and
+   compares each traced block with the untraced block just before it (`--blocks` pairs per
+   kernel and size); prints the median and quartiles of the added time. Separate runs on this
+   2-core VM differ by up to ±30% from minute to minute, far more than the 5% goal (record mode
+   within 5% of untraced at 1 MiB); pairs a few hundred milliseconds apart see much less of that.
+3. Record mode's added cost per collective in isolation: one process (world size 1, gloo), a
+   loop of `--single-iters` all_reduces of 1024 floats, best of 5 loops, untraced and both
+   record kernels in alternating processes, `--rounds` times each, in µs/op with the issuing
+   thread's CPU time, and as a share of the 2-rank 1 MiB untraced time of part 1.
+
+The 1-minute load average range is printed last. Not a test.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = ("untraced", "record", "record-py", "async", "strict", "detail")
@@ -92,6 +99,104 @@ def single_worker(mode: str, iters: int, trace_dir: str) -> None:
         cpu = min(cpu, (time.thread_time() - thread_cpu) / iters * 1e6)
     print("RESULT " + json.dumps({"us": wall, "cpu_us": cpu}), flush=True)
     dist.destroy_process_group()
+
+
+PAIRED_KINDS = ("record", "record-py")
+
+
+def paired_worker(blocks: int, trace_dir: str) -> None:
+    """Two ranks, one process each for the whole measurement: blocks of all_reduces alternate
+    between untraced (no kernel registered) and traced (the tracer started for that block), so
+    each traced block is compared with the untraced block just before it, on the same processes
+    and connections, a few tens of milliseconds apart. The VM's speed drifts over seconds, so
+    these pairs see it much less than separate runs do."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    from collcheck.runtime import hook, tracer
+
+    dist.init_process_group("gloo")
+    configs = {
+        "record": tracer.TraceConfig(trace_dir, native=True),
+        "record-py": tracer.TraceConfig(trace_dir, native=False),
+    }
+    results: dict[str, dict[str, list[float]]] = {}
+    for label, numel in SIZES.items():
+        tensor = torch.ones(numel)
+        iters = 300 if numel == SIZES["small (4 KiB)"] else 100  # blocks of 150-200 ms
+        for _ in range(50):
+            dist.all_reduce(tensor)
+        ratios: dict[str, list[float]] = {kind: [] for kind in PAIRED_KINDS}
+        added: dict[str, list[float]] = {kind: [] for kind in PAIRED_KINDS}
+        for _ in range(blocks):
+            for kind in PAIRED_KINDS:
+                base = _timed_block(dist, tensor, iters)
+                tracer.start(configs[kind])
+                traced = _timed_block(dist, tensor, iters)
+                tracer.stop()
+                hook.uninstall()
+                ratios[kind].append(traced / base)
+                added[kind].append((traced - base) * 1e6)
+        results[label] = {
+            f"{kind} {stat}": [statistics.median(values[kind]), *statistics.quantiles(values[kind], n=4)]
+            for kind in PAIRED_KINDS
+            for stat, values in (("ratio", ratios), ("added_us", added))
+        }
+    if dist.get_rank() == 0:
+        print("RESULT " + json.dumps(results), flush=True)
+    dist.destroy_process_group()
+
+
+def _timed_block(dist: Any, tensor: Any, iters: int) -> float:
+    for _ in range(10):  # past the switch: the monitor's start, first position, caches
+        dist.all_reduce(tensor)
+    dist.barrier()
+    started = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(tensor)
+    return (time.perf_counter() - started) / iters
+
+
+def run_paired(blocks: int) -> dict[str, dict[str, list[float]]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COLLCHECK_", "TORCH_DISTRIBUTED"))}
+    env.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        WORLD_SIZE="2",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
+    )
+    trace_dir = tempfile.mkdtemp(prefix="collcheck-bench-")
+    command = [sys.executable, __file__, "--paired-worker", "--blocks", str(blocks), "--trace-dir", trace_dir]
+    processes = [
+        subprocess.Popen(
+            command, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for r in range(2)
+    ]
+    outputs = [p.communicate(timeout=1200) for p in processes]
+    for process, (_, err) in zip(processes, outputs, strict=False):
+        if process.returncode != 0:
+            raise SystemExit(f"paired run failed:\n{err[-3000:]}")
+    line = next(line for line in outputs[0][0].splitlines() if line.startswith("RESULT "))
+    return dict(json.loads(line[len("RESULT ") :]))
+
+
+def report_paired(paired: dict[str, dict[str, list[float]]], blocks: int) -> None:
+    print(
+        f"2 ranks, paired blocks ({blocks} pairs per kernel and size; each traced block against the "
+        "untraced block just before it, same processes): median [quartiles]"
+    )
+    for label, stats in paired.items():
+        for kind, name in (("record", "native kernel"), ("record-py", "Python kernel")):
+            ratio, low, _, high = stats[f"{kind} ratio"]
+            added = stats[f"{kind} added_us"]
+            print(
+                f"  {label}, record ({name}): {(ratio - 1) * 100:+.1f}% [{(low - 1) * 100:+.1f}%, "
+                f"{(high - 1) * 100:+.1f}%], {added[0]:+.0f} us/op [{added[1]:+.0f}, {added[3]:+.0f}]"
+            )
 
 
 def run_single(mode: str, iters: int) -> dict[str, float]:
@@ -169,7 +274,12 @@ def main() -> None:
     parser.add_argument("--single-iters", type=int, default=3000)
     parser.add_argument("--single-worker", choices=SINGLE_MODES)
     parser.add_argument("--trace-dir", default="")
+    parser.add_argument("--paired-worker", action="store_true")
+    parser.add_argument("--blocks", type=int, default=80, help="paired blocks per kernel and size")
     args = parser.parse_args()
+    if args.paired_worker:
+        paired_worker(args.blocks, args.trace_dir)
+        return
     if args.worker:
         worker(args.worker, args.small_iters, args.large_iters, args.trace_dir)
         return
@@ -191,7 +301,10 @@ def main() -> None:
             for key, value in run_single(mode, args.single_iters).items():
                 single.setdefault(mode, {})[key] = min(value, single.get(mode, {}).get(key, float("inf")))
             loads.append(os.getloadavg()[0])
+    paired = run_paired(args.blocks)
+    loads.append(os.getloadavg()[0])
     report(best)
+    report_paired(paired, args.blocks)
     report_single(single, best["untraced"]["1 MiB"])
     print(
         f"1-minute load average during the run: {min(loads):.2f} to {max(loads):.2f} ({os.cpu_count()} CPUs)"

@@ -296,6 +296,11 @@ class Tracer:
         """
         if self._p2p_waits and self._p2p_waited(work, raised):
             return
+        if raised and self.native is not None and work.is_completed():
+            # The native kernel noted the failure; as `_done` does for the Python kernel, end with
+            # the report of a rank that stopped the job rather than with the backend's error.
+            self.monitor.collective_failed()
+            return
         if not self._pending or (raised and not work.is_completed()):
             return
         with self._pending_lock:
