@@ -51,7 +51,9 @@ def prebuild_native() -> None:
     """Build the native recorder before the job starts, if this interpreter has torch, so its
     message comes before the job's output; the ranks load it (or build it themselves under a
     lock when they run another interpreter). Never fatal: they fall back to the Python kernel."""
-    if importlib.util.find_spec("torch") is None:
+    from collcheck.runtime import native
+
+    if importlib.util.find_spec("torch") is None or native.is_built():
         return
     env = {key: value for key, value in os.environ.items() if not key.startswith("COLLCHECK_")}
     if os.environ.get("COLLCHECK_NATIVE_DIR"):

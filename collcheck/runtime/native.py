@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -50,14 +51,27 @@ def cache_root(environ: dict[str, str] | None = None) -> Path:
 
 
 def module_name() -> str:
-    """Unique per source text, torch build and interpreter: a stale build is never loaded."""
-    import torch
-
+    """Unique per source text, torch build and interpreter: a stale build is never loaded. The
+    torch version comes from its metadata, so the launcher can tell whether a build exists
+    without importing torch."""
     digest = hashlib.sha256()
     digest.update(SOURCE.read_bytes())
-    for part in (torch.__version__, sys.version, str(sysconfig.get_config_var("EXT_SUFFIX"))):
+    for part in (
+        importlib.metadata.version("torch"),
+        sys.version,
+        str(sysconfig.get_config_var("EXT_SUFFIX")),
+    ):
         digest.update(part.encode())
     return f"collcheck_native_{digest.hexdigest()[:16]}"
+
+
+def is_built() -> bool:
+    """Whether this interpreter's build exists (without importing torch)."""
+    try:
+        name = module_name()
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return (cache_root() / name / f"{name}.so").is_file()
 
 
 _loaded: ModuleType | None = None

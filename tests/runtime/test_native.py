@@ -89,3 +89,11 @@ def test_collcheck_native_0_keeps_the_python_kernel(tmp_path: Path) -> None:
     headers = [rows[0] for rows in traces(job.trace_dir, 2)]
     assert [header["hook"] for header in headers] == ["dispatcher", "dispatcher"]
     assert json.dumps(headers[0]["mode"]) == '"record"'
+
+
+def test_is_built_looks_in_the_configured_cache(
+    built: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert native.is_built()  # the default cache, where the fixture built it
+    monkeypatch.setenv(native.ENV_NATIVE_DIR, str(tmp_path))
+    assert not native.is_built()  # `collcheck run` then builds before starting the command
