@@ -133,6 +133,35 @@ def _build_and_import(name: str, directory: Path, quiet: bool) -> ModuleType | N
         return _import(name, directory)
 
 
+def build_in_background() -> str:
+    """Start a detached build for later runs (the tracer of this one keeps the Python kernel:
+    compiling inside `init_process_group` would keep this rank from its first collective for half
+    a minute while its peers wait in theirs). Returns "started", or why not: the path of the
+    failed build's log, or "unavailable"."""
+    try:
+        name = module_name()
+    except importlib.metadata.PackageNotFoundError:
+        return "unavailable"
+    failed = cache_root() / name / FAILED_MARKER
+    if failed.exists():
+        return str(failed)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("COLLCHECK_")}
+    env[ENV_NATIVE_DIR] = str(cache_root())
+    command = [sys.executable, "-m", "collcheck.runtime.native", "build", "--quiet"]
+    try:
+        subprocess.Popen(
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # not stopped with the job's process group
+        )
+    except OSError:
+        return "unavailable"
+    return "started"
+
+
 def _run_build(name: str, directory: Path) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("COLLCHECK_")}
     # A pip-installed ninja sits beside the interpreter, which need not be on PATH (no activated venv).
@@ -145,17 +174,22 @@ def _run_build(name: str, directory: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _compile(name: str, directory: str) -> None:
-    """In the build subprocess."""
+    """In the build subprocess. The linker writes the library in place, so it is built in a
+    staging folder and renamed into `directory` when complete: a rank that looks for it without
+    the lock sees it whole or not at all."""
     from torch.utils import cpp_extension
 
+    staging = os.path.join(directory, "staging")
+    os.makedirs(staging, exist_ok=True)
     cpp_extension.load(
         name=name,
         sources=[str(SOURCE)],
-        build_directory=directory,
+        build_directory=staging,
         extra_cflags=["-O2"],
         is_python_module=True,
         verbose=False,
     )
+    os.replace(os.path.join(staging, f"{name}.so"), os.path.join(directory, f"{name}.so"))
 
 
 @contextlib.contextmanager
@@ -246,7 +280,7 @@ def main(argv: list[str]) -> int:
         _compile(argv[1], argv[2])
         return 0
     if argv[:1] == ["build"]:
-        return 0 if load(build=True) is not None else 1
+        return 0 if load(build=True, quiet="--quiet" in argv) is not None else 1
     sys.stderr.write("usage: python -m collcheck.runtime.native build\n")
     return 2
 

@@ -109,6 +109,7 @@ class _Group:
     name: str
     desc: str
     ranks: tuple[int, ...]
+    known: bool = True  # c10d knows its members; otherwise they are a guess, never cross-checked
 
 
 class Tracer:
@@ -156,6 +157,7 @@ class Tracer:
             self.writer,
             lambda: connect_store(config.store_address, STORE_CONNECT_TIMEOUT_S),
             on_tick=self._record_tick if self._poll_completion else None,
+            before_exit=self._flush_native,
         )
         self.mechanism = ""
 
@@ -163,7 +165,7 @@ class Tracer:
 
     def start(self) -> None:
         # Kernels stay registered for the life of the process; they reach whichever tracer is active.
-        module = native.load() if self.config.uses_native else None
+        module = self._native_module() if self.config.uses_native else None
         self.mechanism = install(_FORWARD, native=module)
         if self.mechanism == "native" and module is not None:
             self.native = NativeRecorder(module, self.rank, self._main)
@@ -172,6 +174,27 @@ class Tracer:
         if self.native is not None:
             self.native.start(self.writer.fileno())
         self.monitor.start()
+
+    def _native_module(self) -> Any:
+        """The built native kernel, or None: never built here, where a peer would wait for it."""
+        module = native.load(build=False)
+        if module is not None:
+            return module
+        status = native.build_in_background()
+        if self.rank != 0:  # one message per job
+            return None
+        if status == "started":
+            _warn(
+                "record mode uses the Python kernel in this run; the native kernel is being built "
+                "in the background for later runs (`collcheck run` and "
+                "`python -m collcheck.runtime.native build` build it before the job starts)"
+            )
+        elif status != "unavailable":
+            _warn(
+                f"native recorder: an earlier build failed (see {status}; delete it to retry); "
+                "using the Python kernel"
+            )
+        return None
 
     def _header(self) -> dict[str, Any]:
         import torch
@@ -249,7 +272,7 @@ class Tracer:
         if spec.p2p:  # paired with its peer's recv/send, not with the group's collectives
             self.monitor.issued_p2p(event)
         else:
-            self.monitor.issued(event)
+            self.monitor.issued(event, check=info.known)
         return event
 
     def attach(self, token: object, work: Any) -> None:
@@ -333,11 +356,10 @@ class Tracer:
 
     def _record_tick(self) -> None:
         """The monitor's tick in record mode: note completions, write the deferred `done` lines."""
+        self.poll_completions()  # with the native kernel: sends and recvs (the Python kernel's)
+        self.writer.flush()
         if self.native is not None:
             self._native_tick()
-            return
-        self.poll_completions()
-        self.writer.flush()
 
     def _native_tick(self) -> None:
         """Give the monitor what the native recorder has in flight (for positions and stalls)."""
@@ -353,16 +375,19 @@ class Tracer:
             last_event = self._native_last[1]
         self.monitor.sync_collectives(issued, list(events.values()), last_event, last_done)
 
+    def _flush_native(self) -> None:
+        """Before the monitor ends the process: the native kernel's deferred `done` lines."""
+        if self.native is not None:
+            self.native.flush()
+
     def _drain(self, grace_s: float) -> None:
         deadline = time.monotonic() + grace_s
-        if self.native is not None:
-            while self.native.snapshot()[1] and time.monotonic() < deadline:
-                time.sleep(0.001)
-            return
         self.poll_completions()
         while self._pending and time.monotonic() < deadline:
             time.sleep(0.001)
             self.poll_completions()
+        while self.native is not None and self.native.snapshot()[1] and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     def _done(
         self, event: CollectiveEvent, ok: bool, t_end: float | None = None, defer: bool = False
@@ -390,8 +415,16 @@ class Tracer:
         name = str(group.group_name)
         known = self._groups.get(name)
         if known is None:
-            known = self._groups[name] = _Group(name, _desc(group), _ranks(group))
+            ranks = _ranks(group)
+            known = self._groups[name] = _Group(
+                name, _desc(group), ranks or _guessed_ranks(group), bool(ranks)
+            )
         return known
+
+
+def _warn(text: str) -> None:
+    sys.stderr.write(f"collcheck: {text}\n")
+    sys.stderr.flush()
 
 
 def _event_of(line: str) -> CollectiveEvent:
@@ -455,8 +488,16 @@ def _ranks(group: Any) -> tuple[int, ...]:
 
     try:
         return tuple(dist.get_process_group_ranks(group))
-    except Exception:  # a group c10d does not know (built by hand): assume it spans 0..size-1
+    except Exception:  # a group c10d does not know (built by hand)
+        return ()
+
+
+def _guessed_ranks(group: Any) -> tuple[int, ...]:
+    """For the trace only: 0..size-1. Its leader may not be a member, so nothing is compared."""
+    try:
         return tuple(range(group.size()))
+    except Exception:
+        return ()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ The functions at the bottom (report texts, cycle search) are pure, so tests can 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -50,6 +51,7 @@ PRUNE_PER_TICK = 1_024  # deletions per tick at most: the checker's tick stays s
 FIRST_SEEN_LIMIT = 4_096  # (group, op, call site) agreed synchronously in async mode, at most
 P2P_POLL_S = 0.1  # how often a strict recv waiting for its send looks for a wait cycle
 PREFIX = "collcheck"
+AHEAD_LIMIT = 1_024  # fingerprints published past a missing number before head/ skips it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,11 +320,13 @@ class Monitor:
         writer: TraceWriter,
         store_factory: Callable[[], Any] | None,
         on_tick: Callable[[], None] | None = None,
+        before_exit: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
         self.writer = writer
         self._factory = store_factory
         self._on_tick = on_tick  # record mode: notes completions before stalls are checked
+        self._before_exit = before_exit  # the native kernel's deferred lines, before os._exit
         self._background = config.verify and not config.strict  # async: the thread compares
         self._strict = config.verify and config.strict
         self.store: Any = None
@@ -356,6 +360,10 @@ class Monitor:
         self._degraded = False
         self._reporting = False  # this rank set the abort: it must linger, not stop on its own key
         self.ended = False  # the process group is being destroyed: store errors are expected
+        self._head_mark: dict[str, int] = {}  # channel -> what head/<channel> counts
+        self._gone: set[int] = set()  # ranks that degraded to recording: they publish nothing more
+        self._waiting_since: dict[str, float] = {}  # channel -> since when nothing new came
+        self._published_ahead: dict[str, set[int]] = {}  # published beyond a missing number
         self._published: dict[str, int] = {}  # channel -> last fingerprint this rank published
         self._pruned: dict[str, int] = {}  # channel -> fingerprints deleted up to this number
 
@@ -402,13 +410,17 @@ class Monitor:
 
     # -- called by the tracer on the issuing thread --------------------------------------------
 
-    def issued(self, event: CollectiveEvent) -> None:
+    def issued(self, event: CollectiveEvent, check: bool = True) -> None:
+        """`check=False`: watched for stalls, never compared (a group whose members c10d does not
+        know: its guessed leader may not be in it, and nobody would publish)."""
         first = False
         with self._lock:
             self._issued[event.group] = event.seq
             self._inflight[(event.group, event.seq)] = event
             self._last, self._last_slot, self._last_done = event, None, False
             self._position_dirty = True
+            if not check:
+                return
             if self._background:
                 # The steady state costs this set lookup; a new site is remembered (bounded).
                 site = event.site
@@ -417,7 +429,7 @@ class Monitor:
                 # A first-seen leader's is queued too, and published below with what precedes it.
                 if not first or event.rank == min(event.group_ranks):
                     self._new.append(event)
-        if first or self._strict:
+        if first or (self._strict and check):
             self._agree(event)
 
     def issued_p2p(self, event: CollectiveEvent) -> None:
@@ -461,19 +473,21 @@ class Monitor:
         last: CollectiveEvent | None,
         last_done: bool,
     ) -> None:
-        """Record mode with the native kernel: the collectives it has issued and has in flight,
-        read back on each tick (instead of `issued`/`completed` calls per collective). Sends and
-        recvs still come through `issued_p2p`/`completed`, so their entries are kept."""
+        """Record mode with the native kernel: the collectives it has issued (per group) and has
+        in flight, read back on each tick instead of `issued`/`completed` calls per collective.
+        Entries of other sequences (sends and recvs, adapters' communicators) still come through
+        those calls and are kept; "last" is whichever was issued last."""
         with self._lock:
-            kept = {key: event for key, event in self._inflight.items() if is_p2p(key[0])}
+            kept = {key: event for key, event in self._inflight.items() if key[0] not in issued}
             kept.update(((event.group, event.seq), event) for event in inflight)
-            changed = issued.items() - self._issued.items() or kept.keys() != self._inflight.keys()
+            changed = bool(issued.items() - self._issued.items()) or kept.keys() != self._inflight.keys()
             self._issued.update(issued)
             self._inflight = kept
+            current = self._last
             newer = last is not None and (
-                self._last is None or not is_p2p(self._last.group) or last.t_start >= self._last.t_start
+                current is None or current.group in issued or last.t_start >= current.t_start
             )
-            if newer and (last is not self._last or last_done != self._last_done):
+            if newer and (last is not current or last_done != self._last_done):
                 self._last, self._last_slot, self._last_done = last, None, last_done
                 changed = True
             if changed:
@@ -531,14 +545,27 @@ class Monitor:
                         self._publish_queued(store)
                 return
             # Async mode: a leader for whom this collective is not new publishes it from its
-            # background thread within a tick; the wait is the same.
-            theirs = self._wait_for(store, key, fp)
+            # background thread within a tick; the wait is the same. A leader that degraded to
+            # recording publishes nothing more: waiting for it would end in a false stall.
+            leader = min(event.group_ranks)
+            if leader in self._gone:
+                return
+            theirs = self._wait_for(store, key, fp, lambda: self._leader_gone(store, leader))
         except Exception as error:
             what = "strict" if self._strict else "first-seen"
             self._degrade(f"{what} check failed ({_short(error)})", loud=True)
             return
         if theirs is not None:
             self._compare(fp, theirs, strict=self._strict)
+
+    def _leader_gone(self, store: Any, rank: int) -> bool:
+        """Whether `rank` said it degraded to recording only (`degraded/<rank>`), remembered."""
+        if rank in self._gone:
+            return True
+        if store.check([f"degraded/{rank}"]):
+            self._gone.add(rank)
+            return True
+        return False
 
     def _agree_p2p(self, slot: P2PSlot) -> None:
         """Strict mode: a send publishes its fingerprint before it is issued; a recv waits for its
@@ -671,24 +698,43 @@ class Monitor:
             self._new.clear()
         keys: list[str] = []
         values: list[str] = []
-        counts: dict[str, int] = {}
+        published: dict[str, list[int]] = {}
         newest: dict[str, int] = {}
         for item in new:
             channel, seq, fp, publisher = _outgoing(item)
             if publisher:
                 keys.append(f"fp/{channel}/{seq}")
                 values.append(json.dumps(fp))
-                counts[channel] = counts.get(channel, 0) + 1
-                newest[channel] = seq
+                published.setdefault(channel, []).append(seq)
+                newest[channel] = max(newest.get(channel, 0), seq)
             else:
                 self._pending.setdefault(channel, deque()).append((seq, fp))
         if keys:
             # Fingerprints first, then the head: a reader never sees a head ahead of its keys.
             store.multi_set(keys, values)
-            for channel, count in counts.items():
+            for channel, count in self._head_advances(published).items():
                 store.add(f"head/{channel}", count)
             for channel, seq in newest.items():
                 self._published[channel] = max(self._published.get(channel, 0), seq)
+
+    def _head_advances(self, published: dict[str, list[int]]) -> dict[str, int]:
+        """How far each `head/` may move: to the highest number below which every fingerprint is
+        published. Two threads of the leader can queue #3 before #2 (each numbers its collective,
+        then queues it); counting #3 at once would let a follower read the missing #2."""
+        advances: dict[str, int] = {}
+        for channel, numbers in published.items():
+            ahead = self._published_ahead.setdefault(channel, set())
+            ahead.update(numbers)
+            start = mark = self._head_mark.get(channel, 0)
+            if len(ahead) > AHEAD_LIMIT:  # a number that will never come (its event was lost)
+                mark = min(ahead) - 1
+            while mark + 1 in ahead:
+                mark += 1
+                ahead.remove(mark)
+            if mark > start:
+                self._head_mark[channel] = mark
+                advances[channel] = mark - start
+        return advances
 
     def _prune(self, store: Any) -> None:
         """Delete fingerprints far behind the newest: a long job must not grow the store without
@@ -709,10 +755,26 @@ class Monitor:
         while pending and pending[0][0] <= head:
             ready.append(pending.popleft())
         if not ready:
+            self._drop_if_publisher_gone(store, channel, pending)
             return
+        self._waiting_since.pop(channel, None)
         values = store.multi_get([f"fp/{channel}/{seq}" for seq, _ in ready])
         for (_, fp), raw in zip(ready, values, strict=False):
             self._compare(fp, dict(json.loads(raw)), strict=False)
+
+    def _drop_if_publisher_gone(
+        self, store: Any, channel: str, pending: deque[tuple[int, dict[str, Any]]]
+    ) -> None:
+        """Nothing new from this channel's publisher for a second: if it degraded to recording,
+        stop queueing what it will never publish (a long run would otherwise grow the queue)."""
+        now = time.time()
+        since = self._waiting_since.setdefault(channel, now)
+        if now - since < 1.0:
+            return
+        self._waiting_since[channel] = now
+        publisher = _publisher(pending[0][1])
+        if publisher is not None and self._leader_gone(store, publisher):
+            pending.clear()
 
     def _check_late(self, store: Any) -> None:
         """Strict recvs that gave way: compare each once its send's fingerprint is published."""
@@ -882,6 +944,9 @@ class Monitor:
         """End this process: a finding was made here or on another rank."""
         if kind is not None and text is not None:
             self._report(kind, "error", text, echo=echo)
+        if self._before_exit is not None:
+            with contextlib.suppress(Exception):
+                self._before_exit()
         self.writer.close()
         sys.stderr.flush()
         os._exit(ABORT_EXIT_CODE)
@@ -890,6 +955,11 @@ class Monitor:
         if self._degraded:
             return
         self._degraded = True
+        for store in (self.store, self.sync_store):  # tell followers not to wait for this rank
+            if store is not None:
+                with contextlib.suppress(Exception):
+                    store.set(f"degraded/{self.config.rank}", why)
+                    break
         self.store = None
         self.sync_store = None
         quiet = self.ended or not loud
@@ -902,6 +972,18 @@ def _outgoing(item: CollectiveEvent | P2PSlot) -> tuple[str, int, dict[str, Any]
     if isinstance(item, P2PSlot):
         return item.channel.key, item.k, p2p_fingerprint(item), item.sender
     return item.group, item.seq, fingerprint(item), item.rank == min(item.group_ranks)
+
+
+def _publisher(fp: dict[str, Any]) -> int | None:
+    """Who publishes the fingerprint that `fp` (a follower's or receiver's own) is compared with:
+    the sender of a send/recv pair (channel `<group>/<src>-<dst>`), else the group's leader."""
+    if "c" in fp:
+        try:
+            return int(str(fp["c"]).rsplit("/", 1)[1].split("-")[0])
+        except (IndexError, ValueError):
+            return None
+    ranks = fp.get("ranks") or ()
+    return min(ranks) if ranks else None
 
 
 def _read_position(store: Any, rank: int) -> Position | None:

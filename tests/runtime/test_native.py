@@ -83,6 +83,19 @@ def test_a_failed_build_falls_back_to_the_python_kernel(tmp_path: Path) -> None:
     assert [rows[0]["hook"] for rows in traces(job.trace_dir, 2)] == ["dispatcher", "dispatcher"]
 
 
+def test_a_missing_build_is_started_in_the_background_and_this_run_uses_the_python_kernel(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "empty-cache"
+    # No ninja on PATH: the background build fails at once instead of compiling during the tests.
+    env = {native.ENV_NATIVE_DIR: str(root), "PATH": str(tmp_path / "no-tools")}
+    job = run_job("steady.py", tmp_path, trace=NATIVE, extra_env=env)
+    assert job.returncodes == [0, 0], job.stderr
+    assert job.stderr.count("the native kernel is being built in the background") == 1  # rank 0 only
+    assert [rows[0]["hook"] for rows in traces(job.trace_dir, 2)] == ["dispatcher", "dispatcher"]
+    assert job.seconds < 30  # nobody waited for a compiler
+
+
 def test_collcheck_native_0_keeps_the_python_kernel(tmp_path: Path) -> None:
     job = run_job("steady.py", tmp_path, trace=PYTHON)
     assert job.returncodes == [0, 0], job.stderr

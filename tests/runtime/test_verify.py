@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from fake_store import FakeStore, ReportWriter
@@ -208,3 +209,52 @@ def test_first_seen_sites_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for seq, line in enumerate((10, 11, 12, 13), start=1):
         leader.issued(_event(0, seq, line=line))
     assert store.value("head/0") == 2 and len(leader._new) == 2  # the rest are left asynchronous
+
+
+def test_head_never_counts_a_fingerprint_queued_out_of_order() -> None:
+    # Two threads of the leader: #3 (a new site) is queued and published before #2 is queued.
+    store = FakeStore()
+    leader, _ = _monitor(0, store)
+    leader.issued(_event(0, 1, line=10))
+    leader.issued(_event(0, 3, line=11))
+    assert "fp/0/3" in store.data and store.value("head/0") == 1  # #2 is missing: head stays
+    leader.issued(_event(0, 2, line=10))
+    leader._publish_and_compare(store)
+    assert store.value("head/0") == 3
+
+
+def test_a_follower_does_not_wait_for_a_leader_that_degraded_to_recording() -> None:
+    store = FakeStore()
+    leader, _ = _monitor(0, store)
+    follower, reports = _monitor(1, store)
+    leader._degrade("checker failed (test)", loud=False)
+    assert "degraded/0" in store.data  # said before the leader stopped using the store
+    started = time.monotonic()
+    follower.issued(_event(1, 1, line=10))  # a new site: would wait for the leader's fingerprint
+    assert time.monotonic() - started < 2.0  # not the 5 s stall timeout
+    assert reports.reports == []  # no false stall blaming the leader
+    follower.issued(_event(1, 2, line=11))
+    assert reports.reports == [] and follower._gone == {0}
+
+
+def test_a_collective_of_a_group_c10d_does_not_know_is_never_compared() -> None:
+    store = FakeStore()
+    follower, reports = _monitor(1, store, strict=True)
+    started = time.monotonic()
+    follower.issued(_event(1, 1, line=10), check=False)  # its guessed leader publishes nothing
+    assert time.monotonic() - started < 1.0 and reports.reports == []
+    assert ("0", 1) in follower._inflight  # still watched for stalls
+
+
+def test_native_sync_keeps_what_other_kernels_have_in_flight() -> None:
+    store = FakeStore()
+    monitor, _ = _monitor(0, store)
+    adapter = CollectiveEvent(0, "pynccl:0", (0, 1), 1, "all_reduce", ((4,),), ("float32",), t_start=20.0)
+    monitor.issued(adapter, check=False)
+    native = _event(0, 7, line=10)
+    native.t_start = 10.0
+    monitor.sync_collectives({"0": 7}, [native], native, False)
+    assert set(monitor._inflight) == {("pynccl:0", 1), ("0", 7)}
+    assert monitor._last is adapter  # issued after the native kernel's last collective
+    monitor.sync_collectives({"0": 7}, [], native, True)  # the native one completed
+    assert set(monitor._inflight) == {("pynccl:0", 1)} and monitor._issued == {"pynccl:0": 1, "0": 7}

@@ -22,6 +22,7 @@
 
 #include <Python.h>
 #include <frameobject.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -84,6 +85,7 @@ struct State {
   std::mutex mu;
   int fd = -1;
   std::atomic<bool> active{false};  // read without `mu` on every collective
+  int64_t session = 0;  // one per start(): a late callback of an earlier tracer is ignored
   std::string deferred;
   std::unordered_map<std::string, int64_t> seq;
   std::map<std::pair<std::string, int64_t>, std::string> inflight;
@@ -118,9 +120,10 @@ struct State {
     if (last_group == group && last_seq == seq_done) last_done = true;
   }
 
-  void done(const std::string& group_json, const std::string& group, int64_t seq_done, double t_end, bool ok) {
+  void done(int64_t of_session, const std::string& group_json, const std::string& group, int64_t seq_done,
+            double t_end, bool ok) {
     std::lock_guard<std::mutex> guard(mu);
-    if (!active) return;
+    if (!active || of_session != session) return;
     completed_locked(group, seq_done);
     std::string line = "{\"ev\":\"done\",\"group\":" + group_json + ",\"seq\":" + std::to_string(seq_done) +
         ",\"t_end\":";
@@ -163,7 +166,6 @@ bool is_skipped(PythonSide& side, PyCodeObject* code) {
   PyObject* key = reinterpret_cast<PyObject*>(code);
   auto found = side.skipped.find(key);
   if (found != side.skipped.end()) return found->second;
-  if (side.skipped.size() >= kCacheLimit) clear_code_caches(side);
   bool skip = side.skip_code(py::handle(key)).cast<bool>();
   Py_INCREF(key);
   side.skipped.emplace(key, skip);
@@ -181,6 +183,9 @@ int frame_lasti(PyFrameObject* frame) {
 // The encoded call site of the current Python frames, cached per chain of (code, instruction) of
 // the user frames, as hook._site_from does. With the GIL held.
 std::string site_of_current_frames(PythonSide& side) {
+  // Bounded caches are cleared between walks, never during one: a chain being built refers to
+  // code objects that only `skipped` keeps alive once the frames are gone.
+  if (side.skipped.size() >= kCacheLimit || side.sites.size() >= kCacheLimit) clear_code_caches(side);
   PyFrameObject* frame = PyEval_GetFrame();
   if (frame == nullptr) {  // a thread without Python frames: the Python side asks the main thread
     return side.site_json().cast<std::string>();
@@ -283,6 +288,7 @@ struct Issued {
   std::string group_json;
   std::string observable_key;
   int64_t seq = 0;
+  int64_t session = 0;
 };
 
 class RecorderKernel final : public c10::OperatorKernel {
@@ -340,7 +346,12 @@ class RecorderKernel final : public c10::OperatorKernel {
         thread = thread_of(side);
         for (const at::Tensor& tensor : tensors) dtypes.push_back(dtype_json(side, tensor.scalar_type()));
       } catch (py::error_already_set& error) {
-        error.discard_as_unraisable(__func__);
+        // Ctrl-C landing in one of our Python calls must still reach the program.
+        if (error.matches(PyExc_KeyboardInterrupt)) {
+          PyErr_SetInterrupt();
+        } else {
+          error.discard_as_unraisable(__func__);
+        }
         return nullptr;
       }
     }
@@ -382,6 +393,7 @@ class RecorderKernel final : public c10::OperatorKernel {
     if (!state.active) return nullptr;
     int64_t seq = ++state.seq[sequence_name];
     result->seq = seq;
+    result->session = state.session;
     std::string line = head + std::to_string(seq) + middle + site + thread;
     append_double(line, now_seconds());
     line += tail;
@@ -405,8 +417,11 @@ class RecorderKernel final : public c10::OperatorKernel {
         break;
       }
     }
-    if (!work) return;
     std::shared_ptr<State> state = g_state;
+    if (!work) {  // monitored_barrier returns nothing: it has completed when it returns
+      state->done(issued.session, issued.group_json, issued.group, issued.seq, now_seconds(), true);
+      return;
+    }
     bool known_unobservable = false;
     {
       std::lock_guard<std::mutex> guard(state->mu);
@@ -423,7 +438,7 @@ class RecorderKernel final : public c10::OperatorKernel {
     if (!future) {
       std::lock_guard<std::mutex> guard(state->mu);
       state->observable[issued.observable_key] = false;
-      if (!state->active) return;
+      if (!state->active || issued.session != state->session) return;
       state->completed_locked(issued.group, issued.seq);  // cannot watch it: never call it a stall
       state->write_locked("{\"ev\":\"unobserved\",\"group\":" + issued.group_json + ",\"seq\":" +
                           std::to_string(issued.seq) + "}\n");
@@ -434,8 +449,9 @@ class RecorderKernel final : public c10::OperatorKernel {
       state->observable[issued.observable_key] = true;
     }
     future->addCallback(
-        [state, group = issued.group, group_json = issued.group_json, seq = issued.seq](c10::ivalue::Future& done) {
-          state->done(group_json, group, seq, now_seconds(), !done.hasError());
+        [state, session = issued.session, group = issued.group, group_json = issued.group_json,
+         seq = issued.seq](c10::ivalue::Future& done) {
+          state->done(session, group_json, group, seq, now_seconds(), !done.hasError());
         },
         /*uses_future=*/false);
   }
@@ -481,7 +497,7 @@ void uninstall() { g_library.reset(); }
 
 // Start writing to `fd` (the module keeps its own duplicate); sequence numbers start afresh.
 void start(int fd) {
-  int own = ::dup(fd);
+  int own = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);  // like Python's own descriptors: not inherited
   if (own < 0) throw std::runtime_error("collcheck native recorder: dup failed");
   State& state = *g_state;
   std::lock_guard<std::mutex> guard(state.mu);
@@ -496,6 +512,7 @@ void start(int fd) {
   state.last_seq = 0;
   state.last_done = false;
   state.recorded = 0;
+  state.session += 1;
   state.active = true;
 }
 

@@ -33,5 +33,6 @@ def in_a_thread() -> None:
 worker = threading.Thread(target=in_a_thread, name="side-thread")
 worker.start()
 worker.join()
+dist.monitored_barrier()  # returns no Work: complete when it returns
 dist.barrier()
 dist.destroy_process_group()
