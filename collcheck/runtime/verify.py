@@ -51,6 +51,9 @@ PRUNE_PER_TICK = 1_024  # deletions per tick at most: the checker's tick stays s
 FIRST_SEEN_LIMIT = 4_096  # (group, op, call site) agreed synchronously in async mode, at most
 P2P_POLL_S = 0.1  # how often a strict recv waiting for its send looks for a wait cycle
 PREFIX = "collcheck"
+# Before a collective, a follower first blocks this long in the store's own wait (woken at once
+# when the leader publishes); only then does it poll, asking whether the leader degraded.
+LEADER_WAIT_S = 2.0
 AHEAD_LIMIT = 1_024  # fingerprints published past a missing number before head/ skips it
 
 
@@ -550,7 +553,9 @@ class Monitor:
             leader = min(event.group_ranks)
             if leader in self._gone:
                 return
-            theirs = self._wait_for(store, key, fp, lambda: self._leader_gone(store, leader))
+            theirs = self._wait_for(
+                store, key, fp, lambda: self._leader_gone(store, leader), block_first_s=LEADER_WAIT_S
+            )
         except Exception as error:
             what = "strict" if self._strict else "first-seen"
             self._degrade(f"{what} check failed ({_short(error)})", loud=True)
@@ -617,12 +622,19 @@ class Monitor:
         return False
 
     def _wait_for(
-        self, store: Any, key: str, fp: dict[str, Any], give_way: Callable[[], bool] | None = None
+        self,
+        store: Any,
+        key: str,
+        fp: dict[str, Any],
+        give_way: Callable[[], bool] | None = None,
+        block_first_s: float = 0.0,
     ) -> dict[str, Any] | None:
         """The fingerprint under `key`, waited for up to the stall timeout; None after a stall
         report, or as soon as `give_way` says so. An expired store `wait` prints a c10d warning,
         so without `give_way` to ask, one wait expires only at the stall; with it, `check` is
-        polled. Another rank's abort ends this process from the background thread meanwhile."""
+        polled, after a first blocking wait of `block_first_s` (the store wakes it the moment the
+        key is set, which polling would only notice up to 20 ms later). Another rank's abort ends
+        this process from the background thread meanwhile."""
         deadline = time.time() + self.config.timeout_s
         if give_way is None:
             try:
@@ -632,6 +644,9 @@ class Monitor:
                 if "timeout" not in str(error).lower() and "wait" not in str(error).lower():
                     raise
         else:
+            if block_first_s > 0:  # woken by the store the moment the key is set: the usual case
+                with contextlib.suppress(Exception):
+                    store.wait([key], timedelta(seconds=min(block_first_s, self.config.timeout_s)))
             pause, asked = 0.001, time.time()
             while time.time() < deadline:
                 if store.check([key]):
