@@ -286,6 +286,11 @@ def main() -> None:
     if args.single_worker:
         single_worker(args.single_worker, args.single_iters, args.trace_dir)
         return
+    sys.path.insert(0, str(REPO))
+    from collcheck.runtime import native
+
+    if native.load(build=True) is None:  # traced processes never build it themselves
+        print("NOTE: the native kernel is unavailable here: the 'record' rows use the Python kernel")
     best: dict[str, dict[str, float]] = {}
     loads = [os.getloadavg()[0]]
     for round_number in range(args.rounds):
