@@ -53,23 +53,27 @@ def cache_root(environ: dict[str, str] | None = None) -> Path:
 def module_name() -> str:
     """Unique per source text, torch build and interpreter: a stale build is never loaded. The
     torch version comes from its metadata, so the launcher can tell whether a build exists
-    without importing torch."""
+    without importing torch (and from torch itself where it has none: a source checkout)."""
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        import torch
+
+        version = str(torch.__version__)
     digest = hashlib.sha256()
     digest.update(SOURCE.read_bytes())
-    for part in (
-        importlib.metadata.version("torch"),
-        sys.version,
-        str(sysconfig.get_config_var("EXT_SUFFIX")),
-    ):
+    for part in (version, sys.version, str(sysconfig.get_config_var("EXT_SUFFIX"))):
         digest.update(part.encode())
     return f"collcheck_native_{digest.hexdigest()[:16]}"
 
 
 def is_built() -> bool:
     """Whether this interpreter's build exists (without importing torch)."""
+    if importlib.util.find_spec("torch") is None:
+        return False
     try:
         name = module_name()
-    except importlib.metadata.PackageNotFoundError:
+    except Exception:  # torch without metadata that cannot be imported either
         return False
     return (cache_root() / name / f"{name}.so").is_file()
 
@@ -84,9 +88,9 @@ def load(build: bool = True, quiet: bool = False) -> ModuleType | None:
     with _load_lock:
         if _loaded is not None:
             return _loaded
-        name = module_name()
-        directory = cache_root() / name
         try:
+            name = module_name()
+            directory = cache_root() / name
             _loaded = _import(name, directory) or (
                 _build_and_import(name, directory, quiet) if build else None
             )
@@ -140,7 +144,7 @@ def build_in_background() -> str:
     failed build's log, or "unavailable"."""
     try:
         name = module_name()
-    except importlib.metadata.PackageNotFoundError:
+    except Exception:
         return "unavailable"
     failed = cache_root() / name / FAILED_MARKER
     if failed.exists():

@@ -180,9 +180,9 @@ class Tracer:
         module = native.load(build=False)
         if module is not None:
             return module
-        status = native.build_in_background()
-        if self.rank != 0:  # one message per job
+        if os.environ.get("LOCAL_RANK", str(self.rank)) != "0":  # one builder and message per node
             return None
+        status = native.build_in_background()
         if status == "started":
             _warn(
                 "record mode uses the Python kernel in this run; the native kernel is being built "
@@ -270,7 +270,7 @@ class Tracer:
         )
         self.writer.write_line(self.encoder.coll(event))
         if spec.p2p:  # paired with its peer's recv/send, not with the group's collectives
-            self.monitor.issued_p2p(event)
+            self.monitor.issued_p2p(event, check=info.known)
         else:
             self.monitor.issued(event, check=info.known)
         return event
@@ -319,7 +319,7 @@ class Tracer:
         """
         if self._p2p_waits and self._p2p_waited(work, raised):
             return
-        if raised and self.native is not None and work.is_completed():
+        if raised and self.native is not None and work not in self._pending and work.is_completed():
             # The native kernel noted the failure; as `_done` does for the Python kernel, end with
             # the report of a rank that stopped the job rather than with the backend's error.
             self.monitor.collective_failed()

@@ -51,9 +51,10 @@ PRUNE_PER_TICK = 1_024  # deletions per tick at most: the checker's tick stays s
 FIRST_SEEN_LIMIT = 4_096  # (group, op, call site) agreed synchronously in async mode, at most
 P2P_POLL_S = 0.1  # how often a strict recv waiting for its send looks for a wait cycle
 PREFIX = "collcheck"
-# Before a collective, a follower first blocks this long in the store's own wait (woken at once
-# when the leader publishes); only then does it poll, asking whether the leader degraded.
-LEADER_WAIT_S = 2.0
+# Before a collective, a follower polls for the leader's fingerprint (an expired store wait would
+# print c10d warnings, and a blocking one could not notice a leader that degraded), starting
+# this often: the leader usually publishes within a millisecond of the follower's first look.
+LEADER_POLL_S = 0.0002
 AHEAD_LIMIT = 1_024  # fingerprints published past a missing number before head/ skips it
 
 
@@ -435,11 +436,12 @@ class Monitor:
         if first or (self._strict and check):
             self._agree(event)
 
-    def issued_p2p(self, event: CollectiveEvent) -> None:
+    def issued_p2p(self, event: CollectiveEvent, check: bool = True) -> None:
         """A send or recv: in flight and in positions like a collective, and paired on its channel
-        (strict mode: before it is issued; async mode: on the background thread)."""
+        (strict mode: before it is issued; async mode: on the background thread). `check=False`
+        (a group whose members c10d does not know): the peer's rank is a guess, never paired."""
         with self._lock:
-            slot = self._slot(event)
+            slot = self._slot(event) if check else None
             self._issued[event.group] = event.seq
             self._inflight[(event.group, event.seq)] = event
             self._last, self._last_slot, self._last_done = event, slot, False
@@ -554,7 +556,7 @@ class Monitor:
             if leader in self._gone:
                 return
             theirs = self._wait_for(
-                store, key, fp, lambda: self._leader_gone(store, leader), block_first_s=LEADER_WAIT_S
+                store, key, fp, lambda: self._leader_gone(store, leader), first_pause_s=LEADER_POLL_S
             )
         except Exception as error:
             what = "strict" if self._strict else "first-seen"
@@ -627,14 +629,13 @@ class Monitor:
         key: str,
         fp: dict[str, Any],
         give_way: Callable[[], bool] | None = None,
-        block_first_s: float = 0.0,
+        first_pause_s: float = 0.001,
     ) -> dict[str, Any] | None:
         """The fingerprint under `key`, waited for up to the stall timeout; None after a stall
         report, or as soon as `give_way` says so. An expired store `wait` prints a c10d warning,
         so without `give_way` to ask, one wait expires only at the stall; with it, `check` is
-        polled, after a first blocking wait of `block_first_s` (the store wakes it the moment the
-        key is set, which polling would only notice up to 20 ms later). Another rank's abort ends
-        this process from the background thread meanwhile."""
+        polled, first every `first_pause_s`, then less often (up to every 20 ms). Another rank's
+        abort ends this process from the background thread meanwhile."""
         deadline = time.time() + self.config.timeout_s
         if give_way is None:
             try:
@@ -644,10 +645,7 @@ class Monitor:
                 if "timeout" not in str(error).lower() and "wait" not in str(error).lower():
                     raise
         else:
-            if block_first_s > 0:  # woken by the store the moment the key is set: the usual case
-                with contextlib.suppress(Exception):
-                    store.wait([key], timedelta(seconds=min(block_first_s, self.config.timeout_s)))
-            pause, asked = 0.001, time.time()
+            pause, asked = first_pause_s, time.time()
             while time.time() < deadline:
                 if store.check([key]):
                     return dict(json.loads(store.get(key)))
@@ -739,8 +737,8 @@ class Monitor:
         advances: dict[str, int] = {}
         for channel, numbers in published.items():
             ahead = self._published_ahead.setdefault(channel, set())
-            ahead.update(numbers)
             start = mark = self._head_mark.get(channel, 0)
+            ahead.update(number for number in numbers if number > mark)  # not one skipped earlier
             if len(ahead) > AHEAD_LIMIT:  # a number that will never come (its event was lost)
                 mark = min(ahead) - 1
             while mark + 1 in ahead:
@@ -970,11 +968,10 @@ class Monitor:
         if self._degraded:
             return
         self._degraded = True
-        for store in (self.store, self.sync_store):  # tell followers not to wait for this rank
-            if store is not None:
-                with contextlib.suppress(Exception):
-                    store.set(f"degraded/{self.config.rank}", why)
-                    break
+        store = self.store if self.store is not None else self.sync_store
+        if store is not None:  # tell followers not to wait for this rank (one try: it may hang)
+            with contextlib.suppress(Exception):
+                store.set(f"degraded/{self.config.rank}", why)
         self.store = None
         self.sync_store = None
         quiet = self.ended or not loud

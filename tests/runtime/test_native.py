@@ -110,3 +110,15 @@ def test_is_built_looks_in_the_configured_cache(
     assert native.is_built()  # the default cache, where the fixture built it
     monkeypatch.setenv(native.ENV_NATIVE_DIR, str(tmp_path))
     assert not native.is_built()  # `collcheck run` then builds before starting the command
+
+
+def test_a_torch_without_package_metadata_still_gets_its_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    expected = native.module_name()
+
+    def no_metadata(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", no_metadata)  # a source checkout on PYTHONPATH
+    assert native.module_name() == expected  # torch.__version__ is the same string
