@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,6 +105,22 @@ def run_job(
         )
     results = [_wait(rank, process, started + timeout) for rank, process in enumerate(processes)]
     return Job(results, trace_dir, time.monotonic() - started)
+
+
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def run_job_past_teardown_aborts(program: str, folder: Path, **options: Any) -> Job:
+    """torch 2.13 on gloo sometimes aborts a rank at interpreter exit, after its work is done, with
+    or without collcheck (about 1 run in 10 of the plain DDP program, about 1 in 60 of
+    mixed_groups.py): such a run is repeated, up to twice; any other failure is returned as it is."""
+    job = run_job(program, folder / "0", **options)
+    for attempt in range(1, 3):
+        torn_down = [r for r in job.ranks if r.returncode == -signal.SIGABRT and TEARDOWN_ABORT in r.stderr]
+        if not torn_down or len(torn_down) + job.returncodes.count(0) != len(job.ranks):
+            return job
+        job = run_job(program, folder / str(attempt), **options)
+    return job
 
 
 def _wait(rank: int, process: subprocess.Popen[str], deadline: float) -> RankResult:

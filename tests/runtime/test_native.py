@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_job
+from conftest import run_job, run_job_past_teardown_aborts
 
 from collcheck.runtime import native
 from collcheck.runtime.record import read_trace
@@ -47,8 +47,8 @@ def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_native_kernel_writes_the_lines_the_python_kernel_writes(
     built: None, tmp_path: Path, program: str, ranks: int
 ) -> None:
-    fast = run_job(program, tmp_path / "native", nranks=ranks, trace=NATIVE)
-    slow = run_job(program, tmp_path / "python", nranks=ranks, trace=PYTHON)
+    fast = run_job_past_teardown_aborts(program, tmp_path / "native", nranks=ranks, trace=NATIVE)
+    slow = run_job_past_teardown_aborts(program, tmp_path / "python", nranks=ranks, trace=PYTHON)
     assert fast.returncodes == [0] * ranks, fast.stderr
     assert slow.returncodes == [0] * ranks, slow.stderr
     native_rows, python_rows = traces(fast.trace_dir, ranks), traces(slow.trace_dir, ranks)
@@ -61,7 +61,7 @@ def test_native_kernel_writes_the_lines_the_python_kernel_writes(
 
 
 def test_mixed_program_trace_has_what_the_comparison_relies_on(built: None, tmp_path: Path) -> None:
-    job = run_job("mixed_groups.py", tmp_path, nranks=2, trace=NATIVE)
+    job = run_job_past_teardown_aborts("mixed_groups.py", tmp_path, nranks=2, trace=NATIVE)
     assert job.returncodes == [0, 0], job.stderr
     rows = [row for row in traces(job.trace_dir, 2)[1] if row["ev"] == "coll"]
     ops = [(row["op"], row["group"], row["dtypes"]) for row in rows]

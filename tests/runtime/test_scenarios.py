@@ -7,11 +7,10 @@ environment exactly as `collcheck run` does. Each job has a hard timeout (confte
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 
 import pytest
-from conftest import Job, line_of, run_job
+from conftest import Job, line_of, run_job, run_job_past_teardown_aborts
 
 from collcheck.runtime.analyze import analyze, load_dir
 from collcheck.runtime.tracer import TraceConfig
@@ -173,19 +172,8 @@ def test_cross_group_wait_cycle_is_detected(tmp_path: Path) -> None:
     assert f"cycle.py:{a0}" in cycle_line and f"cycle.py:{b1}" in cycle_line
 
 
-TEARDOWN_ABORT = "terminate called without an active exception"
-
-
 def run_ddp_job(folder: Path, mode: TraceConfig | None, output: Path) -> Job:
-    """torch 2.13's DDP on gloo sometimes aborts a rank at interpreter exit, after its work is
-    done, with or without collcheck (seen in about 1 run in 10 of the plain program): such a run
-    is repeated, up to twice; any other failure is reported as it is."""
-    for attempt in range(3):
-        job = run_job("ddp_train.py", folder / str(attempt), trace=mode, args=(str(output),))
-        torn_down = [r for r in job.ranks if r.returncode == -signal.SIGABRT and TEARDOWN_ABORT in r.stderr]
-        if not torn_down or len(torn_down) + job.returncodes.count(0) != len(job.ranks):
-            return job
-    return job
+    return run_job_past_teardown_aborts("ddp_train.py", folder, trace=mode, args=(str(output),))
 
 
 @pytest.mark.parametrize("mode", [ASYNC, RECORD, RECORD_PYTHON], ids=["async", "record", "record-python"])

@@ -24,6 +24,10 @@ for work in dist.batch_isend_irecv(ops):
     work.wait()
 dist.all_to_all_single(torch.empty(4), torch.arange(4.0) + rank)
 dist.reduce(torch.ones(1, dtype=torch.int64), dst=1, group=pair)
+dist.gather(torch.ones(3), [torch.empty(3), torch.empty(3)] if rank == 0 else None, dst=0)
+dist.scatter(torch.empty(2), [torch.ones(2), torch.ones(2)] if rank == 1 else None, src=1)
+dist.all_to_all([torch.empty(1), torch.empty(1)], [torch.ones(1), torch.ones(1)])
+dist.reduce_scatter(torch.empty(2), [torch.ones(2), torch.ones(2)])
 
 
 def in_a_thread() -> None:
