@@ -160,28 +160,9 @@ def _timed_block(dist: Any, tensor: Any, iters: int) -> float:
 
 
 def run_paired(blocks: int) -> dict[str, dict[str, list[float]]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COLLCHECK_", "TORCH_DISTRIBUTED"))}
-    env.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(free_port()),
-        WORLD_SIZE="2",
-        OMP_NUM_THREADS="1",
-        PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
-    )
     trace_dir = tempfile.mkdtemp(prefix="collcheck-bench-")
     command = [sys.executable, __file__, "--paired-worker", "--blocks", str(blocks), "--trace-dir", trace_dir]
-    processes = [
-        subprocess.Popen(
-            command, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for r in range(2)
-    ]
-    outputs = [p.communicate(timeout=1200) for p in processes]
-    for process, (_, err) in zip(processes, outputs, strict=False):
-        if process.returncode != 0:
-            raise SystemExit(f"paired run failed:\n{err[-3000:]}")
-    line = next(line for line in outputs[0][0].splitlines() if line.startswith("RESULT "))
-    return dict(json.loads(line[len("RESULT ") :]))
+    return run_ranks(command, job_env(2), "paired run", timeout=1200)
 
 
 def report_paired(paired: dict[str, dict[str, list[float]]], blocks: int) -> None:
@@ -200,22 +181,38 @@ def report_paired(paired: dict[str, dict[str, list[float]]], blocks: int) -> Non
 
 
 def run_single(mode: str, iters: int) -> dict[str, float]:
+    trace_dir = tempfile.mkdtemp(prefix="collcheck-bench-")
+    command = [sys.executable, __file__, "--single-worker", mode, "--single-iters", str(iters)]
+    command += ["--trace-dir", trace_dir]
+    return run_ranks(command, job_env(1), f"single-process {mode}")
+
+
+def job_env(world_size: int) -> dict[str, str]:
+    """A clean environment for a gloo job on this machine: no collcheck or torch debug switches."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COLLCHECK_", "TORCH_DISTRIBUTED"))}
     env.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(free_port()),
-        WORLD_SIZE="1",
-        RANK="0",
+        WORLD_SIZE=str(world_size),
         OMP_NUM_THREADS="1",
         PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
     )
-    trace_dir = tempfile.mkdtemp(prefix="collcheck-bench-")
-    command = [sys.executable, __file__, "--single-worker", mode, "--single-iters", str(iters)]
-    command += ["--trace-dir", trace_dir]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        raise SystemExit(f"single-process {mode} failed:\n{done.stderr[-3000:]}")
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
+    return env
+
+
+def run_ranks(command: list[str], env: dict[str, str], what: str, timeout: float = 600) -> dict[str, Any]:
+    """One process per rank of `env`'s world; rank 0's `RESULT` line, parsed."""
+    processes = [
+        subprocess.Popen(
+            command, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for r in range(int(env["WORLD_SIZE"]))
+    ]
+    outputs = [p.communicate(timeout=timeout) for p in processes]
+    for process, (_, err) in zip(processes, outputs, strict=False):
+        if process.returncode != 0:
+            raise SystemExit(f"{what} failed:\n{err[-3000:]}")
+    line = next(line for line in outputs[0][0].splitlines() if line.startswith("RESULT "))
     return dict(json.loads(line[len("RESULT ") :]))
 
 
@@ -226,41 +223,13 @@ def free_port() -> int:
 
 
 def run_mode(mode: str, args: argparse.Namespace) -> dict[str, float]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COLLCHECK_", "TORCH_DISTRIBUTED"))}
-    env.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(free_port()),
-        WORLD_SIZE="2",
-        OMP_NUM_THREADS="1",
-        PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
-    )
+    env = job_env(2)
     if mode == "detail":
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
     trace_dir = tempfile.mkdtemp(prefix="collcheck-bench-")
-    command = [
-        sys.executable,
-        __file__,
-        "--worker",
-        mode,
-        "--small-iters",
-        str(args.small_iters),
-        "--large-iters",
-        str(args.large_iters),
-        "--trace-dir",
-        trace_dir,
-    ]
-    processes = [
-        subprocess.Popen(
-            command, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for r in range(2)
-    ]
-    outputs = [p.communicate(timeout=600) for p in processes]
-    for process, (_, err) in zip(processes, outputs, strict=False):
-        if process.returncode != 0:
-            raise SystemExit(f"{mode} failed:\n{err[-3000:]}")
-    line = next(line for line in outputs[0][0].splitlines() if line.startswith("RESULT "))
-    return dict(json.loads(line[len("RESULT ") :]))
+    command = [sys.executable, __file__, "--worker", mode, "--small-iters", str(args.small_iters)]
+    command += ["--large-iters", str(args.large_iters), "--trace-dir", trace_dir]
+    return run_ranks(command, env, mode)
 
 
 def main() -> None:
