@@ -48,19 +48,17 @@ def tracing_env(base: dict[str, str], settings: dict[str, str]) -> dict[str, str
 
 
 def prebuild_native() -> None:
-    """Build the native recorder before the job starts, if this interpreter has torch, so its
-    message comes before the job's output; the ranks load it (or build it themselves under a
-    lock when they run another interpreter). Never fatal: they fall back to the Python kernel."""
+    """Build the native recorder before the job starts, if this interpreter has torch and no
+    build yet, so its message comes before the job's output. Traced processes never build it
+    themselves (a process running another interpreter uses the Python kernel and starts a
+    background build). Never fatal."""
     from collcheck.runtime import native
 
     if importlib.util.find_spec("torch") is None or native.is_built():
         return
-    env = {key: value for key, value in os.environ.items() if not key.startswith("COLLCHECK_")}
-    if os.environ.get("COLLCHECK_NATIVE_DIR"):
-        env["COLLCHECK_NATIVE_DIR"] = os.environ["COLLCHECK_NATIVE_DIR"]
     command = [sys.executable, "-m", "collcheck.runtime.native", "build"]
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-        subprocess.run(command, env=env, timeout=NATIVE_BUILD_WAIT_S, check=False)
+        subprocess.run(command, env=native.build_env(), timeout=NATIVE_BUILD_WAIT_S, check=False)
 
 
 def clear_old_traces(trace_dir: str) -> None:

@@ -30,16 +30,10 @@ from pathlib import Path
 from types import CodeType, ModuleType
 
 SOURCE = Path(__file__).resolve().parent / "native" / "recorder.cpp"
-ENV_NATIVE = "COLLCHECK_NATIVE"  # "0": keep the Python kernel
 ENV_NATIVE_DIR = "COLLCHECK_NATIVE_DIR"  # where builds live (default: the user's cache folder)
 BUILD_TIMEOUT_S = 900.0
 LOCK_TIMEOUT_S = BUILD_TIMEOUT_S + 60.0
 FAILED_MARKER = "build-failed.txt"
-
-
-def wanted(environ: dict[str, str] | None = None) -> bool:
-    env = os.environ if environ is None else environ
-    return env.get(ENV_NATIVE, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def cache_root(environ: dict[str, str] | None = None) -> Path:
@@ -95,7 +89,7 @@ def load(build: bool = True, quiet: bool = False) -> ModuleType | None:
                 _build_and_import(name, directory, quiet) if build else None
             )
         except Exception as error:  # never fail the traced program for it
-            _warn(f"native recorder unavailable ({type(error).__name__}: {error}); using the Python kernel")
+            warn(f"native recorder unavailable ({type(error).__name__}: {error}); using the Python kernel")
             return None
         return _loaded
 
@@ -122,18 +116,18 @@ def _build_and_import(name: str, directory: Path, quiet: bool) -> ModuleType | N
         if module is not None:
             return module
         if failed.exists():
-            _warn(f"native recorder: an earlier build failed (see {failed}; delete it to retry)")
+            warn(f"native recorder: an earlier build failed (see {failed}; delete it to retry)")
             return None
         if not quiet:
-            _warn(f"building the native recorder once for this torch (about a minute) in {directory}")
+            warn(f"building the native recorder once for this torch (about a minute) in {directory}")
         started = time.monotonic()
         done = _run_build(name, directory)
         if done.returncode != 0:
             failed.write_text(done.stdout + done.stderr)
-            _warn(f"native recorder: build failed (see {failed}); using the Python kernel")
+            warn(f"native recorder: build failed (see {failed}); using the Python kernel")
             return None
         if not quiet:
-            _warn(f"native recorder built in {time.monotonic() - started:.0f} s")
+            warn(f"native recorder built in {time.monotonic() - started:.0f} s")
         return _import(name, directory)
 
 
@@ -149,13 +143,11 @@ def build_in_background() -> str:
     failed = cache_root() / name / FAILED_MARKER
     if failed.exists():
         return str(failed)
-    env = {key: value for key, value in os.environ.items() if not key.startswith("COLLCHECK_")}
-    env[ENV_NATIVE_DIR] = str(cache_root())
     command = [sys.executable, "-m", "collcheck.runtime.native", "build", "--quiet"]
     try:
         subprocess.Popen(
             command,
-            env=env,
+            env=build_env(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -166,13 +158,22 @@ def build_in_background() -> str:
     return "started"
 
 
-def _run_build(name: str, directory: Path) -> subprocess.CompletedProcess[str]:
+def build_env() -> dict[str, str]:
+    """The environment of a build subprocess: no tracing switches (it must not trace itself), the
+    cache folder this process uses, and this interpreter's folder first on PATH, where a
+    pip-installed ninja sits without an activated venv."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("COLLCHECK_")}
-    # A pip-installed ninja sits beside the interpreter, which need not be on PATH (no activated venv).
+    env[ENV_NATIVE_DIR] = str(cache_root())
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def _run_build(name: str, directory: Path) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "collcheck.runtime.native", "compile", name, str(directory)]
     try:
-        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        return subprocess.run(
+            command, env=build_env(), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(command, 1, "", f"build timed out after {BUILD_TIMEOUT_S:.0f} s\n")
 
@@ -215,7 +216,7 @@ def _exclusive(path: Path) -> Iterator[None]:
         handle.close()
 
 
-def _warn(text: str) -> None:
+def warn(text: str) -> None:
     sys.stderr.write(f"collcheck: {text}\n")
     sys.stderr.flush()
 
@@ -244,10 +245,10 @@ class NativeRecorder:
 
         return call_site(self._main).encoded
 
-    def snapshot(self) -> tuple[dict[str, int], list[str], str, bool, int]:
-        """(issued per sequence, in-flight lines oldest first, last line, its completion, count)."""
-        issued, inflight, last, last_done, recorded = self.module.snapshot()
-        return dict(issued), list(inflight), str(last), bool(last_done), int(recorded)
+    def snapshot(self) -> tuple[dict[str, int], list[str], str, bool]:
+        """(issued per group, in-flight lines oldest first, last line, its completion)."""
+        issued, inflight, last, last_done = self.module.snapshot()
+        return dict(issued), list(inflight), str(last), bool(last_done)
 
     def flush(self) -> None:
         self.module.flush()

@@ -184,13 +184,13 @@ class Tracer:
             return None
         status = native.build_in_background()
         if status == "started":
-            _warn(
+            native.warn(
                 "record mode uses the Python kernel in this run; the native kernel is being built "
                 "in the background for later runs (`collcheck run` and "
                 "`python -m collcheck.runtime.native build` build it before the job starts)"
             )
         elif status != "unavailable":
-            _warn(
+            native.warn(
                 f"native recorder: an earlier build failed (see {status}; delete it to retry); "
                 "using the Python kernel"
             )
@@ -365,7 +365,7 @@ class Tracer:
         """Give the monitor what the native recorder has in flight (for positions and stalls)."""
         assert self.native is not None
         self.native.flush()
-        issued, inflight, last, last_done, _ = self.native.snapshot()
+        issued, inflight, last, last_done = self.native.snapshot()
         events = {line: self._native_events.get(line) or _event_of(line) for line in inflight}
         self._native_events = events
         last_event = events.get(last)
@@ -420,11 +420,6 @@ class Tracer:
                 name, _desc(group), ranks or _guessed_ranks(group), bool(ranks)
             )
         return known
-
-
-def _warn(text: str) -> None:
-    sys.stderr.write(f"collcheck: {text}\n")
-    sys.stderr.flush()
 
 
 def _event_of(line: str) -> CollectiveEvent:

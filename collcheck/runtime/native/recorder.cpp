@@ -2,13 +2,14 @@
 //
 // The Python kernel of hook.py costs every collective a round trip through Python (boxing the
 // arguments into Python objects, redispatching from Python). This kernel is registered for the
-// same c10d operators at the same key (BackendSelect) and writes the same JSON line as
+// collectives' c10d operators at the same key (BackendSelect; sends and recvs keep the Python
+// kernel, see hook._install_native) and writes the same JSON line as
 // CollectiveEncoder.coll, but it only enters Python to walk the caller's frames, and calls back
 // into Python only for what it has not seen before: a process group, a code object, a chain of
 // call sites, a thread. Completion is noted by a C++ callback on the Work's future (no GIL), and
 // the `done` line goes out with the next line or at the monitor's next flush.
 //
-// Built on first use by collcheck/runtime/native.py with torch.utils.cpp_extension; the Python
+// Built once by collcheck/runtime/native.py with torch.utils.cpp_extension; the Python
 // side (tracer.py) reads in-flight collectives back with `snapshot()` for stall reports.
 
 #include <torch/extension.h>
@@ -94,7 +95,6 @@ struct State {
   int64_t last_seq = 0;
   std::string last_line;
   bool last_done = false;
-  int64_t recorded = 0;
 
   void write_locked(std::string line) {
     if (!deferred.empty()) {
@@ -329,7 +329,7 @@ class RecorderKernel final : public c10::OperatorKernel {
     bool has_root = info_.root_at >= 0 && arg(info_.root_at).isInt();
     int64_t root = has_root ? arg(info_.root_at).toInt() : -1;
 
-    std::string head, site, thread, tail, group_json, sequence_name;
+    std::string head, site, thread, tail, group_json;
     std::vector<std::string> dtypes;
     {
       py::gil_scoped_acquire gil;
@@ -338,7 +338,6 @@ class RecorderKernel final : public c10::OperatorKernel {
       try {
         const GroupInfo& info = group_of(side, name);
         if (has_root && root >= 0 && root < static_cast<int64_t>(info.ranks.size())) root = info.ranks[root];
-        sequence_name = name;
         group_json = info.name_json;
         head = info.head;
         tail = info.tail;
@@ -385,24 +384,23 @@ class RecorderKernel final : public c10::OperatorKernel {
     middle += ",\"site\":";
 
     auto result = std::make_unique<Issued>();
-    result->group = sequence_name;
+    result->group = name;
     result->group_json = group_json;
-    result->observable_key = sequence_name + '\n' + info_.label;
+    result->observable_key = name + '\n' + info_.label;
     State& state = *g_state;
     std::lock_guard<std::mutex> guard(state.mu);
     if (!state.active) return nullptr;
-    int64_t seq = ++state.seq[sequence_name];
+    int64_t seq = ++state.seq[name];
     result->seq = seq;
     result->session = state.session;
     std::string line = head + std::to_string(seq) + middle + site + thread;
     append_double(line, now_seconds());
     line += tail;
-    state.inflight[{sequence_name, seq}] = line;
-    state.last_group = sequence_name;
+    state.inflight[{name, seq}] = line;
+    state.last_group = name;
     state.last_seq = seq;
     state.last_line = line;
     state.last_done = false;
-    state.recorded += 1;
     state.write_locked(std::move(line));
     return result;
   }
@@ -511,7 +509,6 @@ void start(int fd) {
   state.last_line.clear();
   state.last_seq = 0;
   state.last_done = false;
-  state.recorded = 0;
   state.session += 1;
   state.active = true;
 }
@@ -531,13 +528,12 @@ void stop() {
   state.fd = -1;
 }
 
-// (issued per sequence name, in-flight lines oldest first, last line, whether it completed, count)
+// (issued per group, in-flight lines oldest first, last line, whether it completed)
 py::tuple snapshot() {
   std::unordered_map<std::string, int64_t> seq;
   std::vector<std::string> inflight;
   std::string last;
   bool last_done = false;
-  int64_t recorded = 0;
   {
     py::gil_scoped_release release;  // the issuing thread may need the GIL before it releases `mu`
     State& state = *g_state;
@@ -546,9 +542,8 @@ py::tuple snapshot() {
     for (const auto& entry : state.inflight) inflight.push_back(entry.second);
     last = state.last_line;
     last_done = state.last_done;
-    recorded = state.recorded;
   }
-  return py::make_tuple(seq, inflight, last, last_done, recorded);
+  return py::make_tuple(seq, inflight, last, last_done);
 }
 
 }  // namespace
