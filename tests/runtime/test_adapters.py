@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROGRAMS, REPO, line_of, run_job
+from conftest import PROGRAMS, REPO, Job, line_of, run_job
 
 from collcheck.runtime import adapters
 from collcheck.runtime.adapters import AdapterSpec
@@ -104,15 +104,15 @@ def _results(stdout: str) -> dict[str, Any]:
 # Real 2-rank gloo jobs
 
 
+def run_adapter_job(program: str, tmp_path: Path, trace: TraceConfig, **env: str) -> Job:
+    """A job whose programs import the stand-in vLLM package written under tmp_path."""
+    extra = {"FAKE_VLLM": str(fake_vllm(tmp_path / "fake")), **env}
+    return run_job(program, tmp_path, trace=trace, extra_env=extra, timeout=ADAPTER_JOB_TIMEOUT_S)
+
+
 @pytest.mark.multirank
 def test_pynccl_collectives_are_recorded_and_verified_without_changing_results(tmp_path: Path) -> None:
-    job = run_job(
-        "adapters_pynccl.py",
-        tmp_path,
-        trace=ASYNC,
-        extra_env={"FAKE_VLLM": str(fake_vllm(tmp_path / "fake"))},
-        timeout=ADAPTER_JOB_TIMEOUT_S,
-    )
+    job = run_adapter_job("adapters_pynccl.py", tmp_path, ASYNC)
     assert job.returncodes == [0, 0], job.stderr
     results = [_results(rank.stdout) for rank in job.ranks]
     for rank, got in enumerate(results):
@@ -164,13 +164,7 @@ _MARKERS = (*_EXPECTED, "PN_SEND", "PN_RECV", "PN_DISABLED")
 
 @pytest.mark.multirank
 def test_pynccl_shape_mismatch_is_caught_and_named_by_the_analyzer(tmp_path: Path) -> None:
-    job = run_job(
-        "adapters_mismatch.py",
-        tmp_path,
-        trace=STRICT,
-        extra_env={"FAKE_VLLM": str(fake_vllm(tmp_path / "fake"))},
-        timeout=ADAPTER_JOB_TIMEOUT_S,
-    )
+    job = run_adapter_job("adapters_mismatch.py", tmp_path, STRICT)
     line0, line1 = (
         line_of("adapters_mismatch.py", "MISMATCH_0"),
         line_of("adapters_mismatch.py", "MISMATCH_1"),
@@ -198,13 +192,7 @@ def test_pynccl_shape_mismatch_is_caught_and_named_by_the_analyzer(tmp_path: Pat
 
 @pytest.mark.multirank
 def test_adapters_can_be_switched_off(tmp_path: Path) -> None:
-    job = run_job(
-        "adapters_pynccl.py",
-        tmp_path,
-        trace=TraceConfig(timeout_s=10.0),
-        extra_env={"FAKE_VLLM": str(fake_vllm(tmp_path / "fake")), "COLLCHECK_ADAPTERS": "0"},
-        timeout=ADAPTER_JOB_TIMEOUT_S,
-    )
+    job = run_adapter_job("adapters_pynccl.py", tmp_path, TraceConfig(timeout_s=10.0), COLLCHECK_ADAPTERS="0")
     assert job.returncodes == [0, 0], job.stderr
     assert _results(job.ranks[0].stdout)["all_reduce"] == [1.0, 3.0, 5.0, 7.0]
     groups = {row.get("group") for row in read_trace(str(job.trace_dir / "collcheck-rank0.jsonl"))}

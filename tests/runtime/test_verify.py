@@ -22,7 +22,11 @@ from collcheck.runtime.verify import (
 
 
 def _fp(rank: int, numel: int, line: int, group: str = "0", seq: int = 1) -> dict[str, object]:
-    event = CollectiveEvent(
+    return fingerprint(_event(rank, seq, line, numel, group))
+
+
+def _event(rank: int, seq: int, line: int, numel: int = 4, group: str = "0") -> CollectiveEvent:
+    return CollectiveEvent(
         rank=rank,
         group=group,
         group_ranks=(0, 1),
@@ -33,7 +37,6 @@ def _fp(rank: int, numel: int, line: int, group: str = "0", seq: int = 1) -> dic
         reduce_op="sum",
         site=CallSite("train.py", line),
     )
-    return fingerprint(event)
 
 
 def test_mismatch_kinds() -> None:
@@ -116,20 +119,6 @@ def _monitor(rank: int, store: FakeStore, strict: bool = False) -> tuple[Monitor
     monitor = Monitor(config, writer=writer, store_factory=None)  # type: ignore[arg-type]
     monitor.store = monitor.sync_store = store
     return monitor, writer
-
-
-def _event(rank: int, seq: int, line: int, numel: int = 4) -> CollectiveEvent:
-    return CollectiveEvent(
-        rank=rank,
-        group="0",
-        group_ranks=(0, 1),
-        seq=seq,
-        op="all_reduce",
-        shapes=((numel,),),
-        dtypes=("float32",),
-        reduce_op="sum",
-        site=CallSite("train.py", line),
-    )
 
 
 def test_a_new_call_site_is_published_before_issue_and_later_ones_in_the_background() -> None:
