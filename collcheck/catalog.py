@@ -76,6 +76,10 @@ class Catalog:
     rank_decorators: dict[str, str] = field(default_factory=dict)  # qualified name -> condition
     types: dict[str, str] = field(default_factory=dict)  # factory qualified name -> type name
     groups: dict[str, str] = field(default_factory=dict)  # function returning a group -> group name
+    # group name -> condition every member satisfies (over `group_rank[g]`, `group_world[g]`, `rank`)
+    group_members: dict[str, str] = field(default_factory=dict)
+    # sets of orthogonal groups: two members of one of them hold the same position in the others
+    group_grids: tuple[tuple[str, ...], ...] = ()
     names: tuple[str, ...] = ()
     fingerprint: str = ""
 
@@ -163,6 +167,7 @@ class _Builder:
     methods: list[MethodSpec] = field(default_factory=list)
     tables: dict[str, dict[str, str]] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
+    grids: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def table(self, name: str) -> dict[str, str]:
         return self.tables.setdefault(name, {})
@@ -231,6 +236,14 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
     )
     builder.table("types").update(_value_table(data.get("types"), f"{where}: [types]", ""))
     builder.table("groups").update(_value_table(data.get("groups"), f"{where}: [groups]", "group"))
+    builder.table("group_members").update(
+        _value_table(data.get("group_members"), f"{where}: [group_members]", "True")
+    )
+    grids = data.get("group_grids", {})
+    if not isinstance(grids, dict):
+        raise CatalogError(f"{where}: [group_grids] must be a table of name = [group, ...]")
+    for name in grids:
+        builder.grids[f"{where}:{name}"] = _str_tuple(grids, name, f"{where}: [group_grids]")
 
 
 def _read_toml(path: Path) -> tuple[dict[str, Any], bytes]:
@@ -275,6 +288,8 @@ def _load_catalog(extra_paths: tuple[str, ...]) -> Catalog:
         rank_decorators=tables.get("rank_decorators", {}),
         types=tables.get("types", {}),
         groups=tables.get("groups", {}),
+        group_members=tables.get("group_members", {}),
+        group_grids=tuple(builder.grids.values()),
         names=tuple(builder.names),
         fingerprint=digest.hexdigest()[:16],
     )

@@ -25,6 +25,7 @@ from collcheck.static.extract import (
     ModuleInfo,
     PathLimitExceeded,
     State,
+    catalog_group_facts,
 )
 from collcheck.static.names import module_imports, qualified_name
 from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
@@ -430,11 +431,11 @@ def _analyze_tree(
         except PathLimitExceeded as limit:
             notes.append(f"{source.path}:{function.lineno}: {qualname} skipped: {limit}")
             continue
-        candidates.extend(_findings_for(regions, rules, settings, stats))
+        candidates.extend(_findings_for(regions, rules, settings, stats, catalog))
     if _communicates(setup + main, module):
         try:
             regions = extractor.run_module(setup + main)
-            candidates.extend(_findings_for(regions, rules, settings, stats))
+            candidates.extend(_findings_for(regions, rules, settings, stats, catalog))
         except PathLimitExceeded as limit:
             notes.append(f"{source.path}: module body skipped: {limit}")
     notes.extend(stats.notes)
@@ -476,11 +477,14 @@ def _module_checks(
 
 
 def _findings_for(
-    regions: list[Region], rules: dict[str, Rule], settings: Settings, stats: SolveStats
+    regions: list[Region], rules: dict[str, Rule], settings: Settings, stats: SolveStats, catalog: Catalog
 ) -> list[Candidate]:
     results = []
+    facts = catalog_group_facts(catalog)
     for region in regions:
-        for divergence in solve_region(region, settings.world_size, settings.z3_timeout_ms, stats):
+        for divergence in solve_region(
+            region, settings.world_size, settings.z3_timeout_ms, stats, group_facts=facts
+        ):
             if _behind_unknown_code(divergence):
                 continue
             finding = classify(divergence, rules)
@@ -669,7 +673,7 @@ def _standalone_origins(
         except PathLimitExceeded:
             regions = []
         rules = {rule.code: rule for rule in all_rules()}
-        found = _findings_for(regions, rules, settings, SolveStats())
+        found = _findings_for(regions, rules, settings, SolveStats(), catalog)
         _STANDALONE[key] = {origin for _, origin, _ in found}
     return _STANDALONE[key]
 

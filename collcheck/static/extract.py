@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from collcheck.catalog import Catalog, OpSpec
+from collcheck.static import groups
 from collcheck.static.names import ImportTable, add_import, dotted, qualified_name
 from collcheck.static.program import (
     CommEvent,
@@ -307,6 +308,18 @@ def value_from_spec(spec: str, where: str) -> Expr:
 def _spec_expr(node: ast.expr, names: dict[str, Expr], where: str) -> Expr:
     if isinstance(node, ast.Name):
         return names.get(node.id, Atom(node.id, "shared"))
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in ("group_rank", "group_world")
+        and isinstance(node.slice, ast.Name)
+    ):
+        # `group_rank[tp]`: the rank inside the catalog group `tp`, tied to collectives on `tp`.
+        key = node.slice.id
+        return groups.local_rank(key) if node.value.id == "group_rank" else groups.group_size(key)
+    if isinstance(node, ast.BoolOp):
+        parts = tuple(_spec_expr(value, names, where) for value in node.values)
+        return BoolOp("and" if isinstance(node.op, ast.And) else "or", parts)
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, str, bool)):
         return Const(node.value)
     if isinstance(node, ast.Compare) and len(node.ops) == 1:
@@ -335,6 +348,58 @@ _COMPARE_OPS: dict[type, str] = {
     ast.IsNot: "!=",
 }
 _BIN_OPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+
+
+_GROUP_FACTS: dict[str, groups.GroupFacts] = {}
+
+
+def catalog_group_facts(catalog: Catalog) -> groups.GroupFacts:
+    """The catalogs' group facts as symbolic values, built once per catalog."""
+    facts = _GROUP_FACTS.get(catalog.fingerprint)
+    if facts is None:
+        members = {
+            name: value_from_spec(spec, f"members:{name}") for name, spec in catalog.group_members.items()
+        }
+        facts = _GROUP_FACTS[catalog.fingerprint] = groups.GroupFacts(members, catalog.group_grids)
+    return facts
+
+
+# Functions that translate a given global rank into a rank inside a group.
+GROUP_RANK_TRANSLATORS = frozenset(
+    {"torch.distributed.get_group_rank", "torch.distributed.distributed_c10d.get_group_rank"}
+)
+GROUP_METHODS = frozenset({"rank", "get_rank", "size", "get_world_size", "get_local_rank", "get_group"})
+
+
+def _mesh_dimension(node: ast.Call) -> tuple[bool, str | None]:
+    """The mesh dimension named by `get_group(dim)` / `get_local_rank(mesh_dim=dim)`: (True, its
+    name), (True, None) when none is given (a one-dimensional mesh, or a group), (False, None) when
+    it is computed or not a name."""
+    arguments = [*node.args, *(k.value for k in node.keywords if k.arg == "mesh_dim")]
+    if len(arguments) != len(node.args) + len(node.keywords) or len(arguments) > 1:
+        return False, None
+    if not arguments:
+        return True, None
+    argument = arguments[0]
+    if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+        return True, argument.value
+    return False, None
+
+
+def _catalog_group(name: str, type_name: str) -> GroupVal:
+    if name == "world":  # a coordinator over every rank (vLLM's get_world_group())
+        return GroupVal("world", TRUE, type_name=type_name)
+    return GroupVal(name, None, type_name=type_name)
+
+
+def _group_key(value: Expr, node: ast.expr) -> str:
+    """One name for a group however it is reached: the group's own key, the name of the value
+    (the same object read in two places), or the expression's text."""
+    if isinstance(value, GroupVal):
+        return value.key
+    if isinstance(value, Atom):
+        return value.name
+    return _text(node)
 
 
 def _where(node: ast.AST) -> str:
@@ -1086,6 +1151,8 @@ class Extractor:
                     )
                 if isinstance(value, Atom) and value.name.startswith("type:"):
                     return value.name[5:].split("@", 1)[0]
+                if isinstance(value, GroupVal) and value.type_name:
+                    return value.type_name
         if isinstance(node, ast.Call):
             name = qualified_name(node.func, self.local_imports)
             if name is not None and name in self.catalog.types:
@@ -1109,7 +1176,12 @@ class Extractor:
             chosen = self.pure(group_node, state, frame, known)
             group_term = chosen if _group_choice(chosen) else None
         if group is None and spec.default_group is not None and spec.default_group != "world":
-            group = GroupVal(spec.default_group, None)  # membership unknown: compared nowhere
+            group = groups.unknown_group(spec.default_group)
+        if group is None and group_node is None and spec.group is None and self._is_method_call(call):
+            assert isinstance(call.func, ast.Attribute)
+            receiver = self.pure(call.func.value, state, frame, known)
+            if isinstance(receiver, GroupVal):  # a coordinator object that is its own group
+                group = receiver
         reduce_op = value(spec.reduce_op)
         if spec.reduce_op is not None:
             reduce_op = _normalise_reduce_op(reduce_op)
@@ -1142,6 +1214,12 @@ class Extractor:
                 if isinstance(target, (ast.Name, ast.Attribute)):
                     self.bind(target, fresh, state)
         return state, self._op_result(call, spec, args, state, frame, known)
+
+    def _is_method_call(self, call: ast.Call) -> bool:
+        if not isinstance(call.func, ast.Attribute):
+            return False
+        name = qualified_name(call.func, self.local_imports)
+        return name is None or name not in self.catalog.functions
 
     def _op_result(
         self,
@@ -1253,7 +1331,7 @@ class Extractor:
             return value
         if isinstance(value, Const) and value.value is None:
             return None
-        return GroupVal(_text(node), None, per_rank=is_rank_dependent(value))
+        return GroupVal(_group_key(value, node), None, per_rank=is_rank_dependent(value))
 
     # ------------------------------------------------------------------ helpers (inlining)
 
@@ -1657,7 +1735,11 @@ class Extractor:
             if name is not None and ".ReduceOp." in f".{name}":
                 return Const(name.rsplit(".", 1)[-1].upper())
         if node.attr in self.catalog.rank_attributes:
-            return value_from_spec(self.catalog.rank_attributes[node.attr], f"attr:{node.attr}")
+            spec = self.catalog.rank_attributes[node.attr]
+            if spec == "group_rank":  # the rank inside the group the attribute is read from
+                owner = self.pure(node.value, state, frame, known)
+                return groups.local_rank(_group_key(owner, node.value))
+            return value_from_spec(spec, f"attr:{node.attr}")
         base = self.pure(node.value, state, frame, known)
         if isinstance(base, Atom) and base.name.startswith("type:"):
             return Atom(f"{base.name}.{node.attr}", "shared")
@@ -1688,6 +1770,8 @@ class Extractor:
             and -len(base.items) <= index.value < len(base.items)
         ):
             return base.items[index.value]
+        if isinstance(base, GroupVal) and isinstance(index, Const) and isinstance(index.value, str):
+            return groups.unknown_group(groups.mesh_dimension_key(base.key, index.value))  # mesh["tp"]
         if isinstance(base, Atom) and isinstance(index, Const) and isinstance(index.value, (str, int)):
             # `cfg["sync"]` read in two branches is one value, like an attribute (see above).
             return opaque(f"item:{base.name}[{index.value!r}]", (base,))
@@ -1787,6 +1871,9 @@ class Extractor:
                 same = Compare("==", substitute(container.color, {RANK: item}), container.color)
                 return conjoin((inside, same))
             return inside
+        if item == RANK and not is_rank_dependent(container):
+            # `rank in self.ranks`: a membership test, the same atom wherever that collection is read.
+            return groups.membership(_group_key(container, node))
         return opaque(f"in@{_where(node)}", (item, container))
 
     def _pure_IfExp(self, node: ast.IfExp, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
@@ -1827,6 +1914,9 @@ class Extractor:
                 return builtin
         if isinstance(node.func, ast.Attribute):
             method = node.func.attr
+            on_group = self._group_method(node, state, frame, known)
+            if on_group is not None:
+                return on_group
             if method in self.catalog.rank_methods and not node.args:
                 return value_from_spec(self.catalog.rank_methods[method], f"method:{method}@{where}")
             receiver = self.pure(node.func.value, state, frame, known)
@@ -1846,6 +1936,37 @@ class Extractor:
         # passed as an argument (a sampler, a device, a constructor) does not make it per-rank.
         # Equal text, equal value: the same helper asked twice answers the same.
         return Atom(f"call:{_text(node)}", "shared")
+
+    def _group_method(
+        self, node: ast.Call, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr | None:
+        """`group.rank()`, `group.size()`, `mesh.get_local_rank("tp")`, `mesh["tp"].get_group()`:
+        a rank's place in a group, the group's size, or a device-mesh dimension's group, all keyed
+        by the group so that a condition on them is tied to collectives on that group."""
+        assert isinstance(node.func, ast.Attribute)
+        method = node.func.attr
+        if method not in GROUP_METHODS or self._names_module(node.func.value):
+            return None
+        receiver = self.pure(node.func.value, state, frame, known)
+        if isinstance(receiver, Atom) and receiver.name.startswith("type:"):
+            return None  # a catalogued object (an Accelerator, a Trainer): its own rank methods
+        key = _group_key(receiver, node.func.value)
+        if method in ("rank", "get_rank", "size", "get_world_size"):
+            if node.args or node.keywords:
+                return None
+            return groups.local_rank(key) if method in ("rank", "get_rank") else groups.group_size(key)
+        named, dimension = _mesh_dimension(node)
+        if not named:
+            return None
+        mesh_key = groups.mesh_dimension_key(key, dimension)
+        if method == "get_group":
+            return groups.unknown_group(mesh_key)
+        return groups.local_rank(mesh_key)
+
+    def _names_module(self, node: ast.expr) -> bool:
+        """`dist.get_rank()` spelled through a module: a function, not a method on a group."""
+        parts = dotted(node)
+        return parts is not None and self.local_imports.lookup(parts[0]) is not None
 
     def _known_call(
         self,
@@ -1868,11 +1989,19 @@ class Extractor:
                     node.args[0] if node.args else next(k.value for k in node.keywords if k.arg == "group")
                 )
                 if not (isinstance(group, ast.Constant) and group.value is None):
-                    kind = "group_rank" if spec == "rank" else None
-                    if kind is None:
-                        return Atom(f"group_size@{where}", "shared", lower=1)
-                    return value_from_spec(kind, where)
+                    value = self._group(group, state, frame, known or {})
+                    if value is None:  # the default (world) group, spelled out
+                        return value_from_spec(spec, where)
+                    if spec == "rank":
+                        return groups.local_rank(value.key)
+                    return groups.group_size(value.key)
             return value_from_spec(spec, where)
+        if name in GROUP_RANK_TRANSLATORS and len(node.args) == 2 and args[1] == RANK:
+            # get_group_rank(group, dist.get_rank()): this rank's rank inside the group.
+            value = self._group(node.args[0], state, frame, known or {})
+            return RANK if value is None else groups.local_rank(value.key)
+        if name in catalog.groups:
+            return _catalog_group(catalog.groups[name], catalog.types.get(name, ""))
         if name in catalog.nondeterministic:
             return Atom(f"{name}()@{where}", "nondet", why=catalog.nondeterministic[name])
         if name in ENV_READERS and args and isinstance(args[0], Const) and isinstance(args[0].value, str):

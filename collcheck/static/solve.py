@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any
 
+from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts, member_facts
 from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, LoopRange, Path, Region
 from collcheck.static.symbolic import (
     MEMBER,
@@ -122,8 +123,8 @@ def _channel_key(event: Element) -> str | None:
     group = event.group
     if group is None:
         return WORLD_CHANNEL
-    if group.per_rank or group.members is None:
-        return None
+    if group.per_rank:
+        return None  # each rank may hold another group: which ranks meet is unknown
     return "group:" + group.key
 
 
@@ -171,13 +172,21 @@ def _terms(event: Element) -> list[Expr]:
 class RegionSolver:
     """One z3 solver for a region; queries are pushed and popped on it."""
 
-    def __init__(self, region: Region, world_size: int | None, timeout_ms: int, stats: SolveStats) -> None:
+    def __init__(
+        self,
+        region: Region,
+        world_size: int | None,
+        timeout_ms: int,
+        stats: SolveStats,
+        group_facts: GroupFacts = NO_GROUP_FACTS,
+    ) -> None:
         z3 = stats.z3_in_context()
         self.z3 = z3
         self.region = region
         self.world_size = world_size
         self.timeout_ms = timeout_ms
         self.stats = stats
+        self.group_facts = group_facts
         self.solver = z3.Solver()
         self.solver.set("timeout", timeout_ms)
         # The timeout is not polled inside some nonlinear arithmetic; a resource limit is.
@@ -202,6 +211,8 @@ class RegionSolver:
         if membership is not None and membership.color is not None:
             # One creation call, a different subgroup per rank: only ranks of one subgroup meet.
             facts.append(tr.as_int(membership.color, "a") == tr.as_int(membership.color, "b"))
+        if membership is not None:
+            facts.extend(member_facts(tr, membership, [*a.conds, *b.conds], self.group_facts))
         return facts
 
     def satisfiable(
@@ -428,11 +439,16 @@ def _pairs(paths: list[Path]) -> Iterator[tuple[Path, Path]]:
 
 
 def solve_region(
-    region: Region, world_size: int | None, timeout_ms: int, stats: SolveStats, max_findings: int = 8
+    region: Region,
+    world_size: int | None,
+    timeout_ms: int,
+    stats: SolveStats,
+    max_findings: int = 8,
+    group_facts: GroupFacts = NO_GROUP_FACTS,
 ) -> list[Divergence]:
     if not region.paths or _region_is_uniform(region):
         return []
-    solver = RegionSolver(region, world_size, timeout_ms, stats)
+    solver = RegionSolver(region, world_size, timeout_ms, stats, group_facts)
     found: list[Divergence] = []
     seen: set[tuple[str, int, int]] = set()
     # Two ranks that issue the same collectives but one of them on the default group: that pair is
