@@ -49,6 +49,11 @@ KNOWN_GAPS: dict[str, str] = {
         "collective only under the DeepSpeed/FSDP plugins, and collcheck does not read the accelerate "
         "launch config)"
     ),
+    "reports/broadcast_tensor_dict_missing_group_bug.py": (
+        "the world broadcast's src comes from get_tensor_model_parallel_src_rank(), which is left out of "
+        "rules/megatron.toml (a global rank that differs between TP groups: no value expression for it), "
+        "so src is not seen to differ between ranks (with src = dist.get_rank() the call is reported)"
+    ),
     "reports/ddp_skip_batch_no_anchor_bug.py": (
         "the skipped collective is DDP's implicit gradient all-reduce inside loss.backward(), which is "
         "not modelled; also NoValidAnchorsError (a user subclass of ValueError) is not a DATA_ERRORS "
@@ -62,6 +67,10 @@ KNOWN_GAPS: dict[str, str] = {
     "reports/dp_idle_rank_skips_moe_forward_bug.py": (
         "`batch is None` is per-rank scheduler state; a `continue` on runtime data (other than a caught "
         "data error) is not a per-rank exit to collcheck"
+    ),
+    "reports/dtensor_full_tensor_rank0_bug.py": (
+        "DTensor.full_tensor() (an all-gather over the DTensor's mesh) is not catalogued; a "
+        "dist.barrier() under the same rank-0 guard is found"
     ),
     "reports/early_stop_on_local_metric_bug.py": (
         "a metric computed from each rank's own data shard without a collective is not tracked as a "
@@ -84,6 +93,11 @@ KNOWN_GAPS: dict[str, str] = {
         "transformers Trainer.save_model is left out of rules/conventions.toml on purpose (it gathers "
         "only under DeepSpeed ZeRO-3 / FSDP, which collcheck cannot see); the RANK-env guard itself is "
         "understood"
+    ),
+    "reports/hsdp_replica_broadcast_node_rank0_bug.py": (
+        "a group taken from a DeviceMesh dimension (mesh.get_group('replicate')) has unknown membership, "
+        "so a collective on it under a LOCAL_RANK guard is not compared (the same call on "
+        "dist.new_group([0, 4]) or on the world is found)"
     ),
     "reports/lightning_all_gather_global_zero_bug.py": (
         "`self.all_gather` in a LightningModule subclass is not resolved to the catalogued "
@@ -121,6 +135,12 @@ KNOWN_GAPS: dict[str, str] = {
     "reports/prefetch_check_break_on_full_batch_bug.py": (
         "the `break` depends on per-rank allocator state (token_pool.available_size()), which is not a "
         "per-process value source to collcheck, so the per-request all_reduce count is not seen to differ"
+    ),
+    "reports/reduce_loss_then_best_save_bug.py": (
+        "the tensor after dist.reduce(dst=0) is not treated as rank-dependent (it holds the reduction on "
+        "dst only, a partial value elsewhere), so the save decision looks uniform; and the FSDP "
+        "state_dict gather inside the save is not catalogued (a dist.barrier() there, under a "
+        "rank-derived loss, is found)"
     ),
     "reports/scheduler_timeout_abort_clock_bug.py": (
         "a per-process value (time.perf_counter) that reaches the exit through a list-comprehension "
