@@ -94,11 +94,6 @@ KNOWN_GAPS: dict[str, str] = {
         "only under DeepSpeed ZeRO-3 / FSDP, which collcheck cannot see); the RANK-env guard itself is "
         "understood"
     ),
-    "reports/hsdp_replica_broadcast_node_rank0_bug.py": (
-        "a group taken from a DeviceMesh dimension (mesh.get_group('replicate')) has unknown membership, "
-        "so a collective on it under a LOCAL_RANK guard is not compared (the same call on "
-        "dist.new_group([0, 4]) or on the world is found)"
-    ),
     "reports/lightning_all_gather_global_zero_bug.py": (
         "`self.all_gather` in a LightningModule subclass is not resolved to the catalogued "
         "LightningModule.all_gather: catalogue methods inherited from a base class are not matched "
@@ -150,12 +145,6 @@ KNOWN_GAPS: dict[str, str] = {
     "reports/torchmetrics_compute_local_rank0_bug.py": (
         "torchmetrics Metric.compute() (a cross-process state sync) is not catalogued; the LOCAL_RANK "
         "guard itself is understood (a dist.barrier() in its place is found)"
-    ),
-    "reports/tp_rank0_only_broadcast_data_bug.py": (
-        "a collective on a named Megatron group (broadcast_data, default group tp) guarded by that same "
-        "group's rank (get_tensor_model_parallel_rank() == 0) is not reported: with "
-        "group=get_tensor_model_parallel_group() nothing is found, only a world collective under the same"
-        " guard is"
     ),
     "reports/zero3_generate_unsynced_bug.py": (
         "HF generate() under ZeRO-3 is not modelled: a data-dependent number of forwards, each "
