@@ -81,10 +81,6 @@ KNOWN_GAPS: dict[str, str] = {
         "stopper.should_stop, which a later `while` condition reads; attribute writes inside called "
         "methods do not make the attribute rank-dependent"
     ),
-    "reports/fsdp_full_state_dict_rank0_bug.py": (
-        "FullyShardedDataParallel.state_dict() under a FULL_STATE_DICT config (an all-gather of every "
-        "flat parameter) is not catalogued; rules/torch.toml has no FSDP entries"
-    ),
     "reports/gloo_group_from_own_tp_ranks_bug.py": (
         "dist.get_process_group_ranks(tp_group) (the members of the caller's own group) is not known to "
         "differ between ranks, so new_group's ranks argument is not seen as rank-dependent"

@@ -33,6 +33,7 @@ from collcheck.static.program import Element, LoopEvent, Region, Site
 from collcheck.static.project import Project
 from collcheck.static.solve import Divergence, SolveStats, solve_region
 from collcheck.static.symbolic import Atom, Const, Expr, GroupVal, is_rank_dependent, opaque
+from collcheck.static.wrapped import uses_wrapped, wrapped_names
 from collcheck.suppress import apply_suppressions, build_suppressions, parse_suppressions
 
 # A finding, where its divergence arises (code, path, line), and the calls it went through.
@@ -160,7 +161,8 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
     """
     functions = _all_functions(module)
     words = _function_words(functions, text) if text is not None else None
-    candidates = _candidate_words(module)
+    wrapped = wrapped_names(module.tree, module.imports, module.catalog)
+    candidates = _candidate_words(module) | wrapped.words
     direct: set[FunctionNode] = set()
     called: dict[FunctionNode, set[str]] = {}
     for function in functions:
@@ -174,7 +176,7 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 module.mutable_globals.update(node.names)
             if not isinstance(node, ast.Call):
                 continue
-            if _is_catalog_call(node, module):
+            if _is_catalog_call(node, module) or uses_wrapped(node, wrapped):
                 direct.add(function)
             if isinstance(node.func, ast.Name):
                 names.add(node.func.id)

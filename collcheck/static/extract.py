@@ -1066,6 +1066,8 @@ class Extractor:
             return True
         if self._exit_call(call):
             return True
+        if qualified_name(call.func, self.local_imports) in self.catalog.types_in_place:
+            return True  # `fully_shard(model)` changes what `model` is
         target = self._local_target(call, frame)
         return target is not None or self._passes_communicating_callback(call, frame)
 
@@ -1084,6 +1086,7 @@ class Extractor:
         spec = self._op_spec(call, state)
         if spec is not None:
             return [self._communicate(call, spec, state, frame, known)]
+        self._type_in_place(call, state)
         target = self._local_target(call, frame)
         if target is None:
             if self.record_events and self._passes_communicating_callback(call, frame):
@@ -1123,11 +1126,37 @@ class Extractor:
         name = qualified_name(call.func, self.local_imports)
         if name is not None and name in self.catalog.functions:
             return self.catalog.functions[name]
+        if isinstance(call.func, (ast.Name, ast.Attribute)):
+            # `model(x)` on a wrapped module: the object itself is the receiver of `__call__`.
+            for method in self.catalog.method_specs("__call__"):
+                if self._receiver_matches(call.func, method.receivers, state):
+                    return method.spec
         if isinstance(call.func, ast.Attribute):
             for method in self.catalog.method_specs(call.func.attr):
                 if method.any_receiver or self._receiver_matches(call.func.value, method.receivers, state):
                     return method.spec
         return None
+
+    def _type_in_place(self, call: ast.Call, state: State) -> None:
+        """`fully_shard(model)`: from here on `model` is the wrapped type."""
+        name = qualified_name(call.func, self.local_imports)
+        if name is None or name not in self.catalog.types_in_place or not call.args:
+            return
+        target = call.args[0]
+        if isinstance(target, (ast.Name, ast.Attribute)) and dotted(target):
+            type_name = self.catalog.types_in_place[name] or name
+            self.bind(target, Atom(f"type:{type_name}@{_where(call)}", "shared"), state)
+
+    def _passes_typed_object(self, call: ast.Call, state: State) -> bool:
+        """The call hands a helper an object whose methods communicate (a wrapped model, an
+        engine): the helper may communicate through it even if its own text names nothing."""
+        receivers = {receiver for method in self.catalog.methods for receiver in method.receivers}
+        for argument in [*call.args, *(keyword.value for keyword in call.keywords)]:
+            if isinstance(argument, (ast.Name, ast.Attribute)):
+                type_name = self._type_of(argument, state)
+                if type_name is not None and type_name in receivers:
+                    return True
+        return False
 
     def _receiver_matches(self, receiver: ast.expr, types: tuple[str, ...], state: State | None) -> bool:
         if not types:
@@ -1150,7 +1179,9 @@ class Extractor:
                         None,
                     )
                 if isinstance(value, Atom) and value.name.startswith("type:"):
-                    return value.name[5:].split("@", 1)[0]
+                    type_name, _, where = value.name[5:].partition("@")
+                    # `model.module` of a typed `model` is another object (the unwrapped module).
+                    return None if "." in where else type_name
                 if isinstance(value, GroupVal) and value.type_name:
                     return value.type_name
         if isinstance(node, ast.Call):
@@ -1439,8 +1470,10 @@ class Extractor:
             # Bounded: deeper levels are not followed (their collectives are not seen).
             return [(state, self.pure(call, state, frame, known))]
         owner_module = self.remote_modules.get(function, self.module)
-        communicates = function in owner_module.communicating or (
-            function in self.nested.values() and self._body_communicates(function)
+        communicates = (
+            function in owner_module.communicating
+            or (function in self.nested.values() and self._body_communicates(function))
+            or self._passes_typed_object(call, state)
         )
         if not communicates and not self._returns_matter(function, owner_module):
             return [(state, self.pure(call, state, frame, known))]
@@ -1917,6 +1950,10 @@ class Extractor:
             on_group = self._group_method(node, state, frame, known)
             if on_group is not None:
                 return on_group
+            receiver_type = self._type_of(node.func.value, state)
+            produced = self.catalog.types.get(f"{receiver_type}.{method}") if receiver_type else None
+            if produced is not None:  # `accelerator.prepare(model)`: a catalogued method's result type
+                return Atom(f"type:{produced or receiver_type}@{where}", "shared")
             if method in self.catalog.rank_methods and not node.args:
                 return value_from_spec(self.catalog.rank_methods[method], f"method:{method}@{where}")
             receiver = self.pure(node.func.value, state, frame, known)
