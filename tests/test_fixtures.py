@@ -55,9 +55,8 @@ KNOWN_GAPS: dict[str, str] = {
         "so src is not seen to differ between ranks (with src = dist.get_rank() the call is reported)"
     ),
     "reports/ddp_skip_batch_no_anchor_bug.py": (
-        "the skipped collective is DDP's implicit gradient all-reduce inside loss.backward(), which is "
-        "not modelled; also NoValidAnchorsError (a user subclass of ValueError) is not a DATA_ERRORS "
-        "name, since exception classes are matched by name, not by base class"
+        "the skipped collective is DDP's implicit gradient all-reduce inside loss.backward() of a "
+        "loss computed by the wrapped model: backward is not tied to the forward that built the graph"
     ),
     "reports/ddp_validate_on_rank0_bug.py": (
         "the forward of a DistributedDataParallel-wrapped model (buffer broadcast) is not modelled as a "
@@ -97,8 +96,8 @@ KNOWN_GAPS: dict[str, str] = {
     ),
     "reports/lightning_oom_skip_step_bug.py": (
         "the skipped collective is implicit (Lightning runs backward and DDP's all-reduce after "
-        "training_step returns), which is not modelled; also torch.cuda.OutOfMemoryError is not in "
-        "DATA_ERRORS"
+        "training_step returns; self.log(sync_dist=True) reduces only with that flag), which is not "
+        "modelled"
     ),
     "reports/load_exists_per_rank_bug.py": (
         "a method call on a pathlib.Path value (`self.root / ...` then `.exists()`) is not matched to the"

@@ -12,6 +12,7 @@ Nothing here imports or runs the analysed code.
 from __future__ import annotations
 
 import ast
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -759,7 +760,7 @@ class Extractor:
             starts.append(start)
         if (
             _exits(handler.body)
-            and _catches_data_errors(handler)
+            and _catches_data_errors(handler, self.module.classes)
             and any(isinstance(n, ast.Call) for s in stmt.body for n in ast.walk(s))
         ):
             # Any call may raise on some ranks only (bad data, I/O): a handler that leaves the
@@ -2310,18 +2311,47 @@ DATA_ERRORS = frozenset(
         "ConnectionError",
         "TimeoutError",
         "CorruptedDataError",
+        # Memory runs out on one rank first: a longer sequence, a fuller cache, another process.
+        "OutOfMemoryError",
+        "MemoryError",
     }
 )
+# The text a handler checks to single out an out-of-memory RuntimeError (`"out of memory" in str(e)`).
+OUT_OF_MEMORY_TEXT = re.compile(r"out\s*of\s*memory|\boom\b", re.IGNORECASE)
 
 
-def _catches_data_errors(handler: ast.ExceptHandler) -> bool:
+def _catches_data_errors(handler: ast.ExceptHandler, classes: Mapping[str, ClassInfo]) -> bool:
+    """The handler catches an error one rank can hit alone: a data or I/O error (or a class of the
+    module derived from one), running out of memory, or a RuntimeError whose text it checks for
+    "out of memory"."""
     if handler.type is None:
         return False
     types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
     for item in types:
         parts = dotted(item)
-        if parts and parts[-1] in DATA_ERRORS:
+        if not parts:
+            continue
+        if _is_data_error(parts[-1], classes, depth=0):
             return True
+        if parts[-1] == "RuntimeError" and _checks_out_of_memory(handler):
+            return True
+    return False
+
+
+def _is_data_error(name: str, classes: Mapping[str, ClassInfo], depth: int) -> bool:
+    if name in DATA_ERRORS:
+        return True
+    info = classes.get(name)
+    if info is None or depth > 8:
+        return False
+    return any(_is_data_error(base.rsplit(".", 1)[-1], classes, depth + 1) for base in info.bases)
+
+
+def _checks_out_of_memory(handler: ast.ExceptHandler) -> bool:
+    for node in ast.walk(handler):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if OUT_OF_MEMORY_TEXT.search(node.value):
+                return True
     return False
 
 
