@@ -98,10 +98,16 @@ class Catalog:
                 words.add(method.method)
         # A module wrapped by a catalogued factory communicates when called (`model(x)`): the
         # factory's name is what the text shows.
-        communicating_types = {receiver for method in self.methods for receiver in method.receivers}
+        wrapped_types = {
+            receiver
+            for method in self.methods
+            if method.method in MODULE_METHODS
+            for receiver in method.receivers
+        }
         for factory, type_name in self.types.items():
-            if (type_name or factory) in communicating_types:
+            if (type_name or factory) in wrapped_types:
                 words.add(factory.rsplit(".", 1)[-1])
+        words.update(name.rsplit(".", 1)[-1] for name in self.types_in_place)
         return frozenset(words)
 
     def method_specs(self, name: str) -> list[MethodSpec]:

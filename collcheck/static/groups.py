@@ -12,8 +12,7 @@ members, so a condition that splits two members (their local ranks, their global
 value) splits the group even when collcheck cannot say which global ranks it holds. What ties a
 condition to the group's membership is stated, never guessed from names:
 
-* the local rank of the group itself: members have distinct local ranks in [0, size); a
-  non-member's is -1 (`dist.get_rank(group)` returns -1 outside the group);
+* the local rank of the group itself: members have distinct local ranks in [0, size);
 * a membership test of the rank against a collection collcheck cannot see (`rank in self.ranks`)
   is taken to be the group's own membership test on a group of unknown members;
 * catalog facts: a named group's members (Megatron's embedding group is the first and the last
@@ -32,12 +31,14 @@ from collcheck.static.symbolic import Atom, Expr, GroupVal, atoms
 LOCAL_RANK_PREFIX = "group_rank:"
 SIZE_PREFIX = "group_world:"
 MEMBERSHIP_PREFIX = "member:"
-NON_MEMBER_RANK = -1
+ANONYMOUS_LOCAL_RANK_PREFIX = "group_rank@"  # a catalog `group_rank` that names no group
 
 
 def local_rank(key: str) -> Atom:
-    """This rank's rank inside the group `key` (-1 on a rank outside it)."""
-    return Atom(LOCAL_RANK_PREFIX + key, "perrank", lower=NON_MEMBER_RANK, below_world=True)
+    """This rank's rank inside the group `key`. SPMD code asks for its rank in the groups it holds,
+    so the rank is taken to be a member (a non-member's -1 is left out of the model: a test for it
+    is then never true, which keeps `if dist.get_rank(g) < 0: return` quiet)."""
+    return Atom(LOCAL_RANK_PREFIX + key, "perrank", lower=0, below_world=True)
 
 
 def group_size(key: str) -> Atom:
@@ -96,6 +97,23 @@ def _membership_atoms(conditions: Iterable[Expr]) -> set[Atom]:
     }
 
 
+def is_interpreted(atom: Atom) -> bool:
+    """A per-rank atom whose relation to the ranks collcheck knows: the rank, a local rank in a
+    group, a membership test. Anything else per-rank is an opaque value computed from the rank."""
+    return atom.kind == "rank" or atom.name.startswith(
+        (LOCAL_RANK_PREFIX, MEMBERSHIP_PREFIX, ANONYMOUS_LOCAL_RANK_PREFIX)
+    )
+
+
+def opaque_rank_atoms(conditions: Iterable[Expr]) -> set[Atom]:
+    return {
+        atom
+        for condition in conditions
+        for atom in atoms(condition)
+        if atom.kind == "perrank" and not is_interpreted(atom)
+    }
+
+
 def shared_positions(key: str, mentioned: set[str], grids: Iterable[tuple[str, ...]]) -> set[str]:
     """The groups, among those whose local ranks the conditions mention, in which two members of
     `key` are known to hold the same position (same mesh, another dimension; or a catalog grid)."""
@@ -107,6 +125,16 @@ def shared_positions(key: str, mentioned: set[str], grids: Iterable[tuple[str, .
             if other_parts is not None and other_parts[0] == parts[0] and other_parts[1] != parts[1]:
                 same.add(other)
     return same
+
+
+def local_rank_bounds(tr: Any, conditions: Iterable[Expr]) -> list[Any]:
+    """A local rank is below its group's size, on both ranks (a group of one has local rank 0)."""
+    facts = []
+    for key in _local_rank_keys(conditions):
+        size = tr.as_int(group_size(key), "a")
+        for side in ("a", "b"):
+            facts.append(tr.as_int(local_rank(key), side) < size)
+    return facts
 
 
 @dataclass(frozen=True)
@@ -134,6 +162,12 @@ def member_facts(tr: Any, group: GroupVal, conditions: list[Expr], known: GroupF
         # A membership test against a collection collcheck cannot see: the group's own test.
         for atom in _membership_atoms(conditions):
             facts.extend((tr.as_bool(atom, "a"), tr.as_bool(atom, "b")))
+        # A value computed from the rank in a way collcheck cannot follow (a shard read by rank, a
+        # stage id from a grid object) may well be what the group was built from: among the members
+        # of a group of unknown membership it is not taken to split them (precision over recall).
+        for atom in opaque_rank_atoms(conditions):
+            facts.append(tr.as_bool(atom, "a") == tr.as_bool(atom, "b"))
+            facts.append(tr.as_int(atom, "a") == tr.as_int(atom, "b"))
     for other in shared_positions(group.key, _local_rank_keys(conditions), known.grids):
         facts.append(tr.as_int(local_rank(other), "a") == tr.as_int(local_rank(other), "b"))
     return facts

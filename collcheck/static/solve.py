@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any
 
-from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts, member_facts
+from collcheck.static.groups import (
+    LOCAL_RANK_PREFIX,
+    NO_GROUP_FACTS,
+    GroupFacts,
+    local_rank_bounds,
+    member_facts,
+    opaque_rank_atoms,
+)
 from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, LoopRange, Path, Region
 from collcheck.static.symbolic import (
     MEMBER,
@@ -211,8 +218,11 @@ class RegionSolver:
         if membership is not None and membership.color is not None:
             # One creation call, a different subgroup per rank: only ranks of one subgroup meet.
             facts.append(tr.as_int(membership.color, "a") == tr.as_int(membership.color, "b"))
+        # Conditions and the terms the query may compare (trip counts, roots) of both paths.
+        conditions = [*a.conds, *b.conds, *(t for e in (*a.events, *b.events) for t in _terms(e))]
+        facts.extend(local_rank_bounds(tr, conditions))
         if membership is not None:
-            facts.extend(member_facts(tr, membership, [*a.conds, *b.conds], self.group_facts))
+            facts.extend(member_facts(tr, membership, conditions, self.group_facts))
         return facts
 
     def satisfiable(
@@ -367,6 +377,22 @@ def _term_pairs(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]) -> list[
         if creates and not (_singleton(x.ranks_arg) and _singleton(y.ranks_arg)):  # type: ignore[arg-type]
             pairs.append(("group_args", index, x.ranks_arg, y.ranks_arg))  # type: ignore[arg-type]
     return [p for p in pairs if p[2] != p[3] or is_rank_dependent(p[2])]
+
+
+def _own_rank_root_behind_opaque_guard(x: Expr, y: Expr, a: Path, b: Path) -> bool:
+    """`if self.is_last_stage(): broadcast(t, src=self.global_rank)`: the rank that takes the branch
+    names itself the root. Two ranks disagree only if both take it, and when the guard is a value
+    collcheck cannot follow (a stage id, a helper's answer), the code's intent is that one rank
+    does: not reported. Unguarded, every rank names itself and that is reported."""
+    if x != y or not (x == RANK or (isinstance(x, Atom) and x.name.startswith(LOCAL_RANK_PREFIX))):
+        return False
+    return _behind_unknown_guard(a.conds) and _behind_unknown_guard(b.conds)
+
+
+def _behind_unknown_guard(conds: tuple[Expr, ...]) -> bool:
+    if opaque_rank_atoms(conds):
+        return True
+    return any(atom.name.startswith("call:") for cond in conds for atom in atoms(cond))
 
 
 def _singleton(ranks: Expr) -> bool:
@@ -548,6 +574,8 @@ def _compare(
     results: list[Divergence] = []
     for kind, index, x, y in pairs:
         if not (is_rank_dependent(x) or is_rank_dependent(y) or not same_path):
+            continue
+        if kind == "root" and _own_rank_root_behind_opaque_guard(x, y, a, b):
             continue
 
         def extra(tr: Z3Translator, x: Expr = x, y: Expr = y, index: int = index, kind: str = kind) -> Any:
