@@ -2348,11 +2348,12 @@ def _is_data_error(name: str, classes: Mapping[str, ClassInfo], depth: int) -> b
 
 
 def _checks_out_of_memory(handler: ast.ExceptHandler) -> bool:
-    for node in ast.walk(handler):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if OUT_OF_MEMORY_TEXT.search(node.value):
-                return True
-    return False
+    return any(
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and OUT_OF_MEMORY_TEXT.search(node.value)
+        for node in ast.walk(handler)
+    )
 
 
 def _exits(body: Sequence[ast.stmt]) -> bool:
