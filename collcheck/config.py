@@ -61,6 +61,9 @@ class Settings:
     cache: bool = True
     cache_dir: str = ".collcheck_cache"
     respect_gitignore: bool = True
+    # Checking some files of a project (pre-commit): index the whole project around them, so that
+    # helpers and constants of files outside the run are followed as in a whole-tree run.
+    project_context: bool = True
     memory: tuple[tuple[str, Any], ...] = ()
     root: str = "."  # folder holding the pyproject.toml the settings came from
 
@@ -88,6 +91,7 @@ _KEY_TYPES: dict[str, str] = {
     "cache": "bool",
     "cache-dir": "string",
     "respect-gitignore": "bool",
+    "project-context": "bool",
     "memory": "table",
 }
 

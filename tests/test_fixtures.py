@@ -166,7 +166,7 @@ def _param(unit: Path) -> object:
 
 @pytest.mark.parametrize("unit", [_param(u) for u in UNITS])
 def test_fixture(unit: Path) -> None:
-    settings = load_settings([unit]).with_overrides(jobs=1, cache=False)
+    settings = load_settings([unit]).with_overrides(jobs=1, cache=False, project_context=False)
     result = check_paths([unit], settings)
     assert not result.errors, result.errors
     found = {(Path(f.location.path).name, f.location.line, f.code) for f in result.findings}

@@ -387,6 +387,21 @@ def remote_function(
     return (other, function) if function in other.communicating or not communicating_only else None
 
 
+def remote_value(module: ModuleInfo, qualified: str) -> Expr | None:
+    """A module-level value (a constant computed at import) of another file of the run."""
+    project = module.project
+    if project is None:
+        return None
+    found = project.lookup(qualified, module.path)
+    if found is None:
+        return None
+    path, attribute = found
+    if "." in attribute:
+        return None
+    other = load_project_module(path, module.catalog, project, module.settings or Settings())
+    return None if other is None else other.globals.get(attribute)
+
+
 # ----------------------------------------------------------------------------- analysis
 
 

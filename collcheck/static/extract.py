@@ -36,6 +36,7 @@ from collcheck.static.program import (
 from collcheck.static.symbolic import (
     LOCAL_WORLD,
     MEMBER,
+    PER_RANK_KINDS,
     RANK,
     TRUE,
     WORLD,
@@ -52,6 +53,7 @@ from collcheck.static.symbolic import (
     Not,
     Sized,
     TupleVal,
+    atoms,
     children,
     conjoin,
     constant_truth,
@@ -473,6 +475,7 @@ class Extractor:
         self.set_names: set[str] = set()
         self.local_imports: ImportTable = module.imports
         self.remote_modules: dict[FunctionNode, ModuleInfo] = {}
+        self._imported_values: dict[str, Expr | None] = {}
         self.steps = 0
         self.max_steps = max_steps
         self._returns: dict[FunctionNode, bool] = {}
@@ -1749,7 +1752,28 @@ class Extractor:
             return self.module.globals[node.id]
         if node.id in ("True", "False", "None"):
             return Const({"True": True, "False": False, "None": None}[node.id])
+        qualified = self.local_imports.lookup(node.id)
+        if qualified is not None:
+            imported = self._imported_value(qualified)
+            if imported is not None:
+                return imported
         return Atom(f"global:{node.id}", "shared")
+
+    def _imported_value(self, qualified: str) -> Expr | None:
+        """A module-level value of another file of the run (`from .env import RANK`, `env.RANK`)
+        when it depends on the rank or the process; None otherwise (then the name stays opaque)."""
+        if qualified in self._imported_values:
+            return self._imported_values[qualified]
+        self._imported_values[qualified] = None  # a cycle of imports sees "unknown"
+        value = None
+        if self.module.project is not None:
+            from collcheck.static.engine import remote_value  # the engine owns module loading
+
+            found = remote_value(self.module, qualified)
+            if found is not None and any(atom.kind in PER_RANK_KINDS for atom in atoms(found)):
+                value = found
+        self._imported_values[qualified] = value
+        return value
 
     def _pure_Attribute(
         self, node: ast.Attribute, state: State, frame: Frame, known: dict[int, Expr] | None
@@ -1768,6 +1792,10 @@ class Extractor:
                 return Const(None)
             if name is not None and ".ReduceOp." in f".{name}":
                 return Const(name.rsplit(".", 1)[-1].upper())
+            if name is not None and self.local_imports.lookup(parts[0]) is not None:
+                imported = self._imported_value(name)  # `env.RANK` of an imported module
+                if imported is not None:
+                    return imported
         if node.attr in self.catalog.rank_attributes:
             spec = self.catalog.rank_attributes[node.attr]
             if spec == "group_rank":  # the rank inside the group the attribute is read from
