@@ -63,6 +63,7 @@ class Settings:
     respect_gitignore: bool = True
     memory: tuple[tuple[str, Any], ...] = ()
     root: str = "."  # folder holding the pyproject.toml the settings came from
+    baseline: str | None = None  # report only findings not recorded in this file (collcheck.baseline)
 
     def memory_settings(self) -> dict[str, Any]:
         return dict(self.memory)
@@ -89,6 +90,7 @@ _KEY_TYPES: dict[str, str] = {
     "cache-dir": "string",
     "respect-gitignore": "bool",
     "memory": "table",
+    "baseline": "string",
 }
 
 
@@ -145,6 +147,8 @@ def settings_from_table(table: Mapping[str, Any], root: Path) -> Settings:
         raise ConfigError("[tool.collcheck] 'world-size' must be at least 2")
     if "catalogs" in values:
         values["catalogs"] = tuple(os.path.realpath(root / path) for path in values["catalogs"])
+    if "baseline" in values:
+        values["baseline"] = os.path.realpath(root / values["baseline"])
     return Settings(root=str(root), **values)
 
 

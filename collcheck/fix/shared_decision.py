@@ -1,0 +1,10 @@
+"""Placeholder."""
+
+from __future__ import annotations
+
+from collcheck.findings import Finding
+from collcheck.fix.engine import Rewrite, Source
+
+
+def fix_per_process_guard(source: Source, finding: Finding) -> Rewrite | None:
+    return None
