@@ -95,3 +95,19 @@ def _order(sequence: tuple[object, ...]) -> str:
         if operands:
             parts.append(operands[0])
     return ", ".join(parts)
+
+
+# Before/after pairs for collcheck.fix (tests/test_fixes.py): the collective leaves the rank
+# guard and is issued by every rank after it (unsafe).
+FIX_EXAMPLES: tuple[tuple[str, str], ...] = (
+    (
+        "import torch.distributed as dist\n\n\ndef save(state, path):\n    if dist.get_rank() == 0:\n"
+        "        write(state, path)\n        dist.barrier()  # wait for the file\n    return path\n",
+        "import torch.distributed as dist\n\n\ndef save(state, path):\n    if dist.get_rank() == 0:\n"
+        "        write(state, path)\n    dist.barrier()  # wait for the file\n    return path\n",
+    ),
+    (
+        "import torch.distributed as dist\n\n\ndef sync(rank):\n    if rank == 0:\n        dist.barrier()\n",
+        "import torch.distributed as dist\n\n\ndef sync(rank):\n    dist.barrier()\n",
+    ),
+)

@@ -120,3 +120,16 @@ def check_module(context: ModuleContext) -> list[Finding]:
                 )
             )
     return findings
+
+
+# Before/after pairs for collcheck.fix (tests/test_fixes.py): gather into a preallocated tensor
+# (unsafe: every rank must now pass the same shape and dtype).
+FIX_EXAMPLES: tuple[tuple[str, str], ...] = (
+    (
+        "import torch\nimport torch.distributed as dist\n\n\ndef share(k: torch.Tensor, n):\n"
+        "    out = [None] * n\n    dist.all_gather_object(out, k)\n    return out\n",
+        "import torch\nimport torch.distributed as dist\n\n\ndef share(k: torch.Tensor, n):\n"
+        "    out = [None] * n\n    out_tensor = k.new_empty((dist.get_world_size(), *k.shape))\n"
+        "    dist.all_gather_into_tensor(out_tensor, k)\n    out[:] = out_tensor.unbind(0)\n    return out\n",
+    ),
+)

@@ -81,3 +81,37 @@ def fresh_name(source: Source, wanted: str) -> str:
 
 def line_of(source: Source, node: cst.CSTNode) -> int:
     return source.positions[node].start.line
+
+
+def distributed_module(source: Source) -> str | None:
+    """How this file names `torch.distributed` (`dist`, `torch.distributed`), or None."""
+    for node in source.tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "torch.distributed":
+                    return alias.asname or "torch.distributed"
+        elif isinstance(node, ast.ImportFrom) and node.module == "torch" and not node.level:
+            for alias in node.names:
+                if alias.name == "distributed":
+                    return alias.asname or "distributed"
+    imports_torch = any(
+        isinstance(node, ast.Import) and any(alias.name == "torch" and not alias.asname for alias in node.names)
+        for node in source.tree.body
+    )
+    return "torch.distributed" if imports_torch else None
+
+
+def parse_statements(source: Source, code: str) -> list[cst.BaseStatement]:
+    """Statements written as code, parsed with the file's own newline and indentation."""
+    parsed = cst.parse_module(code, config=source.module.config_for_parsing)
+    return list(parsed.body)
+
+
+def innermost_function(source: Source, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    found = [
+        node
+        for node in ast.walk(source.tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+    ]
+    return max(found, key=lambda node: node.lineno) if found else None

@@ -1,0 +1,111 @@
+"""Fixes: every rule's before/after examples, verification, and byte-exact edits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collcheck.checks import all_rules
+from collcheck.config import Settings
+from collcheck.findings import Applicability, Finding
+from collcheck.fix.edits import apply_edits, minimal_edit
+from collcheck.fix.engine import FileFixer, fix_files
+from collcheck.fix.registry import fixers_for
+
+EVERYTHING = frozenset(Applicability)
+SETTINGS = Settings(extend_select=("CC102",), cache=False, jobs=1)
+
+EXAMPLES = [
+    pytest.param(rule.code, before, after, id=f"{rule.code}-{number}")
+    for rule in all_rules()
+    for number, (before, after) in enumerate(getattr(rule.module, "FIX_EXAMPLES", ()))
+]
+
+
+def _fixed(tmp_path: Path, text: str, allowed: frozenset[Applicability] = EVERYTHING) -> str:
+    path = tmp_path / "example.py"
+    path.write_bytes(text.encode())
+    changes = fix_files([str(path)], SETTINGS, allowed)
+    return changes[0].after if changes else text
+
+
+@pytest.mark.parametrize(("code", "before", "after"), EXAMPLES)
+def test_rule_fix_example(tmp_path: Path, code: str, before: str, after: str) -> None:
+    assert _fixed(tmp_path, before) == after
+
+
+def test_every_rule_with_a_fixer_has_examples() -> None:
+    with_fixers = {rule.code for rule in all_rules() if fixers_for(rule.code)}
+    with_examples = {rule.code for rule in all_rules() if getattr(rule.module, "FIX_EXAMPLES", ())}
+    assert with_fixers == with_examples == {"CC001", "CC006", "CC007", "CC102"}
+
+
+def test_safe_only_leaves_unsafe_fixes_alone(tmp_path: Path) -> None:
+    from collcheck.checks.cc001_mismatched_collective_sequence import FIX_EXAMPLES
+
+    before = FIX_EXAMPLES[0][0]
+    assert _fixed(tmp_path, before, frozenset({Applicability.SAFE})) == before
+
+
+def test_fix_that_would_leave_its_finding_is_not_applied(tmp_path: Path) -> None:
+    # The barrier is not the guard's last statement: hoisting it past `use(t)` could change what
+    # the guarded work sees, so no fix is offered.
+    before = (
+        "import torch.distributed as dist\n\n\ndef f(t):\n    if dist.get_rank() == 0:\n"
+        "        dist.broadcast(t, src=0)\n        use(t)\n"
+    )
+    assert _fixed(tmp_path, before) == before
+
+
+def test_argument_bound_inside_the_guard_blocks_the_hoist(tmp_path: Path) -> None:
+    before = (
+        "import torch.distributed as dist\n\n\ndef f():\n    if dist.get_rank() == 0:\n"
+        "        t = make()\n        dist.all_reduce(t)\n"
+    )
+    assert _fixed(tmp_path, before) == before
+
+
+def test_root_that_is_arithmetic_on_the_rank_is_not_guessed(tmp_path: Path) -> None:
+    before = "import torch.distributed as dist\n\n\ndef f(t, rank):\n    dist.broadcast(t, src=rank % 2)\n"
+    assert _fixed(tmp_path, before) == before
+
+
+TWO_FINDINGS = (
+    "import torch.distributed as dist\n\n\ndef f(t, names):\n    if dist.get_rank() == 0:\n"
+    "        dist.barrier()\n    for n in set(names):\n        dist.all_reduce(t[n])\n"
+)
+
+
+def _verifier() -> tuple[FileFixer, dict[str, Finding]]:
+    fixer = FileFixer("two.py", TWO_FINDINGS, SETTINGS)
+    return fixer, {finding.code: finding for finding in fixer.findings}
+
+
+def test_verification_accepts_exactly_one_finding_removed() -> None:
+    fixer, found = _verifier()
+    assert set(found) == {"CC001", "CC007"}
+    hoisted = TWO_FINDINGS.replace("    if dist.get_rank() == 0:\n        dist.barrier()", "    dist.barrier()")
+    assert fixer._verified(hoisted, found["CC001"])
+
+
+def test_verification_refuses_a_rewrite_that_changes_another_line() -> None:
+    fixer, found = _verifier()
+    both = TWO_FINDINGS.replace("    if dist.get_rank() == 0:\n        dist.barrier()", "    dist.barrier()")
+    both = both.replace("set(names)", "sorted(names)")
+    assert not fixer._verified(both, found["CC001"])  # removes CC007 too
+
+
+def test_verification_refuses_what_does_not_parse_or_keeps_the_finding() -> None:
+    fixer, found = _verifier()
+    assert not fixer._verified(TWO_FINDINGS.replace("def f(", "def f(("), found["CC001"])
+    assert not fixer._verified(TWO_FINDINGS + "\n# nothing changed\n", found["CC001"])
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [("for n in set(x):\n", "for n in sorted(set(x)):\n"), ("ab", "abc"), ("abc", ""), ("x\r\ny\r\n", "x\r\nz\r\n")],
+)
+def test_minimal_edit_round_trips(before: str, after: str) -> None:
+    edit = minimal_edit(before, after)
+    assert edit is not None and apply_edits(before, [edit]) == after
