@@ -18,12 +18,13 @@ import os
 from pathlib import Path
 
 from collcheck.findings import BaselineEntry, Finding, RunResult
+from collcheck.fix.flow import AdoptionError
 
 FORMAT_KEY = "collcheck_baseline"
 FORMAT_VERSION = 1
 
 
-class BaselineError(ValueError):
+class BaselineError(AdoptionError):
     """An unreadable or malformed baseline file (a usage error: exit code 2)."""
 
 

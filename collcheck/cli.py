@@ -106,10 +106,9 @@ def check_command(
 ) -> None:
     """Check Python files for collective mismatches, deadlocks and memory blow-ups."""
     from collcheck.api import check_paths
-    from collcheck.baseline import BaselineError
     from collcheck.catalog import CatalogError
-    from collcheck.fix.flow import Adoption, adopt, baseline_path
     from collcheck.config import ConfigError, load_settings
+    from collcheck.fix.flow import Adoption, AdoptionError, adopt, baseline_path
     from collcheck.report import FORMATS, render
 
     if output_format not in FORMATS:
@@ -138,7 +137,7 @@ def check_command(
             fix, unsafe_fixes, diff, show_fixes, add_ignore, baseline_path(baseline, settings), write_baseline
         )
         outcome = adopt(result, settings, adoption, lambda: check_paths(targets, settings))
-    except (ConfigError, CatalogError, BaselineError) as error:
+    except (ConfigError, CatalogError, AdoptionError) as error:
         raise _fail(str(error)) from error
     for message in outcome.messages:
         typer.echo(message, err=True)

@@ -45,7 +45,9 @@ def test_fix_applies_the_safe_fix_byte_for_byte(tmp_path: Path, capsys: pytest.C
     assert after == SET_LOOP_CRLF_TABS.replace(b"set( names )", b"sorted(set( names ))")
 
 
-def test_unsafe_fixes_are_applied_only_with_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unsafe_fixes_are_applied_only_with_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _file(tmp_path, RANK_GUARD_CRLF_TABS)
     code, _, err = run(capsys, "check", "--no-cache", "--fix", str(path))
     assert code == 1 and "fixed 0 findings" in err
@@ -82,21 +84,24 @@ def test_findings_left_after_fixing_decide_the_exit_code(
 
 def test_reports_say_whether_a_fix_exists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _file(tmp_path, SET_LOOP_CRLF_TABS)
-    code, out, _ = run(capsys, "check", "--no-cache", "--format", "json", "--show-fixes", str(path))
+    _, out, _ = run(capsys, "check", "--no-cache", "--format", "json", "--show-fixes", str(path))
     fix = json.loads(out)["findings"][0]["fix"]
     assert fix["applicability"] == "safe"
     # The edit covers `set( names ` (columns 18-28, 1-based, end exclusive) and keeps the `)`.
     edit = {"line": 6, "column": 18, "end_line": 6, "end_column": 29, "content": "sorted(set( names )"}
     assert fix["edits"] == [edit]
-    code, out, _ = run(capsys, "check", "--no-cache", "--format", "sarif", "--show-fixes", str(path))
+    _, out, _ = run(capsys, "check", "--no-cache", "--format", "sarif", "--show-fixes", str(path))
     (result,) = json.loads(out)["runs"][0]["results"]
     replacement = result["fixes"][0]["artifactChanges"][0]["replacements"][0]
     assert replacement["insertedContent"]["text"] == "sorted(set( names )"
     assert replacement["deletedRegion"] == {"startLine": 6, "startColumn": 18, "endLine": 6, "endColumn": 29}
-    code, out, _ = run(capsys, "check", "--no-cache", "--format", "json", str(path))
+    _, out, _ = run(capsys, "check", "--no-cache", "--format", "json", str(path))
     assert "fix" not in json.loads(out)["findings"][0]  # not computed without a fix flag
     for fmt in ("text", "github", "junit"):
-        assert "[fix: safe, --fix]" in run(capsys, "check", "--no-cache", "--format", fmt, "--show-fixes", str(path))[1]
+        assert (
+            "[fix: safe, --fix]"
+            in run(capsys, "check", "--no-cache", "--format", fmt, "--show-fixes", str(path))[1]
+        )
 
 
 def test_libcst_is_never_imported_without_a_fix_flag(tmp_path: Path) -> None:
@@ -110,7 +115,11 @@ def test_libcst_is_never_imported_without_a_fix_flag(tmp_path: Path) -> None:
 
     def libcst_loaded(*flags: str) -> str:
         done = subprocess.run(
-            [sys.executable, "-c", probe, str(path), *flags], capture_output=True, text=True, env=env, timeout=300
+            [sys.executable, "-c", probe, str(path), *flags],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
         )
         return done.stdout.strip().splitlines()[-1]
 
@@ -140,7 +149,9 @@ def test_add_ignore_places_suppressions_where_they_are_read(
     assert "added suppressions for 2 findings in 1 file" in err
     expected = ADD_IGNORE_CASES.replace(
         b"# keep this comment\r\n", b"# keep this comment  # collcheck: ignore[CC001] legacy code\r\n"
-    ).replace(b"\tfor n in set(names):\r\n", b"\tfor n in set(names):  # collcheck: ignore[CC007] legacy code\r\n")
+    ).replace(
+        b"\tfor n in set(names):\r\n", b"\tfor n in set(names):  # collcheck: ignore[CC007] legacy code\r\n"
+    )
     assert path.read_bytes() == expected
     assert run(capsys, "check", "--no-cache", str(path))[0] == 0
 
@@ -155,10 +166,14 @@ def test_add_ignore_uses_the_def_line_when_the_line_cannot_take_a_comment(
     path = _file(tmp_path, source)
     code, _, err = run(capsys, "check", "--no-cache", "--add-ignore", str(path))
     assert code == 0, err
-    assert path.read_bytes() == source.replace(b"def f(rank):\n", b"def f(rank):  # collcheck: ignore[CC001]\n")
+    assert path.read_bytes() == source.replace(
+        b"def f(rank):\n", b"def f(rank):  # collcheck: ignore[CC001]\n"
+    )
 
 
-def test_add_ignore_merges_into_an_existing_suppression(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_add_ignore_merges_into_an_existing_suppression(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     source = (
         b"import torch.distributed as dist\n\n\ndef f(rank, names):\n"
         b"    for n in set(names):  # collcheck: ignore[CC002] why\n        dist.all_reduce(n)\n"
@@ -183,12 +198,16 @@ def test_baseline_reports_only_new_findings_and_survives_line_moves(
     assert code == 0 and "wrote 1 finding" in err
     assert run(capsys, "check", "--no-cache", "--baseline", str(baseline), str(path))[0] == 0
     path.write_text("# moved\n\n" + BASELINED + NEW_FINDING, encoding="utf-8")
-    code, out, _ = run(capsys, "check", "--no-cache", "--format", "json", "--baseline", str(baseline), str(path))
+    code, out, _ = run(
+        capsys, "check", "--no-cache", "--format", "json", "--baseline", str(baseline), str(path)
+    )
     assert code == 1
     assert [f["code"] for f in json.loads(out)["findings"]] == ["CC007"]
 
 
-def test_baseline_lists_entries_that_no_longer_occur(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_baseline_lists_entries_that_no_longer_occur(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _file(tmp_path, BASELINED.encode())
     baseline = tmp_path / "base.json"
     run(capsys, "check", "--no-cache", "--write-baseline", str(baseline), str(path))

@@ -77,6 +77,9 @@ TWO_FINDINGS = (
 )
 
 
+GUARDED_BARRIER = "    if dist.get_rank() == 0:\n        dist.barrier()"
+
+
 def _verifier() -> tuple[FileFixer, dict[str, Finding]]:
     fixer = FileFixer("two.py", TWO_FINDINGS, SETTINGS)
     return fixer, {finding.code: finding for finding in fixer.findings}
@@ -85,13 +88,15 @@ def _verifier() -> tuple[FileFixer, dict[str, Finding]]:
 def test_verification_accepts_exactly_one_finding_removed() -> None:
     fixer, found = _verifier()
     assert set(found) == {"CC001", "CC007"}
-    hoisted = TWO_FINDINGS.replace("    if dist.get_rank() == 0:\n        dist.barrier()", "    dist.barrier()")
+    hoisted = TWO_FINDINGS.replace(
+        "    if dist.get_rank() == 0:\n        dist.barrier()", "    dist.barrier()"
+    )
     assert fixer._verified(hoisted, found["CC001"])
 
 
 def test_verification_refuses_a_rewrite_that_changes_another_line() -> None:
     fixer, found = _verifier()
-    both = TWO_FINDINGS.replace("    if dist.get_rank() == 0:\n        dist.barrier()", "    dist.barrier()")
+    both = TWO_FINDINGS.replace(GUARDED_BARRIER, "    dist.barrier()")
     both = both.replace("set(names)", "sorted(names)")
     assert not fixer._verified(both, found["CC001"])  # removes CC007 too
 
@@ -104,7 +109,12 @@ def test_verification_refuses_what_does_not_parse_or_keeps_the_finding() -> None
 
 @pytest.mark.parametrize(
     ("before", "after"),
-    [("for n in set(x):\n", "for n in sorted(set(x)):\n"), ("ab", "abc"), ("abc", ""), ("x\r\ny\r\n", "x\r\nz\r\n")],
+    [
+        ("for n in set(x):\n", "for n in sorted(set(x)):\n"),
+        ("ab", "abc"),
+        ("abc", ""),
+        ("x\r\ny\r\n", "x\r\nz\r\n"),
+    ],
 )
 def test_minimal_edit_round_trips(before: str, after: str) -> None:
     edit = minimal_edit(before, after)

@@ -95,7 +95,8 @@ def distributed_module(source: Source) -> str | None:
                 if alias.name == "distributed":
                     return alias.asname or "distributed"
     imports_torch = any(
-        isinstance(node, ast.Import) and any(alias.name == "torch" and not alias.asname for alias in node.names)
+        isinstance(node, ast.Import)
+        and any(alias.name == "torch" and not alias.asname for alias in node.names)
         for node in source.tree.body
     )
     return "torch.distributed" if imports_torch else None

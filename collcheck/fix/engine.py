@@ -80,9 +80,10 @@ class Source:
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
 
-    def replaced(self, old: cst.CSTNode, new: cst.CSTNode | cst.RemovalSentinel) -> str:
+    def replaced(self, old: cst.CSTNode, new: cst.CSTNode) -> str:
         """The file's text with `old` replaced by `new`; every other byte is kept."""
-        return self.module.deep_replace(old, new).code  # type: ignore[arg-type, union-attr]
+        module = self.module.deep_replace(old, new)
+        return module.code if isinstance(module, cst.Module) else self.text
 
 
 Fixer = Callable[[Source, Finding], Rewrite | None]
@@ -209,7 +210,9 @@ class FileChange:
         before = physical_lines(self.document.text)
         after = physical_lines(self.after)
         lines = difflib.unified_diff(before, after, f"a/{self.document.path}", f"b/{self.document.path}")
-        return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+        return "".join(
+            line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+        )
 
     def write(self) -> bool:
         return write_document(self.document, self.after)

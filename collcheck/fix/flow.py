@@ -16,6 +16,17 @@ from collcheck.findings import Applicability, Finding, RunResult
 Checker = Callable[[], RunResult]  # runs the same check again (after files were rewritten)
 
 
+class AdoptionError(ValueError):
+    """A request that cannot be carried out (a bad baseline, libcst missing): exit code 2."""
+
+
+def require_libcst() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("libcst") is None:
+        raise AdoptionError("fixes need libcst: pip install 'collcheck[fix]'")
+
+
 @dataclass(frozen=True)
 class Adoption:
     """The fix, suppression and baseline options of one `collcheck check`."""
@@ -79,7 +90,9 @@ def add_ignore_comments(result: RunResult, reason: str) -> list[str]:
         for finding in outcome.unplaced:
             where = f"{path}:{finding.location.line}"
             messages.append(f"collcheck: {where}: no line can carry a suppression for {finding.code}")
-    messages.insert(0, f"collcheck: added suppressions for {_plural(added, 'finding')} in {_plural(files, 'file')}")
+    messages.insert(
+        0, f"collcheck: added suppressions for {_plural(added, 'finding')} in {_plural(files, 'file')}"
+    )
     return messages
 
 
@@ -95,6 +108,8 @@ def adopt(result: RunResult, settings: Settings, request: Adoption, check_again:
     if request.add_ignore is not None:
         outcome.messages.extend(add_ignore_comments(result, request.add_ignore))
         outcome.result = check_again()
+    if request.wants_fixes:
+        require_libcst()
     if request.diff:
         return _diff(outcome, settings, request)
     if request.fix:
@@ -130,7 +145,9 @@ def _fix(outcome: Outcome, settings: Settings, request: Adoption, check_again: C
         if change not in written:
             outcome.messages.append(f"collcheck: {change.document.path}: could not write the fixed file")
     fixed = sum(len(change.fixed) for change in written)
-    outcome.messages.append(f"collcheck: fixed {_plural(fixed, 'finding')} in {_plural(len(written), 'file')}")
+    outcome.messages.append(
+        f"collcheck: fixed {_plural(fixed, 'finding')} in {_plural(len(written), 'file')}"
+    )
     if written:
         outcome.result = check_again()
 
@@ -142,4 +159,4 @@ def baseline_path(option: Path | None, settings: Settings) -> Path | None:
     return Path(settings.baseline) if settings.baseline else None
 
 
-__all__: Sequence[str] = ("Adoption", "Outcome", "adopt", "baseline_path")
+__all__: Sequence[str] = ("Adoption", "AdoptionError", "Outcome", "adopt", "baseline_path")

@@ -1,8 +1,8 @@
 """CC102, `all_gather_object` on a tensor: gather into a preallocated tensor instead (unsafe).
 
-    dist.all_gather_object(gathered, t)   ->   gathered_tensor = t.new_empty((dist.get_world_size(), *t.shape))
-                                               dist.all_gather_into_tensor(gathered_tensor, t)
-                                               gathered[:] = gathered_tensor.unbind(0)
+    dist.all_gather_object(out, t)  ->  out_tensor = t.new_empty((dist.get_world_size(), *t.shape))
+                                        dist.all_gather_into_tensor(out_tensor, t)
+                                        out[:] = out_tensor.unbind(0)
 
 The list still holds one tensor per rank afterwards. A tensor expression that is not a plain
 name is bound to a variable first, so it is evaluated once. Unsafe: every rank must now pass a
@@ -16,7 +16,13 @@ import libcst as cst
 
 from collcheck.checks.cc102_all_gather_object_on_tensors import MESSAGE
 from collcheck.findings import Applicability, Finding
-from collcheck.fix.blocks import call_statement, enclosing_block, fresh_name, parse_statements, with_statements
+from collcheck.fix.blocks import (
+    call_statement,
+    enclosing_block,
+    fresh_name,
+    parse_statements,
+    with_statements,
+)
 from collcheck.fix.engine import Rewrite, Source
 
 
@@ -67,4 +73,6 @@ def fix_all_gather_object(source: Source, finding: Finding) -> Rewrite | None:
     trailing = statement.trailing_whitespace
     new[-1] = new[-1].with_changes(trailing_whitespace=trailing)
     text = source.replaced(block, with_statements(block, statement, new))
-    return Rewrite(text, Applicability.UNSAFE, "gather into a preallocated tensor with all_gather_into_tensor")
+    return Rewrite(
+        text, Applicability.UNSAFE, "gather into a preallocated tensor with all_gather_into_tensor"
+    )

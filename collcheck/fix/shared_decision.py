@@ -20,7 +20,13 @@ import libcst as cst
 
 from collcheck.checks.cc007_per_process_value_guard import MESSAGE, MESSAGE_EXIT
 from collcheck.findings import Applicability, Finding
-from collcheck.fix.blocks import distributed_module, enclosing_block, fresh_name, parse_statements, with_statements
+from collcheck.fix.blocks import (
+    distributed_module,
+    enclosing_block,
+    fresh_name,
+    parse_statements,
+    with_statements,
+)
 from collcheck.fix.engine import Rewrite, Source
 
 
@@ -55,9 +61,7 @@ def fix_per_process_guard(source: Source, finding: Finding) -> Rewrite | None:
     assert block is not None
     name = fresh_name(source, "decision")
     test = source.code(guard.test).strip()
-    decide = parse_statements(
-        source, f"{name} = [{test}]\n{dist}.broadcast_object_list({name}, src=0)\n"
-    )
+    decide = parse_statements(source, f"{name} = [{test}]\n{dist}.broadcast_object_list({name}, src=0)\n")
     decide[0] = decide[0].with_changes(leading_lines=guard.leading_lines)
     shared = guard.with_changes(
         leading_lines=[],
