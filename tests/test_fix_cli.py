@@ -223,3 +223,32 @@ def test_baseline_from_the_configuration(tmp_path: Path, capsys: pytest.CaptureF
     (tmp_path / "pyproject.toml").write_text('[tool.collcheck]\nbaseline = "base.json"\n', encoding="utf-8")
     assert run(capsys, "check", "--no-cache", str(path))[0] == 0
     assert run(capsys, "check", "--no-cache", "--baseline", str(tmp_path / "nope.json"), str(path))[0] == 2
+
+
+def test_fix_keeps_a_bom_and_a_declared_encoding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bom = _file(tmp_path, b"\xef\xbb\xbf" + SET_LOOP_CRLF_TABS, "bom.py")
+    latin = _file(
+        tmp_path,
+        b"# -*- coding: latin-1 -*-\n" + SET_LOOP_CRLF_TABS.replace(b"odd spacing", b"caf\xe9"),
+        "latin.py",
+    )
+    before = {path: path.read_bytes() for path in (bom, latin)}
+    code, out, _ = run(capsys, "check", "--no-cache", "--fix", str(bom), str(latin))
+    assert code == 0, out
+    for path, data in before.items():
+        assert path.read_bytes() == data.replace(b"set( names )", b"sorted(set( names ))")
+
+
+def test_add_ignore_after_a_backslash_continuation_goes_to_the_def_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = (
+        b"import torch.distributed as dist\n\n\nclass Saver:\n    def save(self, rank):\n"
+        b"        if rank == 0:\n            dist.barrier(); y = 1 + \\\n                2\n"
+    )
+    path = _file(tmp_path, source)
+    assert run(capsys, "check", "--no-cache", "--add-ignore", str(path))[0] == 0
+    suppressed = source.replace(
+        b"def save(self, rank):\n", b"def save(self, rank):  # collcheck: ignore[CC001]\n"
+    )
+    assert path.read_bytes() == suppressed
