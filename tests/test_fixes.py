@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,30 @@ def test_verification_refuses_what_does_not_parse_or_keeps_the_finding() -> None
 def test_minimal_edit_round_trips(before: str, after: str) -> None:
     edit = minimal_edit(before, after)
     assert edit is not None and apply_edits(before, [edit]) == after
+
+
+# Bug fixtures whose fixed twin (written before the fixes existed) is exactly what the fixes
+# produce, once the `# expect:` markers are taken out.
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+TWINS = (
+    "CC001/barrier_rank0_bug.py",
+    "CC001/is_master_flag_bug.py",
+    "CC006/broadcast_src_rank_bug.py",
+    "CC006/reduce_dst_rank_bug.py",
+    "CC007/set_iteration_bug.py",
+    "deep/frameworks/lightning_strategy_barrier_bug.py",
+    "deep/frameworks/vllm_pynccl_bug.py",
+    "deep/groups/new_subgroups_bug.py",
+    "deep/methods/super_save_bug.py",
+    "deep/per_rank_values/set_union_bug.py",
+)
+MARKER = re.compile(r"  # expect: CC\d{3}(?:, CC\d{3})*")
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_fixing_a_bug_fixture_gives_its_fixed_twin(tmp_path: Path, name: str) -> None:
+    bug = FIXTURES / name
+    twin = bug.with_name(bug.name.replace("_bug.py", "_fixed.py"))
+    assert MARKER.sub("", _fixed(tmp_path, bug.read_text(encoding="utf-8"))) == twin.read_text(
+        encoding="utf-8"
+    )
