@@ -9,7 +9,16 @@ import pytest
 
 from collcheck.checks import all_rules
 from collcheck.config import Settings
-from collcheck.findings import Applicability, Finding
+from collcheck.findings import (
+    Applicability,
+    Edit,
+    FileResult,
+    Finding,
+    Fix,
+    Location,
+    RunResult,
+    Severity,
+)
 from collcheck.fix.edits import apply_edits, minimal_edit
 from collcheck.fix.engine import FileFixer, fix_files
 from collcheck.fix.registry import fixers_for
@@ -147,3 +156,51 @@ def test_fixing_a_bug_fixture_gives_its_fixed_twin(tmp_path: Path, name: str) ->
     assert MARKER.sub("", _fixed(tmp_path, bug.read_text(encoding="utf-8"))) == twin.read_text(
         encoding="utf-8"
     )
+
+
+def _result_with_fixes() -> tuple[RunResult, Finding, Finding]:
+    safe = Finding("CC007", Severity.WARNING, Location("src/a.py", 3, 4), "set order", ())
+    unsafe = Finding("CC001", Severity.ERROR, Location("src/a.py", 9, 8), "barrier on rank 0", ())
+    edit = Edit(3, 13, 3, 20, "sorted(set(x)")
+    result = RunResult(files=[FileResult("src/a.py", findings=[safe, unsafe])], fixes_computed=True)
+    result.fixes[safe] = Fix(Applicability.SAFE, "iterate over sorted(...)", (edit,))
+    return result, safe, unsafe
+
+
+def test_sarif_fixes_are_valid_and_carry_the_edits(tmp_path: Path) -> None:
+    from collcheck.report.sarif import sarif_log
+    from tests.test_report_formats import validate_sarif
+
+    result, _, _ = _result_with_fixes()
+    log = sarif_log(result, tmp_path)
+    assert validate_sarif(log) == []
+    with_fix, without = log["runs"][0]["results"]
+    assert "fixes" not in without
+    (fix,) = with_fix["fixes"]
+    assert fix["properties"] == {"applicability": "safe"}
+    (change,) = fix["artifactChanges"]
+    assert change["artifactLocation"] == {"uri": "src/a.py", "uriBaseId": "%SRCROOT%"}
+    assert change["replacements"] == [
+        {
+            "deletedRegion": {"startLine": 3, "startColumn": 14, "endLine": 3, "endColumn": 21},
+            "insertedContent": {"text": "sorted(set(x)"},
+        }
+    ]
+
+
+def test_json_says_null_for_no_fix_only_when_fixes_were_computed() -> None:
+    from collcheck.report.json import result_to_json
+
+    result, _, _ = _result_with_fixes()
+    with_fix, without = result_to_json(result)["findings"]
+    assert with_fix["fix"]["edits"][0] == {
+        "line": 3,
+        "column": 14,
+        "end_line": 3,
+        "end_column": 21,
+        "content": "sorted(set(x)",
+    }
+    assert without["fix"] is None
+    result.fixes_computed = False
+    result.fixes.clear()
+    assert all("fix" not in finding for finding in result_to_json(result)["findings"])
