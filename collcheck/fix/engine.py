@@ -103,6 +103,7 @@ class FileFixer:
     text: str
     settings: Settings
     findings: list[Finding] = field(init=False)
+    _parsed: Source | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.findings = self._analyse(self.text) or []
@@ -134,7 +135,7 @@ class FileFixer:
         """A verified fix for `finding` (one of `self.findings`) and the text it produces."""
         from collcheck.fix.registry import fixers_for
 
-        source = Source(self.path, self.text)
+        source = self._source()
         for fixer in fixers_for(finding.code):
             try:
                 rewrite = fixer(source, finding)
@@ -147,6 +148,12 @@ class FileFixer:
                 continue
             return Fix(rewrite.applicability, rewrite.description, (edit,)), rewrite.text
         return None
+
+    def _source(self) -> Source:
+        """The parsed text, shared by every proposal until a fix changes the text."""
+        if self._parsed is None or self._parsed.text != self.text:
+            self._parsed = Source(self.path, self.text)
+        return self._parsed
 
     def _verified(self, text: str, fixed: Finding) -> bool:
         after = self._analyse(text)
