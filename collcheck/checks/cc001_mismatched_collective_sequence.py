@@ -29,6 +29,11 @@ dist.all_reduce(grad_b)
 Issue the same collectives in the same order on every rank; put only the rank-specific work
 (logging, saving) under `if rank == 0:`.
 
+## Fix safety
+`--fix --unsafe-fixes` moves a collective that is the last statement of a rank guard to after
+the guard, so that every rank issues it (not when its arguments are computed inside the guard).
+Unsafe: the other ranks now run it too, which is the point, but it changes what they run.
+
 ## References
 - PyTorch, *Distributed communication package*: collectives must be called by all processes of
   the group, in the same order

@@ -22,6 +22,11 @@ dist.broadcast(weights, src=dist.get_rank())
 dist.broadcast(weights, src=0)
 ```
 
+## Fix safety
+`--fix --unsafe-fixes` replaces a root that is the rank itself (`src=rank`,
+`dst=dist.get_rank()`) by the rank the function singles out (`if rank == 3:`), or 0. Unsafe:
+the data now flows from or to that rank.
+
 ## References
 - PyTorch, `torch.distributed.broadcast`: "src (int) – Source rank" (the same on all ranks)
 """

@@ -27,6 +27,11 @@ if flag.item():
     save(model)
 ```
 
+## Fix safety
+`--fix` iterates over `sorted(...)` instead of a set (safe). `--fix --unsafe-fixes` decides an
+`if` whose test reads a per-process value on rank 0 and broadcasts it with
+`broadcast_object_list` (unsafe: every rank follows rank 0's clock or filesystem).
+
 ## References
 - PyTorch, *Reproducibility* notes on process-local random state
 """

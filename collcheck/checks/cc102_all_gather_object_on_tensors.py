@@ -21,6 +21,11 @@ full_k = torch.empty(world_size * local_k.shape[0], *local_k.shape[1:], dtype=lo
 dist.all_gather_into_tensor(full_k, local_k)
 ```
 
+## Fix safety
+`--fix --unsafe-fixes` gathers into a tensor preallocated with `new_empty` through
+`all_gather_into_tensor` and leaves one tensor per rank in the output list. Unsafe: every rank
+must then pass the same shape and dtype, on the device its backend expects.
+
 ## References
 - [torch.distributed.all_gather_object](https://pytorch.org/docs/stable/distributed.html#torch.distributed.all_gather_object)
   ("uses pickle module implicitly"; objects must be picklable)
