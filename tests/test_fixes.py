@@ -204,3 +204,16 @@ def test_json_says_null_for_no_fix_only_when_fixes_were_computed() -> None:
     result.fixes_computed = False
     result.fixes.clear()
     assert all("fix" not in finding for finding in result_to_json(result)["findings"])
+
+
+def test_a_dropped_guard_keeps_its_comments(tmp_path: Path) -> None:
+    before = (
+        "import torch.distributed as dist\n\n\ndef sync(rank):\n    # above the guard\n"
+        "    if rank == 0:  # on the if line\n        # above the call\n"
+        "        dist.barrier()  # on the call\n"
+    )
+    after = (
+        "import torch.distributed as dist\n\n\ndef sync(rank):\n    # above the guard\n"
+        "    # on the if line\n    # above the call\n    dist.barrier()  # on the call\n"
+    )
+    assert _fixed(tmp_path, before) == after

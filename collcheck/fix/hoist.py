@@ -52,7 +52,9 @@ def fix_collective_in_rank_guard(source: Source, finding: Finding) -> Rewrite | 
         kept = [guard.with_changes(body=body.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])]))]
     else:
         kept = []
-    moved = statement if kept else statement.with_changes(leading_lines=guard.leading_lines)
+    if not kept and any(line.comment is not None for line in body.footer):
+        return None  # comments after the guarded call would have nowhere to go
+    moved = statement if kept else statement.with_changes(leading_lines=_kept_comments(guard, statement))
     text = source.replaced(outer, with_statements(outer, guard, [*kept, moved]))
     return Rewrite(text, Applicability.UNSAFE, "issue the collective on every rank, after the rank guard")
 
@@ -63,3 +65,10 @@ def _arguments_exist_everywhere(source: Source, guard: cst.If, statement: cst.Si
     if not isinstance(tree_guard, ast.If) or tree_call is None:
         return False
     return not (loaded_names(tree_call) & stored_names(tree_guard.body[:-1]))
+
+
+def _kept_comments(guard: cst.If, statement: cst.SimpleStatementLine) -> list[cst.EmptyLine]:
+    """When the guard goes, the lines above it and the comment on its `if` line go above the call."""
+    header = guard.body.header if isinstance(guard.body, cst.IndentedBlock) else None
+    own = [cst.EmptyLine(comment=header.comment)] if header is not None and header.comment else []
+    return [*guard.leading_lines, *own, *statement.leading_lines]
