@@ -252,3 +252,30 @@ def test_add_ignore_after_a_backslash_continuation_goes_to_the_def_line(
         b"def save(self, rank):\n", b"def save(self, rank):  # collcheck: ignore[CC001]\n"
     )
     assert path.read_bytes() == suppressed
+
+
+UNSAFE_CRLF_TABS = (
+    b"import os\r\n\r\nimport torch\r\nimport torch.distributed as dist\r\n\r\n\r\n"
+    b"def resume(path):\r\n\tif os.path.exists(path):  # checkpoint?\r\n\t\tdist.barrier()\r\n\r\n\r\n"
+    b"def share(k: torch.Tensor, n):\r\n\tout = [None] * n\r\n\tdist.all_gather_object(out, k)  # gather\r\n"
+    b"\treturn out\r\n"
+)
+
+
+def test_inserted_statements_take_the_files_newline_and_indentation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _file(tmp_path, UNSAFE_CRLF_TABS)
+    flags = ("--no-cache", "--extend-select", "CC102", "--fix", "--unsafe-fixes")
+    code, out, err = run(capsys, "check", *flags, str(path))
+    assert code == 0, out + err
+    expected = UNSAFE_CRLF_TABS.replace(
+        b"\tif os.path.exists(path):",
+        b"\tdecision = [os.path.exists(path)]\r\n\tdist.broadcast_object_list(decision, src=0)\r\n"
+        b"\tif decision[0]:",
+    ).replace(
+        b"\tdist.all_gather_object(out, k)  # gather\r\n",
+        b"\tout_tensor = k.new_empty((dist.get_world_size(), *k.shape))\r\n"
+        b"\tdist.all_gather_into_tensor(out_tensor, k)\r\n\tout[:] = out_tensor.unbind(0)  # gather\r\n",
+    )
+    assert path.read_bytes() == expected
