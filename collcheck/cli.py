@@ -134,7 +134,13 @@ def check_command(
         validate_codes(settings)
         result = check_paths(targets, settings)
         adoption = Adoption(
-            fix, unsafe_fixes, diff, show_fixes, add_ignore, baseline_path(baseline, settings), write_baseline
+            fix=fix,
+            unsafe_fixes=unsafe_fixes,
+            diff=diff,
+            show_fixes=show_fixes,
+            add_ignore=add_ignore,
+            baseline=baseline_path(baseline, settings),
+            write_baseline=write_baseline,
         )
         outcome = adopt(result, settings, adoption, lambda: check_paths(targets, settings))
     except (ConfigError, CatalogError, AdoptionError) as error:
@@ -237,6 +243,8 @@ OPTIONAL_VALUE_OPTIONS = ("--add-ignore",)
 
 
 def _with_optional_values(argv: list[str]) -> list[str]:
+    if argv[:1] != ["check"] and argv[:1] and argv[0] in SUBCOMMANDS:  # only `check` has them
+        return argv
     if "--" in argv:  # nothing after `--` is an option
         cut = argv.index("--")
         return [*_with_optional_values(argv[:cut]), *argv[cut:]]

@@ -279,3 +279,12 @@ def test_inserted_statements_take_the_files_newline_and_indentation(
         b"\tdist.all_gather_into_tensor(out_tensor, k)\r\n\tout[:] = out_tensor.unbind(0)  # gather\r\n",
     )
     assert path.read_bytes() == expected
+
+
+def test_bare_add_ignore_is_rewritten_for_check_only() -> None:
+    from collcheck.cli import _with_optional_values
+
+    assert _with_optional_values(["src", "--add-ignore"]) == ["src", "--add-ignore="]
+    assert _with_optional_values(["check", "--add-ignore=why", "src"]) == ["check", "--add-ignore=why", "src"]
+    assert _with_optional_values(["run", "--", "python", "x.py", "--add-ignore"])[-1] == "--add-ignore"
+    assert _with_optional_values(["check", "--", "--add-ignore"]) == ["check", "--", "--add-ignore"]
