@@ -66,6 +66,7 @@ class Settings:
     project_context: bool = True
     memory: tuple[tuple[str, Any], ...] = ()
     root: str = "."  # folder holding the pyproject.toml the settings came from
+    baseline: str | None = None  # report only findings not recorded in this file (collcheck.baseline)
 
     def memory_settings(self) -> dict[str, Any]:
         return dict(self.memory)
@@ -93,6 +94,7 @@ _KEY_TYPES: dict[str, str] = {
     "respect-gitignore": "bool",
     "project-context": "bool",
     "memory": "table",
+    "baseline": "string",
 }
 
 
@@ -149,6 +151,8 @@ def settings_from_table(table: Mapping[str, Any], root: Path) -> Settings:
         raise ConfigError("[tool.collcheck] 'world-size' must be at least 2")
     if "catalogs" in values:
         values["catalogs"] = tuple(os.path.realpath(root / path) for path in values["catalogs"])
+    if "baseline" in values:
+        values["baseline"] = os.path.realpath(root / values["baseline"])
     return Settings(root=str(root), **values)
 
 
