@@ -371,6 +371,12 @@ def catalog_group_facts(catalog: Catalog) -> groups.GroupFacts:
 GROUP_RANK_TRANSLATORS = frozenset(
     {"torch.distributed.get_group_rank", "torch.distributed.distributed_c10d.get_group_rank"}
 )
+GROUP_RANK_LISTS = frozenset(
+    {
+        "torch.distributed.get_process_group_ranks",
+        "torch.distributed.distributed_c10d.get_process_group_ranks",
+    }
+)
 GROUP_METHODS = frozenset({"rank", "get_rank", "size", "get_world_size", "get_local_rank", "get_group"})
 
 
@@ -1808,7 +1814,8 @@ class Extractor:
         if isinstance(base, Atom):
             # Named after the object, not the place it is read: `self.remote` read in two
             # branches is one value (an assignment in between is in `state.env`).
-            return opaque(f"{base.name}.{node.attr}", (base,))
+            holder = "self" if base.name.startswith("param:self@") else base.name
+            return opaque(f"{holder}.{node.attr}", (base,))
         return opaque(f"{_text(node)}@{_where(node)}", (base,))
 
     def _class_attribute(self, class_name: str, attribute: str) -> Expr | None:
@@ -1832,6 +1839,13 @@ class Extractor:
             and -len(base.items) <= index.value < len(base.items)
         ):
             return base.items[index.value]
+        if (
+            isinstance(base, Atom)
+            and base.name.startswith(groups.RANKS_PREFIX)
+            and isinstance(index, Const)
+            and type(index.value) is int
+        ):  # get_process_group_ranks(g)[0]: the member whose local rank is 0
+            return groups.global_rank_of(base.name[len(groups.RANKS_PREFIX) :], index.value)
         if isinstance(base, GroupVal) and isinstance(index, Const) and isinstance(index.value, str):
             return groups.unknown_group(groups.mesh_dimension_key(base.key, index.value))  # mesh["tp"]
         if isinstance(base, Atom) and isinstance(index, Const) and isinstance(index.value, (str, int)):
@@ -1908,6 +1922,8 @@ class Extractor:
         if name is None:
             return opaque(f"compare@{_where(right_node)}", (left, right))
         left, right = _numeric_text(left, right), _numeric_text(right, left)
+        if isinstance(op, (ast.Is, ast.IsNot)) and right == Const(None):
+            left = _none_or_not(left)
         return Compare(name, left, right)
 
     def _membership_test(
@@ -2068,6 +2084,9 @@ class Extractor:
             return RANK if value is None else groups.local_rank(value.key)
         if name in catalog.groups:
             return _catalog_group(catalog.groups[name], catalog.types.get(name, ""))
+        if name in GROUP_RANK_LISTS and len(node.args) == 1:
+            value = self._group(node.args[0], state, frame, known or {})
+            return groups.member_ranks("world" if value is None else value.key)
         if name in catalog.nondeterministic:
             return Atom(f"{name}()@{where}", "nondet", why=catalog.nondeterministic[name])
         if name in ENV_READERS and args and isinstance(args[0], Const) and isinstance(args[0].value, str):
@@ -2230,6 +2249,41 @@ def _summarise(
 
 
 # ----------------------------------------------------------------------------- small helpers
+
+
+# Calls that always return a tensor: `x = torch.empty(n) if not src else t; if x is not None`.
+TENSOR_FACTORIES = frozenset(
+    f"call:torch.{name}("
+    for name in (
+        "empty",
+        "zeros",
+        "ones",
+        "full",
+        "tensor",
+        "as_tensor",
+        "rand",
+        "randn",
+        "arange",
+        "empty_like",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "cat",
+        "stack",
+    )
+)
+NOT_NONE = Const("<object>")
+
+
+def _none_or_not(value: Expr) -> Expr:
+    """A value compared with `is None`: a tensor made by a factory is never None (keep None itself,
+    and unknowns, as they are)."""
+    if isinstance(value, Atom) and value.name.startswith(tuple(TENSOR_FACTORIES)):
+        return NOT_NONE
+    if isinstance(value, IfExp):
+        then, orelse = _none_or_not(value.then), _none_or_not(value.orelse)
+        return value if (then, orelse) == (value.then, value.orelse) else IfExp(value.test, then, orelse)
+    return value
 
 
 def _is_text(value: Expr) -> bool:

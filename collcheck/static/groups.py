@@ -31,6 +31,8 @@ from collcheck.static.symbolic import Atom, Expr, GroupVal, atoms
 LOCAL_RANK_PREFIX = "group_rank:"
 SIZE_PREFIX = "group_world:"
 MEMBERSHIP_PREFIX = "member:"
+RANKS_PREFIX = "group_ranks:"
+GLOBAL_OF_PREFIX = "global_of:"
 ANONYMOUS_LOCAL_RANK_PREFIX = "group_rank@"  # a catalog `group_rank` that names no group
 
 
@@ -44,6 +46,16 @@ def local_rank(key: str) -> Atom:
 def group_size(key: str) -> Atom:
     """The number of ranks of the group `key`: the same on every member."""
     return Atom(SIZE_PREFIX + key, "shared", lower=1)
+
+
+def member_ranks(key: str) -> Atom:
+    """`dist.get_process_group_ranks(group)`: the group's global ranks, in local-rank order."""
+    return Atom(RANKS_PREFIX + key, "shared")
+
+
+def global_rank_of(key: str, index: int) -> Atom:
+    """`get_process_group_ranks(group)[index]`: the global rank of the member at that local rank."""
+    return Atom(f"{GLOBAL_OF_PREFIX}{key}[{index}]", "shared")
 
 
 def membership(container: str) -> Atom:
@@ -128,13 +140,32 @@ def shared_positions(key: str, mentioned: set[str], grids: Iterable[tuple[str, .
 
 
 def local_rank_bounds(tr: Any, conditions: Iterable[Expr]) -> list[Any]:
-    """A local rank is below its group's size, on both ranks (a group of one has local rank 0)."""
+    """A local rank is below its group's size, on both ranks (a group of one has local rank 0);
+    a rank is the member listed at index i exactly when its local rank is i."""
+    conditions = list(conditions)
     facts = []
-    for key in _local_rank_keys(conditions):
+    for key in _local_rank_keys(conditions) | {key for key, _ in _listed_members(conditions)}:
         size = tr.as_int(group_size(key), "a")
         for side in ("a", "b"):
             facts.append(tr.as_int(local_rank(key), side) < size)
+    for key, index in _listed_members(conditions):
+        size = tr.as_int(group_size(key), "a")
+        position = index if index >= 0 else size + index
+        listed = tr.as_int(global_rank_of(key, index), "a")
+        for side in ("a", "b"):
+            is_listed = tr.rank(side) == listed
+            facts.append(is_listed == (tr.as_int(local_rank(key), side) == position))
     return facts
+
+
+def _listed_members(conditions: Iterable[Expr]) -> set[tuple[str, int]]:
+    found = set()
+    for condition in conditions:
+        for atom in atoms(condition):
+            if atom.name.startswith(GLOBAL_OF_PREFIX):
+                key, _, index = atom.name[len(GLOBAL_OF_PREFIX) : -1].rpartition("[")
+                found.add((key, int(index)))
+    return found
 
 
 @dataclass(frozen=True)

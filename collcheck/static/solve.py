@@ -384,9 +384,23 @@ def _own_rank_root_behind_opaque_guard(x: Expr, y: Expr, a: Path, b: Path) -> bo
     names itself the root. Two ranks disagree only if both take it, and when the guard is a value
     collcheck cannot follow (a stage id, a helper's answer), the code's intent is that one rank
     does: not reported. Unguarded, every rank names itself and that is reported."""
-    if x != y or not (x == RANK or (isinstance(x, Atom) and x.name.startswith(LOCAL_RANK_PREFIX))):
+    if x != y or not _own_rank(x):
         return False
     return _behind_unknown_guard(a.conds) and _behind_unknown_guard(b.conds)
+
+
+def _computed_root_of_unknown_group(x: Expr, y: Expr, membership: GroupVal | None) -> bool:
+    """`broadcast(t, src=get_tensor_model_parallel_src_rank(), group=tp)`: a root computed from the
+    rank (the group's first member) is the same for every member of a group laid out as the
+    formula assumes; collcheck cannot see the layout of a group of unknown members, so only a root
+    that is a rank's own rank is reported there."""
+    if membership is None or membership.members is not None:
+        return False
+    return not (_own_rank(x) or _own_rank(y))
+
+
+def _own_rank(term: Expr) -> bool:
+    return term == RANK or (isinstance(term, Atom) and term.name.startswith(LOCAL_RANK_PREFIX))
 
 
 def _behind_unknown_guard(conds: tuple[Expr, ...]) -> bool:
@@ -576,6 +590,8 @@ def _compare(
         if not (is_rank_dependent(x) or is_rank_dependent(y) or not same_path):
             continue
         if kind == "root" and _own_rank_root_behind_opaque_guard(x, y, a, b):
+            continue
+        if kind == "root" and _computed_root_of_unknown_group(x, y, membership):
             continue
 
         def extra(tr: Z3Translator, x: Expr = x, y: Expr = y, index: int = index, kind: str = kind) -> Any:
