@@ -311,7 +311,10 @@ def _index_files(paths: Sequence[Path | str], files: list[Path], settings: Setti
         return files
     around = collect_files([root], settings)
     checked = {real_path(path) for path in files}
-    return [*files, *(path for path in around if real_path(path) not in checked)]
+    others = [path for path in around if real_path(path) not in checked]
+    if len(others) == len(around):
+        return files  # the files are not part of that project (an excluded folder, a venv)
+    return [*files, *others]
 
 
 def _ruled_out(project: Project, path: str) -> bool:

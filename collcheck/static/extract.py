@@ -395,6 +395,17 @@ def _mesh_dimension(node: ast.Call) -> tuple[bool, str | None]:
     return False, None
 
 
+def _parameters_with_literal_defaults(args: ast.arguments) -> set[str]:
+    positional = [*args.posonlyargs, *args.args]
+    pairs = list(zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True))
+    pairs += [
+        (arg, default) for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True) if default
+    ]
+    return {
+        arg.arg for arg, default in pairs if isinstance(default, ast.Constant) and type(default.value) is int
+    }
+
+
 def _catalog_group(name: str, type_name: str) -> GroupVal:
     if name == "world":  # a coordinator over every rank (vLLM's get_world_group())
         return GroupVal("world", TRUE, type_name=type_name)
@@ -548,7 +559,12 @@ class Extractor:
     def _bind_entry_parameters(self, node: FunctionNode) -> dict[str, Expr]:
         env: dict[str, Expr] = {}
         args = node.args
+        defaulted = _parameters_with_literal_defaults(args)
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+            if arg.arg in defaulted:
+                # `def broadcast(obj, *, rank: int = 0)`: a rank chosen by the caller, not this rank.
+                env[arg.arg] = self._annotated_type(arg) or Atom(f"param:{arg.arg}@{_where(node)}", "shared")
+                continue
             env[arg.arg] = self._annotated_type(arg) or self._parameter_value(arg.arg, node)
         for rest in (args.vararg, args.kwarg):
             if rest is not None:

@@ -91,22 +91,17 @@ def _grid_peers(key: str, grids: Iterable[tuple[str, ...]]) -> set[str]:
     return peers
 
 
-def _local_rank_keys(conditions: Iterable[Expr]) -> set[str]:
-    keys: set[str] = set()
-    for condition in conditions:
-        for atom in atoms(condition):
-            if atom.name.startswith(LOCAL_RANK_PREFIX):
-                keys.add(atom.name[len(LOCAL_RANK_PREFIX) :])
-    return keys
+def atoms_of(values: Iterable[Expr]) -> frozenset[Atom]:
+    """Every atom of some values (computed once per path, then asked many times)."""
+    return frozenset(atom for value in values for atom in atoms(value))
 
 
-def _membership_atoms(conditions: Iterable[Expr]) -> set[Atom]:
-    return {
-        atom
-        for condition in conditions
-        for atom in atoms(condition)
-        if atom.name.startswith(MEMBERSHIP_PREFIX)
-    }
+def _local_rank_keys(found: frozenset[Atom]) -> set[str]:
+    return {atom.name[len(LOCAL_RANK_PREFIX) :] for atom in found if atom.name.startswith(LOCAL_RANK_PREFIX)}
+
+
+def _membership_atoms(found: frozenset[Atom]) -> set[Atom]:
+    return {atom for atom in found if atom.name.startswith(MEMBERSHIP_PREFIX)}
 
 
 def is_interpreted(atom: Atom) -> bool:
@@ -117,13 +112,8 @@ def is_interpreted(atom: Atom) -> bool:
     )
 
 
-def opaque_rank_atoms(conditions: Iterable[Expr]) -> set[Atom]:
-    return {
-        atom
-        for condition in conditions
-        for atom in atoms(condition)
-        if atom.kind == "perrank" and not is_interpreted(atom)
-    }
+def opaque_rank_atoms(found: frozenset[Atom]) -> set[Atom]:
+    return {atom for atom in found if atom.kind == "perrank" and not is_interpreted(atom)}
 
 
 def shared_positions(key: str, mentioned: set[str], grids: Iterable[tuple[str, ...]]) -> set[str]:
@@ -139,16 +129,16 @@ def shared_positions(key: str, mentioned: set[str], grids: Iterable[tuple[str, .
     return same
 
 
-def local_rank_bounds(tr: Any, conditions: Iterable[Expr]) -> list[Any]:
+def local_rank_bounds(tr: Any, found: frozenset[Atom]) -> list[Any]:
     """A local rank is below its group's size, on both ranks (a group of one has local rank 0);
     a rank is the member listed at index i exactly when its local rank is i."""
-    conditions = list(conditions)
     facts = []
-    for key in _local_rank_keys(conditions) | {key for key, _ in _listed_members(conditions)}:
+    listed = _listed_members(found)
+    for key in _local_rank_keys(found) | {key for key, _ in listed}:
         size = tr.as_int(group_size(key), "a")
         for side in ("a", "b"):
             facts.append(tr.as_int(local_rank(key), side) < size)
-    for key, index in _listed_members(conditions):
+    for key, index in listed:
         size = tr.as_int(group_size(key), "a")
         position = index if index >= 0 else size + index
         listed = tr.as_int(global_rank_of(key, index), "a")
@@ -158,14 +148,13 @@ def local_rank_bounds(tr: Any, conditions: Iterable[Expr]) -> list[Any]:
     return facts
 
 
-def _listed_members(conditions: Iterable[Expr]) -> set[tuple[str, int]]:
-    found = set()
-    for condition in conditions:
-        for atom in atoms(condition):
-            if atom.name.startswith(GLOBAL_OF_PREFIX):
-                key, _, index = atom.name[len(GLOBAL_OF_PREFIX) : -1].rpartition("[")
-                found.add((key, int(index)))
-    return found
+def _listed_members(found: frozenset[Atom]) -> set[tuple[str, int]]:
+    listed = set()
+    for atom in found:
+        if atom.name.startswith(GLOBAL_OF_PREFIX):
+            key, _, index = atom.name[len(GLOBAL_OF_PREFIX) : -1].rpartition("[")
+            listed.add((key, int(index)))
+    return listed
 
 
 @dataclass(frozen=True)
@@ -180,7 +169,7 @@ class GroupFacts:
 NO_GROUP_FACTS = GroupFacts()
 
 
-def member_facts(tr: Any, group: GroupVal, conditions: list[Expr], known: GroupFacts) -> list[Any]:
+def member_facts(tr: Any, group: GroupVal, found: frozenset[Atom], known: GroupFacts) -> list[Any]:
     """z3 facts for ranks `a` and `b`, both members of `group`, compared on its channel."""
     size = tr.as_int(group_size(group.key), "a")
     rank_a, rank_b = tr.as_int(local_rank(group.key), "a"), tr.as_int(local_rank(group.key), "b")
@@ -191,14 +180,14 @@ def member_facts(tr: Any, group: GroupVal, conditions: list[Expr], known: GroupF
         facts.extend((tr.as_bool(declared, "a"), tr.as_bool(declared, "b")))
     if group.members is None:
         # A membership test against a collection collcheck cannot see: the group's own test.
-        for atom in _membership_atoms(conditions):
+        for atom in _membership_atoms(found):
             facts.extend((tr.as_bool(atom, "a"), tr.as_bool(atom, "b")))
         # A value computed from the rank in a way collcheck cannot follow (a shard read by rank, a
         # stage id from a grid object) may well be what the group was built from: among the members
         # of a group of unknown membership it is not taken to split them (precision over recall).
-        for atom in opaque_rank_atoms(conditions):
+        for atom in opaque_rank_atoms(found):
             facts.append(tr.as_bool(atom, "a") == tr.as_bool(atom, "b"))
             facts.append(tr.as_int(atom, "a") == tr.as_int(atom, "b"))
-    for other in shared_positions(group.key, _local_rank_keys(conditions), known.grids):
+    for other in shared_positions(group.key, _local_rank_keys(found), known.grids):
         facts.append(tr.as_int(local_rank(other), "a") == tr.as_int(local_rank(other), "b"))
     return facts

@@ -19,6 +19,8 @@ from collcheck.static.groups import (
     LOCAL_RANK_PREFIX,
     NO_GROUP_FACTS,
     GroupFacts,
+    atoms_of,
+    is_interpreted,
     local_rank_bounds,
     member_facts,
     opaque_rank_atoms,
@@ -26,6 +28,7 @@ from collcheck.static.groups import (
 from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, LoopRange, Path, Region
 from collcheck.static.symbolic import (
     MEMBER,
+    PER_RANK_KINDS,
     RANK,
     Atom,
     BoolOp,
@@ -84,6 +87,7 @@ class SolveStats:
 
     queries: int = 0
     unknown: int = 0
+    settled: int = 0  # pairs of paths Python ruled out without asking z3
     notes: list[str] = field(default_factory=list)
     z3: Any = None
 
@@ -194,6 +198,9 @@ class RegionSolver:
         self.timeout_ms = timeout_ms
         self.stats = stats
         self.group_facts = group_facts
+        self._path_atoms: dict[int, tuple[Path, frozenset[Atom]]] = {}
+        self._uniform: dict[int, tuple[Path, bool, bool]] = {}
+        self._decisions: dict[int, tuple[Path, frozenset[Expr]]] = {}
         self.solver = z3.Solver()
         self.solver.set("timeout", timeout_ms)
         # The timeout is not polled inside some nonlinear arithmetic; a resource limit is.
@@ -202,6 +209,50 @@ class RegionSolver:
         # One translator per region: the same conditions appear in many pair queries.
         self.translator = Z3Translator(z3, self.strings)
         self.shared_translator: Z3Translator = _SharedNondetTranslator(z3, self.strings)
+
+    def uniform_conditions(self, path: Path, among_unknown_members: bool = False) -> bool:
+        """Every condition of the path holds alike on all ranks (or, among the members of a group
+        of unknown membership, where opaque per-rank values count as alike: groups.member_facts)."""
+        hit = self._uniform.get(id(path))
+        if hit is None:
+            found = atoms_of(path.conds)
+            varying = [atom for atom in found if atom.kind in PER_RANK_KINDS]
+            uniform = not varying
+            uniform_among_members = not [a for a in varying if a.kind != "perrank" or is_interpreted(a)]
+            hit = self._uniform[id(path)] = (path, uniform, uniform_among_members)
+        return hit[2] if among_unknown_members else hit[1]
+
+    def data_decisions(self, path: Path) -> frozenset[Expr]:
+        """The path's conditions that do not involve the rank (as far as collcheck can tell)."""
+        hit = self._decisions.get(id(path))
+        if hit is None:
+            kept = frozenset(
+                cond
+                for cond in path.conds
+                if not any(
+                    atom.kind == "nondet" or (atom.kind in PER_RANK_KINDS and is_interpreted(atom))
+                    for atom in atoms_of((cond,))
+                )
+            )
+            hit = self._decisions[id(path)] = (path, kept)
+        return hit[1]
+
+    def same_data_decisions(self, a: Path, b: Path) -> bool:
+        """Among the members of a group of unknown membership, two paths are compared only when one
+        path's data decisions are among the other's: then they part on the rank alone (or one
+        stopped earlier). Code that branches on the rank and then tests different data in each arm
+        (`if get_rank(g) == 0: if not is_tensor(state): return` / `else: if not is_info(state):
+        return`) follows a protocol between the arms that collcheck cannot see."""
+        x, y = self.data_decisions(a), self.data_decisions(b)
+        return x <= y or y <= x
+
+    def atoms_of(self, path: Path) -> frozenset[Atom]:
+        """The atoms of a path's conditions and of its events' terms, once per path."""
+        hit = self._path_atoms.get(id(path))
+        if hit is None:
+            values = [*path.conds, *(term for event in path.events for term in _terms(event))]
+            hit = self._path_atoms[id(path)] = (path, atoms_of(values))
+        return hit[1]
 
     # ------------------------------------------------------------------ queries
 
@@ -218,16 +269,25 @@ class RegionSolver:
         if membership is not None and membership.color is not None:
             # One creation call, a different subgroup per rank: only ranks of one subgroup meet.
             facts.append(tr.as_int(membership.color, "a") == tr.as_int(membership.color, "b"))
-        # Conditions and the terms the query may compare (trip counts, roots) of both paths.
-        conditions = [*a.conds, *b.conds, *(t for e in (*a.events, *b.events) for t in _terms(e))]
-        facts.extend(local_rank_bounds(tr, conditions))
+        # The atoms of both paths' conditions and of the terms a query may compare (trips, roots).
+        found = self.atoms_of(a) | self.atoms_of(b)
+        facts.extend(local_rank_bounds(tr, found))
         if membership is not None:
-            facts.extend(member_facts(tr, membership, conditions, self.group_facts))
+            facts.extend(member_facts(tr, membership, found, self.group_facts))
         return facts
 
     def satisfiable(
         self, a: Path, b: Path, membership: GroupVal | None, extra: Any = None, share_nondet: bool = False
     ) -> tuple[str, Model | None, Any]:
+        unknown = membership is not None and membership.members is None
+        if a is not b and self.uniform_conditions(a, unknown) and self.uniform_conditions(b, unknown):
+            # Two paths of one region part at some branch; when every condition is the same on
+            # all ranks, no two ranks can take different paths.
+            self.stats.settled += 1
+            return "unsat", None, None
+        if a is not b and unknown and not self.same_data_decisions(a, b):
+            self.stats.settled += 1
+            return "unsat", None, None
         tr = self.shared_translator if share_nondet else self.translator
         facts = self._base(tr, a, b, membership)
         extra_fact = extra(tr) if extra is not None else None
@@ -391,12 +451,14 @@ def _own_rank_root_behind_opaque_guard(x: Expr, y: Expr, a: Path, b: Path) -> bo
 
 def _computed_root_of_unknown_group(x: Expr, y: Expr, membership: GroupVal | None) -> bool:
     """`broadcast(t, src=get_tensor_model_parallel_src_rank(), group=tp)`: a root computed from the
-    rank (the group's first member) is the same for every member of a group laid out as the
-    formula assumes; collcheck cannot see the layout of a group of unknown members, so only a root
-    that is a rank's own rank is reported there."""
+    rank (the group's first member, the global rank of a loop's member) is the same for every member
+    of a group laid out as the formula assumes; collcheck cannot see the layout of a group of unknown
+    members, so there it reports only every member naming itself, or two different literal roots."""
     if membership is None or membership.members is not None:
         return False
-    return not (_own_rank(x) or _own_rank(y))
+    if x == y and _own_rank(x):
+        return False
+    return not (isinstance(x, Const) and isinstance(y, Const))
 
 
 def _own_rank(term: Expr) -> bool:
@@ -404,9 +466,8 @@ def _own_rank(term: Expr) -> bool:
 
 
 def _behind_unknown_guard(conds: tuple[Expr, ...]) -> bool:
-    if opaque_rank_atoms(conds):
-        return True
-    return any(atom.name.startswith("call:") for cond in conds for atom in atoms(cond))
+    found = atoms_of(conds)
+    return bool(opaque_rank_atoms(found)) or any(atom.name.startswith("call:") for atom in found)
 
 
 def _singleton(ranks: Expr) -> bool:
