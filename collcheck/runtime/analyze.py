@@ -4,11 +4,14 @@ Collectives are aligned per (group, sequence number). Nothing trusts a particula
 first sequence number where ranks disagree the majority is the reference (ties go to the class
 holding the lowest rank), and every side is shown with its own call site. Sends and recvs are
 paired per channel instead (the k-th send from s to d with the k-th recv on d from s; p2p.py).
-Never imports torch: Flight Recorder pickles contain only builtin types.
+Never imports torch, and never unpickles anything but plain data: Flight Recorder dumps hold only
+dicts, lists, tuples, strings, numbers, booleans and None, so a pickle that names any global (a
+class, `os.system`, ...) is refused, and only files that start like a dump are unpickled at all.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -155,6 +158,19 @@ class RankTrace:
 
 
 @dataclass(frozen=True)
+class Problem:
+    """Something in the trace folder that could not be read: a whole file (`line` 0) or one line."""
+
+    path: str
+    line: int
+    text: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}" if self.line else self.path
+
+
+@dataclass(frozen=True)
 class Analysis:
     ranks: tuple[int, ...]
     groups: tuple[tuple[str, tuple[int, ...], int], ...]  # name, members, collectives issued (max)
@@ -164,6 +180,7 @@ class Analysis:
     reports: tuple[RuntimeReport, ...]
     events: dict[int, list[CollectiveEvent]] = field(default_factory=dict, compare=False)
     p2p: tuple[P2PFinding, ...] = ()
+    problems: tuple[Problem, ...] = ()  # what could not be read (see load_dir)
 
     @property
     def mismatches(self) -> tuple[Divergence, ...]:
@@ -193,7 +210,12 @@ class TraceError(Exception):
     """The directory holds nothing that could be read as a trace."""
 
 
-def load_dir(path: str) -> list[RankTrace]:
+class DumpRefused(Exception):
+    """A file that looked like a Flight Recorder dump and was not read (unsafe or too big)."""
+
+
+def load_dir(path: str, problems: list[Problem] | None = None) -> list[RankTrace]:
+    """Every trace and dump in `path`; files refused as unsafe are added to `problems`."""
     if not os.path.isdir(path):
         raise TraceError(f"{path}: not a directory")
     traces: list[RankTrace] = []
@@ -201,7 +223,12 @@ def load_dir(path: str) -> list[RankTrace]:
         full = os.path.join(path, name)
         if not os.path.isfile(full):
             continue
-        trace = load_file(full)
+        try:
+            trace = load_file(full)
+        except DumpRefused as refused:
+            if problems is not None:
+                problems.append(Problem(full, 0, str(refused)))
+            continue
         if trace is not None:
             traces.append(trace)
     if not traces:
@@ -210,6 +237,8 @@ def load_dir(path: str) -> list[RankTrace]:
 
 
 def load_file(path: str) -> RankTrace | None:
+    """A collcheck trace, a Flight Recorder dump, or None for any other file. Raises DumpRefused
+    for a pickle that is not plain data, or a dump over MAX_DUMP_BYTES."""
     name = os.path.basename(path)
     if name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX):
         return _load_collcheck(path)
@@ -281,7 +310,7 @@ def _load_flight_recorder(path: str) -> RankTrace | None:
         return None
     configs = _pg_ranks(dump.get("pg_config"))
     trace = RankTrace(rank=rank, source="flight-recorder", path=path, exited=None)
-    for entry in dump["entries"]:
+    for entry in dump["entries"][:MAX_DUMP_ENTRIES]:
         if isinstance(entry, dict):
             event = _fr_event(entry, rank, configs)
             if event is not None:
@@ -289,16 +318,71 @@ def _load_flight_recorder(path: str) -> RankTrace | None:
     return trace
 
 
+# Bounds on what one dump may cost: FR's ring buffer holds 2,000 entries by default (a few MB).
+MAX_DUMP_BYTES = 256 * 1024 * 1024
+MAX_DUMP_ENTRIES = 1_000_000
+_PICKLE_DICT = b"}"  # EMPTY_DICT: a dump's top level
+_PICKLE_FRAME = b"\x95"  # FRAME (protocol 4+), 8 bytes of length, then the first opcode
+
+
 def _read_dump(path: str) -> Any:
+    """The decoded dump, or None when the file is not one: JSON (starts with `{`) or a pickle whose
+    first opcodes are a protocol 2-5 header and an empty dict, as torch writes them. Any other file
+    is never unpickled."""
     try:
         with open(path, "rb") as handle:
-            head = handle.read(1)
-            handle.seek(0)
-            if head in (b"{", b"["):
-                return json.load(handle)
-            # Flight Recorder's own format; only load dumps you trust, as with any pickle.
-            return pickle.load(handle)
-    except Exception:
+            size = os.fstat(handle.fileno()).st_size
+            head = handle.read(16)
+            kind = _dump_kind(head)
+            if kind is None:
+                return None
+            if size > MAX_DUMP_BYTES:
+                raise DumpRefused(f"{size} bytes, more than the {MAX_DUMP_BYTES} a dump may have; not read")
+            data = head + handle.read(MAX_DUMP_BYTES + 1 - len(head))
+    except OSError:
+        return None
+    if len(data) > MAX_DUMP_BYTES:  # grew while being read
+        raise DumpRefused(f"more than {MAX_DUMP_BYTES} bytes; not read")
+    if kind == "json":
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError):
+            return None
+    return _plain_unpickle(data)
+
+
+def _dump_kind(head: bytes) -> str | None:
+    """ "json", "pickle" or None, from a file's first bytes."""
+    if head.lstrip()[:1] == b"{":
+        return "json"
+    if len(head) < 3 or head[0] != pickle.PROTO[0] or not 2 <= head[1] <= 5:
+        return None
+    opcode = head[2:3]
+    if opcode == _PICKLE_FRAME and len(head) >= 12:
+        opcode = head[11:12]
+    return "pickle" if opcode == _PICKLE_DICT else None
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Builds only what needs no global: dicts, lists, tuples, str, bytes, numbers, bool, None.
+    Every opcode that could call something gets its callable from `find_class`, refused here."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise DumpRefused(
+            f"pickle refers to {module}.{name}; Flight Recorder dumps hold only plain data, "
+            "so it was not unpickled"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise DumpRefused("pickle uses persistent ids; not a Flight Recorder dump, not unpickled")
+
+
+def _plain_unpickle(data: bytes) -> Any:
+    try:
+        return _PlainDataUnpickler(io.BytesIO(data)).load()
+    except DumpRefused:
+        raise
+    except Exception:  # truncated or corrupt: not a dump we can read
         return None
 
 
@@ -371,7 +455,8 @@ def _fr_site(frames: Any) -> CallSite:
 # Analysis
 
 
-def analyze(traces: list[RankTrace]) -> Analysis:
+def analyze(traces: list[RankTrace], problems: list[Problem] | tuple[Problem, ...] = ()) -> Analysis:
+    """The cross-rank findings; `problems` (from load_dir) are carried into the report."""
     events = {trace.rank: trace.events for trace in traces}
     by_group: dict[str, dict[int, dict[int, CollectiveEvent]]] = {}
     members: dict[str, set[int]] = {}
@@ -405,6 +490,7 @@ def analyze(traces: list[RankTrace]) -> Analysis:
         reports=tuple(report for trace in traces for report in trace.reports),
         events=events,
         p2p=tuple(p2p),
+        problems=tuple(problems),
     )
 
 
@@ -536,6 +622,9 @@ def render_text(analysis: Analysis) -> str:
     lines.append("per rank:")
     for summary in analysis.summaries:
         lines.append(f"  rank {summary.rank}: {summary.text}")
+    if analysis.problems:
+        lines.append("could not read:")
+        lines.extend(f"  {problem.where}: {problem.text}" for problem in analysis.problems)
     if analysis.reports:
         lines.append("reported at run time:")
         for report in analysis.reports:
@@ -623,6 +712,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         "reports": [
             {"rank": r.rank, "kind": r.kind, "severity": r.severity, "text": r.text} for r in analysis.reports
         ],
+        "problems": [{"path": p.path, "line": p.line, "text": p.text} for p in analysis.problems],
     }
 
 

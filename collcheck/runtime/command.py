@@ -10,7 +10,15 @@ from typing import Annotated
 
 import typer
 
-from collcheck.runtime.analyze import Analysis, TraceError, analyze, load_dir, render_text, to_json
+from collcheck.runtime.analyze import (
+    Analysis,
+    Problem,
+    TraceError,
+    analyze,
+    load_dir,
+    render_text,
+    to_json,
+)
 
 TRACE_FORMATS = ("text", "json", "perfetto")
 HANG_GRACE_S = 30.0  # the launcher's backstop fires this long after the in-process watchdog should have
@@ -71,9 +79,11 @@ def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
     from collcheck.runtime.launch import RunOutcome
 
     assert isinstance(outcome, RunOutcome)
+    problems: list[Problem] = []
     try:
-        analysis = analyze(load_dir(trace_dir))
+        analysis = analyze(load_dir(trace_dir, problems), problems)
     except TraceError:
+        _warn_problems(problems)
         typer.echo(
             f"collcheck: no traces in {trace_dir} (did the command initialise torch.distributed?)", err=True
         )
@@ -123,13 +133,22 @@ def trace_command(
             f"collcheck: error: unknown format '{output_format}' (expected text, json or perfetto)", err=True
         )
         raise typer.Exit(2)
+    problems: list[Problem] = []
     try:
-        analysis = analyze(load_dir(str(directory)))
+        analysis = analyze(load_dir(str(directory), problems), problems)
     except TraceError as error:
+        _warn_problems(problems)
         typer.echo(f"collcheck: error: {error}", err=True)
         raise typer.Exit(2) from error
+    if output_format != "text" or output is not None:  # the text report lists them itself
+        _warn_problems(problems)
     _emit(analysis, output_format, output, directory)
     raise typer.Exit(analysis.exit_code(strict))
+
+
+def _warn_problems(problems: list[Problem]) -> None:
+    for problem in problems:
+        typer.echo(f"collcheck: warning: {problem.where}: {problem.text}", err=True)
 
 
 def _emit(analysis: Analysis, output_format: str, output: Path | None, directory: Path) -> None:
