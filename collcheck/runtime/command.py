@@ -55,8 +55,7 @@ def run_command(
     env = launch.tracing_env({}, config_to_env(config))
     if print_env:
         for key, value in sorted(env.items()):
-            shown = f"{value}:$PYTHONPATH" if key == "PYTHONPATH" else value
-            typer.echo(f"export {key}={shlex.quote(shown) if key != 'PYTHONPATH' else shown}")
+            typer.echo(f"export {key}={_shell_value(key, value)}")
         raise typer.Exit(0)
     command = list(ctx.args)
     if not command:
@@ -72,6 +71,14 @@ def run_command(
         hang_after_s=timeout + HANG_GRACE_S,
     )
     raise typer.Exit(_finish(outcome, str(trace_dir), strict))
+
+
+def _shell_value(key: str, value: str) -> str:
+    """A quoted shell value; PYTHONPATH keeps the shell's own entries after the boot folder, with
+    no empty entry when it has none (an empty entry would put the working directory first)."""
+    if key == "PYTHONPATH":
+        return shlex.quote(value) + '${PYTHONPATH:+:"$PYTHONPATH"}'
+    return shlex.quote(value)
 
 
 def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
