@@ -19,6 +19,7 @@ from collcheck.runtime.analyze import (
     render_text,
     to_json,
 )
+from collcheck.runtime.record import shared_dir_allowed, write_output
 
 TRACE_FORMATS = ("text", "json", "perfetto")
 HANG_GRACE_S = 30.0  # the launcher's backstop fires this long after the in-process watchdog should have
@@ -44,13 +45,33 @@ def run_command(
     print_env: Annotated[
         bool, typer.Option("--print-env", help="Print the environment for launchers collcheck does not wrap.")
     ] = False,
+    allow_shared_trace_dir: Annotated[
+        bool,
+        typer.Option(
+            "--allow-shared-trace-dir",
+            help="Write traces into a folder every user can write and another user owns "
+            "(also COLLCHECK_ALLOW_SHARED_DIR=1).",
+        ),
+    ] = False,
+    allow_untraced: Annotated[
+        bool,
+        typer.Option(
+            "--allow-untraced",
+            help="Run the command even when the trace folder cannot be written (default: refuse).",
+        ),
+    ] = False,
 ) -> None:
     """Run COMMAND (python script.py, torchrun ...) with the collective tracer in every process."""
     from collcheck.runtime import launch
     from collcheck.runtime.tracer import TraceConfig, config_to_env
 
     config = TraceConfig(
-        trace_dir=str(trace_dir), verify=verify or strict, strict=strict, timeout_s=timeout, native=native
+        trace_dir=str(trace_dir),
+        verify=verify or strict,
+        strict=strict,
+        timeout_s=timeout,
+        native=native,
+        allow_shared_dir=allow_shared_trace_dir or shared_dir_allowed(),
     )
     env = launch.tracing_env({}, config_to_env(config))
     if print_env:
@@ -61,7 +82,14 @@ def run_command(
     if not command:
         typer.echo("collcheck: error: no command (usage: collcheck run [OPTIONS] -- COMMAND...)", err=True)
         raise typer.Exit(2)
-    launch.clear_old_traces(str(trace_dir))
+    why = launch.prepare_trace_dir(str(trace_dir), config.allow_shared_dir)
+    if why is not None:
+        if not allow_untraced:
+            refused = f"collcheck: error: {why}; the job was not started (--allow-untraced runs it)"
+            typer.echo(refused, err=True)
+            raise typer.Exit(2)
+        typer.echo(f"collcheck: warning: {why}; running the job UNTRACED", err=True)
+        raise typer.Exit(launch.run(command, dict(os.environ)).returncode)
     if config.uses_native:
         launch.prebuild_native()
     outcome = launch.run(
@@ -133,6 +161,13 @@ def trace_command(
         typer.Option("--output", "-o", help="Write here (perfetto default: DIR/trace.perfetto.json)."),
     ] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Call-site divergence fails too.")] = False,
+    allow_shared_dir: Annotated[
+        bool,
+        typer.Option(
+            "--allow-shared-trace-dir",
+            help="Write the output into a folder every user can write and another user owns.",
+        ),
+    ] = False,
 ) -> None:
     """Analyse recorded traces offline; exit 1 when the ranks diverged."""
     if output_format not in TRACE_FORMATS:
@@ -149,7 +184,11 @@ def trace_command(
         raise typer.Exit(2) from error
     if output_format != "text" or output is not None:  # the text report lists them itself
         _warn_problems(problems)
-    _emit(analysis, output_format, output, directory)
+    try:
+        _emit(analysis, output_format, output, directory, allow_shared_dir or shared_dir_allowed())
+    except OSError as error:  # UnsafeLocation included
+        typer.echo(f"collcheck: error: cannot write the output: {error}", err=True)
+        raise typer.Exit(2) from error
     raise typer.Exit(analysis.exit_code(strict))
 
 
@@ -158,16 +197,19 @@ def _warn_problems(problems: list[Problem]) -> None:
         typer.echo(f"collcheck: warning: {problem.where}: {problem.text}", err=True)
 
 
-def _emit(analysis: Analysis, output_format: str, output: Path | None, directory: Path) -> None:
+def _emit(
+    analysis: Analysis, output_format: str, output: Path | None, directory: Path, allow_shared: bool
+) -> None:
+    """Print or write the report; files are written as traces are (record.open_output)."""
     if output_format == "perfetto":
         from collcheck.runtime.perfetto import to_perfetto
 
         target = output or directory / "trace.perfetto.json"
-        target.write_text(json.dumps(to_perfetto(analysis)), encoding="utf-8")
+        write_output(str(target), json.dumps(to_perfetto(analysis)), allow_shared)
         typer.echo(f"wrote {target} (open it in https://ui.perfetto.dev)")
         return
     text = json.dumps(to_json(analysis), indent=2) if output_format == "json" else render_text(analysis)
     if output is not None:
-        output.write_text(text + "\n", encoding="utf-8")
+        write_output(str(output), text + "\n", allow_shared)
     else:
         typer.echo(text)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX
+from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, UnsafeLocation, make_folder
 
 BOOT_DIR = str(Path(__file__).resolve().parent / "boot")
 PACKAGE_HOME = str(Path(__file__).resolve().parents[2])
@@ -59,6 +59,31 @@ def prebuild_native() -> None:
     command = [sys.executable, "-m", "collcheck.runtime.native", "build"]
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         subprocess.run(command, env=native.build_env(), timeout=NATIVE_BUILD_WAIT_S, check=False)
+
+
+def prepare_trace_dir(trace_dir: str, allow_shared: bool) -> str | None:
+    """Make the trace folder ready before the job starts: created, not another user's shared
+    folder (record.check_folder), writable, cleared of a previous run's traces. Returns why the job
+    could not be traced there, or None: a job whose ranks cannot write their traces would
+    otherwise run untraced, each rank only printing a warning."""
+    try:
+        make_folder(trace_dir, allow_shared)
+        _probe_writable(trace_dir)
+        clear_old_traces(trace_dir)
+    except UnsafeLocation as error:
+        return str(error)
+    except OSError as error:
+        where = error.filename or trace_dir
+        return f"cannot write traces to {trace_dir} ({where}: {error.strerror or error})"
+    return None
+
+
+def _probe_writable(trace_dir: str) -> None:
+    """Create and remove a file: the one test that holds for root, read-only mounts and ACLs."""
+    probe = os.path.join(trace_dir, f".collcheck-probe-{os.getpid()}")
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    os.close(fd)
+    os.remove(probe)
 
 
 def clear_old_traces(trace_dir: str) -> None:

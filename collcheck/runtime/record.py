@@ -8,10 +8,13 @@ never imports torch.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
+import stat
 import threading
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -22,6 +25,65 @@ TRACE_SUFFIX = ".jsonl"
 
 def trace_file_name(rank: int) -> str:
     return f"{TRACE_PREFIX}{rank}{TRACE_SUFFIX}"
+
+
+# Traces hold argv, the working directory and the host name: readable by the owner (and group).
+FILE_MODE = 0o640
+DIR_MODE = 0o750
+ENV_ALLOW_SHARED_DIR = "COLLCHECK_ALLOW_SHARED_DIR"
+
+
+class UnsafeLocation(OSError):
+    """A trace or report location another user controls, or one that is not a plain file."""
+
+
+def shared_dir_allowed(environ: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return env.get(ENV_ALLOW_SHARED_DIR, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_folder(path: str, allow_shared: bool) -> None:
+    """Raise UnsafeLocation when `path` is writable by every user and owned by another: anyone
+    could plant a link there under the name of the next file written, or replace a trace."""
+    info = os.stat(path)
+    if allow_shared or not info.st_mode & stat.S_IWOTH or info.st_uid == os.geteuid():
+        return
+    raise UnsafeLocation(
+        f"{path} is writable by every user and owned by uid {info.st_uid}, so another user could "
+        f"replace or redirect the files written there; use a folder of your own, or allow it with "
+        f"{ENV_ALLOW_SHARED_DIR}=1 (--allow-shared-trace-dir)"
+    )
+
+
+def make_folder(path: str, allow_shared: bool) -> None:
+    """Create `path` (owner and group only) if needed, and check it as `check_folder` does."""
+    os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+    check_folder(path, allow_shared)
+
+
+def open_output(path: str, allow_shared: bool, append: bool = False) -> int:
+    """A descriptor for writing `path`, created FILE_MODE in a folder that passes `check_folder`.
+    A symbolic link is never followed and anything but a regular file (a FIFO, a device) refused."""
+    make_folder(os.path.dirname(path) or ".", allow_shared)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags | (os.O_APPEND if append else 0), FILE_MODE)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise UnsafeLocation(f"{path} is a symbolic link; collcheck never writes through one") from None
+        if error.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise UnsafeLocation(f"{path} is not a regular file") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafeLocation(f"{path} is not a regular file")
+    return fd
+
+
+def write_output(path: str, text: str, allow_shared: bool) -> None:
+    """Write a whole report file through `open_output`."""
+    with os.fdopen(open_output(path, allow_shared), "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 @dataclass(frozen=True)
@@ -246,10 +308,9 @@ class TraceWriter:
     tick), which saves a system call per collective. A rank killed in between loses only those
     completions, never a collective it issued."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, allow_shared: bool = False) -> None:
         self.path = path
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666)
+        self._fd = open_output(path, allow_shared, append=True)
         self._lock = threading.Lock()  # lines from the issuing, monitor and backend threads never interleave
         self._deferred: list[str] = []
 
