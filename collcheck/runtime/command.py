@@ -169,7 +169,12 @@ def trace_command(
         ),
     ] = False,
 ) -> None:
-    """Analyse recorded traces offline; exit 1 when the ranks diverged."""
+    """Analyse recorded traces offline.
+
+    Exit status: 0 consistent; 1 the ranks diverged; 2 nothing could be read (or a usage error);
+    3 no divergence in what could be read, but some of it could not be (malformed lines, refused
+    files, events a tracer could not write).
+    """
     if output_format not in TRACE_FORMATS:
         typer.echo(
             f"collcheck: error: unknown format '{output_format}' (expected text, json or perfetto)", err=True

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import signal
 import subprocess
@@ -154,18 +155,21 @@ class _TraceWatcher:
             self._note(path, line)
 
     def _note(self, path: str, line: bytes) -> None:
+        """One line; a malformed one is ignored (`collcheck trace` reports it afterwards)."""
         try:
             row = json.loads(line)
-        except ValueError:
+            kind = row.get("ev")
+            if kind == "coll":
+                started = float(row["t_start"])
+                if math.isfinite(started):
+                    self._open[(path, str(row["group"]), int(row["seq"]))] = started
+            elif kind == "done":
+                self._open.pop((path, str(row["group"]), int(row["seq"])), None)
+            elif kind == "exit":
+                for key in [key for key in self._open if key[0] == path]:
+                    del self._open[key]
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
             return
-        kind = row.get("ev")
-        if kind == "coll":
-            self._open[(path, str(row["group"]), int(row["seq"]))] = float(row["t_start"])
-        elif kind == "done":
-            self._open.pop((path, str(row["group"]), int(row["seq"])), None)
-        elif kind == "exit":
-            for key in [key for key in self._open if key[0] == path]:
-                del self._open[key]
 
 
 def _stop_group(process: subprocess.Popen[bytes], first: signal.Signals = signal.SIGTERM) -> None:

@@ -8,11 +8,13 @@ never imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
 import os
 import stat
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -61,13 +63,13 @@ def make_folder(path: str, allow_shared: bool) -> None:
     check_folder(path, allow_shared)
 
 
-def open_output(path: str, allow_shared: bool, append: bool = False) -> int:
+def open_output(path: str, allow_shared: bool) -> int:
     """A descriptor for writing `path`, created FILE_MODE in a folder that passes `check_folder`.
     A symbolic link is never followed and anything but a regular file (a FIFO, a device) refused."""
     make_folder(os.path.dirname(path) or ".", allow_shared)
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        fd = os.open(path, flags | (os.O_APPEND if append else 0), FILE_MODE)
+        fd = os.open(path, flags, FILE_MODE)
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise UnsafeLocation(f"{path} is a symbolic link; collcheck never writes through one") from None
@@ -299,6 +301,19 @@ class CollectiveEncoder:
         )
 
 
+LOST = "lost"  # `{"ev":"lost","n":N,"error":...}`: N lines this writer could not write
+STATUS_BYTES = 160  # the fixed size of that line, rewritten in place as the count grows
+
+
+def _status_line(lost: int, error: str) -> bytes:
+    """The `lost` line padded to STATUS_BYTES (JSON allows the trailing spaces)."""
+    for text in (error, error[:60], ""):
+        line = _dumps({"ev": LOST, "n": lost, "error": text}).encode("utf-8")
+        if len(line) < STATUS_BYTES:
+            return line + b" " * (STATUS_BYTES - 1 - len(line)) + b"\n"
+    raise ValueError(lost)  # unreachable: an int fits
+
+
 class TraceWriter:
     """Appends each event as one line with a single unbuffered `os.write`: nothing waits in a user-space
     buffer, so a rank killed with SIGKILL leaves a trace intact up to its last collective.
@@ -306,13 +321,25 @@ class TraceWriter:
     The one exception is `defer_line`, for record mode's `done` lines: they go out with the next line
     written (the next collective's, in the same `os.write`) or at the next `flush` (the monitor's
     tick), which saves a system call per collective. A rank killed in between loses only those
-    completions, never a collective it issued."""
+    completions, never a collective it issued.
+
+    A failed write (a full disk, a quota) never raises: the tracer must go on verifying and
+    reporting (on stderr) whatever the disk does. The lines are counted as lost, once on stderr,
+    and in the trace itself: the first write also writes a `lost` line with a count of 0, the
+    space it reserves, which each failure rewrites in place (no new space needed) with the count
+    so far, so the analysis can say the trace is incomplete. (A count of 0 is no event: readers
+    skip it.)"""
 
     def __init__(self, path: str, allow_shared: bool = False) -> None:
         self.path = path
-        self._fd = open_output(path, allow_shared, append=True)
+        # No O_APPEND: the status line is rewritten with pwrite, which O_APPEND would append.
+        self._fd = open_output(path, allow_shared)
         self._lock = threading.Lock()  # lines from the issuing, monitor and backend threads never interleave
         self._deferred: list[str] = []
+        self._status_at = -1  # file offset of the `lost` line; -1 until written whole
+        self._started = False
+        self._torn = False  # a failed write left half a line at the end of the file
+        self.lost = 0
 
     def write(self, data: dict[str, Any]) -> None:
         self.write_line(_dumps(data) + "\n")
@@ -343,28 +370,67 @@ class TraceWriter:
         """Holding the lock."""
         if self._fd < 0:  # closed: the tracer stopped or the monitor is ending the process
             return
-        data = line.encode("utf-8")
-        while data:  # a regular file takes the whole line; a full disk raises
-            written = os.write(self._fd, data)
-            if written <= 0:
-                raise OSError(f"collcheck: short write to {self.path}")
-            data = data[written:]
+        lines = line.encode("utf-8")
+        prefix = b"\n" if self._torn else b""  # end a half-written line first: only it is unreadable
+        status = b""
+        if not self._started:  # the file is empty: the status line goes after the first line
+            self._started = True
+            status = _status_line(0, "")
+        data = prefix + lines + status
+        sent = 0
+        try:
+            while sent < len(data):
+                written = os.write(self._fd, data[sent:])
+                if written <= 0:
+                    raise OSError(errno.EIO, "short write")
+                sent += written
+        except OSError as error:
+            if sent:
+                self._torn = data[sent - 1 : sent] != b"\n"
+            start = max(sent - len(prefix), 0)
+            self._lost_lines(lines[start:].count(b"\n"), error)
+            return
+        self._torn = False
+        if status:
+            self._status_at = len(prefix) + len(lines)
+
+    def _lost_lines(self, count: int, error: OSError) -> None:
+        """Say once on stderr that lines are lost, and keep the count in the trace's status line."""
+        if self.lost == 0:
+            reason = error.strerror or str(error)
+            _stderr(f"collcheck: cannot write the trace {self.path} ({reason}); its lines are being lost")
+        self.lost += count
+        if self._status_at >= 0:
+            with contextlib.suppress(OSError):
+                os.pwrite(self._fd, _status_line(self.lost, error.strerror or str(error)), self._status_at)
 
     def close(self) -> None:
         self.flush()
         with self._lock:
             if self._fd >= 0:
-                os.close(self._fd)
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
                 self._fd = -1
+            if self.lost:
+                _stderr(f"collcheck: the trace {self.path} is incomplete: {self.lost} lines lost")
+
+
+def _stderr(text: str) -> None:
+    with contextlib.suppress(Exception):
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
 
 
 def read_trace(path: str) -> list[dict[str, Any]]:
-    """Every complete JSON line of a trace; a torn last line (the rank died mid-write) is skipped."""
+    """Every complete JSON line of a trace; a torn last line (the rank died mid-write) is skipped,
+    and so is the writer's reserved `lost` line while its count is 0."""
     rows: list[dict[str, Any]] = []
     with open(path, encoding="utf-8") as handle:
         for line in handle:
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if not (isinstance(row, dict) and row.get("ev") == LOST and row.get("n") == 0):
+                rows.append(row)
     return rows

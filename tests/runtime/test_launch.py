@@ -96,9 +96,9 @@ def test_the_users_sitecustomize_runs_and_stays_importable(tmp_path: Path) -> No
     check = "import os, sitecustomize; print(sitecustomize.USER_SETTING, os.environ['USER_SITE_RAN'])"
     env = base_env()
     env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
+    command = [sys.executable, "-m", "collcheck", "run", "--trace-dir", str(tmp_path / "t")]
     done = subprocess.run(
-        [sys.executable, "-m", "collcheck", "run", "--trace-dir", str(tmp_path / "t"), "--", sys.executable]
-        + ["-c", check],
+        [*command, "--", sys.executable, "-c", check],
         cwd=tmp_path,
         env=env,
         capture_output=True,
