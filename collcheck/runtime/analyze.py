@@ -680,9 +680,10 @@ def _missing(
     lowest = min(counts.values())
     if lowest == max(counts.values()):
         return None
-    seq = lowest + 1
+    # lowest + 1 in a whole trace; the next one present where lines were lost or are malformed.
+    seq = min(number for seqs in ranks_events.values() for number in seqs if number > lowest)
     behind = tuple(sorted(rank for rank, count in counts.items() if count == lowest))
-    issuer = min(rank for rank, count in counts.items() if count >= seq)
+    issuer = min(rank for rank, seqs in ranks_events.items() if seq in seqs)
     return Missing(group, seq, behind, Side.of(ranks_events[issuer][seq]))
 
 
