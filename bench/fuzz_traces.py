@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import io
 import json
 import os
@@ -149,7 +150,7 @@ def replace_field(rng: random.Random, path: Path) -> None:
     index = rng.randrange(len(lines))
     try:
         row = json.loads(lines[index])
-    except ValueError:
+    except (ValueError, RecursionError):  # a line an earlier mutation broke
         return
     _mutate_value(rng, row)
     lines[index] = json.dumps(row).encode()
@@ -194,7 +195,7 @@ def _mutate_value(rng: random.Random, value: Any) -> None:
     if isinstance(container, dict) and rng.random() < 0.2:
         del container[key]
     else:
-        container[key] = rng.choice(HOSTILE)
+        container[key] = copy.deepcopy(rng.choice(HOSTILE))  # never shared: it may be mutated next
 
 
 def _children(container: Any) -> list[Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -89,7 +90,7 @@ def run_command(
             typer.echo(refused, err=True)
             raise typer.Exit(2)
         typer.echo(f"collcheck: warning: {why}; running the job UNTRACED", err=True)
-        raise typer.Exit(launch.run(command, dict(os.environ)).returncode)
+        raise typer.Exit(launch.run(command, dict(os.environ)).exit_status)
     if config.uses_native:
         launch.prebuild_native()
     outcome = launch.run(
@@ -122,7 +123,7 @@ def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
         typer.echo(
             f"collcheck: no traces in {trace_dir} (did the command initialise torch.distributed?)", err=True
         )
-        return outcome.returncode
+        return outcome.exit_status
     failed = outcome.returncode != 0 or outcome.hung or outcome.interrupted
     if failed or analysis.diverged or analysis.warnings:
         typer.echo(_headline(outcome), err=True)
@@ -132,7 +133,7 @@ def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
             f"collcheck: {len(analysis.ranks)} ranks traced, consistent; traces in {trace_dir}", err=True
         )
     if outcome.returncode != 0:
-        return outcome.returncode
+        return outcome.exit_status
     return analysis.exit_code(strict) if not outcome.hung else 1
 
 
@@ -141,9 +142,12 @@ def _headline(outcome: object) -> str:
 
     assert isinstance(outcome, RunOutcome)
     if outcome.interrupted:
-        why = "was interrupted"
+        received = signal.Signals(outcome.returncode - 128).name if outcome.returncode > 128 else "Ctrl-C"
+        why = f"was stopped ({received} received) and every process of it ended"
     elif outcome.hung:
-        why = f"hung and was stopped after {outcome.seconds:.0f}s"
+        why = f"hung and was stopped after {outcome.seconds:.0f}s (every process of it ended)"
+    elif outcome.signal_name is not None:
+        why = f"was ended by {outcome.signal_name}"
     elif outcome.returncode != 0:
         why = f"exited with status {outcome.returncode}"
     else:

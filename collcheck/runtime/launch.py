@@ -16,10 +16,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from collcheck.runtime import jobtree
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, UnsafeLocation, make_folder
 
 BOOT_DIR = str(Path(__file__).resolve().parent / "boot")
@@ -32,10 +35,25 @@ NATIVE_BUILD_WAIT_S = 1200.0  # the build itself times out after 900 s
 
 @dataclass(frozen=True)
 class RunOutcome:
-    returncode: int
+    returncode: int  # negative: the job's first process was ended by that signal
     interrupted: bool
     hung: bool
     seconds: float
+
+    @property
+    def signal_name(self) -> str | None:
+        """SIGKILL for returncode -9; None when the job exited by itself."""
+        if self.returncode >= 0:
+            return None
+        try:
+            return signal.Signals(-self.returncode).name
+        except ValueError:
+            return f"signal {-self.returncode}"
+
+    @property
+    def exit_status(self) -> int:
+        """The status `collcheck run` exits with: a shell's 128 + N for a job ended by signal N."""
+        return 128 - self.returncode if self.returncode < 0 else self.returncode
 
 
 def tracing_env(base: dict[str, str], settings: dict[str, str]) -> dict[str, str]:
@@ -99,28 +117,65 @@ def clear_old_traces(trace_dir: str) -> None:
 def run(
     command: list[str], env: dict[str, str], trace_dir: str | None = None, hang_after_s: float | None = None
 ) -> RunOutcome:
-    """Run `command` in its own process group; Ctrl-C and a detected hang stop the whole group.
+    """Run `command` in its own session; a detected hang, Ctrl-C, or SIGTERM/SIGHUP sent to this
+    process end every process of the job (jobtree.py: torchrun's workers run in sessions of their
+    own), with SIGTERM (SIGINT for Ctrl-C), then SIGKILL.
 
     The hang check is a backstop for what the in-process watchdog cannot report (it needs a live
     Python thread in the stuck rank): a collective recorded as issued and not completed for
     `hang_after_s` seconds in some rank's trace.
     """
     started = time.monotonic()
+    jobtree.become_subreaper()
     process = subprocess.Popen(command, env=env, start_new_session=True)
     watcher = _TraceWatcher(trace_dir) if trace_dir and hang_after_s else None
     try:
-        while True:
-            try:
-                returncode = process.wait(timeout=POLL_S)
-                return RunOutcome(returncode, False, False, time.monotonic() - started)
-            except subprocess.TimeoutExpired:
-                pass
-            if watcher is not None and hang_after_s is not None and watcher.oldest_open_age() > hang_after_s:
-                _stop_group(process)
-                return RunOutcome(process.returncode or 1, False, True, time.monotonic() - started)
+        with _terminations_raise():
+            while True:
+                try:
+                    returncode = process.wait(timeout=POLL_S)
+                    return RunOutcome(returncode, False, False, time.monotonic() - started)
+                except subprocess.TimeoutExpired:
+                    jobtree.reap(keep=(process.pid,))
+                if (
+                    watcher is not None
+                    and hang_after_s is not None
+                    and watcher.oldest_open_age() > hang_after_s
+                ):
+                    _stop_job(process, signal.SIGTERM)
+                    return RunOutcome(process.returncode or 1, False, True, time.monotonic() - started)
     except KeyboardInterrupt:
-        _stop_group(process, signal.SIGINT)
+        _stop_job(process, signal.SIGINT)
         return RunOutcome(INTERRUPTED, True, False, time.monotonic() - started)
+    except _Terminated as stopped:
+        _stop_job(process, signal.SIGTERM)
+        return RunOutcome(128 + stopped.signum, True, False, time.monotonic() - started)
+
+
+class _Terminated(Exception):
+    """`collcheck run` itself was asked to stop (a CI timeout's SIGTERM, a closed terminal)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _terminations_raise() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise _Terminated while the job runs, so that it is ended with us."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Terminated(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class _TraceWatcher:
@@ -172,16 +227,12 @@ class _TraceWatcher:
             return
 
 
-def _stop_group(process: subprocess.Popen[bytes], first: signal.Signals = signal.SIGTERM) -> None:
-    for sig in (first, signal.SIGKILL):
+def _stop_job(process: subprocess.Popen[bytes], first: signal.Signals) -> None:
+    """End every process of the job (a second Ctrl-C or SIGTERM meanwhile skips to SIGKILL)."""
+    with _terminations_raise():
         try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=GRACE_S)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting politely
-            continue
+            jobtree.end_all(first, GRACE_S, leader=process.pid)
+        except (KeyboardInterrupt, _Terminated):
+            jobtree.end_all(signal.SIGKILL, 0.0, leader=process.pid)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=GRACE_S)
