@@ -316,6 +316,10 @@ class NativeRecorder:
     def flush(self) -> None:
         self.module.flush()
 
+    def lost(self) -> int:
+        """Lines the kernel could not write (a full disk) since it started."""
+        return int(self.module.lost())
+
     def stop(self) -> None:
         self.module.stop()
 

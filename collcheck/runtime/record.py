@@ -340,6 +340,7 @@ class TraceWriter:
         self._started = False
         self._torn = False  # a failed write left half a line at the end of the file
         self.lost = 0
+        self._lost_elsewhere = 0
 
     def write(self, data: dict[str, Any]) -> None:
         self.write_line(_dumps(data) + "\n")
@@ -394,8 +395,16 @@ class TraceWriter:
         if status:
             self._status_at = len(prefix) + len(lines)
 
+    def lost_elsewhere(self, total: int) -> None:
+        """`total` lines lost so far by another writer of this file (the native kernel's)."""
+        with self._lock:
+            if total > self._lost_elsewhere and self._fd >= 0:
+                count, self._lost_elsewhere = total - self._lost_elsewhere, total
+                self._lost_lines(count, OSError(errno.ENOSPC, "write failed (native kernel)"))
+
     def _lost_lines(self, count: int, error: OSError) -> None:
-        """Say once on stderr that lines are lost, and keep the count in the trace's status line."""
+        """Say once on stderr that lines are lost, and keep the count in the trace's status line
+        (holding the lock)."""
         if self.lost == 0:
             reason = error.strerror or str(error)
             _stderr(f"collcheck: cannot write the trace {self.path} ({reason}); its lines are being lost")

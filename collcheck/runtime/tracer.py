@@ -226,6 +226,7 @@ class Tracer:
         self._drain(STOP_GRACE_S)
         if self.native is not None:
             self.native.stop()
+            self.writer.lost_elsewhere(self.native.lost())
         self.monitor.stop(exited=True)
         self.writer.write({"ev": "exit", "t": time.time()})
         self.writer.close()
@@ -371,6 +372,7 @@ class Tracer:
         """Give the monitor what the native recorder has in flight (for positions and stalls)."""
         assert self.native is not None
         self.native.flush()
+        self.writer.lost_elsewhere(self.native.lost())
         issued, inflight, last, last_done = self.native.snapshot()
         events = {line: self._native_events.get(line) or _event_of(line) for line in inflight}
         self._native_events = events
@@ -385,6 +387,7 @@ class Tracer:
         """Before the monitor ends the process: the native kernel's deferred `done` lines."""
         if self.native is not None:
             self.native.flush()
+            self.writer.lost_elsewhere(self.native.lost())
 
     def _drain(self, grace_s: float) -> None:
         deadline = time.monotonic() + grace_s

@@ -60,9 +60,12 @@ def test_a_trace_with_nothing_written_is_not_consistent(tmp_path: Path) -> None:
     assert analysis.exit_code() == EXIT_INCOMPLETE and "no header line" in render_text(analysis)
 
 
-@pytest.mark.multirank
-def test_a_mismatch_still_stops_the_job_when_the_trace_folder_is_full(tmp_path: Path) -> None:
-    """A real full disk: a 64 KiB tmpfs, filled up, in a private mount namespace (`unshare -rm`)."""
+def _run_on_a_full_disk(
+    tmp_path: Path, options: list[str], free_pages: int, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`collcheck run OPTIONS -- torchrun full_disk.py` with its traces on a real full disk: a
+    64 KiB tmpfs, filled up but for `free_pages` 4 KiB pages, in a private mount namespace
+    (`unshare -rm`); then `collcheck trace --format json` into tmp_path/analysis.json."""
     if shutil.which("unshare") is None:
         pytest.skip("unshare(1) not installed")
     full = tmp_path / "full"
@@ -70,10 +73,10 @@ def test_a_mismatch_still_stops_the_job_when_the_trace_folder_is_full(tmp_path: 
     collcheck = [sys.executable, "-m", "collcheck"]
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     torchrun += ["--master-port", str(free_port()), str(PROGRAMS / "full_disk.py")]
-    run = [*collcheck, "run", "--verify", "--timeout", "20", "--trace-dir", str(full), "--", *torchrun]
+    run = [*collcheck, "run", *options, "--trace-dir", str(full), "--", *torchrun]
     script = (
         f'mount -t tmpfs -o size=64k tmpfs "{full}" || exit 97\n'
-        f'dd if=/dev/zero of="{full}/filler" bs=4k 2>/dev/null\n'
+        f'dd if=/dev/zero of="{full}/filler" bs=4k count={16 - free_pages} 2>/dev/null\n'
         '"$@"\necho "RUN_STATUS=$?"\n'
         f'{" ".join(collcheck)} trace --format json "{full}" > "{tmp_path}/analysis.json"\n'
         'echo "TRACE_STATUS=$?"\n'
@@ -81,13 +84,19 @@ def test_a_mismatch_still_stops_the_job_when_the_trace_folder_is_full(tmp_path: 
     done = subprocess.run(
         ["unshare", "-rm", "sh", "-c", script, "sh", *run],
         cwd=REPO,
-        env=base_env(),
+        env={**base_env(), **(env or {})},
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=300,
     )
     if done.returncode == 97:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    return done
+
+
+@pytest.mark.multirank
+def test_a_mismatch_still_stops_the_job_when_the_trace_folder_is_full(tmp_path: Path) -> None:
+    done = _run_on_a_full_disk(tmp_path, ["--verify", "--timeout", "20"], free_pages=0)
     out = done.stdout + done.stderr
     assert "ran the mismatched all_reduce" not in out  # the job was stopped before it
     assert "RUN_STATUS=0" not in out and "RUN_STATUS=" in out
@@ -97,3 +106,15 @@ def test_a_mismatch_still_stops_the_job_when_the_trace_folder_is_full(tmp_path: 
     assert "TRACE_STATUS=3" in out or "TRACE_STATUS=1" in out
     analysis = json.loads((tmp_path / "analysis.json").read_text())
     assert analysis["incomplete"] and analysis["problems"]
+
+
+@pytest.mark.multirank
+def test_record_mode_counts_what_a_full_disk_dropped(tmp_path: Path) -> None:
+    """Record mode's default kernel (native, where it is built) and the Python one both count
+    the lines they could not write; the analysis says how many and never "consistent"."""
+    done = _run_on_a_full_disk(tmp_path, ["--timeout", "20"], free_pages=2, env={"FULL_DISK_MATCH": "1"})
+    out = done.stdout + done.stderr
+    assert "TRACE_STATUS=3" in out, out[-3000:]
+    analysis = json.loads((tmp_path / "analysis.json").read_text())
+    assert analysis["lost"] > 0 and not analysis["diverged"]
+    assert any("events lost" in problem["text"] for problem in analysis["problems"])
