@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -125,7 +124,7 @@ def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
         )
         return outcome.exit_status
     failed = outcome.returncode != 0 or outcome.hung or outcome.interrupted
-    if failed or analysis.diverged or analysis.warnings:
+    if failed or analysis.diverged or analysis.warnings or analysis.incomplete:
         typer.echo(_headline(outcome), err=True)
         typer.echo(render_text(analysis), err=True)
     else:
@@ -138,12 +137,11 @@ def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
 
 
 def _headline(outcome: object) -> str:
-    from collcheck.runtime.launch import RunOutcome
+    from collcheck.runtime.launch import RunOutcome, signal_name
 
     assert isinstance(outcome, RunOutcome)
     if outcome.interrupted:
-        received = signal.Signals(outcome.returncode - 128).name if outcome.returncode > 128 else "Ctrl-C"
-        why = f"was stopped ({received} received) and every process of it ended"
+        why = f"was stopped ({signal_name(outcome.returncode - 128)} received) and every process of it ended"
     elif outcome.hung:
         why = f"hung and was stopped after {outcome.seconds:.0f}s (every process of it ended)"
     elif outcome.signal_name is not None:

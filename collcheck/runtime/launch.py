@@ -33,6 +33,14 @@ POLL_S = 1.0
 NATIVE_BUILD_WAIT_S = 1200.0  # the build itself times out after 900 s
 
 
+def signal_name(number: int) -> str:
+    """`SIGTERM` for 15."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     returncode: int  # negative: the job's first process was ended by that signal
@@ -43,12 +51,7 @@ class RunOutcome:
     @property
     def signal_name(self) -> str | None:
         """SIGKILL for returncode -9; None when the job exited by itself."""
-        if self.returncode >= 0:
-            return None
-        try:
-            return signal.Signals(-self.returncode).name
-        except ValueError:
-            return f"signal {-self.returncode}"
+        return signal_name(-self.returncode) if self.returncode < 0 else None
 
     @property
     def exit_status(self) -> int:
