@@ -3,6 +3,7 @@ worker in a session of its own), and when it is itself stopped (a CI timeout's S
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -65,7 +66,9 @@ def tag() -> Iterator[str]:
         os.kill(pid, signal.SIGKILL)
 
 
-def _start(tmp_path: Path, tag: str, ignore_sigterm: int | None) -> subprocess.Popen[str]:
+def _start(tmp_path: Path, tag: str, ignore_sigterm: int | None) -> subprocess.Popen[bytes]:
+    """`collcheck run -- torchrun stall_forever.py`, its output in files: a process of the job
+    left running would hold a pipe open, and reading it to the end would never finish."""
     env = base_env()
     env[MARK] = tag
     env["PG_TIMEOUT"] = "300"
@@ -74,14 +77,16 @@ def _start(tmp_path: Path, tag: str, ignore_sigterm: int | None) -> subprocess.P
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     torchrun += ["--master-port", str(free_port()), str(PROGRAMS / "stall_forever.py")]
     command = [sys.executable, "-m", "collcheck", "run", "--timeout", "1", "--trace-dir", str(tmp_path / "t")]
-    return subprocess.Popen(
-        [*command, "--", *torchrun],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    with open(tmp_path / "run.out", "wb") as out, open(tmp_path / "run.err", "wb") as err:
+        return subprocess.Popen([*command, "--", *torchrun], cwd=tmp_path, env=env, stdout=out, stderr=err)
+
+
+def _stop(run: subprocess.Popen[bytes], tag: str) -> None:
+    """After a failed test: the whole job, so that the test itself never hangs on it."""
+    for pid in [run.pid, *_marked(tag)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    run.wait(timeout=30)
 
 
 def _wait_for_headers(trace_dir: Path, deadline: float) -> list[int]:
@@ -98,11 +103,11 @@ def _wait_for_headers(trace_dir: Path, deadline: float) -> list[int]:
 def test_the_hang_backstop_ends_every_worker(tmp_path: Path, tag: str, ignore_sigterm: int | None) -> None:
     run = _start(tmp_path, tag, ignore_sigterm)
     try:
-        _, err = run.communicate(timeout=180)
+        run.wait(timeout=180)
     except subprocess.TimeoutExpired:
-        run.kill()
-        _, err = run.communicate()
-        raise AssertionError(f"collcheck run did not stop the hung job:\n{err[-3000:]}") from None
+        _stop(run, tag)
+        raise AssertionError("collcheck run did not stop the hung job") from None
+    err = (tmp_path / "run.err").read_text(errors="replace")
     workers = _header_pids(tmp_path / "t")
     assert len(workers) == 2, err[-3000:]
     assert "hung and was stopped" in err and run.returncode != 0
@@ -120,11 +125,11 @@ def test_sigterm_to_collcheck_run_ends_the_whole_job(
         time.sleep(2.0)  # both ranks are in their endless C call
         assert len(_marked(tag)) >= 4  # collcheck run, torchrun, two workers
         run.send_signal(signal.SIGTERM)
-        _, err = run.communicate(timeout=60)
+        run.wait(timeout=60)
     finally:
         if run.poll() is None:
-            run.kill()
-            run.communicate()
+            _stop(run, tag)
+    err = (tmp_path / "run.err").read_text(errors="replace")
     assert run.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert "SIGTERM received" in err
     assert not [pid for pid in workers if _running(pid)]
