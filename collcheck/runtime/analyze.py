@@ -4,12 +4,16 @@ Collectives are aligned per (group, sequence number). Nothing trusts a particula
 first sequence number where ranks disagree the majority is the reference (ties go to the class
 holding the lowest rank), and every side is shown with its own call site. Sends and recvs are
 paired per channel instead (the k-th send from s to d with the k-th recv on d from s; p2p.py).
-Never imports torch: Flight Recorder pickles contain only builtin types.
+Never imports torch, and never unpickles anything but plain data: Flight Recorder dumps hold only
+dicts, lists, tuples, strings, numbers, booleans and None, so a pickle that names any global (a
+class, `os.system`, ...) is refused, and only files that start like a dump are unpickled at all.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
 import pickle
 import re
@@ -19,11 +23,11 @@ from typing import Any
 
 from collcheck.runtime.p2p import Pair, base_group, pair_text, pairs
 from collcheck.runtime.record import (
+    LOST,
     TRACE_PREFIX,
     TRACE_SUFFIX,
     CallSite,
     CollectiveEvent,
-    read_trace,
 )
 
 
@@ -110,6 +114,11 @@ class P2PFinding:
 
 
 RUNTIME_ERROR_KINDS = ("mismatch", "callsite", "stall")  # errors the tracer raised while the job ran
+# `collcheck trace` exit statuses.
+EXIT_OK = 0  # everything read, ranks consistent
+EXIT_DIVERGED = 1  # ranks diverged (or, with --strict, call sites did)
+EXIT_UNREADABLE = 2  # nothing could be read (or a usage error)
+EXIT_INCOMPLETE = 3  # no divergence in what could be read, but lines, files or events are missing
 
 
 @dataclass(frozen=True)
@@ -144,6 +153,19 @@ class RankSummary:
         return head
 
 
+@dataclass(frozen=True)
+class Problem:
+    """Something in the trace folder that could not be read: a whole file (`line` 0) or one line."""
+
+    path: str
+    line: int
+    text: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}" if self.line else self.path
+
+
 @dataclass
 class RankTrace:
     rank: int
@@ -152,6 +174,17 @@ class RankTrace:
     events: list[CollectiveEvent] = field(default_factory=list)
     reports: list[RuntimeReport] = field(default_factory=list)
     exited: bool | None = None
+    problems: list[Problem] = field(default_factory=list)  # the first PROBLEMS_SHOWN
+    unreadable: int = 0  # lines (or dump entries) skipped, all of them
+    lost: int = 0  # lines the tracer could not write (its `lost` line)
+    lost_error: str = ""
+
+    def note(self, line: int, text: str, skipped: bool = True) -> None:
+        """Something that could not be used: a line (`line` 0: the file), skipped or not."""
+        if skipped:
+            self.unreadable += 1
+        if len(self.problems) < PROBLEMS_SHOWN:
+            self.problems.append(Problem(self.path, line, text))
 
 
 @dataclass(frozen=True)
@@ -164,6 +197,14 @@ class Analysis:
     reports: tuple[RuntimeReport, ...]
     events: dict[int, list[CollectiveEvent]] = field(default_factory=dict, compare=False)
     p2p: tuple[P2PFinding, ...] = ()
+    problems: tuple[Problem, ...] = ()  # what could not be read (files, the first lines of each)
+    unreadable: int = 0  # lines and dump entries skipped in all
+    lost: int = 0  # events the tracers could not write
+
+    @property
+    def incomplete(self) -> bool:
+        """Some input could not be read: "consistent" cannot be claimed."""
+        return bool(self.problems or self.unreadable or self.lost)
 
     @property
     def mismatches(self) -> tuple[Divergence, ...]:
@@ -182,7 +223,10 @@ class Analysis:
         return bool(self.mismatches or self.missing or self.runtime_errors or self.p2p)
 
     def exit_code(self, strict: bool = False) -> int:
-        return 1 if self.diverged or (strict and self.warnings) else 0
+        """EXIT_DIVERGED, else EXIT_INCOMPLETE when some input could not be read, else EXIT_OK."""
+        if self.diverged or (strict and self.warnings):
+            return EXIT_DIVERGED
+        return EXIT_INCOMPLETE if self.incomplete else EXIT_OK
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,7 +237,12 @@ class TraceError(Exception):
     """The directory holds nothing that could be read as a trace."""
 
 
-def load_dir(path: str) -> list[RankTrace]:
+class DumpRefused(Exception):
+    """A file that looked like a Flight Recorder dump and was not read (unsafe or too big)."""
+
+
+def load_dir(path: str, problems: list[Problem] | None = None) -> list[RankTrace]:
+    """Every trace and dump in `path`; files refused as unsafe are added to `problems`."""
     if not os.path.isdir(path):
         raise TraceError(f"{path}: not a directory")
     traces: list[RankTrace] = []
@@ -201,7 +250,12 @@ def load_dir(path: str) -> list[RankTrace]:
         full = os.path.join(path, name)
         if not os.path.isfile(full):
             continue
-        trace = load_file(full)
+        try:
+            trace = load_file(full)
+        except DumpRefused as refused:
+            if problems is not None:
+                problems.append(Problem(full, 0, str(refused)))
+            continue
         if trace is not None:
             traces.append(trace)
     if not traces:
@@ -210,46 +264,153 @@ def load_dir(path: str) -> list[RankTrace]:
 
 
 def load_file(path: str) -> RankTrace | None:
+    """A collcheck trace, a Flight Recorder dump, or None for any other file. Raises DumpRefused
+    for a pickle that is not plain data, or a dump over MAX_DUMP_BYTES."""
     name = os.path.basename(path)
     if name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX):
         return _load_collcheck(path)
     return _load_flight_recorder(path)
 
 
+MAX_LINE_BYTES = 1 << 20  # a real line is under a few KB; a longer one is skipped unparsed
+PROBLEMS_SHOWN = 10  # per file; the rest are counted
+_INT_LIMIT = 1 << 62  # ranks, sequence numbers, sizes: anything past this is corrupt
+
+
 def _load_collcheck(path: str) -> RankTrace:
-    rows = read_trace(path)
+    """A collcheck trace. Every line that cannot be used is skipped and recorded as a problem of
+    the trace (file:line and why); a torn last line (a rank killed mid-write) is expected."""
     digits = re.search(r"(\d+)", os.path.basename(path)[len(TRACE_PREFIX) :])
-    rank = int(digits.group(1)) if digits else -1
+    rank = int(digits.group(1)) if digits and len(digits.group(1)) < 10 else -1
     trace = RankTrace(rank=rank, source="collcheck", path=path, exited=False)
-    by_key: dict[tuple[str, int], CollectiveEvent] = {}
-    for row in rows:
-        kind = row.get("ev")
+    loader = _TraceLines(trace)
+    try:
+        with open(path, "rb") as handle:
+            for number, line in _lines(handle):
+                loader.take(number, line)
+    except OSError as error:
+        trace.note(0, f"could not be read: {error.strerror or error}")
+    if not loader.header:
+        trace.note(0, "no header line: the trace was not written in full (a full disk?)", skipped=False)
+    if trace.lost:
+        why = trace.lost_error or "write failed"
+        trace.note(0, f"incomplete: {trace.lost} events lost ({why})", skipped=False)
+    return trace
+
+
+def _lines(handle: Any) -> Any:
+    """(line number, bytes) for each line, at most MAX_LINE_BYTES each (longer ones come back as
+    None); a last line without a newline is a torn write and comes back as b"" (skipped)."""
+    number = 0
+    while True:
+        line = handle.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_LINE_BYTES:
+            while line and not line.endswith(b"\n"):  # skip the rest of it
+                line = handle.readline(MAX_LINE_BYTES)
+            yield number, None
+        elif not line.endswith(b"\n"):
+            yield number, b""
+        else:
+            yield number, line
+
+
+class _TraceLines:
+    """Turns a collcheck trace's lines into its RankTrace, one line at a time."""
+
+    def __init__(self, trace: RankTrace) -> None:
+        self.trace = trace
+        self.header = False
+        self.by_key: dict[tuple[str, int], CollectiveEvent] = {}
+
+    def take(self, number: int, line: bytes | None) -> None:
+        if line is None:
+            self.trace.note(number, f"line longer than {MAX_LINE_BYTES} bytes")
+            return
+        if not line.strip():
+            return
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, nested too deep
+            self.trace.note(number, f"not a JSON line ({_short_error(error)})")
+            return
+        if not isinstance(row, dict):
+            self.trace.note(number, f"not a JSON object ({type(row).__name__})")
+            return
+        try:
+            self._row(row)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as error:
+            self.trace.note(number, f"malformed {str(row.get('ev'))[:20]!r} line ({_short_error(error)})")
+
+    def _row(self, row: dict[str, Any]) -> None:
+        trace, kind = self.trace, row.get("ev")
         if kind == "header":
-            trace.rank = int(row.get("rank", rank))
+            self.header = True
+            trace.rank = _bounded(row.get("rank", trace.rank))
         elif kind == "coll":
-            event = CollectiveEvent.from_json(row)
-            by_key[(event.group, event.seq)] = event
+            event = _checked(CollectiveEvent.from_json(row))
+            self.by_key[(event.group, event.seq)] = event
             trace.events.append(event)
         elif kind == "done":
-            done = by_key.get((str(row.get("group")), int(row.get("seq", 0))))
+            done = self.by_key.get((str(row.get("group")), _bounded(row.get("seq", 0))))
             if done is not None and row.get("ok", True):
-                done.t_end = float(row.get("t_end", done.t_start))
+                done.t_end = _finite(row.get("t_end", done.t_start))
         elif kind == "unobserved":
-            unknown = by_key.get((str(row.get("group")), int(row.get("seq", 0))))
+            unknown = self.by_key.get((str(row.get("group")), _bounded(row.get("seq", 0))))
             if unknown is not None:
                 unknown.observable = False
         elif kind == "report":
-            trace.reports.append(
-                RuntimeReport(
-                    int(row.get("rank", trace.rank)),
-                    str(row.get("kind")),
-                    str(row.get("severity")),
-                    str(row.get("text")),
-                )
-            )
+            rank = _bounded(row.get("rank", trace.rank))
+            fields = (str(row.get(name)) for name in ("kind", "severity", "text"))
+            trace.reports.append(RuntimeReport(rank, *fields))
         elif kind == "exit":
             trace.exited = True
-    return trace
+        elif kind == LOST:
+            trace.lost = max(trace.lost, _bounded(row.get("n", 0)))
+            trace.lost_error = str(row.get("error", ""))[:200]
+
+
+def _bounded(value: Any) -> int:
+    """An int (or a string of one) within +-_INT_LIMIT; ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"not an integer: {str(value)[:40]}")
+    number = int(value)
+    if not -_INT_LIMIT < number < _INT_LIMIT:
+        raise ValueError(f"out of range: {str(value)[:40]}")
+    return number
+
+
+def _finite(value: Any) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"not a finite time: {number}")
+    return number
+
+
+def _checked(event: CollectiveEvent) -> CollectiveEvent:
+    """`event` if every number in it is sane (the analysis sorts, counts and prints them)."""
+    _bounded(event.rank)
+    if _bounded(event.seq) < 0:
+        raise ValueError("negative sequence number")
+    for number in (*event.group_ranks, *(d for shape in event.shapes for d in shape)):
+        _bounded(number)
+    for optional in (event.root, event.tag):
+        if optional is not None:
+            _bounded(optional)
+    if event.reduce_op is not None and not isinstance(event.reduce_op, str):
+        raise ValueError("reduce_op is not a string")
+    _finite(event.t_start)
+    event.site = CallSite(
+        event.site.file, _bounded(event.site.line), event.site.func, tuple(map(str, event.site.stack))
+    )
+    return event
+
+
+def _short_error(error: BaseException) -> str:
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return text[:120]
 
 
 # Flight Recorder ------------------------------------------------------------------------------
@@ -281,31 +442,91 @@ def _load_flight_recorder(path: str) -> RankTrace | None:
         return None
     configs = _pg_ranks(dump.get("pg_config"))
     trace = RankTrace(rank=rank, source="flight-recorder", path=path, exited=None)
-    for entry in dump["entries"]:
-        if isinstance(entry, dict):
-            event = _fr_event(entry, rank, configs)
+    for index, entry in enumerate(dump["entries"][:MAX_DUMP_ENTRIES]):
+        try:
+            event = _fr_event(entry, rank, configs) if isinstance(entry, dict) else None
             if event is not None:
-                trace.events.append(event)
+                trace.events.append(_checked(event))
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as error:
+            trace.note(0, f"entry {index}: unusable ({_short_error(error)})")
+    if len(dump["entries"]) > MAX_DUMP_ENTRIES:
+        trace.note(0, f"only the first {MAX_DUMP_ENTRIES} entries read", skipped=False)
     return trace
 
 
+# Bounds on what one dump may cost: FR's ring buffer holds 2,000 entries by default (a few MB).
+MAX_DUMP_BYTES = 256 * 1024 * 1024
+MAX_DUMP_ENTRIES = 1_000_000
+_PICKLE_DICT = b"}"  # EMPTY_DICT: a dump's top level
+_PICKLE_FRAME = b"\x95"  # FRAME (protocol 4+), 8 bytes of length, then the first opcode
+
+
 def _read_dump(path: str) -> Any:
+    """The decoded dump, or None when the file is not one: JSON (starts with `{`) or a pickle whose
+    first opcodes are a protocol 2-5 header and an empty dict, as torch writes them. Any other file
+    is never unpickled."""
     try:
         with open(path, "rb") as handle:
-            head = handle.read(1)
-            handle.seek(0)
-            if head in (b"{", b"["):
-                return json.load(handle)
-            # Flight Recorder's own format; only load dumps you trust, as with any pickle.
-            return pickle.load(handle)
-    except Exception:
+            size = os.fstat(handle.fileno()).st_size
+            head = handle.read(16)
+            kind = _dump_kind(head)
+            if kind is None:
+                return None
+            if size > MAX_DUMP_BYTES:
+                raise DumpRefused(f"{size} bytes, more than the {MAX_DUMP_BYTES} a dump may have; not read")
+            data = head + handle.read(MAX_DUMP_BYTES + 1 - len(head))
+    except OSError:
+        return None
+    if len(data) > MAX_DUMP_BYTES:  # grew while being read
+        raise DumpRefused(f"more than {MAX_DUMP_BYTES} bytes; not read")
+    if kind == "json":
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError):
+            return None
+    return _plain_unpickle(data)
+
+
+def _dump_kind(head: bytes) -> str | None:
+    """ "json", "pickle" or None, from a file's first bytes."""
+    if head.lstrip()[:1] == b"{":
+        return "json"
+    if len(head) < 3 or head[0] != pickle.PROTO[0] or not 2 <= head[1] <= 5:
+        return None
+    opcode = head[2:3]
+    if opcode == _PICKLE_FRAME and len(head) >= 12:
+        opcode = head[11:12]
+    return "pickle" if opcode == _PICKLE_DICT else None
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Builds only what needs no global: dicts, lists, tuples, str, bytes, numbers, bool, None.
+    Every opcode that could call something gets its callable from `find_class`, refused here."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise DumpRefused(
+            f"pickle refers to {module}.{name}; Flight Recorder dumps hold only plain data, "
+            "so it was not unpickled"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise DumpRefused("pickle uses persistent ids; not a Flight Recorder dump, not unpickled")
+
+
+def _plain_unpickle(data: bytes) -> Any:
+    try:
+        return _PlainDataUnpickler(io.BytesIO(data)).load()
+    except DumpRefused:
+        raise
+    except Exception:  # truncated or corrupt: not a dump we can read
         return None
 
 
 def _dump_rank(dump: dict[str, Any], path: str) -> int | None:
-    if isinstance(dump.get("rank"), int):
-        return int(dump["rank"])
-    digits = re.search(r"(\d+)(?:\.\w+)?$", os.path.basename(path))  # FR names files <prefix><rank>
+    rank = dump.get("rank")
+    if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < _INT_LIMIT:
+        return rank
+    digits = re.search(r"(\d{1,9})(?:\.\w+)?$", os.path.basename(path))  # FR names files <prefix><rank>
     return int(digits.group(1)) if digits else None
 
 
@@ -371,7 +592,8 @@ def _fr_site(frames: Any) -> CallSite:
 # Analysis
 
 
-def analyze(traces: list[RankTrace]) -> Analysis:
+def analyze(traces: list[RankTrace], problems: list[Problem] | tuple[Problem, ...] = ()) -> Analysis:
+    """The cross-rank findings; `problems` (from load_dir) are carried into the report."""
     events = {trace.rank: trace.events for trace in traces}
     by_group: dict[str, dict[int, dict[int, CollectiveEvent]]] = {}
     members: dict[str, set[int]] = {}
@@ -405,11 +627,14 @@ def analyze(traces: list[RankTrace]) -> Analysis:
         reports=tuple(report for trace in traces for report in trace.reports),
         events=events,
         p2p=tuple(p2p),
+        problems=(*problems, *(problem for trace in traces for problem in trace.problems)),
+        unreadable=sum(trace.unreadable for trace in traces),
+        lost=sum(trace.lost for trace in traces),
     )
 
 
 def _group_order(name: str) -> tuple[int, str]:
-    return (int(name), "") if name.isdigit() else (1 << 30, name)
+    return (int(name), "") if name.isascii() and name.isdigit() and len(name) < 12 else (1 << 40, name)
 
 
 def _divergences(group: str, ranks_events: dict[int, dict[int, CollectiveEvent]]) -> list[Divergence]:
@@ -455,9 +680,10 @@ def _missing(
     lowest = min(counts.values())
     if lowest == max(counts.values()):
         return None
-    seq = lowest + 1
+    # lowest + 1 in a whole trace; the next one present where lines were lost or are malformed.
+    seq = min(number for seqs in ranks_events.values() for number in seqs if number > lowest)
     behind = tuple(sorted(rank for rank, count in counts.items() if count == lowest))
-    issuer = min(rank for rank, count in counts.items() if count >= seq)
+    issuer = min(rank for rank, seqs in ranks_events.items() if seq in seqs)
     return Missing(group, seq, behind, Side.of(ranks_events[issuer][seq]))
 
 
@@ -536,16 +762,37 @@ def render_text(analysis: Analysis) -> str:
     lines.append("per rank:")
     for summary in analysis.summaries:
         lines.append(f"  rank {summary.rank}: {summary.text}")
+    if analysis.problems:
+        lines.append("could not read:")
+        lines.extend(f"  {problem.where}: {problem.text}" for problem in analysis.problems)
+        shown = sum(1 for problem in analysis.problems if problem.line)
+        if analysis.unreadable > shown:
+            lines.append(f"  ({_plural(analysis.unreadable, 'line')} or entries skipped in all)")
     if analysis.reports:
         lines.append("reported at run time:")
         for report in analysis.reports:
             body = report.text.replace("\n", "\n    ")
             lines.append(f"  rank {report.rank} {report.severity} ({report.kind}): {body}")
-    verdict = "ranks diverged" if analysis.diverged else "consistent"
+    verdict = "ranks diverged" if analysis.diverged else _undiverged_verdict(analysis)
     if not analysis.diverged and analysis.warnings:
         verdict += " (with call-site warnings)"
     lines.append(f"result: {verdict}")
     return "\n".join(lines)
+
+
+def _undiverged_verdict(analysis: Analysis) -> str:
+    """ "consistent" only when everything was read."""
+    if not analysis.incomplete:
+        return "consistent"
+    gaps = []
+    if analysis.lost:
+        gaps.append(f"{analysis.lost} events lost")
+    if analysis.unreadable:
+        gaps.append(f"{_plural(analysis.unreadable, 'unreadable line')} skipped")
+    files = sum(1 for problem in analysis.problems if not problem.line and "events lost" not in problem.text)
+    if files:
+        gaps.append(f"{_plural(files, 'file problem')}")
+    return f"incomplete: {', '.join(gaps)}; no divergence in what could be read"
 
 
 def _short_frame(frame: str) -> str:
@@ -623,6 +870,10 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         "reports": [
             {"rank": r.rank, "kind": r.kind, "severity": r.severity, "text": r.text} for r in analysis.reports
         ],
+        "problems": [{"path": p.path, "line": p.line, "text": p.text} for p in analysis.problems],
+        "unreadable": analysis.unreadable,
+        "lost": analysis.lost,
+        "incomplete": analysis.incomplete,
     }
 
 

@@ -10,7 +10,16 @@ from typing import Annotated
 
 import typer
 
-from collcheck.runtime.analyze import Analysis, TraceError, analyze, load_dir, render_text, to_json
+from collcheck.runtime.analyze import (
+    Analysis,
+    Problem,
+    TraceError,
+    analyze,
+    load_dir,
+    render_text,
+    to_json,
+)
+from collcheck.runtime.record import shared_dir_allowed, write_output
 
 TRACE_FORMATS = ("text", "json", "perfetto")
 HANG_GRACE_S = 30.0  # the launcher's backstop fires this long after the in-process watchdog should have
@@ -36,25 +45,51 @@ def run_command(
     print_env: Annotated[
         bool, typer.Option("--print-env", help="Print the environment for launchers collcheck does not wrap.")
     ] = False,
+    allow_shared_trace_dir: Annotated[
+        bool,
+        typer.Option(
+            "--allow-shared-trace-dir",
+            help="Write traces into a folder every user can write and another user owns "
+            "(also COLLCHECK_ALLOW_SHARED_DIR=1).",
+        ),
+    ] = False,
+    allow_untraced: Annotated[
+        bool,
+        typer.Option(
+            "--allow-untraced",
+            help="Run the command even when the trace folder cannot be written (default: refuse).",
+        ),
+    ] = False,
 ) -> None:
     """Run COMMAND (python script.py, torchrun ...) with the collective tracer in every process."""
     from collcheck.runtime import launch
     from collcheck.runtime.tracer import TraceConfig, config_to_env
 
     config = TraceConfig(
-        trace_dir=str(trace_dir), verify=verify or strict, strict=strict, timeout_s=timeout, native=native
+        trace_dir=str(trace_dir),
+        verify=verify or strict,
+        strict=strict,
+        timeout_s=timeout,
+        native=native,
+        allow_shared_dir=allow_shared_trace_dir or shared_dir_allowed(),
     )
     env = launch.tracing_env({}, config_to_env(config))
     if print_env:
         for key, value in sorted(env.items()):
-            shown = f"{value}:$PYTHONPATH" if key == "PYTHONPATH" else value
-            typer.echo(f"export {key}={shlex.quote(shown) if key != 'PYTHONPATH' else shown}")
+            typer.echo(f"export {key}={_shell_value(key, value)}")
         raise typer.Exit(0)
     command = list(ctx.args)
     if not command:
         typer.echo("collcheck: error: no command (usage: collcheck run [OPTIONS] -- COMMAND...)", err=True)
         raise typer.Exit(2)
-    launch.clear_old_traces(str(trace_dir))
+    why = launch.prepare_trace_dir(str(trace_dir), config.allow_shared_dir)
+    if why is not None:
+        if not allow_untraced:
+            refused = f"collcheck: error: {why}; the job was not started (--allow-untraced runs it)"
+            typer.echo(refused, err=True)
+            raise typer.Exit(2)
+        typer.echo(f"collcheck: warning: {why}; running the job UNTRACED", err=True)
+        raise typer.Exit(launch.run(command, dict(os.environ)).exit_status)
     if config.uses_native:
         launch.prebuild_native()
     outcome = launch.run(
@@ -66,20 +101,30 @@ def run_command(
     raise typer.Exit(_finish(outcome, str(trace_dir), strict))
 
 
+def _shell_value(key: str, value: str) -> str:
+    """A quoted shell value; PYTHONPATH keeps the shell's own entries after the boot folder, with
+    no empty entry when it has none (an empty entry would put the working directory first)."""
+    if key == "PYTHONPATH":
+        return shlex.quote(value) + '${PYTHONPATH:+:"$PYTHONPATH"}'
+    return shlex.quote(value)
+
+
 def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
     """Print the cross-rank analysis when the job failed, hung, was interrupted or diverged."""
     from collcheck.runtime.launch import RunOutcome
 
     assert isinstance(outcome, RunOutcome)
+    problems: list[Problem] = []
     try:
-        analysis = analyze(load_dir(trace_dir))
+        analysis = analyze(load_dir(trace_dir, problems), problems)
     except TraceError:
+        _warn_problems(problems)
         typer.echo(
             f"collcheck: no traces in {trace_dir} (did the command initialise torch.distributed?)", err=True
         )
-        return outcome.returncode
+        return outcome.exit_status
     failed = outcome.returncode != 0 or outcome.hung or outcome.interrupted
-    if failed or analysis.diverged or analysis.warnings:
+    if failed or analysis.diverged or analysis.warnings or analysis.incomplete:
         typer.echo(_headline(outcome), err=True)
         typer.echo(render_text(analysis), err=True)
     else:
@@ -87,18 +132,20 @@ def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
             f"collcheck: {len(analysis.ranks)} ranks traced, consistent; traces in {trace_dir}", err=True
         )
     if outcome.returncode != 0:
-        return outcome.returncode
+        return outcome.exit_status
     return analysis.exit_code(strict) if not outcome.hung else 1
 
 
 def _headline(outcome: object) -> str:
-    from collcheck.runtime.launch import RunOutcome
+    from collcheck.runtime.launch import RunOutcome, signal_name
 
     assert isinstance(outcome, RunOutcome)
     if outcome.interrupted:
-        why = "was interrupted"
+        why = f"was stopped ({signal_name(outcome.returncode - 128)} received) and every process of it ended"
     elif outcome.hung:
-        why = f"hung and was stopped after {outcome.seconds:.0f}s"
+        why = f"hung and was stopped after {outcome.seconds:.0f}s (every process of it ended)"
+    elif outcome.signal_name is not None:
+        why = f"was ended by {outcome.signal_name}"
     elif outcome.returncode != 0:
         why = f"exited with status {outcome.returncode}"
     else:
@@ -116,32 +163,60 @@ def trace_command(
         typer.Option("--output", "-o", help="Write here (perfetto default: DIR/trace.perfetto.json)."),
     ] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Call-site divergence fails too.")] = False,
+    allow_shared_dir: Annotated[
+        bool,
+        typer.Option(
+            "--allow-shared-trace-dir",
+            help="Write the output into a folder every user can write and another user owns.",
+        ),
+    ] = False,
 ) -> None:
-    """Analyse recorded traces offline; exit 1 when the ranks diverged."""
+    """Analyse recorded traces offline.
+
+    Exit status: 0 consistent; 1 the ranks diverged; 2 nothing could be read (or a usage error);
+    3 no divergence in what could be read, but some of it could not be (malformed lines, refused
+    files, events a tracer could not write).
+    """
     if output_format not in TRACE_FORMATS:
         typer.echo(
             f"collcheck: error: unknown format '{output_format}' (expected text, json or perfetto)", err=True
         )
         raise typer.Exit(2)
+    problems: list[Problem] = []
     try:
-        analysis = analyze(load_dir(str(directory)))
+        analysis = analyze(load_dir(str(directory), problems), problems)
     except TraceError as error:
+        _warn_problems(problems)
         typer.echo(f"collcheck: error: {error}", err=True)
         raise typer.Exit(2) from error
-    _emit(analysis, output_format, output, directory)
+    if output_format != "text" or output is not None:  # the text report lists them itself
+        _warn_problems(problems)
+    try:
+        _emit(analysis, output_format, output, directory, allow_shared_dir or shared_dir_allowed())
+    except OSError as error:  # UnsafeLocation included
+        typer.echo(f"collcheck: error: cannot write the output: {error}", err=True)
+        raise typer.Exit(2) from error
     raise typer.Exit(analysis.exit_code(strict))
 
 
-def _emit(analysis: Analysis, output_format: str, output: Path | None, directory: Path) -> None:
+def _warn_problems(problems: list[Problem]) -> None:
+    for problem in problems:
+        typer.echo(f"collcheck: warning: {problem.where}: {problem.text}", err=True)
+
+
+def _emit(
+    analysis: Analysis, output_format: str, output: Path | None, directory: Path, allow_shared: bool
+) -> None:
+    """Print or write the report; files are written as traces are (record.open_output)."""
     if output_format == "perfetto":
         from collcheck.runtime.perfetto import to_perfetto
 
         target = output or directory / "trace.perfetto.json"
-        target.write_text(json.dumps(to_perfetto(analysis)), encoding="utf-8")
+        write_output(str(target), json.dumps(to_perfetto(analysis)), allow_shared)
         typer.echo(f"wrote {target} (open it in https://ui.perfetto.dev)")
         return
     text = json.dumps(to_json(analysis), indent=2) if output_format == "json" else render_text(analysis)
     if output is not None:
-        output.write_text(text + "\n", encoding="utf-8")
+        write_output(str(output), text + "\n", allow_shared)
     else:
         typer.echo(text)

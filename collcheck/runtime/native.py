@@ -7,6 +7,9 @@ torch/Python/source combination with `torch.utils.cpp_extension` (about a minute
 in a subprocess with a timeout, under an advisory file lock so that the ranks of a job build it
 once between them; a lock held by a killed process is released by the kernel, so it never goes
 stale. Without a compiler, or with COLLCHECK_NATIVE=0, record mode keeps the Python kernel.
+Loading a library runs its code, so one is loaded (or built) only where no other user could have
+put it: the library, its folder and the cache root must be owned by this user and not writable by
+group or others (`untrusted`); otherwise the Python kernel is used, after one warning.
 
     python -m collcheck.runtime.native build     # build now (what `collcheck run` does first)
 """
@@ -20,6 +23,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -76,6 +80,52 @@ _loaded: ModuleType | None = None
 _load_lock = threading.Lock()
 
 
+def untrusted(path: Path) -> str | None:
+    """Why another user could have written `path`, or None: it must be owned by this user and not
+    writable by group or others. A file must not be a link; a folder is checked where it leads."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        if not path.is_dir():
+            return f"{path} is a symbolic link"
+        info = os.stat(path)
+    if info.st_uid != os.geteuid():
+        return f"{path} is owned by uid {info.st_uid}, not by this user"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is writable by group or others"
+    return None
+
+
+def _untrusted_build(directory: Path) -> str | None:
+    """Why the build in `directory` must not be loaded or made, or None (also when absent)."""
+    library = directory / f"{directory.name}.so"
+    for path in (directory.parent, directory, library):
+        if os.path.lexists(path):
+            why = untrusted(path)
+            if why is not None:
+                return why
+    return None
+
+
+def _make_private(directory: Path) -> None:
+    """Create the cache root and build folder for this user only (umask aside)."""
+    for path in (directory.parent, directory):
+        if not path.exists():
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path.chmod(0o700)
+
+
+_warned_untrusted = False
+
+
+def _refuse_untrusted(why: str) -> None:
+    global _warned_untrusted
+    if not _warned_untrusted:
+        _warned_untrusted = True
+        warn(
+            f"native recorder not loaded: {why} (another user could have planted it); using the Python kernel"
+        )
+
+
 def load(build: bool = True, quiet: bool = False) -> ModuleType | None:
     """The compiled recorder, building it first if needed (and allowed); None if unavailable."""
     global _loaded
@@ -85,6 +135,12 @@ def load(build: bool = True, quiet: bool = False) -> ModuleType | None:
         try:
             name = module_name()
             directory = cache_root() / name
+            if build:
+                _make_private(directory)
+            why = _untrusted_build(directory)
+            if why is not None:
+                _refuse_untrusted(why)
+                return None
             _loaded = _import(name, directory) or (
                 _build_and_import(name, directory, quiet) if build else None
             )
@@ -98,6 +154,10 @@ def _import(name: str, directory: Path) -> ModuleType | None:
     library = directory / f"{name}.so"
     if not library.is_file():
         return None
+    why = _untrusted_build(directory)  # again: a build just made, or one that appeared meanwhile
+    if why is not None:
+        _refuse_untrusted(why)
+        return None
     import torch  # noqa: F401  (the extension links against torch's libraries, loaded first)
 
     spec = importlib.util.spec_from_file_location(name, library)
@@ -109,7 +169,6 @@ def _import(name: str, directory: Path) -> ModuleType | None:
 
 
 def _build_and_import(name: str, directory: Path, quiet: bool) -> ModuleType | None:
-    directory.mkdir(parents=True, exist_ok=True)
     failed = directory / FAILED_MARKER
     with _exclusive(directory / "collcheck.lock"):
         module = _import(name, directory)  # another rank built it while we waited
@@ -139,6 +198,8 @@ def build_in_background() -> str:
     try:
         name = module_name()
     except Exception:
+        return "unavailable"
+    if _untrusted_build(cache_root() / name) is not None:
         return "unavailable"
     failed = cache_root() / name / FAILED_MARKER
     if failed.exists():
@@ -194,7 +255,9 @@ def _compile(name: str, directory: str) -> None:
         is_python_module=True,
         verbose=False,
     )
-    os.replace(os.path.join(staging, f"{name}.so"), os.path.join(directory, f"{name}.so"))
+    library = os.path.join(directory, f"{name}.so")
+    os.replace(os.path.join(staging, f"{name}.so"), library)
+    os.chmod(library, 0o700)  # whatever the umask: a group-writable library would not be loaded
 
 
 @contextlib.contextmanager
@@ -252,6 +315,10 @@ class NativeRecorder:
 
     def flush(self) -> None:
         self.module.flush()
+
+    def lost(self) -> int:
+        """Lines the kernel could not write (a full disk) since it started."""
+        return int(self.module.lost())
 
     def stop(self) -> None:
         self.module.stop()

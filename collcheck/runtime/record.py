@@ -8,10 +8,15 @@ never imports torch.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
 import os
+import stat
+import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -22,6 +27,65 @@ TRACE_SUFFIX = ".jsonl"
 
 def trace_file_name(rank: int) -> str:
     return f"{TRACE_PREFIX}{rank}{TRACE_SUFFIX}"
+
+
+# Traces hold argv, the working directory and the host name: readable by the owner (and group).
+FILE_MODE = 0o640
+DIR_MODE = 0o750
+ENV_ALLOW_SHARED_DIR = "COLLCHECK_ALLOW_SHARED_DIR"
+
+
+class UnsafeLocation(OSError):
+    """A trace or report location another user controls, or one that is not a plain file."""
+
+
+def shared_dir_allowed(environ: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return env.get(ENV_ALLOW_SHARED_DIR, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_folder(path: str, allow_shared: bool) -> None:
+    """Raise UnsafeLocation when `path` is writable by every user and owned by another: anyone
+    could plant a link there under the name of the next file written, or replace a trace."""
+    info = os.stat(path)
+    if allow_shared or not info.st_mode & stat.S_IWOTH or info.st_uid == os.geteuid():
+        return
+    raise UnsafeLocation(
+        f"{path} is writable by every user and owned by uid {info.st_uid}, so another user could "
+        f"replace or redirect the files written there; use a folder of your own, or allow it with "
+        f"{ENV_ALLOW_SHARED_DIR}=1 (--allow-shared-trace-dir)"
+    )
+
+
+def make_folder(path: str, allow_shared: bool) -> None:
+    """Create `path` (owner and group only) if needed, and check it as `check_folder` does."""
+    os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+    check_folder(path, allow_shared)
+
+
+def open_output(path: str, allow_shared: bool) -> int:
+    """A descriptor for writing `path`, created FILE_MODE in a folder that passes `check_folder`.
+    A symbolic link is never followed and anything but a regular file (a FIFO, a device) refused."""
+    make_folder(os.path.dirname(path) or ".", allow_shared)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, FILE_MODE)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise UnsafeLocation(f"{path} is a symbolic link; collcheck never writes through one") from None
+        if error.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise UnsafeLocation(f"{path} is not a regular file") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafeLocation(f"{path} is not a regular file")
+    return fd
+
+
+def write_output(path: str, text: str, allow_shared: bool) -> None:
+    """Write a whole report file through `open_output`."""
+    with os.fdopen(open_output(path, allow_shared), "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 @dataclass(frozen=True)
@@ -237,6 +301,19 @@ class CollectiveEncoder:
         )
 
 
+LOST = "lost"  # `{"ev":"lost","n":N,"error":...}`: N lines this writer could not write
+STATUS_BYTES = 160  # the fixed size of that line, rewritten in place as the count grows
+
+
+def _status_line(lost: int, error: str) -> bytes:
+    """The `lost` line padded to STATUS_BYTES (JSON allows the trailing spaces)."""
+    for text in (error, error[:60], ""):
+        line = _dumps({"ev": LOST, "n": lost, "error": text}).encode("utf-8")
+        if len(line) < STATUS_BYTES:
+            return line + b" " * (STATUS_BYTES - 1 - len(line)) + b"\n"
+    raise ValueError(lost)  # unreachable: an int fits
+
+
 class TraceWriter:
     """Appends each event as one line with a single unbuffered `os.write`: nothing waits in a user-space
     buffer, so a rank killed with SIGKILL leaves a trace intact up to its last collective.
@@ -244,14 +321,26 @@ class TraceWriter:
     The one exception is `defer_line`, for record mode's `done` lines: they go out with the next line
     written (the next collective's, in the same `os.write`) or at the next `flush` (the monitor's
     tick), which saves a system call per collective. A rank killed in between loses only those
-    completions, never a collective it issued."""
+    completions, never a collective it issued.
 
-    def __init__(self, path: str) -> None:
+    A failed write (a full disk, a quota) never raises: the tracer must go on verifying and
+    reporting (on stderr) whatever the disk does. The lines are counted as lost, once on stderr,
+    and in the trace itself: the first write also writes a `lost` line with a count of 0, the
+    space it reserves, which each failure rewrites in place (no new space needed) with the count
+    so far, so the analysis can say the trace is incomplete. (A count of 0 is no event: readers
+    skip it.)"""
+
+    def __init__(self, path: str, allow_shared: bool = False) -> None:
         self.path = path
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666)
+        # No O_APPEND: the status line is rewritten with pwrite, which O_APPEND would append.
+        self._fd = open_output(path, allow_shared)
         self._lock = threading.Lock()  # lines from the issuing, monitor and backend threads never interleave
         self._deferred: list[str] = []
+        self._status_at = -1  # file offset of the `lost` line; -1 until written whole
+        self._started = False
+        self._torn = False  # a failed write left half a line at the end of the file
+        self.lost = 0
+        self._lost_elsewhere = 0
 
     def write(self, data: dict[str, Any]) -> None:
         self.write_line(_dumps(data) + "\n")
@@ -282,28 +371,75 @@ class TraceWriter:
         """Holding the lock."""
         if self._fd < 0:  # closed: the tracer stopped or the monitor is ending the process
             return
-        data = line.encode("utf-8")
-        while data:  # a regular file takes the whole line; a full disk raises
-            written = os.write(self._fd, data)
-            if written <= 0:
-                raise OSError(f"collcheck: short write to {self.path}")
-            data = data[written:]
+        lines = line.encode("utf-8")
+        prefix = b"\n" if self._torn else b""  # end a half-written line first: only it is unreadable
+        status = b""
+        if not self._started:  # the file is empty: the status line goes after the first line
+            self._started = True
+            status = _status_line(0, "")
+        data = prefix + lines + status
+        sent = 0
+        try:
+            while sent < len(data):
+                written = os.write(self._fd, data[sent:])
+                if written <= 0:
+                    raise OSError(errno.EIO, "short write")
+                sent += written
+        except OSError as error:
+            if sent:
+                self._torn = data[sent - 1 : sent] != b"\n"
+            start = max(sent - len(prefix), 0)
+            self._lost_lines(lines[start:].count(b"\n"), error)
+            return
+        self._torn = False
+        if status:
+            self._status_at = len(prefix) + len(lines)
+
+    def lost_elsewhere(self, total: int) -> None:
+        """`total` lines lost so far by another writer of this file (the native kernel's)."""
+        with self._lock:
+            if total > self._lost_elsewhere and self._fd >= 0:
+                count, self._lost_elsewhere = total - self._lost_elsewhere, total
+                self._lost_lines(count, OSError(errno.ENOSPC, "write failed (native kernel)"))
+
+    def _lost_lines(self, count: int, error: OSError) -> None:
+        """Say once on stderr that lines are lost, and keep the count in the trace's status line
+        (holding the lock)."""
+        if self.lost == 0:
+            reason = error.strerror or str(error)
+            _stderr(f"collcheck: cannot write the trace {self.path} ({reason}); its lines are being lost")
+        self.lost += count
+        if self._status_at >= 0:
+            with contextlib.suppress(OSError):
+                os.pwrite(self._fd, _status_line(self.lost, error.strerror or str(error)), self._status_at)
 
     def close(self) -> None:
         self.flush()
         with self._lock:
             if self._fd >= 0:
-                os.close(self._fd)
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
                 self._fd = -1
+            if self.lost:
+                _stderr(f"collcheck: the trace {self.path} is incomplete: {self.lost} lines lost")
+
+
+def _stderr(text: str) -> None:
+    with contextlib.suppress(Exception):
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
 
 
 def read_trace(path: str) -> list[dict[str, Any]]:
-    """Every complete JSON line of a trace; a torn last line (the rank died mid-write) is skipped."""
+    """Every complete JSON line of a trace; a torn last line (the rank died mid-write) is skipped,
+    and so is the writer's reserved `lost` line while its count is 0."""
     rows: list[dict[str, Any]] = []
     with open(path, encoding="utf-8") as handle:
         for line in handle:
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if not (isinstance(row, dict) and row.get("ev") == LOST and row.get("n") == 0):
+                rows.append(row)
     return rows

@@ -21,10 +21,12 @@ from collcheck.runtime import native
 from collcheck.runtime.hook import OpSpec, call_site, install
 from collcheck.runtime.native import NativeRecorder
 from collcheck.runtime.record import (
+    ENV_ALLOW_SHARED_DIR,
     SCHEMA_VERSION,
     CollectiveEncoder,
     CollectiveEvent,
     TraceWriter,
+    shared_dir_allowed,
     trace_file_name,
 )
 from collcheck.runtime.verify import Monitor, MonitorConfig, connect_store
@@ -49,6 +51,7 @@ class TraceConfig:
     store_address: str | None = None  # host:port; default: the job's own store
     abort: bool = True  # end the job on an error (mismatch, stall) instead of only reporting it
     native: bool = True  # record mode: the C++ kernel (native.py) where it can be built
+    allow_shared_dir: bool = False  # write into a world-writable folder owned by another user
 
     @property
     def uses_native(self) -> bool:
@@ -86,6 +89,7 @@ def config_from_env(environ: dict[str, str] | None = None) -> TraceConfig:
         store_address=env.get(ENV_STORE) or None,
         abort=env.get(ENV_ABORT, "1") != "0",
         native=env.get(ENV_NATIVE, "1").strip().lower() not in ("0", "false", "no", "off"),
+        allow_shared_dir=shared_dir_allowed(env),
     )
 
 
@@ -101,6 +105,8 @@ def config_to_env(config: TraceConfig) -> dict[str, str]:
     }
     if config.store_address:
         env[ENV_STORE] = config.store_address
+    if config.allow_shared_dir:
+        env[ENV_ALLOW_SHARED_DIR] = "1"
     return env
 
 
@@ -140,7 +146,7 @@ class Tracer:
         self._tensor_type = torch.Tensor
         self._dtypes: dict[Any, str] = {}
         path = os.path.join(config.trace_dir, trace_file_name(rank))
-        self.writer = TraceWriter(path)
+        self.writer = TraceWriter(path, config.allow_shared_dir)
         self.encoder = CollectiveEncoder(rank)
         # Record mode: works whose completion is not yet noted (see the class docstring).
         self._poll_completion = not config.verify
@@ -220,6 +226,7 @@ class Tracer:
         self._drain(STOP_GRACE_S)
         if self.native is not None:
             self.native.stop()
+            self.writer.lost_elsewhere(self.native.lost())
         self.monitor.stop(exited=True)
         self.writer.write({"ev": "exit", "t": time.time()})
         self.writer.close()
@@ -365,6 +372,7 @@ class Tracer:
         """Give the monitor what the native recorder has in flight (for positions and stalls)."""
         assert self.native is not None
         self.native.flush()
+        self.writer.lost_elsewhere(self.native.lost())
         issued, inflight, last, last_done = self.native.snapshot()
         events = {line: self._native_events.get(line) or _event_of(line) for line in inflight}
         self._native_events = events
@@ -379,6 +387,7 @@ class Tracer:
         """Before the monitor ends the process: the native kernel's deferred `done` lines."""
         if self.native is not None:
             self.native.flush()
+            self.writer.lost_elsewhere(self.native.lost())
 
     def _drain(self, grace_s: float) -> None:
         deadline = time.monotonic() + grace_s

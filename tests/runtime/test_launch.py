@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,4 +65,45 @@ def test_run_without_a_command_is_a_usage_error(tmp_path: Path) -> None:
 def test_print_env_for_other_launchers(tmp_path: Path) -> None:
     done = _collcheck("run", "--verify", "--print-env", cwd=tmp_path)
     assert "export COLLCHECK_TRACE=1" in done.stdout and "export COLLCHECK_VERIFY=1" in done.stdout
-    assert "sitecustomize" not in done.stdout and "/boot:$PYTHONPATH" in done.stdout
+    assert "sitecustomize" not in done.stdout and "/boot${PYTHONPATH:+" in done.stdout
+
+
+@pytest.mark.parametrize("outer", [None, "/opt/x"])
+def test_print_env_adds_no_empty_pythonpath_entry(tmp_path: Path, outer: str | None) -> None:
+    """An empty entry (`boot:`) would put the working directory first on sys.path."""
+    exports = _collcheck("run", "--print-env", cwd=tmp_path).stdout
+    env = {key: value for key, value in base_env().items() if key != "PYTHONPATH"}
+    if outer is not None:
+        env["PYTHONPATH"] = outer
+    shell = subprocess.run(
+        ["bash", "-c", exports + '\nprintf %s "$PYTHONPATH"'],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    entries = shell.stdout.split(":")
+    assert entries[0].endswith("/boot") and "" not in entries
+    assert entries[1:] == ([] if outer is None else [outer])
+
+
+def test_the_users_sitecustomize_runs_and_stays_importable(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os\nUSER_SETTING = 42\nos.environ['USER_SITE_RAN'] = '1'\n"
+    )
+    check = "import os, sitecustomize; print(sitecustomize.USER_SETTING, os.environ['USER_SITE_RAN'])"
+    env = base_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
+    command = [sys.executable, "-m", "collcheck", "run", "--trace-dir", str(tmp_path / "t")]
+    done = subprocess.run(
+        [*command, "--", sys.executable, "-c", check],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["42", "1"]

@@ -25,13 +25,22 @@ def _arm() -> None:
 
 
 def _chain() -> None:
+    """Run the sitecustomize this one shadows and leave it as `sys.modules["sitecustomize"]`, so
+    `import sitecustomize` finds the user's module and its attributes, as without collcheck."""
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    ours = sys.modules.get(__name__)
+    sys.modules["sitecustomize"] = module  # as an import would: the module may import itself
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        if ours is not None:  # site.py reports the user's error; ours stays, as it ran fine
+            sys.modules["sitecustomize"] = ours
+        raise
 
 
 try:

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -85,6 +86,7 @@ struct GroupInfo {
 struct State {
   std::mutex mu;
   int fd = -1;
+  int64_t lost = 0;  // lines a failed write dropped since start()
   std::atomic<bool> active{false};  // read without `mu` on every collective
   int64_t session = 0;  // one per start(): a late callback of an earlier tracer is ignored
   std::string deferred;
@@ -106,7 +108,10 @@ struct State {
     while (left > 0 && fd >= 0) {
       ssize_t written = ::write(fd, data, left);
       if (written < 0 && errno == EINTR) continue;
-      if (written <= 0) return;  // a full disk: the trace ends here, the program goes on
+      if (written <= 0) {  // a full disk: counted (tracer.py says so in the trace), the program goes on
+        lost += std::count(data, data + left, '\n');
+        return;
+      }
       data += written;
       left -= static_cast<size_t>(written);
     }
@@ -509,6 +514,7 @@ void start(int fd) {
   state.last_line.clear();
   state.last_seq = 0;
   state.last_done = false;
+  state.lost = 0;
   state.session += 1;
   state.active = true;
 }
@@ -546,6 +552,13 @@ py::tuple snapshot() {
   return py::make_tuple(seq, inflight, last, last_done);
 }
 
+// How many lines failed writes dropped since start().
+int64_t lost() {
+  State& state = *g_state;
+  std::lock_guard<std::mutex> guard(state.mu);
+  return state.lost;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -557,4 +570,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("flush", &flush, py::call_guard<py::gil_scoped_release>());
   m.def("stop", &stop, py::call_guard<py::gil_scoped_release>());
   m.def("snapshot", &snapshot);
+  m.def("lost", &lost, py::call_guard<py::gil_scoped_release>());
 }

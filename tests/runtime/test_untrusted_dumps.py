@@ -1,0 +1,130 @@
+"""Trace folders are untrusted input: a crafted pickle must never run code (see analyze.py)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, base_env
+from test_analyze import _event, _fr_dump, _fr_entry, _write
+
+from collcheck.cli import main
+from collcheck.runtime import analyze as analyze_module
+from collcheck.runtime.analyze import Problem, analyze, load_dir
+
+
+class _RunsCommand:
+    """Unpickling this runs `os.system(touch MARKER)`."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+class _Execs:
+    """Unpickling this runs `builtins.exec`, which creates MARKER."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (exec, (f"open({str(self.marker)!r}, 'w').close()",))
+
+
+def _crafted_files(folder: Path, marker: Path) -> list[str]:
+    """Crafted pickles: bare payloads, and ones shaped like a dump (a dict first, protocols 2 and
+    4, so that they pass the header check and reach the unpickler) holding a payload."""
+    names = []
+    for protocol in (2, 4, 5):
+        for index, payload in enumerate((_RunsCommand(marker), _Execs(marker))):
+            bare = f"fr_evil_bare_{protocol}_{index}"
+            (folder / bare).write_bytes(pickle.dumps(payload, protocol=protocol))
+            shaped = f"nccl_trace_rank_{protocol}{index}"
+            dump = {"entries": [payload], "pg_config": {}, "rank": 7}
+            (folder / shaped).write_bytes(pickle.dumps(dump, protocol=protocol))
+            names += [bare, shaped]
+    return names
+
+
+def test_crafted_pickles_are_refused_and_the_other_traces_still_analysed(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    _write(folder, 0, [_event(0, 1, 4, 10)])
+    _write(folder, 1, [_event(1, 1, 8, 12)])
+    _crafted_files(folder, marker)
+    problems: list[Problem] = []
+    analysis = analyze(load_dir(str(folder), problems), problems)
+    assert not marker.exists()
+    assert analysis.ranks == (0, 1) and analysis.mismatches  # the real traces were analysed
+    refused = {Path(p.path).name: p.text for p in problems}
+    assert all(name.startswith("nccl_trace_rank_") for name in refused)  # bare ones never unpickled
+    assert len(refused) == 6
+    assert any("posix.system" in text for text in refused.values())
+    assert any("builtins.exec" in text for text in refused.values())
+
+
+def test_trace_cli_refuses_a_crafted_pickle_with_a_clear_message(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    _crafted_files(folder, marker)
+    done = subprocess.run(
+        [sys.executable, "-m", "collcheck", "trace", str(folder)],
+        env=base_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert not marker.exists()
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "refers to posix.system" in done.stderr and "not unpickled" in done.stderr
+
+
+def test_a_legitimate_dump_shaped_like_torchs_still_reads(tmp_path: Path) -> None:
+    for protocol in (2, 4, 5):  # torch writes protocol 2; Python's pickle.dump defaults to 4 or 5
+        folder = tmp_path / str(protocol)
+        folder.mkdir()
+        for rank in (0, 1):
+            dump = _fr_dump(
+                [_fr_entry(1, "all_reduce", [[8]], 5), _fr_entry(2, "all_reduce", [[3 + rank]], 6)]
+            )
+            (folder / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(dump, protocol=protocol))
+        problems: list[Problem] = []
+        analysis = analyze(load_dir(str(folder), problems), problems)
+        assert not problems
+        assert [s.source for s in analysis.summaries] == ["flight-recorder"] * 2
+        assert analysis.mismatches[0].seq == 2
+
+
+def test_an_oversized_dump_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(analyze_module, "MAX_DUMP_BYTES", 1000)
+    dump = _fr_dump([_fr_entry(seq, "all_reduce", [[8]], 5) for seq in range(1, 40)])
+    (tmp_path / "nccl_trace_rank_0").write_bytes(pickle.dumps(dump, protocol=2))
+    _write(tmp_path, 1, [_event(1, 1, 8, 12)])
+    problems: list[Problem] = []
+    analysis = analyze(load_dir(str(tmp_path), problems), problems)
+    assert analysis.ranks == (1,)
+    assert len(problems) == 1 and "more than the 1000" in problems[0].text
+
+
+def test_trace_cli_lists_refused_files_in_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    marker = tmp_path / "pwned"
+    _write(tmp_path, 0, [_event(0, 1, 4, 10)])
+    (tmp_path / "nccl_trace_rank_9").write_bytes(
+        pickle.dumps({"entries": [_RunsCommand(marker)]}, protocol=2)
+    )
+    main(["trace", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert not marker.exists()
+    assert "could not read:" in out and "nccl_trace_rank_9: pickle refers to posix.system" in out
