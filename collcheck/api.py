@@ -165,9 +165,14 @@ def analyze_file(
         if isinstance(source, FileError):
             return FileResult(path=path, error=source)
         # Imported only on a cache miss, so that a warm run never loads z3 or the engine.
+        from collcheck.static.budget import BudgetExceeded, file_budget
         from collcheck.static.engine import analyze_source
 
-        return analyze_source(source, resolved, settings, project)
+        try:
+            with file_budget(settings.file_timeout):
+                return analyze_source(source, resolved, settings, project)
+        except BudgetExceeded as spent:
+            return FileResult(path=path, error=budget_error(path, spent.seconds))
 
     # A helper in another file may change this file's verdict: those files are in the key.
     dependencies = "" if project is None else project.dependency_digest(str(real_path(path)))
@@ -177,6 +182,15 @@ def analyze_file(
     return _filter(result, settings) if result is not None else None  # type: ignore[return-value]
 
 
+def budget_error(path: str, seconds: float) -> FileError:
+    return FileError(
+        path,
+        f"analysis stopped: over the per-file time budget of {seconds:g} s "
+        "(raise `file-timeout` / --file-timeout, 0 for none)",
+        transient=True,
+    )
+
+
 def analyze_text(text: str, path: str = "<string>", settings: Settings | None = None) -> FileResult:
     """Analyse source text directly (tests, editors)."""
     from collcheck.static.engine import analyze_source
@@ -184,6 +198,23 @@ def analyze_text(text: str, path: str = "<string>", settings: Settings | None = 
     settings = settings or Settings()
     catalog = load_catalog(Path(p) for p in settings.catalogs)
     return _filter(analyze_source(SourceFile(path=path, text=text), catalog, settings), settings)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, not the machine's total)."""
+    counter = getattr(os, "process_cpu_count", None)  # Python 3.13+
+    if counter is not None:
+        return int(counter() or 1)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def worker_count(requested: int) -> int:
+    """`jobs` from the settings, never more than the usable cores: a repository's pyproject must
+    not be able to start hundreds of processes (0: all usable cores)."""
+    cores = usable_cores()
+    return cores if requested <= 0 else min(requested, cores)
 
 
 _WORKER: dict[str, object] = {}
@@ -315,7 +346,7 @@ def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     # Named paths that do not exist are already reported once above; walked dangling links or
     # loops are read (and reported) like any unreadable file.
     files = [f for f in files if f not in named or f.exists()]
-    jobs = settings.jobs or os.cpu_count() or 1
+    jobs = worker_count(settings.jobs)
     names = [str(path) for path in files]
     project = _project(files, catalog, settings, jobs) if len(files) > 1 else None
     roots = sorted(str(real_path(p)) for p in paths)

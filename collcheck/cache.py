@@ -41,7 +41,7 @@ CACHE_FORMAT = 1  # bump when the stored layout changes; old entries then simply
 
 # Settings that choose which files are read or how the run is scheduled, not what a file yields.
 _KEY_IGNORED_SETTINGS = frozenset(
-    {"jobs", "cache", "cache_dir", "exclude", "extend_exclude", "respect_gitignore", "root"}
+    {"jobs", "cache", "cache_dir", "exclude", "extend_exclude", "respect_gitignore", "root", "file_timeout"}
 )
 
 
@@ -210,8 +210,15 @@ def _write_atomically(target: Path, text: str) -> None:
         raise
 
 
+def _transient(result: FileResult) -> bool:
+    return result.error is not None and result.error.transient
+
+
 def store(folder: Path, key: str, result: FileResult) -> bool:
-    """Write an entry; False when the cache cannot be written (read-only tree, full disk)."""
+    """Write an entry; False when the cache cannot be written (read-only tree, full disk) or the
+    result belongs to this run only (a file stopped by the time budget)."""
+    if _transient(result):
+        return False
     try:
         _ensure_folder(folder)
         payload = json.dumps({"key": key, "result": result_to_json(result)}, separators=(",", ":"))
@@ -420,7 +427,7 @@ def store_manifest(
     payload = {}
     for path, (dependencies, result) in results.items():
         stamp = _stamp(path, dependencies)
-        if stamp is not None:
+        if stamp is not None and not _transient(result):
             payload[path] = [stamp, result_to_json(result)]
     try:
         _ensure_folder(cache_folder(settings))

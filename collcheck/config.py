@@ -39,6 +39,9 @@ DEFAULT_EXCLUDE: tuple[str, ...] = (
 )
 
 
+MAX_FILE_TIMEOUT = 86_400.0  # a day: beyond it a per-file budget means nothing
+
+
 class ConfigError(ValueError):
     """A configuration problem; the CLI reports it and exits with code 2."""
 
@@ -57,7 +60,8 @@ class Settings:
     max_paths: int = 256
     max_inline_depth: int = 4
     max_steps: int = 5000  # statements executed per analysed function, helpers included
-    jobs: int = 0  # 0: all cores
+    jobs: int = 0  # 0: all cores; never more than the cores this process may use
+    file_timeout: float = 10.0  # wall-clock seconds per analysed file; 0: no limit
     cache: bool = True
     cache_dir: str = ".collcheck_cache"
     respect_gitignore: bool = True
@@ -85,6 +89,7 @@ _KEY_TYPES: dict[str, str] = {
     "max-inline-depth": "int",
     "max-steps": "int",
     "jobs": "int",
+    "file-timeout": "seconds",
     "cache": "bool",
     "cache-dir": "string",
     "respect-gitignore": "bool",
@@ -106,6 +111,11 @@ def _check_type(key: str, value: Any) -> Any:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ConfigError(f"[tool.collcheck] '{key}' must be a non-negative integer")
         return value
+    if expected == "seconds":
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not 0 <= value <= MAX_FILE_TIMEOUT:  # NaN fails the comparison too
+            raise ConfigError(f"[tool.collcheck] '{key}' must be from 0 to {MAX_FILE_TIMEOUT:g} seconds")
+        return float(value)
     if expected == "bool":
         if not isinstance(value, bool):
             raise ConfigError(f"[tool.collcheck] '{key}' must be true or false")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any
 
+from collcheck.static.budget import bounded_solver
 from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, LoopRange, Path, Region
 from collcheck.static.symbolic import (
     MEMBER,
@@ -178,7 +179,8 @@ class RegionSolver:
         self.world_size = world_size
         self.timeout_ms = timeout_ms
         self.stats = stats
-        self.solver = z3.Solver()
+        # Each check's timeout is also cut to what is left of the file's budget (budget.py).
+        self.solver = bounded_solver(z3.Solver(), timeout_ms)
         self.solver.set("timeout", timeout_ms)
         # The timeout is not polled inside some nonlinear arithmetic; a resource limit is.
         self.solver.set("rlimit", RESOURCE_LIMIT)
