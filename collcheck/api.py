@@ -18,10 +18,10 @@ from collcheck.catalog import Catalog, load_catalog
 from collcheck.checks import rule_selection
 from collcheck.config import Settings
 from collcheck.findings import FileError, FileResult, RunResult
-from collcheck.source import SourceFile, read_source, real_path
+from collcheck.source import MAX_SOURCE_BYTES, SourceFile, read_source, real_path
 from collcheck.static.project import FileFacts, Project
 
-MAX_FILE_BYTES = 8 * 1024 * 1024  # generated files beyond this are reported, not parsed
+MAX_FILE_BYTES = MAX_SOURCE_BYTES
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from collcheck.findings import (
     TraceStep,
     UnusedSuppression,
 )
+from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 
 CACHE_FORMAT = 1  # bump when the stored layout changes; old entries then simply miss
 
@@ -243,8 +244,8 @@ def cached_analyze(
     if not settings.cache:
         return None if lookup_only else compute()
     try:
-        content = Path(path).read_bytes()
-    except OSError:
+        content = read_regular_file(path, MAX_SOURCE_BYTES)
+    except (OSError, FileRefused):
         return None if lookup_only else compute()  # the engine turns the read failure into a FileError
     folder = cache_folder(settings)
     dependencies = dependency_digest(content) if callable(dependency_digest) else dependency_digest

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from collcheck.source import MAX_CONFIG_BYTES, FileRefused, read_regular_file
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -172,8 +174,8 @@ def find_pyproject(paths: Iterable[Path]) -> Path | None:
 
 def _has_collcheck_table(path: Path) -> bool:
     try:
-        return b"[tool.collcheck" in path.read_bytes()
-    except OSError:
+        return b"[tool.collcheck" in read_regular_file(path, MAX_CONFIG_BYTES)
+    except (OSError, FileRefused):
         return False
 
 
@@ -182,8 +184,8 @@ def load_settings(paths: Iterable[Path] = (), config_file: Path | None = None) -
     if pyproject is None:
         return Settings()
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
+        data = tomllib.loads(read_regular_file(pyproject, MAX_CONFIG_BYTES).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, FileRefused) as error:
         raise ConfigError(f"cannot read {pyproject}: {error}") from error
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{pyproject} is not valid TOML: {error}") from error

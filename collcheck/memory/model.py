@@ -12,6 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from collcheck.source import MAX_CONFIG_BYTES, FileRefused, read_regular_file
+
 # Hugging Face `torch_dtype` spellings -> the estimator's names.
 _TORCH_DTYPES: dict[str, str] = {
     "float32": "fp32",
@@ -137,11 +139,17 @@ def load_model(path: Path) -> ModelShape:
     """Read `config.json` (or a folder holding one)."""
     file = path / "config.json" if path.is_dir() else path
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(read_regular_file(file, MAX_CONFIG_BYTES).decode("utf-8"))
+    except FileRefused as refused:
+        raise ModelConfigError(f"cannot read {file}: {refused}") from refused
     except OSError as error:
         raise ModelConfigError(f"cannot read {file}: {error.strerror or error}") from error
+    except UnicodeDecodeError as error:
+        raise ModelConfigError(f"{file} is not UTF-8 text: {error}") from error
     except json.JSONDecodeError as error:
         raise ModelConfigError(f"{file} is not valid JSON: {error}") from error
+    except RecursionError as error:
+        raise ModelConfigError(f"{file} is nested too deeply to read") from error
     if not isinstance(data, dict):
         raise ModelConfigError(f"{file} does not hold a JSON object")
     return shape_from_config(data, name=str(file))
