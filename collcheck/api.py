@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from collcheck.cache import cached_analyze, load_manifest, store_manifest
+from collcheck.cache_guard import cache_folder
 from collcheck.catalog import Catalog, load_catalog
 from collcheck.checks import rule_selection
 from collcheck.config import Settings
@@ -336,6 +337,8 @@ def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -
 
 def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     catalog = load_catalog(Path(p) for p in settings.catalogs)  # fail early (exit 2) on a bad catalog
+    if settings.cache:
+        cache_folder(settings)  # fail early (exit 2) on a cache folder behind a symbolic link
     files = collect_files([Path(p) for p in paths], settings)
     missing = [
         FileResult(path=str(p), error=FileError(str(p), "no such file or folder"))

@@ -157,6 +157,10 @@ def settings_from_table(table: Mapping[str, Any], root: Path) -> Settings:
         raise ConfigError("[tool.collcheck] 'world-size' must be at least 2")
     if "catalogs" in values:
         values["catalogs"] = tuple(os.path.realpath(root / path) for path in values["catalogs"])
+    if "cache_dir" in values:
+        from collcheck.cache_guard import check_configured_cache_dir  # it imports this module
+
+        values["cache_dir"] = check_configured_cache_dir(values["cache_dir"], root)
     return Settings(root=str(root), **values)
 
 

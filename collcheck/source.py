@@ -47,12 +47,15 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def read_regular_file(path: Path | str, max_bytes: int) -> bytes:
+def read_regular_file(path: Path | str, max_bytes: int, *, follow_links: bool = True) -> bytes:
     """The bytes of a regular file of at most `max_bytes`. Anything else (a FIFO, /dev/zero, a
     folder, a link to one of those, a file over the limit) raises FileRefused without being read;
     failures to open raise OSError. The type is checked on the opened descriptor, so a file swapped
-    after the check is still caught, and opening does not block on a FIFO."""
+    after the check is still caught, and opening does not block on a FIFO. With `follow_links`
+    off, a symbolic link (as the last component) is refused with OSError."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     descriptor = os.open(path, flags)
     try:
         info = os.fstat(descriptor)
