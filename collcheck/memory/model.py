@@ -27,6 +27,11 @@ _TORCH_DTYPES: dict[str, str] = {
 }
 
 
+# No real layer count, head count, width or context length comes near this; the products of such
+# fields stay far inside what a float (the report's GiB) can hold.
+MAX_FIELD = 2**40
+
+
 class ModelConfigError(ValueError):
     """A config that lacks a field the estimate needs, or holds an unusable value."""
 
@@ -64,8 +69,16 @@ def _positive_int(data: Mapping[str, Any], key: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ModelConfigError(f"'{key}' must be a positive integer, not {value!r}")
+        raise ModelConfigError(f"'{key}' must be a positive integer, not {_shown(value)}")
+    if value > MAX_FIELD:
+        raise ModelConfigError(f"'{key}' is implausibly large (more than 2**{MAX_FIELD.bit_length() - 1})")
     return value
+
+
+def _shown(value: Any) -> str:
+    """A config value in an error message, cut short (a hostile config may hold anything)."""
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 64 else "a huge integer"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _required(data: Mapping[str, Any], key: str, where: str) -> int:
@@ -146,7 +159,7 @@ def load_model(path: Path) -> ModelShape:
         raise ModelConfigError(f"cannot read {file}: {error.strerror or error}") from error
     except UnicodeDecodeError as error:
         raise ModelConfigError(f"{file} is not UTF-8 text: {error}") from error
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # malformed JSON, or an integer literal of thousands of digits
         raise ModelConfigError(f"{file} is not valid JSON: {error}") from error
     except RecursionError as error:
         raise ModelConfigError(f"{file} is nested too deeply to read") from error
