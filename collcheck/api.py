@@ -165,15 +165,7 @@ def analyze_file(
         source = read_source(Path(path), MAX_FILE_BYTES)
         if isinstance(source, FileError):
             return FileResult(path=path, error=source)
-        # Imported only on a cache miss, so that a warm run never loads z3 or the engine.
-        from collcheck.static.budget import BudgetExceeded, file_budget
-        from collcheck.static.engine import analyze_source
-
-        try:
-            with file_budget(settings.file_timeout):
-                return analyze_source(source, resolved, settings, project)
-        except BudgetExceeded as spent:
-            return FileResult(path=path, error=budget_error(path, spent.seconds))
+        return _analyze_in_budget(source, resolved, settings, project)
 
     # A helper in another file may change this file's verdict: those files are in the key.
     dependencies = "" if project is None else project.dependency_digest(str(real_path(path)))
@@ -181,6 +173,21 @@ def analyze_file(
         path, settings, catalog.fingerprint, compute, dependency_digest=dependencies, lookup_only=lookup_only
     )
     return _filter(result, settings) if result is not None else None  # type: ignore[return-value]
+
+
+def _analyze_in_budget(
+    source: SourceFile, catalog: Catalog, settings: Settings, project: Project | None = None
+) -> FileResult:
+    """The engine's result for one source, or an error once `settings.file_timeout` is spent."""
+    # Imported only on a cache miss, so that a warm run never loads z3 or the engine.
+    from collcheck.static.budget import BudgetExceeded, file_budget
+    from collcheck.static.engine import analyze_source
+
+    try:
+        with file_budget(settings.file_timeout):
+            return analyze_source(source, catalog, settings, project)
+    except BudgetExceeded as spent:
+        return FileResult(path=source.path, error=budget_error(source.path, spent.seconds))
 
 
 def budget_error(path: str, seconds: float) -> FileError:
@@ -193,12 +200,10 @@ def budget_error(path: str, seconds: float) -> FileError:
 
 
 def analyze_text(text: str, path: str = "<string>", settings: Settings | None = None) -> FileResult:
-    """Analyse source text directly (tests, editors)."""
-    from collcheck.static.engine import analyze_source
-
+    """Analyse source text directly (tests, editors), within the same per-file budget."""
     settings = settings or Settings()
     catalog = load_catalog(Path(p) for p in settings.catalogs)
-    return _filter(analyze_source(SourceFile(path=path, text=text), catalog, settings), settings)
+    return _filter(_analyze_in_budget(SourceFile(path=path, text=text), catalog, settings), settings)
 
 
 def usable_cores() -> int:

@@ -163,3 +163,12 @@ def test_file_timeout_is_read_from_pyproject(tmp_path: Path) -> None:
 def test_bad_file_timeout_is_a_config_error(tmp_path: Path, value: object) -> None:
     with pytest.raises(ConfigError, match="file-timeout"):
         settings_from_table({"file-timeout": value}, tmp_path)
+
+
+def test_analyze_text_has_the_same_budget() -> None:
+    from collcheck.api import analyze_text
+
+    result = analyze_text(NONLINEAR, "mix.py", Settings(cache=False, world_size=1024, file_timeout=0.5))
+
+    assert result.error is not None and result.error.transient
+    assert result.error.path == "mix.py"
