@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from collcheck.api import check_paths
 from collcheck.config import ConfigError, Settings, settings_from_table
-from collcheck.static.budget import BudgetExceeded, Deadline, check_active, file_budget
+from collcheck.static.budget import BoundedSolver, BudgetExceeded, Deadline, check_active, file_budget
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -172,3 +173,45 @@ def test_analyze_text_has_the_same_budget() -> None:
 
     assert result.error is not None and result.error.transient
     assert result.error.path == "mix.py"
+
+
+class _StuckSolver:
+    """Stands in for z3 busy in native code: deaf to signals, it ends only when interrupted."""
+
+    def __init__(self) -> None:
+        self.interrupted = threading.Event()
+
+    def set(self, *args: object) -> None:
+        pass
+
+    def check(self, *assumptions: object) -> str:
+        self.interrupted.wait(timeout=30)
+        return "unknown"
+
+    def interrupt(self) -> None:
+        self.interrupted.set()
+
+
+def test_the_backstop_interrupts_a_solver_stuck_in_native_code() -> None:
+    """Off the main thread no alarm is possible: the timer's interrupt alone must end the check."""
+    outcome: list[object] = []
+
+    def analyse() -> None:
+        solver = _StuckSolver()
+        started = time.monotonic()
+        try:
+            with file_budget(0.2, grace=0.2):
+                BoundedSolver(solver, per_query_ms=60_000).check()
+        except BudgetExceeded as stopped:
+            outcome.append(stopped)
+        outcome.append(solver.interrupted.is_set())
+        outcome.append(time.monotonic() - started)
+
+    worker = threading.Thread(target=analyse)
+    worker.start()
+    worker.join(timeout=60)
+
+    assert not worker.is_alive()
+    stopped, interrupted, elapsed = outcome
+    assert isinstance(stopped, BudgetExceeded) and interrupted is True
+    assert isinstance(elapsed, float) and elapsed < 10

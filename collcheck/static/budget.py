@@ -6,9 +6,10 @@ The caller opens `file_budget(seconds)` around one file's analysis. Inside it:
 * every z3 solver is wrapped by `bounded_solver`, so each query's timeout is the smaller of the
   per-query timeout and the time the file has left, and a query that ends after the deadline
   stops the file instead of becoming a silent "unknown";
-* a hard backstop (SIGALRM, only in a main thread on POSIX, which is where both `-j 1` runs and
-  worker processes analyse files) raises `BudgetExceeded` a little after the deadline, wherever the
-  Python code happens to be. Native z3 code is bounded by its own timeout and resource limit.
+* a hard backstop, a little after the deadline: a SIGALRM (only in a main thread on POSIX, which is
+  where both `-j 1` runs and worker processes analyse files) raises `BudgetExceeded` wherever the
+  Python code happens to be, and a timer thread interrupts every z3 solver the file created (z3's
+  own cross-thread cancellation), since a signal handler cannot run while z3's native code does.
 
 The deadline is held in a context variable rather than passed through every stage, so that the
 engine's signatures stay as they are; it carries no setting that changes what a file yields.
@@ -16,6 +17,7 @@ engine's signatures stay as they are; it carries no setting that changes what a 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
 import threading
@@ -23,7 +25,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
@@ -40,10 +42,12 @@ class BudgetExceeded(Exception):
 
 @dataclass(frozen=True)
 class Deadline:
-    """`seconds` of wall-clock time, counted from `started` (time.monotonic())."""
+    """`seconds` of wall-clock time, counted from `started` (time.monotonic()), and the solvers
+    working under it (for the backstop's interrupt)."""
 
     seconds: float
     started: float
+    solvers: list[Any] = field(default_factory=list, compare=False, repr=False)
 
     def remaining(self) -> float:
         return self.seconds - (time.monotonic() - self.started)
@@ -87,6 +91,8 @@ class BoundedSolver:
         if deadline is None:
             return self._solver.check(*assumptions)
         deadline.check()
+        if not any(solver is self._solver for solver in deadline.solvers):
+            deadline.solvers.append(self._solver)
         self._solver.set("timeout", deadline.query_timeout_ms(self._per_query_ms))
         verdict = self._solver.check(*assumptions)
         # An "unknown" because the budget ran out is not the solver's answer: stop the file.
@@ -99,6 +105,13 @@ class BoundedSolver:
 
 def bounded_solver(solver: Any, per_query_ms: int) -> BoundedSolver:
     return BoundedSolver(solver, per_query_ms)
+
+
+def _interrupt_solvers(deadline: Deadline) -> None:
+    """From the timer thread: cancel whatever check the file's solvers are running."""
+    for solver in list(deadline.solvers):
+        with contextlib.suppress(Exception):  # a solver already gone is nothing to interrupt
+            solver.interrupt()
 
 
 def _alarm_usable() -> bool:
@@ -116,6 +129,9 @@ def file_budget(seconds: float | None, grace: float = BACKSTOP_GRACE_S) -> Itera
         return
     deadline = Deadline(float(seconds), time.monotonic())
     token = _ACTIVE.set(deadline)
+    interrupter = threading.Timer(float(seconds) + grace, _interrupt_solvers, args=(deadline,))
+    interrupter.daemon = True
+    interrupter.start()
     backstop = _alarm_usable()
     previous: Any = None
     if backstop:
@@ -128,6 +144,7 @@ def file_budget(seconds: float | None, grace: float = BACKSTOP_GRACE_S) -> Itera
     try:
         yield deadline
     finally:
+        interrupter.cancel()
         if backstop:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
