@@ -85,11 +85,14 @@ def _link_below(base: Path, target: Path) -> Path | None:
 def cache_folder(settings: Settings) -> Path:
     """The cache folder for these settings; CacheRefused if it is, or lies behind, a symbolic link."""
     configured = Path(settings.cache_dir)
+    # Normalised before use, so that the path checked for links is the path written to (the OS
+    # would resolve `link/..` through the link, normpath does not).
     if configured.is_absolute():
-        folder, base = configured, configured.parent
+        folder = Path(os.path.normpath(configured))
+        base = folder.parent
     else:
         base = Path(os.path.realpath(settings.root))
-        folder = base / configured
+        folder = Path(os.path.normpath(base / configured))
     link = _link_below(base, folder)
     if link is not None:
         raise CacheRefused(

@@ -216,3 +216,18 @@ def test_symlinked_entry_is_a_miss(tmp_path: Path) -> None:
     assert len(calls) == 2
     assert not entry.is_symlink()  # replaced by a real entry; the link's target untouched
     assert copy.read_bytes() != b""
+
+
+def test_dot_dot_through_a_link_stays_inside(tmp_path: Path) -> None:
+    """`sub/link/../x` reads as `sub/x`; the OS would resolve it through the link to outside."""
+    project = _project(tmp_path / "repo", 'cache-dir = "sub/link/../cc"')
+    outside = tmp_path / "outside" / "deeper"
+    outside.mkdir(parents=True)
+    (project / "sub").mkdir()
+    (project / "sub" / "link").symlink_to(outside, target_is_directory=True)
+
+    code, _, stderr = _check(project, tmp_path / "xdg")
+
+    assert code == 1, stderr
+    assert list((project / "sub" / "cc").rglob("*.json"))
+    assert list((tmp_path / "outside").rglob("*")) == [outside]
