@@ -323,6 +323,34 @@ def _project(files: list[Path], catalog: Catalog, settings: Settings, jobs: int 
     return project
 
 
+PROJECT_MARKERS = ("pyproject.toml", ".git")
+
+
+def project_root(paths: Sequence[Path | str]) -> Path | None:
+    """The nearest folder above the first path that holds a pyproject.toml or a .git."""
+    if not paths:
+        return None
+    start = Path(os.path.abspath(paths[0]))
+    for folder in [start, *start.parents] if start.is_dir() else start.parents:
+        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
+            return folder
+    return None
+
+
+def _index_files(paths: Sequence[Path | str], files: list[Path], settings: Settings) -> list[Path]:
+    """What the cross-file index covers: the files checked and, when they are only part of a
+    project (pre-commit passes the staged files), every file of the project around them, so that a
+    helper or a rank constant defined in an unstaged file is followed as in a whole-tree run."""
+    if not settings.project_context or not files:
+        return files
+    root = project_root(paths)
+    if root is None or any(Path(os.path.abspath(p)) == root for p in paths):
+        return files
+    around = collect_files([root], settings)
+    checked = {real_path(path) for path in files}
+    return [*files, *(path for path in around if real_path(path) not in checked)]
+
+
 def _ruled_out(project: Project, path: str) -> bool:
     return project.indexed(path) and path not in project.selected
 
@@ -356,7 +384,8 @@ def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     files = [f for f in files if f not in named or f.exists()]
     jobs = worker_count(settings.jobs)
     names = [str(path) for path in files]
-    project = _project(files, catalog, settings, jobs) if len(files) > 1 else None
+    indexed = _index_files(paths, files, settings)
+    project = _project(indexed, catalog, settings, jobs) if len(indexed) > 1 else None
     roots = sorted(str(real_path(p)) for p in paths)
     real = {name: str(real_path(name)) for name in names}
     dependencies = {name: project.dependency_digest(real[name]) if project else "" for name in names}

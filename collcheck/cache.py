@@ -42,7 +42,17 @@ CACHE_FORMAT = 1  # bump when the stored layout changes; old entries then simply
 
 # Settings that choose which files are read or how the run is scheduled, not what a file yields.
 _KEY_IGNORED_SETTINGS = frozenset(
-    {"jobs", "cache", "cache_dir", "exclude", "extend_exclude", "respect_gitignore", "root", "file_timeout"}
+    {
+        "jobs",
+        "cache",
+        "cache_dir",
+        "exclude",
+        "extend_exclude",
+        "respect_gitignore",
+        "root",
+        "baseline",
+        "file_timeout",
+    }
 )
 
 

@@ -21,6 +21,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+# Methods every torch module has: typed receivers only, never a reason to read a file on their own.
+MODULE_METHODS = frozenset({"__call__", "forward", "state_dict", "backward", "step"})
 OP_KINDS = ("collective", "group_create", "p2p_send", "p2p_recv", "p2p_nonblocking")
 
 
@@ -77,7 +79,13 @@ class Catalog:
     nondeterministic: dict[str, str] = field(default_factory=dict)  # qualified name -> what varies
     rank_decorators: dict[str, str] = field(default_factory=dict)  # qualified name -> condition
     types: dict[str, str] = field(default_factory=dict)  # factory qualified name -> type name
+    # functions that turn their first argument into that type in place (`fully_shard(model)`)
+    types_in_place: dict[str, str] = field(default_factory=dict)
     groups: dict[str, str] = field(default_factory=dict)  # function returning a group -> group name
+    # group name -> condition every member satisfies (over `group_rank[g]`, `group_world[g]`, `rank`)
+    group_members: dict[str, str] = field(default_factory=dict)
+    # sets of orthogonal groups: two members of one of them hold the same position in the others
+    group_grids: tuple[tuple[str, ...], ...] = ()
     names: tuple[str, ...] = ()
     fingerprint: str = ""
 
@@ -88,7 +96,20 @@ class Catalog:
         for qualified in self.functions:
             words.add(qualified.rsplit(".", 1)[-1])
         for method in self.methods:
-            words.add(method.method)
+            if method.method not in MODULE_METHODS:
+                words.add(method.method)
+        # A module wrapped by a catalogued factory communicates when called (`model(x)`): the
+        # factory's name is what the text shows.
+        wrapped_types = {
+            receiver
+            for method in self.methods
+            if method.method in MODULE_METHODS
+            for receiver in method.receivers
+        }
+        for factory, type_name in self.types.items():
+            if (type_name or factory) in wrapped_types:
+                words.add(factory.rsplit(".", 1)[-1])
+        words.update(name.rsplit(".", 1)[-1] for name in self.types_in_place)
         return frozenset(words)
 
     def method_specs(self, name: str) -> list[MethodSpec]:
@@ -165,6 +186,7 @@ class _Builder:
     methods: list[MethodSpec] = field(default_factory=list)
     tables: dict[str, dict[str, str]] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
+    grids: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def table(self, name: str) -> dict[str, str]:
         return self.tables.setdefault(name, {})
@@ -232,7 +254,18 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
         _value_table(data.get("rank_decorators"), f"{where}: [rank_decorators]", "rank == 0")
     )
     builder.table("types").update(_value_table(data.get("types"), f"{where}: [types]", ""))
+    builder.table("types_in_place").update(
+        _value_table(data.get("types_in_place"), f"{where}: [types_in_place]", "")
+    )
     builder.table("groups").update(_value_table(data.get("groups"), f"{where}: [groups]", "group"))
+    builder.table("group_members").update(
+        _value_table(data.get("group_members"), f"{where}: [group_members]", "True")
+    )
+    grids = data.get("group_grids", {})
+    if not isinstance(grids, dict):
+        raise CatalogError(f"{where}: [group_grids] must be a table of name = [group, ...]")
+    for name in grids:
+        builder.grids[f"{where}:{name}"] = _str_tuple(grids, name, f"{where}: [group_grids]")
 
 
 def _read_toml(path: Path) -> tuple[dict[str, Any], bytes]:
@@ -278,7 +311,10 @@ def _load_catalog(extra_paths: tuple[str, ...]) -> Catalog:
         nondeterministic=tables.get("nondeterministic", {}),
         rank_decorators=tables.get("rank_decorators", {}),
         types=tables.get("types", {}),
+        types_in_place=tables.get("types_in_place", {}),
         groups=tables.get("groups", {}),
+        group_members=tables.get("group_members", {}),
+        group_grids=tuple(builder.grids.values()),
         names=tuple(builder.names),
         fingerprint=digest.hexdigest()[:16],
     )

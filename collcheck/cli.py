@@ -83,11 +83,36 @@ def check_command(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write the report to this file.")
     ] = None,
+    fix: Annotated[bool, typer.Option("--fix", help="Apply safe fixes, then report what is left.")] = False,
+    unsafe_fixes: Annotated[
+        bool, typer.Option("--unsafe-fixes", help="Also consider fixes that change what runs.")
+    ] = False,
+    diff: Annotated[
+        bool, typer.Option("--diff", help="Print the fixes as a unified diff instead of writing them.")
+    ] = False,
+    show_fixes: Annotated[
+        bool, typer.Option("--show-fixes", help="Say for each finding whether a fix is available.")
+    ] = False,
+    add_ignore: Annotated[
+        str | None,
+        typer.Option(
+            "--add-ignore",
+            metavar="[=REASON]",
+            help="Write `# collcheck: ignore[CODE] REASON` for every finding.",
+        ),
+    ] = None,
+    baseline: Annotated[
+        Path | None, typer.Option("--baseline", help="Report only findings not recorded in this file.")
+    ] = None,
+    write_baseline: Annotated[
+        Path | None, typer.Option("--write-baseline", help="Record today's findings in this file.")
+    ] = None,
 ) -> None:
     """Check Python files for collective mismatches, deadlocks and memory blow-ups."""
     from collcheck.api import check_paths
     from collcheck.catalog import CatalogError
     from collcheck.config import ConfigError, load_settings
+    from collcheck.fix.flow import Adoption, AdoptionError, adopt, baseline_path
     from collcheck.report import FORMATS, render
 
     if output_format not in FORMATS:
@@ -113,8 +138,25 @@ def check_command(
         )
         validate_codes(settings)
         result = check_paths(targets, settings)
-    except (ConfigError, CatalogError) as error:
+        adoption = Adoption(
+            fix=fix,
+            unsafe_fixes=unsafe_fixes,
+            diff=diff,
+            show_fixes=show_fixes,
+            add_ignore=add_ignore,
+            baseline=baseline_path(baseline, settings),
+            write_baseline=write_baseline,
+        )
+        outcome = adopt(result, settings, adoption, lambda: check_paths(targets, settings))
+    except (ConfigError, CatalogError, AdoptionError) as error:
         raise _fail(str(error)) from error
+    for message in outcome.messages:
+        typer.echo(message, err=True)
+    if outcome.exit_code is not None:
+        if outcome.output:
+            typer.echo(outcome.output, nl=False)
+        raise typer.Exit(outcome.exit_code)
+    result = outcome.result
     report = render(result, output_format, verbose=verbose, statistics=statistics)
     if output is not None:
         output.write_text(report + "\n", encoding="utf-8")
@@ -200,9 +242,23 @@ def _with_default_command(argv: list[str]) -> list[str]:
     return ["check", *argv]
 
 
+# Options whose value is optional (`--add-ignore` or `--add-ignore=REASON`); click's options
+# always take one, so the bare form is given the empty value before parsing.
+OPTIONAL_VALUE_OPTIONS = ("--add-ignore",)
+
+
+def _with_optional_values(argv: list[str]) -> list[str]:
+    if argv[:1] != ["check"] and argv[:1] and argv[0] in SUBCOMMANDS:  # only `check` has them
+        return argv
+    if "--" in argv:  # nothing after `--` is an option
+        cut = argv.index("--")
+        return [*_with_optional_values(argv[:cut]), *argv[cut:]]
+    return [f"{arg}=" if arg in OPTIONAL_VALUE_OPTIONS else arg for arg in argv]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point callable from tests: returns the exit code instead of exiting."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = _with_optional_values(list(sys.argv[1:] if argv is None else argv))
     if args[:1] == ["--version"]:
         typer.echo(f"collcheck {__version__}")
         return 0

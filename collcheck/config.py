@@ -67,8 +67,12 @@ class Settings:
     cache: bool = True
     cache_dir: str = ".collcheck_cache"
     respect_gitignore: bool = True
+    # Checking some files of a project (pre-commit): index the whole project around them, so that
+    # helpers and constants of files outside the run are followed as in a whole-tree run.
+    project_context: bool = True
     memory: tuple[tuple[str, Any], ...] = ()
     root: str = "."  # folder holding the pyproject.toml the settings came from
+    baseline: str | None = None  # report only findings not recorded in this file (collcheck.baseline)
 
     def memory_settings(self) -> dict[str, Any]:
         return dict(self.memory)
@@ -95,7 +99,9 @@ _KEY_TYPES: dict[str, str] = {
     "cache": "bool",
     "cache-dir": "string",
     "respect-gitignore": "bool",
+    "project-context": "bool",
     "memory": "table",
+    "baseline": "string",
 }
 
 
@@ -161,6 +167,8 @@ def settings_from_table(table: Mapping[str, Any], root: Path) -> Settings:
         from collcheck.cache_guard import check_configured_cache_dir  # it imports this module
 
         values["cache_dir"] = check_configured_cache_dir(values["cache_dir"], root)
+    if "baseline" in values:
+        values["baseline"] = os.path.realpath(root / values["baseline"])
     return Settings(root=str(root), **values)
 
 

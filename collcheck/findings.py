@@ -104,6 +104,46 @@ class UnusedSuppression:
     codes: tuple[str, ...]
 
 
+class Applicability(str, Enum):
+    """Whether a fix keeps what the program does (safe) or changes what runs (unsafe)."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text from (line, column) to (end_line, end_column) by `content`.
+
+    Lines are 1-based and columns 0-based, in characters, as for `Location`.
+    """
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    content: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A verified rewrite that removes one finding (see collcheck.fix)."""
+
+    applicability: Applicability
+    description: str
+    edits: tuple[Edit, ...]
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    """A finding recorded in a baseline file, identified by its line-independent fingerprint."""
+
+    fingerprint: str
+    code: str
+    path: str
+    message: str
+
+
 @dataclass
 class FileResult:
     """What one file produced: findings, or the error that stopped it (never both needed)."""
@@ -118,6 +158,11 @@ class FileResult:
 @dataclass
 class RunResult:
     files: list[FileResult] = field(default_factory=list)
+    # Filled only when a fix was asked for (computing fixes loads libcst): `fixes_computed` says
+    # whether a finding missing from `fixes` has no fix or was not looked at.
+    fixes: dict[Finding, Fix] = field(default_factory=dict)
+    fixes_computed: bool = False
+    stale_baseline: list[BaselineEntry] = field(default_factory=list)  # baseline entries gone
 
     @property
     def findings(self) -> list[Finding]:

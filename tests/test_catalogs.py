@@ -25,6 +25,8 @@ else:  # pragma: no cover
 ROLE_KEYS = ("group", "root", "group_root", "peer", "reduce_op", "ranks")
 LIST_ROLE_KEYS = ("operands", "uniform_after")
 # Names a value expression may use (docs/catalog-format.md, "Value expressions").
+# torch's own APIs: checked against the installed torch (tests/test_wrapped_models.py), not recorded here.
+TORCH_CATALOGS = ("torch.toml", "torch_wrappers.toml")
 VALUE_NAMES = {"rank", "world", "local_rank", "node_rank", "local_world", "group_rank", "group_world"}
 # Method names allowed to match on any receiver: distinctive enough that a call by that name is a
 # collective whatever the object. Adding one needs the same argument in its catalog comment.
@@ -512,9 +514,28 @@ def _group_names() -> set[str]:
     return names
 
 
+def _group_names_in(expression: str) -> set[str]:
+    """The groups named in `group_rank[tp]` / `group_world[tp]`."""
+    tree = ast.parse(expression, mode="eval")
+    return {
+        node.slice.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Name)
+    }
+
+
 def _value_names(expression: str) -> set[str]:
     tree = ast.parse(expression, mode="eval")
-    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    return names - _group_names_in(expression)
+
+
+def _catalog_group_names() -> set[str]:
+    names: set[str] = set()
+    for _, data in _documents():
+        names.update(str(value) for value in data.get("groups", {}).values())
+        names.update(data.get("group_members", {}))
+    return names
 
 
 def _value_tables(data: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -600,6 +621,15 @@ def test_no_name_means_two_different_ops() -> None:
                 methods[key] = mine
 
 
+def test_group_facts_name_catalog_groups() -> None:
+    known = _catalog_group_names()
+    for where, data in _documents():
+        for name, expression in data.get("group_members", {}).items():
+            assert name in known and _group_names_in(expression) <= known, f"{where}: {name}"
+        for grid_name, grid in data.get("group_grids", {}).items():
+            assert set(grid) <= known, f"{where} [group_grids].{grid_name}: {set(grid) - known}"
+
+
 def test_no_name_has_two_values() -> None:
     values: dict[tuple[str, str], tuple[str, str]] = {}
     for where, data in _documents():
@@ -619,6 +649,8 @@ def test_value_expressions_use_known_names() -> None:
         for table, name, expression in _value_tables(data):
             unknown = _value_names(expression) - VALUE_NAMES
             assert not unknown, f"{where} {table} {name} = {expression!r}: unknown {unknown}"
+            groups = _group_names_in(expression) - _catalog_group_names()
+            assert not groups, f"{where} {table} {name} = {expression!r}: no [groups] entry for {groups}"
         for name, value in data.get("nondeterministic", {}).items():
             assert isinstance(value, str) and value, f"{where}: {name}"
 
@@ -646,7 +678,7 @@ def _defining_name(name: str) -> str | None:
 def test_parameter_orders_match_the_libraries() -> None:
     checked = 0
     for where, entry in _entries("op"):
-        if where == "torch.toml":
+        if where in TORCH_CATALOGS:
             continue
         for name in entry["names"]:
             source = _defining_name(name)
@@ -669,7 +701,7 @@ def test_every_framework_op_was_verified() -> None:
     unverified = [
         name
         for where, entry in _entries("op")
-        if where != "torch.toml"
+        if where not in TORCH_CATALOGS
         for name in entry["names"]
         if _defining_name(name) is None and name not in ALIAS_EXCEPTIONS
     ]
@@ -685,8 +717,12 @@ def test_loaded_catalog_contents() -> None:
         == "all_reduce"
     )
     assert (
-        catalog.rank_functions["megatron.core.parallel_state.get_tensor_model_parallel_rank"] == "group_rank"
+        catalog.rank_functions["megatron.core.parallel_state.get_tensor_model_parallel_rank"]
+        == "group_rank[tp]"
     )
+    assert catalog.groups["megatron.core.parallel_state.get_tensor_model_parallel_group"] == "tp"
+    assert catalog.group_members["embd"] == "group_rank[pp] == 0 or group_rank[pp] == group_world[pp] - 1"
+    assert ("tp", "cp", "dp", "pp") in catalog.group_grids
     assert catalog.rank_functions["deepspeed.comm.get_local_rank"] == "local_rank"
     assert catalog.rank_attributes["is_main_process"] == "rank == 0"
     assert catalog.rank_attributes["is_local_main_process"] == "local_rank == 0"
@@ -704,9 +740,11 @@ def test_loaded_catalog_contents() -> None:
 
 def test_function_table_values_survive_loading() -> None:
     catalog = load_catalog()
-    assert catalog.rank_functions["megatron.core.parallel_state.is_pipeline_first_stage"] == "group_rank == 0"
+    first_stage = catalog.rank_functions["megatron.core.parallel_state.is_pipeline_first_stage"]
+    assert first_stage == "group_rank[pp] == 0"
     assert (
-        catalog.rank_functions["megatron.core.parallel_state.get_data_parallel_world_size"] == "group_world"
+        catalog.rank_functions["megatron.core.parallel_state.get_data_parallel_world_size"]
+        == "group_world[dp]"
     )
 
 

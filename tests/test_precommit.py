@@ -30,17 +30,17 @@ MANIFEST = REPO / ".pre-commit-hooks.yaml"
 PRE_COMMIT = Path(sys.executable).with_name("pre-commit")
 
 
-def hook() -> dict[str, object]:
+def hook(hook_id: str = "collcheck") -> dict[str, object]:
     hooks = yaml.safe_load(MANIFEST.read_text())
-    assert isinstance(hooks, list) and len(hooks) == 1
-    entry: dict[str, object] = hooks[0]
+    assert isinstance(hooks, list) and [item["id"] for item in hooks] == ["collcheck", "collcheck-fix"]
+    entry: dict[str, object] = next(item for item in hooks if item["id"] == hook_id)
     return entry
 
 
 def test_manifest_passes_pre_commits_own_schema() -> None:
     clientlib = pytest.importorskip("pre_commit.clientlib")
     loaded = clientlib.load_manifest(str(MANIFEST))  # raises InvalidManifestError when malformed
-    assert [item["id"] for item in loaded] == ["collcheck"]
+    assert [item["id"] for item in loaded] == ["collcheck", "collcheck-fix"]
 
 
 def test_manifest_fields() -> None:
@@ -55,6 +55,15 @@ def test_manifest_fields() -> None:
     assert entry[0] == "collcheck"
     assert entry[1:] in ([], ["check"])
     assert "additional_dependencies" not in item  # only the package's core deps: no torch
+
+
+def test_fix_hook_variant() -> None:
+    item = hook("collcheck-fix")
+    assert str(item["entry"]).split() == ["collcheck", "check", "--fix"]
+    assert item["additional_dependencies"] == ["libcst>=1.1"]  # the fixes rewrite code with libcst
+    assert {key: item[key] for key in ("language", "types", "pass_filenames", "require_serial")} == {
+        key: hook()[key] for key in ("language", "types", "pass_filenames", "require_serial")
+    }
 
 
 def test_entry_point_and_sdist_match_the_manifest() -> None:

@@ -383,7 +383,7 @@ def test_sarif_uris_relative_to_root(tmp_path: Path, fake_registry: tuple[Rule, 
 
 def test_json_contract_keys() -> None:
     data = json.loads(render(make_result(), "json"))
-    assert set(data) == {"findings", "errors", "notes", "unused_suppressions", "summary"}
+    assert set(data) == {"findings", "errors", "notes", "unused_suppressions", "stale_baseline", "summary"}
     assert set(data["summary"]) == {"files", "findings", "errors", "by_code"}
     first = data["findings"][0]
     assert {

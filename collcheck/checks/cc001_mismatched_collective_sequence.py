@@ -29,6 +29,11 @@ dist.all_reduce(grad_b)
 Issue the same collectives in the same order on every rank; put only the rank-specific work
 (logging, saving) under `if rank == 0:`.
 
+## Fix safety
+`--fix --unsafe-fixes` moves a collective that is the last statement of a rank guard to after
+the guard, so that every rank issues it (not when its arguments are computed inside the guard).
+Unsafe: the other ranks now run it too, which is the point, but it changes what they run.
+
 ## References
 - PyTorch, *Distributed communication package*: collectives must be called by all processes of
   the group, in the same order
@@ -95,3 +100,19 @@ def _order(sequence: tuple[object, ...]) -> str:
         if operands:
             parts.append(operands[0])
     return ", ".join(parts)
+
+
+# Before/after pairs for collcheck.fix (tests/test_fixes.py): the collective leaves the rank
+# guard and is issued by every rank after it (unsafe).
+FIX_EXAMPLES: tuple[tuple[str, str], ...] = (
+    (
+        "import torch.distributed as dist\n\n\ndef save(state, path):\n    if dist.get_rank() == 0:\n"
+        "        write(state, path)\n        dist.barrier()  # wait for the file\n    return path\n",
+        "import torch.distributed as dist\n\n\ndef save(state, path):\n    if dist.get_rank() == 0:\n"
+        "        write(state, path)\n    dist.barrier()  # wait for the file\n    return path\n",
+    ),
+    (
+        "import torch.distributed as dist\n\n\ndef sync(rank):\n    if rank == 0:\n        dist.barrier()\n",
+        "import torch.distributed as dist\n\n\ndef sync(rank):\n    dist.barrier()\n",
+    ),
+)

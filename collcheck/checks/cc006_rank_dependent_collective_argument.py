@@ -22,6 +22,11 @@ dist.broadcast(weights, src=dist.get_rank())
 dist.broadcast(weights, src=0)
 ```
 
+## Fix safety
+`--fix --unsafe-fixes` replaces a root that is the rank itself (`src=rank`,
+`dst=dist.get_rank()`) by the rank the function singles out (`if rank == 3:`), or 0. Unsafe:
+the data now flows from or to that rank.
+
 ## References
 - PyTorch, `torch.distributed.broadcast`: "src (int) – Source rank" (the same on all ranks)
 """
@@ -79,3 +84,21 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
         "value_y": values.get(f"{d.kind} on rank {high}", "?"),
         "world": str(d.model.world),
     }
+
+
+# Before/after pairs for collcheck.fix (tests/test_fixes.py): a root that is the rank itself
+# becomes the rank the function singles out, or 0 (unsafe).
+FIX_EXAMPLES: tuple[tuple[str, str], ...] = (
+    (
+        "import torch.distributed as dist\n\n\ndef total(count):\n"
+        "    dist.reduce(count, dst=dist.get_rank())\n    if dist.get_rank() == 0:\n        print(count)\n",
+        "import torch.distributed as dist\n\n\ndef total(count):\n"
+        "    dist.reduce(count, dst=0)\n    if dist.get_rank() == 0:\n        print(count)\n",
+    ),
+    (
+        "import torch.distributed as dist\n\n\ndef share(t, rank):\n    dist.broadcast(t, src=rank)\n"
+        "    if rank == 3:\n        print(t)\n",
+        "import torch.distributed as dist\n\n\ndef share(t, rank):\n    dist.broadcast(t, src=3)\n"
+        "    if rank == 3:\n        print(t)\n",
+    ),
+)

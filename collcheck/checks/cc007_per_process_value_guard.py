@@ -27,6 +27,11 @@ if flag.item():
     save(model)
 ```
 
+## Fix safety
+`--fix` iterates over `sorted(...)` instead of a set (safe). `--fix --unsafe-fixes` decides an
+`if` whose test reads a per-process value on rank 0 and broadcasts it with
+`broadcast_object_list` (unsafe: every rank follows rank 0's clock or filesystem).
+
 ## References
 - PyTorch, *Reproducibility* notes on process-local random state
 """
@@ -88,3 +93,24 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
 
 def describe_set_order(region: Region) -> tuple[str, dict[str, str]]:
     return MESSAGE_SET, {}
+
+
+# Before/after pairs for collcheck.fix (tests/test_fixes.py applies each fix to the first text and
+# expects exactly the second). Set iteration: safe; a per-process guard: unsafe.
+FIX_EXAMPLES: tuple[tuple[str, str], ...] = (
+    (
+        "import torch.distributed as dist\n\n\ndef sync(grads, names):\n"
+        "    for name in set(names):  # shared\n        dist.all_reduce(grads[name])\n",
+        "import torch.distributed as dist\n\n\ndef sync(grads, names):\n"
+        "    for name in sorted(set(names)):  # shared\n        dist.all_reduce(grads[name])\n",
+    ),
+    (
+        "import os\n\nimport torch.distributed as dist\n\n\ndef resume(path):\n"
+        "    # resume when a checkpoint is there\n    if os.path.exists(path):\n"
+        "        load(path)\n        dist.barrier()\n",
+        "import os\n\nimport torch.distributed as dist\n\n\ndef resume(path):\n"
+        "    # resume when a checkpoint is there\n    decision = [os.path.exists(path)]\n"
+        "    dist.broadcast_object_list(decision, src=0)\n    if decision[0]:\n"
+        "        load(path)\n        dist.barrier()\n",
+    ),
+)

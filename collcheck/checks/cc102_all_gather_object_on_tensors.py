@@ -21,6 +21,11 @@ full_k = torch.empty(world_size * local_k.shape[0], *local_k.shape[1:], dtype=lo
 dist.all_gather_into_tensor(full_k, local_k)
 ```
 
+## Fix safety
+`--fix --unsafe-fixes` gathers into a tensor preallocated with `new_empty` through
+`all_gather_into_tensor` and leaves one tensor per rank in the output list. Unsafe: every rank
+must then pass the same shape and dtype, on the device its backend expects.
+
 ## References
 - [torch.distributed.all_gather_object](https://pytorch.org/docs/stable/distributed.html#torch.distributed.all_gather_object)
   ("uses pickle module implicitly"; objects must be picklable)
@@ -120,3 +125,16 @@ def check_module(context: ModuleContext) -> list[Finding]:
                 )
             )
     return findings
+
+
+# Before/after pairs for collcheck.fix (tests/test_fixes.py): gather into a preallocated tensor
+# (unsafe: every rank must now pass the same shape and dtype).
+FIX_EXAMPLES: tuple[tuple[str, str], ...] = (
+    (
+        "import torch\nimport torch.distributed as dist\n\n\ndef share(k: torch.Tensor, n):\n"
+        "    out = [None] * n\n    dist.all_gather_object(out, k)\n    return out\n",
+        "import torch\nimport torch.distributed as dist\n\n\ndef share(k: torch.Tensor, n):\n"
+        "    out = [None] * n\n    out_tensor = k.new_empty((dist.get_world_size(), *k.shape))\n"
+        "    dist.all_gather_into_tensor(out_tensor, k)\n    out[:] = out_tensor.unbind(0)\n    return out\n",
+    ),
+)

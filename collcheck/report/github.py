@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from collcheck.checks import rule_by_code
-from collcheck.findings import FileError, Finding, RunResult, Severity, UnusedSuppression
-from collcheck.report.text import describe_counterexample
+from collcheck.findings import FileError, Finding, Fix, RunResult, Severity, UnusedSuppression
+from collcheck.report.text import describe_counterexample, fix_note
 
 COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
@@ -39,14 +39,14 @@ def _title(finding: Finding) -> str:
     return f"{finding.code} {rule.name}" if rule is not None else finding.code
 
 
-def _finding_command(finding: Finding) -> str:
+def _finding_command(finding: Finding, fix: Fix | None) -> str:
     loc = finding.location
     properties: dict[str, str | int] = {"file": _path(loc.path), "line": loc.line, "col": loc.column + 1}
     properties["endLine"] = loc.end_line if loc.end_line is not None else loc.line
     if loc.end_column is not None:
         properties["endColumn"] = loc.end_column + 1
     properties["title"] = _title(finding)
-    message = finding.message
+    message = finding.message + fix_note(fix)
     if finding.counterexample is not None:
         lines = [line.strip() for line in describe_counterexample(finding.counterexample)]
         message = "\n".join([message, *lines])
@@ -72,7 +72,7 @@ def _unused_command(unused: UnusedSuppression) -> str:
 
 
 def render_github(result: RunResult) -> str:
-    lines = [_finding_command(finding) for finding in result.findings]
+    lines = [_finding_command(finding, result.fixes.get(finding)) for finding in result.findings]
     lines.extend(_error_command(error) for error in result.errors)
     lines.extend(_unused_command(unused) for unused in result.unused_suppressions)
     return "\n".join(lines)

@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from collcheck.findings import Finding, RunResult
+from collcheck.findings import Finding, Fix, RunResult
 
 
 def finding_to_json(finding: Finding) -> dict[str, Any]:
@@ -27,10 +27,39 @@ def finding_to_json(finding: Finding) -> dict[str, Any]:
     return data
 
 
+def fix_to_json(fix: Fix) -> dict[str, Any]:
+    """Columns 1-based, as for findings; `end_*` is exclusive."""
+    return {
+        "applicability": fix.applicability.value,
+        "message": fix.description,
+        "edits": [
+            {
+                "line": edit.line,
+                "column": edit.column + 1,
+                "end_line": edit.end_line,
+                "end_column": edit.end_column + 1,
+                "content": edit.content,
+            }
+            for edit in fix.edits
+        ],
+    }
+
+
+def _with_fix(data: dict[str, Any], fix: Fix | None, computed: bool) -> dict[str, Any]:
+    # Without a fix flag fixes are not computed: no `fix` key rather than a `null` that would
+    # claim there is none.
+    if computed:
+        data["fix"] = fix_to_json(fix) if fix is not None else None
+    return data
+
+
 def result_to_json(result: RunResult) -> dict[str, Any]:
     findings = result.findings
     return {
-        "findings": [finding_to_json(finding) for finding in findings],
+        "findings": [
+            _with_fix(finding_to_json(finding), result.fixes.get(finding), result.fixes_computed)
+            for finding in findings
+        ],
         "errors": [
             {"path": error.path, "message": error.message, **({"line": error.line} if error.line else {})}
             for error in result.errors
@@ -39,6 +68,10 @@ def result_to_json(result: RunResult) -> dict[str, Any]:
         "unused_suppressions": [
             {"path": item.location.path, "line": item.location.line, "codes": list(item.codes)}
             for item in result.unused_suppressions
+        ],
+        "stale_baseline": [
+            {"fingerprint": e.fingerprint, "code": e.code, "path": e.path, "message": e.message}
+            for e in result.stale_baseline
         ],
         "summary": {
             "files": len(result.files),

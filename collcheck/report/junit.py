@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from collcheck.findings import FileResult, Finding, RunResult
-from collcheck.report.text import describe_counterexample
+from collcheck.findings import FileResult, Finding, Fix, RunResult
+from collcheck.report.text import describe_counterexample, fix_note
 
 SUITE_NAME = "collcheck"
 
@@ -22,24 +22,25 @@ def _clean(text: str) -> str:
     return _INVALID_XML.sub("\ufffd", text)
 
 
-def _failure(parent: ET.Element, finding: Finding) -> None:
+def _failure(parent: ET.Element, finding: Finding, fix: Fix | None) -> None:
     loc = finding.location
-    head = f"{loc.path}:{loc.line}:{loc.column + 1}: {finding.code} {finding.message}"
-    element = ET.SubElement(
-        parent, "failure", {"type": finding.code, "message": _clean(f"{finding.code} {finding.message}")}
-    )
+    message = f"{finding.code} {finding.message}{fix_note(fix)}"
+    head = f"{loc.path}:{loc.line}:{loc.column + 1}: {message}"
+    element = ET.SubElement(parent, "failure", {"type": finding.code, "message": _clean(message)})
     lines = [head]
     if finding.counterexample is not None:
         lines.extend(describe_counterexample(finding.counterexample))
     element.text = _clean("\n".join(lines))
 
 
-def _testcase(suite: ET.Element, result: FileResult, findings: list[Finding]) -> None:
+def _testcase(
+    suite: ET.Element, result: FileResult, findings: list[Finding], fixes: dict[Finding, Fix]
+) -> None:
     case = ET.SubElement(
         suite, "testcase", {"classname": SUITE_NAME, "name": _clean(result.path), "file": _clean(result.path)}
     )
     for finding in findings:
-        _failure(case, finding)
+        _failure(case, finding, fixes.get(finding))
     if result.error is not None:
         error = ET.SubElement(case, "error", {"type": "FileError", "message": _clean(result.error.message)})
         error.text = _clean(f"{result.path}: could not be analysed: {result.error.message}")
@@ -57,7 +58,7 @@ def junit_tree(result: RunResult) -> ET.Element:
     root = ET.Element("testsuites", {"name": SUITE_NAME, **attributes})
     suite = ET.SubElement(root, "testsuite", {"name": SUITE_NAME, **attributes, "time": "0"})
     for item in files:
-        _testcase(suite, item, by_path.get(item.path, []))
+        _testcase(suite, item, by_path.get(item.path, []), result.fixes)
     return root
 
 

@@ -18,7 +18,16 @@ from urllib.parse import quote
 
 from collcheck import __version__
 from collcheck.checks import Rule, all_rules
-from collcheck.findings import Counterexample, FileError, Finding, Location, RunResult, Severity, TraceStep
+from collcheck.findings import (
+    Counterexample,
+    FileError,
+    Finding,
+    Fix,
+    Location,
+    RunResult,
+    Severity,
+    TraceStep,
+)
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/collcheck/collcheck"
@@ -140,27 +149,27 @@ def _message(finding: Finding) -> str:
 _LINE_NUMBERS = re.compile(r"(\.pyi?):\d+(?::\d+)?|\b(line) \d+")
 
 
-def _identity(finding: Finding) -> str:
+def line_free_message(finding: Finding) -> str:
+    """The message with the line numbers it cites taken out (what identifies a finding)."""
     return _LINE_NUMBERS.sub(lambda match: match.group(1) or match.group(2), finding.message)
 
 
 def _fingerprint(finding: Finding, uri: str, occurrence: int) -> str:
     """Stable across runs and line shifts: no line numbers, only what identifies the finding."""
-    parts = (finding.code, uri, finding.function, _identity(finding), str(occurrence))
+    parts = (finding.code, uri, finding.function, line_free_message(finding), str(occurrence))
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
-def _result(finding: Finding, rule_index: int, root: Path, occurrence: int) -> dict[str, Any]:
+def _result(finding: Finding, rule_index: int, root: Path, fingerprint: str) -> dict[str, Any]:
     location = finding.location
     primary = _physical(location.path, root, _region(location))
-    uri = _uri(location.path, root)[0]
     result: dict[str, Any] = {
         "ruleId": finding.code,
         "ruleIndex": rule_index,
         "level": LEVELS[finding.severity],
         "message": {"text": _message(finding)},
         "locations": [primary],
-        "partialFingerprints": {FINGERPRINT_KEY: _fingerprint(finding, uri, occurrence)},
+        "partialFingerprints": {FINGERPRINT_KEY: fingerprint},
     }
     if finding.function:
         primary["logicalLocations"] = [{"name": finding.function, "kind": "function"}]
@@ -172,15 +181,55 @@ def _result(finding: Finding, rule_index: int, root: Path, occurrence: int) -> d
     return result
 
 
-def _results(findings: list[Finding], rules: list[dict[str, Any]], root: Path) -> list[dict[str, Any]]:
-    index = {rule["id"]: position for position, rule in enumerate(rules)}
+def fingerprints(findings: list[Finding], root: Path) -> list[str]:
+    """Each finding's partial fingerprint, in order; `findings` sorted as `RunResult.findings` is.
+
+    Identical findings in one function are told apart by their occurrence number, so the
+    fingerprint survives lines moving but not the findings swapping places. The baseline uses
+    these too (collcheck.baseline).
+    """
     seen: Counter[tuple[str, str, str, str]] = Counter()
-    results = []
+    prints = []
     for finding in findings:
-        identity = (finding.code, finding.location.path, finding.function, _identity(finding))
-        results.append(_result(finding, index[finding.code], root, seen[identity]))
+        identity = (finding.code, finding.location.path, finding.function, line_free_message(finding))
+        prints.append(_fingerprint(finding, _uri(finding.location.path, root)[0], seen[identity]))
         seen[identity] += 1
+    return prints
+
+
+def _results(
+    result: RunResult, findings: list[Finding], rules: list[dict[str, Any]], root: Path
+) -> list[dict[str, Any]]:
+    index = {rule["id"]: position for position, rule in enumerate(rules)}
+    results = []
+    for finding, fingerprint in zip(findings, fingerprints(findings, root), strict=True):
+        entry = _result(finding, index[finding.code], root, fingerprint)
+        fix = result.fixes.get(finding)
+        if fix is not None:
+            entry["fixes"] = [_fix(fix, finding.location.path, root)]
+        results.append(entry)
     return results
+
+
+def _fix(fix: Fix, path: str, root: Path) -> dict[str, Any]:
+    """A SARIF `fix`: one artifact change whose replacements are the fix's edits."""
+    replacements = [
+        {
+            "deletedRegion": {
+                "startLine": edit.line,
+                "startColumn": edit.column + 1,
+                "endLine": edit.end_line,
+                "endColumn": edit.end_column + 1,
+            },
+            "insertedContent": {"text": edit.content},
+        }
+        for edit in fix.edits
+    ]
+    return {
+        "description": {"text": f"{fix.description} ({fix.applicability.value} fix)"},
+        "artifactChanges": [{"artifactLocation": _artifact(path, root), "replacements": replacements}],
+        "properties": {"applicability": fix.applicability.value},
+    }
 
 
 def _error_location(error: FileError, root: Path) -> dict[str, Any]:
@@ -232,7 +281,7 @@ def sarif_log(result: RunResult, root: Path | None = None) -> dict[str, Any]:
             {"executionSuccessful": True, "toolExecutionNotifications": _notifications(result, root)}
         ],
         "columnKind": "unicodeCodePoints",
-        "results": _results(findings, rules, root),
+        "results": _results(result, findings, rules, root),
     }
     return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
 

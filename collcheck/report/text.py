@@ -6,7 +6,7 @@ from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
-from collcheck.findings import Counterexample, Finding, RunResult, TraceStep
+from collcheck.findings import Applicability, Counterexample, Finding, Fix, RunResult, TraceStep
 
 
 @lru_cache(maxsize=64)
@@ -52,9 +52,18 @@ def describe_counterexample(example: Counterexample) -> list[str]:
     return lines
 
 
-def render_finding(finding: Finding, concise: bool) -> list[str]:
+def fix_note(fix: Fix | None) -> str:
+    """What the text formats append to a finding's message when it has a fix."""
+    if fix is None:
+        return ""
+    if fix.applicability is Applicability.SAFE:
+        return " [fix: safe, --fix]"
+    return " [fix: unsafe, --fix --unsafe-fixes]"
+
+
+def render_finding(finding: Finding, concise: bool, fix: Fix | None = None) -> list[str]:
     loc = finding.location
-    head = f"{loc.path}:{loc.line}:{loc.column + 1}: {finding.code} {finding.message}"
+    head = f"{loc.path}:{loc.line}:{loc.column + 1}: {finding.code} {finding.message}{fix_note(fix)}"
     if concise:
         return [head]
     lines = [head]
@@ -70,7 +79,7 @@ def render_text(
 ) -> str:
     out: list[str] = []
     for finding in result.findings:
-        out.extend(render_finding(finding, concise))
+        out.extend(render_finding(finding, concise, result.fixes.get(finding)))
     for error in result.errors:
         where = f"{error.path}:{error.line}" if error.line else error.path
         out.append(f"{where}: error: {error.message}")
@@ -80,6 +89,8 @@ def render_text(
             f"{unused.location.path}:{unused.location.line}:1: unused suppression "
             f"'collcheck: ignore' ({codes}): nothing to suppress here"
         )
+    for entry in result.stale_baseline:
+        out.append(f"{entry.path}: baseline entry no longer found: {entry.code} {entry.message}")
     if verbose:
         out.extend(f"note: {note}" for note in result.notes)
     if statistics:

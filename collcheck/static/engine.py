@@ -26,6 +26,7 @@ from collcheck.static.extract import (
     ModuleInfo,
     PathLimitExceeded,
     State,
+    catalog_group_facts,
 )
 from collcheck.static.names import module_imports, qualified_name
 from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
@@ -33,6 +34,7 @@ from collcheck.static.program import Element, LoopEvent, Region, Site
 from collcheck.static.project import Project
 from collcheck.static.solve import Divergence, SolveStats, solve_region
 from collcheck.static.symbolic import Atom, Const, Expr, GroupVal, is_rank_dependent, opaque
+from collcheck.static.wrapped import uses_wrapped, wrapped_names
 from collcheck.suppress import apply_suppressions, build_suppressions, parse_suppressions
 
 # A finding, where its divergence arises (code, path, line), and the calls it went through.
@@ -160,7 +162,8 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
     """
     functions = _all_functions(module)
     words = _function_words(functions, text) if text is not None else None
-    candidates = _candidate_words(module)
+    wrapped = wrapped_names(module.tree, module.imports, module.catalog)
+    candidates = _candidate_words(module) | wrapped.words
     direct: set[FunctionNode] = set()
     called: dict[FunctionNode, set[str]] = {}
     for function in functions:
@@ -174,7 +177,7 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 module.mutable_globals.update(node.names)
             if not isinstance(node, ast.Call):
                 continue
-            if _is_catalog_call(node, module):
+            if _is_catalog_call(node, module) or uses_wrapped(node, wrapped):
                 direct.add(function)
             if isinstance(node.func, ast.Name):
                 names.add(node.func.id)
@@ -385,6 +388,21 @@ def remote_function(
     return (other, function) if function in other.communicating or not communicating_only else None
 
 
+def remote_value(module: ModuleInfo, qualified: str) -> Expr | None:
+    """A module-level value (a constant computed at import) of another file of the run."""
+    project = module.project
+    if project is None:
+        return None
+    found = project.lookup(qualified, module.path)
+    if found is None:
+        return None
+    path, attribute = found
+    if "." in attribute:
+        return None
+    other = load_project_module(path, module.catalog, project, module.settings or Settings())
+    return None if other is None else other.globals.get(attribute)
+
+
 # ----------------------------------------------------------------------------- analysis
 
 
@@ -431,11 +449,11 @@ def _analyze_tree(
         except PathLimitExceeded as limit:
             notes.append(f"{source.path}:{function.lineno}: {qualname} skipped: {limit}")
             continue
-        candidates.extend(_findings_for(regions, rules, settings, stats))
+        candidates.extend(_findings_for(regions, rules, settings, stats, catalog))
     if _communicates(setup + main, module):
         try:
             regions = extractor.run_module(setup + main)
-            candidates.extend(_findings_for(regions, rules, settings, stats))
+            candidates.extend(_findings_for(regions, rules, settings, stats, catalog))
         except PathLimitExceeded as limit:
             notes.append(f"{source.path}: module body skipped: {limit}")
     notes.extend(stats.notes)
@@ -477,12 +495,15 @@ def _module_checks(
 
 
 def _findings_for(
-    regions: list[Region], rules: dict[str, Rule], settings: Settings, stats: SolveStats
+    regions: list[Region], rules: dict[str, Rule], settings: Settings, stats: SolveStats, catalog: Catalog
 ) -> list[Candidate]:
     results = []
+    facts = catalog_group_facts(catalog)
     for region in regions:
         check_active()  # the file's wall-clock budget (budget.py)
-        for divergence in solve_region(region, settings.world_size, settings.z3_timeout_ms, stats):
+        for divergence in solve_region(
+            region, settings.world_size, settings.z3_timeout_ms, stats, group_facts=facts
+        ):
             if _behind_unknown_code(divergence):
                 continue
             finding = classify(divergence, rules)
@@ -671,7 +692,7 @@ def _standalone_origins(
         except PathLimitExceeded:
             regions = []
         rules = {rule.code: rule for rule in all_rules()}
-        found = _findings_for(regions, rules, settings, SolveStats())
+        found = _findings_for(regions, rules, settings, SolveStats(), catalog)
         _STANDALONE[key] = {origin for _, origin, _ in found}
     return _STANDALONE[key]
 

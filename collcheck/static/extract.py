@@ -12,6 +12,7 @@ Nothing here imports or runs the analysed code.
 from __future__ import annotations
 
 import ast
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from collcheck.catalog import Catalog, OpSpec
+from collcheck.static import groups
 from collcheck.static.budget import check_active
 from collcheck.static.names import ImportTable, add_import, dotted, qualified_name
 from collcheck.static.program import (
@@ -35,6 +37,7 @@ from collcheck.static.program import (
 from collcheck.static.symbolic import (
     LOCAL_WORLD,
     MEMBER,
+    PER_RANK_KINDS,
     RANK,
     TRUE,
     WORLD,
@@ -51,6 +54,7 @@ from collcheck.static.symbolic import (
     Not,
     Sized,
     TupleVal,
+    atoms,
     children,
     conjoin,
     constant_truth,
@@ -308,6 +312,18 @@ def value_from_spec(spec: str, where: str) -> Expr:
 def _spec_expr(node: ast.expr, names: dict[str, Expr], where: str) -> Expr:
     if isinstance(node, ast.Name):
         return names.get(node.id, Atom(node.id, "shared"))
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in ("group_rank", "group_world")
+        and isinstance(node.slice, ast.Name)
+    ):
+        # `group_rank[tp]`: the rank inside the catalog group `tp`, tied to collectives on `tp`.
+        key = node.slice.id
+        return groups.local_rank(key) if node.value.id == "group_rank" else groups.group_size(key)
+    if isinstance(node, ast.BoolOp):
+        parts = tuple(_spec_expr(value, names, where) for value in node.values)
+        return BoolOp("and" if isinstance(node.op, ast.And) else "or", parts)
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, str, bool)):
         return Const(node.value)
     if isinstance(node, ast.Compare) and len(node.ops) == 1:
@@ -336,6 +352,58 @@ _COMPARE_OPS: dict[type, str] = {
     ast.IsNot: "!=",
 }
 _BIN_OPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+
+
+_GROUP_FACTS: dict[str, groups.GroupFacts] = {}
+
+
+def catalog_group_facts(catalog: Catalog) -> groups.GroupFacts:
+    """The catalogs' group facts as symbolic values, built once per catalog."""
+    facts = _GROUP_FACTS.get(catalog.fingerprint)
+    if facts is None:
+        members = {
+            name: value_from_spec(spec, f"members:{name}") for name, spec in catalog.group_members.items()
+        }
+        facts = _GROUP_FACTS[catalog.fingerprint] = groups.GroupFacts(members, catalog.group_grids)
+    return facts
+
+
+# Functions that translate a given global rank into a rank inside a group.
+GROUP_RANK_TRANSLATORS = frozenset(
+    {"torch.distributed.get_group_rank", "torch.distributed.distributed_c10d.get_group_rank"}
+)
+GROUP_METHODS = frozenset({"rank", "get_rank", "size", "get_world_size", "get_local_rank", "get_group"})
+
+
+def _mesh_dimension(node: ast.Call) -> tuple[bool, str | None]:
+    """The mesh dimension named by `get_group(dim)` / `get_local_rank(mesh_dim=dim)`: (True, its
+    name), (True, None) when none is given (a one-dimensional mesh, or a group), (False, None) when
+    it is computed or not a name."""
+    arguments = [*node.args, *(k.value for k in node.keywords if k.arg == "mesh_dim")]
+    if len(arguments) != len(node.args) + len(node.keywords) or len(arguments) > 1:
+        return False, None
+    if not arguments:
+        return True, None
+    argument = arguments[0]
+    if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+        return True, argument.value
+    return False, None
+
+
+def _catalog_group(name: str, type_name: str) -> GroupVal:
+    if name == "world":  # a coordinator over every rank (vLLM's get_world_group())
+        return GroupVal("world", TRUE, type_name=type_name)
+    return GroupVal(name, None, type_name=type_name)
+
+
+def _group_key(value: Expr, node: ast.expr) -> str:
+    """One name for a group however it is reached: the group's own key, the name of the value
+    (the same object read in two places), or the expression's text."""
+    if isinstance(value, GroupVal):
+        return value.key
+    if isinstance(value, Atom):
+        return value.name
+    return _text(node)
 
 
 def _where(node: ast.AST) -> str:
@@ -408,6 +476,7 @@ class Extractor:
         self.set_names: set[str] = set()
         self.local_imports: ImportTable = module.imports
         self.remote_modules: dict[FunctionNode, ModuleInfo] = {}
+        self._imported_values: dict[str, Expr | None] = {}
         self.steps = 0
         self.max_steps = max_steps
         self._returns: dict[FunctionNode, bool] = {}
@@ -696,7 +765,7 @@ class Extractor:
             starts.append(start)
         if (
             _exits(handler.body)
-            and _catches_data_errors(handler)
+            and _catches_data_errors(handler, self.module.classes)
             and any(isinstance(n, ast.Call) for s in stmt.body for n in ast.walk(s))
         ):
             # Any call may raise on some ranks only (bad data, I/O): a handler that leaves the
@@ -1003,6 +1072,8 @@ class Extractor:
             return True
         if self._exit_call(call):
             return True
+        if qualified_name(call.func, self.local_imports) in self.catalog.types_in_place:
+            return True  # `fully_shard(model)` changes what `model` is
         target = self._local_target(call, frame)
         return target is not None or self._passes_communicating_callback(call, frame)
 
@@ -1021,6 +1092,7 @@ class Extractor:
         spec = self._op_spec(call, state)
         if spec is not None:
             return [self._communicate(call, spec, state, frame, known)]
+        self._type_in_place(call, state)
         target = self._local_target(call, frame)
         if target is None:
             if self.record_events and self._passes_communicating_callback(call, frame):
@@ -1060,11 +1132,37 @@ class Extractor:
         name = qualified_name(call.func, self.local_imports)
         if name is not None and name in self.catalog.functions:
             return self.catalog.functions[name]
+        if isinstance(call.func, (ast.Name, ast.Attribute)):
+            # `model(x)` on a wrapped module: the object itself is the receiver of `__call__`.
+            for method in self.catalog.method_specs("__call__"):
+                if self._receiver_matches(call.func, method.receivers, state):
+                    return method.spec
         if isinstance(call.func, ast.Attribute):
             for method in self.catalog.method_specs(call.func.attr):
                 if method.any_receiver or self._receiver_matches(call.func.value, method.receivers, state):
                     return method.spec
         return None
+
+    def _type_in_place(self, call: ast.Call, state: State) -> None:
+        """`fully_shard(model)`: from here on `model` is the wrapped type."""
+        name = qualified_name(call.func, self.local_imports)
+        if name is None or name not in self.catalog.types_in_place or not call.args:
+            return
+        target = call.args[0]
+        if isinstance(target, (ast.Name, ast.Attribute)) and dotted(target):
+            type_name = self.catalog.types_in_place[name] or name
+            self.bind(target, Atom(f"type:{type_name}@{_where(call)}", "shared"), state)
+
+    def _passes_typed_object(self, call: ast.Call, state: State) -> bool:
+        """The call hands a helper an object whose methods communicate (a wrapped model, an
+        engine): the helper may communicate through it even if its own text names nothing."""
+        receivers = {receiver for method in self.catalog.methods for receiver in method.receivers}
+        for argument in [*call.args, *(keyword.value for keyword in call.keywords)]:
+            if isinstance(argument, (ast.Name, ast.Attribute)):
+                type_name = self._type_of(argument, state)
+                if type_name is not None and type_name in receivers:
+                    return True
+        return False
 
     def _receiver_matches(self, receiver: ast.expr, types: tuple[str, ...], state: State | None) -> bool:
         if not types:
@@ -1087,7 +1185,11 @@ class Extractor:
                         None,
                     )
                 if isinstance(value, Atom) and value.name.startswith("type:"):
-                    return value.name[5:].split("@", 1)[0]
+                    type_name, _, where = value.name[5:].partition("@")
+                    # `model.module` of a typed `model` is another object (the unwrapped module).
+                    return None if "." in where else type_name
+                if isinstance(value, GroupVal) and value.type_name:
+                    return value.type_name
         if isinstance(node, ast.Call):
             name = qualified_name(node.func, self.local_imports)
             if name is not None and name in self.catalog.types:
@@ -1111,7 +1213,12 @@ class Extractor:
             chosen = self.pure(group_node, state, frame, known)
             group_term = chosen if _group_choice(chosen) else None
         if group is None and spec.default_group is not None and spec.default_group != "world":
-            group = GroupVal(spec.default_group, None)  # membership unknown: compared nowhere
+            group = groups.unknown_group(spec.default_group)
+        if group is None and group_node is None and spec.group is None and self._is_method_call(call):
+            assert isinstance(call.func, ast.Attribute)
+            receiver = self.pure(call.func.value, state, frame, known)
+            if isinstance(receiver, GroupVal):  # a coordinator object that is its own group
+                group = receiver
         reduce_op = value(spec.reduce_op)
         if spec.reduce_op is not None:
             reduce_op = _normalise_reduce_op(reduce_op)
@@ -1144,6 +1251,12 @@ class Extractor:
                 if isinstance(target, (ast.Name, ast.Attribute)):
                     self.bind(target, fresh, state)
         return state, self._op_result(call, spec, args, state, frame, known)
+
+    def _is_method_call(self, call: ast.Call) -> bool:
+        if not isinstance(call.func, ast.Attribute):
+            return False
+        name = qualified_name(call.func, self.local_imports)
+        return name is None or name not in self.catalog.functions
 
     def _op_result(
         self,
@@ -1255,7 +1368,7 @@ class Extractor:
             return value
         if isinstance(value, Const) and value.value is None:
             return None
-        return GroupVal(_text(node), None, per_rank=is_rank_dependent(value))
+        return GroupVal(_group_key(value, node), None, per_rank=is_rank_dependent(value))
 
     # ------------------------------------------------------------------ helpers (inlining)
 
@@ -1363,8 +1476,10 @@ class Extractor:
             # Bounded: deeper levels are not followed (their collectives are not seen).
             return [(state, self.pure(call, state, frame, known))]
         owner_module = self.remote_modules.get(function, self.module)
-        communicates = function in owner_module.communicating or (
-            function in self.nested.values() and self._body_communicates(function)
+        communicates = (
+            function in owner_module.communicating
+            or (function in self.nested.values() and self._body_communicates(function))
+            or self._passes_typed_object(call, state)
         )
         if not communicates and not self._returns_matter(function, owner_module):
             return [(state, self.pure(call, state, frame, known))]
@@ -1639,7 +1754,28 @@ class Extractor:
             return self.module.globals[node.id]
         if node.id in ("True", "False", "None"):
             return Const({"True": True, "False": False, "None": None}[node.id])
+        qualified = self.local_imports.lookup(node.id)
+        if qualified is not None:
+            imported = self._imported_value(qualified)
+            if imported is not None:
+                return imported
         return Atom(f"global:{node.id}", "shared")
+
+    def _imported_value(self, qualified: str) -> Expr | None:
+        """A module-level value of another file of the run (`from .env import RANK`, `env.RANK`)
+        when it depends on the rank or the process; None otherwise (then the name stays opaque)."""
+        if qualified in self._imported_values:
+            return self._imported_values[qualified]
+        self._imported_values[qualified] = None  # a cycle of imports sees "unknown"
+        value = None
+        if self.module.project is not None:
+            from collcheck.static.engine import remote_value  # the engine owns module loading
+
+            found = remote_value(self.module, qualified)
+            if found is not None and any(atom.kind in PER_RANK_KINDS for atom in atoms(found)):
+                value = found
+        self._imported_values[qualified] = value
+        return value
 
     def _pure_Attribute(
         self, node: ast.Attribute, state: State, frame: Frame, known: dict[int, Expr] | None
@@ -1658,8 +1794,16 @@ class Extractor:
                 return Const(None)
             if name is not None and ".ReduceOp." in f".{name}":
                 return Const(name.rsplit(".", 1)[-1].upper())
+            if name is not None and self.local_imports.lookup(parts[0]) is not None:
+                imported = self._imported_value(name)  # `env.RANK` of an imported module
+                if imported is not None:
+                    return imported
         if node.attr in self.catalog.rank_attributes:
-            return value_from_spec(self.catalog.rank_attributes[node.attr], f"attr:{node.attr}")
+            spec = self.catalog.rank_attributes[node.attr]
+            if spec == "group_rank":  # the rank inside the group the attribute is read from
+                owner = self.pure(node.value, state, frame, known)
+                return groups.local_rank(_group_key(owner, node.value))
+            return value_from_spec(spec, f"attr:{node.attr}")
         base = self.pure(node.value, state, frame, known)
         if isinstance(base, Atom) and base.name.startswith("type:"):
             return Atom(f"{base.name}.{node.attr}", "shared")
@@ -1690,6 +1834,8 @@ class Extractor:
             and -len(base.items) <= index.value < len(base.items)
         ):
             return base.items[index.value]
+        if isinstance(base, GroupVal) and isinstance(index, Const) and isinstance(index.value, str):
+            return groups.unknown_group(groups.mesh_dimension_key(base.key, index.value))  # mesh["tp"]
         if isinstance(base, Atom) and isinstance(index, Const) and isinstance(index.value, (str, int)):
             # `cfg["sync"]` read in two branches is one value, like an attribute (see above).
             return opaque(f"item:{base.name}[{index.value!r}]", (base,))
@@ -1789,6 +1935,9 @@ class Extractor:
                 same = Compare("==", substitute(container.color, {RANK: item}), container.color)
                 return conjoin((inside, same))
             return inside
+        if item == RANK and not is_rank_dependent(container):
+            # `rank in self.ranks`: a membership test, the same atom wherever that collection is read.
+            return groups.membership(_group_key(container, node))
         return opaque(f"in@{_where(node)}", (item, container))
 
     def _pure_IfExp(self, node: ast.IfExp, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
@@ -1829,6 +1978,13 @@ class Extractor:
                 return builtin
         if isinstance(node.func, ast.Attribute):
             method = node.func.attr
+            on_group = self._group_method(node, state, frame, known)
+            if on_group is not None:
+                return on_group
+            receiver_type = self._type_of(node.func.value, state)
+            produced = self.catalog.types.get(f"{receiver_type}.{method}") if receiver_type else None
+            if produced is not None:  # `accelerator.prepare(model)`: a catalogued method's result type
+                return Atom(f"type:{produced or receiver_type}@{where}", "shared")
             if method in self.catalog.rank_methods and not node.args:
                 return value_from_spec(self.catalog.rank_methods[method], f"method:{method}@{where}")
             receiver = self.pure(node.func.value, state, frame, known)
@@ -1848,6 +2004,37 @@ class Extractor:
         # passed as an argument (a sampler, a device, a constructor) does not make it per-rank.
         # Equal text, equal value: the same helper asked twice answers the same.
         return Atom(f"call:{_text(node)}", "shared")
+
+    def _group_method(
+        self, node: ast.Call, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr | None:
+        """`group.rank()`, `group.size()`, `mesh.get_local_rank("tp")`, `mesh["tp"].get_group()`:
+        a rank's place in a group, the group's size, or a device-mesh dimension's group, all keyed
+        by the group so that a condition on them is tied to collectives on that group."""
+        assert isinstance(node.func, ast.Attribute)
+        method = node.func.attr
+        if method not in GROUP_METHODS or self._names_module(node.func.value):
+            return None
+        receiver = self.pure(node.func.value, state, frame, known)
+        if isinstance(receiver, Atom) and receiver.name.startswith("type:"):
+            return None  # a catalogued object (an Accelerator, a Trainer): its own rank methods
+        key = _group_key(receiver, node.func.value)
+        if method in ("rank", "get_rank", "size", "get_world_size"):
+            if node.args or node.keywords:
+                return None
+            return groups.local_rank(key) if method in ("rank", "get_rank") else groups.group_size(key)
+        named, dimension = _mesh_dimension(node)
+        if not named:
+            return None
+        mesh_key = groups.mesh_dimension_key(key, dimension)
+        if method == "get_group":
+            return groups.unknown_group(mesh_key)
+        return groups.local_rank(mesh_key)
+
+    def _names_module(self, node: ast.expr) -> bool:
+        """`dist.get_rank()` spelled through a module: a function, not a method on a group."""
+        parts = dotted(node)
+        return parts is not None and self.local_imports.lookup(parts[0]) is not None
 
     def _known_call(
         self,
@@ -1870,11 +2057,19 @@ class Extractor:
                     node.args[0] if node.args else next(k.value for k in node.keywords if k.arg == "group")
                 )
                 if not (isinstance(group, ast.Constant) and group.value is None):
-                    kind = "group_rank" if spec == "rank" else None
-                    if kind is None:
-                        return Atom(f"group_size@{where}", "shared", lower=1)
-                    return value_from_spec(kind, where)
+                    value = self._group(group, state, frame, known or {})
+                    if value is None:  # the default (world) group, spelled out
+                        return value_from_spec(spec, where)
+                    if spec == "rank":
+                        return groups.local_rank(value.key)
+                    return groups.group_size(value.key)
             return value_from_spec(spec, where)
+        if name in GROUP_RANK_TRANSLATORS and len(node.args) == 2 and args[1] == RANK:
+            # get_group_rank(group, dist.get_rank()): this rank's rank inside the group.
+            value = self._group(node.args[0], state, frame, known or {})
+            return RANK if value is None else groups.local_rank(value.key)
+        if name in catalog.groups:
+            return _catalog_group(catalog.groups[name], catalog.types.get(name, ""))
         if name in catalog.nondeterministic:
             return Atom(f"{name}()@{where}", "nondet", why=catalog.nondeterministic[name])
         if name in ENV_READERS and args and isinstance(args[0], Const) and isinstance(args[0].value, str):
@@ -2146,19 +2341,49 @@ DATA_ERRORS = frozenset(
         "ConnectionError",
         "TimeoutError",
         "CorruptedDataError",
+        # Memory runs out on one rank first: a longer sequence, a fuller cache, another process.
+        "OutOfMemoryError",
+        "MemoryError",
     }
 )
+# The text a handler checks to single out an out-of-memory RuntimeError (`"out of memory" in str(e)`).
+OUT_OF_MEMORY_TEXT = re.compile(r"out\s*of\s*memory|\boom\b", re.IGNORECASE)
 
 
-def _catches_data_errors(handler: ast.ExceptHandler) -> bool:
+def _catches_data_errors(handler: ast.ExceptHandler, classes: Mapping[str, ClassInfo]) -> bool:
+    """The handler catches an error one rank can hit alone: a data or I/O error (or a class of the
+    module derived from one), running out of memory, or a RuntimeError whose text it checks for
+    "out of memory"."""
     if handler.type is None:
         return False
     types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
     for item in types:
         parts = dotted(item)
-        if parts and parts[-1] in DATA_ERRORS:
+        if not parts:
+            continue
+        if _is_data_error(parts[-1], classes, depth=0):
+            return True
+        if parts[-1] == "RuntimeError" and _checks_out_of_memory(handler):
             return True
     return False
+
+
+def _is_data_error(name: str, classes: Mapping[str, ClassInfo], depth: int) -> bool:
+    if name in DATA_ERRORS:
+        return True
+    info = classes.get(name)
+    if info is None or depth > 8:
+        return False
+    return any(_is_data_error(base.rsplit(".", 1)[-1], classes, depth + 1) for base in info.bases)
+
+
+def _checks_out_of_memory(handler: ast.ExceptHandler) -> bool:
+    return any(
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and OUT_OF_MEMORY_TEXT.search(node.value)
+        for node in ast.walk(handler)
+    )
 
 
 def _exits(body: Sequence[ast.stmt]) -> bool:

@@ -16,6 +16,14 @@ from pathlib import Path as FsPath
 from typing import Any
 
 from collcheck.static.budget import bounded_solver
+from collcheck.static.groups import (
+    LOCAL_RANK_PREFIX,
+    NO_GROUP_FACTS,
+    GroupFacts,
+    local_rank_bounds,
+    member_facts,
+    opaque_rank_atoms,
+)
 from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, LoopRange, Path, Region
 from collcheck.static.symbolic import (
     MEMBER,
@@ -123,8 +131,8 @@ def _channel_key(event: Element) -> str | None:
     group = event.group
     if group is None:
         return WORLD_CHANNEL
-    if group.per_rank or group.members is None:
-        return None
+    if group.per_rank:
+        return None  # each rank may hold another group: which ranks meet is unknown
     return "group:" + group.key
 
 
@@ -172,13 +180,21 @@ def _terms(event: Element) -> list[Expr]:
 class RegionSolver:
     """One z3 solver for a region; queries are pushed and popped on it."""
 
-    def __init__(self, region: Region, world_size: int | None, timeout_ms: int, stats: SolveStats) -> None:
+    def __init__(
+        self,
+        region: Region,
+        world_size: int | None,
+        timeout_ms: int,
+        stats: SolveStats,
+        group_facts: GroupFacts = NO_GROUP_FACTS,
+    ) -> None:
         z3 = stats.z3_in_context()
         self.z3 = z3
         self.region = region
         self.world_size = world_size
         self.timeout_ms = timeout_ms
         self.stats = stats
+        self.group_facts = group_facts
         # Each check's timeout is also cut to what is left of the file's budget (budget.py).
         self.solver = bounded_solver(z3.Solver(), timeout_ms)
         self.solver.set("timeout", timeout_ms)
@@ -204,6 +220,11 @@ class RegionSolver:
         if membership is not None and membership.color is not None:
             # One creation call, a different subgroup per rank: only ranks of one subgroup meet.
             facts.append(tr.as_int(membership.color, "a") == tr.as_int(membership.color, "b"))
+        # Conditions and the terms the query may compare (trip counts, roots) of both paths.
+        conditions = [*a.conds, *b.conds, *(t for e in (*a.events, *b.events) for t in _terms(e))]
+        facts.extend(local_rank_bounds(tr, conditions))
+        if membership is not None:
+            facts.extend(member_facts(tr, membership, conditions, self.group_facts))
         return facts
 
     def satisfiable(
@@ -360,6 +381,22 @@ def _term_pairs(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]) -> list[
     return [p for p in pairs if p[2] != p[3] or is_rank_dependent(p[2])]
 
 
+def _own_rank_root_behind_opaque_guard(x: Expr, y: Expr, a: Path, b: Path) -> bool:
+    """`if self.is_last_stage(): broadcast(t, src=self.global_rank)`: the rank that takes the branch
+    names itself the root. Two ranks disagree only if both take it, and when the guard is a value
+    collcheck cannot follow (a stage id, a helper's answer), the code's intent is that one rank
+    does: not reported. Unguarded, every rank names itself and that is reported."""
+    if x != y or not (x == RANK or (isinstance(x, Atom) and x.name.startswith(LOCAL_RANK_PREFIX))):
+        return False
+    return _behind_unknown_guard(a.conds) and _behind_unknown_guard(b.conds)
+
+
+def _behind_unknown_guard(conds: tuple[Expr, ...]) -> bool:
+    if opaque_rank_atoms(conds):
+        return True
+    return any(atom.name.startswith("call:") for cond in conds for atom in atoms(cond))
+
+
 def _singleton(ranks: Expr) -> bool:
     """`new_group([rank])` on every rank: each builds a group of itself, a common working idiom."""
     return isinstance(ranks, TupleVal) and len(ranks.items) == 1
@@ -430,11 +467,16 @@ def _pairs(paths: list[Path]) -> Iterator[tuple[Path, Path]]:
 
 
 def solve_region(
-    region: Region, world_size: int | None, timeout_ms: int, stats: SolveStats, max_findings: int = 8
+    region: Region,
+    world_size: int | None,
+    timeout_ms: int,
+    stats: SolveStats,
+    max_findings: int = 8,
+    group_facts: GroupFacts = NO_GROUP_FACTS,
 ) -> list[Divergence]:
     if not region.paths or _region_is_uniform(region):
         return []
-    solver = RegionSolver(region, world_size, timeout_ms, stats)
+    solver = RegionSolver(region, world_size, timeout_ms, stats, group_facts)
     found: list[Divergence] = []
     seen: set[tuple[str, int, int]] = set()
     # Two ranks that issue the same collectives but one of them on the default group: that pair is
@@ -534,6 +576,8 @@ def _compare(
     results: list[Divergence] = []
     for kind, index, x, y in pairs:
         if not (is_rank_dependent(x) or is_rank_dependent(y) or not same_path):
+            continue
+        if kind == "root" and _own_rank_root_behind_opaque_guard(x, y, a, b):
             continue
 
         def extra(tr: Z3Translator, x: Expr = x, y: Expr = y, index: int = index, kind: str = kind) -> Any:

@@ -142,6 +142,7 @@ class GroupVal:
     per_rank: bool = False
     color: Expr | None = None
     created: bool = False
+    type_name: str = ""  # the catalogued type of the object, when it is one (vLLM's GroupCoordinator)
 
 
 Expr = Const | Atom | BinOp | Compare | BoolOp | Not | IfExp | Member | InRange | TupleVal | Sized | GroupVal

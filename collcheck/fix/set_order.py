@@ -1,0 +1,29 @@
+"""CC007, set iteration: `for x in <set>:` becomes `for x in sorted(<set>):` (safe).
+
+Every process then visits the elements in the same order, whatever its hash seed. The elements
+must be orderable; sets of names, strings and numbers — what code iterates over to issue
+collectives — are.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from collcheck.checks.cc007_per_process_value_guard import MESSAGE_SET
+from collcheck.findings import Applicability, Finding
+from collcheck.fix.engine import Rewrite, Source
+
+
+def fix_set_iteration(source: Source, finding: Finding) -> Rewrite | None:
+    if finding.message_template != MESSAGE_SET:
+        return None
+    loops = source.nodes_at(finding.location.line, cst.For)
+    if len(loops) != 1:
+        return None
+    loop = loops[0]
+    assert isinstance(loop, cst.For)
+    if loop.asynchronous is not None:
+        return None
+    ordered = cst.Call(func=cst.Name("sorted"), args=[cst.Arg(value=loop.iter)])
+    text = source.replaced(loop.iter, ordered)
+    return Rewrite(text, Applicability.SAFE, "iterate over sorted(...) so every rank has the same order")

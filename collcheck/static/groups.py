@@ -1,0 +1,173 @@
+"""Process groups: the values that stand for a rank's place in a group, and what two members share.
+
+Comes in: group keys (the `key` of a `GroupVal`: a catalog group name such as `tp`, a device-mesh
+dimension such as `mesh['tp']`, or the text of the expression the code passes as `group=`) and the
+atoms of path conditions. Goes out: the atoms for a rank's local rank in a group and the group's
+size, a membership atom for `rank in ranks`, and the z3 facts that hold when two ranks are compared
+on one group's channel.
+
+Why unknown membership is still compared: SPMD code that passes a group around issues a collective
+on it from every member. A group has at least two members, and the ranks that call with it are its
+members, so a condition that splits two members (their local ranks, their global ranks, a per-rank
+value) splits the group even when collcheck cannot say which global ranks it holds. What ties a
+condition to the group's membership is stated, never guessed from names:
+
+* the local rank of the group itself: members have distinct local ranks in [0, size);
+* a membership test of the rank against a collection collcheck cannot see (`rank in self.ranks`)
+  is taken to be the group's own membership test on a group of unknown members;
+* catalog facts: a named group's members (Megatron's embedding group is the first and the last
+  pipeline stage) and grids of orthogonal groups (two members of one tensor-parallel group share
+  their pipeline and data-parallel positions); the dimensions of one device mesh are such a grid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from collcheck.static.symbolic import Atom, Expr, GroupVal, atoms
+
+LOCAL_RANK_PREFIX = "group_rank:"
+SIZE_PREFIX = "group_world:"
+MEMBERSHIP_PREFIX = "member:"
+ANONYMOUS_LOCAL_RANK_PREFIX = "group_rank@"  # a catalog `group_rank` that names no group
+
+
+def local_rank(key: str) -> Atom:
+    """This rank's rank inside the group `key`. SPMD code asks for its rank in the groups it holds,
+    so the rank is taken to be a member (a non-member's -1 is left out of the model: a test for it
+    is then never true, which keeps `if dist.get_rank(g) < 0: return` quiet)."""
+    return Atom(LOCAL_RANK_PREFIX + key, "perrank", lower=0, below_world=True)
+
+
+def group_size(key: str) -> Atom:
+    """The number of ranks of the group `key`: the same on every member."""
+    return Atom(SIZE_PREFIX + key, "shared", lower=1)
+
+
+def membership(container: str) -> Atom:
+    """`rank in <container>` for a collection whose items collcheck cannot see."""
+    return Atom(MEMBERSHIP_PREFIX + container, "perrank")
+
+
+def unknown_group(key: str) -> GroupVal:
+    """A group whose members collcheck cannot compute (a parameter, an attribute, a catalog group)."""
+    return GroupVal(key, None)
+
+
+def mesh_dimension_key(mesh: str, dimension: str | None) -> str:
+    """One key for a device-mesh dimension, however it is reached: `mesh['tp'].get_group()`,
+    `mesh.get_group('tp')`, `mesh.get_local_rank('tp')` and `mesh['tp'].get_local_rank()` agree."""
+    # The same spelling as an item read from the mesh value (`item:<mesh>['tp']`, see the evaluator).
+    return mesh if dimension is None else f"item:{mesh}[{dimension!r}]"
+
+
+def _mesh_parts(key: str) -> tuple[str, str] | None:
+    if not key.endswith("]") or "[" not in key:
+        return None
+    mesh, _, dimension = key[:-1].rpartition("[")
+    return (mesh, dimension) if mesh else None
+
+
+def _grid_peers(key: str, grids: Iterable[tuple[str, ...]]) -> set[str]:
+    """Groups orthogonal to `key`: two members of `key` hold the same position in each of them."""
+    peers: set[str] = set()
+    for grid in grids:
+        if key in grid:
+            peers.update(other for other in grid if other != key)
+    return peers
+
+
+def _local_rank_keys(conditions: Iterable[Expr]) -> set[str]:
+    keys: set[str] = set()
+    for condition in conditions:
+        for atom in atoms(condition):
+            if atom.name.startswith(LOCAL_RANK_PREFIX):
+                keys.add(atom.name[len(LOCAL_RANK_PREFIX) :])
+    return keys
+
+
+def _membership_atoms(conditions: Iterable[Expr]) -> set[Atom]:
+    return {
+        atom
+        for condition in conditions
+        for atom in atoms(condition)
+        if atom.name.startswith(MEMBERSHIP_PREFIX)
+    }
+
+
+def is_interpreted(atom: Atom) -> bool:
+    """A per-rank atom whose relation to the ranks collcheck knows: the rank, a local rank in a
+    group, a membership test. Anything else per-rank is an opaque value computed from the rank."""
+    return atom.kind == "rank" or atom.name.startswith(
+        (LOCAL_RANK_PREFIX, MEMBERSHIP_PREFIX, ANONYMOUS_LOCAL_RANK_PREFIX)
+    )
+
+
+def opaque_rank_atoms(conditions: Iterable[Expr]) -> set[Atom]:
+    return {
+        atom
+        for condition in conditions
+        for atom in atoms(condition)
+        if atom.kind == "perrank" and not is_interpreted(atom)
+    }
+
+
+def shared_positions(key: str, mentioned: set[str], grids: Iterable[tuple[str, ...]]) -> set[str]:
+    """The groups, among those whose local ranks the conditions mention, in which two members of
+    `key` are known to hold the same position (same mesh, another dimension; or a catalog grid)."""
+    same = _grid_peers(key, grids) & mentioned
+    parts = _mesh_parts(key)
+    if parts is not None:
+        for other in mentioned:
+            other_parts = _mesh_parts(other)
+            if other_parts is not None and other_parts[0] == parts[0] and other_parts[1] != parts[1]:
+                same.add(other)
+    return same
+
+
+def local_rank_bounds(tr: Any, conditions: Iterable[Expr]) -> list[Any]:
+    """A local rank is below its group's size, on both ranks (a group of one has local rank 0)."""
+    facts = []
+    for key in _local_rank_keys(conditions):
+        size = tr.as_int(group_size(key), "a")
+        for side in ("a", "b"):
+            facts.append(tr.as_int(local_rank(key), side) < size)
+    return facts
+
+
+@dataclass(frozen=True)
+class GroupFacts:
+    """What the catalogs say about named groups: each one's members (a condition over the rank's
+    place in other groups) and the grids of orthogonal groups."""
+
+    members: Mapping[str, Expr] = field(default_factory=dict)
+    grids: tuple[tuple[str, ...], ...] = ()
+
+
+NO_GROUP_FACTS = GroupFacts()
+
+
+def member_facts(tr: Any, group: GroupVal, conditions: list[Expr], known: GroupFacts) -> list[Any]:
+    """z3 facts for ranks `a` and `b`, both members of `group`, compared on its channel."""
+    size = tr.as_int(group_size(group.key), "a")
+    rank_a, rank_b = tr.as_int(local_rank(group.key), "a"), tr.as_int(local_rank(group.key), "b")
+    facts = [size >= 2, size <= tr.world, rank_a >= 0, rank_b >= 0, rank_a < size, rank_b < size]
+    facts.append(rank_a != rank_b)
+    declared = known.members.get(group.key)
+    if declared is not None:
+        facts.extend((tr.as_bool(declared, "a"), tr.as_bool(declared, "b")))
+    if group.members is None:
+        # A membership test against a collection collcheck cannot see: the group's own test.
+        for atom in _membership_atoms(conditions):
+            facts.extend((tr.as_bool(atom, "a"), tr.as_bool(atom, "b")))
+        # A value computed from the rank in a way collcheck cannot follow (a shard read by rank, a
+        # stage id from a grid object) may well be what the group was built from: among the members
+        # of a group of unknown membership it is not taken to split them (precision over recall).
+        for atom in opaque_rank_atoms(conditions):
+            facts.append(tr.as_bool(atom, "a") == tr.as_bool(atom, "b"))
+            facts.append(tr.as_int(atom, "a") == tr.as_int(atom, "b"))
+    for other in shared_positions(group.key, _local_rank_keys(conditions), known.grids):
+        facts.append(tr.as_int(local_rank(other), "a") == tr.as_int(local_rank(other), "b"))
+    return facts
