@@ -167,3 +167,18 @@ def test_special_model_config_is_a_usage_error(tmp_path: Path, kind: str) -> Non
     assert completed.returncode == 2
     assert "not a regular file" in completed.stderr
     assert "Traceback" not in completed.stderr
+
+
+@needs_posix
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_special_baseline_is_exit_2(tmp_path: Path, kind: str) -> None:
+    baseline = _special(tmp_path, kind)
+    (tmp_path / "bug.py").write_bytes(BUG.read_bytes())
+
+    completed = run_cli(
+        "check", "--no-cache", "--baseline", str(baseline), str(tmp_path / "bug.py"), cwd=tmp_path
+    )
+
+    assert completed.returncode == 2, completed.stderr
+    assert "not a regular file" in completed.stderr
+    assert "Traceback" not in completed.stderr
