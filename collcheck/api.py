@@ -14,14 +14,15 @@ from functools import lru_cache
 from pathlib import Path
 
 from collcheck.cache import cached_analyze, load_manifest, store_manifest
+from collcheck.cache_guard import cache_folder
 from collcheck.catalog import Catalog, load_catalog
 from collcheck.checks import rule_selection
 from collcheck.config import Settings
 from collcheck.findings import FileError, FileResult, RunResult
-from collcheck.source import SourceFile, read_source, real_path
+from collcheck.source import MAX_SOURCE_BYTES, SourceFile, read_source, real_path
 from collcheck.static.project import FileFacts, Project
 
-MAX_FILE_BYTES = 8 * 1024 * 1024  # generated files beyond this are reported, not parsed
+MAX_FILE_BYTES = MAX_SOURCE_BYTES
 
 
 @dataclass(frozen=True)
@@ -164,10 +165,7 @@ def analyze_file(
         source = read_source(Path(path), MAX_FILE_BYTES)
         if isinstance(source, FileError):
             return FileResult(path=path, error=source)
-        # Imported only on a cache miss, so that a warm run never loads z3 or the engine.
-        from collcheck.static.engine import analyze_source
-
-        return analyze_source(source, resolved, settings, project)
+        return _analyze_in_budget(source, resolved, settings, project)
 
     # A helper in another file may change this file's verdict: those files are in the key.
     dependencies = "" if project is None else project.dependency_digest(str(real_path(path)))
@@ -177,13 +175,52 @@ def analyze_file(
     return _filter(result, settings) if result is not None else None  # type: ignore[return-value]
 
 
-def analyze_text(text: str, path: str = "<string>", settings: Settings | None = None) -> FileResult:
-    """Analyse source text directly (tests, editors)."""
+def _analyze_in_budget(
+    source: SourceFile, catalog: Catalog, settings: Settings, project: Project | None = None
+) -> FileResult:
+    """The engine's result for one source, or an error once `settings.file_timeout` is spent."""
+    # Imported only on a cache miss, so that a warm run never loads z3 or the engine.
+    from collcheck.static.budget import BudgetExceeded, file_budget
     from collcheck.static.engine import analyze_source
 
+    try:
+        with file_budget(settings.file_timeout):
+            return analyze_source(source, catalog, settings, project)
+    except BudgetExceeded as spent:
+        return FileResult(path=source.path, error=budget_error(source.path, spent.seconds))
+
+
+def budget_error(path: str, seconds: float) -> FileError:
+    return FileError(
+        path,
+        f"analysis stopped: over the per-file time budget of {seconds:g} s "
+        "(raise `file-timeout` / --file-timeout, 0 for none)",
+        transient=True,
+    )
+
+
+def analyze_text(text: str, path: str = "<string>", settings: Settings | None = None) -> FileResult:
+    """Analyse source text directly (tests, editors), within the same per-file budget."""
     settings = settings or Settings()
     catalog = load_catalog(Path(p) for p in settings.catalogs)
-    return _filter(analyze_source(SourceFile(path=path, text=text), catalog, settings), settings)
+    return _filter(_analyze_in_budget(SourceFile(path=path, text=text), catalog, settings), settings)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, not the machine's total)."""
+    counter = getattr(os, "process_cpu_count", None)  # Python 3.13+
+    if counter is not None:
+        return int(counter() or 1)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def worker_count(requested: int) -> int:
+    """`jobs` from the settings, never more than the usable cores: a repository's pyproject must
+    not be able to start hundreds of processes (0: all usable cores)."""
+    cores = usable_cores()
+    return cores if requested <= 0 else min(requested, cores)
 
 
 _WORKER: dict[str, object] = {}
@@ -336,6 +373,8 @@ def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -
 
 def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     catalog = load_catalog(Path(p) for p in settings.catalogs)  # fail early (exit 2) on a bad catalog
+    if settings.cache:
+        cache_folder(settings)  # fail early (exit 2) on a cache folder behind a symbolic link
     files = collect_files([Path(p) for p in paths], settings)
     missing = [
         FileResult(path=str(p), error=FileError(str(p), "no such file or folder"))
@@ -346,7 +385,7 @@ def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     # Named paths that do not exist are already reported once above; walked dangling links or
     # loops are read (and reported) like any unreadable file.
     files = [f for f in files if f not in named or f.exists()]
-    jobs = settings.jobs or os.cpu_count() or 1
+    jobs = worker_count(settings.jobs)
     names = [str(path) for path in files]
     indexed = _index_files(paths, files, settings)
     project = _project(indexed, catalog, settings, jobs) if len(indexed) > 1 else None

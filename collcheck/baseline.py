@@ -19,6 +19,7 @@ from pathlib import Path
 
 from collcheck.findings import BaselineEntry, Finding, RunResult
 from collcheck.fix.flow import AdoptionError
+from collcheck.source import MAX_CONFIG_BYTES, FileRefused, read_regular_file
 
 FORMAT_KEY = "collcheck_baseline"
 FORMAT_VERSION = 1
@@ -72,8 +73,8 @@ def write_baseline(result: RunResult, baseline: Path) -> int:
 
 def read_baseline(baseline: Path) -> list[BaselineEntry]:
     try:
-        data = json.loads(baseline.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        data = json.loads(read_regular_file(baseline, MAX_CONFIG_BYTES * 16).decode("utf-8"))
+    except (OSError, ValueError, RecursionError, FileRefused) as error:
         raise BaselineError(f"cannot read baseline {baseline}: {error}") from error
     if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT_VERSION:
         raise BaselineError(f"{baseline} is not a collcheck baseline (version {FORMAT_VERSION})")

@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from collcheck import __version__
 
 if TYPE_CHECKING:
     from collcheck.static.project import FileFacts, Project
+from collcheck.cache_guard import cache_folder, read_entry, write_entry
 from collcheck.config import Settings
 from collcheck.findings import (
     Counterexample,
@@ -36,12 +36,23 @@ from collcheck.findings import (
     TraceStep,
     UnusedSuppression,
 )
+from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 
 CACHE_FORMAT = 1  # bump when the stored layout changes; old entries then simply miss
 
 # Settings that choose which files are read or how the run is scheduled, not what a file yields.
 _KEY_IGNORED_SETTINGS = frozenset(
-    {"jobs", "cache", "cache_dir", "exclude", "extend_exclude", "respect_gitignore", "root", "baseline"}
+    {
+        "jobs",
+        "cache",
+        "cache_dir",
+        "exclude",
+        "extend_exclude",
+        "respect_gitignore",
+        "root",
+        "baseline",
+        "file_timeout",
+    }
 )
 
 
@@ -74,11 +85,6 @@ def cache_key(
         digest.update(part.encode("utf-8", "surrogateescape") + b"\0")
     digest.update(content)
     return digest.hexdigest()
-
-
-def cache_folder(settings: Settings) -> Path:
-    folder = Path(settings.cache_dir)
-    return folder if folder.is_absolute() else Path(settings.root) / folder
 
 
 # --- FileResult <-> JSON -------------------------------------------------------------------------
@@ -180,10 +186,29 @@ def _entry_path(folder: Path, key: str) -> Path:
     return folder / f"v{CACHE_FORMAT}" / key[:2] / f"{key}.json"
 
 
+def _load_json(folder: Path, target: Path) -> Any:
+    """A stored JSON document, or None: absent, not sealed by this user (cache_guard), or corrupt."""
+    text = read_entry(folder, target)
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _store_json(folder: Path, target: Path, data: Any) -> bool:
+    try:
+        text = json.dumps(data, separators=(",", ":"))
+    except (ValueError, TypeError):
+        return False
+    return write_entry(folder, target, text)
+
+
 def load(folder: Path, key: str) -> FileResult | None:
     """The stored result, or None for a miss (absent, unreadable, corrupt or from another key)."""
     try:
-        data = json.loads(_entry_path(folder, key).read_text(encoding="utf-8"))
+        data = _load_json(folder, _entry_path(folder, key))
         if data["key"] != key:
             return None
         return result_from_json(data["result"])
@@ -191,34 +216,16 @@ def load(folder: Path, key: str) -> FileResult | None:
         return None
 
 
-def _ensure_folder(folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    ignore = folder / ".gitignore"
-    if not ignore.exists():
-        _write_atomically(ignore, "# Automatically created by collcheck.\n*\n")
-
-
-def _write_atomically(target: Path, text: str) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+def _transient(result: FileResult) -> bool:
+    return result.error is not None and result.error.transient
 
 
 def store(folder: Path, key: str, result: FileResult) -> bool:
-    """Write an entry; False when the cache cannot be written (read-only tree, full disk)."""
-    try:
-        _ensure_folder(folder)
-        payload = json.dumps({"key": key, "result": result_to_json(result)}, separators=(",", ":"))
-        _write_atomically(_entry_path(folder, key), payload)
-    except (OSError, ValueError, TypeError):
+    """Write an entry; False when the cache cannot be written (read-only tree, full disk) or the
+    result belongs to this run only (a file stopped by the time budget)."""
+    if _transient(result):
         return False
-    return True
+    return _store_json(folder, _entry_path(folder, key), {"key": key, "result": result_to_json(result)})
 
 
 def cached_analyze(
@@ -236,8 +243,8 @@ def cached_analyze(
     if not settings.cache:
         return None if lookup_only else compute()
     try:
-        content = Path(path).read_bytes()
-    except OSError:
+        content = read_regular_file(path, MAX_SOURCE_BYTES)
+    except (OSError, FileRefused):
         return None if lookup_only else compute()  # the engine turns the read failure into a FileError
     folder = cache_folder(settings)
     dependencies = dependency_digest(content) if callable(dependency_digest) else dependency_digest
@@ -272,7 +279,8 @@ def load_project(files: list[Path], catalog_fingerprint: str, settings: Settings
     if key is None:
         return None
     try:
-        data = json.loads((cache_folder(settings) / "projects" / f"{key}.json").read_text(encoding="utf-8"))
+        folder = cache_folder(settings)
+        data = _load_json(folder, folder / "projects" / f"{key}.json")
         return Project(
             modules=tuple((str(a), str(b)) for a, b in data["modules"]),
             communicating_names=frozenset(data["communicating_names"]),
@@ -300,11 +308,7 @@ def store_project(files: list[Path], catalog_fingerprint: str, settings: Setting
         "rank_names": sorted(project.rank_names),
         "selected": sorted(project.selected),
     }
-    try:
-        _ensure_folder(folder)
-        _write_atomically(folder / "projects" / f"{key}.json", json.dumps(payload))
-    except (OSError, ValueError, TypeError):
-        return
+    _store_json(folder, folder / "projects" / f"{key}.json", payload)
 
 
 # --- each file's index facts, by path, size and modification time ------------------------------
@@ -332,10 +336,7 @@ def load_facts(
 
     if not settings.cache:
         return {}, {}
-    try:
-        data = json.loads(_facts_path(settings, catalog_fingerprint).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}, {}
+    data = _load_json(cache_folder(settings), _facts_path(settings, catalog_fingerprint))
     if not isinstance(data, dict):
         return {}, {}
     found: dict[str, FileFacts] = {}
@@ -371,11 +372,7 @@ def store_facts(
         stamp = _file_stamp(path)
         if stamp is not None:
             data[path] = [stamp, dataclasses.astuple(item)]
-    try:
-        _ensure_folder(cache_folder(settings))
-        _write_atomically(target, json.dumps(data))
-    except (OSError, ValueError, TypeError):
-        return
+    _store_json(cache_folder(settings), target, data)
 
 
 # --- the run manifest: a warm run answers from file stats alone --------------------------------
@@ -401,7 +398,7 @@ def load_manifest(
     if not settings.cache:
         return {}
     try:
-        data = json.loads(_manifest_path(settings, catalog_fingerprint, roots).read_text(encoding="utf-8"))
+        data = _load_json(cache_folder(settings), _manifest_path(settings, catalog_fingerprint, roots))
         results: dict[str, FileResult] = {}
         for path, dependencies in files.items():
             entry = data.get(path)
@@ -420,10 +417,6 @@ def store_manifest(
     payload = {}
     for path, (dependencies, result) in results.items():
         stamp = _stamp(path, dependencies)
-        if stamp is not None:
+        if stamp is not None and not _transient(result):
             payload[path] = [stamp, result_to_json(result)]
-    try:
-        _ensure_folder(cache_folder(settings))
-        _write_atomically(_manifest_path(settings, catalog_fingerprint, roots), json.dumps(payload))
-    except (OSError, ValueError, TypeError):
-        return
+    _store_json(cache_folder(settings), _manifest_path(settings, catalog_fingerprint, roots), payload)

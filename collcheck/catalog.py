@@ -14,6 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from collcheck.source import MAX_CONFIG_BYTES, FileRefused, read_regular_file
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
@@ -268,7 +270,9 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
 
 def _read_toml(path: Path) -> tuple[dict[str, Any], bytes]:
     try:
-        raw = path.read_bytes()
+        raw = read_regular_file(path, MAX_CONFIG_BYTES)
+    except FileRefused as refused:
+        raise CatalogError(f"cannot read catalog {path}: {refused}") from refused
     except OSError as error:
         raise CatalogError(f"cannot read catalog {path}: {error.strerror}") from error
     try:

@@ -71,6 +71,10 @@ def check_command(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
     config: Annotated[Path | None, typer.Option(help="Use this pyproject.toml instead of searching.")] = None,
     z3_timeout: Annotated[int | None, typer.Option(min=1, help="Milliseconds per solver query.")] = None,
+    file_timeout: Annotated[
+        float | None,
+        typer.Option(min=0, max=86_400, help="Seconds of analysis per file before it is stopped (0: none)."),
+    ] = None,
     statistics: Annotated[bool, typer.Option("--statistics", help="Count findings per code.")] = False,
     exit_zero: Annotated[
         bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")
@@ -129,6 +133,7 @@ def check_command(
             world_size=world_size,
             jobs=jobs,
             z3_timeout_ms=z3_timeout,
+            file_timeout=file_timeout,
             cache=False if no_cache else None,
         )
         validate_codes(settings)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from collcheck.source import MAX_CONFIG_BYTES, FileRefused, read_regular_file
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -39,6 +41,9 @@ DEFAULT_EXCLUDE: tuple[str, ...] = (
 )
 
 
+MAX_FILE_TIMEOUT = 86_400.0  # a day: beyond it a per-file budget means nothing
+
+
 class ConfigError(ValueError):
     """A configuration problem; the CLI reports it and exits with code 2."""
 
@@ -57,7 +62,8 @@ class Settings:
     max_paths: int = 256
     max_inline_depth: int = 4
     max_steps: int = 5000  # statements executed per analysed function, helpers included
-    jobs: int = 0  # 0: all cores
+    jobs: int = 0  # 0: all cores; never more than the cores this process may use
+    file_timeout: float = 10.0  # wall-clock seconds per analysed file; 0: no limit
     cache: bool = True
     cache_dir: str = ".collcheck_cache"
     respect_gitignore: bool = True
@@ -89,6 +95,7 @@ _KEY_TYPES: dict[str, str] = {
     "max-inline-depth": "int",
     "max-steps": "int",
     "jobs": "int",
+    "file-timeout": "seconds",
     "cache": "bool",
     "cache-dir": "string",
     "respect-gitignore": "bool",
@@ -112,6 +119,11 @@ def _check_type(key: str, value: Any) -> Any:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ConfigError(f"[tool.collcheck] '{key}' must be a non-negative integer")
         return value
+    if expected == "seconds":
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not 0 <= value <= MAX_FILE_TIMEOUT:  # NaN fails the comparison too
+            raise ConfigError(f"[tool.collcheck] '{key}' must be from 0 to {MAX_FILE_TIMEOUT:g} seconds")
+        return float(value)
     if expected == "bool":
         if not isinstance(value, bool):
             raise ConfigError(f"[tool.collcheck] '{key}' must be true or false")
@@ -151,6 +163,10 @@ def settings_from_table(table: Mapping[str, Any], root: Path) -> Settings:
         raise ConfigError("[tool.collcheck] 'world-size' must be at least 2")
     if "catalogs" in values:
         values["catalogs"] = tuple(os.path.realpath(root / path) for path in values["catalogs"])
+    if "cache_dir" in values:
+        from collcheck.cache_guard import check_configured_cache_dir  # it imports this module
+
+        values["cache_dir"] = check_configured_cache_dir(values["cache_dir"], root)
     if "baseline" in values:
         values["baseline"] = os.path.realpath(root / values["baseline"])
     return Settings(root=str(root), **values)
@@ -170,8 +186,8 @@ def find_pyproject(paths: Iterable[Path]) -> Path | None:
 
 def _has_collcheck_table(path: Path) -> bool:
     try:
-        return b"[tool.collcheck" in path.read_bytes()
-    except OSError:
+        return b"[tool.collcheck" in read_regular_file(path, MAX_CONFIG_BYTES)
+    except (OSError, FileRefused):
         return False
 
 
@@ -180,8 +196,8 @@ def load_settings(paths: Iterable[Path] = (), config_file: Path | None = None) -
     if pyproject is None:
         return Settings()
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
+        data = tomllib.loads(read_regular_file(pyproject, MAX_CONFIG_BYTES).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, FileRefused) as error:
         raise ConfigError(f"cannot read {pyproject}: {error}") from error
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{pyproject} is not valid TOML: {error}") from error

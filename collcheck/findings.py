@@ -94,6 +94,8 @@ class FileError:
     path: str
     message: str
     line: int | None = None
+    # Caused by this run rather than by the file (the time budget ran out): never cached.
+    transient: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import pytest
 import z3
 
 from collcheck import __version__
+from collcheck import source as source_module
 from collcheck.api import check_paths
 from collcheck.cli import main
 from collcheck.config import Settings
@@ -194,14 +195,14 @@ def test_permission_denied_is_an_error_even_as_root(
     with_bug(tmp_path)
     locked = tmp_path / "locked.py"
     locked.write_text(HEADER + "dist.barrier()\n")
-    real_read_bytes = Path.read_bytes
+    real_read = source_module.read_regular_file
 
-    def refuse(self: Path) -> bytes:
-        if self.name == "locked.py":
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read_bytes(self)
+    def refuse(path: Path | str, max_bytes: int, *, follow_links: bool = True) -> bytes:
+        if Path(path).name == "locked.py":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_read(path, max_bytes, follow_links=follow_links)
 
-    monkeypatch.setattr(Path, "read_bytes", refuse)
+    monkeypatch.setattr(source_module, "read_regular_file", refuse)
 
     code, data = check_json(capsys, "-j", "1", str(tmp_path))
 

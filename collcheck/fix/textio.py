@@ -13,7 +13,9 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-MAX_FILE_BYTES = 8 * 1024 * 1024  # as collcheck.api: larger files are never analysed, so never fixed
+from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
+
+MAX_FILE_BYTES = MAX_SOURCE_BYTES  # larger files are never analysed, so never fixed
 
 
 @dataclass(frozen=True)
@@ -35,10 +37,10 @@ class Document:
 def read_document(path: str) -> Document | None:
     """The file's text, or None when it cannot be read or decoded (it is then left alone)."""
     try:
-        raw = Path(path).read_bytes()
-    except OSError:
+        raw = read_regular_file(path, MAX_FILE_BYTES)
+    except (OSError, FileRefused):
         return None
-    if len(raw) > MAX_FILE_BYTES or b"\0" in raw:
+    if b"\0" in raw:
         return None
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from collcheck.memory import formulas as f
-from collcheck.memory.model import ModelConfigError, ModelShape, load_model, shape_by_hand
+from collcheck.memory.model import MAX_FIELD, ModelConfigError, ModelShape, load_model, shape_by_hand
 from collcheck.memory.plan import Estimate, GatherPlan, estimate
 from collcheck.memory.report import to_json, to_text
 from collcheck.memory.units import SizeError, parse_size
@@ -107,6 +107,14 @@ def _window(window: int | None, shape: ModelShape) -> int | None:
     if window is None:
         return shape.sliding_window
     return window or None  # --window 0 turns a config's sliding window off
+
+
+def _within_bounds(**flags: int | None) -> None:
+    """The same ceiling as a config's fields: beyond it a size is not a model, only an overflow."""
+    for name, value in flags.items():
+        if value is not None and value > MAX_FIELD:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} is implausibly large (more than 2**{MAX_FIELD.bit_length() - 1})")
 
 
 def _fail(message: str) -> typer.Exit:
@@ -238,6 +246,17 @@ def estimate_command(
     Exit status: 0 if the peak fits the budget (or no --budget), 1 if it does not, 2 on usage errors.
     """
     try:
+        _within_bounds(
+            layers=layers,
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            seq_len=seq_len,
+            batch=batch,
+            tp=tp,
+            window=window,
+            chunks=chunks,
+        )
         shape = _shape(model, layers, heads, kv_heads, head_dim)
         layout = f.CacheLayout(
             model=shape,
@@ -251,19 +270,21 @@ def estimate_command(
         plan = GatherPlan(chunks=_chunks(layout, chunks, chunk_by), form=gather.value, backend=backend.value)
         budget_bytes = None if budget is None else parse_size(budget)
         result = estimate(_seq_len(seq_len, shape), layout, plan, budget_bytes)
+        report = _render(result, output_format)
     except (ModelConfigError, f.LayoutError, SizeError, UsageError) as error:
         raise _fail(str(error)) from error
-    _emit(result, output_format)
+    except OverflowError as error:  # sizes past what a float holds: only absurd flags get here
+        raise _fail(f"the sizes are too large to estimate ({error})") from error
+    typer.echo(report)
     if plot is not None:
         _plot(result, plot)
     raise typer.Exit(1 if result.fits is False else 0)
 
 
-def _emit(result: Estimate, output_format: OutputFormat) -> None:
+def _render(result: Estimate, output_format: OutputFormat) -> str:
     if output_format is OutputFormat.json:
-        typer.echo(json.dumps(to_json(result), indent=2))
-    else:
-        typer.echo(to_text(result))
+        return json.dumps(to_json(result), indent=2)
+    return to_text(result)
 
 
 def _plot(result: Estimate, path: Path) -> None:

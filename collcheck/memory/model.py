@@ -12,6 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from collcheck.source import MAX_CONFIG_BYTES, FileRefused, read_regular_file
+
 # Hugging Face `torch_dtype` spellings -> the estimator's names.
 _TORCH_DTYPES: dict[str, str] = {
     "float32": "fp32",
@@ -23,6 +25,11 @@ _TORCH_DTYPES: dict[str, str] = {
     "float8_e5m2": "fp8",
     "int8": "int8",
 }
+
+
+# No real layer count, head count, width or context length comes near this; the products of such
+# fields stay far inside what a float (the report's GiB) can hold.
+MAX_FIELD = 2**40
 
 
 class ModelConfigError(ValueError):
@@ -62,8 +69,16 @@ def _positive_int(data: Mapping[str, Any], key: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ModelConfigError(f"'{key}' must be a positive integer, not {value!r}")
+        raise ModelConfigError(f"'{key}' must be a positive integer, not {_shown(value)}")
+    if value > MAX_FIELD:
+        raise ModelConfigError(f"'{key}' is implausibly large (more than 2**{MAX_FIELD.bit_length() - 1})")
     return value
+
+
+def _shown(value: Any) -> str:
+    """A config value in an error message, cut short (a hostile config may hold anything)."""
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 64 else "a huge integer"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _required(data: Mapping[str, Any], key: str, where: str) -> int:
@@ -137,11 +152,17 @@ def load_model(path: Path) -> ModelShape:
     """Read `config.json` (or a folder holding one)."""
     file = path / "config.json" if path.is_dir() else path
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(read_regular_file(file, MAX_CONFIG_BYTES).decode("utf-8"))
+    except FileRefused as refused:
+        raise ModelConfigError(f"cannot read {file}: {refused}") from refused
     except OSError as error:
         raise ModelConfigError(f"cannot read {file}: {error.strerror or error}") from error
-    except json.JSONDecodeError as error:
+    except UnicodeDecodeError as error:
+        raise ModelConfigError(f"{file} is not UTF-8 text: {error}") from error
+    except ValueError as error:  # malformed JSON, or an integer literal of thousands of digits
         raise ModelConfigError(f"{file} is not valid JSON: {error}") from error
+    except RecursionError as error:
+        raise ModelConfigError(f"{file} is nested too deeply to read") from error
     if not isinstance(data, dict):
         raise ModelConfigError(f"{file} does not hold a JSON object")
     return shape_from_config(data, name=str(file))

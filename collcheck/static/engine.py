@@ -15,6 +15,7 @@ from collcheck.checks import Rule, all_rules, rule_selection
 from collcheck.config import Settings
 from collcheck.findings import Counterexample, FileError, FileResult, Finding, Location, TraceStep
 from collcheck.source import SourceFile, read_source
+from collcheck.static.budget import check_active
 from collcheck.static.context import ModuleContext
 from collcheck.static.extract import (
     CALLBACK_OP,
@@ -499,6 +500,7 @@ def _findings_for(
     results = []
     facts = catalog_group_facts(catalog)
     for region in regions:
+        check_active()  # the file's wall-clock budget (budget.py)
         for divergence in solve_region(
             region, settings.world_size, settings.z3_timeout_ms, stats, group_facts=facts
         ):

@@ -21,6 +21,7 @@ from typing import Any
 
 from collcheck.catalog import Catalog, OpSpec
 from collcheck.static import groups
+from collcheck.static.budget import check_active
 from collcheck.static.names import ImportTable, add_import, dotted, qualified_name
 from collcheck.static.program import (
     CommEvent,
@@ -615,6 +616,7 @@ class Extractor:
 
     def exec_stmt(self, stmt: ast.stmt, state: State, frame: Frame) -> list[State]:
         self.steps += 1
+        check_active()  # the file's wall-clock budget (budget.py)
         if self.steps > self.max_steps:
             # A bound on work, not only on paths: inlining can make a few paths very expensive.
             raise PathLimitExceeded(f"more than {self.max_steps} statements executed")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any
 
+from collcheck.static.budget import bounded_solver
 from collcheck.static.groups import (
     LOCAL_RANK_PREFIX,
     NO_GROUP_FACTS,
@@ -201,7 +202,8 @@ class RegionSolver:
         self._path_atoms: dict[int, tuple[Path, frozenset[Atom]]] = {}
         self._uniform: dict[int, tuple[Path, bool, bool]] = {}
         self._decisions: dict[int, tuple[Path, frozenset[Expr]]] = {}
-        self.solver = z3.Solver()
+        # Each check's timeout is also cut to what is left of the file's budget (budget.py).
+        self.solver = bounded_solver(z3.Solver(), timeout_ms)
         self.solver.set("timeout", timeout_ms)
         # The timeout is not polled inside some nonlinear arithmetic; a resource limit is.
         self.solver.set("rlimit", RESOURCE_LIMIT)

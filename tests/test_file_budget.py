@@ -1,0 +1,217 @@
+"""The per-file wall-clock budget (`file-timeout`): pathological files stop with a per-file error,
+serially and in worker processes, and the stop is never cached."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from collcheck.api import check_paths
+from collcheck.config import ConfigError, Settings, settings_from_table
+from collcheck.static.budget import BoundedSolver, BudgetExceeded, Deadline, check_active, file_budget
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Rank arithmetic the solver cannot settle quickly for a fixed world of 1024 ranks.
+NONLINEAR = """\
+import torch.distributed as dist
+
+
+def mix(x):
+    rank = dist.get_rank()
+    world = dist.get_world_size()
+    a = rank * rank % world
+    b = (rank * 7 + rank * rank) % world
+    c = (a * b + rank) % world
+    if a == b:
+        dist.all_reduce(x)
+    if c * c % world == rank:
+        dist.broadcast(x, src=a)
+    if (a * a + b * b) % world == (c * rank) % world:
+        dist.barrier()
+    if rank * rank * rank % world == 1:
+        dist.send(x, dst=(rank * rank + 1) % world)
+        dist.recv(x, src=(rank * rank - 1) % world)
+    else:
+        dist.recv(x, src=(c * c) % world)
+        dist.send(x, dst=(a * b) % world)
+    for i in range(world):
+        if (i * rank) % world == a:
+            dist.all_reduce(x)
+        if (i * i + rank) % world == b:
+            dist.broadcast(x, src=i)
+    return x
+"""
+
+
+def _pathological(folder: Path, count: int = 1) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for index in range(count):
+        path = folder / f"nonlinear_{index}.py"
+        path.write_text(NONLINEAR, encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def test_a_pathological_file_stops_at_its_budget(tmp_path: Path) -> None:
+    [path] = _pathological(tmp_path)
+    settings = Settings(cache=False, jobs=1, world_size=1024, file_timeout=1.0)
+
+    started = time.monotonic()
+    result = check_paths([path], settings)
+    elapsed = time.monotonic() - started
+
+    [error] = result.errors
+    assert error.path == str(path) and error.transient
+    assert "time budget of 1 s" in error.message
+    assert result.exit_code == 1
+    # Without the budget this file ran for minutes; the budget plus the backstop's grace bounds it.
+    assert elapsed < 30, elapsed
+
+
+def test_the_budget_holds_in_worker_processes(tmp_path: Path) -> None:
+    """Nine files so that the run uses worker processes (more than eight cache misses)."""
+    _pathological(tmp_path, count=9)
+    command = [sys.executable, "-m", "collcheck", "check", "--no-cache", "--format", "json", "-j", "2"]
+    command += ["--world-size", "1024", "--file-timeout", "1", str(tmp_path)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=REPO)
+
+    assert completed.returncode == 1, completed.stderr
+    data = json.loads(completed.stdout)
+    assert sorted(Path(e["path"]).name for e in data["errors"]) == [f"nonlinear_{i}.py" for i in range(9)]
+    assert all("time budget" in e["message"] for e in data["errors"])
+    assert "Traceback" not in completed.stderr
+
+
+def test_a_stopped_file_is_not_cached(tmp_path: Path) -> None:
+    [path] = _pathological(tmp_path / "src")
+    cache = tmp_path / "src" / ".collcheck_cache"
+    settings = Settings(jobs=1, world_size=1024, file_timeout=0.5, root=str(tmp_path / "src"))
+
+    first = check_paths([path], settings)
+    assert [error.transient for error in first.errors] == [True]
+    # Same file, same settings: the stop is not answered from the content cache or the manifest.
+    started = time.monotonic()
+    second = check_paths([path], settings)
+    assert [error.transient for error in second.errors] == [True]
+    assert time.monotonic() - started >= 0.5
+    assert not list(cache.glob("v*/**/*.json")), "a transient error was stored"
+
+
+def test_an_ordinary_file_is_unaffected(tmp_path: Path) -> None:
+    bug = tmp_path / "bug.py"
+    bug.write_bytes((REPO / "fixtures" / "CC001" / "barrier_rank0_bug.py").read_bytes())
+
+    result = check_paths([bug], Settings(cache=False, jobs=1, file_timeout=10.0))
+
+    assert result.errors == []
+    assert [finding.code for finding in result.findings] == ["CC001"]
+
+
+# --- the budget itself ---------------------------------------------------------------------------
+
+
+def test_the_backstop_interrupts_a_busy_loop() -> None:
+    """Code that never calls check_active() is still stopped shortly after the deadline."""
+    started = time.monotonic()
+    with pytest.raises(BudgetExceeded), file_budget(0.2, grace=0.2):
+        while True:
+            sum(range(1000))
+    assert time.monotonic() - started < 5
+
+
+def test_check_active_raises_only_after_the_deadline() -> None:
+    check_active()  # no budget: nothing happens
+    with file_budget(0.1, grace=5.0) as deadline:
+        assert deadline is not None
+        check_active()
+        time.sleep(0.15)
+        with pytest.raises(BudgetExceeded):
+            check_active()
+
+
+def test_query_timeout_is_cut_to_what_is_left() -> None:
+    deadline = Deadline(seconds=1.0, started=time.monotonic())
+    assert 900 <= deadline.query_timeout_ms(2000) <= 1000
+    assert deadline.query_timeout_ms(50) == 50
+    spent = Deadline(seconds=1.0, started=time.monotonic() - 10)
+    assert spent.query_timeout_ms(2000) == 1
+
+
+def test_no_budget_means_unbounded() -> None:
+    with file_budget(0) as deadline:
+        assert deadline is None
+        check_active()
+
+
+# --- configuration -------------------------------------------------------------------------------
+
+
+def test_file_timeout_is_read_from_pyproject(tmp_path: Path) -> None:
+    assert settings_from_table({"file-timeout": 2.5}, tmp_path).file_timeout == 2.5
+    assert settings_from_table({"file-timeout": 0}, tmp_path).file_timeout == 0.0
+    assert Settings().file_timeout == 10.0
+
+
+@pytest.mark.parametrize("value", [-1, "10", True, float("nan"), float("inf"), 10**9])
+def test_bad_file_timeout_is_a_config_error(tmp_path: Path, value: object) -> None:
+    with pytest.raises(ConfigError, match="file-timeout"):
+        settings_from_table({"file-timeout": value}, tmp_path)
+
+
+def test_analyze_text_has_the_same_budget() -> None:
+    from collcheck.api import analyze_text
+
+    result = analyze_text(NONLINEAR, "mix.py", Settings(cache=False, world_size=1024, file_timeout=0.5))
+
+    assert result.error is not None and result.error.transient
+    assert result.error.path == "mix.py"
+
+
+class _StuckSolver:
+    """Stands in for z3 busy in native code: deaf to signals, it ends only when interrupted."""
+
+    def __init__(self) -> None:
+        self.interrupted = threading.Event()
+
+    def set(self, *args: object) -> None:
+        pass
+
+    def check(self, *assumptions: object) -> str:
+        self.interrupted.wait(timeout=30)
+        return "unknown"
+
+    def interrupt(self) -> None:
+        self.interrupted.set()
+
+
+def test_the_backstop_interrupts_a_solver_stuck_in_native_code() -> None:
+    """Off the main thread no alarm is possible: the timer's interrupt alone must end the check."""
+    outcome: list[object] = []
+
+    def analyse() -> None:
+        solver = _StuckSolver()
+        started = time.monotonic()
+        try:
+            with file_budget(0.2, grace=0.2):
+                BoundedSolver(solver, per_query_ms=60_000).check()
+        except BudgetExceeded as stopped:
+            outcome.append(stopped)
+        outcome.append(solver.interrupted.is_set())
+        outcome.append(time.monotonic() - started)
+
+    worker = threading.Thread(target=analyse)
+    worker.start()
+    worker.join(timeout=60)
+
+    assert not worker.is_alive()
+    stopped, interrupted, elapsed = outcome
+    assert isinstance(stopped, BudgetExceeded) and interrupted is True
+    assert isinstance(elapsed, float) and elapsed < 10
