@@ -13,10 +13,11 @@ import json
 import os
 import pickle
 import re
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from collcheck.runtime.operand import Use, crosses, swap_text
 from collcheck.runtime.p2p import Pair, base_group, pair_text, pairs
 from collcheck.runtime.record import (
     TRACE_PREFIX,
@@ -109,7 +110,23 @@ class P2PFinding:
         return f"rank {self.absent} never issued the {self.absent_op} for {self.sides[0].text} ({self.where})"
 
 
-RUNTIME_ERROR_KINDS = ("mismatch", "callsite", "stall")  # errors the tracer raised while the job ran
+SWAP_WINDOW = 64  # divergences per pair of ranks searched for a swapped pair's other half
+
+
+@dataclass(frozen=True)
+class Swap:
+    """Two collectives that two ranks issued in opposite orders: each rank's pair of call sites,
+    whose operands cross (`a` then `b` on one rank, `b` then `a` on the other)."""
+
+    group: str
+    uses: tuple[Use, Use, Use, Use]  # the two ranks' sides of the first half, then of the second
+
+    @property
+    def text(self) -> str:
+        return swap_text(self.group, self.uses)
+
+
+RUNTIME_ERROR_KINDS = ("mismatch", "callsite", "stall", "swap")  # errors the tracer raised while the job ran
 
 
 @dataclass(frozen=True)
@@ -164,6 +181,7 @@ class Analysis:
     reports: tuple[RuntimeReport, ...]
     events: dict[int, list[CollectiveEvent]] = field(default_factory=dict, compare=False)
     p2p: tuple[P2PFinding, ...] = ()
+    swaps: tuple[Swap, ...] = ()
 
     @property
     def mismatches(self) -> tuple[Divergence, ...]:
@@ -179,7 +197,7 @@ class Analysis:
 
     @property
     def diverged(self) -> bool:
-        return bool(self.mismatches or self.missing or self.runtime_errors or self.p2p)
+        return bool(self.mismatches or self.missing or self.runtime_errors or self.p2p or self.swaps)
 
     def exit_code(self, strict: bool = False) -> int:
         return 1 if self.diverged or (strict and self.warnings) else 0
@@ -383,6 +401,7 @@ def analyze(traces: list[RankTrace]) -> Analysis:
     divergences: list[Divergence] = []
     missing: list[Missing] = []
     p2p: list[P2PFinding] = []
+    swaps: list[Swap] = []
     groups = []
     for group in sorted(by_group, key=_group_order):
         ranks_events = by_group[group]
@@ -392,7 +411,12 @@ def analyze(traces: list[RankTrace]) -> Analysis:
         if group.endswith(":p2p"):  # sends and receives pair up across ranks, not by sequence
             p2p.extend(_p2p_findings(group, ranks_events, set(events)))
             continue
-        divergences.extend(_divergences(group, ranks_events))
+        found_divergences = _divergences(group, ranks_events)
+        divergences.extend(found_divergences)
+        mismatch_at = next((d.seq for d in found_divergences if d.kind == "mismatch"), None)
+        swap = _swap(group, ranks_events, mismatch_at)
+        if swap is not None:
+            swaps.append(swap)
         found = _missing(group, ranks_events, members[group] & set(events))
         if found is not None:
             missing.append(found)
@@ -405,6 +429,7 @@ def analyze(traces: list[RankTrace]) -> Analysis:
         reports=tuple(report for trace in traces for report in trace.reports),
         events=events,
         p2p=tuple(p2p),
+        swaps=tuple(swaps),
     )
 
 
@@ -428,6 +453,36 @@ def _divergences(group: str, ranks_events: dict[int, dict[int, CollectiveEvent]]
         if len(sites) > 1 and not any(d.kind == "callsite" for d in found):
             found.append(_divergence(group, seq, "callsite", sites, present))
     return found
+
+
+def _swap(group: str, ranks_events: dict[int, dict[int, CollectiveEvent]], before: int | None) -> Swap | None:
+    """The first swapped pair of the group before its first mismatch: per pair of ranks, the
+    sequence numbers where their call sites and operands differ, searched for two that cross."""
+    splits: dict[tuple[int, int], deque[tuple[CollectiveEvent, CollectiveEvent]]] = {}
+    for seq in sorted({seq for seqs in ranks_events.values() for seq in seqs}):
+        if before is not None and seq >= before:
+            break
+        present = {rank: seqs[seq] for rank, seqs in ranks_events.items() if seq in seqs}
+        if len({event.site.short for event in present.values()}) < 2:
+            continue
+        ranks = sorted(present)
+        for index, low in enumerate(ranks):
+            for high in ranks[index + 1 :]:
+                one, two = present[low], present[high]
+                if one.site.short == two.site.short or one.site.operand == two.site.operand:
+                    continue
+                recent = splits.setdefault((low, high), deque(maxlen=SWAP_WINDOW))
+                for old_one, old_two in recent:
+                    if crosses(
+                        (old_one.site.operand, old_two.site.operand), (one.site.operand, two.site.operand)
+                    ):
+                        return Swap(group, (_use(old_one), _use(old_two), _use(one), _use(two)))
+                recent.append((one, two))
+    return None
+
+
+def _use(event: CollectiveEvent) -> Use:
+    return Use(event.rank, event.seq, event.describe, event.site.operand, event.site.short)
 
 
 def _variants(present: dict[int, CollectiveEvent], key: Any) -> list[tuple[int, ...]]:
@@ -525,6 +580,8 @@ def render_text(analysis: Analysis) -> str:
             for side, ranks in zip(divergence.sides, divergence.ranks, strict=False):
                 stack = " <- ".join(_short_frame(frame) for frame in side.stack[:3]) or side.site
                 lines.append(f"    {_plural_label(ranks)}: {side.describe} at {stack}")
+        for swap in (s for s in analysis.swaps if s.group == group):
+            lines.append(f"  {swap.text}")
         for item in (m for m in analysis.missing if m.group == group):
             lines.append(f"  never issued: {item.text}")
         for finding in (f for f in analysis.p2p if f.group == group):
@@ -609,6 +666,9 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
             }
             for f in analysis.p2p
         ],
+        "swaps": [
+            {"group": s.group, "text": s.text, "seqs": [u.seq for u in s.uses[::2]]} for s in analysis.swaps
+        ],
         "summaries": [
             {
                 "rank": s.rank,
@@ -629,7 +689,8 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
 def kinds(analysis: Analysis) -> Counter[str]:
     """How many findings of each kind (for one-line summaries)."""
     p2p = [f"p2p {finding.kind}" for finding in analysis.p2p]
-    return Counter([d.kind for d in analysis.divergences] + ["missing"] * len(analysis.missing) + p2p)
+    found = [d.kind for d in analysis.divergences] + ["missing"] * len(analysis.missing)
+    return Counter(found + ["swap"] * len(analysis.swaps) + p2p)
 
 
 def _plural_label(ranks: tuple[int, ...]) -> str:

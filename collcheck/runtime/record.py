@@ -33,6 +33,9 @@ class CallSite:
     func: str = ""
     stack: tuple[str, ...] = ()  # "file:line in func", innermost first
     via: str = ""  # "main-thread" when the collective ran on a thread without user frames (DDP hooks)
+    # The argument expressions of the call at `line` (`a`, `out, grads[i]`), read once per call
+    # site from the source: what tells a swapped pair from one collective on two lines. "" = unknown.
+    operand: str = ""
 
     @property
     def short(self) -> str:
@@ -41,7 +44,16 @@ class CallSite:
         return f"{display_path(self.file)}:{self.line}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "line": self.line, "func": self.func, "stack": self.stack, "via": self.via}
+        data: dict[str, Any] = {
+            "file": self.file,
+            "line": self.line,
+            "func": self.func,
+            "stack": self.stack,
+            "via": self.via,
+        }
+        if self.operand:  # written only when known, so lines without one are unchanged
+            data["operand"] = self.operand
+        return data
 
     @functools.cached_property
     def encoded(self) -> str:
@@ -144,6 +156,7 @@ class CollectiveEvent:
                 func=str(site.get("func", "")),
                 stack=tuple(site.get("stack", ())),
                 via=str(site.get("via", "")),
+                operand=str(site.get("operand", "")),
             ),
             thread=str(data.get("thread", "")),
             t_start=float(data.get("t_start", 0.0)),

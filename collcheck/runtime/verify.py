@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from collcheck.runtime.operand import Use, crosses, swap_text
 from collcheck.runtime.p2p import ANY_SOURCE, RECV, Channel, channel_of, is_p2p, pair_text, payload
 from collcheck.runtime.record import CollectiveEvent, ReportEvent, TraceWriter
 
@@ -55,6 +56,7 @@ PREFIX = "collcheck"
 # print c10d warnings, and a blocking one could not notice a leader that degraded), starting
 # this often: the leader usually publishes within a millisecond of the follower's first look.
 LEADER_POLL_S = 0.0002
+SWAP_WINDOW = 64  # call-site divergences per group remembered to find a swapped pair's second half
 AHEAD_LIMIT = 1_024  # fingerprints published past a missing number before head/ skips it
 
 
@@ -71,6 +73,7 @@ def fingerprint(event: CollectiveEvent) -> dict[str, Any]:
         "s": event.signature,
         "d": event.describe,
         "site": event.site.short,
+        "x": event.site.operand,
         "ranks": list(event.group_ranks),
     }
 
@@ -357,6 +360,9 @@ class Monitor:
         self._last_done = False
         self._stalled: set[tuple[str, int]] = set()
         self._callsite_warnings = 0
+        # group -> recent call-site divergences with differing operands, (leader's, own), to
+        # find the second half of a swapped pair (compared from two threads: under `_lock`)
+        self._operand_splits: dict[str, deque[tuple[dict[str, Any], dict[str, Any]]]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._position_sent = 0.0
@@ -812,17 +818,40 @@ class Monitor:
         elif strict:
             self._fail("callsite", f"call-site divergence (strict): {text}")
         else:
-            self._warn_callsite(text)
+            swap = self._swap_with(theirs, mine)
+            if swap is not None:
+                self._fail("swap", swap)
+            else:
+                self._warn_callsite(text, theirs, mine)
 
-    def _warn_callsite(self, text: str) -> None:
+    def _swap_with(self, theirs: dict[str, Any], mine: dict[str, Any]) -> str | None:
+        """The report of a swapped pair, if this call-site divergence crosses an earlier one of the
+        same group (either may be compared first: first-seen checks run before the background's)."""
+        if not theirs.get("x") or not mine.get("x") or theirs["x"] == mine["x"]:
+            return None
+        pair = (theirs, mine)
+        with self._lock:
+            recent = self._operand_splits.setdefault(str(mine["g"]), deque(maxlen=SWAP_WINDOW))
+            earlier = next((old for old in recent if crosses(_operands(old), _operands(pair))), None)
+            recent.append(pair)
+        if earlier is None:
+            return None
+        uses = (_use(earlier[0]), _use(earlier[1]), _use(theirs), _use(mine))
+        return swap_text(str(mine["g"]), uses)
+
+    def _warn_callsite(self, text: str, theirs: dict[str, Any], mine: dict[str, Any]) -> None:
         self._callsite_warnings += 1
         if self._callsite_warnings <= 3:
+            low, high = sorted((theirs, mine), key=lambda fp: int(fp["r"]))
+            operands = ""
+            if low.get("x") and high.get("x") and low["x"] != high["x"]:
+                operands = f" on `{low['x']}` and `{high['x']}`"
             self._report(
                 "callsite",
                 "warning",
-                f"call-site divergence: {text} (same collective "
-                "issued from different lines; legitimate for the barrier trick, wrong for a "
-                "swapped pair)",
+                f"call-site divergence: {text}{operands} (same collective "
+                "issued from different lines; legitimate for the barrier trick, an error once the "
+                "operands cross as in a swapped pair)",
                 echo=True,
             )
 
@@ -984,6 +1013,14 @@ def _outgoing(item: CollectiveEvent | P2PSlot) -> tuple[str, int, dict[str, Any]
     if isinstance(item, P2PSlot):
         return item.channel.key, item.k, p2p_fingerprint(item), item.sender
     return item.group, item.seq, fingerprint(item), item.rank == min(item.group_ranks)
+
+
+def _operands(pair: tuple[dict[str, Any], dict[str, Any]]) -> tuple[str, str]:
+    return str(pair[0].get("x") or ""), str(pair[1].get("x") or "")
+
+
+def _use(fp: dict[str, Any]) -> Use:
+    return Use(int(fp["r"]), int(fp["n"]), str(fp["d"]), str(fp.get("x") or ""), str(fp["site"]))
 
 
 def _publisher(fp: dict[str, Any]) -> int | None:

@@ -246,3 +246,38 @@ def test_a_recv_never_sent_and_any_source_receivers(tmp_path: Path) -> None:
     _write(tmp_path, 0, [_p2p(0, 1, "send", 1, 8, 12), _p2p(0, 2, "send", 1, 8, 12)])
     _write(tmp_path, 1, [any_source, _p2p(1, 2, "recv", 0, 4, 15)])
     assert not analyze(load_dir(str(tmp_path))).p2p  # which send each recv took cannot be told
+
+
+def _at(event: CollectiveEvent, operand: str) -> CollectiveEvent:
+    return replace(event, site=replace(event.site, operand=operand))
+
+
+def test_a_swapped_pair_fails_the_trace_and_names_all_four_call_sites(tmp_path: Path) -> None:
+    _write(tmp_path, 0, [_at(_event(0, 1, 4, 12), "a"), _at(_event(0, 2, 4, 13), "b")])
+    _write(tmp_path, 1, [_at(_event(1, 1, 4, 16), "b"), _at(_event(1, 2, 4, 17), "a")])
+    analysis = analyze(load_dir(str(tmp_path)))
+    assert [swap.text for swap in analysis.swaps] == [
+        "swapped collectives in group 0: rank 0 issued all_reduce(float32[4]) on `a` at train.py:12 (#1), "
+        "then on `b` at train.py:13 (#2); rank 1 on `b` at train.py:16 (#1), then on `a` at train.py:17 "
+        "(#2): the same collectives in opposite orders (gloo returns wrong results, NCCL and HCCL may hang)"
+    ]
+    assert analysis.diverged and "swapped collectives in group 0" in render_text(analysis)
+    assert to_json(analysis)["swaps"][0]["seqs"] == [1, 2]
+    assert main(["trace", str(tmp_path)]) == 1
+
+
+def test_the_barrier_trick_and_one_operand_on_two_lines_pass_the_trace_with_a_warning(tmp_path: Path) -> None:
+    barrier = replace(_event(0, 1, 4, 12, op="barrier"), shapes=(), dtypes=())
+    _write(tmp_path, 0, [barrier, _at(_event(0, 2, 4, 13), "x"), _at(_event(0, 3, 4, 14), "y")])
+    _write(
+        tmp_path,
+        1,
+        [
+            replace(barrier, rank=1, site=CallSite("train.py", 20)),
+            _at(_event(1, 2, 4, 21), "x"),
+            _at(_event(1, 3, 4, 22), "y"),
+        ],
+    )
+    analysis = analyze(load_dir(str(tmp_path)))
+    assert not analysis.swaps and not analysis.diverged and analysis.warnings
+    assert main(["trace", str(tmp_path)]) == 0
