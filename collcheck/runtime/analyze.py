@@ -17,6 +17,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from collcheck.runtime.groups import CREATE_SUFFIX, numbered
 from collcheck.runtime.operand import Use, crosses, swap_text
 from collcheck.runtime.p2p import Pair, base_group, pair_text, pairs
 from collcheck.runtime.record import (
@@ -67,7 +68,7 @@ class Divergence:
     @property
     def text(self) -> str:
         ordered = sorted(self.sides[:2], key=lambda side: side.rank)
-        return f"{ordered[0].text} vs {ordered[1].text} (group {self.group}, #{self.seq})"
+        return f"{ordered[0].text} vs {ordered[1].text} ({numbered(self.group, self.seq)})"
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class Missing:
     def text(self) -> str:
         who = ", ".join(f"rank {rank}" for rank in self.ranks)
         return (
-            f"{who} never issued {self.issued_by.describe} (group {self.group}, #{self.seq}); "
+            f"{who} never issued {self.issued_by.describe} ({numbered(self.group, self.seq)}); "
             f"rank {self.issued_by.rank} issued it at {self.issued_by.site}"
         )
 
@@ -573,7 +574,12 @@ def render_text(analysis: Analysis) -> str:
         f"collcheck trace: {_plural(len(analysis.ranks), 'rank')}, {_plural(len(analysis.groups), 'group')}"
     ]
     for group, members, count in analysis.groups:
-        lines.append(f"group {group} (ranks {_ranks_text(members)}): {_plural(count, 'collective')}")
+        parent, creation, _ = group.partition(CREATE_SUFFIX)
+        ranks = _ranks_text(members)
+        if creation:
+            lines.append(f"groups created from group {parent} (ranks {ranks}): {_plural(count, 'group')}")
+        else:
+            lines.append(f"group {group} (ranks {ranks}): {_plural(count, 'collective')}")
         for divergence in (d for d in analysis.divergences if d.group == group):
             label = "first divergence" if divergence.kind == "mismatch" else "warning: call sites differ"
             lines.append(f"  {label}: {divergence.text}")

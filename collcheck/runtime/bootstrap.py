@@ -65,6 +65,7 @@ class _C10dFinder(importlib.abc.MetaPathFinder):
 
 
 def _patch(module: ModuleType) -> None:
+    _patch_creators(module)
     init = getattr(module, "init_process_group", None)
     destroy = getattr(module, "destroy_process_group", None)
     if init is None or getattr(init, _WRAPPED, False):
@@ -77,6 +78,17 @@ def _patch(module: ModuleType) -> None:
         parent.init_process_group = module.init_process_group  # type: ignore[attr-defined]
         if destroy is not None:
             parent.destroy_process_group = module.destroy_process_group  # type: ignore[attr-defined]
+
+
+def _patch_creators(module: ModuleType) -> None:
+    """Group creation (new_group, split_group, ...) is recorded and verified too (groups.py); its
+    wrappers are in place from the start, as names are copied from this module right away."""
+    try:
+        from collcheck.runtime.groups import patch
+
+        patch(module)
+    except Exception as error:  # tracing collectives does not depend on it
+        sys.stderr.write(f"collcheck: group creation not traced: {type(error).__name__}: {error}\n")
 
 
 def _after(function: Callable[..., Any], hook: Callable[[], None]) -> Callable[..., Any]:

@@ -275,6 +275,43 @@ class Tracer:
             self.monitor.issued(event, check=info.known)
         return event
 
+    def begin_creation(
+        self, op: str, parent: Any, local: tuple[int, ...] | None, asked: str
+    ) -> CollectiveEvent:
+        """A group creation (groups.py) about to run: its `coll` line, and the monitor compares it
+        and watches it like a collective. Its sequence is `<parent>:create`, whose members are the
+        parent's ranks, or `<parent>:create:<r0-r1-...>` when only the new group's members take part
+        (`use_local_synchronization`)."""
+        import torch.distributed as dist
+
+        info = self._group(parent if parent is not None else dist.distributed_c10d._get_default_group())
+        name, ranks = f"{info.name}:create", info.ranks
+        if local is not None:
+            name, ranks = f"{name}:{'-'.join(map(str, local))}", tuple(sorted(local))
+        with self._lock:
+            seq = self._seq.get(name, 0) + 1
+            self._seq[name] = seq
+        event = CollectiveEvent(
+            rank=self.rank,
+            group=name,
+            group_ranks=ranks,
+            seq=seq,
+            op=op,
+            shapes=(),
+            dtypes=(),
+            site=call_site(self._main),
+            thread=threading.current_thread().name,
+            t_start=time.time(),
+            group_desc="group creation",
+            args=asked,
+        )
+        self.writer.write_line(self.encoder.coll(event))
+        self.monitor.issued(event, check=info.known and self.rank in ranks)
+        return event
+
+    def end_creation(self, event: CollectiveEvent, ok: bool) -> None:
+        self._done(event, ok)
+
     def attach(self, token: object, work: Any) -> None:
         if not isinstance(token, CollectiveEvent):
             return

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from collcheck.runtime.groups import is_creation, numbered
 from collcheck.runtime.operand import Use, crosses, swap_text
 from collcheck.runtime.p2p import ANY_SOURCE, RECV, Channel, channel_of, is_p2p, pair_text, payload
 from collcheck.runtime.record import CollectiveEvent, ReportEvent, TraceWriter
@@ -110,7 +111,7 @@ def blocked_fingerprint(event: CollectiveEvent, slot: P2PSlot | None = None) -> 
 
 def label(fp: dict[str, Any]) -> str:
     """`group 0, #4` for a collective, `group 0, send #1 0->1` for a send or recv."""
-    return str(fp["w"]) if "w" in fp else f"group {fp['g']}, #{fp['n']}"
+    return str(fp["w"]) if "w" in fp else numbered(str(fp["g"]), int(fp["n"]))
 
 
 def mismatch_kind(mine: dict[str, Any], theirs: dict[str, Any]) -> str | None:
@@ -813,7 +814,13 @@ class Monitor:
             return
         text = mismatch_text(theirs, mine)
         if kind == "mismatch":
-            what = "point-to-point" if "c" in mine else "collective"
+            what = (
+                "point-to-point"
+                if "c" in mine
+                else "group creation"
+                if is_creation(mine["g"])
+                else "collective"
+            )
             self._fail("mismatch", f"{what} mismatch: {text}")
         elif strict:
             self._fail("callsite", f"call-site divergence (strict): {text}")

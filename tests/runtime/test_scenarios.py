@@ -219,6 +219,62 @@ def test_barrier_only_on_rank_0_is_reported_as_a_stall_long_before_the_pg_timeou
     )
 
 
+def test_every_way_of_creating_groups_is_recorded_with_its_call_site(tmp_path: Path) -> None:
+    job = run_job("groups_ok.py", tmp_path, trace=ASYNC)
+    assert job.returncodes == [0, 0], job.stderr
+    assert [rank.stdout.strip() for rank in job.ranks] == ["rank 0 x=4.0", "rank 1 x=4.0"]
+    assert "collcheck:" not in job.stderr
+    analysis = analyze(load_dir(str(job.trace_dir)))
+    assert not analysis.diverged and not analysis.warnings
+    line = functools.partial(line_of, "groups_ok.py")
+    created = [(e.describe, e.site.line) for e in analysis.events[1] if e.group == "0:create"]
+    assert created == [
+        ("new_group(ranks=[0, 1])", line("NEW_GROUP")),
+        ("new_subgroups(group_size=1)", line("NEW_SUBGROUPS")),
+        ("new_subgroups_by_enumeration(ranks_per_subgroup_list=[[0], [1]])", line("ENUMERATION")),
+        ("new_group(ranks=[0])", line("MESH")),  # init_device_mesh's own new_group calls
+        ("new_group(ranks=[1])", line("MESH")),
+    ]
+    assert all(e.t_end is not None for e in analysis.events[1])
+
+
+def test_mismatched_group_creation_on_4_ranks_is_reported_within_the_timeout(tmp_path: Path) -> None:
+    # Ranks 0 and 1 create a group lazily that ranks 2 and 3 never create: without collcheck the
+    # ranks hang or fail inside group creation, which no collective hook sees.
+    job = run_job("groups_mismatch.py", tmp_path, nranks=4, trace=ASYNC, extra_env={"PG_TIMEOUT": "120"})
+    assert job.returncodes == [ABORT_EXIT_CODE] * 4, job.stderr
+    assert job.seconds < 30  # the process-group timeout is 120 s; the tracer's is 3 s
+    lazy, evens = line_of("groups_mismatch.py", "LAZY"), line_of("groups_mismatch.py", "EVENS")
+    assert (
+        f"group creation mismatch: rank 0 new_group(ranks=[0, 1]) at groups_mismatch.py:{lazy} vs rank 2 "
+        f"new_group(ranks=[0, 2]) at groups_mismatch.py:{evens} (group 0, group creation #1)"
+    ) in job.ranks[2].stderr
+    analysis = analyze(load_dir(str(job.trace_dir)))
+    (divergence,) = analysis.mismatches
+    assert (divergence.group, divergence.seq) == ("0:create", 1)
+    assert {side.site.rsplit(":", 1)[1] for side in divergence.sides} == {str(lazy), str(evens)}
+    assert analysis.exit_code() == 1
+
+
+@pytest.mark.parametrize("mode", [RECORD, ASYNC], ids=["record", "async"])
+def test_a_rank_waiting_inside_group_creation_is_reported_as_a_stall(
+    tmp_path: Path, mode: TraceConfig
+) -> None:
+    job = run_job("groups_stall.py", tmp_path, nranks=4, trace=mode, extra_env={"PG_TIMEOUT": "120"})
+    assert job.returncodes == [ABORT_EXIT_CODE] * 4, job.stderr
+    assert job.seconds < 40
+    create = line_of("groups_stall.py", "CREATE")
+    assert (
+        f"in new_group(ranks=[0, 1, 2, 3]) at groups_stall.py:{create} (group 0, group creation #1)\n"
+        "  not issued by: rank 3\n"
+    ) in job.stderr
+    first = line_of("groups_stall.py", "FIRST")
+    assert (
+        f"rank 3: last all_reduce(float32[4]) at groups_stall.py:{first} (group 0, #1), completed"
+        in job.stderr
+    )
+
+
 def test_cross_group_wait_cycle_is_detected(tmp_path: Path) -> None:
     job = run_job("cycle.py", tmp_path, trace=RECORD)
     assert job.returncodes == [ABORT_EXIT_CODE, ABORT_EXIT_CODE], job.stderr

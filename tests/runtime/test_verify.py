@@ -284,3 +284,23 @@ def test_the_second_half_of_a_swapped_pair_is_an_error_naming_all_four_sites() -
         "swapped collectives in group 0: rank 0 issued all_reduce(float32[4]) on `a` at train.py:12 (#1), "
         "then on `b` at train.py:13 (#2); rank 1 on `b` at train.py:16 (#1), then on `a` at train.py:17 (#2)"
     )
+
+
+def test_group_creation_requests_are_written_the_same_on_every_rank() -> None:
+    from collcheck.runtime.groups import request
+
+    assert request("new_group", {"ranks": (3, 1)}) == (None, None, "ranks=[1, 3]")
+    assert request("new_group", {"ranks": [3, 1], "sort_ranks": False}) == (None, None, "ranks=[3, 1]")
+    assert request("new_group", {}) == (None, None, "ranks=all")
+    assert request("new_group", {"ranks": [0, 1], "use_local_synchronization": True}) == (
+        None,
+        (0, 1),
+        "ranks=[0, 1]",
+    )
+    assert request("split_group", {"split_ranks": [range(2), [2, 3]]}) == (
+        None,
+        None,
+        "split_ranks=[[0, 1], [2, 3]]",
+    )
+    long = request("new_subgroups_by_enumeration", {"ranks_per_subgroup_list": [[r] for r in range(500)]})
+    assert long[2].startswith("ranks_per_subgroup_list=<500 entries, crc32 ")
