@@ -575,11 +575,11 @@ def render_text(analysis: Analysis) -> str:
     ]
     for group, members, count in analysis.groups:
         parent, creation, _ = group.partition(CREATE_SUFFIX)
-        ranks = _ranks_text(members)
+        listed = _ranks_text(members)
         if creation:
-            lines.append(f"groups created from group {parent} (ranks {ranks}): {_plural(count, 'group')}")
+            lines.append(f"groups created from group {parent} (ranks {listed}): {_plural(count, 'group')}")
         else:
-            lines.append(f"group {group} (ranks {ranks}): {_plural(count, 'collective')}")
+            lines.append(f"group {group} (ranks {listed}): {_plural(count, 'collective')}")
         for divergence in (d for d in analysis.divergences if d.group == group):
             label = "first divergence" if divergence.kind == "mismatch" else "warning: call sites differ"
             lines.append(f"  {label}: {divergence.text}")

@@ -38,7 +38,7 @@ def run_command(
     ] = False,
 ) -> None:
     """Run COMMAND (python script.py, torchrun ...) with the collective tracer in every process."""
-    from collcheck.runtime import launch
+    from collcheck.runtime import exits, launch
     from collcheck.runtime.tracer import TraceConfig, config_to_env
 
     config = TraceConfig(
@@ -55,6 +55,7 @@ def run_command(
         typer.echo("collcheck: error: no command (usage: collcheck run [OPTIONS] -- COMMAND...)", err=True)
         raise typer.Exit(2)
     launch.clear_old_traces(str(trace_dir))
+    exits.clear(str(trace_dir))
     if config.uses_native:
         launch.prebuild_native()
     outcome = launch.run(
@@ -67,28 +68,32 @@ def run_command(
 
 
 def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
-    """Print the cross-rank analysis when the job failed, hung, was interrupted or diverged."""
+    """Print the cross-rank analysis when the job failed, hung, was interrupted or diverged, then
+    the one-paragraph verdict, last; return the verdict's status (verdict.py)."""
+    from collcheck.runtime import exits, verdict
     from collcheck.runtime.launch import RunOutcome
 
     assert isinstance(outcome, RunOutcome)
     try:
         analysis = analyze(load_dir(trace_dir))
     except TraceError:
-        typer.echo(
-            f"collcheck: no traces in {trace_dir} (did the command initialise torch.distributed?)", err=True
-        )
-        return outcome.returncode
+        if outcome.returncode == 0 and not outcome.interrupted:  # a command without torch.distributed
+            typer.echo(
+                f"collcheck: no traces in {trace_dir} (the command never used torch.distributed)", err=True
+            )
+            return 0
+        found = verdict.no_traces(trace_dir, outcome.returncode)
+        typer.echo(found.paragraph, err=True)
+        return int(found.status)
     failed = outcome.returncode != 0 or outcome.hung or outcome.interrupted
     if failed or analysis.diverged or analysis.warnings:
         typer.echo(_headline(outcome), err=True)
         typer.echo(render_text(analysis), err=True)
-    else:
-        typer.echo(
-            f"collcheck: {len(analysis.ranks)} ranks traced, consistent; traces in {trace_dir}", err=True
-        )
-    if outcome.returncode != 0:
-        return outcome.returncode
-    return analysis.exit_code(strict) if not outcome.hung else 1
+    codes = verdict.rank_exit_codes(trace_dir, exits.read(trace_dir), outcome.returncode)
+    end = verdict.JobEnd(outcome.returncode, outcome.hung, outcome.interrupted)
+    found = verdict.decide(analysis, end, codes, strict)
+    typer.echo(f"\n{found.paragraph}" + ("" if found.status else f"; traces in {trace_dir}"), err=True)
+    return int(found.status)
 
 
 def _headline(outcome: object) -> str:
