@@ -13,6 +13,7 @@ import typer
 from collcheck.runtime.analyze import Analysis, TraceError, analyze, load_dir, render_text, to_json
 
 TRACE_FORMATS = ("text", "json", "perfetto")
+STDOUT = Path("-")  # `--output -`
 HANG_GRACE_S = 30.0  # the launcher's backstop fires this long after the in-process watchdog should have
 
 
@@ -118,7 +119,9 @@ def trace_command(
     output_format: Annotated[str, typer.Option("--format", help="text, json or perfetto.")] = "text",
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Write here (perfetto default: DIR/trace.perfetto.json)."),
+        typer.Option(
+            "--output", "-o", help="Write here; '-' for stdout (perfetto default: DIR/trace.perfetto.json)."
+        ),
     ] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Call-site divergence fails too.")] = False,
 ) -> None:
@@ -137,16 +140,30 @@ def trace_command(
     raise typer.Exit(analysis.exit_code(strict))
 
 
+def _plural_ranks(analysis: Analysis) -> str:
+    count = len(analysis.ranks)
+    return (
+        f"{count} rank{'' if count == 1 else 's'}, {'ranks diverged' if analysis.diverged else 'consistent'}"
+    )
+
+
 def _emit(analysis: Analysis, output_format: str, output: Path | None, directory: Path) -> None:
     if output_format == "perfetto":
         from collcheck.runtime.perfetto import to_perfetto
 
+        document = json.dumps(to_perfetto(analysis))
+        if output == STDOUT:  # `-o -`: the JSON alone on stdout, so `> trace.json` is a valid file
+            typer.echo(document)
+            typer.echo(
+                f"collcheck: {_plural_ranks(analysis)}; open the JSON in https://ui.perfetto.dev", err=True
+            )
+            return
         target = output or directory / "trace.perfetto.json"
-        target.write_text(json.dumps(to_perfetto(analysis)), encoding="utf-8")
-        typer.echo(f"wrote {target} (open it in https://ui.perfetto.dev)")
+        target.write_text(document, encoding="utf-8")
+        typer.echo(f"wrote {target} (open it in https://ui.perfetto.dev)", err=True)
         return
     text = json.dumps(to_json(analysis), indent=2) if output_format == "json" else render_text(analysis)
-    if output is not None:
+    if output is not None and output != STDOUT:
         output.write_text(text + "\n", encoding="utf-8")
     else:
         typer.echo(text)

@@ -40,7 +40,7 @@ from typing import Any
 from collcheck.runtime.groups import is_creation, numbered
 from collcheck.runtime.operand import Use, crosses, swap_text
 from collcheck.runtime.p2p import ANY_SOURCE, RECV, Channel, channel_of, is_p2p, pair_text, payload
-from collcheck.runtime.record import CollectiveEvent, ReportEvent, TraceWriter
+from collcheck.runtime.record import CollectiveEvent, ReportEvent, TraceWriter, trace_file_name
 
 ABORT_EXIT_CODE = 86
 TICK_S = 0.05
@@ -927,6 +927,7 @@ class Monitor:
             except Exception as error:
                 positions = {self.config.rank: self._position()}
                 self._degrade(f"could not read positions ({_short(error)})", loud=False)
+        positions = self._caught_up(positions)
         if peer_finished(self.config.rank, blocked, positions):
             self.completed(str(blocked["g"]), int(blocked["n"]))  # a Work nobody waits for
             return
@@ -938,6 +939,23 @@ class Monitor:
             self._report("stall", "warning", text, echo=True)
             return
         self._fail("stall", text)
+
+    def _caught_up(self, positions: dict[int, Position | None]) -> dict[int, Position | None]:
+        """Other ranks' positions brought up to date from their traces where this rank can read
+        them (one node, or a shared file system). A rank publishes its position a few times a
+        second, so a rank that stopped (SIGSTOP, a debugger, a kernel hang holding the GIL) can be
+        hundreds of collectives past what it last published; its trace line is written before each
+        collective is issued."""
+        path = getattr(self.writer, "path", None)
+        if not path:
+            return positions
+        folder = os.path.dirname(str(path))
+        return {
+            rank: position
+            if rank == self.config.rank
+            else caught_up(rank, position, os.path.join(folder, trace_file_name(rank)))
+            for rank, position in positions.items()
+        }
 
     def _read_positions(self, store: Any, blocked: dict[str, Any]) -> dict[int, Position | None]:
         # Every rank we know of: the blocked group's members plus the groups we are in.
@@ -1028,6 +1046,68 @@ def _operands(pair: tuple[dict[str, Any], dict[str, Any]]) -> tuple[str, str]:
 
 def _use(fp: dict[str, Any]) -> Use:
     return Use(int(fp["r"]), int(fp["n"]), str(fp["d"]), str(fp.get("x") or ""), str(fp["site"]))
+
+
+TRACE_TAIL = 1 << 20  # bytes of another rank's trace read to bring its position up to date
+
+
+def caught_up(rank: int, position: Position | None, path: str) -> Position | None:
+    """`position` updated from the end of the rank's trace when the trace is further along: its
+    counters, its last collective (completed if its `done` line is there), and in flight only what
+    the trace does not show completed. Unchanged when the trace is unreadable or not newer."""
+    rows = _tail_rows(path)
+    events = [CollectiveEvent.from_json(row) for row in rows if row.get("ev") == "coll"]
+    if not events:
+        return position
+    done = {(str(row.get("group")), int(row.get("seq", 0))) for row in rows if row.get("ev") == "done"}
+    base = position if position is not None else Position(rank, events[-1].t_start)
+    issued = dict(base.issued)
+    for event in events:
+        issued[event.group] = max(issued.get(event.group, 0), event.seq)
+    if issued == base.issued and position is not None:
+        return position
+    latest: dict[str, int] = {}  # per group, the newest completed: a group completes in order
+    for group, seq in done:
+        latest[group] = max(latest.get(group, 0), seq)
+    inflight = [blocked for blocked in base.inflight if _still_open(blocked, latest, done)]
+    last = events[-1]
+    return Position(
+        rank=rank,
+        t=base.t,
+        issued=issued,
+        inflight=inflight,
+        last=fingerprint(last),
+        last_done=(last.group, last.seq) in done,
+        exited=base.exited or any(row.get("ev") == "exit" for row in rows),
+    )
+
+
+def _still_open(blocked: dict[str, Any], latest: dict[str, int], done: set[tuple[str, int]]) -> bool:
+    group, seq = str(blocked["g"]), int(blocked["n"])
+    if is_p2p(group):  # sends and recvs with different peers complete in any order
+        return (group, seq) not in done
+    return latest.get(group, 0) < seq
+
+
+def _tail_rows(path: str) -> list[dict[str, Any]]:
+    """The complete JSON lines among the last TRACE_TAIL bytes of a trace; [] if unreadable."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - TRACE_TAIL))
+            chunk = handle.read(TRACE_TAIL)
+    except OSError:
+        return []
+    rows = []
+    for line in chunk.split(b"\n"):
+        try:
+            row = json.loads(line)
+        except ValueError:  # the torn first and last lines of the window
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
 
 
 def _publisher(fp: dict[str, Any]) -> int | None:

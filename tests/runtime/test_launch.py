@@ -38,7 +38,11 @@ def test_run_torchrun_job_prints_the_first_divergence_with_both_call_sites(tmp_p
     done = _collcheck(
         "run", "--verify", "--timeout", "5", "--trace-dir", str(tmp_path / "t"), "--", *torchrun, cwd=tmp_path
     )
-    assert done.returncode != 0
+    assert done.returncode == 3, done.stderr  # verdict.Status.MISMATCH
+    last = done.stderr.rstrip().splitlines()[-1]  # the verdict comes last, after torchrun's output
+    assert last.startswith("collcheck: verdict: rank 0 all_reduce(float32[1024]) at ") and last.endswith(
+        "[exit status 3: mismatch]"
+    )
     tail = done.stderr[done.stderr.index("cross-rank analysis") :]
     assert (
         "all_reduce(float32[1024]) at " in tail
@@ -46,6 +50,43 @@ def test_run_torchrun_job_prints_the_first_divergence_with_both_call_sites(tmp_p
     )
     assert f"swap_diff.py:{line_of('swap_diff.py', 'DIFF_1')}" in tail
     assert "(group 0, #2)" in tail and "result: ranks diverged" in tail
+
+
+def _torchrun(program: str) -> list[str]:
+    port = str(free_port())
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        port,
+        program,
+    ]
+
+
+@pytest.mark.multirank
+def test_run_says_which_rank_died_and_how_when_one_is_sigkilled(tmp_path: Path) -> None:
+    done = _collcheck(
+        "run",
+        "--timeout",
+        "3",
+        "--trace-dir",
+        str(tmp_path / "t"),
+        "--",
+        *_torchrun(str(PROGRAMS / "sigkill.py")),
+        cwd=PROGRAMS,
+    )
+    assert done.returncode == 5, done.stderr  # verdict.Status.RANK_DIED, not "ranks diverged"
+    last = done.stderr.rstrip().splitlines()[-1]
+    line = line_of("sigkill.py", "LAST_OF_RANK1")
+    assert last.startswith(
+        "collcheck: verdict: rank 1 died at #2 (signal 9 SIGKILL): last all_reduce(float32[8]) at "
+        f"sigkill.py:{line} (group 0, #2)"
+    ), last
+    assert last.endswith("[exit status 5: a rank died]")
+    assert "rank 0 died" not in last  # torchrun stopped rank 0 afterwards: not the cause
 
 
 def test_run_does_not_import_torch_into_processes_that_do_not_use_it(tmp_path: Path) -> None:

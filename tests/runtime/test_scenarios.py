@@ -275,6 +275,21 @@ def test_a_rank_waiting_inside_group_creation_is_reported_as_a_stall(
     )
 
 
+@pytest.mark.parametrize("mode", [RECORD, ASYNC], ids=["record", "async"])
+def test_a_stall_report_names_a_stopped_ranks_real_last_collective(tmp_path: Path, mode: TraceConfig) -> None:
+    # Rank 1 stops (SIGSTOP) right after 201 quick collectives: the position it last published, a
+    # few times a second, is dozens behind; its trace is not.
+    job = run_job("stopped.py", tmp_path, trace=mode, extra_env={"PG_TIMEOUT": "120"})
+    assert job.returncodes == [ABORT_EXIT_CODE, -9], job.stderr
+    last, blocked = line_of("stopped.py", "LAST_OF_RANK1"), line_of("stopped.py", "BLOCKED")
+    report = job.ranks[0].stderr
+    assert (
+        f"in all_reduce(float32[8]) at stopped.py:{blocked} (group 0, #202)\n  not issued by: rank 1\n"
+        in report
+    )
+    assert f"  rank 1: last all_reduce(float32[2]) at stopped.py:{last} (group 0, #201), " in report
+
+
 def test_cross_group_wait_cycle_is_detected(tmp_path: Path) -> None:
     job = run_job("cycle.py", tmp_path, trace=RECORD)
     assert job.returncodes == [ABORT_EXIT_CODE, ABORT_EXIT_CODE], job.stderr
