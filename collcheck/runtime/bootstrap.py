@@ -95,14 +95,21 @@ def _patch_elastic(module: ModuleType) -> None:
 
 
 def _patch_creators(module: ModuleType) -> None:
-    """Group creation (new_group, split_group, ...) is recorded and verified too (groups.py); its
-    wrappers are in place from the start, as names are copied from this module right away."""
+    """Group creation (new_group, split_group, ...) is recorded and verified too (groups.py), and
+    so are registered backends' own methods (backends.py); the wrappers are in place from the
+    start, as names are copied from this module right away and backends register on import."""
     try:
         from collcheck.runtime.groups import patch
 
         patch(module)
     except Exception as error:  # tracing collectives does not depend on it
         sys.stderr.write(f"collcheck: group creation not traced: {type(error).__name__}: {error}\n")
+    try:  # and third-party backends' methods, called past the c10d operators (backends.py)
+        from collcheck.runtime.backends import patch as patch_backends
+
+        patch_backends(module)
+    except Exception as error:
+        sys.stderr.write(f"collcheck: backend calls not traced: {type(error).__name__}: {error}\n")
 
 
 def _after(function: Callable[..., Any], hook: Callable[[], None]) -> Callable[..., Any]:

@@ -401,8 +401,29 @@ def _skipped_prefixes() -> tuple[str, ...]:
         here + os.sep,
         *(path + os.sep for path in stdlib),
         *wrappers,
+        *_backend_packages(),
         "<",
     )
+
+
+# Device backends' Python packages: their wrappers of torch.distributed (torch_npu's `gather`,
+# `reduce_scatter_tensor_uneven`, ...) are not where the user issued the collective.
+BACKEND_PACKAGES = ("torch_npu",)
+
+
+def _backend_packages() -> list[str]:
+    """The folders of the BACKEND_PACKAGES found on sys.path (found, not imported)."""
+    import importlib.util
+
+    found = []
+    for name in BACKEND_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+            found.append(os.path.abspath(folder) + os.sep)
+    return found
 
 
 _SKIP: tuple[str, ...] | None = None

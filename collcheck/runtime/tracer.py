@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from collcheck.runtime import native
-from collcheck.runtime.hook import OpSpec, call_site, install
+from collcheck.runtime.hook import OpSpec, _reduce_code, call_site, install
 from collcheck.runtime.native import NativeRecorder
 from collcheck.runtime.record import (
     SCHEMA_VERSION,
@@ -134,6 +134,7 @@ class Tracer:
         self._work_type = c10d_c.Work
         self._script_object = torch.ScriptObject
         self._groups: dict[str, _Group] = {}
+        self._backends: dict[int, tuple[Any, _Group]] = {}  # id(backend object) -> (it, its group)
         self._seq: dict[str, int] = {}
         self._lock = threading.Lock()
         self._main = threading.main_thread().ident
@@ -242,7 +243,22 @@ class Tracer:
         if self._pending:  # note what completed since: its line comes before this collective's
             self.poll_completions()
         info = self._group(group)
-        name = f"{info.name}:p2p" if spec.p2p else info.name
+        return self._issue(spec, info, info.name, tensors, reduce_op, root, tag)
+
+    def _issue(
+        self,
+        spec: OpSpec,
+        info: _Group,
+        name: str,
+        tensors: list[Any],
+        reduce_op: int | None,
+        root: int | None,
+        tag: int | None,
+    ) -> CollectiveEvent:
+        """Number, write and hand to the monitor one collective of sequence `name` (`info`'s
+        members; `:p2p` is added for a send or recv)."""
+        if spec.p2p:
+            name = f"{name}:p2p"
         with self._lock:
             seq = self._seq.get(name, 0) + 1
             self._seq[name] = seq
@@ -274,6 +290,50 @@ class Tracer:
         else:
             self.monitor.issued(event, check=info.known)
         return event
+
+    def begin_backend(
+        self,
+        spec: OpSpec,
+        backend: str,
+        instance: Any,
+        tensors: list[Any],
+        reduce_op: Any,
+        root: int | None,
+        tag: int | None,
+    ) -> CollectiveEvent | None:
+        """A collective called on a registered backend's object directly (backends.py), in the
+        sequence `<backend>:<group>`; None for tensors of tracing or compiling."""
+        plain = self._tensor_type
+        if any(_is_fake(tensor, plain) for tensor in tensors):
+            return None
+        info = self._backend_group(instance, backend)
+        return self._issue(spec, info, info.name, tensors, _reduce_code(reduce_op), root, tag)
+
+    def _backend_group(self, instance: Any, backend: str) -> _Group:
+        """The c10d group a backend object serves, found once per object in c10d's groups (the
+        object is held, so its id stays its own); members unknown (never compared) if none."""
+        known = self._backends.get(id(instance))
+        if known is not None:
+            return known[1]
+        import torch.distributed as dist
+
+        found = _Group(f"{backend}:?", type(instance).__name__, _guessed_ranks(instance), False)
+        for group in list(dist.distributed_c10d._world.pg_map):
+            if any(_backend_of(group, device) is instance for device in getattr(group, "_device_types", ())):
+                ranks = _ranks(group)
+                found = _Group(f"{backend}:{group.group_name}", type(instance).__name__, ranks, bool(ranks))
+                break
+        self._backends[id(instance)] = (instance, found)
+        return found
+
+    def unobserved(self, event: CollectiveEvent) -> None:
+        """The backend offers no completion for this collective: never a stall."""
+        self.writer.write({"ev": "unobserved", "group": event.group, "seq": event.seq})
+        self.monitor.completed(event.group, event.seq)
+
+    def finished(self, event: CollectiveEvent, ok: bool) -> None:
+        """A call that returned (or raised) after communicating: its completion."""
+        self._done(event, ok)
 
     def begin_creation(
         self, op: str, parent: Any, local: tuple[int, ...] | None, asked: str
@@ -309,8 +369,7 @@ class Tracer:
         self.monitor.issued(event, check=info.known and self.rank in ranks)
         return event
 
-    def end_creation(self, event: CollectiveEvent, ok: bool) -> None:
-        self._done(event, ok)
+    end_creation = finished
 
     def attach(self, token: object, work: Any) -> None:
         if not isinstance(token, CollectiveEvent):
@@ -457,6 +516,13 @@ class Tracer:
                 name, _desc(group), ranks or _guessed_ranks(group), bool(ranks)
             )
         return known
+
+
+def _backend_of(group: Any, device: Any) -> Any:
+    try:
+        return group._get_backend(device)
+    except Exception:
+        return None
 
 
 def _event_of(line: str) -> CollectiveEvent:
