@@ -950,9 +950,10 @@ class Monitor:
         if not path:
             return positions
         folder = os.path.dirname(str(path))
+        stale = time.time() - 2 * POSITION_EVERY_S  # a live rank's position is fresher than this
         return {
             rank: position
-            if rank == self.config.rank
+            if rank == self.config.rank or (position is not None and position.t > stale)
             else caught_up(rank, position, os.path.join(folder, trace_file_name(rank)))
             for rank, position in positions.items()
         }
@@ -1048,7 +1049,7 @@ def _use(fp: dict[str, Any]) -> Use:
     return Use(int(fp["r"]), int(fp["n"]), str(fp["d"]), str(fp.get("x") or ""), str(fp["site"]))
 
 
-TRACE_TAIL = 1 << 20  # bytes of another rank's trace read to bring its position up to date
+TRACE_TAIL = 1 << 18  # bytes of another rank's trace read to bring its position up to date
 
 
 def caught_up(rank: int, position: Position | None, path: str) -> Position | None:
