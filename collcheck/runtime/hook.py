@@ -484,7 +484,7 @@ def _site_from(frame: FrameType | None, skip: tuple[str, ...], via: str) -> Call
         if not known[1]:
             codes.append(code)
             key += (id(code), frame.f_lasti)
-            if len(codes) == 1:
+            if lasti < 0:
                 lasti = frame.f_lasti
         frame = frame.f_back
     if not codes:
