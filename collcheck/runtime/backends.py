@@ -113,6 +113,28 @@ def patch(c10d: ModuleType) -> bool:
     return True
 
 
+def patch_existing() -> int:
+    """Wrap the classes of registered backends that already exist (a tracer started by `enable()`
+    after `init_process_group`, when the creators ran unwrapped); returns how many methods."""
+    dist = sys.modules.get("torch.distributed")
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    plugins = getattr(getattr(dist, "Backend", None), "_plugins", None)
+    world = getattr(c10d, "_world", None)
+    if not plugins or world is None:
+        return 0
+    count = 0
+    for group, entry in list(world.pg_map.items()):
+        name = str(entry[0]) if isinstance(entry, tuple) and entry else ""
+        if name.upper() not in plugins:  # a built-in backend (gloo, nccl): left alone
+            continue
+        for device in getattr(group, "_device_types", ()):
+            try:
+                count += patch_class(type(group._get_backend(device)), name.lower())
+            except Exception:  # no backend for that device
+                continue
+    return count
+
+
 def _creator(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def create(*args: Any, **kwargs: Any) -> Any:

@@ -171,6 +171,7 @@ class Tracer:
         if self.mechanism == "native" and module is not None:
             self.native = NativeRecorder(module, self.rank, self._main)
         _FORWARD.route(self)  # with the native kernel, sends and recvs still come here
+        _patch_existing_backends()
         self.writer.write(self._header())
         if self.native is not None:
             self.native.start(self.writer.fileno())
@@ -516,6 +517,16 @@ class Tracer:
                 name, _desc(group), ranks or _guessed_ranks(group), bool(ranks)
             )
         return known
+
+
+def _patch_existing_backends() -> None:
+    """Registered backends created before the tracer started (backends.py)."""
+    try:
+        from collcheck.runtime.backends import patch_existing
+
+        patch_existing()
+    except Exception as error:  # tracing the c10d operators does not depend on it
+        sys.stderr.write(f"collcheck: backend calls not traced: {type(error).__name__}: {error}\n")
 
 
 def _backend_of(group: Any, device: Any) -> Any:

@@ -67,3 +67,14 @@ def test_a_swapped_pair_of_backend_calls_is_caught(tmp_path: Path) -> None:
         f"{at['B0']} (#2); rank 1 on `out, b` at {at['B1']} (#1), then on `out, a` at {at['A1']} (#2)"
     ) in job.ranks[1].stderr
     assert len(analyze(load_dir(str(job.trace_dir))).swaps) == 1
+
+
+def test_a_backend_created_before_the_tracer_started_is_recorded_too(tmp_path: Path) -> None:
+    trace_dir = tmp_path / "late"
+    job = run_job("npu_late.py", tmp_path, args=(str(trace_dir),))  # enable() after init
+    assert job.returncodes == [0, 0], job.stderr
+    assert [rank.stdout.strip() for rank in job.ranks] == ["rank 0 out=[2.0, 2.0]", "rank 1 out=[2.0, 2.0]"]
+    events = analyze(load_dir(str(trace_dir))).events[1]
+    assert [(e.group, e.op, e.site.line) for e in events] == [
+        ("hccl:0", "reduce_scatter_tensor_uneven", line_of("npu_late.py", "LATE"))
+    ]
