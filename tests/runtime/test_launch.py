@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,18 +53,41 @@ def test_run_torchrun_job_prints_the_first_divergence_with_both_call_sites(tmp_p
     assert "(group 0, #2)" in tail and "result: ranks diverged" in tail
 
 
-def _torchrun(program: str) -> list[str]:
+def _torchrun(program: str, ranks: int = 2) -> list[str]:
     port = str(free_port())
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
+        f"--nproc-per-node={ranks}",
         "--master-port",
         port,
         program,
     ]
+
+
+@pytest.mark.multirank
+def test_run_reports_groups_created_in_different_orders_on_4_ranks(tmp_path: Path) -> None:
+    started = time.monotonic()
+    done = _collcheck(
+        "run",
+        "--verify",
+        "--timeout",
+        "10",
+        "--trace-dir",
+        str(tmp_path / "t"),
+        "--",
+        *_torchrun(str(PROGRAMS / "groups_mismatch.py"), ranks=4),
+        cwd=PROGRAMS,
+    )
+    assert done.returncode == 3, done.stderr  # verdict.Status.MISMATCH
+    assert time.monotonic() - started < 60
+    lazy, evens = line_of("groups_mismatch.py", "LAZY"), line_of("groups_mismatch.py", "EVENS")
+    last = done.stderr.rstrip().splitlines()[-1]
+    assert last.startswith(
+        f"collcheck: verdict: rank 0 new_group(ranks=[0, 1]) at groups_mismatch.py:{lazy} vs rank 2 "
+        f"new_group(ranks=[0, 2]) at groups_mismatch.py:{evens} (group 0, group creation #1)"
+    ), last
 
 
 @pytest.mark.multirank
