@@ -17,10 +17,12 @@ import math
 import os
 import pickle
 import re
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from collcheck.runtime.groups import CREATE_SUFFIX, numbered
+from collcheck.runtime.operand import Use, crosses, swap_text
 from collcheck.runtime.p2p import Pair, base_group, pair_text, pairs
 from collcheck.runtime.record import (
     LOST,
@@ -70,7 +72,7 @@ class Divergence:
     @property
     def text(self) -> str:
         ordered = sorted(self.sides[:2], key=lambda side: side.rank)
-        return f"{ordered[0].text} vs {ordered[1].text} (group {self.group}, #{self.seq})"
+        return f"{ordered[0].text} vs {ordered[1].text} ({numbered(self.group, self.seq)})"
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class Missing:
     def text(self) -> str:
         who = ", ".join(f"rank {rank}" for rank in self.ranks)
         return (
-            f"{who} never issued {self.issued_by.describe} (group {self.group}, #{self.seq}); "
+            f"{who} never issued {self.issued_by.describe} ({numbered(self.group, self.seq)}); "
             f"rank {self.issued_by.rank} issued it at {self.issued_by.site}"
         )
 
@@ -113,7 +115,24 @@ class P2PFinding:
         return f"rank {self.absent} never issued the {self.absent_op} for {self.sides[0].text} ({self.where})"
 
 
-RUNTIME_ERROR_KINDS = ("mismatch", "callsite", "stall")  # errors the tracer raised while the job ran
+SWAP_WINDOW = 64  # divergences per pair of ranks searched for a swapped pair's other half
+
+
+@dataclass(frozen=True)
+class Swap:
+    """Two collectives that two ranks issued in opposite orders: each rank's pair of call sites,
+    whose operands cross (`a` then `b` on one rank, `b` then `a` on the other)."""
+
+    group: str
+    uses: tuple[Use, Use, Use, Use]  # the two ranks' sides of the first half, then of the second
+
+    @property
+    def text(self) -> str:
+        return swap_text(self.group, self.uses)
+
+
+RUNTIME_ERROR_KINDS = ("mismatch", "callsite", "stall", "swap")  # errors the tracer raised while the job ran
+
 # `collcheck trace` exit statuses.
 EXIT_OK = 0  # everything read, ranks consistent
 EXIT_DIVERGED = 1  # ranks diverged (or, with --strict, call sites did)
@@ -206,6 +225,8 @@ class Analysis:
         """Some input could not be read: "consistent" cannot be claimed."""
         return bool(self.problems or self.unreadable or self.lost)
 
+    swaps: tuple[Swap, ...] = ()
+
     @property
     def mismatches(self) -> tuple[Divergence, ...]:
         return tuple(d for d in self.divergences if d.kind == "mismatch")
@@ -220,7 +241,7 @@ class Analysis:
 
     @property
     def diverged(self) -> bool:
-        return bool(self.mismatches or self.missing or self.runtime_errors or self.p2p)
+        return bool(self.mismatches or self.missing or self.runtime_errors or self.p2p or self.swaps)
 
     def exit_code(self, strict: bool = False) -> int:
         """EXIT_DIVERGED, else EXIT_INCOMPLETE when some input could not be read, else EXIT_OK."""
@@ -605,6 +626,7 @@ def analyze(traces: list[RankTrace], problems: list[Problem] | tuple[Problem, ..
     divergences: list[Divergence] = []
     missing: list[Missing] = []
     p2p: list[P2PFinding] = []
+    swaps: list[Swap] = []
     groups = []
     for group in sorted(by_group, key=_group_order):
         ranks_events = by_group[group]
@@ -614,7 +636,12 @@ def analyze(traces: list[RankTrace], problems: list[Problem] | tuple[Problem, ..
         if group.endswith(":p2p"):  # sends and receives pair up across ranks, not by sequence
             p2p.extend(_p2p_findings(group, ranks_events, set(events)))
             continue
-        divergences.extend(_divergences(group, ranks_events))
+        found_divergences = _divergences(group, ranks_events)
+        divergences.extend(found_divergences)
+        mismatch_at = next((d.seq for d in found_divergences if d.kind == "mismatch"), None)
+        swap = _swap(group, ranks_events, mismatch_at)
+        if swap is not None:
+            swaps.append(swap)
         found = _missing(group, ranks_events, members[group] & set(events))
         if found is not None:
             missing.append(found)
@@ -630,6 +657,7 @@ def analyze(traces: list[RankTrace], problems: list[Problem] | tuple[Problem, ..
         problems=(*problems, *(problem for trace in traces for problem in trace.problems)),
         unreadable=sum(trace.unreadable for trace in traces),
         lost=sum(trace.lost for trace in traces),
+        swaps=tuple(swaps),
     )
 
 
@@ -653,6 +681,36 @@ def _divergences(group: str, ranks_events: dict[int, dict[int, CollectiveEvent]]
         if len(sites) > 1 and not any(d.kind == "callsite" for d in found):
             found.append(_divergence(group, seq, "callsite", sites, present))
     return found
+
+
+def _swap(group: str, ranks_events: dict[int, dict[int, CollectiveEvent]], before: int | None) -> Swap | None:
+    """The first swapped pair of the group before its first mismatch: per pair of ranks, the
+    sequence numbers where their call sites and operands differ, searched for two that cross."""
+    splits: dict[tuple[int, int], deque[tuple[CollectiveEvent, CollectiveEvent]]] = {}
+    for seq in sorted({seq for seqs in ranks_events.values() for seq in seqs}):
+        if before is not None and seq >= before:
+            break
+        present = {rank: seqs[seq] for rank, seqs in ranks_events.items() if seq in seqs}
+        if len({event.site.short for event in present.values()}) < 2:
+            continue
+        ranks = sorted(present)
+        for index, low in enumerate(ranks):
+            for high in ranks[index + 1 :]:
+                one, two = present[low], present[high]
+                if one.site.short == two.site.short or one.site.operand == two.site.operand:
+                    continue
+                recent = splits.setdefault((low, high), deque(maxlen=SWAP_WINDOW))
+                for old_one, old_two in recent:
+                    if crosses(
+                        (old_one.site.operand, old_two.site.operand), (one.site.operand, two.site.operand)
+                    ):
+                        return Swap(group, (_use(old_one), _use(old_two), _use(one), _use(two)))
+                recent.append((one, two))
+    return None
+
+
+def _use(event: CollectiveEvent) -> Use:
+    return Use(event.rank, event.seq, event.describe, event.site.operand, event.site.short)
 
 
 def _variants(present: dict[int, CollectiveEvent], key: Any) -> list[tuple[int, ...]]:
@@ -744,13 +802,20 @@ def render_text(analysis: Analysis) -> str:
         f"collcheck trace: {_plural(len(analysis.ranks), 'rank')}, {_plural(len(analysis.groups), 'group')}"
     ]
     for group, members, count in analysis.groups:
-        lines.append(f"group {group} (ranks {_ranks_text(members)}): {_plural(count, 'collective')}")
+        parent, creation, _ = group.partition(CREATE_SUFFIX)
+        listed = _ranks_text(members)
+        if creation:
+            lines.append(f"groups created from group {parent} (ranks {listed}): {_plural(count, 'group')}")
+        else:
+            lines.append(f"group {group} (ranks {listed}): {_plural(count, 'collective')}")
         for divergence in (d for d in analysis.divergences if d.group == group):
             label = "first divergence" if divergence.kind == "mismatch" else "warning: call sites differ"
             lines.append(f"  {label}: {divergence.text}")
             for side, ranks in zip(divergence.sides, divergence.ranks, strict=False):
                 stack = " <- ".join(_short_frame(frame) for frame in side.stack[:3]) or side.site
                 lines.append(f"    {_plural_label(ranks)}: {side.describe} at {stack}")
+        for swap in (s for s in analysis.swaps if s.group == group):
+            lines.append(f"  {swap.text}")
         for item in (m for m in analysis.missing if m.group == group):
             lines.append(f"  never issued: {item.text}")
         for finding in (f for f in analysis.p2p if f.group == group):
@@ -773,14 +838,14 @@ def render_text(analysis: Analysis) -> str:
         for report in analysis.reports:
             body = report.text.replace("\n", "\n    ")
             lines.append(f"  rank {report.rank} {report.severity} ({report.kind}): {body}")
-    verdict = "ranks diverged" if analysis.diverged else _undiverged_verdict(analysis)
+    verdict = "ranks diverged" if analysis.diverged else undiverged_verdict(analysis)
     if not analysis.diverged and analysis.warnings:
         verdict += " (with call-site warnings)"
     lines.append(f"result: {verdict}")
     return "\n".join(lines)
 
 
-def _undiverged_verdict(analysis: Analysis) -> str:
+def undiverged_verdict(analysis: Analysis) -> str:
     """ "consistent" only when everything was read."""
     if not analysis.incomplete:
         return "consistent"
@@ -856,6 +921,9 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
             }
             for f in analysis.p2p
         ],
+        "swaps": [
+            {"group": s.group, "text": s.text, "seqs": [u.seq for u in s.uses[::2]]} for s in analysis.swaps
+        ],
         "summaries": [
             {
                 "rank": s.rank,
@@ -880,7 +948,8 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
 def kinds(analysis: Analysis) -> Counter[str]:
     """How many findings of each kind (for one-line summaries)."""
     p2p = [f"p2p {finding.kind}" for finding in analysis.p2p]
-    return Counter([d.kind for d in analysis.divergences] + ["missing"] * len(analysis.missing) + p2p)
+    found = [d.kind for d in analysis.divergences] + ["missing"] * len(analysis.missing)
+    return Counter(found + ["swap"] * len(analysis.swaps) + p2p)
 
 
 def _plural_label(ranks: tuple[int, ...]) -> str:

@@ -22,6 +22,7 @@ from collcheck.runtime.analyze import (
 from collcheck.runtime.record import shared_dir_allowed, write_output
 
 TRACE_FORMATS = ("text", "json", "perfetto")
+STDOUT = Path("-")  # `--output -`
 HANG_GRACE_S = 30.0  # the launcher's backstop fires this long after the in-process watchdog should have
 
 
@@ -62,7 +63,7 @@ def run_command(
     ] = False,
 ) -> None:
     """Run COMMAND (python script.py, torchrun ...) with the collective tracer in every process."""
-    from collcheck.runtime import launch
+    from collcheck.runtime import exits, launch
     from collcheck.runtime.tracer import TraceConfig, config_to_env
 
     config = TraceConfig(
@@ -90,6 +91,7 @@ def run_command(
             raise typer.Exit(2)
         typer.echo(f"collcheck: warning: {why}; running the job UNTRACED", err=True)
         raise typer.Exit(launch.run(command, dict(os.environ)).exit_status)
+    exits.clear(str(trace_dir))
     if config.uses_native:
         launch.prebuild_native()
     outcome = launch.run(
@@ -110,7 +112,9 @@ def _shell_value(key: str, value: str) -> str:
 
 
 def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
-    """Print the cross-rank analysis when the job failed, hung, was interrupted or diverged."""
+    """Print the cross-rank analysis when the job failed, hung, was interrupted or diverged, then
+    the one-paragraph verdict, last; return the verdict's status (verdict.py)."""
+    from collcheck.runtime import exits, verdict
     from collcheck.runtime.launch import RunOutcome
 
     assert isinstance(outcome, RunOutcome)
@@ -119,21 +123,23 @@ def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
         analysis = analyze(load_dir(trace_dir, problems), problems)
     except TraceError:
         _warn_problems(problems)
-        typer.echo(
-            f"collcheck: no traces in {trace_dir} (did the command initialise torch.distributed?)", err=True
-        )
-        return outcome.exit_status
+        if outcome.returncode == 0 and not outcome.interrupted:  # a command without torch.distributed
+            typer.echo(
+                f"collcheck: no traces in {trace_dir} (the command never used torch.distributed)", err=True
+            )
+            return 0
+        found = verdict.no_traces(trace_dir, outcome.returncode)
+        typer.echo(found.paragraph, err=True)
+        return int(found.status)
     failed = outcome.returncode != 0 or outcome.hung or outcome.interrupted
     if failed or analysis.diverged or analysis.warnings or analysis.incomplete:
         typer.echo(_headline(outcome), err=True)
         typer.echo(render_text(analysis), err=True)
-    else:
-        typer.echo(
-            f"collcheck: {len(analysis.ranks)} ranks traced, consistent; traces in {trace_dir}", err=True
-        )
-    if outcome.returncode != 0:
-        return outcome.exit_status
-    return analysis.exit_code(strict) if not outcome.hung else 1
+    codes = verdict.rank_exit_codes(trace_dir, exits.read(trace_dir), outcome.returncode)
+    end = verdict.JobEnd(outcome.returncode, outcome.hung, outcome.interrupted)
+    found = verdict.decide(analysis, end, codes, strict)
+    typer.echo(f"\n{found.paragraph}" + ("" if found.status else f"; traces in {trace_dir}"), err=True)
+    return int(found.status)
 
 
 def _headline(outcome: object) -> str:
@@ -160,7 +166,9 @@ def trace_command(
     output_format: Annotated[str, typer.Option("--format", help="text, json or perfetto.")] = "text",
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Write here (perfetto default: DIR/trace.perfetto.json)."),
+        typer.Option(
+            "--output", "-o", help="Write here; '-' for stdout (perfetto default: DIR/trace.perfetto.json)."
+        ),
     ] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Call-site divergence fails too.")] = False,
     allow_shared_dir: Annotated[
@@ -204,6 +212,13 @@ def _warn_problems(problems: list[Problem]) -> None:
         typer.echo(f"collcheck: warning: {problem.where}: {problem.text}", err=True)
 
 
+def _plural_ranks(analysis: Analysis) -> str:
+    count = len(analysis.ranks)
+    return (
+        f"{count} rank{'' if count == 1 else 's'}, {'ranks diverged' if analysis.diverged else 'consistent'}"
+    )
+
+
 def _emit(
     analysis: Analysis, output_format: str, output: Path | None, directory: Path, allow_shared: bool
 ) -> None:
@@ -211,12 +226,19 @@ def _emit(
     if output_format == "perfetto":
         from collcheck.runtime.perfetto import to_perfetto
 
+        document = json.dumps(to_perfetto(analysis))
+        if output == STDOUT:  # `-o -`: the JSON alone on stdout, so `> trace.json` is a valid file
+            typer.echo(document)
+            typer.echo(
+                f"collcheck: {_plural_ranks(analysis)}; open the JSON in https://ui.perfetto.dev", err=True
+            )
+            return
         target = output or directory / "trace.perfetto.json"
-        write_output(str(target), json.dumps(to_perfetto(analysis)), allow_shared)
-        typer.echo(f"wrote {target} (open it in https://ui.perfetto.dev)")
+        write_output(str(target), document, allow_shared)
+        typer.echo(f"wrote {target} (open it in https://ui.perfetto.dev)", err=True)
         return
     text = json.dumps(to_json(analysis), indent=2) if output_format == "json" else render_text(analysis)
-    if output is not None:
+    if output is not None and output != STDOUT:
         write_output(str(output), text + "\n", allow_shared)
     else:
         typer.echo(text)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Any, Protocol
 
+from collcheck.runtime.operand import operand_at
 from collcheck.runtime.record import CallSite
 
 log = logging.getLogger("collcheck.runtime")
@@ -400,8 +401,29 @@ def _skipped_prefixes() -> tuple[str, ...]:
         here + os.sep,
         *(path + os.sep for path in stdlib),
         *wrappers,
+        *_backend_packages(),
         "<",
     )
+
+
+# Device backends' Python packages: their wrappers of torch.distributed (torch_npu's `gather`,
+# `reduce_scatter_tensor_uneven`, ...) are not where the user issued the collective.
+BACKEND_PACKAGES = ("torch_npu",)
+
+
+def _backend_packages() -> list[str]:
+    """The folders of the BACKEND_PACKAGES found on sys.path (found, not imported)."""
+    import importlib.util
+
+    found = []
+    for name in BACKEND_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+            found.append(os.path.abspath(folder) + os.sep)
+    return found
 
 
 _SKIP: tuple[str, ...] | None = None
@@ -453,6 +475,7 @@ def _site_from(frame: FrameType | None, skip: tuple[str, ...], via: str) -> Call
     start = frame
     key: list[object] = [via]
     codes: list[CodeType] = []
+    lasti = -1  # the innermost user frame's instruction: its call's operand is the site's
     while frame is not None and len(codes) < STACK_DEPTH:
         code = frame.f_code
         known = _skipped_code.get(id(code))
@@ -461,25 +484,27 @@ def _site_from(frame: FrameType | None, skip: tuple[str, ...], via: str) -> Call
         if not known[1]:
             codes.append(code)
             key += (id(code), frame.f_lasti)
+            if lasti < 0:
+                lasti = frame.f_lasti
         frame = frame.f_back
     if not codes:
         return None
     chain = tuple(key)
     cached = _sites.get(chain)
     if cached is None:
-        cached = _remember(
-            _sites, chain, (codes, _site_for_lines(codes, _user_lines(start, skip, len(codes)), via))
-        )
+        lines = _user_lines(start, skip, len(codes))
+        site = _site_for_lines(codes, lines, via, operand_at(codes[0], lasti))
+        cached = _remember(_sites, chain, (codes, site))
     return cached[1]
 
 
-def _site_for_lines(codes: list[CodeType], lines: tuple[int, ...], via: str) -> CallSite:
-    """One CallSite per chain of lines, shared by the instruction chains on them (two calls on one
-    line), so each stack is encoded once."""
-    key = (via, *(id(code) for code in codes), *lines)
+def _site_for_lines(codes: list[CodeType], lines: tuple[int, ...], via: str, operand: str = "") -> CallSite:
+    """One CallSite per chain of lines and operand, shared by the instruction chains on them (two
+    calls of one operand on one line), so each stack is encoded once."""
+    key = (via, operand, *(id(code) for code in codes), *lines)
     known = _sites_by_line.get(key)
     if known is None:
-        known = _remember(_sites_by_line, key, (codes, _build_site(codes, lines, via)))
+        known = _remember(_sites_by_line, key, (codes, _build_site(codes, lines, via, operand)))
     return known[1]
 
 
@@ -493,10 +518,10 @@ def _user_lines(frame: FrameType | None, skip: tuple[str, ...], count: int) -> t
     return tuple(lines)
 
 
-def _build_site(codes: list[CodeType], lines: tuple[int, ...], via: str) -> CallSite:
+def _build_site(codes: list[CodeType], lines: tuple[int, ...], via: str, operand: str = "") -> CallSite:
     frames = zip(codes, lines, strict=True)
     stack = tuple(f"{code.co_filename}:{line} in {code.co_name}" for code, line in frames)
-    return CallSite(codes[0].co_filename, lines[0], codes[0].co_name, stack, via=via)
+    return CallSite(codes[0].co_filename, lines[0], codes[0].co_name, stack, via=via, operand=operand)
 
 
 def _remember(cache: dict[Any, Any], key: Any, value: Any) -> Any:

@@ -97,6 +97,9 @@ class CallSite:
     func: str = ""
     stack: tuple[str, ...] = ()  # "file:line in func", innermost first
     via: str = ""  # "main-thread" when the collective ran on a thread without user frames (DDP hooks)
+    # The argument expressions of the call at `line` (`a`, `out, grads[i]`), read once per call
+    # site from the source: what tells a swapped pair from one collective on two lines. "" = unknown.
+    operand: str = ""
 
     @property
     def short(self) -> str:
@@ -105,7 +108,16 @@ class CallSite:
         return f"{display_path(self.file)}:{self.line}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "line": self.line, "func": self.func, "stack": self.stack, "via": self.via}
+        data: dict[str, Any] = {
+            "file": self.file,
+            "line": self.line,
+            "func": self.func,
+            "stack": self.stack,
+            "via": self.via,
+        }
+        if self.operand:  # written only when known, so lines without one are unchanged
+            data["operand"] = self.operand
+        return data
 
     @functools.cached_property
     def encoded(self) -> str:
@@ -144,17 +156,22 @@ class CollectiveEvent:
     group_desc: str = ""
     observable: bool = True  # False after an `unobserved` line: the backend offers no completion
     tag: int | None = None  # send/recv only (c10d's `tag`); written only when known
+    # Group creation only (groups.py): what the call asked for, `ranks=[0, 1]`; compared like shapes
+    args: str | None = None
 
     @property
     def signature(self) -> str:
         """What must agree across ranks, call site excluded."""
         return "|".join(
             (self.op, repr(self.shapes), ",".join(self.dtypes), str(self.reduce_op), str(self.root))
+            + (() if self.args is None else (self.args,))
         )
 
     @property
     def describe(self) -> str:
         """`all_reduce(float32[1024])`, or `all_reduce(float32[1024], op=max)` when not a sum."""
+        if self.args is not None:  # group creation
+            return f"{self.op}({self.args})"
         if self.shapes:
             pairs = zip(self.shapes, self.dtypes, strict=False)
             tensors = ", ".join(f"{dtype}[{'x'.join(map(str, shape))}]" for shape, dtype in pairs)
@@ -186,6 +203,8 @@ class CollectiveEvent:
         }
         if self.tag is not None:
             data["tag"] = self.tag
+        if self.args is not None:
+            data["args"] = self.args
         data.update(site=site.to_json(), thread=self.thread, t_start=self.t_start, group_desc=self.group_desc)
         return data
 
@@ -208,11 +227,13 @@ class CollectiveEvent:
                 func=str(site.get("func", "")),
                 stack=tuple(site.get("stack", ())),
                 via=str(site.get("via", "")),
+                operand=str(site.get("operand", "")),
             ),
             thread=str(data.get("thread", "")),
             t_start=float(data.get("t_start", 0.0)),
             group_desc=str(data.get("group_desc", "")),
             tag=None if data.get("tag") is None else int(data["tag"]),
+            args=None if data.get("args") is None else str(data["args"]),
         )
 
 
@@ -264,7 +285,7 @@ class CollectiveEncoder:
 
     def coll(self, event: CollectiveEvent) -> str:
         head, tail = self._group_pieces(event.group, event.group_ranks, event.group_desc)
-        key = (event.op, event.shapes, event.dtypes, event.reduce_op, event.root, event.tag)
+        key = (event.op, event.shapes, event.dtypes, event.reduce_op, event.root, event.tag, event.args)
         middle = self._ops.get(key)
         if middle is None:
             middle = self._ops[key] = self._middle(event)
@@ -297,6 +318,7 @@ class CollectiveEncoder:
             f',"op":{_dumps(event.op)},"shapes":{_dumps(event.shapes)},"dtypes":{_dumps(event.dtypes)},'
             f'"reduce_op":{_dumps(event.reduce_op)},"root":{_dumps(event.root)},'
             + ("" if event.tag is None else f'"tag":{_dumps(event.tag)},')
+            + ("" if event.args is None else f'"args":{_dumps(event.args)},')
             + '"site":'
         )
 

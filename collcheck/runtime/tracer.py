@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from collcheck.runtime import native
-from collcheck.runtime.hook import OpSpec, call_site, install
+from collcheck.runtime.hook import OpSpec, _reduce_code, call_site, install
 from collcheck.runtime.native import NativeRecorder
 from collcheck.runtime.record import (
     ENV_ALLOW_SHARED_DIR,
@@ -140,6 +140,7 @@ class Tracer:
         self._work_type = c10d_c.Work
         self._script_object = torch.ScriptObject
         self._groups: dict[str, _Group] = {}
+        self._backends: dict[int, tuple[Any, _Group]] = {}  # id(backend object) -> (it, its group)
         self._seq: dict[str, int] = {}
         self._lock = threading.Lock()
         self._main = threading.main_thread().ident
@@ -176,6 +177,7 @@ class Tracer:
         if self.mechanism == "native" and module is not None:
             self.native = NativeRecorder(module, self.rank, self._main)
         _FORWARD.route(self)  # with the native kernel, sends and recvs still come here
+        _patch_existing_backends()
         self.writer.write(self._header())
         if self.native is not None:
             self.native.start(self.writer.fileno())
@@ -249,7 +251,22 @@ class Tracer:
         if self._pending:  # note what completed since: its line comes before this collective's
             self.poll_completions()
         info = self._group(group)
-        name = f"{info.name}:p2p" if spec.p2p else info.name
+        return self._issue(spec, info, info.name, tensors, reduce_op, root, tag)
+
+    def _issue(
+        self,
+        spec: OpSpec,
+        info: _Group,
+        name: str,
+        tensors: list[Any],
+        reduce_op: int | None,
+        root: int | None,
+        tag: int | None,
+    ) -> CollectiveEvent:
+        """Number, write and hand to the monitor one collective of sequence `name` (`info`'s
+        members; `:p2p` is added for a send or recv)."""
+        if spec.p2p:
+            name = f"{name}:p2p"
         with self._lock:
             seq = self._seq.get(name, 0) + 1
             self._seq[name] = seq
@@ -281,6 +298,86 @@ class Tracer:
         else:
             self.monitor.issued(event, check=info.known)
         return event
+
+    def begin_backend(
+        self,
+        spec: OpSpec,
+        backend: str,
+        instance: Any,
+        tensors: list[Any],
+        reduce_op: Any,
+        root: int | None,
+        tag: int | None,
+    ) -> CollectiveEvent | None:
+        """A collective called on a registered backend's object directly (backends.py), in the
+        sequence `<backend>:<group>`; None for tensors of tracing or compiling."""
+        plain = self._tensor_type
+        if any(_is_fake(tensor, plain) for tensor in tensors):
+            return None
+        info = self._backend_group(instance, backend)
+        return self._issue(spec, info, info.name, tensors, _reduce_code(reduce_op), root, tag)
+
+    def _backend_group(self, instance: Any, backend: str) -> _Group:
+        """The c10d group a backend object serves, found once per object in c10d's groups (the
+        object is held, so its id stays its own); members unknown (never compared) if none."""
+        known = self._backends.get(id(instance))
+        if known is not None:
+            return known[1]
+        import torch.distributed as dist
+
+        found = _Group(f"{backend}:?", type(instance).__name__, _guessed_ranks(instance), False)
+        for group in list(dist.distributed_c10d._world.pg_map):
+            if any(_backend_of(group, device) is instance for device in getattr(group, "_device_types", ())):
+                ranks = _ranks(group)
+                found = _Group(f"{backend}:{group.group_name}", type(instance).__name__, ranks, bool(ranks))
+                break
+        self._backends[id(instance)] = (instance, found)
+        return found
+
+    def unobserved(self, event: CollectiveEvent) -> None:
+        """The backend offers no completion for this collective: never a stall."""
+        self.writer.write({"ev": "unobserved", "group": event.group, "seq": event.seq})
+        self.monitor.completed(event.group, event.seq)
+
+    def finished(self, event: CollectiveEvent, ok: bool) -> None:
+        """A call that returned (or raised) after communicating: its completion."""
+        self._done(event, ok)
+
+    def begin_creation(
+        self, op: str, parent: Any, local: tuple[int, ...] | None, asked: str
+    ) -> CollectiveEvent:
+        """A group creation (groups.py) about to run: its `coll` line, and the monitor compares it
+        and watches it like a collective. Its sequence is `<parent>:create`, whose members are the
+        parent's ranks, or `<parent>:create:<r0-r1-...>` when only the new group's members take part
+        (`use_local_synchronization`)."""
+        import torch.distributed as dist
+
+        info = self._group(parent if parent is not None else dist.distributed_c10d._get_default_group())
+        name, ranks = f"{info.name}:create", info.ranks
+        if local is not None:
+            name, ranks = f"{name}:{'-'.join(map(str, local))}", tuple(sorted(local))
+        with self._lock:
+            seq = self._seq.get(name, 0) + 1
+            self._seq[name] = seq
+        event = CollectiveEvent(
+            rank=self.rank,
+            group=name,
+            group_ranks=ranks,
+            seq=seq,
+            op=op,
+            shapes=(),
+            dtypes=(),
+            site=call_site(self._main),
+            thread=threading.current_thread().name,
+            t_start=time.time(),
+            group_desc="group creation",
+            args=asked,
+        )
+        self.writer.write_line(self.encoder.coll(event))
+        self.monitor.issued(event, check=info.known and self.rank in ranks)
+        return event
+
+    end_creation = finished
 
     def attach(self, token: object, work: Any) -> None:
         if not isinstance(token, CollectiveEvent):
@@ -429,6 +526,23 @@ class Tracer:
                 name, _desc(group), ranks or _guessed_ranks(group), bool(ranks)
             )
         return known
+
+
+def _patch_existing_backends() -> None:
+    """Registered backends created before the tracer started (backends.py)."""
+    try:
+        from collcheck.runtime.backends import patch_existing
+
+        patch_existing()
+    except Exception as error:  # tracing the c10d operators does not depend on it
+        sys.stderr.write(f"collcheck: backend calls not traced: {type(error).__name__}: {error}\n")
+
+
+def _backend_of(group: Any, device: Any) -> Any:
+    try:
+        return group._get_backend(device)
+    except Exception:
+        return None
 
 
 def _event_of(line: str) -> CollectiveEvent:

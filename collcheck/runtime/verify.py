@@ -37,8 +37,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from collcheck.runtime.groups import is_creation, numbered
+from collcheck.runtime.operand import Use, crosses, swap_text
 from collcheck.runtime.p2p import ANY_SOURCE, RECV, Channel, channel_of, is_p2p, pair_text, payload
-from collcheck.runtime.record import CollectiveEvent, ReportEvent, TraceWriter
+from collcheck.runtime.record import CollectiveEvent, ReportEvent, TraceWriter, trace_file_name
 
 ABORT_EXIT_CODE = 86
 TICK_S = 0.05
@@ -55,6 +57,7 @@ PREFIX = "collcheck"
 # print c10d warnings, and a blocking one could not notice a leader that degraded), starting
 # this often: the leader usually publishes within a millisecond of the follower's first look.
 LEADER_POLL_S = 0.0002
+SWAP_WINDOW = 64  # call-site divergences per group remembered to find a swapped pair's second half
 AHEAD_LIMIT = 1_024  # fingerprints published past a missing number before head/ skips it
 
 
@@ -71,6 +74,7 @@ def fingerprint(event: CollectiveEvent) -> dict[str, Any]:
         "s": event.signature,
         "d": event.describe,
         "site": event.site.short,
+        "x": event.site.operand,
         "ranks": list(event.group_ranks),
     }
 
@@ -107,7 +111,7 @@ def blocked_fingerprint(event: CollectiveEvent, slot: P2PSlot | None = None) -> 
 
 def label(fp: dict[str, Any]) -> str:
     """`group 0, #4` for a collective, `group 0, send #1 0->1` for a send or recv."""
-    return str(fp["w"]) if "w" in fp else f"group {fp['g']}, #{fp['n']}"
+    return str(fp["w"]) if "w" in fp else numbered(str(fp["g"]), int(fp["n"]))
 
 
 def mismatch_kind(mine: dict[str, Any], theirs: dict[str, Any]) -> str | None:
@@ -357,6 +361,9 @@ class Monitor:
         self._last_done = False
         self._stalled: set[tuple[str, int]] = set()
         self._callsite_warnings = 0
+        # group -> recent call-site divergences with differing operands, (leader's, own), to
+        # find the second half of a swapped pair (compared from two threads: under `_lock`)
+        self._operand_splits: dict[str, deque[tuple[dict[str, Any], dict[str, Any]]]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._position_sent = 0.0
@@ -807,22 +814,51 @@ class Monitor:
             return
         text = mismatch_text(theirs, mine)
         if kind == "mismatch":
-            what = "point-to-point" if "c" in mine else "collective"
+            what = (
+                "point-to-point"
+                if "c" in mine
+                else "group creation"
+                if is_creation(mine["g"])
+                else "collective"
+            )
             self._fail("mismatch", f"{what} mismatch: {text}")
         elif strict:
             self._fail("callsite", f"call-site divergence (strict): {text}")
         else:
-            self._warn_callsite(text)
+            swap = self._swap_with(theirs, mine)
+            if swap is not None:
+                self._fail("swap", swap)
+            else:
+                self._warn_callsite(text, theirs, mine)
 
-    def _warn_callsite(self, text: str) -> None:
+    def _swap_with(self, theirs: dict[str, Any], mine: dict[str, Any]) -> str | None:
+        """The report of a swapped pair, if this call-site divergence crosses an earlier one of the
+        same group (either may be compared first: first-seen checks run before the background's)."""
+        if not theirs.get("x") or not mine.get("x") or theirs["x"] == mine["x"]:
+            return None
+        pair = (theirs, mine)
+        with self._lock:
+            recent = self._operand_splits.setdefault(str(mine["g"]), deque(maxlen=SWAP_WINDOW))
+            earlier = next((old for old in recent if crosses(_operands(old), _operands(pair))), None)
+            recent.append(pair)
+        if earlier is None:
+            return None
+        uses = (_use(earlier[0]), _use(earlier[1]), _use(theirs), _use(mine))
+        return swap_text(str(mine["g"]), uses)
+
+    def _warn_callsite(self, text: str, theirs: dict[str, Any], mine: dict[str, Any]) -> None:
         self._callsite_warnings += 1
         if self._callsite_warnings <= 3:
+            low, high = sorted((theirs, mine), key=lambda fp: int(fp["r"]))
+            operands = ""
+            if low.get("x") and high.get("x") and low["x"] != high["x"]:
+                operands = f" on `{low['x']}` and `{high['x']}`"
             self._report(
                 "callsite",
                 "warning",
-                f"call-site divergence: {text} (same collective "
-                "issued from different lines; legitimate for the barrier trick, wrong for a "
-                "swapped pair)",
+                f"call-site divergence: {text}{operands} (same collective "
+                "issued from different lines; legitimate for the barrier trick, an error once the "
+                "operands cross as in a swapped pair)",
                 echo=True,
             )
 
@@ -891,6 +927,7 @@ class Monitor:
             except Exception as error:
                 positions = {self.config.rank: self._position()}
                 self._degrade(f"could not read positions ({_short(error)})", loud=False)
+        positions = self._caught_up(positions)
         if peer_finished(self.config.rank, blocked, positions):
             self.completed(str(blocked["g"]), int(blocked["n"]))  # a Work nobody waits for
             return
@@ -902,6 +939,24 @@ class Monitor:
             self._report("stall", "warning", text, echo=True)
             return
         self._fail("stall", text)
+
+    def _caught_up(self, positions: dict[int, Position | None]) -> dict[int, Position | None]:
+        """Other ranks' positions brought up to date from their traces where this rank can read
+        them (one node, or a shared file system). A rank publishes its position a few times a
+        second, so a rank that stopped (SIGSTOP, a debugger, a kernel hang holding the GIL) can be
+        hundreds of collectives past what it last published; its trace line is written before each
+        collective is issued."""
+        path = getattr(self.writer, "path", None)
+        if not path:
+            return positions
+        folder = os.path.dirname(str(path))
+        stale = time.time() - 2 * POSITION_EVERY_S  # a live rank's position is fresher than this
+        return {
+            rank: position
+            if rank == self.config.rank or (position is not None and position.t > stale)
+            else caught_up(rank, position, os.path.join(folder, trace_file_name(rank)))
+            for rank, position in positions.items()
+        }
 
     def _read_positions(self, store: Any, blocked: dict[str, Any]) -> dict[int, Position | None]:
         # Every rank we know of: the blocked group's members plus the groups we are in.
@@ -984,6 +1039,76 @@ def _outgoing(item: CollectiveEvent | P2PSlot) -> tuple[str, int, dict[str, Any]
     if isinstance(item, P2PSlot):
         return item.channel.key, item.k, p2p_fingerprint(item), item.sender
     return item.group, item.seq, fingerprint(item), item.rank == min(item.group_ranks)
+
+
+def _operands(pair: tuple[dict[str, Any], dict[str, Any]]) -> tuple[str, str]:
+    return str(pair[0].get("x") or ""), str(pair[1].get("x") or "")
+
+
+def _use(fp: dict[str, Any]) -> Use:
+    return Use(int(fp["r"]), int(fp["n"]), str(fp["d"]), str(fp.get("x") or ""), str(fp["site"]))
+
+
+TRACE_TAIL = 1 << 18  # bytes of another rank's trace read to bring its position up to date
+
+
+def caught_up(rank: int, position: Position | None, path: str) -> Position | None:
+    """`position` updated from the end of the rank's trace when the trace is further along: its
+    counters, its last collective (completed if its `done` line is there), and in flight only what
+    the trace does not show completed. Unchanged when the trace is unreadable or not newer."""
+    rows = _tail_rows(path)
+    events = [CollectiveEvent.from_json(row) for row in rows if row.get("ev") == "coll"]
+    if not events:
+        return position
+    done = {(str(row.get("group")), int(row.get("seq", 0))) for row in rows if row.get("ev") == "done"}
+    base = position if position is not None else Position(rank, events[-1].t_start)
+    issued = dict(base.issued)
+    for event in events:
+        issued[event.group] = max(issued.get(event.group, 0), event.seq)
+    if issued == base.issued and position is not None:
+        return position
+    latest: dict[str, int] = {}  # per group, the newest completed: a group completes in order
+    for group, seq in done:
+        latest[group] = max(latest.get(group, 0), seq)
+    inflight = [blocked for blocked in base.inflight if _still_open(blocked, latest, done)]
+    last = events[-1]
+    return Position(
+        rank=rank,
+        t=base.t,
+        issued=issued,
+        inflight=inflight,
+        last=fingerprint(last),
+        last_done=(last.group, last.seq) in done,
+        exited=base.exited or any(row.get("ev") == "exit" for row in rows),
+    )
+
+
+def _still_open(blocked: dict[str, Any], latest: dict[str, int], done: set[tuple[str, int]]) -> bool:
+    group, seq = str(blocked["g"]), int(blocked["n"])
+    if is_p2p(group):  # sends and recvs with different peers complete in any order
+        return (group, seq) not in done
+    return latest.get(group, 0) < seq
+
+
+def _tail_rows(path: str) -> list[dict[str, Any]]:
+    """The complete JSON lines among the last TRACE_TAIL bytes of a trace; [] if unreadable."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - TRACE_TAIL))
+            chunk = handle.read(TRACE_TAIL)
+    except OSError:
+        return []
+    rows = []
+    for line in chunk.split(b"\n"):
+        try:
+            row = json.loads(line)
+        except ValueError:  # the torn first and last lines of the window
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
 
 
 def _publisher(fp: dict[str, Any]) -> int | None:

@@ -246,3 +246,92 @@ def test_a_recv_never_sent_and_any_source_receivers(tmp_path: Path) -> None:
     _write(tmp_path, 0, [_p2p(0, 1, "send", 1, 8, 12), _p2p(0, 2, "send", 1, 8, 12)])
     _write(tmp_path, 1, [any_source, _p2p(1, 2, "recv", 0, 4, 15)])
     assert not analyze(load_dir(str(tmp_path))).p2p  # which send each recv took cannot be told
+
+
+def _at(event: CollectiveEvent, operand: str) -> CollectiveEvent:
+    return replace(event, site=replace(event.site, operand=operand))
+
+
+def test_a_swapped_pair_fails_the_trace_and_names_all_four_call_sites(tmp_path: Path) -> None:
+    _write(tmp_path, 0, [_at(_event(0, 1, 4, 12), "a"), _at(_event(0, 2, 4, 13), "b")])
+    _write(tmp_path, 1, [_at(_event(1, 1, 4, 16), "b"), _at(_event(1, 2, 4, 17), "a")])
+    analysis = analyze(load_dir(str(tmp_path)))
+    assert [swap.text for swap in analysis.swaps] == [
+        "swapped collectives in group 0: rank 0 issued all_reduce(float32[4]) on `a` at train.py:12 (#1), "
+        "then on `b` at train.py:13 (#2); rank 1 on `b` at train.py:16 (#1), then on `a` at train.py:17 "
+        "(#2): the same collectives in opposite orders (gloo returns wrong results, NCCL and HCCL may hang)"
+    ]
+    assert analysis.diverged and "swapped collectives in group 0" in render_text(analysis)
+    assert to_json(analysis)["swaps"][0]["seqs"] == [1, 2]
+    assert main(["trace", str(tmp_path)]) == 1
+
+
+def test_the_barrier_trick_and_one_operand_on_two_lines_pass_the_trace_with_a_warning(tmp_path: Path) -> None:
+    barrier = replace(_event(0, 1, 4, 12, op="barrier"), shapes=(), dtypes=())
+    _write(tmp_path, 0, [barrier, _at(_event(0, 2, 4, 13), "x"), _at(_event(0, 3, 4, 14), "y")])
+    _write(
+        tmp_path,
+        1,
+        [
+            replace(barrier, rank=1, site=CallSite("train.py", 20)),
+            _at(_event(1, 2, 4, 21), "x"),
+            _at(_event(1, 3, 4, 22), "y"),
+        ],
+    )
+    analysis = analyze(load_dir(str(tmp_path)))
+    assert not analysis.swaps and not analysis.diverged and analysis.warnings
+    assert main(["trace", str(tmp_path)]) == 0
+
+
+def test_perfetto_goes_to_stdout_with_dash_and_status_lines_to_stderr(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    for rank in (0, 1):
+        _write(tmp_path, rank, [_event(rank, 1, 4, 10)])
+    done = subprocess.run(
+        [sys.executable, "-m", "collcheck", "trace", str(tmp_path), "--format", "perfetto", "-o", "-"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["traceEvents"]  # stdout is the JSON document and nothing else
+    assert "ui.perfetto.dev" in done.stderr and not (tmp_path / "trace.perfetto.json").exists()
+
+
+def test_the_verdict_names_one_cause_and_its_status(tmp_path: Path) -> None:
+    from collcheck.runtime.verdict import JobEnd, Status, decide
+
+    ok, bad, killed = tmp_path / "ok", tmp_path / "bad", tmp_path / "killed"
+    for folder in (ok, bad, killed):
+        folder.mkdir()
+    for rank in (0, 1):
+        _write(ok, rank, [_event(rank, 1, 4, 10)])
+        _write(bad, rank, [_event(rank, 1, 4 * (rank + 1), 10)])
+    _write(killed, 0, [_event(0, 1, 4, 10), _event(0, 2, 4, 11)], exited=False)
+    _write(killed, 1, [_event(1, 1, 4, 10)], exited=False)
+    assert decide(analyze(load_dir(str(ok))), JobEnd(0), {}).status == Status.OK
+    mismatch = decide(analyze(load_dir(str(bad))), JobEnd(1), {1: -6})  # gloo aborted rank 1 after it
+    assert mismatch.status == Status.MISMATCH and mismatch.text.startswith("rank 0 all_reduce(float32[4])")
+    died = decide(analyze(load_dir(str(killed))), JobEnd(1), {0: -15, 1: -9})
+    assert died.status == Status.RANK_DIED
+    assert died.text == (
+        "rank 1 died at #1 (signal 9 SIGKILL): last all_reduce(float32[4]) at train.py:10 (group 0, #1), "
+        "completed; then the launcher stopped rank 0 (SIGTERM)"
+    )
+    unknown = decide(analyze(load_dir(str(killed))), JobEnd(1), {})  # no exit codes: both traces stop
+    assert unknown.status == Status.RANK_DIED and "exit status unknown" in unknown.text
+    assert decide(analyze(load_dir(str(killed))), JobEnd(1, hung=True), {}).status == Status.STALL
+    assert decide(analyze(load_dir(str(ok))), JobEnd(130, interrupted=True), {}).status == Status.INTERRUPTED
+    stalled = tmp_path / "stalled"
+    stalled.mkdir()
+    writer = TraceWriter(str(stalled / trace_file_name(0)))
+    writer.write({"ev": "header", "rank": 0})
+    writer.write({"ev": "coll", **_event(0, 1, 4, 10).to_json()})
+    text = "stall: rank 0 has waited 3.0s in all_reduce(float32[4]) at train.py:10 (group 0, #1)\n  ..."
+    writer.write({"ev": "report", "kind": "stall", "severity": "error", "text": text, "rank": 0, "t": 1.0})
+    writer.close()
+    _write(stalled, 1, [], exited=False)
+    stall = decide(analyze(load_dir(str(stalled))), JobEnd(1), {0: 86, 1: 86})  # both stopped by collcheck
+    assert (stall.status, stall.text) == (Status.STALL, text.splitlines()[0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,11 @@ def test_run_torchrun_job_prints_the_first_divergence_with_both_call_sites(tmp_p
     done = _collcheck(
         "run", "--verify", "--timeout", "5", "--trace-dir", str(tmp_path / "t"), "--", *torchrun, cwd=tmp_path
     )
-    assert done.returncode != 0
+    assert done.returncode == 3, done.stderr  # verdict.Status.MISMATCH
+    last = done.stderr.rstrip().splitlines()[-1]  # the verdict comes last, after torchrun's output
+    assert last.startswith("collcheck: verdict: rank 0 all_reduce(float32[1024]) at ") and last.endswith(
+        "[exit status 3: mismatch]"
+    )
     tail = done.stderr[done.stderr.index("cross-rank analysis") :]
     assert (
         "all_reduce(float32[1024]) at " in tail
@@ -47,6 +52,66 @@ def test_run_torchrun_job_prints_the_first_divergence_with_both_call_sites(tmp_p
     )
     assert f"swap_diff.py:{line_of('swap_diff.py', 'DIFF_1')}" in tail
     assert "(group 0, #2)" in tail and "result: ranks diverged" in tail
+
+
+def _torchrun(program: str, ranks: int = 2) -> list[str]:
+    port = str(free_port())
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={ranks}",
+        "--master-port",
+        port,
+        program,
+    ]
+
+
+@pytest.mark.multirank
+def test_run_reports_groups_created_in_different_orders_on_4_ranks(tmp_path: Path) -> None:
+    started = time.monotonic()
+    done = _collcheck(
+        "run",
+        "--verify",
+        "--timeout",
+        "10",
+        "--trace-dir",
+        str(tmp_path / "t"),
+        "--",
+        *_torchrun(str(PROGRAMS / "groups_mismatch.py"), ranks=4),
+        cwd=PROGRAMS,
+    )
+    assert done.returncode == 3, done.stderr  # verdict.Status.MISMATCH
+    assert time.monotonic() - started < 60
+    lazy, evens = line_of("groups_mismatch.py", "LAZY"), line_of("groups_mismatch.py", "EVENS")
+    last = done.stderr.rstrip().splitlines()[-1]
+    assert last.startswith(
+        f"collcheck: verdict: rank 0 new_group(ranks=[0, 1]) at groups_mismatch.py:{lazy} vs rank 2 "
+        f"new_group(ranks=[0, 2]) at groups_mismatch.py:{evens} (group 0, group creation #1)"
+    ), last
+
+
+@pytest.mark.multirank
+def test_run_says_which_rank_died_and_how_when_one_is_sigkilled(tmp_path: Path) -> None:
+    done = _collcheck(
+        "run",
+        "--timeout",
+        "3",
+        "--trace-dir",
+        str(tmp_path / "t"),
+        "--",
+        *_torchrun(str(PROGRAMS / "sigkill.py")),
+        cwd=PROGRAMS,
+    )
+    assert done.returncode == 5, done.stderr  # verdict.Status.RANK_DIED, not "ranks diverged"
+    last = done.stderr.rstrip().splitlines()[-1]
+    line = line_of("sigkill.py", "LAST_OF_RANK1")
+    assert last.startswith(
+        "collcheck: verdict: rank 1 died at #2 (signal 9 SIGKILL): last all_reduce(float32[8]) at "
+        f"sigkill.py:{line} (group 0, #2)"
+    ), last
+    assert last.endswith("[exit status 5: a rank died]")
+    assert "rank 0 died" not in last  # torchrun stopped rank 0 afterwards: not the cause
 
 
 def test_run_does_not_import_torch_into_processes_that_do_not_use_it(tmp_path: Path) -> None:

@@ -64,6 +64,8 @@ def test_mixed_program_trace_has_what_the_comparison_relies_on(built: None, tmp_
     job = run_job_past_teardown_aborts("mixed_groups.py", tmp_path, nranks=2, trace=NATIVE)
     assert job.returncodes == [0, 0], job.stderr
     rows = [row for row in traces(job.trace_dir, 2)[1] if row["ev"] == "coll"]
+    assert rows[0]["op"] == "new_group" and rows[0]["group"] == "0:create"  # the subgroup's creation
+    rows = [row for row in rows if row["group"] != "0:create"]
     ops = [(row["op"], row["group"], row["dtypes"]) for row in rows]
     assert ("all_reduce", "1", ["bfloat16"]) in ops  # the subgroup has its own name and sequence
     assert [row["op"] for row in rows if row["group"].endswith(":p2p")] == ["recv", "send", "recv"]

@@ -6,13 +6,14 @@ environment exactly as `collcheck run` does. Each job has a hard timeout (confte
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import pytest
 from conftest import Job, line_of, run_job, run_job_past_teardown_aborts
 
-from collcheck.runtime.analyze import analyze, load_dir
+from collcheck.runtime.analyze import Analysis, analyze, load_dir
 from collcheck.runtime.tracer import TraceConfig
 from collcheck.runtime.verify import ABORT_EXIT_CODE
 
@@ -24,28 +25,83 @@ ASYNC = TraceConfig(verify=True, timeout_s=3.0)
 STRICT = TraceConfig(verify=True, strict=True, timeout_s=3.0)
 
 
-def test_swapped_same_shape_pair_warns_in_async_mode_and_flight_recorder_agrees(tmp_path: Path) -> None:
+def _swap_text() -> str:
+    a0, b0 = line_of("swap_same.py", "SWAP_A0"), line_of("swap_same.py", "SWAP_B0")
+    b1, a1 = line_of("swap_same.py", "SWAP_B1"), line_of("swap_same.py", "SWAP_A1")
+    return (
+        f"swapped collectives in group 0: rank 0 issued all_reduce(float32[4]) on `a` at swap_same.py:{a0} "
+        f"(#1), then on `b` at swap_same.py:{b0} (#2); rank 1 on `b` at swap_same.py:{b1} (#1), then on "
+        f"`a` at swap_same.py:{a1} (#2)"
+    )
+
+
+def _swap_found(analysis: Analysis) -> list[list[tuple[int, int, str, int]]]:
+    """Each swap's four uses as (rank, seq, operand, line)."""
+    return [
+        [(use.rank, use.seq, use.operand, int(use.site.rsplit(":", 1)[1])) for use in swap.uses]
+        for swap in analysis.swaps
+    ]
+
+
+def _swap_uses() -> list[list[tuple[int, int, str, int]]]:
+    line = functools.partial(line_of, "swap_same.py")
+    return [
+        [
+            (0, 1, "a", line("SWAP_A0")),
+            (1, 1, "b", line("SWAP_B1")),
+            (0, 2, "b", line("SWAP_B0")),
+            (1, 2, "a", line("SWAP_A1")),
+        ]
+    ]
+
+
+def test_swapped_same_shape_pair_ends_an_async_run_before_the_second_all_reduce(tmp_path: Path) -> None:
+    job = run_job("swap_same.py", tmp_path, trace=ASYNC)
+    assert job.returncodes == [ABORT_EXIT_CODE, ABORT_EXIT_CODE], job.stderr
+    assert f"collcheck: rank 1: {_swap_text()}" in job.ranks[1].stderr  # all four call sites
+    # Found by the first-seen check of #2, before it was issued: no rank printed a (wrong) result.
+    assert all("a=" not in rank.stdout for rank in job.ranks)
+    analysis = analyze(load_dir(str(job.trace_dir)))
+    assert _swap_found(analysis) == _swap_uses()
+    assert analysis.diverged and analysis.exit_code() == 1
+
+
+def test_a_recorded_swapped_pair_fails_the_analysis_and_flight_recorder_agrees(tmp_path: Path) -> None:
     fr_dir = tmp_path / "fr"
     fr_dir.mkdir()
     job = run_job(
-        "swap_same.py", tmp_path, trace=ASYNC, extra_env={"FR_DIR": str(fr_dir), "TORCH_FR_BUFFER_SIZE": "64"}
+        "swap_same.py",
+        tmp_path,
+        trace=RECORD,
+        extra_env={"FR_DIR": str(fr_dir), "TORCH_FR_BUFFER_SIZE": "64"},
     )
-    assert job.returncodes == [0, 0], job.stderr
-    # The program "succeeds" with silently wrong sums; the tracer names both call sites.
-    a0, b1 = line_of("swap_same.py", "SWAP_A0"), line_of("swap_same.py", "SWAP_B1")
-    assert (
-        f"rank 0 all_reduce(float32[4]) at swap_same.py:{a0} vs rank 1 all_reduce(float32[4]) at "
-        f"swap_same.py:{b1} (group 0, #1)" in job.stderr
-    )
-    analysis = analyze(load_dir(str(job.trace_dir)))
+    assert job.returncodes == [0, 0], job.stderr  # record mode: the job "succeeds" with wrong sums
+    analysis = analyze(load_dir(str(job.trace_dir)))  # the operands came through the native kernel
+    assert _swap_found(analysis) == _swap_uses()
     assert [(d.kind, d.seq) for d in analysis.divergences] == [("callsite", 1)]
-    assert not analysis.diverged  # a warning by default
-    # The same divergence from PyTorch's own Flight Recorder dumps, using their stack frames.
+    assert analysis.exit_code() == 1
+    # The call-site divergence from PyTorch's own Flight Recorder dumps, using their stack frames
+    # (they carry no operands: a warning there).
     recorded = analyze(load_dir(str(fr_dir)))
     assert {s.source for s in recorded.summaries} == {"flight-recorder"}
     warning = recorded.divergences[0]
     assert (warning.kind, warning.seq) == ("callsite", 1)
+    a0, b1 = line_of("swap_same.py", "SWAP_A0"), line_of("swap_same.py", "SWAP_B1")
     assert {side.site.rsplit(":", 1)[1] for side in warning.sides} == {str(a0), str(b1)}
+
+
+def test_the_barrier_trick_and_one_operand_on_two_lines_stay_warnings(tmp_path: Path) -> None:
+    job = run_job("barrier_trick.py", tmp_path, trace=ASYNC)
+    assert job.returncodes == [0, 0], job.stderr
+    assert [rank.stdout.strip() for rank in job.ranks] == ["rank 0 x=9.0", "rank 1 x=9.0"]
+    trick0, trick1 = line_of("barrier_trick.py", "TRICK_0"), line_of("barrier_trick.py", "TRICK_1")
+    assert f"call-site divergence: rank 0 barrier() at barrier_trick.py:{trick0} vs rank 1 barrier() at " in (
+        job.ranks[1].stderr
+    )
+    assert f"barrier_trick.py:{trick1}" in job.ranks[1].stderr and "swapped collectives" not in job.stderr
+    analysis = analyze(load_dir(str(job.trace_dir)))
+    assert not analysis.swaps and not analysis.diverged and analysis.warnings
+    assert analysis.exit_code() == 0
 
 
 def test_swapped_same_shape_pair_is_an_error_in_strict_mode(tmp_path: Path) -> None:
@@ -161,6 +217,77 @@ def test_barrier_only_on_rank_0_is_reported_as_a_stall_long_before_the_pg_timeou
         f"rank 1: last all_reduce(float32[4]) at barrier_rank0.py:{line_of('barrier_rank0.py', 'FIRST')}"
         in report
     )
+
+
+def test_every_way_of_creating_groups_is_recorded_with_its_call_site(tmp_path: Path) -> None:
+    job = run_job("groups_ok.py", tmp_path, trace=ASYNC)
+    assert job.returncodes == [0, 0], job.stderr
+    assert [rank.stdout.strip() for rank in job.ranks] == ["rank 0 x=4.0", "rank 1 x=4.0"]
+    assert "collcheck:" not in job.stderr
+    analysis = analyze(load_dir(str(job.trace_dir)))
+    assert not analysis.diverged and not analysis.warnings
+    line = functools.partial(line_of, "groups_ok.py")
+    created = [(e.describe, e.site.line) for e in analysis.events[1] if e.group == "0:create"]
+    assert created == [
+        ("new_group(ranks=[0, 1])", line("NEW_GROUP")),
+        ("new_subgroups(group_size=1)", line("NEW_SUBGROUPS")),
+        ("new_subgroups_by_enumeration(ranks_per_subgroup_list=[[0], [1]])", line("ENUMERATION")),
+        ("new_group(ranks=[0])", line("MESH")),  # init_device_mesh's own new_group calls
+        ("new_group(ranks=[1])", line("MESH")),
+    ]
+    assert all(e.t_end is not None for e in analysis.events[1])
+
+
+def test_mismatched_group_creation_on_4_ranks_is_reported_within_the_timeout(tmp_path: Path) -> None:
+    # Ranks 0 and 1 create a group lazily that ranks 2 and 3 never create: without collcheck the
+    # ranks hang or fail inside group creation, which no collective hook sees.
+    job = run_job("groups_mismatch.py", tmp_path, nranks=4, trace=ASYNC, extra_env={"PG_TIMEOUT": "120"})
+    assert job.returncodes == [ABORT_EXIT_CODE] * 4, job.stderr
+    assert job.seconds < 30  # the process-group timeout is 120 s; the tracer's is 3 s
+    lazy, evens = line_of("groups_mismatch.py", "LAZY"), line_of("groups_mismatch.py", "EVENS")
+    assert (
+        f"group creation mismatch: rank 0 new_group(ranks=[0, 1]) at groups_mismatch.py:{lazy} vs rank 2 "
+        f"new_group(ranks=[0, 2]) at groups_mismatch.py:{evens} (group 0, group creation #1)"
+    ) in job.ranks[2].stderr
+    analysis = analyze(load_dir(str(job.trace_dir)))
+    (divergence,) = analysis.mismatches
+    assert (divergence.group, divergence.seq) == ("0:create", 1)
+    assert {side.site.rsplit(":", 1)[1] for side in divergence.sides} == {str(lazy), str(evens)}
+    assert analysis.exit_code() == 1
+
+
+@pytest.mark.parametrize("mode", [RECORD, ASYNC], ids=["record", "async"])
+def test_a_rank_waiting_inside_group_creation_is_reported_as_a_stall(
+    tmp_path: Path, mode: TraceConfig
+) -> None:
+    job = run_job("groups_stall.py", tmp_path, nranks=4, trace=mode, extra_env={"PG_TIMEOUT": "120"})
+    assert job.returncodes == [ABORT_EXIT_CODE] * 4, job.stderr
+    assert job.seconds < 40
+    create = line_of("groups_stall.py", "CREATE")
+    assert (
+        f"in new_group(ranks=[0, 1, 2, 3]) at groups_stall.py:{create} (group 0, group creation #1)\n"
+        "  not issued by: rank 3\n"
+    ) in job.stderr
+    first = line_of("groups_stall.py", "FIRST")
+    assert (
+        f"rank 3: last all_reduce(float32[4]) at groups_stall.py:{first} (group 0, #1), completed"
+        in job.stderr
+    )
+
+
+@pytest.mark.parametrize("mode", [RECORD, ASYNC], ids=["record", "async"])
+def test_a_stall_report_names_a_stopped_ranks_real_last_collective(tmp_path: Path, mode: TraceConfig) -> None:
+    # Rank 1 stops (SIGSTOP) right after 201 quick collectives: the position it last published, a
+    # few times a second, is dozens behind; its trace is not.
+    job = run_job("stopped.py", tmp_path, trace=mode, extra_env={"PG_TIMEOUT": "120"})
+    assert job.returncodes == [ABORT_EXIT_CODE, -9], job.stderr
+    last, blocked = line_of("stopped.py", "LAST_OF_RANK1"), line_of("stopped.py", "BLOCKED")
+    report = job.ranks[0].stderr
+    assert (
+        f"in all_reduce(float32[8]) at stopped.py:{blocked} (group 0, #202)\n  not issued by: rank 1\n"
+        in report
+    )
+    assert f"  rank 1: last all_reduce(float32[2]) at stopped.py:{last} (group 0, #201), " in report
 
 
 def test_cross_group_wait_cycle_is_detected(tmp_path: Path) -> None:

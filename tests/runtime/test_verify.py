@@ -165,7 +165,8 @@ def test_a_follower_at_a_new_site_waits_for_what_the_leader_publishes_in_the_bac
             "warning",  # async mode: a call-site difference alone stays a warning
             "call-site divergence: rank 0 all_reduce(float32[4]) at train.py:10 vs rank 1 "
             "all_reduce(float32[4]) at train.py:12 (group 0, #2) (same collective issued from "
-            "different lines; legitimate for the barrier trick, wrong for a swapped pair)",
+            "different lines; legitimate for the barrier trick, an error once the operands cross as "
+            "in a swapped pair)",
         )
     ]
     follower._publish_and_compare(store)  # compared once: nothing pending, nothing reported again
@@ -251,3 +252,55 @@ def test_native_sync_keeps_what_other_kernels_have_in_flight() -> None:
     assert monitor._last is adapter  # issued after the native kernel's last collective
     monitor.sync_collectives({"0": 7}, [], native, True)  # the native one completed
     assert set(monitor._inflight) == {("pynccl:0", 1)} and monitor._issued == {"pynccl:0": 1, "0": 7}
+
+
+def test_operands_are_read_from_the_call_expression() -> None:
+    from collcheck.runtime.operand import operand_of_source
+
+    assert operand_of_source("dist.all_reduce(a, group=g, async_op=True)") == "a"
+    assert operand_of_source("dist.all_gather(out,\n    grads[i])") == "out, grads[i]"
+    assert operand_of_source("loss.backward()") == ""
+    assert operand_of_source("x + 1") == "" and operand_of_source("(((") == ""
+
+
+def test_the_second_half_of_a_swapped_pair_is_an_error_naming_all_four_sites() -> None:
+    store = FakeStore()
+    leader, _ = _monitor(0, store)
+    follower, reports = _monitor(1, store)
+
+    def at(rank: int, seq: int, line: int, operand: str) -> CollectiveEvent:
+        event = _event(rank, seq, line)
+        event.site = CallSite("train.py", line, operand=operand)
+        return event
+
+    leader.issued(at(0, 1, 12, "a"))
+    follower.issued(at(1, 1, 16, "b"))  # a call-site warning so far: it could be the barrier trick
+    assert [kind for kind, _, _ in reports.reports] == ["callsite"]
+    assert "on `a` and `b`" in str(reports.reports[0][2])
+    leader.issued(at(0, 2, 13, "b"))
+    follower.issued(at(1, 2, 17, "a"))  # crosses the first: compared before it is issued
+    assert reports.reports[1][:2] == ("swap", "error")
+    assert str(reports.reports[1][2]).startswith(
+        "swapped collectives in group 0: rank 0 issued all_reduce(float32[4]) on `a` at train.py:12 (#1), "
+        "then on `b` at train.py:13 (#2); rank 1 on `b` at train.py:16 (#1), then on `a` at train.py:17 (#2)"
+    )
+
+
+def test_group_creation_requests_are_written_the_same_on_every_rank() -> None:
+    from collcheck.runtime.groups import request
+
+    assert request("new_group", {"ranks": (3, 1)}) == (None, None, "ranks=[1, 3]")
+    assert request("new_group", {"ranks": [3, 1], "sort_ranks": False}) == (None, None, "ranks=[3, 1]")
+    assert request("new_group", {}) == (None, None, "ranks=all")
+    assert request("new_group", {"ranks": [0, 1], "use_local_synchronization": True}) == (
+        None,
+        (0, 1),
+        "ranks=[0, 1]",
+    )
+    assert request("split_group", {"split_ranks": [range(2), [2, 3]]}) == (
+        None,
+        None,
+        "split_ranks=[[0, 1], [2, 3]]",
+    )
+    long = request("new_subgroups_by_enumeration", {"ranks_per_subgroup_list": [[r] for r in range(500)]})
+    assert long[2].startswith("ranks_per_subgroup_list=<500 entries, crc32 ")
