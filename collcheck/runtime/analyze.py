@@ -18,7 +18,7 @@ import os
 import pickle
 import re
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from collcheck.runtime.groups import CREATE_SUFFIX, numbered
@@ -423,9 +423,7 @@ def _checked(event: CollectiveEvent) -> CollectiveEvent:
     if event.reduce_op is not None and not isinstance(event.reduce_op, str):
         raise ValueError("reduce_op is not a string")
     _finite(event.t_start)
-    event.site = CallSite(
-        event.site.file, _bounded(event.site.line), event.site.func, tuple(map(str, event.site.stack))
-    )
+    event.site = replace(event.site, line=_bounded(event.site.line), stack=tuple(map(str, event.site.stack)))
     return event
 
 
