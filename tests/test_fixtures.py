@@ -89,11 +89,6 @@ KNOWN_GAPS: dict[str, str] = {
         "only under DeepSpeed ZeRO-3 / FSDP, which collcheck cannot see); the RANK-env guard itself is "
         "understood"
     ),
-    "reports/lightning_all_gather_global_zero_bug.py": (
-        "`self.all_gather` in a LightningModule subclass is not resolved to the catalogued "
-        "LightningModule.all_gather: catalogue methods inherited from a base class are not matched "
-        "through `self` (the same call on a parameter annotated LightningModule is found)"
-    ),
     "reports/lightning_oom_skip_step_bug.py": (
         "the skipped collective is implicit (Lightning runs backward and DDP's all-reduce after "
         "training_step returns; self.log(sync_dist=True) reduces only with that flag), which is not "

@@ -1090,7 +1090,7 @@ class Extractor:
         return [(current, self.pure(node, current, frame, known)) for current, known in pending]
 
     def _has_effect(self, call: ast.Call, frame: Frame, state: State | None = None) -> bool:
-        if self._op_spec(call, state) is not None:
+        if self._op_spec(call, state, frame.class_name) is not None:
             return True
         if self._exit_call(call):
             return True
@@ -1111,7 +1111,7 @@ class Extractor:
         if self._exit_call(call):
             state.exit = Exit("exit", self.module.path, call.lineno, call.col_offset, frame.chain)
             return [(state, Const(None))]
-        spec = self._op_spec(call, state)
+        spec = self._op_spec(call, state, frame.class_name)
         if spec is not None:
             return [self._communicate(call, spec, state, frame, known)]
         self._type_in_place(call, state)
@@ -1150,10 +1150,13 @@ class Extractor:
 
     # ------------------------------------------------------------------ collectives
 
-    def _op_spec(self, call: ast.Call, state: State | None) -> OpSpec | None:
+    def _op_spec(self, call: ast.Call, state: State | None, class_name: str | None = None) -> OpSpec | None:
         name = qualified_name(call.func, self.local_imports)
         if name is not None and name in self.catalog.functions:
             return self.catalog.functions[name]
+        inherited = self._inherited_framework_method(call, class_name)
+        if inherited is not None:
+            return inherited
         if isinstance(call.func, (ast.Name, ast.Attribute)):
             # `model(x)` on a wrapped module: the object itself is the receiver of `__call__`.
             for method in self.catalog.method_specs("__call__"):
@@ -1164,6 +1167,39 @@ class Extractor:
                 if method.any_receiver or self._receiver_matches(call.func.value, method.receivers, state):
                     return method.spec
         return None
+
+    def _inherited_framework_method(self, call: ast.Call, class_name: str | None) -> OpSpec | None:
+        """`self.all_gather(x)` in a subclass of a catalogued class (a LightningModule): the method
+        it inherits, unless the class (or a base of this module) defines its own."""
+        func = call.func
+        if not (
+            class_name
+            and isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+        ):
+            return None
+        if self._find_method(class_name, func.attr) is not None:
+            return None
+        types = self._framework_bases(class_name)
+        for method in self.catalog.method_specs(func.attr):
+            if not method.any_receiver and types & set(method.receivers):
+                return method.spec
+        return None
+
+    def _framework_bases(self, class_name: str, depth: int = 0) -> set[str]:
+        """The catalogued types a class of this module derives from (directly or through its bases)."""
+        info = self.module.classes.get(class_name)
+        if info is None or depth > 8:
+            return set()
+        found: set[str] = set()
+        for base in info.node.bases:
+            name = qualified_name(base, self.module.imports)
+            if name is not None:
+                found.add(self.catalog.types.get(name) or name)
+            if isinstance(base, ast.Name) and base.id in self.module.classes:
+                found |= self._framework_bases(base.id, depth + 1)
+        return found
 
     def _type_in_place(self, call: ast.Call, state: State) -> None:
         """`fully_shard(model)`: from here on `model` is the wrapped type."""
