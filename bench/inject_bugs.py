@@ -1,6 +1,6 @@
 """Recall of `collcheck check` on bugs injected into real code nobody here wrote.
 
-    python bench/inject_bugs.py [--packages torch,accelerate,...] [--per-kind 5] [--seed 0]
+    python bench/inject_bugs.py [--packages torch,accelerate,...] [--per-kind 4] [--seed 0]
                                 [--time-budget 900] [--out results.json] [--corpus PATH ...]
 
 Corpora: the installed torch tree (found with `importlib.util.find_spec`, never imported) and
@@ -171,9 +171,13 @@ def _tar_read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes | None:
 
 
 def locate_package(root: Path, folder: str) -> Path | None:
-    """The shallowest `<folder>/` holding an `__init__.py` under root."""
-    found = sorted(root.rglob(f"{folder}/__init__.py"), key=lambda path: len(path.parts))
-    return found[0].parent if found else None
+    """The shallowest folder named `folder` with Python files under root (megatron-core's
+    `megatron/` is a namespace package: no `__init__.py`)."""
+    found = sorted(
+        (path for path in root.rglob(folder) if path.is_dir() and any(path.rglob("*.py"))),
+        key=lambda path: len(path.parts),
+    )
+    return found[0] if found else None
 
 
 def fetch(spec: PackageSpec, cache: Path) -> tuple[Path, str]:
@@ -198,7 +202,7 @@ def fetch(spec: PackageSpec, cache: Path) -> tuple[Path, str]:
         (unpacked / ".complete").write_text(archives[0].name, encoding="utf-8")
     package = locate_package(unpacked, spec.folder)
     if package is None:
-        raise RuntimeError(f"{spec.name}: no {spec.folder}/__init__.py in the download")
+        raise RuntimeError(f"{spec.name}: no {spec.folder}/ in the download")
     return package, (unpacked / ".complete").read_text(encoding="utf-8")
 
 
@@ -370,6 +374,30 @@ def dotted(node: ast.expr, imports: dict[str, str]) -> str | None:
     return ".".join([imports[node.id], *reversed(attributes)])
 
 
+LINE_BREAK = re.compile(r"\r\n|\r|\n")  # the line ends `ast` counts (str.splitlines knows more)
+
+
+@dataclass(frozen=True)
+class SourceText:
+    """A file's lines (split as `ast` numbers them), for cheap source segments: `ast.
+    get_source_segment` splits the whole file again at every call."""
+
+    lines: list[str]
+
+    @classmethod
+    def of(cls, text: str) -> SourceText:
+        return cls(LINE_BREAK.split(text))
+
+    def segment(self, node: ast.AST) -> str:
+        start, end = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+        first = self.lines[start].encode()
+        if start == end:
+            return first[node.col_offset : node.end_col_offset].decode(errors="replace")
+        last = self.lines[end].encode()[: node.end_col_offset].decode(errors="replace")
+        middle = self.lines[start + 1 : end]
+        return "\n".join([first[node.col_offset :].decode(errors="replace"), *middle, last])
+
+
 @dataclass(frozen=True)
 class Callee:
     """A recognised collective call: the callee as written, whether it is a framework wrapper, and
@@ -380,11 +408,13 @@ class Callee:
     group_position: int | None
 
 
-def classify_call(call: ast.Call, imports: dict[str, str], text: str, class_name: str) -> Callee | None:
+def classify_call(
+    call: ast.Call, imports: dict[str, str], text: SourceText, class_name: str
+) -> Callee | None:
     """What kind of collective call this is, or None when it is not one."""
     name = dotted(call.func, imports)
-    written = ast.get_source_segment(text, call.func) or ""
     if name is not None:
+        written = text.segment(call.func)
         module, _, attribute = name.rpartition(".")
         if module in TORCH_MODULES and attribute in TORCH_GROUP_POSITION:
             return Callee(written, False, TORCH_GROUP_POSITION[attribute])
@@ -401,14 +431,15 @@ def classify_call(call: ast.Call, imports: dict[str, str], text: str, class_name
         return None
     if not isinstance(call.func, ast.Attribute) or call.func.attr not in WRAPPER_METHODS:
         return None
-    receiver = (ast.get_source_segment(text, call.func.value) or "").lower()
+    written = text.segment(call.func)
+    receiver = text.segment(call.func.value).lower()
     if receiver == "self":
         return Callee(written, True, None) if class_name.endswith(SELF_WRAPPER_CLASSES) else None
     words = WRAPPER_METHODS[call.func.attr]
     return Callee(written, True, None) if any(word in receiver for word in words) else None
 
 
-def group_argument(call: ast.Call, callee: Callee, text: str) -> str | None:
+def group_argument(call: ast.Call, callee: Callee, text: SourceText) -> str | None:
     """The source of the call's process-group argument (None when absent or a literal None)."""
     for keyword in call.keywords:
         if keyword.arg in GROUP_KEYWORDS:
@@ -423,10 +454,10 @@ def group_argument(call: ast.Call, callee: Callee, text: str) -> str | None:
     return _not_none(call.args[position], text)
 
 
-def _not_none(node: ast.expr, text: str) -> str | None:
+def _not_none(node: ast.expr, text: SourceText) -> str | None:
     if isinstance(node, ast.Constant) and node.value is None:
         return None
-    return ast.get_source_segment(text, node)
+    return text.segment(node)
 
 
 def statement_call(statement: ast.stmt) -> ast.Call | None:
@@ -465,17 +496,17 @@ def find_sites(package: str, relative: str, text: str) -> Sites:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return Sites()
-    lines = text.splitlines()
     module = module_name(relative)
     imports = import_table(tree, module, relative.endswith("__init__.py"))
-    finder = _SiteFinder(package, relative, text, lines, imports)
+    finder = _SiteFinder(package, relative, SourceText.of(text), imports)
     finder.visit(tree)
     return Sites(finder.sites, finder.pairs, finder.rank_dependent)
 
 
 class _SiteFinder(ast.NodeVisitor):
-    def __init__(self, package: str, path: str, text: str, lines: list[str], imports: dict[str, str]):
-        self.package, self.path, self.text, self.lines, self.imports = package, path, text, lines, imports
+    def __init__(self, package: str, path: str, text: SourceText, imports: dict[str, str]):
+        self.package, self.path, self.text, self.imports = package, path, text, imports
+        self.lines = text.lines
         self.scope: list[str] = []
         self.classes: list[str] = []
         self.functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
@@ -542,7 +573,7 @@ class _SiteFinder(ast.NodeVisitor):
 
 
 def _blocks(
-    function: ast.FunctionDef | ast.AsyncFunctionDef, text: str
+    function: ast.FunctionDef | ast.AsyncFunctionDef, text: SourceText
 ) -> Iterator[tuple[list[ast.stmt], bool]]:
     """The statement lists of a function body, nested compound statements included (but not those
     of nested functions or classes: they are visited as functions of their own), each with whether
@@ -572,7 +603,7 @@ RANK_WORDS = re.compile(
 )
 
 
-def _rank_dependent(statement: ast.stmt, text: str) -> bool:
+def _rank_dependent(statement: ast.stmt, text: SourceText) -> bool:
     """The statement's condition, loop bounds, context managers or match subject mention a rank."""
     heads: list[ast.AST] = []
     if isinstance(statement, (ast.If, ast.While)):
@@ -583,7 +614,7 @@ def _rank_dependent(statement: ast.stmt, text: str) -> bool:
         heads.extend(item.context_expr for item in statement.items)
     elif isinstance(statement, ast.Match):
         heads.append(statement.subject)
-    return any(RANK_WORDS.search(ast.get_source_segment(text, head) or "") for head in heads)
+    return any(RANK_WORDS.search(text.segment(head)) for head in heads)
 
 
 # --- mutations -------------------------------------------------------------------------------------
@@ -670,7 +701,7 @@ def import_line(tree: ast.Module) -> int | None:
 
 def mutate(kind: Kind, site: Site, text: str, partner: Site | None = None) -> Mutant | None:
     """The mutated file, or None when the result does not parse."""
-    lines = text.splitlines()
+    lines = LINE_BREAK.split(text)
     statement = lines[site.line - 1 : site.end_line]
     last = partner.end_line if partner is not None else site.end_line
     other = lines[partner.line - 1 : partner.end_line] if partner is not None else None
@@ -770,7 +801,7 @@ def prepare(name: str, package: Path, scratch: Path) -> Workspace:
 
 
 def site_path(workspace: Workspace, site: Site) -> Path:
-    return workspace.target / site.path
+    return workspace.root / site.path
 
 
 def run_mutant(workspace: Workspace, mutant: Mutant, jobs: int, no_cache: bool = False) -> Report:
@@ -813,7 +844,7 @@ class Outcome:
 def judge(workspace: Workspace, mutant: Mutant, report: Report) -> Outcome:
     assert workspace.baseline is not None
     site = mutant.site
-    relative = str(site_path(workspace, site).relative_to(workspace.root))
+    relative = site.path
     extra = new_findings(workspace.baseline, report)
     inside = [
         finding
@@ -825,7 +856,7 @@ def judge(workspace: Workspace, mutant: Mutant, report: Report) -> Outcome:
     return Outcome(
         package=workspace.name,
         kind=mutant.kind.value,
-        path=f"{workspace.target.name}/{site.path}",
+        path=site.path,
         line=site.line,
         function=site.function,
         call=site.call,
@@ -980,16 +1011,33 @@ class PackageResult:
 
 
 def scan(workspace: Workspace) -> tuple[Sites, int]:
-    """The sites of every file of the package (files over MAX_PARSE_BYTES are left out) and the
-    number of files."""
+    """The sites of every file of the package and the number of files. Paths are relative to the
+    workspace root, so they start with the package folder (`accelerate/utils/operations.py`), as
+    module names do. Files over MAX_PARSE_BYTES, or naming no collective, are not parsed."""
     found = Sites()
     files = python_files(workspace.target)
     for path in files:
         if path.stat().st_size > MAX_PARSE_BYTES:
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
-        found.extend(find_sites(workspace.name, path.relative_to(workspace.target).as_posix(), text))
+        if COLLECTIVE_WORDS.search(text) and CONTEXT_WORDS.search(text):
+            found.extend(find_sites(workspace.name, path.relative_to(workspace.root).as_posix(), text))
     return found, len(files)
+
+
+# A file that names no collective, or no module a collective could come from, cannot hold a site
+# (the cheap prefilter before `ast.parse`).
+CONTEXT_WORDS = re.compile(
+    r"distributed|deepspeed|comm|accelerat|strategy|fabric|megatron|tensor_parallel|trainer_pt"
+)
+COLLECTIVE_WORDS = re.compile(
+    "|".join(
+        sorted(
+            {*TORCH_GROUP_POSITION, *DEEPSPEED_EXTRA, *WRAPPER_METHODS}
+            | {name for names in WRAPPER_FUNCTIONS.values() for name in names}
+        )
+    )
+)
 
 
 def run_package(
@@ -1077,7 +1125,7 @@ def try_mutant(
         )
         outcome.cache_check = "same as --no-cache" if same else f"DIFFERS from --no-cache: {asdict(cold)}"
     if not outcome.found:
-        relative = str(site_path(workspace, site).relative_to(workspace.root))
+        relative = site.path
         outcome.reason = (
             notes_reason(mutant, report, relative)
             or ("collateral only: " + "; ".join(outcome.collateral) if outcome.collateral else "")
@@ -1173,9 +1221,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--packages", default=None, help=f"comma-separated, from {', '.join(PACKAGES)}")
     parser.add_argument("--corpus", action="append", type=Path, default=[], help="a local package folder")
-    parser.add_argument("--per-kind", type=int, default=5, help="mutants per package and kind (default 5)")
+    parser.add_argument("--per-kind", type=int, default=4, help="mutants per package and kind (default 4)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--time-budget", type=float, default=900.0, help="seconds for mutants (default 900)")
+    parser.add_argument(
+        "--time-budget", type=float, default=900.0, help="seconds for the whole run, shared by the packages"
+    )
     parser.add_argument("--jobs", "-j", type=int, default=2)
     parser.add_argument("--verify-cache", type=int, default=1, help="mutants per package also run --no-cache")
     parser.add_argument("--cache", type=Path, default=CACHE, help=f"download folder (default {CACHE})")
@@ -1198,7 +1248,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     specs = selected_specs(args)
     started = time.monotonic()
-    deadline = started + args.time_budget
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     header = (
         f"collcheck injected-bug recall, {now}, "
@@ -1207,8 +1256,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     log(header)
     results: list[PackageResult] = []
     with tempfile.TemporaryDirectory(prefix="collcheck-inject-") as scratch:
-        for spec in specs:
-            result = run_package(spec, args, Path(scratch), deadline)
+        for index, spec in enumerate(specs):
+            # Each package gets an equal share of what is left, so the last ones are not starved.
+            share = (started + args.time_budget - time.monotonic()) / (len(specs) - index)
+            result = run_package(spec, args, Path(scratch), time.monotonic() + share)
             if result is not None:
                 results.append(result)
     lines = [header, "", *summary_lines(results), "", *miss_lines(results)]
