@@ -388,11 +388,11 @@ class SourceText:
     def of(cls, text: str) -> SourceText:
         return cls(LINE_BREAK.split(text))
 
-    def segment(self, node: ast.AST) -> str:
+    def segment(self, node: ast.expr | ast.stmt) -> str:
         start, end = node.lineno - 1, (node.end_lineno or node.lineno) - 1
         first = self.lines[start].encode()
         if start == end:
-            return first[node.col_offset : node.end_col_offset].decode(errors="replace")
+            return str(first[node.col_offset : node.end_col_offset].decode(errors="replace"))
         last = self.lines[end].encode()[: node.end_col_offset].decode(errors="replace")
         middle = self.lines[start + 1 : end]
         return "\n".join([first[node.col_offset :].decode(errors="replace"), *middle, last])
@@ -605,7 +605,7 @@ RANK_WORDS = re.compile(
 
 def _rank_dependent(statement: ast.stmt, text: SourceText) -> bool:
     """The statement's condition, loop bounds, context managers or match subject mention a rank."""
-    heads: list[ast.AST] = []
+    heads: list[ast.expr] = []
     if isinstance(statement, (ast.If, ast.While)):
         heads.append(statement.test)
     elif isinstance(statement, (ast.For, ast.AsyncFor)):
@@ -981,11 +981,11 @@ def plan(found: Sites, per_kind: int, seed: int, package: str) -> list[tuple[Kin
     chosen = sample(sites, per_kind, rng, lambda site: site.stratum)
     grouped = sample([site for site in sites if site.group], per_kind, rng, lambda site: site.wrapper)
     swapped = sample(found.pairs, per_kind, rng, lambda pair: pair.first.wrapper)
-    by_kind: list[list[tuple[Kind, Site, Site | None]]] = [
-        *([(kind, site, None) for site in chosen] for kind in SITE_KINDS),
-        *([(kind, site, None) for site in grouped] for kind in GROUP_KINDS),
-        [(Kind.SWAP, pair.first, pair.second) for pair in swapped],
-    ]
+    Planned = list[tuple[Kind, Site, Site | None]]
+    by_kind: list[Planned] = []
+    by_kind += [[(kind, site, None) for site in chosen] for kind in SITE_KINDS]
+    by_kind += [[(kind, site, None) for site in grouped] for kind in GROUP_KINDS]
+    by_kind.append([(Kind.SWAP, pair.first, pair.second) for pair in swapped])
     # Round-robin over the kinds, so that a time budget that runs out still covers every kind.
     return [entry for row in itertools.zip_longest(*by_kind) for entry in row if entry is not None]
 
@@ -1006,6 +1006,7 @@ class PackageResult:
     baseline_findings: int
     baseline_seconds: float
     baseline_by_code: dict[str, int]
+    mutant_seconds: float = 0.0
     outcomes: list[Outcome] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
@@ -1041,9 +1042,10 @@ COLLECTIVE_WORDS = re.compile(
 
 
 def run_package(
-    spec: PackageSpec, args: argparse.Namespace, scratch: Path, deadline: float
+    spec: PackageSpec, args: argparse.Namespace, scratch: Path, seconds: float
 ) -> PackageResult | None:
-    """Fetch, copy, scan and baseline one package, then run its sampled mutants until `deadline`."""
+    """Fetch, copy, scan and baseline one package, then run its sampled mutants for at most
+    `seconds` (the baseline is not counted: on a busy machine it alone can take minutes)."""
     try:
         package, source = fetch(spec, args.cache)
     except (OSError, RuntimeError, subprocess.SubprocessError) as error:
@@ -1054,7 +1056,10 @@ def run_package(
         found, files = scan(workspace)
         workspace.baseline = run_collcheck(workspace.target, workspace.root, args.jobs)
         result = package_result(spec.name, source, files, found, workspace.baseline)
-        run_mutants(workspace, plan(found, args.per_kind, args.seed, spec.name), args, deadline, result)
+        started = time.monotonic()
+        planned = plan(found, args.per_kind, args.seed, spec.name)
+        run_mutants(workspace, planned, args, started + seconds, result)
+        result.mutant_seconds = round(time.monotonic() - started, 1)
     finally:
         shutil.rmtree(workspace.root, ignore_errors=True)
     return result
@@ -1224,7 +1229,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--per-kind", type=int, default=4, help="mutants per package and kind (default 4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--time-budget", type=float, default=900.0, help="seconds for the whole run, shared by the packages"
+        "--time-budget",
+        type=float,
+        default=900.0,
+        help="seconds for the mutants, shared by the packages (fetching and baselines not counted)",
     )
     parser.add_argument("--jobs", "-j", type=int, default=2)
     parser.add_argument("--verify-cache", type=int, default=1, help="mutants per package also run --no-cache")
@@ -1256,12 +1264,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     log(header)
     results: list[PackageResult] = []
     with tempfile.TemporaryDirectory(prefix="collcheck-inject-") as scratch:
+        left = args.time_budget
         for index, spec in enumerate(specs):
             # Each package gets an equal share of what is left, so the last ones are not starved.
-            share = (started + args.time_budget - time.monotonic()) / (len(specs) - index)
-            result = run_package(spec, args, Path(scratch), time.monotonic() + share)
+            result = run_package(spec, args, Path(scratch), left / (len(specs) - index))
             if result is not None:
                 results.append(result)
+                left -= result.mutant_seconds
     lines = [header, "", *summary_lines(results), "", *miss_lines(results)]
     skipped = [item for result in results for item in result.skipped]
     lines.append(f"\nnot run: {len(skipped)} mutants" + (f" ({skipped[0]}, ...)" if skipped else ""))
