@@ -271,6 +271,20 @@ WRAPPER_FUNCTIONS: dict[str, tuple[str, ...]] = {
     "transformers.trainer_pt_utils": ("distributed_concat", "distributed_broadcast_scalars"),
 }
 WRAPPER_SUBMODULES = (".operations", ".other", ".mappings", ".data", "")
+# Where those functions take their process group positionally (megatron's mappings; the others
+# take none, or only by keyword).
+WRAPPER_GROUP_POSITION: dict[str, int] = {
+    "reduce_from_tensor_model_parallel_region": 1,
+    "gather_from_tensor_model_parallel_region": 1,
+    "gather_from_sequence_parallel_region": 2,
+    "reduce_scatter_to_sequence_parallel_region": 1,
+    "all_gather_last_dim_from_tensor_parallel_region": 1,
+    "reduce_scatter_last_dim_to_tensor_parallel_region": 1,
+    "all_to_all_sp2hp": 1,
+    "all_to_all_hp2sp": 1,
+    "all_to_all": 0,
+    "broadcast_data": 3,
+}
 
 # Framework methods that issue collectives: method name -> words one of which the receiver's
 # text must contain ("" = any receiver).
@@ -289,7 +303,7 @@ WRAPPER_METHODS: dict[str, tuple[str, ...]] = {
 # `self.X(...)` counts as a wrapper call inside classes whose name ends with one of these
 # (lightning's strategies call their own barrier/broadcast; LightningModule its all_gather).
 SELF_WRAPPER_CLASSES = ("Strategy", "Fabric", "LightningModule")
-GROUP_KEYWORDS = ("group", "process_group")
+GROUP_KEYWORDS = ("group", "process_group", "tp_group")
 
 
 @dataclass(frozen=True)
@@ -312,6 +326,7 @@ class Site:
     function_line: int
     function_end: int
     inner_line: int
+    context: str = ""
 
     @property
     def op(self) -> str:
@@ -427,7 +442,8 @@ def classify_call(
             for base, names in WRAPPER_FUNCTIONS.items()
             for suffix in WRAPPER_SUBMODULES
         ):
-            return Callee(written, True, None)
+            position = WRAPPER_GROUP_POSITION.get(attribute) if module.startswith("megatron.") else None
+            return Callee(written, True, position)
         return None
     if not isinstance(call.func, ast.Attribute) or call.func.attr not in WRAPPER_METHODS:
         return None
@@ -524,19 +540,19 @@ class _SiteFinder(ast.NodeVisitor):
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.scope.append(node.name)
         self.functions.append(node)
-        for block, guarded in _blocks(node, self.text):
-            self._block(block, guarded)
+        for block in _blocks(node, self.text):
+            self._block(block)
         self.generic_visit(node)
         self.functions.pop()
         self.scope.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
-    def _block(self, block: list[ast.stmt], guarded: bool) -> None:
+    def _block(self, block: Block) -> None:
         previous: Site | None = None
-        for statement in block:
-            site = self._site(statement)
-            if site is not None and guarded:
+        for statement in block.statements:
+            site = self._site(statement, block.in_handler)
+            if site is not None and block.rank_dependent:
                 # Under `if rank == 0:` a rank guard may be a no-op and an early return on rank 1
                 # dead code: not an injected bug for sure, so not a site.
                 self.rank_dependent.append(site)
@@ -547,7 +563,7 @@ class _SiteFinder(ast.NodeVisitor):
                 self.pairs.append(Pair(previous, site))
             previous = site
 
-    def _site(self, statement: ast.stmt) -> Site | None:
+    def _site(self, statement: ast.stmt, in_handler: bool) -> Site | None:
         call = statement_call(statement)
         if call is None or not stands_alone(statement, self.lines):
             return None
@@ -568,32 +584,57 @@ class _SiteFinder(ast.NodeVisitor):
             function_line=unit.lineno,
             function_end=unit.end_lineno or unit.lineno,
             inner_line=self.functions[-1].lineno,
+            context=_context(call, self.functions[0], in_handler),
         )
         return site
 
 
-def _blocks(
-    function: ast.FunctionDef | ast.AsyncFunctionDef, text: SourceText
-) -> Iterator[tuple[list[ast.stmt], bool]]:
+@dataclass(frozen=True)
+class Block:
+    """A statement list of a function, whether it runs under a rank-dependent condition of the
+    function, and whether it is (inside) an `except` handler."""
+
+    statements: list[ast.stmt]
+    rank_dependent: bool = False
+    in_handler: bool = False
+
+
+def _blocks(function: ast.FunctionDef | ast.AsyncFunctionDef, text: SourceText) -> Iterator[Block]:
     """The statement lists of a function body, nested compound statements included (but not those
-    of nested functions or classes: they are visited as functions of their own), each with whether
-    it runs under a rank-dependent condition of the function."""
-    stack: list[tuple[list[ast.stmt], bool]] = [(function.body, False)]
+    of nested functions or classes: they are visited as functions of their own)."""
+    stack = [Block(function.body)]
     while stack:
-        block, guarded = stack.pop()
-        yield block, guarded
-        for statement in block:
+        block = stack.pop()
+        yield block
+        for statement in block.statements:
             if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
-            inner_guarded = guarded or _rank_dependent(statement, text)
+            guarded = block.rank_dependent or _rank_dependent(statement, text)
             for name in ("body", "orelse", "finalbody"):
                 inner = getattr(statement, name, None)
                 if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                    stack.append((inner, inner_guarded))
+                    stack.append(Block(inner, guarded, block.in_handler))
             for handler in getattr(statement, "handlers", []):
-                stack.append((handler.body, inner_guarded))
+                stack.append(Block(handler.body, guarded, True))
             for case in getattr(statement, "cases", []):
-                stack.append((case.body, inner_guarded))
+                stack.append(Block(case.body, guarded, block.in_handler))
+
+
+def _context(call: ast.Call, unit: ast.FunctionDef | ast.AsyncFunctionDef, in_handler: bool) -> str:
+    """What about the site may explain a miss: an `except` handler, a function-local import."""
+    notes = ["in an except handler"] if in_handler else []
+    base = call.func
+    while isinstance(base, ast.Attribute):
+        base = base.value
+    local = {
+        (alias.asname or alias.name).split(".")[0]
+        for node in ast.walk(unit)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+    if isinstance(base, ast.Name) and base.id in local:
+        notes.append("callee imported inside the function")
+    return ", ".join(notes)
 
 
 # Words of a condition that make the block under it run on some ranks only (as far as a
@@ -864,9 +905,18 @@ def judge(workspace: Workspace, mutant: Mutant, report: Report) -> Outcome:
         group=site.group,
         found=bool(inside),
         codes=sorted({str(finding["code"]) for finding in inside}),
-        collateral=[f"{f['code']} {f['path']}:{f['line']} in {f.get('function')}" for f in outside],
+        collateral=[
+            f"{f['code']} {_under(str(f['path']), workspace.root)}:{f['line']} in {f.get('function')}"
+            for f in outside
+        ],
         seconds=report.seconds,
     )
+
+
+def _under(path: str, root: Path) -> str:
+    """A reported path relative to the workspace (reports name the scratch copy)."""
+    prefix = str(root) + os.sep
+    return path[len(prefix) :] if path.startswith(prefix) else path
 
 
 def _same_file(reported: str, relative: str) -> bool:
@@ -1135,7 +1185,7 @@ def try_mutant(
             notes_reason(mutant, report, relative)
             or ("collateral only: " + "; ".join(outcome.collateral) if outcome.collateral else "")
             or model_reason(workspace, mutant)
-        )
+        ) + (f" [site {site.context}]" if site.context else "")
     return outcome
 
 

@@ -125,6 +125,24 @@ def test_statements_under_a_rank_condition_are_left_out() -> None:
     assert sorted(site.call for site in found.rank_dependent) == ["dist.barrier", "dist.recv", "dist.send"]
 
 
+def test_megatron_mappings_take_their_group_positionally() -> None:
+    text = (
+        "from megatron.core.tensor_parallel import all_to_all\n"
+        "from megatron.core.tensor_parallel import reduce_from_tensor_model_parallel_region as r\n\n"
+        "def f(x, g):\n    y = r(x, g)\n    z = all_to_all(g, x)\n    w = r(x)\n"
+    )
+    assert [site.group for site in ib.find_sites("megatron", "megatron/m.py", text).sites] == ["g", "g", None]
+
+
+def test_sites_say_when_they_are_in_an_except_handler_or_use_a_local_import() -> None:
+    text = (
+        "import torch\n\ndef f(x):\n    import torch.distributed as dist\n    dist.barrier()\n"
+        "    try:\n        pass\n    except RuntimeError:\n        torch.distributed.barrier()\n"
+    )
+    contexts = [site.context for site in ib.find_sites("pkg", "pkg/m.py", text).sites]
+    assert contexts == ["callee imported inside the function", "in an except handler"]
+
+
 def test_two_calls_of_the_same_collective_are_not_a_pair() -> None:
     text = (
         "import torch.distributed as dist\n\ndef f(a, b):\n    dist.all_reduce(a)\n    dist.all_reduce(b)\n"
