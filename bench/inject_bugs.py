@@ -20,7 +20,9 @@ For each package:
      function body whose value calls a torch.distributed collective (`dist.X`,
      `torch.distributed.X`, an imported name) or a framework wrapper (deepspeed.comm, accelerate,
      lightning strategies/fabric, megatron's tensor-parallel mappings, transformers' helpers);
-     each is classified as direct or wrapper and as passing a process group or not;
+     each is classified as direct or wrapper and as passing a process group or not. Statements
+     already under a rank-dependent condition (`if rank == 0:` ...) are left out: there a guard
+     may be a no-op and an early return dead code;
   3. sites are sampled with a fixed seed (`--per-kind` per package and mutation kind, spread over
      the direct/wrapper x group/no-group strata) and each mutation is written as a text edit at
      the statement's lines (indentation kept; the mutated file must still parse):
@@ -44,7 +46,11 @@ For each package:
      elsewhere are recorded as collateral. For a miss the reason is taken from collcheck's own
      notes (what `-v` prints: a function skipped at a path limit, a solver that gave up, a file
      error) and, failing those, from collcheck's model of the mutated file (the file ruled out by
-     the cross-file index, the function not seen as communicating, or analysed with no divergence).
+     the cross-file index, the function not seen as communicating, or analysed with no divergence),
+     with what about the site may explain it (an `except` handler, a function-local import).
+
+The time budget bounds the mutant runs, shared equally by the packages that are left; fetching
+and each package's cold baseline come on top.
 
 Output: a table of recall per mutation kind, per package, direct vs wrapper and group vs no
 group, then the misses (file:line, kind, reason); `--out` writes everything as JSON.
