@@ -38,6 +38,7 @@ from collcheck.static.symbolic import (
     Expr,
     GroupVal,
     IfExp,
+    Member,
     Not,
     TupleVal,
     Z3Translator,
@@ -533,12 +534,37 @@ def _nondet_why(a: Path, b: Path) -> str:
 
 
 def _pairs(paths: list[Path]) -> Iterator[tuple[Path, Path]]:
-    # A path that ends in an uncaught `raise` crashes its rank; torchrun and mp.spawn then tear the
-    # job down, so it cannot hang it. (A raise caught by a handler has become another path.)
-    paths = [p for p in paths if p.exit is None or p.exit.kind != "raise"]
+    # A path that ends in an uncaught `raise` crashes its rank while the others wait in the
+    # collectives it skipped: torchrun and mp.spawn tear such a job down, srun and most schedulers
+    # leave it hanging until the collective times out. A raise on ranks the code names
+    # (`if rank == 1: raise`) is compared; a consistency check between two values
+    # (`if rank != group.rank(): raise`) is how code says "cannot happen" and is not.
+    paths = [p for p in paths if p.exit is None or p.exit.kind != "raise" or _raises_on_named_ranks(p)]
     for i, a in enumerate(paths):
         for b in paths[i:]:
             yield a, b
+
+
+def _raises_on_named_ranks(path: Path) -> bool:
+    """The raise's own guard (the path's last condition) compares a rank with literal ranks; a
+    raise guarded by a data check (`if not os.path.exists(p): raise`) inside a rank-0 block is an
+    error report, not a choice of ranks."""
+    return bool(path.conds) and _names_ranks(path.conds[-1])
+
+
+def _names_ranks(cond: Expr) -> bool:
+    if isinstance(cond, Not):
+        return _names_ranks(cond.operand)
+    if isinstance(cond, BoolOp):
+        return any(_names_ranks(value) for value in cond.values)
+    if isinstance(cond, Compare) and cond.op in ("==", "!="):
+        sides = (cond.left, cond.right)
+        literal = any(isinstance(side, Const) and type(side.value) is int for side in sides)
+        return literal and any(is_rank_dependent(side) for side in sides)
+    if isinstance(cond, Member):
+        literal = all(isinstance(option, Const) for option in cond.options)
+        return literal and is_rank_dependent(cond.item)
+    return False
 
 
 def solve_region(
