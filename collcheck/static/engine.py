@@ -28,7 +28,7 @@ from collcheck.static.extract import (
     State,
     catalog_group_facts,
 )
-from collcheck.static.names import module_imports, qualified_name
+from collcheck.static.names import ImportTable, add_import, module_imports, qualified_name
 from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, Site
 from collcheck.static.project import Project
@@ -109,17 +109,25 @@ def build_module(
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             module.functions[node.name] = node
         elif isinstance(node, ast.ClassDef):
-            methods = {
-                item.name: item
-                for item in node.body
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-            }
-            bases = [base.id for base in node.bases if isinstance(base, ast.Name)]
-            info = ClassInfo(node, methods, bases)
-            info.attributes.update(_class_constants(node))
-            module.classes[node.name] = info
+            _add_class(module, node)
     module.communicating = _communicating_functions(module, text)
     return module
+
+
+def _add_class(module: ModuleInfo, node: ast.ClassDef, depth: int = 0) -> None:
+    """A class and the classes nested in it (a test suite's `class _Base` inside its case): each is
+    analysed under its own name, the first one of a name kept."""
+    methods = {
+        item.name: item for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    bases = [base.id for base in node.bases if isinstance(base, ast.Name)]
+    info = ClassInfo(node, methods, bases)
+    info.attributes.update(_class_constants(node))
+    module.classes.setdefault(node.name, info)
+    if depth < 4:
+        for item in node.body:
+            if isinstance(item, ast.ClassDef):
+                _add_class(module, item, depth + 1)
 
 
 def _class_constants(node: ast.ClassDef) -> dict[str, Expr]:
@@ -172,12 +180,13 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
             called[function] = set(own)  # a superset of the names it calls: enough for the fixed point
             continue
         names: set[str] = set()
+        imports = _function_imports(function, module.imports)
         for node in ast.walk(function):
             if isinstance(node, ast.Global):
                 module.mutable_globals.update(node.names)
             if not isinstance(node, ast.Call):
                 continue
-            if _is_catalog_call(node, module) or uses_wrapped(node, wrapped):
+            if _is_catalog_call(node, module, imports) or uses_wrapped(node, wrapped):
                 direct.add(function)
             if isinstance(node.func, ast.Name):
                 names.add(node.func.id)
@@ -224,9 +233,21 @@ def _candidate_words(module: ModuleInfo) -> frozenset[str]:
     return trigger.distinctive | trigger.plain | extra | _last_names(module.catalog) | aliases | {"global"}
 
 
-def _is_catalog_call(node: ast.Call, module: ModuleInfo) -> bool:
+def _function_imports(function: FunctionNode, imports: ImportTable) -> ImportTable:
+    """The module's imports, with those made inside the function (`import torch.distributed as
+    dist` in a function body) added."""
+    local = [n for n in ast.walk(function) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    if not local:
+        return imports
+    table = imports.child()
+    for node in local:
+        add_import(table, node)
+    return table
+
+
+def _is_catalog_call(node: ast.Call, module: ModuleInfo, imports: ImportTable | None = None) -> bool:
     catalog = module.catalog
-    name = qualified_name(node.func, module.imports)
+    name = qualified_name(node.func, imports or module.imports)
     if name is not None and name in catalog.functions:
         return True
     if name is not None and remote_function(module, name) is not None:
