@@ -139,6 +139,8 @@ def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
     end = verdict.JobEnd(outcome.returncode, outcome.hung, outcome.interrupted)
     found = verdict.decide(analysis, end, codes, strict)
     typer.echo(f"\n{found.paragraph}" + ("" if found.status else f"; traces in {trace_dir}"), err=True)
+    if outcome.interrupted:  # Ctrl-C, or SIGTERM/SIGHUP sent to collcheck run: 128 + N, as a shell
+        return outcome.exit_status
     return int(found.status)
 
 

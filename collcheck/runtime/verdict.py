@@ -77,6 +77,9 @@ def decide(analysis: Analysis, end: JobEnd, exit_codes: dict[int, int], strict: 
         return Verdict(Status.MISMATCH, mismatch)
     if end.hung:  # collcheck run stopped every process itself: their signals say nothing
         return Verdict(Status.STALL, "a collective stayed open past the timeout; the job was stopped")
+    if analysis.incomplete and end.returncode == 0:
+        # Every process exited cleanly: a trace without its exit record lost its last lines.
+        return Verdict(Status.TRACER_ERROR, undiverged_verdict(analysis))
     died = _died(analysis, exit_codes)
     if died:  # ahead of the stall reports its peers made while waiting for it
         return Verdict(Status.RANK_DIED, _deaths_text(died))
