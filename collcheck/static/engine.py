@@ -8,30 +8,31 @@ from __future__ import annotations
 
 import ast
 import os
-from pathlib import Path as FsPath
 
 from collcheck.catalog import Catalog
 from collcheck.checks import Rule, all_rules, rule_selection
 from collcheck.config import Settings
 from collcheck.findings import Counterexample, FileError, FileResult, Finding, Location, TraceStep
-from collcheck.source import SourceFile, read_source
+from collcheck.source import SourceFile
+from collcheck.static.calls import CALLBACK_OP
 from collcheck.static.context import ModuleContext
-from collcheck.static.extract import (
-    CALLBACK_OP,
-    ClassInfo,
-    Extractor,
-    Frame,
+from collcheck.static.interpret import Interpreter, complete_loaded_module, complete_module
+from collcheck.static.model import (
     FunctionNode,
+    Loader,
     ModuleInfo,
-    PathLimitExceeded,
-    State,
+    already_loaded,
+    build_module,
+    is_catalog_call,
+    module_body,
+    parse,
+    remember_loaded,
 )
-from collcheck.static.names import module_imports, qualified_name
-from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
+from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, Site
 from collcheck.static.project import Project
 from collcheck.static.solve import Divergence, SolveStats, solve_region
-from collcheck.static.symbolic import Atom, Const, Expr, GroupVal, is_rank_dependent, opaque
+from collcheck.static.state import PathLimitExceeded
 from collcheck.suppress import apply_suppressions, build_suppressions, parse_suppressions
 
 # A finding, where its divergence arises (code, path, line), and the calls it went through.
@@ -52,24 +53,13 @@ def mentions_communication(
     return trigger_pattern(catalog).search(text)
 
 
-def parse(source: SourceFile) -> ast.Module | FileError:
-    try:
-        return ast.parse(source.text, filename=source.path)
-    except SyntaxError as error:
-        return FileError(source.path, f"syntax error: {error.msg}", error.lineno)
-    except (RecursionError, MemoryError):
-        return FileError(source.path, "too deeply nested to parse")
-    except ValueError as error:
-        return FileError(source.path, f"cannot parse: {error}")
-
-
 def analyze_source(
     source: SourceFile, catalog: Catalog, settings: Settings, project: Project | None = None
 ) -> FileResult:
     result = FileResult(path=source.path)
     if not mentions_communication(source.text, catalog, project, source.path):
         return result
-    loaded = _already_loaded(source.path, catalog, project)
+    loaded = already_loaded(source.path, catalog, project)
     tree = loaded.tree if loaded is not None else parse(source)
     if isinstance(tree, FileError):
         result.error = tree
@@ -91,297 +81,6 @@ def _def_spans(tree: ast.Module) -> dict[int, int]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             spans[node.lineno] = node.end_lineno or node.lineno
     return spans
-
-
-# ----------------------------------------------------------------------------- module model
-
-
-def build_module(
-    tree: ast.Module, path: str, catalog: Catalog, project: Project | None = None, text: str | None = None
-) -> ModuleInfo:
-    module = ModuleInfo(path=path, tree=tree, imports=module_imports(tree), catalog=catalog)
-    module.project = project
-    module.loader = load_project_module
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            module.functions[node.name] = node
-        elif isinstance(node, ast.ClassDef):
-            methods = {
-                item.name: item
-                for item in node.body
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-            }
-            bases = [base.id for base in node.bases if isinstance(base, ast.Name)]
-            info = ClassInfo(node, methods, bases)
-            info.attributes.update(_class_constants(node))
-            module.classes[node.name] = info
-    module.communicating = _communicating_functions(module, text)
-    return module
-
-
-def _class_constants(node: ast.ClassDef) -> dict[str, Expr]:
-    """`MAIN_PROCESS_RANK = -1` in a class body: `self.MAIN_PROCESS_RANK` is that constant."""
-    constants: dict[str, Expr] = {}
-    for item in node.body:
-        if not isinstance(item, ast.Assign) or len(item.targets) != 1:
-            continue
-        target, value = item.targets[0], item.value
-        if (
-            isinstance(value, ast.UnaryOp)
-            and isinstance(value.op, ast.USub)
-            and isinstance(value.operand, ast.Constant)
-        ):
-            if isinstance(value.operand.value, int):
-                constants[getattr(target, "id", "")] = Const(-value.operand.value)
-            continue
-        literal = isinstance(value, ast.Constant) and (
-            isinstance(value.value, (int, str, bool)) or value.value is None
-        )
-        if isinstance(target, ast.Name) and literal:
-            constants[target.id] = Const(value.value)  # type: ignore[attr-defined]
-    constants.pop("", None)
-    return constants
-
-
-def _all_functions(module: ModuleInfo) -> list[FunctionNode]:
-    functions: list[FunctionNode] = list(module.functions.values())
-    for info in module.classes.values():
-        functions.extend(info.methods.values())
-    return functions
-
-
-def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set[FunctionNode]:
-    """Functions that reach a collective, directly or through helpers of this module (fixed point).
-
-    With the module's `text`, a function whose own text names no catalogued callable, no
-    communicating function of the run and no `global` is not walked: walking every node of every
-    function is the costliest step of modelling a large module, and most functions never match.
-    """
-    functions = _all_functions(module)
-    words = _function_words(functions, text) if text is not None else None
-    candidates = _candidate_words(module)
-    direct: set[FunctionNode] = set()
-    called: dict[FunctionNode, set[str]] = {}
-    for function in functions:
-        own = words.get(function) if words is not None else None
-        if own is not None and own.isdisjoint(candidates):
-            called[function] = set(own)  # a superset of the names it calls: enough for the fixed point
-            continue
-        names: set[str] = set()
-        for node in ast.walk(function):
-            if isinstance(node, ast.Global):
-                module.mutable_globals.update(node.names)
-            if not isinstance(node, ast.Call):
-                continue
-            if _is_catalog_call(node, module):
-                direct.add(function)
-            if isinstance(node.func, ast.Name):
-                names.add(node.func.id)
-            elif isinstance(node.func, ast.Attribute):
-                names.add(node.func.attr)
-        called[function] = names
-    communicating = set(direct)
-    changed = True
-    while changed:
-        changed = False
-        names = {f.name for f in communicating}
-        for function in functions:
-            if function not in communicating and called[function] & names:
-                communicating.add(function)
-                changed = True
-    return communicating
-
-
-def _function_words(functions: list[FunctionNode], text: str) -> dict[FunctionNode, frozenset[str]]:
-    """The identifiers of each function's own source lines."""
-    starts = [0]
-    for line in text.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    words: dict[FunctionNode, frozenset[str]] = {}
-    for function in functions:
-        first = min([function.lineno, *(d.lineno for d in function.decorator_list)])
-        last = function.end_lineno or function.lineno
-        if 0 < first <= last < len(starts):
-            words[function] = frozenset(IDENTIFIER.findall(text, starts[first - 1], starts[last]))
-    return words
-
-
-def _candidate_words(module: ModuleInfo) -> frozenset[str]:
-    """Words without which a function cannot call a collective directly (nor declare `global`)."""
-    trigger = trigger_pattern(module.catalog)
-    project = module.project
-    extra = project.communicating_names if project is not None else frozenset()
-    # `from torch.distributed import barrier as sync`: the function's text says only `sync`.
-    aliases = {
-        local
-        for local, qualified in module.imports.names.items()
-        if qualified in module.catalog.functions or qualified.rsplit(".", 1)[-1] in extra
-    }
-    return trigger.distinctive | trigger.plain | extra | _last_names(module.catalog) | aliases | {"global"}
-
-
-def _is_catalog_call(node: ast.Call, module: ModuleInfo) -> bool:
-    catalog = module.catalog
-    name = qualified_name(node.func, module.imports)
-    if name is not None and name in catalog.functions:
-        return True
-    if name is not None and remote_function(module, name) is not None:
-        return True
-    if isinstance(node.func, ast.Attribute):
-        return any(
-            spec.any_receiver or _imports_package_of(module, spec.receivers)
-            for spec in catalog.method_specs(node.func.attr)
-        )
-    if isinstance(node.func, ast.Name):
-        # A function-level import (`from torch.distributed import barrier` inside the function).
-        return node.func.id in _last_names(catalog) and node.func.id not in module.functions
-    return False
-
-
-_LAST_NAMES: dict[str, frozenset[str]] = {}
-
-
-def _last_names(catalog: Catalog) -> frozenset[str]:
-    names = _LAST_NAMES.get(catalog.fingerprint)
-    if names is None:
-        names = _LAST_NAMES[catalog.fingerprint] = frozenset(q.rsplit(".", 1)[-1] for q in catalog.functions)
-    return names
-
-
-def _without_mutable_globals(env: dict[str, Expr], module: ModuleInfo) -> dict[str, Expr]:
-    """A module variable some function rebinds (`global _GROUP`, a lazy cache) has no known value:
-    `_GROUP = None` at import time says nothing about it at the time of a call."""
-    return {name: value for name, value in env.items() if name not in module.mutable_globals}
-
-
-def _imports_package_of(module: ModuleInfo, receivers: tuple[str, ...]) -> bool:
-    """A typed method (`Accelerator.gather`) can only be reached where its library is imported."""
-    packages = {receiver.split(".", 1)[0] for receiver in receivers}
-    table = module.imports
-    return any(qualified.split(".", 1)[0] in packages for qualified in table.names.values())
-
-
-def _class_attributes(module: ModuleInfo, extractor: Extractor) -> None:
-    """`self.rank = dist.get_rank()` in one method is the rank when read in another."""
-    for class_name, info in module.classes.items():
-        seen: dict[str, list[Expr]] = {}
-        for method in info.methods.values():
-            env = extractor._bind_entry_parameters(method)
-            state = State(env)
-            frame = Frame(method.name, class_name, (), extractor.max_depth, ())
-            for node in ast.walk(method):
-                if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
-                    continue
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for target in targets:
-                    if (
-                        isinstance(target, ast.Attribute)
-                        and isinstance(target.value, ast.Name)
-                        and target.value.id == "self"
-                    ):
-                        extractor.record_events = False
-                        try:
-                            value = extractor.pure(node.value, state, frame)
-                        finally:
-                            extractor.record_events = True
-                        seen.setdefault(target.attr, []).append(value)
-        for attribute, values in seen.items():
-            interesting = [
-                v
-                for v in values
-                if is_rank_dependent(v)
-                or isinstance(v, GroupVal)
-                or (isinstance(v, Atom) and v.name.startswith("type:"))
-            ]
-            if not interesting:
-                continue
-            if len(set(values)) == 1:
-                info.attributes[attribute] = values[0]
-            else:
-                info.attributes[attribute] = opaque(f"self.{attribute}@{class_name}", tuple(values))
-
-
-def _module_body(tree: ast.Module) -> tuple[list[ast.stmt], list[ast.stmt]]:
-    """Module statements split into definitions-time code and `if __name__ == "__main__":` code."""
-    setup: list[ast.stmt] = []
-    main: list[ast.stmt] = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        if _is_main_guard(node):
-            main.append(node)
-        else:
-            setup.append(node)
-    return setup, main
-
-
-def _is_main_guard(node: ast.stmt) -> bool:
-    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
-        return False
-    left = node.test.left
-    return isinstance(left, ast.Name) and left.id == "__name__"
-
-
-_LOADED: dict[str, ModuleInfo | None] = {}
-
-
-def _loaded_key(path: str, catalog: Catalog, project: Project) -> str:
-    return f"{catalog.fingerprint}:{project.digest}:{os.path.realpath(path)}"
-
-
-def _already_loaded(path: str, catalog: Catalog, project: Project | None) -> ModuleInfo | None:
-    """A file met earlier as another file's helper is not parsed and modelled a second time."""
-    if project is None:
-        return None
-    return _LOADED.get(_loaded_key(path, catalog, project))
-
-
-def load_project_module(
-    path: str, catalog: Catalog, project: Project, settings: Settings
-) -> ModuleInfo | None:
-    """Parse another file of the run once per process, for helpers imported from it."""
-    key = _loaded_key(path, catalog, project)
-    if key in _LOADED:
-        return _LOADED[key]
-    _LOADED[key] = None  # a cycle of imports sees "not available" instead of recursing
-    source = read_source(FsPath(path), 8 * 1024 * 1024)
-    if isinstance(source, FileError):
-        return None
-    tree = parse(source)
-    if isinstance(tree, FileError):
-        return None
-    try:
-        module = build_module(tree, source.path, catalog, project, source.text)
-    except RecursionError:  # a helper file too deep to model is not followed; its importer still is
-        return None
-    extractor = Extractor(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
-    try:
-        module.globals = _without_mutable_globals(extractor.module_environment(_module_body(tree)[0]), module)
-        _class_attributes(module, extractor)
-    except RecursionError:  # module-level code too deep to model: its functions are still followed
-        module.globals = {}
-    _LOADED[key] = module
-    return module
-
-
-def remote_function(
-    module: ModuleInfo, qualified: str, communicating_only: bool = True
-) -> tuple[ModuleInfo, FunctionNode] | None:
-    """A function defined in another file of the run (by default: only one that reaches a collective)."""
-    project = module.project
-    if project is None:
-        return None
-    if communicating_only and qualified.rsplit(".", 1)[-1] not in project.communicating_names:
-        return None
-    found = project.lookup(qualified, module.path)
-    if found is None:
-        return None
-    path, attribute = found
-    other = load_project_module(path, module.catalog, project, module.settings or Settings())
-    if other is None or "." in attribute or attribute not in other.functions:
-        return None
-    function = other.functions[attribute]
-    return (other, function) if function in other.communicating or not communicating_only else None
 
 
 # ----------------------------------------------------------------------------- analysis
@@ -407,20 +106,17 @@ def _analyze_tree(
     notes: list[str],
     project: Project | None = None,
 ) -> list[Finding]:
-    setup, main = _module_body(tree)
-    loaded = _already_loaded(source.path, catalog, project)
+    setup, main = module_body(tree)
+    loaded = already_loaded(source.path, catalog, project)
     if loaded is not None and loaded.tree is tree:
         module = loaded
-        module.settings = settings
-        extractor = Extractor(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
+        extractor = Interpreter(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
     else:
-        module = build_module(tree, source.path, catalog, project, source.text)
-        module.settings = settings
-        extractor = Extractor(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
-        module.globals = _without_mutable_globals(extractor.module_environment(setup), module)
-        _class_attributes(module, extractor)
-        if project is not None:
-            _LOADED.setdefault(_loaded_key(source.path, catalog, project), module)
+        loader = Loader(catalog, project, settings, complete_loaded_module) if project is not None else None
+        module = build_module(tree, source.path, catalog, loader, source.text)
+        extractor = Interpreter(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
+        complete_module(module, extractor)
+        remember_loaded(module)
     rules = {rule.code: rule for rule in all_rules()}
     stats = SolveStats()
     candidates: list[Candidate] = []
@@ -451,7 +147,7 @@ def _communicates(body: list[ast.stmt], module: ModuleInfo) -> bool:
     for stmt in body:
         for node in ast.walk(stmt):
             if isinstance(node, ast.Call):
-                if _is_catalog_call(node, module):
+                if is_catalog_call(node, module):
                     return True
                 if isinstance(node.func, ast.Name) and node.func.id in names:
                     return True
@@ -654,7 +350,7 @@ def _divergence_sites(d: Divergence) -> tuple[Site, ...]:
 def _standalone_origins(
     path: str, function_name: str, catalog: Catalog, settings: Settings, project: Project
 ) -> set[tuple[str, str, int]]:
-    module = load_project_module(path, catalog, project, settings)
+    module = Loader(catalog, project, settings, complete_loaded_module).load(path)
     if module is None:
         return set()
     function = module.functions.get(function_name)
@@ -663,7 +359,7 @@ def _standalone_origins(
     key = (path, function.lineno)
     if key not in _STANDALONE:
         _STANDALONE[key] = set()  # recursion guard
-        extractor = Extractor(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
+        extractor = Interpreter(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
         try:
             regions = extractor.run_function(function, None, function_name)
         except PathLimitExceeded:
