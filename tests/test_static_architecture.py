@@ -43,7 +43,11 @@ def _defined_private(tree: ast.Module) -> set[str]:
             names.add(node.id)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
             names.add(node.attr)
-    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+    return {name for name in names if _private(name)}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
 
 
 @pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
@@ -75,9 +79,8 @@ def test_no_private_member_of_another_module(path: Path) -> None:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("collcheck"):
             foreign.extend(a.name for a in node.names if a.name.startswith("_") and a.name != "__future__")
-        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
-            if node.attr not in own:
-                foreign.append(f"{node.attr} (line {node.lineno})")
+        elif isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own:
+            foreign.append(f"{node.attr} (line {node.lineno})")
     assert not foreign, foreign
 
 
@@ -85,7 +88,9 @@ def test_the_checks_see_an_import_circle_and_a_foreign_private_member(tmp_path: 
     """The two structural checks above fail on code that breaks them (they cannot pass vacuously)."""
     first, second = tmp_path / "a.py", tmp_path / "b.py"
     first.write_text("from collcheck.static.b import thing\n", encoding="utf-8")
-    second.write_text("def f(x):\n    from collcheck.static.a import other\n    return x._hidden()\n", encoding="utf-8")
+    second.write_text(
+        "def f(x):\n    from collcheck.static.a import other\n    return x._hidden()\n", encoding="utf-8"
+    )
     assert _static_imports(first) == {"b"} and _static_imports(second) == {"a"}
     tree = _tree(second)
     reads = [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)]

@@ -11,6 +11,8 @@ the rank, does a decorator run it on some ranks only.
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
+from enum import Enum
 
 from collcheck.catalog import OpSpec
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
@@ -31,6 +33,25 @@ EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})
 CALLBACK_OP = "callback"
 
 
+class CallKind(Enum):
+    COLLECTIVE = "collective"  # a catalogued collective, point-to-point op or group creation
+    HELPER = "helper"  # a function of the run, inlined at the call
+    EXIT = "exit"  # the process ends (`sys.exit`)
+    CALLBACK = "callback"  # unknown code handed a function that communicates
+    UNKNOWN = "unknown"  # anything else: only its value matters
+
+
+# A helper to inline: the function, the class it is looked up in, and whether `self` is bound.
+Target = tuple[FunctionNode, str | None, bool]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    kind: CallKind
+    spec: OpSpec | None = None  # COLLECTIVE
+    target: Target | None = None  # HELPER
+
+
 class CallResolver(ValueEvaluator):
     """Resolves the calls of one module; caches what it learns about its functions."""
 
@@ -42,13 +63,23 @@ class CallResolver(ValueEvaluator):
         self._returns: dict[FunctionNode, bool] = {}
         self._owners: dict[FunctionNode, str] | None = None
 
-    def has_effect(self, call: ast.Call, frame: Frame, state: State | None = None) -> bool:
-        if self.op_spec(call, state) is not None:
-            return True
+    def resolve(self, call: ast.Call, frame: Frame, state: State | None = None) -> Resolution:
+        """What `call` is; asked in this order, the first answer wins."""
         if self.exit_call(call):
-            return True
+            return Resolution(CallKind.EXIT)
+        spec = self.op_spec(call, state)
+        if spec is not None:
+            return Resolution(CallKind.COLLECTIVE, spec=spec)
         target = self.local_target(call, frame)
-        return target is not None or self.passes_communicating_callback(call, frame)
+        if target is not None:
+            return Resolution(CallKind.HELPER, target=target)
+        if self.passes_communicating_callback(call, frame):
+            return Resolution(CallKind.CALLBACK)
+        return Resolution(CallKind.UNKNOWN)
+
+    def has_effect(self, call: ast.Call, frame: Frame, state: State | None = None) -> bool:
+        """The interpreter must run `call` (it may communicate or exit), not only evaluate it."""
+        return self.resolve(call, frame, state).kind is not CallKind.UNKNOWN
 
     def exit_call(self, call: ast.Call) -> bool:
         name = qualified_name(call.func, self.local_imports)

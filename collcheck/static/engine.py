@@ -8,14 +8,25 @@ from __future__ import annotations
 
 import ast
 import os
+from dataclasses import replace
 
 from collcheck.catalog import Catalog
-from collcheck.checks import Rule, all_rules, rule_selection
+from collcheck.checks import Rule, StaticRules, all_rules, rule_selection, static_rules
 from collcheck.config import Settings
-from collcheck.findings import Counterexample, FileError, FileResult, Finding, Location, TraceStep
+from collcheck.findings import (
+    Counterexample,
+    FileError,
+    FileResult,
+    Finding,
+    Location,
+    TraceStep,
+    UnusedSuppression,
+)
 from collcheck.source import SourceFile
+from collcheck.static.anchor import locate
 from collcheck.static.calls import CALLBACK_OP
 from collcheck.static.context import ModuleContext
+from collcheck.static.divergence import Divergence, DivergenceKind
 from collcheck.static.interpret import Interpreter, complete_loaded_module, complete_module
 from collcheck.static.model import (
     FunctionNode,
@@ -28,18 +39,20 @@ from collcheck.static.model import (
     parse,
     remember_loaded,
 )
+from collcheck.static.names import ImportTable, module_imports
 from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, Site
 from collcheck.static.project import Project
-from collcheck.static.solve import Divergence, SolveStats, solve_region
+from collcheck.static.smt import SolveStats
+from collcheck.static.solve import solve_region
 from collcheck.static.state import PathLimitExceeded
 from collcheck.suppress import apply_suppressions, build_suppressions, parse_suppressions
 
+# Kinds whose divergence index is a position in the sequences (elements after it are not reached).
+ORDERED_KINDS = frozenset({DivergenceKind.SEQUENCE, DivergenceKind.SWAP, DivergenceKind.LOOP_EXIT})
+
 # A finding, where its divergence arises (code, path, line), and the calls it went through.
 Candidate = tuple[Finding, tuple[str, str, int], tuple[Site, ...]]
-
-# Order matters: the first rule that claims a divergence reports it.
-CLASSIFICATION_ORDER = ("CC007", "CC005", "CC004", "CC003", "CC002", "CC006", "CC001")
 
 
 def mentions_communication(
@@ -64,15 +77,33 @@ def analyze_source(
     if isinstance(tree, FileError):
         result.error = tree
         return result
+    stats = SolveStats()
+    rules = static_rules(settings)
     try:
-        findings = _analyze_tree(tree, source, catalog, settings, result.notes, project)
+        findings = _analyze_tree(tree, source, catalog, settings, rules, result.notes, stats, project)
     except RecursionError:
         result.error = FileError(source.path, "too deeply nested to analyse")
         return result
+    finally:
+        result.z3_queries, result.settled_pairs = stats.queries, stats.settled
     comments = parse_suppressions(source.text)
     suppressions = build_suppressions(comments, _def_spans(tree) if comments else {})
-    result.findings, result.unused_suppressions = apply_suppressions(findings, suppressions, source.path)
+    result.findings, unused = apply_suppressions(findings, suppressions, source.path)
+    result.unused_suppressions = _searched(unused, rules.unsearched)
     return result
+
+
+def _searched(unused: list[UnusedSuppression], unsearched: frozenset[str]) -> list[UnusedSuppression]:
+    """Unused suppressions, less the codes this run did not look for (`--select CC101` does not
+    search for CC001: its suppressions are not known to be unused)."""
+    if not unsearched:
+        return unused
+    kept: list[UnusedSuppression] = []
+    for item in unused:
+        codes = tuple(code for code in item.codes if code not in unsearched)
+        if codes:  # a blank suppression may cover a finding that was not looked for
+            kept.append(replace(item, codes=codes))
+    return kept
 
 
 def _def_spans(tree: ast.Module) -> dict[int, int]:
@@ -103,9 +134,16 @@ def _analyze_tree(
     source: SourceFile,
     catalog: Catalog,
     settings: Settings,
+    rules: StaticRules,
     notes: list[str],
+    stats: SolveStats,
     project: Project | None = None,
 ) -> list[Finding]:
+    """The file's findings; `notes` gets the functions skipped, then the solver's notes."""
+    if not rules.any:  # only module checks are selected: no extraction, no solver
+        return sorted(
+            _module_checks(tree, source, catalog, settings, module_imports(tree)), key=Finding.sort_key
+        )
     setup, main = module_body(tree)
     loaded = already_loaded(source.path, catalog, project)
     if loaded is not None and loaded.tree is tree:
@@ -117,8 +155,6 @@ def _analyze_tree(
         extractor = Interpreter(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
         complete_module(module, extractor)
         remember_loaded(module)
-    rules = {rule.code: rule for rule in all_rules()}
-    stats = SolveStats()
     candidates: list[Candidate] = []
     for function, class_name, qualname in _entries(module):
         try:
@@ -138,7 +174,7 @@ def _analyze_tree(
         c for c in candidates if not _reported_in_callee(c, source.path, catalog, settings, project)
     ]
     findings = _deduplicate(candidates)
-    findings.extend(_module_checks(tree, source, catalog, settings, module))
+    findings.extend(_module_checks(tree, source, catalog, settings, module.imports))
     return sorted(findings, key=Finding.sort_key)
 
 
@@ -155,11 +191,9 @@ def _communicates(body: list[ast.stmt], module: ModuleInfo) -> bool:
 
 
 def _module_checks(
-    tree: ast.Module, source: SourceFile, catalog: Catalog, settings: Settings, module: ModuleInfo
+    tree: ast.Module, source: SourceFile, catalog: Catalog, settings: Settings, imports: ImportTable
 ) -> list[Finding]:
-    context = ModuleContext(
-        tree=tree, source=source, settings=settings, catalog=catalog, imports=module.imports
-    )
+    context = ModuleContext(tree=tree, source=source, settings=settings, catalog=catalog, imports=imports)
     findings: list[Finding] = []
     selection = rule_selection(settings)
     for rule in all_rules():
@@ -172,18 +206,19 @@ def _module_checks(
 
 
 def _findings_for(
-    regions: list[Region], rules: dict[str, Rule], settings: Settings, stats: SolveStats
+    regions: list[Region], rules: StaticRules, settings: Settings, stats: SolveStats
 ) -> list[Candidate]:
     results = []
+    wanted = rules.wanted
     for region in regions:
-        for divergence in solve_region(region, settings.world_size, settings.z3_timeout_ms, stats):
+        for divergence in solve_region(region, settings.world_size, settings.z3_timeout_ms, stats, wanted):
             if _behind_unknown_code(divergence):
                 continue
             finding = classify(divergence, rules)
             if finding is not None:
                 results.append(finding)
-        if region.kind == "loop" and region.over_set:
-            finding = _set_order_finding(region, rules)
+        for rule in rules.region_rules:
+            finding = _region_finding(region, rule)
             if finding is not None:
                 results.append(finding)
     return results
@@ -194,7 +229,7 @@ def _behind_unknown_code(divergence: Divergence) -> bool:
     before the point of divergence: what it issued there, and how often, is unknown."""
     for sequence in (divergence.sequence_a, divergence.sequence_b):
         for index, element in enumerate(sequence):
-            if index > divergence.index and divergence.kind in ("sequence", "swap", "loop_exit"):
+            if index > divergence.index and divergence.kind in ORDERED_KINDS:
                 break
             if _is_callback(element):
                 return True
@@ -207,74 +242,37 @@ def _is_callback(element: Element | None) -> bool:
     return element is not None and element.op == CALLBACK_OP
 
 
-def classify(divergence: Divergence, rules: dict[str, Rule]) -> Candidate | None:
-    for code in CLASSIFICATION_ORDER:
-        rule = rules.get(code)
-        if rule is None or not rule.module.applies(divergence):
-            continue
-        template, args = rule.module.describe(divergence)
-        primary, origin = _locations(divergence, code)
-        finding = Finding(
-            code=rule.code,
-            severity=rule.severity,
-            location=primary,
-            message_template=template,
-            message_args=tuple(sorted(args.items())),
-            counterexample=counterexample(divergence),
-            function=divergence.region.function,
-        )
-        key = (code, origin[0], origin[1]) if origin else (code, primary.path, primary.line)
-        return finding, key, _divergence_sites(divergence)
-    return None
-
-
-def _set_order_finding(region: Region, rules: dict[str, Rule]) -> Candidate | None:
-    rule = rules.get("CC007")
+def classify(divergence: Divergence, rules: StaticRules) -> Candidate | None:
+    """The finding of the rule that owns `divergence`, where it arises, and the calls it went through."""
+    rule = rules.owner(divergence)
     if rule is None:
         return None
-    template, args = rule.module.describe_set_order(region)
+    code = rule.code
+    template, args = rule.module.describe(divergence)
+    primary, origin = locate(divergence, rule.anchor)
+    finding = Finding(
+        code=rule.code,
+        severity=rule.severity,
+        location=primary,
+        message_template=template,
+        message_args=tuple(sorted(args.items())),
+        counterexample=counterexample(divergence),
+        function=divergence.region.function,
+    )
+    key = (code, origin[0], origin[1]) if origin else (code, primary.path, primary.line)
+    return finding, key, _divergence_sites(divergence)
+
+
+def _region_finding(region: Region, rule: Rule) -> Candidate | None:
+    described = rule.module.describe_region(region)
+    if described is None:
+        return None
+    template, args = described
     location = Location(region.path_name, region.line, 0)
     finding = Finding(
         rule.code, rule.severity, location, template, tuple(sorted(args.items())), None, region.function
     )
     return finding, (rule.code, region.path_name, region.line), ()
-
-
-def _site_location(chain: tuple[Site, ...], path: str, line: int, column: int) -> Location:
-    if chain:
-        return Location(chain[0].path, chain[0].line, chain[0].column)
-    return Location(path, line, column)
-
-
-def _element_location(element: Element, code: str = "") -> Location:
-    if isinstance(element, LoopEvent) and code != "CC002" and element.first is not None and not element.chain:
-        element = element.first  # a loop missing on some ranks: point at the collective inside it
-    return _site_location(element.chain, element.path, element.line, element.column)
-
-
-def _locations(d: Divergence, code: str) -> tuple[Location, tuple[str, int] | None]:
-    if code == "CC003" and d.exit is not None:
-        exit_ = d.exit
-        return _site_location(exit_.chain, exit_.path, exit_.line, exit_.column), (exit_.path, exit_.line)
-    candidates: list[Element] = [e for e in (d.event_a, d.event_b) if e is not None]
-    if code == "CC002":
-        loops: list[Element] = [e for e in candidates if isinstance(e, LoopEvent)]
-        candidates = loops or candidates
-    if not candidates and d.exit is not None:  # a loop left early on some ranks: point at the exit
-        exit_ = d.exit
-        return _site_location(exit_.chain, exit_.path, exit_.line, exit_.column), (exit_.path, exit_.line)
-    if not candidates:
-        return Location(d.region.path_name, d.region.line, 0), None
-    chosen = min(candidates, key=lambda e: (_element_location(e, code).line, e.line))
-    location = _element_location(chosen, code)
-    if code == "CC007" and d.exit is not None:
-        # Shown at the guarded exit (one finding for the collectives it skips); the divergence
-        # still arises at the collective, so callers further up are not told again.
-        exit_ = d.exit
-        return _site_location(exit_.chain, exit_.path, exit_.line, exit_.column), (chosen.path, chosen.line)
-    if isinstance(chosen, LoopEvent) and code != "CC002" and chosen.first is not None and not chosen.chain:
-        return location, (location.path, location.line)
-    return location, (chosen.path, chosen.line)
 
 
 def _step(element: Element, trips: str = "") -> TraceStep:
@@ -364,8 +362,7 @@ def _standalone_origins(
             regions = extractor.run_function(function, None, function_name)
         except PathLimitExceeded:
             regions = []
-        rules = {rule.code: rule for rule in all_rules()}
-        found = _findings_for(regions, rules, settings, SolveStats())
+        found = _findings_for(regions, static_rules(None), settings, SolveStats())
         _STANDALONE[key] = {origin for _, origin, _ in found}
     return _STANDALONE[key]
 

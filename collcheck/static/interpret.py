@@ -20,7 +20,7 @@ import ast
 from collections.abc import Sequence
 
 from collcheck.config import Settings
-from collcheck.static.calls import callback_event
+from collcheck.static.calls import CallKind, callback_event
 from collcheck.static.helpers import HelperInliner, LoopOp
 from collcheck.static.model import FunctionNode, ModuleInfo, module_body
 from collcheck.static.names import ImportTable, add_import, qualified_name
@@ -543,18 +543,17 @@ class Interpreter(HelperInliner):
     def eval_call(
         self, call: ast.Call, state: State, frame: Frame, known: dict[int, Expr]
     ) -> list[tuple[State, Expr]]:
-        if self.exit_call(call):
+        resolved = self.resolve(call, frame, state)
+        if resolved.kind is CallKind.EXIT:
             state.exit = Exit("exit", self.module.path, call.lineno, call.col_offset, frame.chain)
             return [(state, Const(None))]
-        spec = self.op_spec(call, state)
-        if spec is not None:
-            return [self.communicate(call, spec, state, frame, known)]
-        target = self.local_target(call, frame)
-        if target is None:
-            if self.record_events and self.passes_communicating_callback(call, frame):
+        if resolved.spec is not None:
+            return [self.communicate(call, resolved.spec, state, frame, known)]
+        if resolved.target is None:
+            if self.record_events and resolved.kind is CallKind.CALLBACK:
                 state.events = (*state.events, callback_event(call, self.module.path, frame))
             return [(state, self.pure(call, state, frame, known))]
-        function, class_name, bound_self = target
+        function, class_name, bound_self = resolved.target
         return self.inline(call, function, class_name, bound_self, state, frame, known)
 
 
