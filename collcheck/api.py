@@ -9,7 +9,6 @@ import re
 import subprocess
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -22,12 +21,6 @@ from collcheck.source import SourceFile, read_source, real_path
 from collcheck.static.project import FileFacts, Project
 
 MAX_FILE_BYTES = 8 * 1024 * 1024  # generated files beyond this are reported, not parsed
-
-
-@dataclass(frozen=True)
-class Job:
-    path: str
-    display_path: str
 
 
 @lru_cache(maxsize=32)

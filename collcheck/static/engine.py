@@ -27,7 +27,7 @@ from collcheck.static.anchor import locate
 from collcheck.static.calls import CALLBACK_OP
 from collcheck.static.context import ModuleContext
 from collcheck.static.divergence import Divergence, DivergenceKind
-from collcheck.static.interpret import Interpreter, complete_loaded_module, complete_module
+from collcheck.static.interpret import Interpreter
 from collcheck.static.model import (
     FunctionNode,
     Loader,
@@ -39,6 +39,7 @@ from collcheck.static.model import (
     parse,
     remember_loaded,
 )
+from collcheck.static.module_values import complete_loaded_module, complete_module
 from collcheck.static.names import ImportTable, module_imports
 from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, Site

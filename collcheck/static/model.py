@@ -43,7 +43,7 @@ class ClassInfo:
 @dataclass(frozen=True, eq=False)
 class ModuleInfo:
     """One file. The tables are filled while it is modelled (`build_module`, then the
-    interpreter's `complete_module` for `globals` and class attributes), never replaced."""
+    `module_values.complete_module` for `globals` and class attributes), never replaced."""
 
     path: str
     tree: ast.Module
@@ -301,7 +301,7 @@ class Loader:
     """Finds and models the other files of a run (once per process, see `_LOADED`).
 
     `complete` fills a new model's globals and class attributes: that is the interpreter's job
-    (`collcheck.static.interpret.complete_loaded_module`), passed in so that this module does not
+    (`collcheck.static.module_values.complete_loaded_module`), passed in so that this module does not
     import the interpreter that imports it.
     """
 
