@@ -79,3 +79,12 @@ def test_the_model_alone_finds_the_communicating_functions() -> None:
     # `body` only hands `helper` to unknown code: that is a callback, not a call of it.
     assert {f.name for f in module.communicating} == {"helper", "caller"}
     assert module.loader is None and module.globals == {}
+
+
+def test_has_effect_agrees_with_resolve() -> None:
+    resolver = CallResolver(_module())
+    frame = Frame("body", None, (), 0, ())
+    for text in ("dist.barrier()", "helper(t)", "sys.exit(1)", "pool.submit(helper)", "print(t)", "quiet(t)"):
+        call = _call(text)
+        resolved = resolver.resolve(call, frame).kind
+        assert resolver.has_effect(call, frame) == (resolved is not CallKind.UNKNOWN), text

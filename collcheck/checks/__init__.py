@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from types import ModuleType
 
 from collcheck.config import RuleSelection, Settings
@@ -150,20 +150,20 @@ class StaticRules:
     claiming: tuple[Rule, ...]
     selected: frozenset[str]
 
-    @property
+    @cached_property
     def wanted(self) -> frozenset[DivergenceKind]:
         return frozenset(kind for rule in self.claiming if rule.code in self.selected for kind in rule.claims)
 
-    @property
+    @cached_property
     def region_rules(self) -> tuple[Rule, ...]:
         return tuple(rule for rule in all_rules() if hasattr(rule.module, "describe_region"))
 
-    @property
+    @cached_property
     def any(self) -> bool:
         """Some selected rule is about collective programs: extraction and solving are needed."""
         return bool(self.wanted) or any(rule.code in self.selected for rule in self.region_rules)
 
-    @property
+    @cached_property
     def unsearched(self) -> frozenset[str]:
         """Codes some of whose findings this run does not look for (nothing to suppress there)."""
         if not self.any:

@@ -45,7 +45,7 @@ class CallKind(Enum):
 Target = tuple[FunctionNode, str | None, bool]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Resolution:
     kind: CallKind
     spec: OpSpec | None = None  # COLLECTIVE
@@ -78,8 +78,15 @@ class CallResolver(ValueEvaluator):
         return Resolution(CallKind.UNKNOWN)
 
     def has_effect(self, call: ast.Call, frame: Frame, state: State | None = None) -> bool:
-        """The interpreter must run `call` (it may communicate or exit), not only evaluate it."""
-        return self.resolve(call, frame, state).kind is not CallKind.UNKNOWN
+        """The interpreter must run `call` (it may communicate or exit), not only evaluate it: the
+        same answer as `resolve(...).kind is not CallKind.UNKNOWN`, without building a Resolution
+        (this is asked for every call of every expression evaluated)."""
+        if self.op_spec(call, state) is not None:
+            return True
+        if self.exit_call(call):
+            return True
+        target = self.local_target(call, frame)
+        return target is not None or self.passes_communicating_callback(call, frame)
 
     def exit_call(self, call: ast.Call) -> bool:
         name = qualified_name(call.func, self.local_imports)

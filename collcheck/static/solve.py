@@ -223,7 +223,8 @@ def solve_region(
     """Divergences between two ranks of `region`, at most `max_findings`. Point-to-point deadlocks
     are searched only when `wanted` holds their kind (no other kind depends on that search)."""
     if not region.paths or _region_is_uniform(region):
-        stats.settled += sum(1 for _ in _pairs(region.paths))  # every rank takes the same path
+        live = sum(1 for p in region.paths if p.exit is None or p.exit.kind != "raise")  # as `_pairs`
+        stats.settled += live * (live + 1) // 2  # every rank takes the same path
         return []
     solver = RegionSolver(region, world_size, timeout_ms, stats)
     found: list[Divergence] = []
