@@ -9,7 +9,6 @@ import re
 import subprocess
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,12 +22,6 @@ from collcheck.source import MAX_SOURCE_BYTES, SourceFile, read_source, real_pat
 from collcheck.static.project import FileFacts, Project
 
 MAX_FILE_BYTES = MAX_SOURCE_BYTES
-
-
-@dataclass(frozen=True)
-class Job:
-    path: str
-    display_path: str
 
 
 @lru_cache(maxsize=32)

@@ -49,10 +49,6 @@ class OpSpec:
     # For methods: how many leading positional arguments the receiver already consumed (bound methods: 0).
     source: str = ""
 
-    @property
-    def is_p2p(self) -> bool:
-        return self.kind.startswith("p2p")
-
     def param_index(self, name: str | None) -> int | None:
         if name is None or name not in self.params:
             return None

@@ -158,6 +158,12 @@ def check_command(
         raise typer.Exit(outcome.exit_code)
     result = outcome.result
     report = render(result, output_format, verbose=verbose, statistics=statistics)
+    if verbose:  # on stderr: the report (stdout or -o) stays the same with and without -v
+        typer.echo(
+            f"solver: {result.z3_queries} z3 queries asked, {result.settled_pairs} pairs of paths "
+            "settled without z3 (files read from the cache ask nothing)",
+            err=True,
+        )
     if output is not None:
         output.write_text(report + "\n", encoding="utf-8")
     else:

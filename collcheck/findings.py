@@ -153,6 +153,10 @@ class FileResult:
     error: FileError | None = None
     notes: list[str] = field(default_factory=list)  # verbose-only remarks (z3 unknowns, path limits)
     unused_suppressions: list[UnusedSuppression] = field(default_factory=list)
+    # Work of this run (a result read from the cache asked nothing): z3 queries, and pairs of paths
+    # the solver stage decided in Python without asking z3. Shown by `-v`, never stored.
+    z3_queries: int = 0
+    settled_pairs: int = 0
 
 
 @dataclass
@@ -168,6 +172,14 @@ class RunResult:
     def findings(self) -> list[Finding]:
         found = [finding for result in self.files for finding in result.findings]
         return sorted(found, key=Finding.sort_key)
+
+    @property
+    def z3_queries(self) -> int:
+        return sum(result.z3_queries for result in self.files)
+
+    @property
+    def settled_pairs(self) -> int:
+        return sum(result.settled_pairs for result in self.files)
 
     @property
     def errors(self) -> list[FileError]:

@@ -585,7 +585,9 @@ def test_unknown_while_minimising_the_model_does_not_escape(monkeypatch: pytest.
     result = check_paths([BUG], Settings(cache=False, jobs=1))
 
     assert result.errors == []
-    assert [(f.code, f.location.line) for f in result.findings] == [("CC001", 11)] or result.notes
+    # The query was answered, so the gap is named: no counterexample, and a note that says why.
+    assert result.findings == []
+    assert any("gave up while building a counterexample" in note for note in result.notes), result.notes
 
 
 @pytest.mark.parametrize("fixture", sorted((FIXTURES / "CC002").glob("*_bug.py")), ids=lambda p: p.name)
@@ -594,7 +596,8 @@ def test_a_query_that_times_out_is_a_note_not_a_silent_pass(fixture: Path) -> No
     result = check_paths([fixture], Settings(z3_timeout_ms=1, cache=False, jobs=1))
 
     assert result.errors == []
-    assert [f.code for f in result.findings] == ["CC002"] or result.notes
+    found = [f.code for f in result.findings] == ["CC002"]
+    assert found or any("solver gave up" in note for note in result.notes), result.notes
 
 
 # --- determinism ---------------------------------------------------------------------------------

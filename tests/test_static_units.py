@@ -7,8 +7,8 @@ import ast
 import z3
 
 from collcheck.catalog import load_catalog
-from collcheck.static.engine import build_module
-from collcheck.static.extract import Extractor
+from collcheck.static.interpret import Interpreter
+from collcheck.static.model import build_module
 from collcheck.static.program import Region
 from collcheck.static.symbolic import RANK, BinOp, Compare, Const, Z3Translator, is_rank_dependent
 
@@ -16,7 +16,7 @@ from collcheck.static.symbolic import RANK, BinOp, Compare, Const, Z3Translator,
 def regions(source: str, function: str = "f") -> list[Region]:
     tree = ast.parse(source)
     module = build_module(tree, "m.py", load_catalog())
-    return Extractor(module).run_function(module.functions[function], None, function)
+    return Interpreter(module).run_function(module.functions[function], None, function)
 
 
 def test_rank_taint_flows_through_assignment_unpacking_and_arithmetic() -> None:

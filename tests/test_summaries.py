@@ -12,20 +12,20 @@ import pytest
 from collcheck.api import check_paths
 from collcheck.catalog import load_catalog
 from collcheck.config import load_settings
-from collcheck.static import extract
-from collcheck.static.engine import build_module
-from collcheck.static.extract import Extractor
+from collcheck.static import helpers
+from collcheck.static.interpret import Interpreter
+from collcheck.static.model import build_module
 from collcheck.static.program import CommEvent, Region
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
-def analyse(source: str, function: str = "f", *, summaries: bool = True) -> tuple[list[Region], Extractor]:
+def analyse(source: str, function: str = "f", *, summaries: bool = True) -> tuple[list[Region], Interpreter]:
     tree = ast.parse(source)
     module = build_module(tree, "m.py", load_catalog())
-    extractor = Extractor(module)
+    extractor = Interpreter(module)
     extractor.summaries.enabled = summaries
-    module.globals = extractor.module_environment(tree.body)
+    module.globals.update(extractor.module_environment(tree.body))
     if "." in function:
         class_name, name = function.split(".")
         node = module.classes[class_name].methods[name]
@@ -33,11 +33,11 @@ def analyse(source: str, function: str = "f", *, summaries: bool = True) -> tupl
     return extractor.run_function(module.functions[function], None, function), extractor
 
 
-def executions(extractor: Extractor, name: str) -> int:
+def executions(extractor: Interpreter, name: str) -> int:
     return sum(count for node, count in extractor.summaries.executions.items() if node.name == name)
 
 
-def same_as_inlining(source: str, function: str = "f") -> tuple[list[Region], Extractor]:
+def same_as_inlining(source: str, function: str = "f") -> tuple[list[Region], Interpreter]:
     summarised, extractor = analyse(source, function)
     inlined, _ = analyse(source, function, summaries=False)
     assert summarised == inlined
@@ -143,7 +143,7 @@ def test_a_summary_recorded_inside_a_recursion_is_not_reused_outside_it(
     # Recursion followed one level only, so that the cut is reached within the inlining depth:
     # `h` at depth 3 once under `g` (its call back to `g` is cut: recursion) and once under `c`
     # (where it runs `g`): the same function, depth and arguments, but a different stack.
-    monkeypatch.setattr(extract, "MAX_RECURSION", 1)
+    monkeypatch.setattr(helpers, "MAX_RECURSION", 1)
     source = (
         "import torch.distributed as dist\n"
         "def g():\n"
@@ -203,7 +203,7 @@ def test_findings_and_counterexamples_are_those_of_inlining(
 ) -> None:
     settings = load_settings([unit]).with_overrides(jobs=1, cache=False)
     summarised = check_paths([unit], settings)
-    monkeypatch.setattr(extract, "_summary_key", lambda *args: None)  # every call runs the helper
+    monkeypatch.setattr(helpers, "_summary_key", lambda *args: None)  # every call runs the helper
     inlined = check_paths([unit], settings)
     assert [repr(f) for f in summarised.findings] == [repr(f) for f in inlined.findings]
     assert [f.notes for f in summarised.files] == [f.notes for f in inlined.files]
@@ -224,4 +224,4 @@ def test_recursion_is_followed_a_bounded_number_of_levels_as_with_inlining() -> 
     regions, _ = same_as_inlining(source, "f")
     # Each call follows `levels` MAX_RECURSION (3) levels deep, the inlining depth allowing:
     # three all_reduces per call at most (one, if recursion were cut at the first re-entry).
-    assert max(len(path.events) for path in regions[0].paths) == 2 * extract.MAX_RECURSION
+    assert max(len(path.events) for path in regions[0].paths) == 2 * helpers.MAX_RECURSION

@@ -4,17 +4,27 @@ Each rule module defines `CODE`, `NAME`, `SEVERITY`, `MESSAGE` (a `str.format` t
 docstring in fixed sections (What it does / Why is this bad? / Example / Use instead / References).
 `collcheck rule CODE` prints that docstring and the README's rule table is generated from it.
 Codes are a public contract: never renumbered, never reused.
+
+A rule about collective ordering also declares what it claims and how it reports it:
+`CLAIMS` (the `DivergenceKind`s it may report), `PRECEDENCE` (lower is asked first: a divergence
+belongs to the first rule whose claims hold), `ANCHOR` (where its finding is shown),
+`applies(divergence)` (optional: a finer test than the kind) and `describe(divergence)` (its
+message template and arguments). A rule may also define `describe_region(region)` (a finding about
+a whole region, e.g. a loop over a set) or `check_module(context)` (a check over the parse tree).
+Adding a rule is its own module plus one line in `CODE_TABLE` (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from types import ModuleType
 
 from collcheck.config import RuleSelection, Settings
 from collcheck.findings import Severity
+from collcheck.static.anchor import Anchor
+from collcheck.static.divergence import Divergence, DivergenceKind
 
 # code -> (module, status, version it appeared in). Status: stable | preview | removed.
 CODE_TABLE: dict[str, tuple[str, str, str]] = {
@@ -41,6 +51,16 @@ class Rule:
     default_enabled: bool
     doc: str
     module: ModuleType
+    claims: frozenset[DivergenceKind] = frozenset()
+    precedence: int = 0
+    anchor: Anchor = Anchor.ELEMENT
+
+    def claim(self, divergence: Divergence) -> bool:
+        """This rule reports `divergence` unless a rule of lower precedence claims it first."""
+        if divergence.kind not in self.claims:
+            return False
+        applies = getattr(self.module, "applies", None)
+        return applies is None or bool(applies(divergence))
 
     @property
     def summary(self) -> str:
@@ -76,6 +96,9 @@ def _load(code: str) -> Rule | None:
         default_enabled=getattr(module, "DEFAULT_ENABLED", status == "stable"),
         doc=module.__doc__ or "",
         module=module,
+        claims=getattr(module, "CLAIMS", frozenset()),
+        precedence=getattr(module, "PRECEDENCE", 0),
+        anchor=getattr(module, "ANCHOR", Anchor.ELEMENT),
     )
 
 
@@ -111,3 +134,51 @@ def rule_selection(settings: Settings) -> RuleSelection:
         ignore=settings.ignore,
         default_enabled=default_enabled_codes() | frozenset(settings.extend_select),
     )
+
+
+@dataclass(frozen=True)
+class StaticRules:
+    """The rules a run asks about divergences and regions.
+
+    `claiming` holds every rule with claims, by precedence, selected or not: a divergence belongs to
+    the first rule that claims it, and is not reported when that rule is deselected (it is not
+    handed to the next rule; the API drops it after suppressions are matched, so a suppression of a
+    switched-off rule is still used). Only the kinds selected rules claim are searched for
+    (`wanted`); rules that claim a kind not searched for are `unsearched`.
+    """
+
+    claiming: tuple[Rule, ...]
+    selected: frozenset[str]
+
+    @cached_property
+    def wanted(self) -> frozenset[DivergenceKind]:
+        return frozenset(kind for rule in self.claiming if rule.code in self.selected for kind in rule.claims)
+
+    @cached_property
+    def region_rules(self) -> tuple[Rule, ...]:
+        return tuple(rule for rule in all_rules() if hasattr(rule.module, "describe_region"))
+
+    @cached_property
+    def any(self) -> bool:
+        """Some selected rule is about collective programs: extraction and solving are needed."""
+        return bool(self.wanted) or any(rule.code in self.selected for rule in self.region_rules)
+
+    @cached_property
+    def unsearched(self) -> frozenset[str]:
+        """Codes some of whose findings this run does not look for (nothing to suppress there)."""
+        if not self.any:
+            return frozenset(rule.code for rule in (*self.claiming, *self.region_rules))
+        return frozenset(rule.code for rule in self.claiming if not rule.claims <= self.wanted)
+
+    def owner(self, divergence: Divergence) -> Rule | None:
+        """The rule that reports `divergence`: the first, by precedence, that claims it."""
+        return next((rule for rule in self.claiming if rule.claim(divergence)), None)
+
+
+def static_rules(settings: Settings | None = None) -> StaticRules:
+    """The rules of `settings`'s selection (None: every rule, as when reporting in another file)."""
+    claiming = tuple(sorted((r for r in all_rules() if r.claims), key=lambda r: r.precedence))
+    if settings is None:
+        return StaticRules(claiming, frozenset(rule.code for rule in all_rules()))
+    selection = rule_selection(settings)
+    return StaticRules(claiming, frozenset(rule.code for rule in all_rules() if selection.enabled(rule.code)))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collcheck.static.program import CommEvent, Element, LoopEvent
-from collcheck.static.solve import Divergence
+from collcheck.static.divergence import Divergence
+from collcheck.static.program import Element, LoopEvent
 
 
 def where(element: Element) -> str:
@@ -34,7 +34,3 @@ def ranks(d: Divergence) -> tuple[int, int, Element | None, Element | None]:
     if model.rank_a <= model.rank_b:
         return model.rank_a, model.rank_b, d.event_a, d.event_b
     return model.rank_b, model.rank_a, d.event_b, d.event_a
-
-
-def is_comm(element: Element | None) -> bool:
-    return isinstance(element, CommEvent)

@@ -44,11 +44,15 @@ from __future__ import annotations
 
 from collcheck.checks._describe import describe_element, op_name, ranks
 from collcheck.findings import Severity
-from collcheck.static.solve import Divergence
+from collcheck.static.anchor import Anchor
+from collcheck.static.divergence import Divergence, DivergenceKind
 
 CODE = "CC001"
 NAME = "mismatched-collective-sequence"
 SEVERITY = Severity.ERROR
+CLAIMS = frozenset({DivergenceKind.SEQUENCE, DivergenceKind.SWAP})
+PRECEDENCE = 70  # the most general reading of a sequence difference: asked last
+ANCHOR = Anchor.ELEMENT
 MESSAGE = "rank {rank_x} issues {what_x} where rank {rank_y} issues {what_y} (world size {world})"
 MESSAGE_MISSING = "{op} is issued by rank {rank_x} but not by rank {rank_y} (world size {world})"
 MESSAGE_SWAPPED = (
@@ -57,14 +61,10 @@ MESSAGE_SWAPPED = (
 )
 
 
-def applies(d: Divergence) -> bool:
-    return d.kind in ("sequence", "swap")
-
-
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     low, high, at_low, at_high = ranks(d)
     world = str(d.model.world)
-    if d.kind == "swap":
+    if d.kind is DivergenceKind.SWAP:
         seq_low, seq_high = (
             (d.sequence_a, d.sequence_b) if d.model.rank_a == low else (d.sequence_b, d.sequence_a)
         )

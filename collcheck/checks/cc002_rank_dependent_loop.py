@@ -34,19 +34,19 @@ from __future__ import annotations
 
 from collcheck.checks._describe import op_name, ranks
 from collcheck.findings import Severity
-from collcheck.static.solve import Divergence
+from collcheck.static.anchor import Anchor
+from collcheck.static.divergence import Divergence, DivergenceKind
 
 CODE = "CC002"
 NAME = "rank-dependent-loop"
 SEVERITY = Severity.ERROR
+CLAIMS = frozenset({DivergenceKind.TRIP})
+PRECEDENCE = 50
+ANCHOR = Anchor.LOOP
 MESSAGE = (
     "the loop issuing {ops} runs a rank-dependent number of times: {trips_x} on rank {rank_x}, "
     "{trips_y} on rank {rank_y} (world size {world})"
 )
-
-
-def applies(d: Divergence) -> bool:
-    return d.kind == "trip"
 
 
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:

@@ -39,11 +39,15 @@ from pathlib import Path
 
 from collcheck.checks._describe import describe_element, ranks
 from collcheck.findings import Severity
-from collcheck.static.solve import Divergence
+from collcheck.static.anchor import Anchor
+from collcheck.static.divergence import Divergence, DivergenceKind
 
 CODE = "CC003"
 NAME = "rank-dependent-early-exit"
 SEVERITY = Severity.ERROR
+CLAIMS = frozenset({DivergenceKind.SEQUENCE, DivergenceKind.LOOP_EXIT})
+PRECEDENCE = 40  # before CC001: a sequence cut short by an exit is the exit's fault
+ANCHOR = Anchor.EXIT
 MESSAGE = (
     "`{exit}` at {where} is taken by rank {rank_x} but not by rank {rank_y}, skipping {skipped} "
     "(world size {world})"
@@ -55,7 +59,7 @@ MESSAGE_EXCEPTION = (
 
 
 def applies(d: Divergence) -> bool:
-    return d.exit is not None and d.kind in ("sequence", "loop_exit")
+    return d.exit is not None
 
 
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:

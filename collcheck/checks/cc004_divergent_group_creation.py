@@ -30,12 +30,16 @@ from __future__ import annotations
 
 from collcheck.checks._describe import describe_element, ranks
 from collcheck.findings import Severity
+from collcheck.static.anchor import Anchor
+from collcheck.static.divergence import Divergence, DivergenceKind
 from collcheck.static.program import CommEvent
-from collcheck.static.solve import Divergence
 
 CODE = "CC004"
 NAME = "divergent-group-creation"
 SEVERITY = Severity.ERROR
+CLAIMS = frozenset({DivergenceKind.GROUP_ARGS, DivergenceKind.SEQUENCE})
+PRECEDENCE = 30  # before CC003/CC001: a missing group creation is reported as such
+ANCHOR = Anchor.ELEMENT
 MESSAGE = (
     "group creation differs between ranks: rank {rank_x} has {what_x}, rank {rank_y} has {what_y} "
     "(world size {world})"
@@ -47,17 +51,15 @@ MESSAGE_ARGS = (
 
 
 def applies(d: Divergence) -> bool:
-    if d.kind == "group_args":
+    if d.kind is DivergenceKind.GROUP_ARGS:
         return True
-    return d.kind == "sequence" and any(
-        isinstance(e, CommEvent) and e.kind == "group_create" for e in (d.event_a, d.event_b)
-    )
+    return any(isinstance(e, CommEvent) and e.kind == "group_create" for e in (d.event_a, d.event_b))
 
 
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     low, high, at_low, at_high = ranks(d)
     world = str(d.model.world)
-    if d.kind == "group_args":
+    if d.kind is DivergenceKind.GROUP_ARGS:
         op = at_low.op if isinstance(at_low, CommEvent) else "new_group"
         return MESSAGE_ARGS, {"op": op, "rank_x": str(low), "rank_y": str(high), "world": world}
     return MESSAGE, {

@@ -34,19 +34,19 @@ from __future__ import annotations
 
 from collcheck.checks._describe import where
 from collcheck.findings import Severity
-from collcheck.static.solve import Divergence
+from collcheck.static.anchor import Anchor
+from collcheck.static.divergence import Divergence, DivergenceKind
 
 CODE = "CC005"
 NAME = "point-to-point-deadlock"
 SEVERITY = Severity.ERROR
+CLAIMS = frozenset({DivergenceKind.P2P})
+PRECEDENCE = 20
+ANCHOR = Anchor.ELEMENT
 MESSAGE = (
     "ranks {rank_x} and {rank_y} both block in {op} towards each other first "
     "({where_x} and {where_y}): neither can proceed (world size {world})"
 )
-
-
-def applies(d: Divergence) -> bool:
-    return d.kind == "p2p"
 
 
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:

@@ -35,11 +35,15 @@ from __future__ import annotations
 
 from collcheck.checks._describe import op_name, ranks, where
 from collcheck.findings import Severity
-from collcheck.static.solve import Divergence
+from collcheck.static.anchor import Anchor
+from collcheck.static.divergence import Divergence, DivergenceKind
 
 CODE = "CC006"
 NAME = "rank-dependent-collective-argument"
 SEVERITY = Severity.ERROR
+CLAIMS = frozenset({DivergenceKind.ROOT, DivergenceKind.REDUCE_OP, DivergenceKind.GROUP})
+PRECEDENCE = 60
+ANCHOR = Anchor.ELEMENT
 MESSAGE = (
     "{op} at {where} gets a different {argument} on rank {rank_x} ({value_x}) and rank {rank_y} "
     "({value_y}); it must be the same on every rank (world size {world})"
@@ -53,15 +57,11 @@ MESSAGE_GROUP = (
 _ARGUMENT = {"root": "root (src/dst)", "reduce_op": "reduce op"}
 
 
-def applies(d: Divergence) -> bool:
-    return d.kind in ("root", "reduce_op", "group")
-
-
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     low, high, at_low, at_high = ranks(d)
     values = dict(d.model.values)
     assert at_low is not None
-    if d.kind == "group":
+    if d.kind is DivergenceKind.GROUP:
         assert at_high is not None
         return MESSAGE_GROUP, {
             "op": op_name(at_low),
@@ -77,11 +77,11 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     return MESSAGE, {
         "op": op_name(at_low),
         "where": where(at_low),
-        "argument": _ARGUMENT[d.kind],
+        "argument": _ARGUMENT[d.kind.value],
         "rank_x": str(low),
         "rank_y": str(high),
-        "value_x": values.get(f"{d.kind} on rank {low}", "?"),
-        "value_y": values.get(f"{d.kind} on rank {high}", "?"),
+        "value_x": values.get(f"{d.kind.value} on rank {low}", "?"),
+        "value_y": values.get(f"{d.kind.value} on rank {high}", "?"),
         "world": str(d.model.world),
     }
 

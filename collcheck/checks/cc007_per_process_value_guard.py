@@ -42,12 +42,17 @@ from pathlib import Path
 
 from collcheck.checks._describe import describe_element, ranks
 from collcheck.findings import Severity
+from collcheck.static.anchor import Anchor
+from collcheck.static.divergence import Divergence, DivergenceKind
 from collcheck.static.program import Region
-from collcheck.static.solve import Divergence
 
 CODE = "CC007"
 NAME = "per-process-value-guard"
 SEVERITY = Severity.WARNING
+# Any divergence that only per-process values (not the rank) explain, whatever its kind.
+CLAIMS = frozenset(DivergenceKind)
+PRECEDENCE = 10  # first: the cause (a per-process value) says more than the symptom
+ANCHOR = Anchor.GUARDING_EXIT
 MESSAGE = (
     "whether {element} runs depends on {what}, which differs between processes: ranks {rank_x} and "
     "{rank_y} can disagree; broadcast or all-reduce the decision first"
@@ -91,8 +96,11 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     }
 
 
-def describe_set_order(region: Region) -> tuple[str, dict[str, str]]:
-    return MESSAGE_SET, {}
+def describe_region(region: Region) -> tuple[str, dict[str, str]] | None:
+    """A communicating loop over a set: reported once per loop, without a counterexample."""
+    if region.kind == "loop" and region.over_set:
+        return MESSAGE_SET, {}
+    return None
 
 
 # Before/after pairs for collcheck.fix (tests/test_fixes.py applies each fix to the first text and

@@ -11,14 +11,18 @@ the tensor's bytes once into a preallocated output of `N × s`.
 
 ## Example
 ```python
-gathered = [None] * world_size
-dist.all_gather_object(gathered, local_k)
+def gather_keys(local_k: torch.Tensor) -> list:
+    gathered = [None] * world_size
+    dist.all_gather_object(gathered, local_k)
+    return gathered
 ```
 
 ## Use instead
 ```python
-full_k = torch.empty(world_size * local_k.shape[0], *local_k.shape[1:], dtype=local_k.dtype)
-dist.all_gather_into_tensor(full_k, local_k)
+def gather_keys(local_k: torch.Tensor) -> torch.Tensor:
+    full_k = torch.empty(world_size * local_k.shape[0], *local_k.shape[1:], dtype=local_k.dtype)
+    dist.all_gather_into_tensor(full_k, local_k)
+    return full_k
 ```
 
 ## Fix safety

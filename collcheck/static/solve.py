@@ -11,25 +11,24 @@ never a finding.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path as FsPath
 from typing import Any
 
-from collcheck.static.budget import bounded_solver
-from collcheck.static.groups import (
-    LOCAL_RANK_PREFIX,
-    NO_GROUP_FACTS,
-    GroupFacts,
-    atoms_of,
-    is_interpreted,
-    local_rank_bounds,
-    member_facts,
-    opaque_rank_atoms,
+from collcheck.static.divergence import (
+    Divergence,
+    DivergenceKind,
+    PairQuery,
+    found,
+    group_leaves,
+    group_term,
+    is_world,
+    terms,
 )
+from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts
 from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, LoopRange, Path, Region
+from collcheck.static.roots import raises_on_named_ranks, unreported_root
+from collcheck.static.smt import RegionSolver, SolveStats
 from collcheck.static.symbolic import (
     MEMBER,
-    PER_RANK_KINDS,
     RANK,
     Atom,
     BoolOp,
@@ -37,8 +36,6 @@ from collcheck.static.symbolic import (
     Const,
     Expr,
     GroupVal,
-    IfExp,
-    Member,
     Not,
     TupleVal,
     Z3Translator,
@@ -48,83 +45,7 @@ from collcheck.static.symbolic import (
 )
 
 WORLD_CHANNEL = "world"
-RESOURCE_LIMIT = (
-    2_000_000  # z3 resource units per query (bounds nonlinear arithmetic, which ignores the timeout)
-)
 LEAVING_EXITS = frozenset({"break", "return", "raise", "exit"})
-
-
-@dataclass(frozen=True)
-class Model:
-    world: int
-    rank_a: int
-    rank_b: int
-    values: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class Divergence:
-    """Two ranks whose programs disagree, and how."""
-
-    kind: str  # sequence | swap | loop_exit | root | reduce_op | group | trip | group_args | p2p | set_order
-    region: Region
-    path_a: Path
-    path_b: Path
-    channel: str
-    index: int
-    event_a: Element | None
-    event_b: Element | None
-    model: Model
-    sequence_a: tuple[Element, ...]
-    sequence_b: tuple[Element, ...]
-    exit: Exit | None = None
-    nondet_only: bool = False
-    nondet_why: str = ""
-
-
-@dataclass
-class SolveStats:
-    """Per-file solver state: counters, notes, and the file's own z3 context (created on first
-    use), so that a file's counterexamples never depend on what was solved before it."""
-
-    queries: int = 0
-    unknown: int = 0
-    settled: int = 0  # pairs of paths Python ruled out without asking z3
-    notes: list[str] = field(default_factory=list)
-    z3: Any = None
-
-    def z3_in_context(self) -> Any:
-        if self.z3 is None:
-            import z3  # deferred: most files never need the solver
-
-            self.z3 = _ContextZ3(z3, z3.Context())
-        return self.z3
-
-
-class _ContextZ3:
-    """The z3 module with every constructor bound to one context."""
-
-    def __init__(self, module: Any, ctx: Any) -> None:
-        self._module = module
-        self.ctx = ctx
-
-    def Int(self, name: str) -> Any:
-        return self._module.Int(name, self.ctx)
-
-    def Bool(self, name: str) -> Any:
-        return self._module.Bool(name, self.ctx)
-
-    def IntVal(self, value: int) -> Any:
-        return self._module.IntVal(value, self.ctx)
-
-    def BoolVal(self, value: bool) -> Any:
-        return self._module.BoolVal(value, self.ctx)
-
-    def Solver(self) -> Any:
-        return self._module.Solver(ctx=self.ctx)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._module, name)
 
 
 def _channel_key(event: Element) -> str | None:
@@ -170,215 +91,9 @@ def _region_is_uniform(region: Region) -> bool:
         if any(is_rank_dependent(c) for c in path.conds):
             return False
         for event in path.events:
-            if any(is_rank_dependent(t) for t in _terms(event)):
+            if any(is_rank_dependent(t) for t in terms(event)):
                 return False
     return True
-
-
-def _terms(event: Element) -> list[Expr]:
-    if isinstance(event, LoopEvent):
-        return [event.trip]
-    terms = (event.root, event.reduce_op, event.peer, event.ranks_arg, event.group_term)
-    return [t for t in terms if t is not None]
-
-
-class RegionSolver:
-    """One z3 solver for a region; queries are pushed and popped on it."""
-
-    def __init__(
-        self,
-        region: Region,
-        world_size: int | None,
-        timeout_ms: int,
-        stats: SolveStats,
-        group_facts: GroupFacts = NO_GROUP_FACTS,
-    ) -> None:
-        z3 = stats.z3_in_context()
-        self.z3 = z3
-        self.region = region
-        self.world_size = world_size
-        self.timeout_ms = timeout_ms
-        self.stats = stats
-        self.group_facts = group_facts
-        self._path_atoms: dict[int, tuple[Path, frozenset[Atom]]] = {}
-        self._uniform: dict[int, tuple[Path, bool, bool]] = {}
-        self._decisions: dict[int, tuple[Path, frozenset[Expr]]] = {}
-        # Each check's timeout is also cut to what is left of the file's budget (budget.py).
-        self.solver = bounded_solver(z3.Solver(), timeout_ms)
-        self.solver.set("timeout", timeout_ms)
-        # The timeout is not polled inside some nonlinear arithmetic; a resource limit is.
-        self.solver.set("rlimit", RESOURCE_LIMIT)
-        self.strings: dict[str, int] = {}
-        # One translator per region: the same conditions appear in many pair queries.
-        self.translator = Z3Translator(z3, self.strings)
-        self.shared_translator: Z3Translator = _SharedNondetTranslator(z3, self.strings)
-
-    def uniform_conditions(self, path: Path, among_unknown_members: bool = False) -> bool:
-        """Every condition of the path holds alike on all ranks (or, among the members of a group
-        of unknown membership, where opaque per-rank values count as alike: groups.member_facts)."""
-        hit = self._uniform.get(id(path))
-        if hit is None:
-            found = atoms_of(path.conds)
-            varying = [atom for atom in found if atom.kind in PER_RANK_KINDS]
-            uniform = not varying
-            uniform_among_members = not [a for a in varying if a.kind != "perrank" or is_interpreted(a)]
-            hit = self._uniform[id(path)] = (path, uniform, uniform_among_members)
-        return hit[2] if among_unknown_members else hit[1]
-
-    def data_decisions(self, path: Path) -> frozenset[Expr]:
-        """The path's conditions that do not involve the rank (as far as collcheck can tell)."""
-        hit = self._decisions.get(id(path))
-        if hit is None:
-            kept = frozenset(
-                cond
-                for cond in path.conds
-                if not any(
-                    atom.kind == "nondet" or (atom.kind in PER_RANK_KINDS and is_interpreted(atom))
-                    for atom in atoms_of((cond,))
-                )
-            )
-            hit = self._decisions[id(path)] = (path, kept)
-        return hit[1]
-
-    def same_data_decisions(self, a: Path, b: Path) -> bool:
-        """Among the members of a group of unknown membership, two paths are compared only when one
-        path's data decisions are among the other's: then they part on the rank alone (or one
-        stopped earlier). Code that branches on the rank and then tests different data in each arm
-        (`if get_rank(g) == 0: if not is_tensor(state): return` / `else: if not is_info(state):
-        return`) follows a protocol between the arms that collcheck cannot see."""
-        x, y = self.data_decisions(a), self.data_decisions(b)
-        return x <= y or y <= x
-
-    def atoms_of(self, path: Path) -> frozenset[Atom]:
-        """The atoms of a path's conditions and of its events' terms, once per path."""
-        hit = self._path_atoms.get(id(path))
-        if hit is None:
-            values = [*path.conds, *(term for event in path.events for term in _terms(event))]
-            hit = self._path_atoms[id(path)] = (path, atoms_of(values))
-        return hit[1]
-
-    # ------------------------------------------------------------------ queries
-
-    def _base(self, tr: Z3Translator, a: Path, b: Path, membership: GroupVal | None) -> list[Any]:
-        world = tr.world
-        ra, rb = tr.rank("a"), tr.rank("b")
-        facts = [ra >= 0, rb >= 0, ra < world, rb < world, ra != rb]
-        facts.append(world == self.world_size if self.world_size else world >= 2)
-        facts.extend(tr.as_bool(c, "a") for c in a.conds)
-        facts.extend(tr.as_bool(c, "b") for c in b.conds)
-        if membership is not None and membership.members is not None:
-            facts.append(tr.as_bool(substitute(membership.members, {MEMBER: Atom("rank", "rank")}), "a"))
-            facts.append(tr.as_bool(substitute(membership.members, {MEMBER: Atom("rank", "rank")}), "b"))
-        if membership is not None and membership.color is not None:
-            # One creation call, a different subgroup per rank: only ranks of one subgroup meet.
-            facts.append(tr.as_int(membership.color, "a") == tr.as_int(membership.color, "b"))
-        # The atoms of both paths' conditions and of the terms a query may compare (trips, roots).
-        found = self.atoms_of(a) | self.atoms_of(b)
-        facts.extend(local_rank_bounds(tr, found))
-        if membership is not None:
-            facts.extend(member_facts(tr, membership, found, self.group_facts))
-        return facts
-
-    def satisfiable(
-        self, a: Path, b: Path, membership: GroupVal | None, extra: Any = None, share_nondet: bool = False
-    ) -> tuple[str, Model | None, Any]:
-        unknown = membership is not None and membership.members is None
-        if a is not b and self.uniform_conditions(a, unknown) and self.uniform_conditions(b, unknown):
-            # Two paths of one region part at some branch; when every condition is the same on
-            # all ranks, no two ranks can take different paths.
-            self.stats.settled += 1
-            return "unsat", None, None
-        if a is not b and unknown and not self.same_data_decisions(a, b):
-            self.stats.settled += 1
-            return "unsat", None, None
-        tr = self.shared_translator if share_nondet else self.translator
-        facts = self._base(tr, a, b, membership)
-        extra_fact = extra(tr) if extra is not None else None
-        facts.extend(tr.side_constraints)  # bounds of the atoms met while translating
-        self.solver.push()
-        try:
-            self.solver.add(*facts)
-            if extra_fact is not None:
-                self.solver.add(extra_fact)
-            self.stats.queries += 1
-            verdict = self.solver.check()
-            if verdict == self.z3.unknown:
-                self.stats.unknown += 1
-                self.stats.notes.append(
-                    f"{self.region.path_name}:{self.region.line}: solver gave up "
-                    f"({self.solver.reason_unknown()}) "
-                    f"in {self.region.function}; no finding reported for that query"
-                )
-                return "unknown", None, None
-            if verdict == self.z3.unsat:
-                return "unsat", None, None
-            small = self._small_model(tr)
-            if small is None:
-                self.stats.unknown += 1
-                self.stats.notes.append(
-                    f"{self.region.path_name}:{self.region.line}: solver gave up while building a "
-                    f"counterexample in {self.region.function}; no finding reported for that query"
-                )
-                return "unknown", None, None
-            model, raw = small
-            return "sat", model, (tr, raw)
-        finally:
-            self.solver.pop()
-
-    def never(self, facts_of: Any) -> bool:
-        """The facts (over one rank, side "a") cannot hold together; a timeout counts as "may"."""
-        tr = self.translator
-        facts = list(facts_of(tr))
-        rank, world = tr.rank("a"), tr.world
-        facts += [rank >= 0, rank < world, world == self.world_size if self.world_size else world >= 2]
-        facts.extend(tr.side_constraints)
-        self.solver.push()
-        try:
-            self.solver.add(*facts)
-            self.stats.queries += 1
-            return bool(self.solver.check() == self.z3.unsat)
-        finally:
-            self.solver.pop()
-
-    def _small_model(self, tr: Z3Translator) -> tuple[Model, Any] | None:
-        """Prefer the smallest world and rank 0: the counterexample a person believes at once."""
-        z3 = self.z3
-        world, ra, rb = tr.world, tr.rank("a"), tr.rank("b")
-        preferences = [[world <= bound, z3.Or(ra == 0, rb == 0)] for bound in (2, 3, 4, 8)]
-        preferences += [[world <= bound] for bound in (2, 3, 4, 8)]
-        for preference in preferences:
-            self.solver.push()
-            self.solver.add(*preference)
-            try:
-                if self.solver.check() == z3.sat:
-                    model = self.solver.model()
-                    return self._model(model, tr), model
-            finally:
-                self.solver.pop()
-        if self.solver.check() != z3.sat:  # gave up while minimising: treat as unknown
-            return None
-        model = self.solver.model()
-        return self._model(model, tr), model
-
-    def _model(self, model: Any, tr: Z3Translator) -> Model:
-        return Model(_number(model, tr.world), _number(model, tr.rank("a")), _number(model, tr.rank("b")))
-
-
-def _number(model: Any, term: Any) -> int:
-    value = model.eval(term, model_completion=True)
-    try:
-        return int(value.as_long())
-    except AttributeError:
-        return 0
-
-
-class _SharedNondetTranslator(Z3Translator):
-    """The same query with every nondeterministic value forced equal on both ranks."""
-
-    def _var(self, atom: Atom, side: str, sort: str) -> Any:
-        if atom.kind == "nondet":
-            atom = Atom(atom.name, "shared", lower=atom.lower, below_world=atom.below_world)
-        return super()._var(atom, side, sort)
 
 
 # ----------------------------------------------------------------------------- comparisons
@@ -424,53 +139,24 @@ def _unreversed(text: str) -> str:
     return text
 
 
-def _term_pairs(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]) -> list[tuple[str, int, Expr, Expr]]:
-    pairs: list[tuple[str, int, Expr, Expr]] = []
+def _term_pairs(
+    seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]
+) -> list[tuple[DivergenceKind, int, Expr, Expr]]:
+    pairs: list[tuple[DivergenceKind, int, Expr, Expr]] = []
     for index, (x, y) in enumerate(zip(seq_a, seq_b, strict=False)):
         if isinstance(x, LoopEvent) and isinstance(y, LoopEvent):
-            pairs.append(("trip", index, x.trip, y.trip))
+            pairs.append((DivergenceKind.TRIP, index, x.trip, y.trip))
             continue
         if not (isinstance(x, CommEvent) and isinstance(y, CommEvent)):
             continue
         if x.root is not None and y.root is not None:
-            pairs.append(("root", index, x.root, y.root))
+            pairs.append((DivergenceKind.ROOT, index, x.root, y.root))
         if x.reduce_op is not None and y.reduce_op is not None:
-            pairs.append(("reduce_op", index, x.reduce_op, y.reduce_op))
+            pairs.append((DivergenceKind.REDUCE_OP, index, x.reduce_op, y.reduce_op))
         creates = x.kind == "group_create" and x.ranks_arg is not None and y.ranks_arg is not None
         if creates and not (_singleton(x.ranks_arg) and _singleton(y.ranks_arg)):  # type: ignore[arg-type]
-            pairs.append(("group_args", index, x.ranks_arg, y.ranks_arg))  # type: ignore[arg-type]
+            pairs.append((DivergenceKind.GROUP_ARGS, index, x.ranks_arg, y.ranks_arg))  # type: ignore[arg-type]
     return [p for p in pairs if p[2] != p[3] or is_rank_dependent(p[2])]
-
-
-def _own_rank_root_behind_opaque_guard(x: Expr, y: Expr, a: Path, b: Path) -> bool:
-    """`if self.is_last_stage(): broadcast(t, src=self.global_rank)`: the rank that takes the branch
-    names itself the root. Two ranks disagree only if both take it, and when the guard is a value
-    collcheck cannot follow (a stage id, a helper's answer), the code's intent is that one rank
-    does: not reported. Unguarded, every rank names itself and that is reported."""
-    if x != y or not _own_rank(x):
-        return False
-    return _behind_unknown_guard(a.conds) and _behind_unknown_guard(b.conds)
-
-
-def _computed_root_of_unknown_group(x: Expr, y: Expr, membership: GroupVal | None) -> bool:
-    """`broadcast(t, src=get_tensor_model_parallel_src_rank(), group=tp)`: a root computed from the
-    rank (the group's first member, the global rank of a loop's member) is the same for every member
-    of a group laid out as the formula assumes; collcheck cannot see the layout of a group of unknown
-    members, so there it reports only every member naming itself, or two different literal roots."""
-    if membership is None or membership.members is not None:
-        return False
-    if x == y and _own_rank(x):
-        return False
-    return not (isinstance(x, Const) and isinstance(y, Const))
-
-
-def _own_rank(term: Expr) -> bool:
-    return term == RANK or (isinstance(term, Atom) and term.name.startswith(LOCAL_RANK_PREFIX))
-
-
-def _behind_unknown_guard(conds: tuple[Expr, ...]) -> bool:
-    found = atoms_of(conds)
-    return bool(opaque_rank_atoms(found)) or any(atom.name.startswith("call:") for atom in found)
 
 
 def _singleton(ranks: Expr) -> bool:
@@ -519,52 +205,20 @@ def _exit_responsible(shorter: Path, longer: Path, skipped: Element, region: Reg
     return exit_
 
 
-def _nondet_why(a: Path, b: Path) -> str:
-    for path in (a, b):
-        for cond in path.conds:
-            for atom in atoms(cond):
-                if atom.kind == "nondet":
-                    return atom.why
-        for event in path.events:
-            for term in _terms(event):
-                for atom in atoms(term):
-                    if atom.kind == "nondet":
-                        return atom.why
-    return ""
-
-
 def _pairs(paths: list[Path]) -> Iterator[tuple[Path, Path]]:
     # A path that ends in an uncaught `raise` crashes its rank while the others wait in the
     # collectives it skipped: torchrun and mp.spawn tear such a job down, srun and most schedulers
     # leave it hanging until the collective times out. A raise on ranks the code names
     # (`if rank == 1: raise`) is compared; a consistency check between two values
     # (`if rank != group.rank(): raise`) is how code says "cannot happen" and is not.
-    paths = [p for p in paths if p.exit is None or p.exit.kind != "raise" or _raises_on_named_ranks(p)]
+    paths = [p for p in paths if _compared(p)]
     for i, a in enumerate(paths):
         for b in paths[i:]:
             yield a, b
 
 
-def _raises_on_named_ranks(path: Path) -> bool:
-    """The raise's own guard (the path's last condition) compares a rank with literal ranks; a
-    raise guarded by a data check (`if not os.path.exists(p): raise`) inside a rank-0 block is an
-    error report, not a choice of ranks."""
-    return bool(path.conds) and _names_ranks(path.conds[-1])
-
-
-def _names_ranks(cond: Expr) -> bool:
-    if isinstance(cond, Not):
-        return _names_ranks(cond.operand)
-    if isinstance(cond, BoolOp):
-        return any(_names_ranks(value) for value in cond.values)
-    if isinstance(cond, Compare) and cond.op in ("==", "!="):
-        sides = (cond.left, cond.right)
-        literal = any(isinstance(side, Const) and type(side.value) is int for side in sides)
-        return literal and any(is_rank_dependent(side) for side in sides)
-    if isinstance(cond, Member):
-        literal = all(isinstance(option, Const) for option in cond.options)
-        return literal and is_rank_dependent(cond.item)
-    return False
+def _compared(path: Path) -> bool:
+    return path.exit is None or path.exit.kind != "raise" or raises_on_named_ranks(path)
 
 
 def solve_region(
@@ -572,14 +226,21 @@ def solve_region(
     world_size: int | None,
     timeout_ms: int,
     stats: SolveStats,
+    wanted: frozenset[DivergenceKind] = frozenset(DivergenceKind),
     max_findings: int = 8,
     group_facts: GroupFacts = NO_GROUP_FACTS,
 ) -> list[Divergence]:
+    """Divergences between two ranks of `region`, at most `max_findings`. Point-to-point deadlocks
+    are searched only when `wanted` holds their kind (no other kind depends on that search)."""
     if not region.paths or _region_is_uniform(region):
+        live = sum(
+            1 for p in region.paths if p.exit is None or p.exit.kind != "raise" or raises_on_named_ranks(p)
+        )
+        stats.settled += live * (live + 1) // 2  # every rank takes the same path (as `_pairs` pairs them)
         return []
     solver = RegionSolver(region, world_size, timeout_ms, stats, group_facts)
     found: list[Divergence] = []
-    seen: set[tuple[str, int, int]] = set()
+    seen: set[tuple[DivergenceKind, int, int]] = set()
     # Two ranks that issue the same collectives but one of them on the default group: that pair is
     # reported once, as the group mismatch, not again as a collective missing from each channel.
     grouped: set[tuple[int, int]] = set()
@@ -600,11 +261,17 @@ def solve_region(
                 if len(found) >= max_findings:
                     return found
     for channel in _channels(region.paths):
+        if channel == "p2p" and DivergenceKind.P2P not in wanted:
+            continue
         membership = _group_of(channel, region.paths) if channel.startswith("group:") else None
         for a, b in _pairs(region.paths):
             if (id(a), id(b)) in grouped:
                 continue
-            for divergence in _compare(solver, region, channel, membership, a, b):
+            asked = stats.queries
+            divergences = _compare(solver, region, channel, membership, a, b)
+            if stats.queries == asked:
+                stats.settled += 1
+            for divergence in divergences:
                 first = divergence.event_a or divergence.event_b
                 key = (
                     divergence.kind,
@@ -634,14 +301,15 @@ def _compare(
                 break
             side, loop = _loop_at(seq_a, seq_b, index)
             if loop is None:
-                return _structural(solver, region, channel, membership, a, b, seq_a, seq_b, index)
+                return _structural(PairQuery(solver, region, channel, membership, a, b, seq_a, seq_b), index)
 
             def runs(tr: Z3Translator, loop: LoopEvent = loop, side: str = side) -> Any:
                 return tr.z3.And(tr.as_int(loop.trip, side) >= 1, _communicates(tr, loop, side))
 
-            found = _structural(solver, region, channel, membership, a, b, seq_a, seq_b, index, runs)
-            if found:
-                return found
+            query = PairQuery(solver, region, channel, membership, a, b, seq_a, seq_b)
+            divergences = _structural(query, index, runs)
+            if divergences:
+                return divergences
             # That loop issues nothing for these ranks: compare what remains without it.
             if side == "a":
                 seq_a = seq_a[:index] + seq_a[index + 1 :]
@@ -652,25 +320,12 @@ def _compare(
         if _first_structural_difference(seq_a, seq_b) is not None:
             return []
         if region.kind == "loop" and _leaves(a) != _leaves(b) and any(p.events for p in region.paths):
-            return _found(
-                solver,
-                region,
-                channel,
-                membership,
-                a,
-                b,
-                seq_a,
-                seq_b,
-                "loop_exit",
-                len(seq_a),
-                None,
-                (a if _leaves(a) else b).exit,
-            )
+            query = PairQuery(solver, region, channel, membership, a, b, seq_a, seq_b)
+            return found(query, DivergenceKind.LOOP_EXIT, len(seq_a), None, (a if _leaves(a) else b).exit)
         swapped = _operand_permutation(seq_a, seq_b)
         if swapped is not None:
-            return _found(
-                solver, region, channel, membership, a, b, seq_a, seq_b, "swap", swapped, None, None
-            )
+            query = PairQuery(solver, region, channel, membership, a, b, seq_a, seq_b)
+            return found(query, DivergenceKind.SWAP, swapped)
     pairs = _term_pairs(seq_a, seq_b)
     if not pairs:
         return []
@@ -678,14 +333,14 @@ def _compare(
     for kind, index, x, y in pairs:
         if not (is_rank_dependent(x) or is_rank_dependent(y) or not same_path):
             continue
-        if kind == "root" and _own_rank_root_behind_opaque_guard(x, y, a, b):
-            continue
-        if kind == "root" and _computed_root_of_unknown_group(x, y, membership):
+        if kind is DivergenceKind.ROOT and unreported_root(x, y, a, b, membership):
             continue
 
-        def extra(tr: Z3Translator, x: Expr = x, y: Expr = y, index: int = index, kind: str = kind) -> Any:
+        def extra(
+            tr: Z3Translator, x: Expr = x, y: Expr = y, index: int = index, kind: DivergenceKind = kind
+        ) -> Any:
             differs = _differs(tr, x, y)
-            if kind != "trip":
+            if kind is not DivergenceKind.TRIP:
                 return differs
             loop_a, loop_b = seq_a[index], seq_b[index]
             assert isinstance(loop_a, LoopEvent) and isinstance(loop_b, LoopEvent)
@@ -693,9 +348,8 @@ def _compare(
                 differs, tr.z3.Or(_communicates(tr, loop_a, "a"), _communicates(tr, loop_b, "b"))
             )
 
-        results.extend(
-            _found(solver, region, channel, membership, a, b, seq_a, seq_b, kind, index, extra, None)
-        )
+        query = PairQuery(solver, region, channel, membership, a, b, seq_a, seq_b)
+        results.extend(found(query, kind, index, extra))
         if results:
             break
     return results
@@ -786,22 +440,6 @@ def _owner_candidates(paths: list[Path], var: Expr) -> list[Expr]:
 # ----------------------------------------------------------------------------- group mismatch
 
 
-def _group_term(event: CommEvent) -> Expr:
-    if event.group_term is not None:
-        return event.group_term
-    return Const(None) if event.group is None else event.group
-
-
-def _group_leaves(term: Expr) -> list[Expr]:
-    if isinstance(term, IfExp):
-        return _group_leaves(term.then) + _group_leaves(term.orelse)
-    return [term]
-
-
-def _is_world(term: Expr) -> bool:
-    return isinstance(term, Const) and term.value is None
-
-
 def _known_subgroup(term: Expr) -> bool:
     """A group made by a creation call of the analysed code whose members are known. A group of
     unknown origin (a parameter, `self.group`) may well be the default group: never one of these."""
@@ -826,9 +464,9 @@ def _strict_subgroup(tr: Z3Translator, group: GroupVal, side: str) -> Any:
 
 def _world_against_subgroup(tr: Z3Translator, x: Expr, y: Expr, side_x: str, side_y: str) -> Any:
     z3 = tr.z3
-    if not any(_is_world(leaf) for leaf in _group_leaves(x)):
+    if not any(is_world(leaf) for leaf in group_leaves(x)):
         return z3.BoolVal(False)
-    subgroups = [leaf for leaf in dict.fromkeys(_group_leaves(y)) if _known_subgroup(leaf)]
+    subgroups = [leaf for leaf in dict.fromkeys(group_leaves(y)) if _known_subgroup(leaf)]
     if not subgroups:
         return z3.BoolVal(False)
     on_world = tr.as_int(x, side_x) == tr.as_int(Const(None), side_x)
@@ -842,8 +480,8 @@ def _world_against_subgroup(tr: Z3Translator, x: Expr, y: Expr, side_x: str, sid
 
 
 def _may_mismatch(x: Expr, y: Expr) -> bool:
-    return any(_is_world(leaf) for leaf in _group_leaves(x)) and any(
-        _known_subgroup(leaf) for leaf in _group_leaves(y)
+    return any(is_world(leaf) for leaf in group_leaves(x)) and any(
+        _known_subgroup(leaf) for leaf in group_leaves(y)
     )
 
 
@@ -863,7 +501,7 @@ def _compare_groups(solver: RegionSolver, region: Region, a: Path, b: Path) -> l
             continue
         if x.group_term is None and y.group_term is None and (a is b or x.group == y.group):
             continue  # the same group on both ranks
-        gx, gy = _group_term(x), _group_term(y)
+        gx, gy = group_term(x), group_term(y)
         if not (_may_mismatch(gx, gy) or _may_mismatch(gy, gx)):
             continue
 
@@ -872,9 +510,10 @@ def _compare_groups(solver: RegionSolver, region: Region, a: Path, b: Path) -> l
                 _world_against_subgroup(tr, gx, gy, "a", "b"), _world_against_subgroup(tr, gy, gx, "b", "a")
             )
 
-        found = _found(solver, region, "group", None, a, b, seq_a, seq_b, "group", index, extra, None)
-        if found:
-            return found
+        query = PairQuery(solver, region, "group", None, a, b, seq_a, seq_b)
+        divergences = found(query, DivergenceKind.GROUP, index, extra)
+        if divergences:
+            return divergences
     return []
 
 
@@ -888,118 +527,14 @@ def _loop_at(
     return "", None
 
 
-def _structural(
-    solver: RegionSolver,
-    region: Region,
-    channel: str,
-    membership: GroupVal | None,
-    a: Path,
-    b: Path,
-    seq_a: tuple[Element, ...],
-    seq_b: tuple[Element, ...],
-    index: int,
-    extra: Any = None,
-) -> list[Divergence]:
+def _structural(query: PairQuery, index: int, extra: Any = None) -> list[Divergence]:
+    a, b, seq_a, seq_b, region = query.a, query.b, query.seq_a, query.seq_b, query.region
     exit_ = None
     if index >= len(seq_a):
         exit_ = _exit_responsible(a, b, seq_b[index], region)
     elif index >= len(seq_b):
         exit_ = _exit_responsible(b, a, seq_a[index], region)
-    return _found(solver, region, channel, membership, a, b, seq_a, seq_b, "sequence", index, extra, exit_)
-
-
-def _found(
-    solver: RegionSolver,
-    region: Region,
-    channel: str,
-    membership: GroupVal | None,
-    a: Path,
-    b: Path,
-    seq_a: tuple[Element, ...],
-    seq_b: tuple[Element, ...],
-    kind: str,
-    index: int,
-    extra: Any,
-    exit_: Exit | None,
-) -> list[Divergence]:
-    verdict, model, solved = solver.satisfiable(a, b, membership, extra)
-    if verdict != "sat" or model is None or solved is None:
-        return []
-    tr, raw = solved
-
-    def value_of(term: Expr, side: str) -> str:
-        return _pretty(str(raw.eval(tr.value(term, side), model_completion=True)), solver)
-
-    nondet_only = False
-    why = _nondet_why(a, b)
-    if why:
-        shared_verdict, _, _ = solver.satisfiable(a, b, membership, extra, share_nondet=True)
-        nondet_only = shared_verdict == "unsat"
-    values: list[tuple[str, str]] = []
-    if kind == "trip":
-        x, y = seq_a[index], seq_b[index]
-        assert isinstance(x, LoopEvent) and isinstance(y, LoopEvent)
-        values.append((f"trips on rank {model.rank_a}", value_of(x.trip, "a")))
-        values.append((f"trips on rank {model.rank_b}", value_of(y.trip, "b")))
-    elif kind == "group":
-        x, y = seq_a[index], seq_b[index]
-        assert isinstance(x, CommEvent) and isinstance(y, CommEvent)
-        values.append((f"group on rank {model.rank_a}", _group_label(_group_term(x), "a", raw, tr)))
-        values.append((f"group on rank {model.rank_b}", _group_label(_group_term(y), "b", raw, tr)))
-    elif kind in ("root", "reduce_op"):
-        x, y = seq_a[index], seq_b[index]
-        assert isinstance(x, CommEvent) and isinstance(y, CommEvent)
-        term_x, term_y = (x.root, y.root) if kind == "root" else (x.reduce_op, y.reduce_op)
-        assert term_x is not None and term_y is not None
-        values.append((f"{kind} on rank {model.rank_a}", value_of(term_x, "a")))
-        values.append((f"{kind} on rank {model.rank_b}", value_of(term_y, "b")))
-    model = Model(model.world, model.rank_a, model.rank_b, tuple(values))
-    return [
-        Divergence(
-            kind=kind,
-            region=region,
-            path_a=a,
-            path_b=b,
-            channel=channel,
-            index=index,
-            event_a=seq_a[index] if index < len(seq_a) else None,
-            event_b=seq_b[index] if index < len(seq_b) else None,
-            model=model,
-            sequence_a=seq_a,
-            sequence_b=seq_b,
-            exit=exit_,
-            nondet_only=nondet_only,
-            nondet_why=why,
-        )
-    ]
-
-
-def _group_label(term: Expr, side: str, raw: Any, tr: Z3Translator) -> str:
-    """Which group the rank uses in the model, in words."""
-    chosen = raw.eval(tr.as_int(term, side), model_completion=True)
-    for leaf in _group_leaves(term):
-        if str(raw.eval(tr.as_int(leaf, side), model_completion=True)) != str(chosen):
-            continue
-        if _is_world(leaf):
-            return "the default (world) group"
-        if isinstance(leaf, GroupVal) and leaf.created and "@" in leaf.key:
-            op, place = leaf.key.split("@", 1)
-            file, line = place.rsplit(":", 2)[:2]
-            return f"the {op} group of {FsPath(file).name}:{line}"
-        if isinstance(leaf, GroupVal):
-            return f"group `{leaf.key}`"
-    return "another group"
-
-
-def _pretty(value: str, solver: RegionSolver) -> str:
-    try:
-        number = int(value)
-    except ValueError:
-        return value
-    for text, code in solver.strings.items():
-        if code == number:
-            return "None" if text == "\0none" else text
-    return value
+    return found(query, DivergenceKind.SEQUENCE, index, extra, exit_)
 
 
 # ----------------------------------------------------------------------------- point-to-point
@@ -1030,5 +565,5 @@ def _compare_p2p(solver: RegionSolver, region: Region, a: Path, b: Path) -> list
 
             verdict, model, _ = solver.satisfiable(a, b, None, extra)
             if verdict == "sat" and model is not None:
-                return [Divergence("p2p", region, a, b, "p2p", i, x, y, model, seq_a, seq_b)]
+                return [Divergence(DivergenceKind.P2P, region, a, b, "p2p", i, x, y, model, seq_a, seq_b)]
     return []

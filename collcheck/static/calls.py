@@ -1,0 +1,349 @@
+"""The call resolver: what a call is, from the catalog, the module model and known types.
+
+In: an `ast.Call`, the `Frame` it is made in and (where types matter) the path's `State`.
+Out: one of `CallKind` (`resolve`) — a catalogued collective (with its `OpSpec`), a helper of the
+run to inline (function, class, bound `self`), an exit of the process, a call that hands a
+communicating function to unknown code (a callback), or unknown code — and the facts the
+interpreter needs about helpers: does a function communicate, may its return value depend on
+the rank, does a decorator run it on some ranks only.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from enum import Enum
+
+from collcheck.catalog import OpSpec
+from collcheck.static.group_values import type_of
+from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
+from collcheck.static.names import dotted, qualified_name
+from collcheck.static.program import (
+    CommEvent,
+)
+from collcheck.static.state import Frame, State
+from collcheck.static.symbolic import (
+    Atom,
+    Expr,
+)
+from collcheck.static.values import ValueEvaluator, value_from_spec, where_of
+
+EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})
+
+
+CALLBACK_OP = "callback"
+
+
+class CallKind(Enum):
+    COLLECTIVE = "collective"  # a catalogued collective, point-to-point op or group creation
+    HELPER = "helper"  # a function of the run, inlined at the call
+    EXIT = "exit"  # the process ends (`sys.exit`)
+    CALLBACK = "callback"  # unknown code handed a function that communicates
+    UNKNOWN = "unknown"  # anything else: only its value matters
+
+
+# A helper to inline: the function, the class it is looked up in, and whether `self` is bound.
+Target = tuple[FunctionNode, str | None, bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    kind: CallKind
+    spec: OpSpec | None = None  # COLLECTIVE
+    target: Target | None = None  # HELPER
+
+
+class CallResolver(ValueEvaluator):
+    """Resolves the calls of one module; caches what it learns about its functions."""
+
+    def __init__(self, module: ModuleInfo) -> None:
+        super().__init__(module)
+        self.nested: dict[str, FunctionNode] = {}  # functions defined inside the one being executed
+        self.remote_modules: dict[FunctionNode, ModuleInfo] = {}  # helpers of other files: their module
+        self._callback_communicates: dict[FunctionNode, bool] = {}
+        self._returns: dict[FunctionNode, bool] = {}
+        self._owners: dict[FunctionNode, str] | None = None
+
+    def resolve(self, call: ast.Call, frame: Frame, state: State | None = None) -> Resolution:
+        """What `call` is; asked in this order, the first answer wins."""
+        if self.exit_call(call):
+            return Resolution(CallKind.EXIT)
+        spec = self.op_spec(call, state, frame.class_name)
+        if spec is not None:
+            return Resolution(CallKind.COLLECTIVE, spec=spec)
+        target = self.local_target(call, frame)
+        if target is not None:
+            return Resolution(CallKind.HELPER, target=target)
+        if self.passes_communicating_callback(call, frame):
+            return Resolution(CallKind.CALLBACK)
+        return Resolution(CallKind.UNKNOWN)
+
+    def has_effect(self, call: ast.Call, frame: Frame, state: State | None = None) -> bool:
+        """The interpreter must run `call` (it may communicate or exit), not only evaluate it: the
+        same answer as `resolve(...).kind is not CallKind.UNKNOWN`, without building a Resolution
+        (this is asked for every call of every expression evaluated)."""
+        if self.op_spec(call, state, frame.class_name) is not None:
+            return True
+        if self.exit_call(call):
+            return True
+        if qualified_name(call.func, self.local_imports) in self.catalog.types_in_place:
+            return True  # `fully_shard(model)` changes what `model` is
+        target = self.local_target(call, frame)
+        return target is not None or self.passes_communicating_callback(call, frame)
+
+    def exit_call(self, call: ast.Call) -> bool:
+        name = qualified_name(call.func, self.local_imports)
+        if name is None and isinstance(call.func, ast.Name):
+            name = call.func.id
+        return name in EXIT_CALLS
+
+    def passes_communicating_callback(self, call: ast.Call, frame: Frame) -> bool:
+        """`study.optimize(objective)`, `pool.submit(sync)`: unknown code receives a function that
+        communicates and may call it any number of times."""
+        for argument in [*call.args, *(keyword.value for keyword in call.keywords)]:
+            function: FunctionNode | None = None
+            if isinstance(argument, ast.Name):
+                function = self.nested.get(argument.id) or self.module.functions.get(argument.id)
+            elif (
+                isinstance(argument, ast.Attribute)
+                and isinstance(argument.value, ast.Name)
+                and argument.value.id in ("self", "cls")
+                and frame.class_name
+            ):
+                function = self._find_method(frame.class_name, argument.attr)
+            if function is not None and self._communicates(function):
+                return True
+        return False
+
+    def _communicates(self, function: FunctionNode) -> bool:
+        known = self._callback_communicates.get(function)
+        if known is None:
+            known = function in self.module.communicating or self.body_communicates(function)
+            self._callback_communicates[function] = known
+        return known
+
+    def op_spec(self, call: ast.Call, state: State | None, class_name: str | None = None) -> OpSpec | None:
+        name = qualified_name(call.func, self.local_imports)
+        if name is not None and name in self.catalog.functions:
+            return self.catalog.functions[name]
+        inherited_method = self._inherited_framework_method(call, class_name)
+        if inherited_method is not None:
+            return inherited_method
+        if isinstance(call.func, (ast.Name, ast.Attribute)):
+            # `model(x)` on a wrapped module: the object itself is the receiver of `__call__`.
+            for method in self.catalog.method_specs("__call__"):
+                if self._receiver_matches(call.func, method.receivers, state):
+                    return method.spec
+        if isinstance(call.func, ast.Attribute):
+            for method in self.catalog.method_specs(call.func.attr):
+                if method.any_receiver or self._receiver_matches(call.func.value, method.receivers, state):
+                    return method.spec
+        return None
+
+    def _inherited_framework_method(self, call: ast.Call, class_name: str | None) -> OpSpec | None:
+        """`self.all_gather(x)` in a subclass of a catalogued class (a LightningModule): the method
+        it inherits, unless the class (or a base of this module) defines its own."""
+        func = call.func
+        if not (
+            class_name
+            and isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+        ):
+            return None
+        if self._find_method(class_name, func.attr) is not None:
+            return None
+        types = self._framework_bases(class_name)
+        for method in self.catalog.method_specs(func.attr):
+            if not method.any_receiver and types & set(method.receivers):
+                return method.spec
+        return None
+
+    def _framework_bases(self, class_name: str, depth: int = 0) -> set[str]:
+        """The catalogued types a class of this module derives from (directly or through its bases)."""
+        info = self.module.classes.get(class_name)
+        if info is None or depth > 8:
+            return set()
+        found: set[str] = set()
+        for base in info.node.bases:
+            name = qualified_name(base, self.module.imports)
+            if name is not None:
+                found.add(self.catalog.types.get(name) or name)
+            if isinstance(base, ast.Name) and base.id in self.module.classes:
+                found |= self._framework_bases(base.id, depth + 1)
+        return found
+
+    def type_in_place(self, call: ast.Call, state: State) -> None:
+        """`fully_shard(model)`: from here on `model` is the wrapped type."""
+        name = qualified_name(call.func, self.local_imports)
+        if name is None or name not in self.catalog.types_in_place or not call.args:
+            return
+        target = call.args[0]
+        if isinstance(target, (ast.Name, ast.Attribute)) and dotted(target):
+            type_name = self.catalog.types_in_place[name] or name
+            self.bind(target, Atom(f"type:{type_name}@{where_of(call)}", "shared"), state)
+
+    def passes_typed_object(self, call: ast.Call, state: State) -> bool:
+        """The call hands a helper an object whose methods communicate (a wrapped model, an
+        engine): the helper may communicate through it even if its own text names nothing."""
+        receivers = {receiver for method in self.catalog.methods for receiver in method.receivers}
+        for argument in [*call.args, *(keyword.value for keyword in call.keywords)]:
+            if isinstance(argument, (ast.Name, ast.Attribute)):
+                type_name = self._type_of(argument, state)
+                if type_name is not None and type_name in receivers:
+                    return True
+        return False
+
+    def _receiver_matches(self, receiver: ast.expr, types: tuple[str, ...], state: State | None) -> bool:
+        if not types:
+            return False
+        type_name = self._type_of(receiver, state)
+        return type_name is not None and type_name in types
+
+    def _type_of(self, node: ast.expr, state: State | None) -> str | None:
+        return type_of(self, node, state)
+
+    def local_target(self, call: ast.Call, frame: Frame) -> tuple[FunctionNode, str | None, bool] | None:
+        func = call.func
+        module = self.module
+        if isinstance(func, ast.Name):
+            if func.id in self.nested:
+                return self.nested[func.id], frame.class_name, False
+            if func.id in module.functions and self.local_imports.lookup(func.id) is None:
+                return module.functions[func.id], None, False
+            return self._remote_target(func)
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and self.local_imports.lookup(func.value.id)
+        ):
+            return self._remote_target(func)
+        if not isinstance(func, ast.Attribute):
+            return None
+        receiver = func.value
+        class_name: str | None = None
+        if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
+            class_name = frame.class_name
+        elif (
+            isinstance(receiver, ast.Call)
+            and isinstance(receiver.func, ast.Name)
+            and receiver.func.id == "super"
+            and frame.class_name
+        ):
+            info = module.classes.get(frame.class_name)
+            for base in info.bases if info else []:
+                method = self._find_method(base, func.attr)
+                if method is not None:
+                    return method, base, True
+            return None
+        elif isinstance(receiver, ast.Name) and receiver.id in module.classes:
+            method = self._find_method(receiver.id, func.attr)
+            return (method, receiver.id, False) if method is not None else None
+        if class_name is None:
+            return None
+        method = self._find_method(class_name, func.attr)
+        return (method, class_name, True) if method is not None else None
+
+    def _remote_target(self, func: ast.expr) -> tuple[FunctionNode, str | None, bool] | None:
+        if self.module.project is None:
+            return None
+        name = qualified_name(func, self.local_imports)
+        if name is None or not self.module.project.may_follow(name.rsplit(".", 1)[-1]):
+            return None
+        found = remote_function(self.module, name, communicating_only=False)
+        if found is None:
+            return None
+        other, function = found
+        self.remote_modules[function] = other
+        return function, None, False
+
+    def _find_method(self, class_name: str, name: str) -> FunctionNode | None:
+        found: FunctionNode | None = inherited(self.module, class_name, name, lambda info: info.methods)
+        return found
+
+    def owner_class(self, function: FunctionNode, default: str | None) -> str | None:
+        if self._owners is None:
+            self._owners = {
+                m: name for name, info in self.module.classes.items() for m in info.methods.values()
+            }
+        return self._owners.get(function, default)
+
+    def _helper_for(self, call: ast.Call, owner: ModuleInfo) -> tuple[ModuleInfo, FunctionNode] | None:
+        """A function of the run that `call` (written in `owner`) reaches by its plain name."""
+        if isinstance(call.func, ast.Name) and call.func.id in owner.functions:
+            return owner, owner.functions[call.func.id]
+        if owner.project is None:
+            return None
+        name = qualified_name(call.func, owner.imports)
+        if name is None:
+            return None
+        return remote_function(owner, name, communicating_only=False)
+
+    def body_communicates(self, function: FunctionNode) -> bool:
+        names = {f.name for f in self.module.communicating}
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call):
+                if self.op_spec(node, None) is not None:
+                    return True
+                if isinstance(node.func, ast.Name) and node.func.id in names:
+                    return True
+        return False
+
+    def returns_matter(self, function: FunctionNode, owner: ModuleInfo | None = None, depth: int = 0) -> bool:
+        """Inline a quiet helper only if what it returns may depend on the rank (directly, or
+        through another helper of the run that does)."""
+        owner = owner or self.module
+        if depth == 0 and function in self._returns:
+            return self._returns[function]
+        result = self._returns_matter_uncached(function, owner, depth)
+        if depth == 0:
+            self._returns[function] = result
+        return result
+
+    def _returns_matter_uncached(self, function: FunctionNode, owner: ModuleInfo, depth: int) -> bool:
+        imports = owner.imports
+        for node in ast.walk(function):
+            if isinstance(node, ast.Return) and node.value is not None and depth < 3:
+                for call in (n for n in ast.walk(node.value) if isinstance(n, ast.Call)):
+                    helper = self._helper_for(call, owner)
+                    nested = helper is not None and helper[1] is not function
+                    if nested and self.returns_matter(helper[1], helper[0], depth + 1):  # type: ignore[index]
+                        return True
+            if isinstance(node, ast.Call):
+                name = qualified_name(node.func, imports)
+                if name in self.catalog.rank_functions:
+                    return True
+                if isinstance(node.func, ast.Attribute) and node.func.attr in self.catalog.rank_methods:
+                    return True
+            if isinstance(node, ast.Attribute) and node.attr in self.catalog.rank_attributes:
+                return True
+            if isinstance(node, ast.Constant) and node.value in self.catalog.rank_env:
+                return True
+        return any(arg.arg in self.catalog.rank_parameters for arg in function.args.args)
+
+    def decorator_condition(self, function: FunctionNode, owner: ModuleInfo) -> Expr | None:
+        for decorator in function.decorator_list:
+            target = decorator.func if isinstance(decorator, ast.Call) else decorator
+            name = qualified_name(target, owner.imports)
+            if name is None and isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                bound = owner.globals.get(target.value.id)  # `@accelerator.on_main_process`
+                if isinstance(bound, Atom) and bound.name.startswith("type:"):
+                    name = bound.name[5:].split("@", 1)[0] + "." + target.attr
+            if name is not None and name in self.catalog.rank_decorators:
+                return value_from_spec(self.catalog.rank_decorators[name], f"decorator@{where_of(decorator)}")
+        return None
+
+
+def callback_event(call: ast.Call, path: str, frame: Frame) -> CommEvent:
+    """A call into unknown code with a communicating callback: what it issues, and how often,
+    is unknown (an `opaque` event; divergences at or after it are not reported)."""
+    return CommEvent(
+        op=CALLBACK_OP,
+        kind="opaque",
+        path=path,
+        line=call.lineno,
+        column=call.col_offset,
+        end_line=call.end_lineno or call.lineno,
+        end_column=call.end_col_offset or call.col_offset,
+        chain=frame.chain,
+    )

@@ -1,0 +1,241 @@
+"""Collective events and group reasoning: a resolved collective call to a `CommEvent`.
+
+In: a call the resolver matched to a catalog `OpSpec`, the path's `State` and `Frame`. Out: the
+`CommEvent` appended to the path (its group as a `GroupVal` with a membership predicate and, for
+`new_subgroups`, a color; root, reduce op, peer, the ranks of a group creation) and the call's
+value (a new group for `new_group`/`new_subgroups`, an opaque result otherwise).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from collcheck.catalog import OpSpec
+from collcheck.static import groups
+from collcheck.static.calls import CallResolver
+from collcheck.static.group_values import group_value
+from collcheck.static.model import ModuleInfo
+from collcheck.static.names import qualified_name
+from collcheck.static.program import (
+    CommEvent,
+)
+from collcheck.static.state import Frame, State
+from collcheck.static.symbolic import (
+    MEMBER,
+    RANK,
+    TRUE,
+    WORLD,
+    Atom,
+    BinOp,
+    Compare,
+    Const,
+    Expr,
+    GroupVal,
+    IfExp,
+    InRange,
+    Member,
+    TupleVal,
+    conjoin,
+    is_rank_dependent,
+)
+from collcheck.static.values import source_text, where_of
+
+
+class CollectiveEvents(CallResolver):
+    """Turns catalogued collective calls into events; `record_events` off models values only."""
+
+    def __init__(self, module: ModuleInfo) -> None:
+        super().__init__(module)
+        self.record_events = True
+
+    def communicate(
+        self, call: ast.Call, spec: OpSpec, state: State, frame: Frame, known: dict[int, Expr]
+    ) -> tuple[State, Expr]:
+        args = _map_arguments(call, spec)
+
+        def value(param: str | None) -> Expr | None:
+            if param is None or param not in args:
+                return None
+            return self.pure(args[param], state, frame, known)
+
+        group_node = args.get(spec.group) if spec.group else None
+        group = self._group(group_node, state, frame, known)
+        group_term = None
+        if group is not None and group.per_rank and group.members is None and group_node is not None:
+            chosen = self.pure(group_node, state, frame, known)
+            group_term = chosen if _group_choice(chosen) else None
+        if group is None and spec.default_group is not None and spec.default_group != "world":
+            group = groups.unknown_group(spec.default_group)
+        if group is None and group_node is None and spec.group is None and self._is_method_call(call):
+            assert isinstance(call.func, ast.Attribute)
+            receiver = self.pure(call.func.value, state, frame, known)
+            if isinstance(receiver, GroupVal):  # a coordinator object that is its own group
+                group = receiver
+        reduce_op = value(spec.reduce_op)
+        if spec.reduce_op is not None:
+            reduce_op = _normalise_reduce_op(reduce_op)
+        root = value(spec.root)
+        if root is None and spec.group_root is not None:
+            root = value(spec.group_root)
+        event = CommEvent(
+            op=spec.op,
+            kind=spec.kind,
+            path=self.module.path,
+            line=call.lineno,
+            column=call.col_offset,
+            end_line=call.end_lineno or call.lineno,
+            end_column=call.end_col_offset or call.col_offset,
+            chain=frame.chain,
+            group=group,
+            root=root,
+            reduce_op=reduce_op,
+            peer=value(spec.peer),
+            ranks_arg=value(spec.ranks),
+            operands=tuple(source_text(args[name]) for name in spec.operands if name in args),
+            group_term=group_term,
+        )
+        if self.record_events and spec.kind != "p2p_nonblocking":
+            state.events = (*state.events, event)
+        for name in spec.uniform_after:
+            if name in args:
+                target = args[name]
+                fresh = Atom(f"uniform:{source_text(target)}@{where_of(call)}", "shared")
+                if isinstance(target, (ast.Name, ast.Attribute)):
+                    self.bind(target, fresh, state)
+        return state, self._op_result(call, spec, args, state, frame, known)
+
+    def _is_method_call(self, call: ast.Call) -> bool:
+        if not isinstance(call.func, ast.Attribute):
+            return False
+        name = qualified_name(call.func, self.local_imports)
+        return name is None or name not in self.catalog.functions
+
+    def _op_result(
+        self,
+        call: ast.Call,
+        spec: OpSpec,
+        args: dict[str, ast.expr],
+        state: State,
+        frame: Frame,
+        known: dict[int, Expr],
+    ) -> Expr:
+        if spec.kind != "group_create":
+            return Atom(f"result:{spec.op}@{where_of(call)}", "shared")
+        ranks_node = args.get(spec.ranks) if spec.ranks else None
+        key = f"{spec.op}@{self.module.path}:{where_of(call)}"
+        if spec.op.startswith("new_subgroups"):
+            current = self._current_subgroup(spec.op, key, args, state, frame, known)
+            return TupleVal((current, Atom(f"subgroups@{where_of(call)}", "shared")))
+        if spec.op != "new_group":
+            return GroupVal(key, None, per_rank=False, created=True)
+        ranks_value = self.pure(ranks_node, state, frame, known) if ranks_node is not None else None
+        per_rank = ranks_value is not None and is_rank_dependent(ranks_value)
+        members = None if ranks_node is None else self._membership(ranks_node, state, frame, known)
+        if ranks_node is None:
+            members = TRUE  # new_group() with no ranks is the whole world
+        return GroupVal(key, members, per_rank=per_rank, created=True)
+
+    def _current_subgroup(
+        self, op: str, key: str, args: dict[str, ast.expr], state: State, frame: Frame, known: dict[int, Expr]
+    ) -> GroupVal:
+        """The first result of `new_subgroups`/`new_subgroups_by_enumeration`: the one subgroup of the
+        partition that holds this rank. Two ranks share it exactly when their colors are equal."""
+        unknown = GroupVal(key, None, per_rank=True, created=True)
+        if op == "new_subgroups":
+            parent = args.get("group")
+            if parent is not None and not (isinstance(parent, ast.Constant) and parent.value is None):
+                return unknown  # subgroups of another group: ranks are numbered within it
+            size_node = args.get("group_size")
+            # Without a size, torch uses the number of devices per host: unknown, the same everywhere.
+            size = (
+                self.pure(size_node, state, frame, known)
+                if size_node is not None
+                else Atom(f"group_size@{key}", "shared", lower=1)
+            )
+            positive = not isinstance(size, Const) or (isinstance(size.value, int) and size.value > 0)
+            if is_rank_dependent(size) or not positive:
+                return unknown
+            # torch raises unless the world size is a multiple of group_size; then every rank has one.
+            whole = Compare("==", BinOp("%", WORLD, size), Const(0))
+            return GroupVal(key, whole, color=BinOp("//", RANK, size), created=True)
+        listed = args.get("ranks_per_subgroup_list")
+        value = self.pure(listed, state, frame, known) if listed is not None else None
+        if not isinstance(value, TupleVal) or not all(
+            isinstance(part, TupleVal)
+            and all(isinstance(r, Const) and type(r.value) is int for r in part.items)
+            for part in value.items
+        ):
+            return unknown
+        color: Expr = Const(-1)  # a rank in no subgroup gets None (the world): compared nowhere here
+        members: list[Expr] = []
+        for index in reversed(range(len(value.items))):
+            part = value.items[index]
+            assert isinstance(part, TupleVal)
+            color = IfExp(Member(RANK, part.items), Const(index), color)
+            members.extend(part.items)
+        return GroupVal(key, Member(MEMBER, tuple(members)), color=color, created=True)
+
+    def _membership(self, node: ast.expr, state: State, frame: Frame, known: dict[int, Expr]) -> Expr | None:
+        """A predicate over MEMBER, for literal lists, ranges and comprehensions over ranges."""
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            return Member(MEMBER, tuple(self.pure(e, state, frame, known) for e in node.elts))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in ("list", "tuple", "sorted", "set") and len(node.args) == 1:
+                return self._membership(node.args[0], state, frame, known)
+            if node.func.id == "range" and 1 <= len(node.args) <= 3:
+                values = [self.pure(a, state, frame, known) for a in node.args]
+                start, stop = (Const(0), values[0]) if len(values) == 1 else (values[0], values[1])
+                step = values[2] if len(values) == 3 else Const(1)
+                if isinstance(step, Const) and isinstance(step.value, int) and step.value > 0:
+                    return InRange(MEMBER, start, stop, step.value)
+            return None
+        if isinstance(node, ast.ListComp) and len(node.generators) == 1:
+            gen = node.generators[0]
+            if not (isinstance(node.elt, ast.Name) and isinstance(gen.target, ast.Name)):
+                return None
+            if node.elt.id != gen.target.id:
+                return None
+            domain = self._membership(gen.iter, state, frame, known)
+            if domain is None:
+                return None
+            scoped = State(dict(state.env))
+            scoped.env[gen.target.id] = MEMBER
+            conditions = [self.pure(test, scoped, frame, known) for test in gen.ifs]
+            return conjoin((domain, *conditions))
+        value = self.pure(node, state, frame, known)
+        if isinstance(value, TupleVal):
+            return Member(MEMBER, value.items)
+        return None
+
+    def _group(
+        self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr]
+    ) -> GroupVal | None:
+        return group_value(self, node, state, frame, known)
+
+
+def _map_arguments(call: ast.Call, spec: OpSpec) -> dict[str, ast.expr]:
+    args: dict[str, ast.expr] = {}
+    for index, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            break
+        if index < len(spec.params):
+            args[spec.params[index]] = arg
+    for keyword in call.keywords:
+        if keyword.arg is not None:
+            args[keyword.arg] = keyword.value
+    return args
+
+
+def _group_choice(value: Expr) -> bool:
+    """A group argument chosen among the default group (None) and group values by conditions."""
+    if isinstance(value, IfExp):
+        return _group_choice(value.then) and _group_choice(value.orelse)
+    return isinstance(value, GroupVal) or (isinstance(value, Const) and value.value is None)
+
+
+def _normalise_reduce_op(value: Expr | None) -> Expr:
+    if value is None:
+        return Const("SUM")
+    if isinstance(value, Const) and isinstance(value.value, str):
+        return Const(value.value.upper())
+    return value

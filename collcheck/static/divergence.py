@@ -1,0 +1,186 @@
+"""Divergences: what the solver found, named by kind, and the pair query that finds one.
+
+In: a `PairQuery` (two paths of a region, the channel compared, the sequences) and a satisfiable
+extra fact. Out: a `Divergence` — its `DivergenceKind`, the two ranks' sequences and the element
+where they part, the exit responsible, the model (with the values a message shows) and whether
+only per-process values (not the rank) make the ranks differ. Rules claim divergences by kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path as FsPath
+from typing import Any
+
+from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, Path, Region
+from collcheck.static.smt import Model, RegionSolver, event_terms
+from collcheck.static.symbolic import Const, Expr, GroupVal, IfExp, Z3Translator, atoms
+
+
+class DivergenceKind(Enum):
+    """How two ranks' programs disagree (the value is the word shown in counterexample values)."""
+
+    SEQUENCE = "sequence"  # a different or missing element at the same position
+    SWAP = "swap"  # the same collectives on the same operands, in another order
+    LOOP_EXIT = "loop_exit"  # one rank leaves a communicating loop, the other goes on
+    ROOT = "root"  # a root / source argument that differs
+    REDUCE_OP = "reduce_op"  # a reduce op that differs
+    GROUP = "group"  # the default group on one rank, a known subgroup on the other
+    TRIP = "trip"  # a communicating loop with different trip counts
+    GROUP_ARGS = "group_args"  # a group created from different rank lists
+    P2P = "p2p"  # both ranks block first on a send (or a recv) to each other
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Two ranks whose programs disagree, and how."""
+
+    kind: DivergenceKind
+    region: Region
+    path_a: Path
+    path_b: Path
+    channel: str
+    index: int
+    event_a: Element | None
+    event_b: Element | None
+    model: Model
+    sequence_a: tuple[Element, ...]
+    sequence_b: tuple[Element, ...]
+    exit: Exit | None = None
+    nondet_only: bool = False
+    nondet_why: str = ""
+
+
+@dataclass(frozen=True)
+class PairQuery:
+    """Two paths of a region compared on one channel: the sequences the comparison works on."""
+
+    solver: RegionSolver
+    region: Region
+    channel: str
+    membership: GroupVal | None  # the group whose members both ranks must be (a group channel)
+    a: Path
+    b: Path
+    seq_a: tuple[Element, ...]
+    seq_b: tuple[Element, ...]
+
+
+def found(
+    query: PairQuery, kind: DivergenceKind, index: int, extra: Any = None, exit_: Exit | None = None
+) -> list[Divergence]:
+    """The divergence of `kind` at `index` of the query's sequences, when z3 finds two ranks for it."""
+    solver, region, channel, membership = query.solver, query.region, query.channel, query.membership
+    a, b, seq_a, seq_b = query.a, query.b, query.seq_a, query.seq_b
+    verdict, model, solved = solver.satisfiable(a, b, membership, extra)
+    if verdict != "sat" or model is None or solved is None:
+        return []
+    tr, raw = solved
+
+    def value_of(term: Expr, side: str) -> str:
+        return _pretty(str(raw.eval(tr.value(term, side), model_completion=True)), solver)
+
+    nondet_only = False
+    why = _nondet_why(a, b)
+    if why:
+        shared_verdict, _, _ = solver.satisfiable(a, b, membership, extra, share_nondet=True)
+        nondet_only = shared_verdict == "unsat"
+    values: list[tuple[str, str]] = []
+    if kind is DivergenceKind.TRIP:
+        x, y = seq_a[index], seq_b[index]
+        assert isinstance(x, LoopEvent) and isinstance(y, LoopEvent)
+        values.append((f"trips on rank {model.rank_a}", value_of(x.trip, "a")))
+        values.append((f"trips on rank {model.rank_b}", value_of(y.trip, "b")))
+    elif kind is DivergenceKind.GROUP:
+        x, y = seq_a[index], seq_b[index]
+        assert isinstance(x, CommEvent) and isinstance(y, CommEvent)
+        values.append((f"group on rank {model.rank_a}", _group_label(group_term(x), "a", raw, tr)))
+        values.append((f"group on rank {model.rank_b}", _group_label(group_term(y), "b", raw, tr)))
+    elif kind in (DivergenceKind.ROOT, DivergenceKind.REDUCE_OP):
+        x, y = seq_a[index], seq_b[index]
+        assert isinstance(x, CommEvent) and isinstance(y, CommEvent)
+        term_x, term_y = (x.root, y.root) if kind is DivergenceKind.ROOT else (x.reduce_op, y.reduce_op)
+        assert term_x is not None and term_y is not None
+        values.append((f"{kind.value} on rank {model.rank_a}", value_of(term_x, "a")))
+        values.append((f"{kind.value} on rank {model.rank_b}", value_of(term_y, "b")))
+    model = Model(model.world, model.rank_a, model.rank_b, tuple(values))
+    return [
+        Divergence(
+            kind=kind,
+            region=region,
+            path_a=a,
+            path_b=b,
+            channel=channel,
+            index=index,
+            event_a=seq_a[index] if index < len(seq_a) else None,
+            event_b=seq_b[index] if index < len(seq_b) else None,
+            model=model,
+            sequence_a=seq_a,
+            sequence_b=seq_b,
+            exit=exit_,
+            nondet_only=nondet_only,
+            nondet_why=why,
+        )
+    ]
+
+
+def _group_label(term: Expr, side: str, raw: Any, tr: Z3Translator) -> str:
+    """Which group the rank uses in the model, in words."""
+    chosen = raw.eval(tr.as_int(term, side), model_completion=True)
+    for leaf in group_leaves(term):
+        if str(raw.eval(tr.as_int(leaf, side), model_completion=True)) != str(chosen):
+            continue
+        if is_world(leaf):
+            return "the default (world) group"
+        if isinstance(leaf, GroupVal) and leaf.created and "@" in leaf.key:
+            op, place = leaf.key.split("@", 1)
+            file, line = place.rsplit(":", 2)[:2]
+            return f"the {op} group of {FsPath(file).name}:{line}"
+        if isinstance(leaf, GroupVal):
+            return f"group `{leaf.key}`"
+    return "another group"
+
+
+def _pretty(value: str, solver: RegionSolver) -> str:
+    try:
+        number = int(value)
+    except ValueError:
+        return value
+    for text, code in solver.strings.items():
+        if code == number:
+            return "None" if text == "\0none" else text
+    return value
+
+
+def terms(event: Element) -> list[Expr]:
+    return event_terms(event)
+
+
+def _nondet_why(a: Path, b: Path) -> str:
+    for path in (a, b):
+        for cond in path.conds:
+            for atom in atoms(cond):
+                if atom.kind == "nondet":
+                    return atom.why
+        for event in path.events:
+            for term in terms(event):
+                for atom in atoms(term):
+                    if atom.kind == "nondet":
+                        return atom.why
+    return ""
+
+
+def group_term(event: CommEvent) -> Expr:
+    if event.group_term is not None:
+        return event.group_term
+    return Const(None) if event.group is None else event.group
+
+
+def group_leaves(term: Expr) -> list[Expr]:
+    if isinstance(term, IfExp):
+        return group_leaves(term.then) + group_leaves(term.orelse)
+    return [term]
+
+
+def is_world(term: Expr) -> bool:
+    return isinstance(term, Const) and term.value is None

@@ -1,0 +1,261 @@
+"""The evaluator's reading of groups, wrapped objects and values of other files.
+
+In: expression nodes and the evaluator that reads them (`ValueEvaluator`: its `pure`, its import
+table, its module). Out: symbolic values — a group (`GroupVal`) however it is reached (a
+parameter, `self.tp_group`, `mesh["tp"].get_group()`, a catalog accessor), a rank's place in a
+group (`dist.get_rank(g)`, `g.rank()`, `mesh.get_local_rank("dp")`, `get_process_group_ranks(g)`),
+the catalogued type of an object (`type:` atoms), and module-level values of other files of the
+run (`from .env import RANK`). The facts that tie these values together when two ranks are
+compared are in `groups.py`.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from collcheck.catalog import Catalog
+from collcheck.static import groups
+from collcheck.static.model import remote_value
+from collcheck.static.names import dotted, qualified_name
+from collcheck.static.state import Frame, State
+from collcheck.static.symbolic import (
+    PER_RANK_KINDS,
+    RANK,
+    TRUE,
+    Atom,
+    Const,
+    Expr,
+    GroupVal,
+    IfExp,
+    atoms,
+    is_rank_dependent,
+)
+
+if TYPE_CHECKING:
+    from collcheck.static.values import ValueEvaluator
+
+# Functions that translate a given global rank into a rank inside a group.
+GROUP_RANK_TRANSLATORS = frozenset(
+    {"torch.distributed.get_group_rank", "torch.distributed.distributed_c10d.get_group_rank"}
+)
+GROUP_RANK_LISTS = frozenset(
+    {
+        "torch.distributed.get_process_group_ranks",
+        "torch.distributed.distributed_c10d.get_process_group_ranks",
+    }
+)
+GROUP_METHODS = frozenset({"rank", "get_rank", "size", "get_world_size", "get_local_rank", "get_group"})
+WORLD_NAMES = (".group.WORLD", ".GroupMember.WORLD")
+# Calls that always return a tensor: `x = torch.empty(n) if not src else t; if x is not None`.
+TENSOR_FACTORIES = tuple(
+    f"call:torch.{name}("
+    for name in (
+        *("empty", "zeros", "ones", "full", "tensor", "as_tensor", "rand", "randn", "arange"),
+        *("empty_like", "zeros_like", "ones_like", "full_like", "cat", "stack"),
+    )
+)
+NOT_NONE = Const("<object>")
+
+_GROUP_FACTS: dict[str, groups.GroupFacts] = {}
+
+
+def catalog_group_facts(catalog: Catalog) -> groups.GroupFacts:
+    """The catalogs' group facts as symbolic values, built once per catalog."""
+    from collcheck.static.values import value_from_spec
+
+    facts = _GROUP_FACTS.get(catalog.fingerprint)
+    if facts is None:
+        members = {
+            name: value_from_spec(spec, f"members:{name}") for name, spec in catalog.group_members.items()
+        }
+        facts = _GROUP_FACTS[catalog.fingerprint] = groups.GroupFacts(members, catalog.group_grids)
+    return facts
+
+
+def group_key(value: Expr, node: ast.expr) -> str:
+    """One name for a group however it is reached: the group's own key, the name of the value
+    (the same object read in two places), or the expression's text."""
+    if isinstance(value, GroupVal):
+        return value.key
+    if isinstance(value, Atom):
+        return value.name
+    return ast.unparse(node)
+
+
+def catalog_group(name: str, type_name: str) -> GroupVal:
+    if name == "world":  # a coordinator over every rank (vLLM's get_world_group())
+        return GroupVal("world", TRUE, type_name=type_name)
+    return GroupVal(name, None, type_name=type_name)
+
+
+def group_value(
+    ev: ValueEvaluator, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr]
+) -> GroupVal | None:
+    """The group a `group=` argument names; None for the default (world) group."""
+    if node is None or (isinstance(node, ast.Constant) and node.value is None):
+        return None
+    name = qualified_name(node, ev.local_imports)
+    if name is not None and name.endswith(WORLD_NAMES):
+        return None
+    value = ev.pure(node, state, frame, known)
+    if isinstance(value, GroupVal):
+        return value
+    if isinstance(value, Const) and value.value is None:
+        return None
+    return GroupVal(group_key(value, node), None, per_rank=is_rank_dependent(value))
+
+
+def rank_function_value(
+    ev: ValueEvaluator, spec: str, node: ast.Call, state: State, frame: Frame, known: dict[int, Expr] | None
+) -> Expr | None:
+    """`dist.get_rank(group)` / `dist.get_world_size(group)`: the rank inside, or the size of, the
+    group passed (None when no group is passed: the catalog's own value then)."""
+    has_group = any(k.arg == "group" for k in node.keywords) or (node.args and spec in ("rank", "world"))
+    if not has_group:
+        return None
+    argument = node.args[0] if node.args else next(k.value for k in node.keywords if k.arg == "group")
+    if isinstance(argument, ast.Constant) and argument.value is None:
+        return None
+    group = group_value(ev, argument, state, frame, known or {})
+    if group is None:  # the default (world) group, spelled out
+        return None
+    if spec == "rank":
+        return groups.local_rank(group.key)
+    return groups.group_size(group.key)
+
+
+def group_call_value(
+    ev: ValueEvaluator,
+    name: str,
+    node: ast.Call,
+    args: list[Expr],
+    state: State,
+    frame: Frame,
+    known: dict[int, Expr] | None,
+) -> Expr | None:
+    """Calls about groups that are not rank functions: get_group_rank(g, rank), a catalog group
+    accessor, get_process_group_ranks(g)."""
+    if name in GROUP_RANK_TRANSLATORS and len(node.args) == 2 and args[1] == RANK:
+        value = group_value(ev, node.args[0], state, frame, known or {})
+        return RANK if value is None else groups.local_rank(value.key)
+    if name in ev.catalog.groups:
+        return catalog_group(ev.catalog.groups[name], ev.catalog.types.get(name, ""))
+    if name in GROUP_RANK_LISTS and len(node.args) == 1:
+        value = group_value(ev, node.args[0], state, frame, known or {})
+        return groups.member_ranks("world" if value is None else value.key)
+    return None
+
+
+def group_method_value(
+    ev: ValueEvaluator, node: ast.Call, state: State, frame: Frame, known: dict[int, Expr] | None
+) -> Expr | None:
+    """`group.rank()`, `group.size()`, `mesh.get_local_rank("tp")`, `mesh["tp"].get_group()`:
+    a rank's place in a group, the group's size, or a device-mesh dimension's group, all keyed by
+    the group so that a condition on them is tied to collectives on that group."""
+    assert isinstance(node.func, ast.Attribute)
+    method = node.func.attr
+    if method not in GROUP_METHODS or _names_module(ev, node.func.value):
+        return None
+    receiver = ev.pure(node.func.value, state, frame, known)
+    if isinstance(receiver, Atom) and receiver.name.startswith("type:"):
+        return None  # a catalogued object (an Accelerator, a Trainer): its own rank methods
+    key = group_key(receiver, node.func.value)
+    if method in ("rank", "get_rank", "size", "get_world_size"):
+        if node.args or node.keywords:
+            return None
+        return groups.local_rank(key) if method in ("rank", "get_rank") else groups.group_size(key)
+    named, dimension = _mesh_dimension(node)
+    if not named:
+        return None
+    mesh_key = groups.mesh_dimension_key(key, dimension)
+    return groups.unknown_group(mesh_key) if method == "get_group" else groups.local_rank(mesh_key)
+
+
+def _names_module(ev: ValueEvaluator, node: ast.expr) -> bool:
+    """`dist.get_rank()` spelled through a module: a function, not a method on a group."""
+    parts = dotted(node)
+    return parts is not None and ev.local_imports.lookup(parts[0]) is not None
+
+
+def _mesh_dimension(node: ast.Call) -> tuple[bool, str | None]:
+    """The mesh dimension named by `get_group(dim)` / `get_local_rank(mesh_dim=dim)`: (True, its
+    name), (True, None) when none is given (a one-dimensional mesh, or a group), (False, None) when
+    it is computed or not a name."""
+    arguments = [*node.args, *(k.value for k in node.keywords if k.arg == "mesh_dim")]
+    if len(arguments) != len(node.args) + len(node.keywords) or len(arguments) > 1:
+        return False, None
+    if not arguments:
+        return True, None
+    argument = arguments[0]
+    if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+        return True, argument.value
+    return False, None
+
+
+def subscript_value(base: Expr, index: Expr) -> Expr | None:
+    """`get_process_group_ranks(g)[0]` (the member whose local rank is 0) and `mesh["tp"]`."""
+    listed = isinstance(base, Atom) and base.name.startswith(groups.RANKS_PREFIX)
+    if listed and isinstance(base, Atom) and isinstance(index, Const) and type(index.value) is int:
+        return groups.global_rank_of(base.name[len(groups.RANKS_PREFIX) :], index.value)
+    if isinstance(base, GroupVal) and isinstance(index, Const) and isinstance(index.value, str):
+        return groups.unknown_group(groups.mesh_dimension_key(base.key, index.value))
+    return None
+
+
+def imported_value(ev: ValueEvaluator, qualified: str, cache: dict[str, Expr | None]) -> Expr | None:
+    """A module-level value of another file of the run (`from .env import RANK`, `env.RANK`)
+    when it depends on the rank or the process; None otherwise (the name then stays opaque)."""
+    if qualified in cache:
+        return cache[qualified]
+    cache[qualified] = None  # a cycle of imports sees "unknown"
+    found = remote_value(ev.module, qualified) if ev.module.loader is not None else None
+    value = found if found is not None and any(a.kind in PER_RANK_KINDS for a in atoms(found)) else None
+    cache[qualified] = value
+    return value
+
+
+def type_of(ev: ValueEvaluator, node: ast.expr, state: State | None) -> str | None:
+    """The catalogued type of the object an expression holds (`accelerator`, `self.model`), or None."""
+    if state is not None:
+        parts = dotted(node)
+        if parts:
+            value = state.env.get(".".join(parts))
+            if value is None and parts[0] == "self" and len(parts) == 2:
+                value = next(
+                    (c.attributes[parts[1]] for c in ev.module.classes.values() if parts[1] in c.attributes),
+                    None,
+                )
+            if isinstance(value, Atom) and value.name.startswith("type:"):
+                type_name, _, where = value.name[5:].partition("@")
+                # `model.module` of a typed `model` is another object (the unwrapped module).
+                return None if "." in where else type_name
+            if isinstance(value, GroupVal) and value.type_name:
+                return value.type_name
+    if isinstance(node, ast.Call):
+        name = qualified_name(node.func, ev.local_imports)
+        if name is not None and name in ev.catalog.types:
+            return ev.catalog.types[name] or name
+    return None
+
+
+def none_or_not(value: Expr) -> Expr:
+    """A value compared with `is None`: a tensor made by a factory is never None (keep None itself,
+    and unknowns, as they are)."""
+    if isinstance(value, Atom) and value.name.startswith(TENSOR_FACTORIES):
+        return NOT_NONE
+    if isinstance(value, IfExp):
+        then, orelse = none_or_not(value.then), none_or_not(value.orelse)
+        return value if (then, orelse) == (value.then, value.orelse) else IfExp(value.test, then, orelse)
+    return value
+
+
+def parameters_with_literal_defaults(args: ast.arguments) -> set[str]:
+    """`def broadcast(obj, *, rank: int = 0)`: parameters whose default is an int literal."""
+    positional = [*args.posonlyargs, *args.args]
+    pairs = list(zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True))
+    keyword_only = zip(args.kwonlyargs, args.kw_defaults, strict=True)
+    pairs += [(arg, default) for arg, default in keyword_only if default is not None]
+    return {
+        arg.arg for arg, default in pairs if isinstance(default, ast.Constant) and type(default.value) is int
+    }

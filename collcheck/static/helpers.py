@@ -1,0 +1,469 @@
+"""Helper calls: inlining a helper of the run, behind one summary cache.
+
+In: a call the resolver matched to a function of the run, the caller's `State` and `Frame`.
+Out: the caller's states after the call (`inline`), each with the helper's events and exit, and
+the call's value. A helper is executed once per distinct call context and its result reused at
+every other call (issue 6). The result of a run is exact for the call that recorded it; it is
+reused only where it would come out the same, which the `Summary` checks against what the run
+read from outside the helper:
+
+* the arguments and inherited state (`self.*`, declared globals): part of the key;
+* the inlining depth and the receiver class: part of the key;
+* the caller's path condition: a branch of the helper is not forked when the caller already
+  decided its test (`if rank == 0:` twice) — each such lookup is recorded with its answer;
+* the call stack, for recursion: how often each function it re-entered was on the caller's
+  stack is recorded (recursion is followed MAX_RECURSION levels deep);
+* executor state that outlives a call (nested functions, names bound to sets): snapshots.
+
+What the run produced keeps the chain and path condition of the recording call site; `Rebase`
+moves it onto the next one. Loop regions the helper added are replayed too, so the regions, the
+findings and their counterexample chains are those of plain inlining.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from collcheck.static.collectives import CollectiveEvents
+from collcheck.static.model import FunctionNode, ModuleInfo
+from collcheck.static.names import ImportTable
+from collcheck.static.program import (
+    Element,
+    Exit,
+    LoopRange,
+    Path,
+    Rebase,
+    Site,
+)
+from collcheck.static.state import Frame, PathLimitExceeded, State, collapse_returns
+from collcheck.static.symbolic import (
+    Atom,
+    Const,
+    Expr,
+    GroupVal,
+    children,
+    negate,
+)
+from collcheck.static.syntax import global_names
+from collcheck.static.values import where_of
+
+Snapshot = tuple[frozenset[tuple[str, FunctionNode]], frozenset[str]]
+
+
+@dataclass(frozen=True)
+class LoopOp:
+    """One loop region update (`Interpreter.add_loop_region`), kept to replay it from a summary."""
+
+    runner: HelperInliner
+    stmt: ast.stmt
+    chain: tuple[Site, ...]
+    function: str
+    over_set: bool
+    loop_range: LoopRange | None
+    paths: tuple[Path, ...]
+
+    def rebased(self, rebase: Rebase) -> LoopOp:
+        if rebase.identity:
+            return self
+        return LoopOp(
+            self.runner,
+            self.stmt,
+            rebase.chain(self.chain),
+            self.function,
+            self.over_set,
+            self.loop_range,
+            tuple(rebase.path(p) for p in self.paths),
+        )
+
+
+@dataclass
+class Recording:
+    """What one helper run read from outside the helper, and the loop regions it touched."""
+
+    prefix: int  # length of the caller's path condition: the helper's own conditions follow it
+    outer_stack: int  # length of the caller's call stack
+    # (test, its negation among the helper's own conditions, the answer the branch got)
+    queries: list[tuple[Expr, bool, bool | None]] = field(default_factory=list)
+    recursion: list[tuple[FunctionNode, int]] = field(default_factory=list)
+    touched: dict[int, tuple[HelperInliner, Snapshot]] = field(default_factory=dict)
+    loops: list[LoopOp] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class HelperResult:
+    """One final state of a helper run, relative to the call: its own conditions and events."""
+
+    conds: tuple[Expr, ...]
+    events: tuple[Element, ...]
+    exit: Exit | None
+    returned: Expr | None
+    env: tuple[tuple[str, Expr], ...]  # only what outlives the call (`self.*`, globals)
+
+
+@dataclass(frozen=True)
+class Summary:
+    conds: tuple[Expr, ...]  # the recording caller's path condition
+    chain: tuple[Site, ...]  # the helper frame's chain at the recording call site
+    results: tuple[HelperResult, ...]
+    steps: int
+    queries: tuple[tuple[Expr, bool, bool | None], ...]
+    recursion: tuple[tuple[FunctionNode, int], ...]
+    touched: tuple[tuple[HelperInliner, Snapshot, Snapshot], ...]  # runner, state before, after
+    loops: tuple[LoopOp, ...]
+
+
+@dataclass
+class Summaries:
+    """Helper summaries of one analysed file, shared by its extractor and those of other files."""
+
+    enabled: bool = True
+    entries: dict[tuple[Any, ...], list[Summary]] = field(default_factory=dict)
+    recordings: list[Recording] = field(default_factory=list)
+    executions: Counter[FunctionNode] = field(default_factory=Counter)  # helper bodies run
+    reused: int = 0
+
+
+MAX_RECURSION = 3  # levels of one function on a call stack: recursion is unrolled this far
+
+
+MAX_SUMMARIES_PER_KEY = 4  # contexts differing only in the caller's condition or stack
+
+
+MAX_KEY_NODES = 64  # argument values beyond this are not hashed into a key (they are DAGs)
+
+
+class HelperInliner(CollectiveEvents):
+    """Runs helpers of the run at their call sites. The statement interpreter (a subclass)
+    supplies `exec_block`, `function_imports` and `add_loop_region`."""
+
+    def __init__(self, module: ModuleInfo, max_paths: int, max_depth: int, max_steps: int) -> None:
+        super().__init__(module)
+        self.max_paths = max_paths
+        self.max_depth = max_depth
+        self.max_steps = max_steps
+        self.steps = 0
+        self.children: dict[str, HelperInliner] = {}  # the runners of other files' helpers
+        self.summaries = Summaries()
+
+    def exec_block(self, body: Sequence[ast.stmt], states: list[State], frame: Frame) -> list[State]:
+        raise NotImplementedError
+
+    def function_imports(self, node: FunctionNode) -> ImportTable:
+        raise NotImplementedError
+
+    def add_loop_region(self, op: LoopOp, note: bool = True) -> None:
+        raise NotImplementedError
+
+    def inline(
+        self,
+        call: ast.Call,
+        function: FunctionNode,
+        class_name: str | None,
+        bound_self: bool,
+        state: State,
+        frame: Frame,
+        known: dict[int, Expr],
+    ) -> list[tuple[State, Expr]]:
+        if frame.depth >= self.max_depth:
+            return [(state, self.pure(call, state, frame, known))]
+        if self.summaries.recordings:
+            self._note_recursion(function, frame)
+        if frame.stack.count(function) >= MAX_RECURSION:
+            # Bounded: deeper levels are not followed (their collectives are not seen).
+            return [(state, self.pure(call, state, frame, known))]
+        owner_module = self.remote_modules.get(function, self.module)
+        communicates = (
+            function in owner_module.communicating
+            or (function in self.nested.values() and self.body_communicates(function))
+            or self.passes_typed_object(call, state)
+        )
+        if not communicates and not self.returns_matter(function, owner_module):
+            return [(state, self.pure(call, state, frame, known))]
+        env = self._bind_call_arguments(call, function, bound_self, state, frame, known)
+        site = Site(
+            frame.function, function.name, self.module.path, call.lineno, call.col_offset, owner_module.path
+        )
+        owner = self.owner_class(function, class_name)
+        inner = Frame(function.name, owner, (*frame.chain, site), frame.depth + 1, (*frame.stack, function))
+        declared = global_names(function)
+        for name in declared & set(state.env):
+            env[name] = state.env[name]  # module state as the caller last left it
+        start = State(env, state.conds, state.events)
+        condition = self.decorator_condition(function, owner_module)
+        skipped: list[tuple[State, Expr]] = []
+        if condition is not None:
+            skipped = [(state.fork(negate(condition)), Const(None))]
+            start = State(env, (*state.conds, condition), state.events)
+        runner = self._runner_for(function)
+        finals = self._run_helper(runner, function, start, inner, state, frame, bound_self, declared)
+        results = []
+        for final in finals:
+            resumed = State(dict(state.env), final.conds, final.events)
+            for key, value in final.env.items():
+                if (key.startswith("self.") and bound_self) or key in declared:
+                    resumed.env[key] = value  # attribute and `global` writes outlive the call
+            if final.exit is not None and final.exit.kind in ("raise", "exit"):
+                resumed.exit = final.exit
+            results.append((resumed, final.returned if final.returned is not None else Const(None)))
+        collapsed = collapse_returns(state, results)
+        return [*collapsed, *skipped]
+
+    def _run_helper(
+        self,
+        runner: HelperInliner,
+        function: FunctionNode,
+        start: State,
+        inner: Frame,
+        caller: State,
+        frame: Frame,
+        bound_self: bool,
+        declared: frozenset[str],
+    ) -> list[State]:
+        """The helper's final states: from a summary that holds here, or by running its body once
+        (and keeping the run as a summary for the next call that agrees on what it read)."""
+        summaries = self.summaries
+        key = _summary_key(function, inner, bound_self, start.env, runner.record_events)
+        if key is not None and summaries.enabled:
+            for summary in summaries.entries.get(key, ()):
+                if _summary_holds(summary, caller, frame):
+                    summaries.reused += 1
+                    return self._apply_summary(summary, caller, inner, frame)
+        else:
+            key = None
+        summaries.executions[function] += 1
+        if key is None:
+            _touch(summaries.recordings, runner)
+            return self._execute_helper(runner, function, start, inner)
+        recording = Recording(len(caller.conds), len(frame.stack))
+        summaries.recordings.append(recording)
+        steps = self.steps
+        try:
+            _touch(summaries.recordings, runner)
+            finals = self._execute_helper(runner, function, start, inner)
+        finally:
+            summaries.recordings.pop()
+        summary = _summarise(recording, finals, caller, inner, self.steps - steps, bound_self, declared)
+        if summaries.recordings:  # a helper run being recorded around this call read it all too
+            _pass_on(summary, summaries.recordings[-1], caller, frame, summary.loops)
+        stored = summaries.entries.setdefault(key, [])
+        if len(stored) < MAX_SUMMARIES_PER_KEY:
+            stored.append(summary)
+        return finals
+
+    def _execute_helper(
+        self, runner: HelperInliner, function: FunctionNode, start: State, inner: Frame
+    ) -> list[State]:
+        saved_imports = runner.local_imports
+        runner.local_imports = runner.function_imports(function)
+        runner.steps = self.steps  # one work budget for the whole analysed function
+        try:
+            return runner.exec_block(function.body, [start], inner)
+        finally:
+            runner.local_imports = saved_imports
+            self.steps = runner.steps
+
+    def _apply_summary(self, summary: Summary, caller: State, inner: Frame, frame: Frame) -> list[State]:
+        """Replay a recorded helper run at this call: its work, the dependencies it passes on to
+        helper runs being recorded around this call, its loop regions and its final states."""
+        self.steps += summary.steps
+        if self.steps > self.max_steps:
+            raise PathLimitExceeded(f"more than {self.max_steps} statements executed")
+        rebase = Rebase(summary.chain, inner.chain, summary.conds, caller.conds)
+        loops = tuple(op.rebased(rebase) for op in summary.loops)
+        if self.summaries.recordings:
+            _pass_on(summary, self.summaries.recordings[-1], caller, frame, loops)
+        for runner, _, after in summary.touched:
+            runner.nested = dict(after[0])
+            runner.set_names = set(after[1])
+        for op in loops:
+            op.runner.add_loop_region(op, note=False)  # passed on above
+        finals = []
+        for result in summary.results:
+            events = result.events if rebase.identity else tuple(rebase.element(e) for e in result.events)
+            final = State(dict(result.env), (*caller.conds, *result.conds), (*caller.events, *events))
+            final.exit = rebase.exit(result.exit)
+            final.returned = result.returned
+            finals.append(final)
+        return finals
+
+    def note_query(self, test: Expr, truth: bool | None, conds: tuple[Expr, ...]) -> None:
+        """A branch test looked up in the path condition: the answer may come from a caller."""
+        # Only the innermost recording: it passes what it read on to the enclosing one when done.
+        recording = self.summaries.recordings[-1]
+        own = conds[recording.prefix :]
+        if test not in own:
+            recording.queries.append((test, negate(test) in own, truth))
+
+    def _note_recursion(self, function: FunctionNode, frame: Frame) -> None:
+        """How deep `function` already is outside the run being recorded decides how far its
+        recursion is followed inside: the summary holds only for the same depth."""
+        recording = self.summaries.recordings[-1]
+        recording.recursion.append((function, frame.stack[: recording.outer_stack].count(function)))
+
+    def _runner_for(self, function: FunctionNode) -> HelperInliner:
+        """The extractor of the module that defines `function` (another file for imported helpers)."""
+        other = self.remote_modules.get(function)
+        if other is None:
+            return self
+        child = self.children.get(other.path)
+        if child is None:
+            child = type(self)(other, self.max_paths, self.max_depth, self.max_steps)
+            child.record_events = self.record_events
+            child.summaries = self.summaries  # one cache and one set of recordings per analysis
+            self.children[other.path] = child
+        return child
+
+    def _bind_call_arguments(
+        self,
+        call: ast.Call,
+        function: FunctionNode,
+        bound_self: bool,
+        state: State,
+        frame: Frame,
+        known: dict[int, Expr],
+    ) -> dict[str, Expr]:
+        params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+        env: dict[str, Expr] = {}
+        if bound_self and params:
+            env[params[0]] = Atom("self", "shared")
+            for key, value in state.env.items():
+                if key.startswith("self."):
+                    env[key] = value
+            params = params[1:]
+        defaults = function.args.defaults
+        offset = len(params) - len(defaults)
+        for index, name in enumerate(params):
+            if index >= offset:
+                env[name] = self.pure(defaults[index - offset], State({}), frame)
+            else:
+                env[name] = Atom(f"param:{name}@{where_of(call)}", "shared")
+        for kwarg, default in zip(function.args.kwonlyargs, function.args.kw_defaults, strict=False):
+            env[kwarg.arg] = (
+                self.pure(default, State({}), frame) if default is not None else Atom(kwarg.arg, "shared")
+            )
+        for index, arg in enumerate(call.args):
+            if isinstance(arg, ast.Starred):
+                break
+            if index < len(params):
+                env[params[index]] = self.pure(arg, state, frame, known)
+        for keyword in call.keywords:
+            if keyword.arg is not None:
+                env[keyword.arg] = self.pure(keyword.value, state, frame, known)
+        return env
+
+
+def _small(value: Expr, limit: int = MAX_KEY_NODES) -> bool:
+    """Few enough nodes to hash and compare cheaply (values are DAGs: a tree walk may explode)."""
+    stack: list[Expr] = [value]
+    seen = 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > limit:
+            return False
+        if isinstance(node, GroupVal):
+            stack.extend(part for part in (node.members, node.color) if part is not None)
+        else:
+            stack.extend(children(node))
+    return True
+
+
+def _summary_key(
+    function: FunctionNode, inner: Frame, bound_self: bool, env: dict[str, Expr], record_events: bool
+) -> tuple[Any, ...] | None:
+    if not all(_small(value) for value in env.values()):
+        return None
+    return (function, inner.class_name, bound_self, inner.depth, tuple(env.items()), record_events)
+
+
+def _snapshot(runner: HelperInliner) -> Snapshot:
+    return frozenset(runner.nested.items()), frozenset(runner.set_names)
+
+
+def _touch(recordings: list[Recording], runner: HelperInliner) -> None:
+    """`runner` is about to run a helper body: its state is an input of the innermost recording
+    (which passes it on to the enclosing ones when done)."""
+    if recordings and id(runner) not in recordings[-1].touched:
+        recordings[-1].touched[id(runner)] = (runner, _snapshot(runner))
+
+
+def _branch_answer(test: Expr, negated_own: bool, conds: tuple[Expr, ...]) -> bool | None:
+    """What `HelperInliner._branch` decides for `test` under the caller's condition `conds`, when the
+    helper's own conditions hold the test's negation or not (they never hold the test itself)."""
+    if test in conds:
+        return True
+    if negated_own or negate(test) in conds:
+        return False
+    return None
+
+
+def _summary_holds(summary: Summary, caller: State, frame: Frame) -> bool:
+    """The recorded run would come out the same if run at this call."""
+    for runner, before, _ in summary.touched:
+        if _snapshot(runner) != before:
+            return False
+    for function, outside in summary.recursion:
+        if frame.stack.count(function) != outside:
+            return False
+    return all(
+        _branch_answer(test, negated_own, caller.conds) == truth
+        for test, negated_own, truth in summary.queries
+    )
+
+
+def _pass_on(
+    summary: Summary, recording: Recording, caller: State, frame: Frame, loops: tuple[LoopOp, ...]
+) -> None:
+    """A summary applied inside a run being recorded: what the summary read from outside its call
+    is read from outside the recorded run too, unless the recorded run itself decides it."""
+    for runner, before, _ in summary.touched:
+        recording.touched.setdefault(id(runner), (runner, before))
+    own_stack = frame.stack[recording.outer_stack :]
+    recording.recursion.extend(
+        (function, outside - own_stack.count(function)) for function, outside in summary.recursion
+    )
+    own = caller.conds[recording.prefix :]
+    for test, negated_own, truth in summary.queries:
+        if test not in own:
+            recording.queries.append((test, negated_own or negate(test) in own, truth))
+    recording.loops.extend(loops)  # in this call's terms (rebased when the summary is reused)
+
+
+def _summarise(
+    recording: Recording,
+    finals: list[State],
+    caller: State,
+    inner: Frame,
+    steps: int,
+    bound_self: bool,
+    declared: frozenset[str],
+) -> Summary:
+    prefix, events = len(caller.conds), len(caller.events)
+    results = tuple(
+        HelperResult(
+            final.conds[prefix:],
+            final.events[events:],
+            final.exit,
+            final.returned,
+            tuple(
+                (name, value)
+                for name, value in final.env.items()
+                if (name.startswith("self.") and bound_self) or name in declared
+            ),
+        )
+        for final in finals
+    )
+    return Summary(
+        caller.conds,
+        inner.chain,
+        results,
+        steps,
+        tuple(recording.queries),
+        tuple(recording.recursion),
+        tuple((runner, before, _snapshot(runner)) for runner, before in recording.touched.values()),
+        tuple(recording.loops),
+    )

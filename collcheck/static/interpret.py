@@ -1,0 +1,625 @@
+"""The interpreter: a function's statements and paths to the regions the solver compares.
+
+In: a `ModuleInfo` and one of its functions (or its top-level code). Out: `Region`s — the
+function body's paths, each a condition and a sequence of events (`program.Path`), and one region
+per communicating loop, compared iteration against iteration.
+
+Every path that matters is followed with its condition (a conjunction of symbolic values) and its
+sequence of collectives. Branches that issue no collective and do not exit are merged right away
+(their variables become `x if cond else y`), so only branches that matter multiply paths. Loops
+are not unrolled: a loop whose body communicates becomes one element with a symbolic trip count,
+and its body becomes a region of its own. Values come from the evaluator (`values`), calls are
+resolved by `calls`, collectives recorded by `collectives`, helpers run by `helpers`.
+
+Nothing here imports or runs the analysed code.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+
+from collcheck.config import Settings
+from collcheck.static.budget import check_active
+from collcheck.static.calls import CallKind, callback_event
+from collcheck.static.group_values import parameters_with_literal_defaults
+from collcheck.static.helpers import HelperInliner, LoopOp
+from collcheck.static.model import FunctionNode, ModuleInfo
+from collcheck.static.names import ImportTable, add_import, qualified_name
+from collcheck.static.program import (
+    CommEvent,
+    Exit,
+    LoopEvent,
+    LoopRange,
+    Path,
+    Region,
+    Site,
+)
+from collcheck.static.state import Frame, PathLimitExceeded, State, merge_branches, merge_envs
+from collcheck.static.symbolic import (
+    Atom,
+    BinOp,
+    Compare,
+    Const,
+    Expr,
+    constant_truth,
+    fold,
+    is_rank_dependent,
+    negate,
+    opaque,
+)
+from collcheck.static.syntax import (
+    assigned_names,
+    calls_in_order,
+    catches_data_errors,
+    is_set_expr,
+    lazy_initialisation,
+    loop_variant_names,
+    may_leave,
+    memo_lookup,
+    mentions,
+)
+from collcheck.static.values import BIN_OPS, source_text, value_from_spec, where_of
+
+_DEFAULTS = Settings()  # one set of defaults: the bounds a run uses unless configured
+
+
+class Interpreter(HelperInliner):
+    """Symbolic execution of one module's functions against the catalog."""
+
+    def __init__(
+        self,
+        module: ModuleInfo,
+        max_paths: int = _DEFAULTS.max_paths,
+        max_depth: int = _DEFAULTS.max_inline_depth,
+        max_steps: int = _DEFAULTS.max_steps,
+    ) -> None:
+        super().__init__(module, max_paths, max_depth, max_steps)
+        self.regions: list[Region] = []
+        self.loop_regions: dict[tuple[int, tuple[Site, ...]], Region] = {}
+        self._import_tables: dict[FunctionNode, ImportTable] = {}
+
+    def run_function(self, node: FunctionNode, class_name: str | None, qualname: str) -> list[Region]:
+        self.regions = []
+        self.loop_regions = {}
+        self.nested = {}
+        self.set_names = set()
+        self.steps = 0
+        self.local_imports = self.function_imports(node)
+        env = self.entry_parameters(node)
+        frame = Frame(qualname, class_name, (), 0, (node,))
+        start = State(env)
+        condition = self.decorator_condition(node, self.module)
+        if condition is not None:
+            # `@rank_zero_only`: the body runs on some ranks; the others skip it whole.
+            start = State(env, (condition,))
+        states = self.exec_block(node.body, [start], frame)
+        if condition is not None:
+            states.append(State(env, (negate(condition),)))
+        paths = [Path(s.conds, s.events, s.exit) for s in states if s.exit is None or s.exit.kind != "break"]
+        region = Region(qualname, "function", paths, node.lineno, path_name=self.module.path)
+        return [region, *self.regions]
+
+    def run_module(self, body: list[ast.stmt]) -> list[Region]:
+        self.regions = []
+        self.loop_regions = {}
+        self.steps = 0
+        frame = Frame("<module>", None, (), 0, ())
+        states = self.exec_block(body, [State(dict(self.module.globals))], frame)
+        paths = [Path(s.conds, s.events, s.exit) for s in states]
+        return [Region("<module>", "function", paths, 1, path_name=self.module.path), *self.regions]
+
+    def module_environment(self, body: list[ast.stmt]) -> dict[str, Expr]:
+        """Module-level constants and groups, without recording events."""
+        self.record_events = False
+        frame = Frame("<module>", None, (), self.max_depth, ())
+        try:
+            states = self.exec_block(body, [State({})], frame)
+        except PathLimitExceeded:
+            states = []
+        finally:
+            self.record_events = True
+        return merge_envs(states) if states else {}
+
+    def function_imports(self, node: FunctionNode) -> ImportTable:
+        table = self._import_tables.get(node)
+        if table is None:
+            table = self.module.imports.child()
+            for child in ast.walk(node):
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    add_import(table, child)
+            self._import_tables[node] = table
+        return table
+
+    def entry_parameters(self, node: FunctionNode) -> dict[str, Expr]:
+        env: dict[str, Expr] = {}
+        args = node.args
+        defaulted = parameters_with_literal_defaults(args)
+        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+            if arg.arg in defaulted:
+                # `def broadcast(obj, *, rank: int = 0)`: a rank chosen by the caller, not this rank.
+                env[arg.arg] = self._annotated_type(arg) or Atom(
+                    f"param:{arg.arg}@{where_of(node)}", "shared"
+                )
+                continue
+            env[arg.arg] = self._annotated_type(arg) or self._parameter_value(arg.arg, node)
+        for rest in (args.vararg, args.kwarg):
+            if rest is not None:
+                env[rest.arg] = Atom(f"param:{rest.arg}", "shared")
+        return env
+
+    def _annotated_type(self, arg: ast.arg) -> Expr | None:
+        """`accelerator: Accelerator` makes method calls on it resolve through the catalog."""
+        if arg.annotation is None:
+            return None
+        annotation = arg.annotation
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            try:
+                annotation = ast.parse(annotation.value, mode="eval").body
+            except SyntaxError:
+                return None
+        name = qualified_name(annotation, self.local_imports)
+        if name is None:
+            return None
+        known_types = set(self.catalog.types.values()) | set(self.catalog.types)
+        for method in self.catalog.methods:
+            known_types.update(method.receivers)
+        if name in known_types:
+            return Atom(f"type:{self.catalog.types.get(name) or name}@param:{arg.arg}", "shared")
+        return None
+
+    def _parameter_value(self, name: str, node: ast.AST) -> Expr:
+        spec = self.catalog.rank_parameters.get(name)
+        if spec is not None:
+            return value_from_spec(spec, f"param:{name}")
+        return Atom(f"param:{name}@{where_of(node)}", "shared")
+
+    def exec_block(self, body: Sequence[ast.stmt], states: list[State], frame: Frame) -> list[State]:
+        for stmt in body:
+            live = [state for state in states if state.exit is None]
+            if not live:
+                break
+            finished = [state for state in states if state.exit is not None]
+            produced: list[State] = []
+            for state in live:
+                produced.extend(self.exec_stmt(stmt, state, frame))
+            states = finished + produced
+            if len(states) > self.max_paths:
+                raise PathLimitExceeded(f"more than {self.max_paths} paths")
+        return states
+
+    def exec_stmt(self, stmt: ast.stmt, state: State, frame: Frame) -> list[State]:
+        check_active()  # the file's wall-clock budget (budget.py)
+        self.steps += 1
+        if self.steps > self.max_steps:
+            # A bound on work, not only on paths: inlining can make a few paths very expensive.
+            raise PathLimitExceeded(f"more than {self.max_steps} statements executed")
+        handler = getattr(self, f"_stmt_{type(stmt).__name__}", None)
+        if handler is None:
+            return self._stmt_generic(stmt, state, frame)
+        result: list[State] = handler(stmt, state, frame)
+        return result
+
+    def _stmt_generic(self, stmt: ast.stmt, state: State, frame: Frame) -> list[State]:
+        # Statements without control flow of interest: evaluate their calls for effects.
+        states = [state]
+        for child in ast.iter_child_nodes(stmt):
+            if isinstance(child, ast.expr):
+                states = [s for current in states for s, _ in self.eval(child, current, frame)]
+        return states
+
+    def _stmt_Pass(self, stmt: ast.Pass, state: State, frame: Frame) -> list[State]:
+        return [state]
+
+    def _stmt_Expr(self, stmt: ast.Expr, state: State, frame: Frame) -> list[State]:
+        return [s for s, _ in self.eval(stmt.value, state, frame)]
+
+    def _stmt_Assign(self, stmt: ast.Assign, state: State, frame: Frame) -> list[State]:
+        results = []
+        for current, value in self.eval(stmt.value, state, frame):
+            for target in stmt.targets:
+                self.bind(target, value, current, stmt.value)
+            results.append(current)
+        return results
+
+    def _stmt_AnnAssign(self, stmt: ast.AnnAssign, state: State, frame: Frame) -> list[State]:
+        if stmt.value is None:
+            return [state]
+        results = []
+        for current, value in self.eval(stmt.value, state, frame):
+            self.bind(stmt.target, value, current, stmt.value)
+            results.append(current)
+        return results
+
+    def _stmt_AugAssign(self, stmt: ast.AugAssign, state: State, frame: Frame) -> list[State]:
+        results = []
+        for current, value in self.eval(stmt.value, state, frame):
+            old = self.pure(stmt.target, current, frame)
+            op = BIN_OPS.get(type(stmt.op))
+            new = BinOp(op, old, value) if op else opaque(f"aug@{where_of(stmt)}", (old, value))
+            self.bind(stmt.target, new, current, stmt.value)
+            results.append(current)
+        return results
+
+    def _stmt_Return(self, stmt: ast.Return, state: State, frame: Frame) -> list[State]:
+        pairs = self.eval(stmt.value, state, frame) if stmt.value is not None else [(state, Const(None))]
+        for current, value in pairs:
+            current.exit = Exit("return", self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
+            current.returned = value
+        return [current for current, _ in pairs]
+
+    def _stmt_Raise(self, stmt: ast.Raise, state: State, frame: Frame) -> list[State]:
+        state.exit = Exit("raise", self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
+        return [state]
+
+    def _stmt_Break(self, stmt: ast.Break, state: State, frame: Frame) -> list[State]:
+        state.exit = Exit("break", self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
+        return [state]
+
+    def _stmt_Continue(self, stmt: ast.Continue, state: State, frame: Frame) -> list[State]:
+        state.exit = Exit("continue", self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
+        return [state]
+
+    def _stmt_FunctionDef(self, stmt: FunctionNode, state: State, frame: Frame) -> list[State]:
+        self.nested[stmt.name] = stmt
+        state.env.pop(stmt.name, None)
+        return [state]
+
+    _stmt_AsyncFunctionDef = _stmt_FunctionDef
+
+    def _stmt_ClassDef(self, stmt: ast.ClassDef, state: State, frame: Frame) -> list[State]:
+        return [state]
+
+    def _stmt_Import(self, stmt: ast.Import, state: State, frame: Frame) -> list[State]:
+        return [state]
+
+    _stmt_ImportFrom = _stmt_Import
+    _stmt_Global = _stmt_Import
+    _stmt_Nonlocal = _stmt_Import
+
+    def _stmt_If(self, stmt: ast.If, state: State, frame: Frame) -> list[State]:
+        if lazy_initialisation(stmt, self.module.mutable_globals):
+            # `if _GROUP is None: _GROUP = new_group(...)` creates once per process, normally on
+            # the first, uniform call: later calls (perhaps on some ranks only) take the cached path.
+            return self.exec_block(stmt.orelse, [state], frame)
+        if memo_lookup(stmt):
+            # `if key in cache: return cache[key]`: a per-process memo, filled the same way on
+            # every rank, even when the key is rank-dependent (each rank's own group).
+            return self._branch(Atom(f"memo@{stmt.lineno}", "shared"), stmt.body, stmt.orelse, state, frame)
+        results: list[State] = []
+        for current, test in self.eval(stmt.test, state, frame):
+            results.extend(self._branch(test, stmt.body, stmt.orelse, current, frame))
+        return results
+
+    def _branch(
+        self, test: Expr, body: Sequence[ast.stmt], orelse: Sequence[ast.stmt], state: State, frame: Frame
+    ) -> list[State]:
+        truth = constant_truth(test)
+        if truth is None and test in state.conds:
+            truth = True  # the same test already taken on this path (`if rank == 0:` twice)
+        elif truth is None and negate(test) in state.conds:
+            truth = False
+        if self.summaries.recordings and constant_truth(test) is None:
+            self.note_query(test, truth, state.conds)
+        if truth is True:
+            return self.exec_block(body, [state], frame)
+        if truth is False:
+            return self.exec_block(orelse, [state], frame)
+        then_states = self.exec_block(body, [state.fork(test)], frame)
+        else_states = self.exec_block(orelse, [state.fork(negate(test))], frame)
+        merged = merge_branches(state, test, then_states, else_states)
+        return merged if merged is not None else then_states + else_states
+
+    def _stmt_Match(self, stmt: ast.Match, state: State, frame: Frame) -> list[State]:
+        results: list[State] = []
+        for current, subject in self.eval(stmt.subject, state, frame):
+            choice = opaque(f"match@{where_of(stmt)}", (subject,))
+            for index, case in enumerate(stmt.cases):
+                branch = current.fork(Compare("==", choice, Const(index)))
+                results.extend(self.exec_block(case.body, [branch], frame))
+            results.append(current.fork(Compare(">=", choice, Const(len(stmt.cases)))))
+        return results
+
+    def _stmt_With(self, stmt: ast.With | ast.AsyncWith, state: State, frame: Frame) -> list[State]:
+        states = [state]
+        for item in stmt.items:
+            next_states = []
+            for current in states:
+                for after, value in self.eval(item.context_expr, current, frame):
+                    if item.optional_vars is not None:
+                        self.bind(
+                            item.optional_vars, opaque(f"with@{where_of(item.context_expr)}", (value,)), after
+                        )
+                    next_states.append(after)
+            states = next_states
+        return self.exec_block(stmt.body, states, frame)
+
+    _stmt_AsyncWith = _stmt_With
+
+    def _stmt_Try(self, stmt: ast.Try, state: State, frame: Frame) -> list[State]:
+        body_states = self.exec_block(stmt.body, [state.fork()], frame)
+        normal = [s for s in body_states if s.exit is None or s.exit.kind != "raise"]
+        raised = [s for s in body_states if s.exit is not None and s.exit.kind == "raise"]
+        results = self.exec_block(stmt.orelse, normal, frame) if stmt.orelse else normal
+        for handler in stmt.handlers:
+            results.extend(self._handler(stmt, handler, state, raised, frame))
+        if not stmt.handlers:
+            results.extend(raised)
+        if stmt.finalbody:
+            results = self._finally(stmt.finalbody, results, frame)
+        return results
+
+    _stmt_TryStar = _stmt_Try
+
+    def _handler(
+        self, stmt: ast.Try, handler: ast.ExceptHandler, entry: State, raised: list[State], frame: Frame
+    ) -> list[State]:
+        starts = []
+        for state in raised:  # an explicit raise inside the body lands here
+            start = state.fork()
+            start.exit = None
+            starts.append(start)
+        if (
+            may_leave(handler.body)
+            and catches_data_errors(handler, {name: info.bases for name, info in self.module.classes.items()})
+            and any(isinstance(n, ast.Call) for s in stmt.body for n in ast.walk(s))
+        ):
+            # Any call may raise on some ranks only (bad data, I/O): a handler that leaves the
+            # loop or function then skips what the other ranks still do.
+            flag = Atom(f"exception@{where_of(handler)}", "nondet", why="an exception")
+            start = entry.fork(flag)
+            starts.append(start)
+        if handler.name:
+            for start in starts:
+                start.env[handler.name] = Atom(f"exc@{where_of(handler)}", "shared")
+        if not starts:
+            return []
+        return self.exec_block(handler.body, starts, frame)
+
+    def _finally(self, body: list[ast.stmt], states: list[State], frame: Frame) -> list[State]:
+        results = []
+        for state in states:
+            pending = state.exit
+            resumed = state.fork()
+            resumed.exit = None
+            for after in self.exec_block(body, [resumed], frame):
+                if after.exit is None:
+                    after.exit = pending
+                results.append(after)
+        return results
+
+    def _stmt_For(self, stmt: ast.For | ast.AsyncFor, state: State, frame: Frame) -> list[State]:
+        results: list[State] = []
+        for current, iterable in self.eval(stmt.iter, state, frame):
+            trip = self.trip_count(stmt.iter, iterable, current, frame)
+            over_set = is_set_expr(stmt.iter, self.set_names)
+            element = opaque(f"item@{where_of(stmt)}", (iterable,))
+            body_start = State(dict(current.env), (*current.conds, Compare(">=", trip, Const(1))), ())
+            self.bind(stmt.target, element, body_start)
+            loop_range = self._loop_range(stmt, element, current, frame)
+            after = self._loop(
+                stmt,
+                body_start,
+                current,
+                trip,
+                frame,
+                over_set=over_set,
+                inputs=(iterable,),
+                loop_range=loop_range,
+            )
+            results.extend(self.exec_block(stmt.orelse, after, frame) if stmt.orelse else after)
+        return results
+
+    _stmt_AsyncFor = _stmt_For
+
+    def _stmt_While(self, stmt: ast.While, state: State, frame: Frame) -> list[State]:
+        results: list[State] = []
+        for current, test in self.eval(stmt.test, state, frame):
+            if constant_truth(test) is False:
+                results.extend(self.exec_block(stmt.orelse, [current], frame))
+                continue
+            body_start = State(dict(current.env), current.conds, ())
+            after = self._loop(stmt, body_start, current, None, frame, over_set=False, inputs=(test,))
+            results.extend(self.exec_block(stmt.orelse, after, frame) if stmt.orelse else after)
+        return results
+
+    def _loop(
+        self,
+        stmt: ast.For | ast.AsyncFor | ast.While,
+        body_start: State,
+        outer: State,
+        trip: Expr | None,
+        frame: Frame,
+        *,
+        over_set: bool,
+        inputs: tuple[Expr, ...],
+        loop_range: LoopRange | None = None,
+    ) -> list[State]:
+        body_states = self.exec_block(stmt.body, [body_start], frame)
+        changed = assigned_names(stmt.body)
+        if trip is None:  # while: the trip count depends on the test and what the body changes
+            test_names = (
+                {n.id for n in ast.walk(stmt.test) if isinstance(n, ast.Name)}
+                if isinstance(stmt, ast.While)
+                else set()
+            )
+            feeding = [s.env.get(name, Const(None)) for s in body_states for name in test_names & changed]
+            trip = opaque(f"trips@{where_of(stmt)}", (*inputs, *feeding))
+            trip = Atom(trip.name, trip.kind, trip.why, lower=0)
+        after = outer.fork()
+        for name in changed:
+            values = [s.env[name] for s in body_states if name in s.env]
+            if values:
+                after.env[name] = opaque(f"{name}@loop{where_of(stmt)}", (*values, trip, *inputs))
+        events = [e for s in body_states for e in s.events]
+        if not events:
+            return [after]
+        unrolled = _unroll(trip, body_states, outer, after, self.record_events)
+        if unrolled is not None:
+            return unrolled
+        body_paths = [Path(s.conds, s.events, s.exit) for s in body_states]
+        if loop_range is not None and not _iterations_alike(stmt, body_states, frame):
+            loop_range = None
+        self.add_loop_region(
+            LoopOp(self, stmt, frame.chain, frame.function, over_set, loop_range, tuple(body_paths))
+        )
+        first_path = next(s for s in body_states if s.events)
+        first = next((e for e in first_path.events if isinstance(e, CommEvent)), None)
+        if first is None:
+            inner = next(e for e in first_path.events if isinstance(e, LoopEvent))
+            first = inner.first
+        order = source_text(stmt.iter) if isinstance(stmt, (ast.For, ast.AsyncFor)) else "while"
+        loop = LoopEvent(
+            self.module.path,
+            stmt.lineno,
+            stmt.col_offset,
+            trip,
+            tuple(e.op for e in first_path.events),
+            order,
+            first,
+            frame.chain,
+            over_set,
+            tuple(s.conds for s in body_states if s.events),
+        )
+        if self.record_events:
+            after.events = (*outer.events, loop)
+        return [after]
+
+    def add_loop_region(self, op: LoopOp, note: bool = True) -> None:
+        if note and self.summaries.recordings:
+            self.summaries.recordings[-1].loops.append(op)
+        # One region per loop, whatever outer path reached it: ranks on different outer paths
+        # still run the same iterations against each other.
+        key = (id(op.stmt), op.chain)
+        region = self.loop_regions.get(key)
+        if region is None:
+            region = Region(
+                op.function,
+                "loop",
+                [],
+                op.stmt.lineno,
+                over_set=op.over_set,
+                path_name=self.module.path,
+                loop_range=op.loop_range,
+            )
+            self.loop_regions[key] = region
+            self.regions.append(region)
+        elif region.loop_range != op.loop_range:
+            region.loop_range = None  # reached from outer paths that disagree on it: no counting
+        region.paths.extend(p for p in op.paths if p not in region.paths)
+
+    def _loop_range(
+        self, stmt: ast.For | ast.AsyncFor, var: Expr, state: State, frame: Frame
+    ) -> LoopRange | None:
+        """`for name in range(...)` over bounds that are the same on every rank."""
+        node = stmt.iter
+        if not (
+            isinstance(stmt, ast.For)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "range"
+            and not node.keywords
+            and 1 <= len(node.args) <= 3
+            and not any(isinstance(a, ast.Starred) for a in node.args)
+        ):
+            return None
+        if self.local_imports.lookup("range") is not None or "range" in self.module.functions:
+            return None
+        if not isinstance(var, Atom) or var.kind != "shared":
+            return None
+        values = [self.pure(a, state, frame) for a in node.args]
+        start, stop = (Const(0), values[0]) if len(values) == 1 else (values[0], values[1])
+        step = values[2] if len(values) == 3 else Const(1)
+        if not (isinstance(step, Const) and type(step.value) is int and step.value > 0):
+            return None
+        if is_rank_dependent(start) or is_rank_dependent(stop):
+            return None
+        return LoopRange(var, start, stop, step.value)
+
+    def eval(self, node: ast.expr | None, state: State, frame: Frame) -> list[tuple[State, Expr]]:
+        """Evaluate, running the calls that communicate or may (helpers); may fork the state."""
+        if node is None:
+            return [(state, Const(None))]
+        calls = [n for n in calls_in_order(node) if self.has_effect(n, frame, state)]
+        if not calls:
+            return [(state, self.pure(node, state, frame))]
+        pending: list[tuple[State, dict[int, Expr]]] = [(state, {})]
+        for call in calls:
+            advanced: list[tuple[State, dict[int, Expr]]] = []
+            for current, known in pending:
+                for after, value in self.eval_call(call, current, frame, known):
+                    advanced.append((after, {**known, id(call): value}))
+            pending = advanced
+            if len(pending) > self.max_paths:
+                raise PathLimitExceeded(f"more than {self.max_paths} paths")
+        return [(current, self.pure(node, current, frame, known)) for current, known in pending]
+
+    def eval_call(
+        self, call: ast.Call, state: State, frame: Frame, known: dict[int, Expr]
+    ) -> list[tuple[State, Expr]]:
+        resolved = self.resolve(call, frame, state)
+        if resolved.kind is CallKind.EXIT:
+            state.exit = Exit("exit", self.module.path, call.lineno, call.col_offset, frame.chain)
+            return [(state, Const(None))]
+        if resolved.spec is not None:
+            return [self.communicate(call, resolved.spec, state, frame, known)]
+        self.type_in_place(call, state)
+        if resolved.target is None:
+            if self.record_events and resolved.kind is CallKind.CALLBACK:
+                state.events = (*state.events, callback_event(call, self.module.path, frame))
+            return [(state, self.pure(call, state, frame, known))]
+        function, class_name, bound_self = resolved.target
+        return self.inline(call, function, class_name, bound_self, state, frame, known)
+
+
+def _iterations_alike(stmt: ast.For | ast.AsyncFor | ast.While, body: list[State], frame: Frame) -> bool:
+    """Every iteration that communicates issues the same collectives with the same arguments: one
+    sequence of plain collectives, whose calls in the loop body mention neither the loop variable
+    nor anything the body reassigns (a `src=peer`, a `chunks[i]`, a counter carried over)."""
+    sequences = [state.events for state in body if state.events]
+    if not sequences or any(events != sequences[0] for events in sequences):
+        return False
+    variant = loop_variant_names(stmt)
+    calls = {
+        (n.lineno, n.col_offset): n for part in stmt.body for n in ast.walk(part) if isinstance(n, ast.Call)
+    }
+    depth = len(frame.chain)
+    for event in sequences[0]:
+        if not isinstance(event, CommEvent) or event.kind != "collective":
+            return False
+        if event.chain[:depth] != frame.chain:
+            return False
+        direct = len(event.chain) == depth
+        line, column = (
+            (event.line, event.column) if direct else (event.chain[depth].line, event.chain[depth].column)
+        )
+        call = calls.get((line, column))
+        if call is None or mentions(call, variant):
+            return False
+        if not direct and not _fixed_arguments(event, variant):
+            return False
+    return True
+
+
+def _fixed_arguments(event: CommEvent, variant: set[str]) -> bool:
+    """A collective issued by a helper: its root, op and group are literals or groups created
+    somewhere, and the loop changes no attribute the helper could read."""
+    if any("." in name for name in variant):
+        return False
+    terms = (event.root, event.reduce_op, event.peer, event.ranks_arg, event.group_term)
+    if not all(term is None or isinstance(term, Const) for term in terms):
+        return False
+    return event.group is None or event.group.created
+
+
+def _unroll(trip: Expr, body: list[State], outer: State, after: State, record: bool) -> list[State] | None:
+    """`for _ in range(2): barrier()` is two barriers: unroll short constant loops with one path."""
+    count = fold(trip)
+    if not isinstance(count, Const) or not isinstance(count.value, int) or count.value > 8:
+        return None
+    if len(body) != 1 or body[0].exit is not None:
+        return None
+    if record:
+        after.events = (*outer.events, *(body[0].events * count.value))
+    return [after]

@@ -1,0 +1,393 @@
+"""The module model and its loader: what one analysed file holds, and other files of the run.
+
+In: a parsed `ast.Module` and the catalog (and, for a run over a project, a `Loader` that finds
+and loads the other files of the run). Out: a `ModuleInfo` — the file's functions, classes,
+import table, the functions that reach a collective (directly or through helpers, also in other
+files), and, once `Loader.complete` (the interpreter) has run over its top-level code, its module
+globals and class attributes.
+
+`Loader` keeps one `ModuleInfo` per file and process: a file met as another file's helper is
+parsed and modelled once, and the file analysed later reuses it. Nothing here runs or imports
+the analysed code.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path as FsPath
+from typing import TypeVar
+
+from collcheck.catalog import Catalog
+from collcheck.config import Settings
+from collcheck.findings import FileError
+from collcheck.source import SourceFile, read_source
+from collcheck.static.names import ImportTable, add_import, module_imports, qualified_name
+from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
+from collcheck.static.project import Project
+from collcheck.static.symbolic import Const, Expr
+from collcheck.static.wrapped import uses_wrapped, wrapped_names
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass(frozen=True, eq=False)
+class ClassInfo:
+    node: ast.ClassDef
+    methods: dict[str, FunctionNode]
+    bases: list[str]
+    attributes: dict[str, Expr] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class ModuleInfo:
+    """One file. The tables are filled while it is modelled (`build_module`, then the
+    `module_values.complete_module` for `globals` and class attributes), never replaced."""
+
+    path: str
+    tree: ast.Module
+    imports: ImportTable
+    catalog: Catalog
+    loader: Loader | None = None  # other files of the run; None for a file checked alone
+    functions: dict[str, FunctionNode] = field(default_factory=dict)
+    classes: dict[str, ClassInfo] = field(default_factory=dict)
+    globals: dict[str, Expr] = field(default_factory=dict)
+    communicating: set[FunctionNode] = field(default_factory=set)
+    mutable_globals: set[str] = field(default_factory=set)  # names some function declares `global`
+
+    @property
+    def project(self) -> Project | None:
+        return self.loader.project if self.loader is not None else None
+
+
+_T = TypeVar("_T")
+
+
+def inherited(
+    module: ModuleInfo,
+    class_name: str,
+    name: str,
+    table: Callable[[ClassInfo], Mapping[str, _T]],
+    seen: frozenset[str] = frozenset(),
+) -> _T | None:
+    """`name` in the class or, failing that, its bases of this module (methods, attributes)."""
+    info = module.classes.get(class_name)
+    if info is None or class_name in seen:
+        return None
+    if name in table(info):
+        return table(info)[name]
+    for base in info.bases:
+        found = inherited(module, base, name, table, seen | {class_name})
+        if found is not None:
+            return found
+    return None
+
+
+def parse(source: SourceFile) -> ast.Module | FileError:
+    try:
+        return ast.parse(source.text, filename=source.path)
+    except SyntaxError as error:
+        return FileError(source.path, f"syntax error: {error.msg}", error.lineno)
+    except (RecursionError, MemoryError):
+        return FileError(source.path, "too deeply nested to parse")
+    except ValueError as error:
+        return FileError(source.path, f"cannot parse: {error}")
+
+
+def build_module(
+    tree: ast.Module, path: str, catalog: Catalog, loader: Loader | None = None, text: str | None = None
+) -> ModuleInfo:
+    """The module model of `tree`, without globals and class attributes (see `complete_module`)."""
+    module = ModuleInfo(path=path, tree=tree, imports=module_imports(tree), catalog=catalog, loader=loader)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            module.functions[node.name] = node
+        elif isinstance(node, ast.ClassDef):
+            _add_class(module, node)
+    module.communicating.update(_communicating_functions(module, text))
+    return module
+
+
+def _add_class(module: ModuleInfo, node: ast.ClassDef, depth: int = 0) -> None:
+    """A class and the classes nested in it (a test suite's `class _Base` inside its case): each is
+    analysed under its own name, the first one of a name kept."""
+    methods = {
+        item.name: item for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    bases = [base.id for base in node.bases if isinstance(base, ast.Name)]
+    info = ClassInfo(node, methods, bases)
+    info.attributes.update(_class_constants(node))
+    module.classes.setdefault(node.name, info)
+    if depth < 4:
+        for item in node.body:
+            if isinstance(item, ast.ClassDef):
+                _add_class(module, item, depth + 1)
+
+
+def _class_constants(node: ast.ClassDef) -> dict[str, Expr]:
+    """`MAIN_PROCESS_RANK = -1` in a class body: `self.MAIN_PROCESS_RANK` is that constant."""
+    constants: dict[str, Expr] = {}
+    for item in node.body:
+        if not isinstance(item, ast.Assign) or len(item.targets) != 1:
+            continue
+        target, value = item.targets[0], item.value
+        if (
+            isinstance(value, ast.UnaryOp)
+            and isinstance(value.op, ast.USub)
+            and isinstance(value.operand, ast.Constant)
+        ):
+            if isinstance(value.operand.value, int):
+                constants[getattr(target, "id", "")] = Const(-value.operand.value)
+            continue
+        literal = isinstance(value, ast.Constant) and (
+            isinstance(value.value, (int, str, bool)) or value.value is None
+        )
+        if isinstance(target, ast.Name) and literal:
+            constants[target.id] = Const(value.value)  # type: ignore[attr-defined]
+    constants.pop("", None)
+    return constants
+
+
+def _all_functions(module: ModuleInfo) -> list[FunctionNode]:
+    functions: list[FunctionNode] = list(module.functions.values())
+    for info in module.classes.values():
+        functions.extend(info.methods.values())
+    return functions
+
+
+def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set[FunctionNode]:
+    """Functions that reach a collective, directly or through helpers of this module (fixed point).
+
+    With the module's `text`, a function whose own text names no catalogued callable, no
+    communicating function of the run and no `global` is not walked: walking every node of every
+    function is the costliest step of modelling a large module, and most functions never match.
+    """
+    functions = _all_functions(module)
+    words = _function_words(functions, text) if text is not None else None
+    wrapped = wrapped_names(module.tree, module.imports, module.catalog)
+    candidates = _candidate_words(module) | wrapped.words
+    direct: set[FunctionNode] = set()
+    called: dict[FunctionNode, set[str]] = {}
+    for function in functions:
+        own = words.get(function) if words is not None else None
+        if own is not None and own.isdisjoint(candidates):
+            called[function] = set(own)  # a superset of the names it calls: enough for the fixed point
+            continue
+        names: set[str] = set()
+        imports = _function_imports(function, module.imports)
+        for node in ast.walk(function):
+            if isinstance(node, ast.Global):
+                module.mutable_globals.update(node.names)
+            if not isinstance(node, ast.Call):
+                continue
+            if is_catalog_call(node, module, imports) or uses_wrapped(node, wrapped):
+                direct.add(function)
+            if isinstance(node.func, ast.Name):
+                names.add(node.func.id)
+            elif isinstance(node.func, ast.Attribute):
+                names.add(node.func.attr)
+        called[function] = names
+    communicating = set(direct)
+    changed = True
+    while changed:
+        changed = False
+        names = {f.name for f in communicating}
+        for function in functions:
+            if function not in communicating and called[function] & names:
+                communicating.add(function)
+                changed = True
+    return communicating
+
+
+def _function_words(functions: list[FunctionNode], text: str) -> dict[FunctionNode, frozenset[str]]:
+    """The identifiers of each function's own source lines."""
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    words: dict[FunctionNode, frozenset[str]] = {}
+    for function in functions:
+        first = min([function.lineno, *(d.lineno for d in function.decorator_list)])
+        last = function.end_lineno or function.lineno
+        if 0 < first <= last < len(starts):
+            words[function] = frozenset(IDENTIFIER.findall(text, starts[first - 1], starts[last]))
+    return words
+
+
+def _candidate_words(module: ModuleInfo) -> frozenset[str]:
+    """Words without which a function cannot call a collective directly (nor declare `global`)."""
+    trigger = trigger_pattern(module.catalog)
+    project = module.project
+    extra = project.communicating_names if project is not None else frozenset()
+    # `from torch.distributed import barrier as sync`: the function's text says only `sync`.
+    aliases = {
+        local
+        for local, qualified in module.imports.names.items()
+        if qualified in module.catalog.functions or qualified.rsplit(".", 1)[-1] in extra
+    }
+    return trigger.distinctive | trigger.plain | extra | last_names(module.catalog) | aliases | {"global"}
+
+
+def _function_imports(function: FunctionNode, imports: ImportTable) -> ImportTable:
+    """The module's imports, with those made inside the function (`import torch.distributed as
+    dist` in a function body) added."""
+    local = [n for n in ast.walk(function) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    if not local:
+        return imports
+    table = imports.child()
+    for node in local:
+        add_import(table, node)
+    return table
+
+
+def is_catalog_call(node: ast.Call, module: ModuleInfo, imports: ImportTable | None = None) -> bool:
+    catalog = module.catalog
+    name = qualified_name(node.func, imports or module.imports)
+    if name is not None and name in catalog.functions:
+        return True
+    if name is not None and remote_function(module, name) is not None:
+        return True
+    if isinstance(node.func, ast.Attribute):
+        return any(
+            spec.any_receiver or _imports_package_of(module, spec.receivers)
+            for spec in catalog.method_specs(node.func.attr)
+        )
+    if isinstance(node.func, ast.Name):
+        # A function-level import (`from torch.distributed import barrier` inside the function).
+        return node.func.id in last_names(catalog) and node.func.id not in module.functions
+    return False
+
+
+_LAST_NAMES: dict[str, frozenset[str]] = {}
+
+
+def last_names(catalog: Catalog) -> frozenset[str]:
+    names = _LAST_NAMES.get(catalog.fingerprint)
+    if names is None:
+        names = _LAST_NAMES[catalog.fingerprint] = frozenset(q.rsplit(".", 1)[-1] for q in catalog.functions)
+    return names
+
+
+def _imports_package_of(module: ModuleInfo, receivers: tuple[str, ...]) -> bool:
+    """A typed method (`Accelerator.gather`) can only be reached where its library is imported."""
+    packages = {receiver.split(".", 1)[0] for receiver in receivers}
+    table = module.imports
+    return any(qualified.split(".", 1)[0] in packages for qualified in table.names.values())
+
+
+def module_body(tree: ast.Module) -> tuple[list[ast.stmt], list[ast.stmt]]:
+    """Module statements split into definitions-time code and `if __name__ == "__main__":` code."""
+    setup: list[ast.stmt] = []
+    main: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if _is_main_guard(node):
+            main.append(node)
+        else:
+            setup.append(node)
+    return setup, main
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+        return False
+    left = node.test.left
+    return isinstance(left, ast.Name) and left.id == "__name__"
+
+
+# ----------------------------------------------------------------------------- other files of the run
+
+_LOADED: dict[str, ModuleInfo | None] = {}
+
+
+def _loaded_key(path: str, catalog: Catalog, project: Project) -> str:
+    return f"{catalog.fingerprint}:{project.digest}:{os.path.realpath(path)}"
+
+
+def already_loaded(path: str, catalog: Catalog, project: Project | None) -> ModuleInfo | None:
+    """A file met earlier as another file's helper is not parsed and modelled a second time."""
+    if project is None:
+        return None
+    return _LOADED.get(_loaded_key(path, catalog, project))
+
+
+def remember_loaded(module: ModuleInfo) -> None:
+    """An analysed file is the same model when another file later imports a helper from it."""
+    if module.loader is not None:
+        _LOADED.setdefault(_loaded_key(module.path, module.catalog, module.loader.project), module)
+
+
+@dataclass(frozen=True)
+class Loader:
+    """Finds and models the other files of a run (once per process, see `_LOADED`).
+
+    `complete` fills a new model's globals and class attributes: that is the interpreter's job
+    (`collcheck.static.module_values.complete_loaded_module`), passed in so that this module does not
+    import the interpreter that imports it.
+    """
+
+    catalog: Catalog
+    project: Project
+    settings: Settings
+    complete: Callable[[ModuleInfo, Settings], None]
+
+    def load(self, path: str) -> ModuleInfo | None:
+        """Parse another file of the run once per process, for helpers imported from it."""
+        key = _loaded_key(path, self.catalog, self.project)
+        if key in _LOADED:
+            return _LOADED[key]
+        _LOADED[key] = None  # a cycle of imports sees "not available" instead of recursing
+        source = read_source(FsPath(path), 8 * 1024 * 1024)
+        if isinstance(source, FileError):
+            return None
+        tree = parse(source)
+        if isinstance(tree, FileError):
+            return None
+        try:
+            module = build_module(tree, source.path, self.catalog, self, source.text)
+        except RecursionError:  # a helper file too deep to model is not followed; its importer still is
+            return None
+        try:
+            self.complete(module, self.settings)
+        except RecursionError:  # module-level code too deep to model: its functions are still followed
+            module.globals.clear()
+        _LOADED[key] = module
+        return module
+
+
+def remote_function(
+    module: ModuleInfo, qualified: str, communicating_only: bool = True
+) -> tuple[ModuleInfo, FunctionNode] | None:
+    """A function defined in another file of the run (by default: only one that reaches a collective)."""
+    loader = module.loader
+    if loader is None:
+        return None
+    project = loader.project
+    if communicating_only and qualified.rsplit(".", 1)[-1] not in project.communicating_names:
+        return None
+    found = project.lookup(qualified, module.path)
+    if found is None:
+        return None
+    path, attribute = found
+    other = loader.load(path)
+    if other is None or "." in attribute or attribute not in other.functions:
+        return None
+    function = other.functions[attribute]
+    return (other, function) if function in other.communicating or not communicating_only else None
+
+
+def remote_value(module: ModuleInfo, qualified: str) -> Expr | None:
+    """A module-level value (a constant computed at import) of another file of the run."""
+    loader = module.loader
+    if loader is None:
+        return None
+    found = loader.project.lookup(qualified, module.path)
+    if found is None:
+        return None
+    path, attribute = found
+    if "." in attribute:
+        return None
+    other = loader.load(path)
+    return None if other is None else other.globals.get(attribute)

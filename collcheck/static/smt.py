@@ -1,0 +1,301 @@
+"""The solver side: z3 contexts and one solver per region, asked about two rank instances.
+
+In: a `Region` and the two paths of a query, with an optional extra fact built from a
+`Z3Translator`. Out: a verdict (`sat` / `unsat` / `unknown`), and for `sat` a small `Model`
+(world size and the two ranks, smallest first) with the raw z3 model to read values from.
+`SolveStats` counts the queries and keeps the notes (timeouts) of one file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from collcheck.static.budget import bounded_solver
+from collcheck.static.groups import (
+    NO_GROUP_FACTS,
+    GroupFacts,
+    atoms_of,
+    is_interpreted,
+    local_rank_bounds,
+    member_facts,
+)
+from collcheck.static.program import CommEvent, Element, LoopEvent, Path, Region
+from collcheck.static.symbolic import (
+    MEMBER,
+    PER_RANK_KINDS,
+    Atom,
+    Expr,
+    GroupVal,
+    Z3Translator,
+    substitute,
+)
+
+RESOURCE_LIMIT = (
+    2_000_000  # z3 resource units per query (bounds nonlinear arithmetic, which ignores the timeout)
+)
+
+
+@dataclass(frozen=True)
+class Model:
+    world: int
+    rank_a: int
+    rank_b: int
+    values: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class SolveStats:
+    """Per-file solver state: counters, notes, and the file's own z3 context (created on first
+    use), so that a file's counterexamples never depend on what was solved before it."""
+
+    queries: int = 0
+    settled: int = 0  # pairs of paths (per channel) decided without a z3 query
+    unknown: int = 0
+    notes: list[str] = field(default_factory=list)
+    z3: Any = None
+
+    def z3_in_context(self) -> Any:
+        if self.z3 is None:
+            import z3  # deferred: most files never need the solver
+
+            self.z3 = _ContextZ3(z3, z3.Context())
+        return self.z3
+
+
+class _ContextZ3:
+    """The z3 module with every constructor bound to one context."""
+
+    def __init__(self, module: Any, ctx: Any) -> None:
+        self._module = module
+        self.ctx = ctx
+
+    def Int(self, name: str) -> Any:
+        return self._module.Int(name, self.ctx)
+
+    def Bool(self, name: str) -> Any:
+        return self._module.Bool(name, self.ctx)
+
+    def IntVal(self, value: int) -> Any:
+        return self._module.IntVal(value, self.ctx)
+
+    def BoolVal(self, value: bool) -> Any:
+        return self._module.BoolVal(value, self.ctx)
+
+    def Solver(self) -> Any:
+        return self._module.Solver(ctx=self.ctx)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
+class RegionSolver:
+    """One z3 solver for a region; queries are pushed and popped on it."""
+
+    def __init__(
+        self,
+        region: Region,
+        world_size: int | None,
+        timeout_ms: int,
+        stats: SolveStats,
+        group_facts: GroupFacts = NO_GROUP_FACTS,
+    ) -> None:
+        z3 = stats.z3_in_context()
+        self.z3 = z3
+        self.region = region
+        self.world_size = world_size
+        self.timeout_ms = timeout_ms
+        self.stats = stats
+        self.group_facts = group_facts
+        self._path_atoms: dict[int, tuple[Path, frozenset[Atom]]] = {}
+        self._uniform: dict[int, tuple[Path, bool, bool]] = {}
+        self._decisions: dict[int, tuple[Path, frozenset[Expr]]] = {}
+        # Each check's timeout is also cut to what is left of the file's budget (budget.py).
+        self.solver = bounded_solver(z3.Solver(), timeout_ms)
+        self.solver.set("timeout", timeout_ms)
+        # The timeout is not polled inside some nonlinear arithmetic; a resource limit is.
+        self.solver.set("rlimit", RESOURCE_LIMIT)
+        self.strings: dict[str, int] = {}
+        # One translator per region: the same conditions appear in many pair queries.
+        self.translator = Z3Translator(z3, self.strings)
+        self.shared_translator: Z3Translator = _SharedNondetTranslator(z3, self.strings)
+
+    # ------------------------------------------------------------------ what Python settles
+
+    def uniform_conditions(self, path: Path, among_unknown_members: bool = False) -> bool:
+        """Every condition of the path holds alike on all ranks (or, among the members of a group
+        of unknown membership, where opaque per-rank values count as alike: groups.member_facts)."""
+        hit = self._uniform.get(id(path))
+        if hit is None:
+            varying = [atom for atom in atoms_of(path.conds) if atom.kind in PER_RANK_KINDS]
+            interpreted = [a for a in varying if a.kind != "perrank" or is_interpreted(a)]
+            hit = self._uniform[id(path)] = (path, not varying, not interpreted)
+        return hit[2] if among_unknown_members else hit[1]
+
+    def data_decisions(self, path: Path) -> frozenset[Expr]:
+        """The path's conditions that do not involve the rank (as far as collcheck can tell)."""
+        hit = self._decisions.get(id(path))
+        if hit is None:
+            kept = frozenset(cond for cond in path.conds if not _ranked(atoms_of((cond,))))
+            hit = self._decisions[id(path)] = (path, kept)
+        return hit[1]
+
+    def same_data_decisions(self, a: Path, b: Path) -> bool:
+        """Among the members of a group of unknown membership, two paths are compared only when one
+        path's data decisions are among the other's: then they part on the rank alone (or one
+        stopped earlier). Code that branches on the rank and then tests different data in each arm
+        (`if get_rank(g) == 0: if not is_tensor(state): return` / `else: if not is_info(state):
+        return`) follows a protocol between the arms that collcheck cannot see."""
+        x, y = self.data_decisions(a), self.data_decisions(b)
+        return x <= y or y <= x
+
+    def atoms_of(self, path: Path) -> frozenset[Atom]:
+        """The atoms of a path's conditions and of its events' terms, once per path."""
+        hit = self._path_atoms.get(id(path))
+        if hit is None:
+            values = [*path.conds, *(term for event in path.events for term in event_terms(event))]
+            hit = self._path_atoms[id(path)] = (path, atoms_of(values))
+        return hit[1]
+
+    def _settled(self, a: Path, b: Path, membership: GroupVal | None) -> bool:
+        """Two paths no two ranks can take: parted by conditions that hold alike on every rank
+        (every member of a group of unknown membership), or by data decisions of a rank protocol."""
+        if a is b:
+            return False
+        unknown = membership is not None and membership.members is None
+        if self.uniform_conditions(a, unknown) and self.uniform_conditions(b, unknown):
+            return True
+        return unknown and not self.same_data_decisions(a, b)
+
+    # ------------------------------------------------------------------ queries
+
+    def _base(self, tr: Z3Translator, a: Path, b: Path, membership: GroupVal | None) -> list[Any]:
+        world = tr.world
+        ra, rb = tr.rank("a"), tr.rank("b")
+        facts = [ra >= 0, rb >= 0, ra < world, rb < world, ra != rb]
+        facts.append(world == self.world_size if self.world_size else world >= 2)
+        facts.extend(tr.as_bool(c, "a") for c in a.conds)
+        facts.extend(tr.as_bool(c, "b") for c in b.conds)
+        if membership is not None and membership.members is not None:
+            facts.append(tr.as_bool(substitute(membership.members, {MEMBER: Atom("rank", "rank")}), "a"))
+            facts.append(tr.as_bool(substitute(membership.members, {MEMBER: Atom("rank", "rank")}), "b"))
+        if membership is not None and membership.color is not None:
+            # One creation call, a different subgroup per rank: only ranks of one subgroup meet.
+            facts.append(tr.as_int(membership.color, "a") == tr.as_int(membership.color, "b"))
+        # The atoms of both paths' conditions and of the terms a query may compare (trips, roots).
+        found = self.atoms_of(a) | self.atoms_of(b)
+        facts.extend(local_rank_bounds(tr, found))
+        if membership is not None:
+            facts.extend(member_facts(tr, membership, found, self.group_facts))
+        return facts
+
+    def satisfiable(
+        self, a: Path, b: Path, membership: GroupVal | None, extra: Any = None, share_nondet: bool = False
+    ) -> tuple[str, Model | None, Any]:
+        if self._settled(a, b, membership):
+            self.stats.settled += 1
+            return "unsat", None, None
+        tr = self.shared_translator if share_nondet else self.translator
+        facts = self._base(tr, a, b, membership)
+        extra_fact = extra(tr) if extra is not None else None
+        facts.extend(tr.side_constraints)  # bounds of the atoms met while translating
+        self.solver.push()
+        try:
+            self.solver.add(*facts)
+            if extra_fact is not None:
+                self.solver.add(extra_fact)
+            self.stats.queries += 1
+            verdict = self.solver.check()
+            if verdict == self.z3.unknown:
+                self.stats.unknown += 1
+                self.stats.notes.append(
+                    f"{self.region.path_name}:{self.region.line}: solver gave up "
+                    f"({self.solver.reason_unknown()}) "
+                    f"in {self.region.function}; no finding reported for that query"
+                )
+                return "unknown", None, None
+            if verdict == self.z3.unsat:
+                return "unsat", None, None
+            small = self._small_model(tr)
+            if small is None:
+                self.stats.unknown += 1
+                self.stats.notes.append(
+                    f"{self.region.path_name}:{self.region.line}: solver gave up while building a "
+                    f"counterexample in {self.region.function}; no finding reported for that query"
+                )
+                return "unknown", None, None
+            model, raw = small
+            return "sat", model, (tr, raw)
+        finally:
+            self.solver.pop()
+
+    def never(self, facts_of: Any) -> bool:
+        """The facts (over one rank, side "a") cannot hold together; a timeout counts as "may"."""
+        tr = self.translator
+        facts = list(facts_of(tr))
+        rank, world = tr.rank("a"), tr.world
+        facts += [rank >= 0, rank < world, world == self.world_size if self.world_size else world >= 2]
+        facts.extend(tr.side_constraints)
+        self.solver.push()
+        try:
+            self.solver.add(*facts)
+            self.stats.queries += 1
+            return bool(self.solver.check() == self.z3.unsat)
+        finally:
+            self.solver.pop()
+
+    def _small_model(self, tr: Z3Translator) -> tuple[Model, Any] | None:
+        """Prefer the smallest world and rank 0: the counterexample a person believes at once."""
+        z3 = self.z3
+        world, ra, rb = tr.world, tr.rank("a"), tr.rank("b")
+        preferences = [[world <= bound, z3.Or(ra == 0, rb == 0)] for bound in (2, 3, 4, 8)]
+        preferences += [[world <= bound] for bound in (2, 3, 4, 8)]
+        for preference in preferences:
+            self.solver.push()
+            self.solver.add(*preference)
+            try:
+                if self.solver.check() == z3.sat:
+                    model = self.solver.model()
+                    return self._model(model, tr), model
+            finally:
+                self.solver.pop()
+        if self.solver.check() != z3.sat:  # gave up while minimising: treat as unknown
+            return None
+        model = self.solver.model()
+        return self._model(model, tr), model
+
+    def _model(self, model: Any, tr: Z3Translator) -> Model:
+        return Model(_number(model, tr.world), _number(model, tr.rank("a")), _number(model, tr.rank("b")))
+
+
+def _number(model: Any, term: Any) -> int:
+    value = model.eval(term, model_completion=True)
+    try:
+        return int(value.as_long())
+    except AttributeError:
+        return 0
+
+
+class _SharedNondetTranslator(Z3Translator):
+    """The same query with every nondeterministic value forced equal on both ranks."""
+
+    def _var(self, atom: Atom, side: str, sort: str) -> Any:
+        if atom.kind == "nondet":
+            atom = Atom(atom.name, "shared", lower=atom.lower, below_world=atom.below_world)
+        return super()._var(atom, side, sort)
+
+
+def event_terms(event: Element) -> list[Expr]:
+    """The terms of an element that must agree across ranks (trip count, root, op, peer, ...)."""
+    if isinstance(event, LoopEvent):
+        return [event.trip]
+    assert isinstance(event, CommEvent)
+    terms = (event.root, event.reduce_op, event.peer, event.ranks_arg, event.group_term)
+    return [t for t in terms if t is not None]
+
+
+def _ranked(found: frozenset[Atom]) -> bool:
+    """Some atom varies by process or is a rank value collcheck can follow."""
+    return any(
+        atom.kind == "nondet" or (atom.kind in PER_RANK_KINDS and is_interpreted(atom)) for atom in found
+    )

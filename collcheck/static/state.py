@@ -1,0 +1,97 @@
+"""Path states: what the interpreter carries along one path, and how paths are joined.
+
+In: nothing of its own (plain data). Out: `State` (a path's variables, condition, events, exit),
+`Frame` (the function being executed and the calls that led to it), `PathLimitExceeded`, and the
+joins that keep paths few: `merge_branches`, `merge_envs`, `collapse_returns`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collcheck.static.model import FunctionNode
+from collcheck.static.program import (
+    Element,
+    Exit,
+    Site,
+)
+from collcheck.static.symbolic import (
+    TRUE,
+    Const,
+    Expr,
+    IfExp,
+    conjoin,
+    opaque,
+)
+
+
+class PathLimitExceeded(Exception):
+    """Too many paths: the function is skipped (and noted) rather than analysed slowly."""
+
+
+@dataclass
+class State:
+    env: dict[str, Expr]
+    conds: tuple[Expr, ...] = ()
+    events: tuple[Element, ...] = ()
+    exit: Exit | None = None
+    returned: Expr | None = None
+
+    def fork(self, cond: Expr | None = None) -> State:
+        conds = self.conds if cond is None or cond == TRUE else (*self.conds, cond)
+        return State(dict(self.env), conds, self.events, self.exit, self.returned)
+
+
+@dataclass(frozen=True)
+class Frame:
+    function: str
+    class_name: str | None
+    chain: tuple[Site, ...]
+    depth: int
+    stack: tuple[FunctionNode, ...]
+
+
+def merge_envs(states: list[State]) -> dict[str, Expr]:
+    merged = dict(states[0].env)
+    for state in states[1:]:
+        for key, value in state.env.items():
+            if merged.get(key) != value:
+                merged[key] = opaque(f"merged:{key}", (merged.get(key, Const(None)), value))
+    return merged
+
+
+def merge_branches(
+    state: State, test: Expr, then_states: list[State], else_states: list[State]
+) -> list[State] | None:
+    """Join two arms that did not communicate or exit: variables become `a if test else b`."""
+    if len(then_states) != 1 or len(else_states) != 1:
+        return None
+    then, orelse = then_states[0], else_states[0]
+    if then.exit is not None or orelse.exit is not None:
+        return None
+    if then.events != state.events or orelse.events != state.events:
+        return None
+    merged = State(dict(state.env), state.conds, state.events)
+    for key in set(then.env) | set(orelse.env):
+        a, b = then.env.get(key), orelse.env.get(key)
+        if a == b and a is not None:
+            merged.env[key] = a
+        elif a is not None and b is not None:
+            merged.env[key] = IfExp(test, a, b)
+        else:
+            merged.env[key] = opaque(f"maybe:{key}", (test, a or b or Const(None)))
+    return [merged]
+
+
+def collapse_returns(caller: State, results: list[tuple[State, Expr]]) -> list[tuple[State, Expr]]:
+    """A helper whose paths did not communicate differently is one result: `r1 if c1 else r2`."""
+    if len(results) <= 1:
+        return results
+    if any(state.events != caller.events or state.exit is not None for state, _ in results):
+        return results
+    value = results[-1][1]
+    for state, returned in reversed(results[:-1]):
+        extra = state.conds[len(caller.conds) :]
+        value = IfExp(conjoin(extra), returned, value) if extra else returned
+    merged = caller.fork()
+    return [(merged, value)]

@@ -1,0 +1,256 @@
+"""Facts read off the syntax tree alone, with no symbolic state.
+
+In: `ast` nodes. Out: booleans and name sets the interpreter uses to decide how to treat a
+statement — names a loop body assigns or reads, calls in evaluation order, set expressions, the
+lazy-initialisation and memo idioms, handlers that catch per-rank data errors.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+
+from collcheck.static.model import FunctionNode
+from collcheck.static.names import dotted
+
+SET_METHODS = frozenset({"union", "intersection", "difference", "symmetric_difference"})
+
+
+def is_set_expr(node: ast.expr, set_names: frozenset[str] | set[str] = frozenset()) -> bool:
+    """A set built here: literal, comprehension, set()/frozenset(), set operators and methods."""
+    if isinstance(node, (ast.Set, ast.SetComp)):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id in set_names
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitOr, ast.BitAnd, ast.Sub, ast.BitXor)):
+        return is_set_expr(node.left, set_names) or is_set_expr(node.right, set_names)
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, ast.Name):
+        return node.func.id in ("set", "frozenset")
+    return (
+        isinstance(node.func, ast.Attribute)
+        and node.func.attr in SET_METHODS
+        and is_set_expr(node.func.value, set_names)
+    )
+
+
+def assigned_names(nodes: Iterable[ast.AST]) -> set[str]:
+    names: set[str] = set()
+    for root in nodes:
+        for node in ast.walk(root):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                parts = dotted(node)
+                if parts:
+                    names.add(".".join(parts))
+            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+    return names
+
+
+@lru_cache(maxsize=4096)
+def global_names(function: FunctionNode) -> frozenset[str]:
+    return frozenset(
+        name for node in ast.walk(function) if isinstance(node, ast.Global) for name in node.names
+    )
+
+
+@lru_cache(maxsize=65536)
+def calls_in_order(node: ast.expr) -> tuple[ast.Call, ...]:
+    """Calls in evaluation order (arguments before the call), skipping lambdas and comprehensions."""
+    order: list[ast.Call] = []
+
+    def visit(current: ast.AST) -> None:
+        if isinstance(current, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            return
+        for child in ast.iter_child_nodes(current):
+            visit(child)
+        if isinstance(current, ast.Call):
+            order.append(current)
+
+    visit(node)
+    return tuple(order)
+
+
+# Errors that come from a rank's own data or files, and so can happen on some ranks only. Control
+# flow exceptions (StopIteration), bare `except:` and `Exception` are not taken as such: they mostly
+# guard code that behaves the same everywhere, and reporting them would bury real findings.
+DATA_ERRORS = frozenset(
+    {
+        "OSError",
+        "IOError",
+        "FileNotFoundError",
+        "PermissionError",
+        "EOFError",
+        "UnicodeDecodeError",
+        "JSONDecodeError",
+        "ValueError",
+        "KeyError",
+        "IndexError",
+        "UnidentifiedImageError",
+        "DecompressionBombError",
+        "ConnectionError",
+        "TimeoutError",
+        "CorruptedDataError",
+        # Memory runs out on one rank first: a longer sequence, a fuller cache, another process.
+        "OutOfMemoryError",
+        "MemoryError",
+    }
+)
+# The text a handler checks to single out an out-of-memory RuntimeError (`"out of memory" in str(e)`).
+OUT_OF_MEMORY_TEXT = re.compile(r"out\s*of\s*memory|\boom\b", re.IGNORECASE)
+
+
+def catches_data_errors(handler: ast.ExceptHandler, bases: Mapping[str, Sequence[str]] = {}) -> bool:
+    """The handler catches an error one rank can hit alone: a data or I/O error (or a class of the
+    module derived from one: `bases` maps the module's class names to their bases' names), running
+    out of memory, or a RuntimeError whose text it checks for "out of memory"."""
+    if handler.type is None:
+        return False
+    types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    for item in types:
+        parts = dotted(item)
+        if not parts:
+            continue
+        if _is_data_error(parts[-1], bases, depth=0):
+            return True
+        if parts[-1] == "RuntimeError" and _checks_out_of_memory(handler):
+            return True
+    return False
+
+
+def _is_data_error(name: str, bases: Mapping[str, Sequence[str]], depth: int) -> bool:
+    if name in DATA_ERRORS:
+        return True
+    if name not in bases or depth > 8:
+        return False
+    return any(_is_data_error(base.rsplit(".", 1)[-1], bases, depth + 1) for base in bases[name])
+
+
+def _checks_out_of_memory(handler: ast.ExceptHandler) -> bool:
+    texts = (node.value for node in ast.walk(handler) if isinstance(node, ast.Constant))
+    return any(isinstance(text, str) and OUT_OF_MEMORY_TEXT.search(text) for text in texts)
+
+
+def may_leave(body: Sequence[ast.stmt]) -> bool:
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.Continue, ast.Break, ast.Return)):
+                return True
+    return False
+
+
+def loop_variant_names(stmt: ast.For | ast.AsyncFor | ast.While) -> set[str]:
+    """Names whose value may change from one iteration to the next: the loop targets and what the
+    body assigns, except a name assigned once, unconditionally, from loop-invariant names and not
+    read before that assignment (`buf = torch.zeros(n)`)."""
+    variant = set(assigned_names([stmt.target])) if isinstance(stmt, (ast.For, ast.AsyncFor)) else set()
+    stores: dict[str, int] = {}
+    for part in stmt.body:
+        for node in ast.walk(part):
+            for name in _stored_names(node):
+                stores[name] = stores.get(name, 0) + 1
+    read: set[str] = set()
+    for part in stmt.body:
+        target = part.targets[0] if isinstance(part, ast.Assign) and len(part.targets) == 1 else None
+        if isinstance(part, ast.Assign) and isinstance(target, ast.Name):
+            carried = target.id in read or target.id in read_names(part.value)  # `x = x + 1`
+            once = stores.get(target.id) == 1 and not carried
+            if not once or mentions(part.value, variant):
+                variant.add(target.id)
+        else:
+            variant.update(name for node in ast.walk(part) for name in _stored_names(node))
+        read.update(read_names(part))
+    return variant
+
+
+def _stored_names(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        return [node.id]
+    if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        parts = dotted(node) if isinstance(node, ast.Attribute) else dotted(node.value)
+        return [".".join(parts)] if parts else []
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        # Dotted like an attribute: state that a helper called from the body could read.
+        return [*node.names, *(f"<global>.{name}" for name in node.names)]
+    return []
+
+
+def read_names(node: ast.AST) -> set[str]:
+    names: set[str] = set()
+    for child in ast.walk(node):
+        if isinstance(child, ast.Name):
+            names.add(child.id)
+        elif isinstance(child, ast.Attribute):
+            parts = dotted(child)
+            if parts:
+                names.add(".".join(parts))
+    return names
+
+
+def mentions(node: ast.AST, names: set[str]) -> bool:
+    """`node` reads one of `names`, or an attribute of one (`x` covers `x.grad`)."""
+    for read in read_names(node):
+        parts = read.split(".")
+        if any(".".join(parts[: i + 1]) in names for i in range(len(parts))):
+            return True
+    return False
+
+
+def lazy_initialisation(stmt: ast.If, mutable_globals: set[str]) -> bool:
+    """`if X is None:` (or `if not X:`) whose body assigns X, X a module global that functions
+    rebind or an attribute of `self`: a value created on first use and cached."""
+    test = stmt.test
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is):
+        right = test.comparators[0]
+        if not (isinstance(right, ast.Constant) and right.value is None):
+            return False
+        target = test.left
+    elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        target = test.operand
+    else:
+        return False
+    wanted = _cached_name(target)
+    if wanted is None or (not wanted.startswith("self.") and wanted not in mutable_globals):
+        return False
+    return any(
+        isinstance(node, ast.Assign) and any(_cached_name(t) == wanted for t in node.targets)
+        for statement in stmt.body
+        for node in ast.walk(statement)
+    )
+
+
+def _cached_name(node: ast.expr) -> str | None:
+    """`X` or `self.x`: where a lazily created value is kept."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return f"self.{node.attr}"
+    return None
+
+
+def memo_lookup(stmt: ast.If) -> bool:
+    """`if key in cache: return cache[key]` or `if key not in cache: cache[key] = ...` (also as
+    the last part of an `and`: `if cache is not None and key in cache:`)."""
+    test = stmt.test
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        test = test.values[-1]
+    if not (
+        isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.In, ast.NotIn))
+    ):
+        return False
+    cache = test.comparators[0]
+    if not isinstance(cache, (ast.Name, ast.Attribute)) or not stmt.body:
+        return False
+    entry = f"{ast.unparse(cache)}[{ast.unparse(test.left)}]"
+    if isinstance(test.ops[0], ast.In):
+        last = stmt.body[-1]
+        return isinstance(last, ast.Return) and last.value is not None and ast.unparse(last.value) == entry
+    return any(
+        isinstance(node, ast.Assign) and any(ast.unparse(target) == entry for target in node.targets)
+        for node in stmt.body
+    )

@@ -1,0 +1,686 @@
+"""The value evaluator: expressions to symbolic values, with rank taint.
+
+In: an expression node, the path's `State` (its variables) and `Frame`, and the values of calls
+already run on this path (`known`). Out: a `symbolic.Expr` — constants, the rank, the world size,
+catalogued per-rank values (`value_from_spec`), per-process values (`nondet` atoms), and opaque
+terms that carry the per-rank nature of their inputs. `pure` never runs a call: calls with
+effects (collectives, helpers) are the interpreter's, and reach here as `known` values.
+`bind` stores a value under an assignment target.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import lru_cache
+
+from collcheck.static import groups
+from collcheck.static.group_values import (
+    group_call_value,
+    group_key,
+    group_method_value,
+    imported_value,
+    none_or_not,
+    rank_function_value,
+    subscript_value,
+    type_of,
+)
+from collcheck.static.model import ModuleInfo, inherited
+from collcheck.static.names import ImportTable, dotted, qualified_name
+from collcheck.static.state import Frame, State
+from collcheck.static.symbolic import (
+    LOCAL_WORLD,
+    MEMBER,
+    RANK,
+    WORLD,
+    Atom,
+    BinOp,
+    BoolOp,
+    Compare,
+    Const,
+    Expr,
+    GroupVal,
+    IfExp,
+    InRange,
+    Member,
+    Not,
+    Sized,
+    TupleVal,
+    conjoin,
+    constant_truth,
+    is_rank_dependent,
+    negate,
+    opaque,
+    substitute,
+)
+from collcheck.static.syntax import is_set_expr
+
+ENV_READERS = frozenset({"os.getenv", "os.environ.get"})
+
+
+PASS_THROUGH = frozenset({"int", "float", "bool", "round", "abs"})
+
+
+# Builtins that compute a value from their arguments: the result varies exactly when they do.
+VALUE_BUILTINS = frozenset(
+    {
+        "list",
+        "tuple",
+        "set",
+        "frozenset",
+        "sorted",
+        "reversed",
+        "range",
+        "enumerate",
+        "zip",
+        "sum",
+        "str",
+        "repr",
+        "format",
+        "dict",
+        "map",
+        "filter",
+        "divmod",
+        "pow",
+        "hash",
+        "any",
+        "all",
+    }
+)
+
+
+# Methods whose result carries the receiver's per-rank nature (reading a value out of it).
+VALUE_METHODS = frozenset(
+    {
+        "item",
+        "tolist",
+        "numpy",
+        "read",
+        "readline",
+        "readlines",
+        "read_text",
+        "read_bytes",
+        "strip",
+        "lower",
+        "upper",
+        "split",
+        "get",
+        "keys",
+        "values",
+        "items",
+        "copy",
+        "clone",
+        "detach",
+        "cpu",
+        "cuda",
+        "float",
+        "int",
+        "long",
+        "bool",
+        "sum",
+        "mean",
+        "all",
+        "any",
+        "numel",
+        "startswith",
+        "endswith",
+        "is_file",
+        "exists",
+        "is_dir",
+    }
+)
+
+
+def value_from_spec(spec: str, where: str) -> Expr:
+    """Turn a catalog value (`rank`, `local_rank == 0`, `world`) into a symbolic value."""
+    names: dict[str, Expr] = {
+        "rank": RANK,
+        "world": WORLD,
+        "local_world": LOCAL_WORLD,
+        "local_rank": BinOp("%", RANK, LOCAL_WORLD),
+        "node_rank": BinOp("//", RANK, LOCAL_WORLD),
+        "group_rank": Atom(f"group_rank@{where}", "perrank", lower=0, below_world=True),
+        "group_world": Atom(f"group_world@{where}", "shared", lower=1),
+    }
+    try:
+        tree = ast.parse(spec, mode="eval").body
+    except SyntaxError:
+        return Atom(f"{spec}@{where}", "perrank")
+    return _spec_expr(tree, names, where)
+
+
+def _spec_expr(node: ast.expr, names: dict[str, Expr], where: str) -> Expr:
+    if isinstance(node, ast.Name):
+        return names.get(node.id, Atom(node.id, "shared"))
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in ("group_rank", "group_world")
+        and isinstance(node.slice, ast.Name)
+    ):  # `group_rank[tp]`: the rank inside the catalog group `tp`, tied to collectives on `tp`
+        size = node.value.id == "group_world"
+        return groups.group_size(node.slice.id) if size else groups.local_rank(node.slice.id)
+    if isinstance(node, ast.BoolOp):
+        parts = tuple(_spec_expr(value, names, where) for value in node.values)
+        return BoolOp("and" if isinstance(node.op, ast.And) else "or", parts)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, str, bool)):
+        return Const(node.value)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        op = COMPARE_OPS.get(type(node.ops[0]))
+        if op is not None:
+            return Compare(
+                op, _spec_expr(node.left, names, where), _spec_expr(node.comparators[0], names, where)
+            )
+    if isinstance(node, ast.BinOp) and type(node.op) in BIN_OPS:
+        return BinOp(
+            BIN_OPS[type(node.op)], _spec_expr(node.left, names, where), _spec_expr(node.right, names, where)
+        )
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return Not(_spec_expr(node.operand, names, where))
+    return Atom(f"spec@{where}", "perrank")
+
+
+COMPARE_OPS: dict[type, str] = {
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.Is: "==",
+    ast.IsNot: "!=",
+}
+
+
+BIN_OPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+
+
+def where_of(node: ast.AST) -> str:
+    return f"{getattr(node, 'lineno', 0)}:{getattr(node, 'col_offset', 0)}"
+
+
+@lru_cache(maxsize=65536)
+def source_text(node: ast.AST) -> str:
+    """Source text of a node (cached: the same nodes are named again on every path)."""
+    try:
+        return ast.unparse(node)
+    except (ValueError, RecursionError):  # pragma: no cover - malformed synthetic trees
+        return "<expr>"
+
+
+class ValueEvaluator:
+    """Evaluates expressions of one module (`module`), under the imports of the function being
+    executed (`local_imports`, set by the interpreter when it enters a function)."""
+
+    def __init__(self, module: ModuleInfo) -> None:
+        self.module = module
+        self.catalog = module.catalog
+        self.local_imports: ImportTable = module.imports
+        self.set_names: set[str] = set()  # variables bound to a set: iterating one is unordered
+        self.imported_values: dict[str, Expr | None] = {}  # values of other files, by qualified name
+
+    def pure(
+        self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr] | None = None
+    ) -> Expr:
+        if node is None:
+            return Const(None)
+        if known and id(node) in known:
+            return known[id(node)]
+        handler = getattr(self, f"_pure_{type(node).__name__}", None)
+        if handler is None:
+            inputs = tuple(self.pure(child, state, frame, known) for child in _value_children(node))
+            return opaque(f"{type(node).__name__.lower()}@{where_of(node)}", inputs)
+        result: Expr = handler(node, state, frame, known)
+        return result
+
+    def _pure_Constant(
+        self, node: ast.Constant, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
+        if isinstance(node.value, (bool, int, str)) or node.value is None:
+            return Const(node.value)
+        return Atom(f"const:{node.value!r}", "shared")
+
+    def _pure_Name(self, node: ast.Name, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        if node.id in state.env:
+            return state.env[node.id]
+        if node.id in self.module.globals:
+            return self.module.globals[node.id]
+        if node.id in ("True", "False", "None"):
+            return Const({"True": True, "False": False, "None": None}[node.id])
+        qualified = self.local_imports.lookup(node.id)
+        imported = imported_value(self, qualified, self.imported_values) if qualified else None
+        return imported if imported is not None else Atom(f"global:{node.id}", "shared")
+
+    def _pure_Attribute(
+        self, node: ast.Attribute, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
+        parts = dotted(node)
+        if parts:
+            key = ".".join(parts)
+            if key in state.env:
+                return state.env[key]
+            if parts[0] == "self" and len(parts) == 2 and frame.class_name:
+                attribute = self._class_attribute(frame.class_name, parts[1])
+                if attribute is not None:
+                    return attribute
+            name = qualified_name(node, self.local_imports)
+            if name is not None and name.endswith((".group.WORLD", ".GroupMember.WORLD")):
+                return Const(None)
+            if name is not None and ".ReduceOp." in f".{name}":
+                return Const(name.rsplit(".", 1)[-1].upper())
+            if name is not None and self.local_imports.lookup(parts[0]) is not None:
+                imported = imported_value(self, name, self.imported_values)  # `env.RANK` of a module
+                if imported is not None:
+                    return imported
+        if node.attr in self.catalog.rank_attributes:
+            spec = self.catalog.rank_attributes[node.attr]
+            if spec == "group_rank":  # the rank inside the group the attribute is read from
+                owner = self.pure(node.value, state, frame, known)
+                return groups.local_rank(group_key(owner, node.value))
+            return value_from_spec(spec, f"attr:{node.attr}")
+        base = self.pure(node.value, state, frame, known)
+        if isinstance(base, Atom) and base.name.startswith("type:"):
+            return Atom(f"{base.name}.{node.attr}", "shared")
+        if isinstance(base, Atom):
+            # Named after the object, not the place it is read: `self.remote` read in two
+            # branches (or in two methods) is one value (an assignment in between is in `state.env`).
+            holder = "self" if base.name.startswith("param:self@") else base.name
+            return opaque(f"{holder}.{node.attr}", (base,))
+        return opaque(f"{source_text(node)}@{where_of(node)}", (base,))
+
+    def _pure_Subscript(
+        self, node: ast.Subscript, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
+        env_key = _environ_key(node, self.local_imports)
+        if env_key is not None:
+            return self._environment_value(env_key, node)
+        base = self.pure(node.value, state, frame, known)
+        if isinstance(node.slice, ast.Slice):
+            return self._slice(node, base, state, frame, known)
+        index = self.pure(node.slice, state, frame, known)
+        if (
+            isinstance(base, TupleVal)
+            and isinstance(index, Const)
+            and isinstance(index.value, int)
+            and -len(base.items) <= index.value < len(base.items)
+        ):
+            return base.items[index.value]
+        grouped = subscript_value(base, index)
+        if grouped is not None:
+            return grouped
+        if isinstance(base, Atom) and isinstance(index, Const) and isinstance(index.value, (str, int)):
+            # `cfg["sync"]` read in two branches is one value, like an attribute (see above).
+            return opaque(f"item:{base.name}[{index.value!r}]", (base,))
+        inputs = [base, *(self.pure(c, state, frame, known) for c in _value_children(node.slice))]
+        if index is not None:
+            inputs.append(index)
+        return opaque(f"item:{source_text(node)}@{where_of(node)}", tuple(inputs))
+
+    def _pure_BinOp(self, node: ast.BinOp, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        left, right = self.pure(node.left, state, frame, known), self.pure(node.right, state, frame, known)
+        op = BIN_OPS.get(type(node.op))
+        if op is None or _is_text(left) or _is_text(right):
+            return opaque(f"binop@{where_of(node)}", (left, right))
+        if isinstance(left, TupleVal) or isinstance(right, TupleVal):
+            if op == "+" and isinstance(left, TupleVal) and isinstance(right, TupleVal):
+                return TupleVal(left.items + right.items)
+            return opaque(f"binop@{where_of(node)}", (left, right))
+        return BinOp(op, left, right)
+
+    def _pure_UnaryOp(
+        self, node: ast.UnaryOp, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
+        operand = self.pure(node.operand, state, frame, known)
+        if isinstance(node.op, ast.Not):
+            return negate(operand)
+        if isinstance(node.op, ast.USub):
+            if isinstance(operand, Const) and isinstance(operand.value, int):
+                return Const(-operand.value)
+            return BinOp("-", Const(0), operand)
+        if isinstance(node.op, ast.UAdd):
+            return operand
+        return opaque(f"unary@{where_of(node)}", (operand,))
+
+    def _pure_BoolOp(
+        self, node: ast.BoolOp, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
+        values = tuple(self.pure(v, state, frame, known) for v in node.values)
+        return BoolOp("and" if isinstance(node.op, ast.And) else "or", values)
+
+    def _pure_Compare(
+        self, node: ast.Compare, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
+        parts: list[Expr] = []
+        left_node = node.left
+        left = self.pure(left_node, state, frame, known)
+        for op, right_node in zip(node.ops, node.comparators, strict=False):
+            right = self.pure(right_node, state, frame, known)
+            parts.append(self._compare(op, left, right, right_node, state, frame, known))
+            left = right
+        return parts[0] if len(parts) == 1 else BoolOp("and", tuple(parts))
+
+    def _pure_IfExp(self, node: ast.IfExp, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        test = self.pure(node.test, state, frame, known)
+        then, orelse = self.pure(node.body, state, frame, known), self.pure(node.orelse, state, frame, known)
+        truth = constant_truth(test)
+        if truth is not None:
+            return then if truth else orelse
+        return IfExp(test, then, orelse)
+
+    def _pure_Tuple(
+        self, node: ast.Tuple | ast.List, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
+        if any(isinstance(e, ast.Starred) for e in node.elts):
+            return opaque(
+                f"seq@{where_of(node)}", tuple(self.pure(e, state, frame, known) for e in node.elts)
+            )
+        return TupleVal(tuple(self.pure(e, state, frame, known) for e in node.elts))
+
+    _pure_List = _pure_Tuple
+
+    def _pure_NamedExpr(
+        self, node: ast.NamedExpr, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
+        value = self.pure(node.value, state, frame, known)
+        state.env[node.target.id] = value
+        return value
+
+    def _pure_Call(self, node: ast.Call, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        name = qualified_name(node.func, self.local_imports)
+        args = [self.pure(a, state, frame, known) for a in node.args]
+        where = where_of(node)
+        if name is not None:
+            special = self._known_call(name, node, args, state, frame, known)
+            if special is not None:
+                return special
+        if isinstance(node.func, ast.Name):
+            builtin = self._builtin_call(node.func.id, node, args, state, frame, known)
+            if builtin is not None:
+                return builtin
+        if isinstance(node.func, ast.Attribute):
+            method = node.func.attr
+            on_group = group_method_value(self, node, state, frame, known)
+            if on_group is not None:
+                return on_group
+            receiver_type = type_of(self, node.func.value, state)
+            produced = self.catalog.types.get(f"{receiver_type}.{method}") if receiver_type else None
+            if produced is not None:  # `accelerator.prepare(model)`: a catalogued method's result type
+                return Atom(f"type:{produced or receiver_type}@{where}", "shared")
+            if method in self.catalog.rank_methods and not node.args:
+                return value_from_spec(self.catalog.rank_methods[method], f"method:{method}@{where}")
+            receiver = self.pure(node.func.value, state, frame, known)
+            if method == "get" and isinstance(node.func.value, ast.Attribute):
+                env_name = qualified_name(node.func.value, self.local_imports)
+                if (
+                    env_name == "os.environ"
+                    and args
+                    and isinstance(args[0], Const)
+                    and isinstance(args[0].value, str)
+                ):
+                    return self._environment_value(args[0].value, node)
+            if method in VALUE_METHODS:
+                inputs = (receiver, *args, *(self.pure(k.value, state, frame, known) for k in node.keywords))
+                return opaque(f"call:{source_text(node)}", inputs)
+        # Any other call is a black box whose result is taken to be the same on every rank: a rank
+        # passed as an argument (a sampler, a device, a constructor) does not make it per-rank.
+        # Equal text, equal value: the same helper asked twice answers the same.
+        return Atom(f"call:{source_text(node)}", "shared")
+
+    def _class_attribute(self, class_name: str, attribute: str) -> Expr | None:
+        found: Expr | None = inherited(self.module, class_name, attribute, lambda info: info.attributes)
+        return found
+
+    def _environment_value(self, key: str, node: ast.AST) -> Expr:
+        spec = self.catalog.rank_env.get(key)
+        if spec is not None:
+            return value_from_spec(spec, f"env:{key}")
+        return Atom(f"env:{key}", "shared")
+
+    def _compare(
+        self,
+        op: ast.cmpop,
+        left: Expr,
+        right: Expr,
+        right_node: ast.expr,
+        state: State,
+        frame: Frame,
+        known: dict[int, Expr] | None,
+    ) -> Expr:
+        if isinstance(op, (ast.In, ast.NotIn)):
+            test = self._membership_test(left, right, right_node, state, frame, known)
+            return negate(test) if isinstance(op, ast.NotIn) else test
+        name = COMPARE_OPS.get(type(op))
+        if name is None:
+            return opaque(f"compare@{where_of(right_node)}", (left, right))
+        left, right = _numeric_text(left, right), _numeric_text(right, left)
+        if isinstance(op, (ast.Is, ast.IsNot)) and right == Const(None):
+            left = none_or_not(left)
+        return Compare(name, left, right)
+
+    def _membership_test(
+        self,
+        item: Expr,
+        container: Expr,
+        node: ast.expr,
+        state: State,
+        frame: Frame,
+        known: dict[int, Expr] | None,
+    ) -> Expr:
+        if isinstance(container, TupleVal):
+            return Member(item, container.items)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
+            values = [self.pure(a, state, frame, known) for a in node.args]
+            if len(values) == 1:
+                return InRange(item, Const(0), values[0])
+            if len(values) == 2:
+                return InRange(item, values[0], values[1])
+        if isinstance(container, GroupVal) and container.members is not None:
+            inside = substitute(container.members, {MEMBER: item})
+            if container.color is not None:  # this rank's subgroup: same color as the rank
+                same = Compare("==", substitute(container.color, {RANK: item}), container.color)
+                return conjoin((inside, same))
+            return inside
+        if item == RANK and not is_rank_dependent(container):
+            # `rank in self.ranks`: a membership test, the same atom wherever that collection is read.
+            return groups.membership(group_key(container, node))
+        return opaque(f"in@{where_of(node)}", (item, container))
+
+    def _known_call(
+        self,
+        name: str,
+        node: ast.Call,
+        args: list[Expr],
+        state: State,
+        frame: Frame,
+        known: dict[int, Expr] | None,
+    ) -> Expr | None:
+        where = where_of(node)
+        catalog = self.catalog
+        if name in catalog.rank_functions:
+            spec = catalog.rank_functions[name]
+            in_group = rank_function_value(self, spec, node, state, frame, known)
+            return in_group if in_group is not None else value_from_spec(spec, where)
+        about_groups = group_call_value(self, name, node, args, state, frame, known)
+        if about_groups is not None:
+            return about_groups
+        if name in catalog.nondeterministic:
+            return Atom(f"{name}()@{where}", "nondet", why=catalog.nondeterministic[name])
+        if name in ENV_READERS and args and isinstance(args[0], Const) and isinstance(args[0].value, str):
+            return self._environment_value(args[0].value, node)
+        if name in catalog.types:
+            return Atom(f"type:{catalog.types[name] or name}@{where}", "shared")
+        return None
+
+    def _builtin_call(
+        self,
+        name: str,
+        node: ast.Call,
+        args: list[Expr],
+        state: State,
+        frame: Frame,
+        known: dict[int, Expr] | None,
+    ) -> Expr | None:
+        if self.local_imports.lookup(name) is not None or name in self.module.functions:
+            return None
+        if name in PASS_THROUGH and len(args) == 1 and not node.keywords:
+            value = args[0]
+            if (
+                isinstance(value, Const)
+                and isinstance(value.value, str)
+                and value.value.lstrip("-").isdigit()
+            ):
+                return Const(int(value.value))
+            if name == "bool":
+                return Compare("!=", value, Const(0)) if not _is_boolean(value) else value
+            return value
+        if name in ("min", "max") and len(args) >= 2 and not node.keywords:
+            result = args[0]
+            for other in args[1:]:
+                result = BinOp(name, result, other)
+            return result
+        if name == "len" and len(args) == 1:
+            return self._length(args[0], node)
+        if name in ("tuple", "list") and len(args) == 1 and isinstance(args[0], TupleVal):
+            return args[0]
+        if name in VALUE_BUILTINS:
+            keywords = [self.pure(k.value, state, frame, known) for k in node.keywords]
+            return opaque(f"call:{source_text(node)}", (*args, *keywords))
+        return None
+
+    def trip_count(self, node: ast.expr, iterable: Expr, state: State, frame: Frame) -> Expr:
+        if isinstance(iterable, TupleVal):
+            return Const(len(iterable.items))
+        if isinstance(iterable, Sized):
+            return iterable.length
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else None
+            if name == "range" and not node.keywords:
+                return self._range_trip([self.pure(a, state, frame) for a in node.args], node)
+            if name in ("enumerate", "reversed", "sorted", "list", "tuple") and node.args:
+                return self.trip_count(node.args[0], self.pure(node.args[0], state, frame), state, frame)
+            if name == "zip" and node.args:
+                trips = [self.trip_count(a, self.pure(a, state, frame), state, frame) for a in node.args]
+                result = trips[0]
+                for other in trips[1:]:
+                    result = BinOp("min", result, other)
+                return result
+        return self._length(iterable, node)  # the same collection has the same length in every loop
+
+    def _range_trip(self, args: list[Expr], node: ast.AST) -> Expr:
+        start: Expr
+        stop: Expr
+        if len(args) == 1:
+            start, stop, step = Const(0), args[0], 1
+        elif len(args) in (2, 3):
+            start, stop = args[0], args[1]
+            raw_step = args[2] if len(args) == 3 else Const(1)
+            if not isinstance(raw_step, Const) or not isinstance(raw_step.value, int) or raw_step.value == 0:
+                return opaque(f"trips@{where_of(node)}", tuple(args))
+            step = raw_step.value
+        else:
+            return opaque(f"trips@{where_of(node)}", tuple(args))
+        if step < 0:
+            start, stop, step = stop, start, -step
+        span = BinOp("-", stop, start)
+        count = span if step == 1 else BinOp("ceildiv", span, Const(step))
+        return BinOp("max", Const(0), count)
+
+    def _slice(
+        self, node: ast.Subscript, base: Expr, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr:
+        """`items[start:stop:step]`: unknown contents, but a length z3 can reason about."""
+        assert isinstance(node.slice, ast.Slice)
+        length = self._length(base, node)
+        part = node.slice
+        start = self.pure(part.lower, state, frame, known) if part.lower is not None else Const(0)
+        stop = (
+            BinOp("min", self.pure(part.upper, state, frame, known), length)
+            if part.upper is not None
+            else length
+        )
+        step = self.pure(part.step, state, frame, known) if part.step is not None else Const(1)
+        name = f"slice:{source_text(node)}@{where_of(node)}"
+        negative = any(
+            isinstance(v, Const) and isinstance(v.value, int) and v.value < 0 for v in (start, step)
+        )
+        if negative or isinstance(part.upper, ast.UnaryOp):
+            return opaque(name, (base, start, step, stop))
+        start = BinOp("min", start, length)
+        span = BinOp("-", stop, start)
+        return Sized(name, BinOp("max", Const(0), BinOp("ceildiv", span, step)))
+
+    def _length(self, value: Expr, node: ast.AST) -> Expr:
+        if isinstance(value, TupleVal):
+            return Const(len(value.items))
+        if isinstance(value, Sized):
+            return value.length
+        bound = opaque(f"len({value})", (value,))  # same value, same length, wherever it is asked
+        return Atom(bound.name, bound.kind, bound.why, lower=0)
+
+    def bind(self, target: ast.expr, value: Expr, state: State, source: ast.expr | None = None) -> None:
+        if isinstance(target, ast.Name):
+            state.env[target.id] = value
+            if source is not None and is_set_expr(source, self.set_names):
+                self.set_names.add(target.id)
+            elif source is not None:
+                self.set_names.discard(target.id)
+            return
+        if isinstance(target, ast.Starred):
+            self.bind(target.value, opaque(f"star@{where_of(target)}", (value,)), state)
+            return
+        if isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, Atom) and value.name.startswith("type:") and target.elts:
+                # `engine, *_ = deepspeed.initialize(...)`: the first element is the typed object.
+                self.bind(target.elts[0], value, state)
+                for index, element in enumerate(target.elts[1:], start=1):
+                    self.bind(element, Atom(f"unpack{index}:{value.name}", "shared"), state)
+                return
+            items = (
+                value.items if isinstance(value, TupleVal) and len(value.items) == len(target.elts) else None
+            )
+            for index, element in enumerate(target.elts):
+                part = (
+                    items[index]
+                    if items is not None
+                    else opaque(f"unpack{index}@{where_of(target)}", (value,))
+                )
+                self.bind(element, part, state)
+            return
+        if isinstance(target, ast.Attribute):
+            parts = dotted(target)
+            if parts:
+                state.env[".".join(parts)] = value
+
+
+def _is_text(value: Expr) -> bool:
+    return isinstance(value, Const) and isinstance(value.value, str)
+
+
+def _is_boolean(value: Expr) -> bool:
+    return isinstance(value, (Compare, BoolOp, Not, Member, InRange)) or (
+        isinstance(value, Const) and isinstance(value.value, bool)
+    )
+
+
+def _numeric_text(value: Expr, other: Expr) -> Expr:
+    """`os.environ["RANK"] == "0"`: compare the rank with the number the string spells."""
+    if (
+        isinstance(value, Const)
+        and isinstance(value.value, str)
+        and value.value.lstrip("-").isdigit()
+        and is_rank_dependent(other)
+    ):
+        return Const(int(value.value))
+    return value
+
+
+def _environ_key(node: ast.Subscript, imports: ImportTable) -> str | None:
+    name = qualified_name(node.value, imports)
+    if name != "os.environ":
+        return None
+    if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+        return node.slice.value
+    return None
+
+
+def _value_children(node: ast.AST) -> list[ast.expr]:
+    return [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)]

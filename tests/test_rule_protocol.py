@@ -1,0 +1,124 @@
+"""A rule owns its logic: what it claims, its precedence, where it anchors, its message. Adding one
+is its own module plus one line in the code table (the steps in docs/architecture.md)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collcheck import checks
+from collcheck.api import check_paths
+from collcheck.checks import CODE_TABLE, all_rules, static_rules
+from collcheck.config import Settings, load_settings
+from collcheck.findings import Severity
+from collcheck.static.anchor import Anchor
+from collcheck.static.divergence import DivergenceKind
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def test_every_kind_is_claimed_by_a_rule() -> None:
+    claimed = {kind for rule in all_rules() for kind in rule.claims}
+    assert claimed == set(DivergenceKind)
+
+
+def test_precedence_orders_the_rules_as_the_engine_asks_them() -> None:
+    order = [rule.code for rule in static_rules().claiming]
+    # A per-process value is the cause, a missing group creation or an exit the reason a sequence
+    # differs: those rules are asked before the general sequence rule, which comes last.
+    assert order == ["CC007", "CC005", "CC004", "CC003", "CC002", "CC006", "CC001"]
+    assert len({rule.precedence for rule in static_rules().claiming}) == len(order)
+
+
+def test_deselected_rules_are_not_searched_for() -> None:
+    only_memory = static_rules(Settings(select=("CC101",)))
+    assert not only_memory.any and only_memory.wanted == frozenset()
+    # CC007 claims a divergence of any kind that only per-process values explain, p2p ones too.
+    assert DivergenceKind.P2P in static_rules(Settings(ignore=("CC005",))).wanted
+    p2p_off = static_rules(Settings(ignore=("CC005", "CC007")))
+    assert DivergenceKind.P2P not in p2p_off.wanted and DivergenceKind.SEQUENCE in p2p_off.wanted
+
+
+def test_a_selection_of_memory_rules_asks_the_solver_nothing(tmp_path: Path) -> None:
+    """`--select CC101` on a file with a rank-dependent collective: no z3 query, no note."""
+    unit = FIXTURES / "CC001" / "barrier_rank0_bug.py"
+    selected = load_settings([unit]).with_overrides(jobs=1, cache=False, select=("CC101",))
+    result = check_paths([unit], selected)
+    assert result.findings == [] and result.notes == []
+    everything = check_paths([unit], load_settings([unit]).with_overrides(jobs=1, cache=False))
+    assert [f.code for f in everything.findings] == ["CC001"]
+
+
+NEW_RULE = '''
+"""## What it does
+Test rule: claims every sequence divergence before CC001.
+"""
+from collcheck.findings import Severity
+from collcheck.static.anchor import Anchor
+from collcheck.static.divergence import DivergenceKind
+
+CODE = "CC099"
+NAME = "test-sequence-rule"
+SEVERITY = Severity.WARNING
+MESSAGE = "test rule saw {op}"
+CLAIMS = frozenset({DivergenceKind.SEQUENCE})
+PRECEDENCE = 65
+ANCHOR = Anchor.ELEMENT
+
+
+def describe(d):
+    element = d.event_a or d.event_b
+    return MESSAGE, {"op": element.op if element is not None else "nothing"}
+'''
+
+
+@pytest.fixture
+def added_rule(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The two steps of adding a rule: its module, and its line in CODE_TABLE."""
+    module = types.ModuleType("collcheck.checks.cc099_test_sequence_rule")
+    exec(compile(textwrap.dedent(NEW_RULE), "<cc099>", "exec"), module.__dict__)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(CODE_TABLE, "CC099", ("cc099_test_sequence_rule", "stable", "0.2.0"))
+    all_rules.cache_clear()
+    yield
+    all_rules.cache_clear()
+
+
+@pytest.mark.usefixtures("added_rule")
+def test_a_new_rule_needs_only_its_module_and_a_table_line() -> None:
+    rule = checks.rule_by_code("CC099")
+    assert rule is not None and rule.claims == {DivergenceKind.SEQUENCE} and rule.anchor is Anchor.ELEMENT
+    assert rule.severity is Severity.WARNING
+    unit = FIXTURES / "CC001" / "barrier_rank0_bug.py"
+    result = check_paths([unit], load_settings([unit]).with_overrides(jobs=1, cache=False))
+    # Asked before CC001 (precedence 65 < 70), the new rule now reports the missing barrier.
+    assert [(f.code, f.message) for f in result.findings] == [("CC099", "test rule saw barrier")]
+
+
+def test_a_rule_without_claims_is_never_asked_about_divergences() -> None:
+    memory = checks.rule_by_code("CC101")
+    assert memory is not None and memory.claims == frozenset()
+    assert memory not in static_rules().claiming
+
+
+SUPPRESSED = (
+    "import torch.distributed as dist\n\n\ndef f():\n    if dist.get_rank() == 0:\n"
+    "        dist.barrier()  # collcheck: ignore[CC001]\n    dist.all_reduce(1)  # collcheck: ignore[CC001]\n"
+)
+
+
+def test_suppressions_of_rules_not_searched_for_are_not_called_unused(tmp_path: Path) -> None:
+    """Line 6 suppresses a real CC001 finding, line 7 nothing. A run that looks for CC001 says
+    line 7's is unused; a run that skipped CC001's search (`--select CC101`) cannot say either."""
+    unit = tmp_path / "suppressed.py"
+    unit.write_text(SUPPRESSED, encoding="utf-8")
+    settings = load_settings([unit]).with_overrides(jobs=1, cache=False)
+    searched = check_paths([unit], settings).unused_suppressions
+    assert [(u.location.line, u.codes) for u in searched] == [(7, ("CC001",))]
+    skipped = check_paths([unit], settings.with_overrides(select=("CC101",))).unused_suppressions
+    assert skipped == []

@@ -1,0 +1,97 @@
+"""The static analyzer's stages stay small and separate: no module over the size limit, no import
+circle between them, and no stage reaching into another's private members (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+STATIC = Path(__file__).resolve().parent.parent / "collcheck" / "static"
+MODULES = sorted(STATIC.glob("*.py"))
+MAX_LINES = 700
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _static_imports(path: Path) -> set[str]:
+    """Modules of collcheck.static that `path` imports, at the top or inside functions."""
+    found: set[str] = set()
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "collcheck.static":
+                found.update(alias.name for alias in node.names)
+            elif node.module.startswith("collcheck.static."):
+                found.add(node.module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("collcheck.static."):
+                    found.add(alias.name.split(".")[2])
+    return found - {path.stem}
+
+
+def _defined_private(tree: ast.Module) -> set[str]:
+    """Private names a module defines: top-level names, methods, and attributes it assigns."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+    return {name for name in names if _private(name)}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
+def test_module_is_small(path: Path) -> None:
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_LINES
+
+
+def test_no_import_circle() -> None:
+    graph = {path.stem: _static_imports(path) for path in MODULES}
+    done: set[str] = set()
+
+    def visit(name: str, stack: tuple[str, ...]) -> None:
+        assert name not in stack, " -> ".join((*stack, name))
+        if name in done:
+            return
+        for imported in sorted(graph.get(name, ())):
+            visit(imported, (*stack, name))
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, ())
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
+def test_no_private_member_of_another_module(path: Path) -> None:
+    tree = _tree(path)
+    own = _defined_private(tree)
+    foreign: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("collcheck"):
+            foreign.extend(a.name for a in node.names if a.name.startswith("_") and a.name != "__future__")
+        elif isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own:
+            foreign.append(f"{node.attr} (line {node.lineno})")
+    assert not foreign, foreign
+
+
+def test_the_checks_see_an_import_circle_and_a_foreign_private_member(tmp_path: Path) -> None:
+    """The two structural checks above fail on code that breaks them (they cannot pass vacuously)."""
+    first, second = tmp_path / "a.py", tmp_path / "b.py"
+    first.write_text("from collcheck.static.b import thing\n", encoding="utf-8")
+    second.write_text(
+        "def f(x):\n    from collcheck.static.a import other\n    return x._hidden()\n", encoding="utf-8"
+    )
+    assert _static_imports(first) == {"b"} and _static_imports(second) == {"a"}
+    tree = _tree(second)
+    reads = [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)]
+    assert reads == ["_hidden"] and "_hidden" not in _defined_private(tree)
