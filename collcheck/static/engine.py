@@ -23,12 +23,12 @@ from collcheck.findings import (
     UnusedSuppression,
 )
 from collcheck.source import SourceFile
+from collcheck.static import groups
 from collcheck.static.anchor import locate
 from collcheck.static.budget import check_active
 from collcheck.static.calls import CALLBACK_OP
 from collcheck.static.context import ModuleContext
 from collcheck.static.divergence import Divergence, DivergenceKind
-from collcheck.static.group_values import catalog_group_facts
 from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts
 from collcheck.static.interpret import Interpreter
 from collcheck.static.model import (
@@ -50,6 +50,7 @@ from collcheck.static.project import Project
 from collcheck.static.smt import SolveStats
 from collcheck.static.solve import solve_region
 from collcheck.static.state import PathLimitExceeded
+from collcheck.static.values import value_from_spec
 from collcheck.suppress import apply_suppressions, build_suppressions, parse_suppressions
 
 # Kinds whose divergence index is a position in the sequences (elements after it are not reached).
@@ -207,6 +208,20 @@ def _module_checks(
         if check is not None:
             findings.extend(check(context))
     return findings
+
+
+_GROUP_FACTS: dict[str, groups.GroupFacts] = {}
+
+
+def catalog_group_facts(catalog: Catalog) -> groups.GroupFacts:
+    """The catalogs' group facts as symbolic values, built once per catalog."""
+    facts = _GROUP_FACTS.get(catalog.fingerprint)
+    if facts is None:
+        members = {
+            name: value_from_spec(spec, f"members:{name}") for name, spec in catalog.group_members.items()
+        }
+        facts = _GROUP_FACTS[catalog.fingerprint] = groups.GroupFacts(members, catalog.group_grids)
+    return facts
 
 
 def _findings_for(

@@ -12,12 +12,12 @@ compared are in `groups.py`.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from collcheck.catalog import Catalog
 from collcheck.static import groups
-from collcheck.static.model import remote_value
-from collcheck.static.names import dotted, qualified_name
+from collcheck.static.model import ModuleInfo, remote_value
+from collcheck.static.names import ImportTable, dotted, qualified_name
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
     PER_RANK_KINDS,
@@ -32,8 +32,18 @@ from collcheck.static.symbolic import (
     is_rank_dependent,
 )
 
-if TYPE_CHECKING:
-    from collcheck.static.values import ValueEvaluator
+
+class ValueEvaluator(Protocol):
+    """What these readers need of the evaluator (values.ValueEvaluator)."""
+
+    module: ModuleInfo
+    catalog: Catalog
+    local_imports: ImportTable
+
+    def pure(
+        self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr] | None = None
+    ) -> Expr: ...
+
 
 # Functions that translate a given global rank into a rank inside a group.
 GROUP_RANK_TRANSLATORS = frozenset(
@@ -56,21 +66,6 @@ TENSOR_FACTORIES = tuple(
     )
 )
 NOT_NONE = Const("<object>")
-
-_GROUP_FACTS: dict[str, groups.GroupFacts] = {}
-
-
-def catalog_group_facts(catalog: Catalog) -> groups.GroupFacts:
-    """The catalogs' group facts as symbolic values, built once per catalog."""
-    from collcheck.static.values import value_from_spec
-
-    facts = _GROUP_FACTS.get(catalog.fingerprint)
-    if facts is None:
-        members = {
-            name: value_from_spec(spec, f"members:{name}") for name, spec in catalog.group_members.items()
-        }
-        facts = _GROUP_FACTS[catalog.fingerprint] = groups.GroupFacts(members, catalog.group_grids)
-    return facts
 
 
 def group_key(value: Expr, node: ast.expr) -> str:
