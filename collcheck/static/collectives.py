@@ -40,6 +40,10 @@ from collcheck.static.symbolic import (
 )
 from collcheck.static.values import source_text, where_of
 
+# Implicit collectives of a wrapped model's forward that DDP's Join context shadows for ranks
+# whose inputs ran out (catalogs: torch_wrappers.toml, accelerate.toml).
+JOINABLE_OPS = frozenset({"ddp_forward", "prepared_model_forward"})
+
 
 class CollectiveEvents(CallResolver):
     """Turns catalogued collective calls into events; `record_events` off models values only."""
@@ -47,6 +51,7 @@ class CollectiveEvents(CallResolver):
     def __init__(self, module: ModuleInfo) -> None:
         super().__init__(module)
         self.record_events = True
+        self.joined = 0  # depth of `with model.join():` blocks being executed
 
     def communicate(
         self, call: ast.Call, spec: OpSpec, state: State, frame: Frame, known: dict[int, Expr]
@@ -94,7 +99,8 @@ class CollectiveEvents(CallResolver):
             operands=tuple(source_text(args[name]) for name in spec.operands if name in args),
             group_term=group_term,
         )
-        if self.record_events and spec.kind != "p2p_nonblocking":
+        joined = self.joined and spec.op in JOINABLE_OPS  # shadowed by the Join context (interpret.py)
+        if self.record_events and spec.kind != "p2p_nonblocking" and not joined:
             state.events = (*state.events, event)
         for name in spec.uniform_after:
             if name in args:

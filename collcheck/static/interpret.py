@@ -332,7 +332,15 @@ class Interpreter(HelperInliner):
                         )
                     next_states.append(after)
             states = next_states
-        return self.exec_block(stmt.body, states, frame)
+        if not any(_joins_uneven_inputs(item.context_expr) for item in stmt.items):
+            return self.exec_block(stmt.body, states, frame)
+        # `with model.join():` / `with Join([model]):` lets ranks run different numbers of forward
+        # passes of a wrapped model: the ranks that ran out shadow the others' collectives.
+        self.joined += 1
+        try:
+            return self.exec_block(stmt.body, states, frame)
+        finally:
+            self.joined -= 1
 
     _stmt_AsyncWith = _stmt_With
 
@@ -571,6 +579,17 @@ class Interpreter(HelperInliner):
             return [(state, self.pure(call, state, frame, known))]
         function, class_name, bound_self = resolved.target
         return self.inline(call, function, class_name, bound_self, state, frame, known)
+
+
+def _joins_uneven_inputs(context: ast.expr) -> bool:
+    """`model.join(...)` (DDP's Join context) or `Join([...])` (torch.distributed.algorithms)."""
+    if not isinstance(context, ast.Call):
+        return False
+    func = context.func
+    return (isinstance(func, ast.Attribute) and func.attr == "join") or (
+        isinstance(func, (ast.Name, ast.Attribute))
+        and (func.id if isinstance(func, ast.Name) else func.attr) == "Join"
+    )
 
 
 def _iterations_alike(stmt: ast.For | ast.AsyncFor | ast.While, body: list[State], frame: Frame) -> bool:

@@ -85,6 +85,26 @@ def inherited(
     return None
 
 
+def inherited_attribute(module: ModuleInfo, class_name: str, name: str, depth: int = 0) -> Expr | None:
+    """A class attribute from the class, its bases of this module, or a base class imported from
+    another file of the run (`MAIN_PROCESS_RANK = -1` in a test base class of another module)."""
+    found = inherited(module, class_name, name, lambda info: info.attributes)
+    if found is not None or module.loader is None or depth > 4:
+        return found
+    info = module.classes.get(class_name)
+    for base in info.node.bases if info is not None else []:
+        qualified = qualified_name(base, module.imports)
+        located = module.loader.project.lookup(qualified, module.path) if qualified else None
+        if located is None or "." in located[1]:
+            continue
+        other = module.loader.load(located[0])
+        if other is not None and other is not module:
+            found = inherited_attribute(other, located[1], name, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
 def parse(source: SourceFile) -> ast.Module | FileError:
     try:
         return ast.parse(source.text, filename=source.path)

@@ -39,11 +39,18 @@ def _names_ranks(cond: Expr) -> bool:
         return any(_names_ranks(value) for value in cond.values)
     if isinstance(cond, Compare) and cond.op in ("==", "!="):
         sides = (cond.left, cond.right)
-        literal = any(isinstance(side, Const) and type(side.value) is int for side in sides)
+        # a literal that can be a rank: `rank != -1` compares with a sentinel no rank has
+        literal = any(
+            isinstance(side, Const) and type(side.value) is int and side.value >= 0 for side in sides
+        )
         return literal and any(is_rank_dependent(side) for side in sides)
     if isinstance(cond, Member):
         return all(isinstance(option, Const) for option in cond.options) and is_rank_dependent(cond.item)
     return False
+
+
+def _possible_rank(term: Expr) -> bool:
+    return isinstance(term, Const) and type(term.value) is int and term.value >= 0
 
 
 def unreported_root(x: Expr, y: Expr, a: Path, b: Path, membership: GroupVal | None) -> bool:

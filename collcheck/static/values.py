@@ -24,7 +24,7 @@ from collcheck.static.group_values import (
     subscript_value,
     type_of,
 )
-from collcheck.static.model import ModuleInfo, inherited
+from collcheck.static.model import ModuleInfo, inherited_attribute
 from collcheck.static.names import ImportTable, dotted, qualified_name
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
@@ -426,8 +426,7 @@ class ValueEvaluator:
         return Atom(f"call:{source_text(node)}", "shared")
 
     def _class_attribute(self, class_name: str, attribute: str) -> Expr | None:
-        found: Expr | None = inherited(self.module, class_name, attribute, lambda info: info.attributes)
-        return found
+        return inherited_attribute(self.module, class_name, attribute)
 
     def _environment_value(self, key: str, node: ast.AST) -> Expr:
         spec = self.catalog.rank_env.get(key)
