@@ -35,8 +35,9 @@ def raises_on_named_ranks(path: Path) -> bool:
 def _names_ranks(cond: Expr) -> bool:
     if isinstance(cond, Not):
         return _names_ranks(cond.operand)
-    if isinstance(cond, BoolOp):
-        return any(_names_ranks(value) for value in cond.values)
+    if isinstance(cond, BoolOp):  # `a or (b and rank == 0)` can raise on every rank through `a`
+        parts = [_names_ranks(value) for value in cond.values]
+        return any(parts) if cond.op == "and" else all(parts)
     if isinstance(cond, Compare) and cond.op in ("==", "!="):
         sides = (cond.left, cond.right)
         # a literal that can be a rank: `rank != -1` compares with a sentinel no rank has
