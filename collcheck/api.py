@@ -330,6 +330,11 @@ def project_root(paths: Sequence[Path | str]) -> Path | None:
     return None
 
 
+def _inside_excluded_folder(path: Path, root: Path, settings: Settings) -> bool:
+    patterns = [*settings.exclude, *settings.extend_exclude]
+    return any(_is_excluded(folder, patterns, str(root)) for folder in path.parents if root in folder.parents)
+
+
 def _index_files(paths: Sequence[Path | str], files: list[Path], settings: Settings) -> list[Path]:
     """What the cross-file index covers: the files checked and, when they are only part of a
     project (pre-commit passes the staged files), every file of the project around them, so that a
@@ -339,6 +344,8 @@ def _index_files(paths: Sequence[Path | str], files: list[Path], settings: Setti
     root = project_root(paths)
     if root is None or any(Path(os.path.abspath(p)) == root for p in paths):
         return files
+    if _inside_excluded_folder(Path(os.path.abspath(paths[0])), root, settings):
+        return files  # a venv or build folder inside a project: not that project's code
     around = collect_files([root], settings)
     checked = {real_path(path) for path in files}
     others = [path for path in around if real_path(path) not in checked]
