@@ -968,7 +968,8 @@ def _model_verdict(workspace: Workspace, path: Path, mutant: Mutant) -> str:
     from collcheck import api
     from collcheck.catalog import load_catalog
     from collcheck.config import load_settings
-    from collcheck.static import engine
+    from collcheck.static import model
+    from collcheck.static.module_values import complete_loaded_module
 
     settings = load_settings([workspace.target], None).with_overrides(jobs=1)
     catalog = load_catalog(Path(p) for p in settings.catalogs)
@@ -977,8 +978,9 @@ def _model_verdict(workspace: Workspace, path: Path, mutant: Mutant) -> str:
     real = os.path.realpath(path)
     if project.indexed(real) and real not in project.selected:
         return "file ruled out by the cross-file index (no collective recognised in it)"
-    engine._LOADED.clear()
-    module = engine.load_project_module(real, catalog, project, settings)
+    model._LOADED.clear()
+    loader = model.Loader(catalog, project, settings, complete_loaded_module)
+    module = loader.load(real)
     if module is None:
         return "file not modelled"
     unit = _function_at(module.tree, mutant.function_line)
