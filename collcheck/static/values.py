@@ -540,6 +540,9 @@ class ValueEvaluator:
             return self._length(args[0], node)
         if name in ("tuple", "list") and len(args) == 1 and isinstance(args[0], TupleVal):
             return args[0]
+        if name == "range" and 1 <= len(args) <= 3 and not node.keywords and _small_literals(args):
+            bounds = [a.value for a in args if isinstance(a, Const) and type(a.value) is int]
+            return TupleVal(tuple(Const(i) for i in range(*bounds)))  # `list(range(4))`: four ranks
         if name in VALUE_BUILTINS:
             keywords = [self.pure(k.value, state, frame, known) for k in node.keywords]
             return opaque(f"call:{source_text(node)}", (*args, *keywords))
@@ -648,6 +651,11 @@ class ValueEvaluator:
             parts = dotted(target)
             if parts:
                 state.env[".".join(parts)] = value
+
+
+def _small_literals(args: list[Expr]) -> bool:
+    ints = [a.value for a in args if isinstance(a, Const) and type(a.value) is int]
+    return len(ints) == len(args) and len(range(*ints)) <= 16
 
 
 def _is_text(value: Expr) -> bool:
