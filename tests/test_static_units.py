@@ -87,3 +87,20 @@ def test_z3_truthiness_of_arithmetic_is_non_zero() -> None:
     solver = z3.Solver()
     solver.add(tr.as_bool(BinOp("%", RANK, Const(2)), "a"), tr.rank("a") == 2)
     assert solver.check() == z3.unsat
+
+
+def test_a_literal_range_of_ranks_is_its_values_and_a_zero_step_is_no_error() -> None:
+    from collcheck.api import analyze_text
+
+    found = analyze_text(
+        "import torch.distributed as dist\n"
+        "TRAINERS = list(range(2))\n"
+        "def f():\n"
+        "    if dist.get_rank() in TRAINERS:\n"
+        "        dist.barrier()\n"
+        "def g():\n"
+        "    if dist.get_rank() in list(range(0, 8, 0)):\n"
+        "        dist.barrier()\n"
+    )
+    assert found.error is None
+    assert {(f.code, f.location.line) for f in found.findings} == {("CC001", 5), ("CC001", 8)}

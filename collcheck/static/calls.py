@@ -27,6 +27,7 @@ from collcheck.static.symbolic import (
     Expr,
 )
 from collcheck.static.values import ValueEvaluator, value_from_spec, where_of
+from collcheck.static.wrapped import communicating_types
 
 EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})
 
@@ -186,7 +187,7 @@ class CallResolver(ValueEvaluator):
     def passes_typed_object(self, call: ast.Call, state: State) -> bool:
         """The call hands a helper an object whose methods communicate (a wrapped model, an
         engine): the helper may communicate through it even if its own text names nothing."""
-        receivers = {receiver for method in self.catalog.methods for receiver in method.receivers}
+        receivers = communicating_types(self.catalog)
         for argument in [*call.args, *(keyword.value for keyword in call.keywords)]:
             if isinstance(argument, (ast.Name, ast.Attribute)):
                 type_name = self._type_of(argument, state)

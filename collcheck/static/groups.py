@@ -141,10 +141,10 @@ def local_rank_bounds(tr: Any, found: frozenset[Atom]) -> list[Any]:
     for key, index in listed:
         size = tr.as_int(group_size(key), "a")
         position = index if index >= 0 else size + index
-        listed = tr.as_int(global_rank_of(key, index), "a")
+        member = tr.as_int(global_rank_of(key, index), "a")
         for side in ("a", "b"):
-            is_listed = tr.rank(side) == listed
-            facts.append(is_listed == (tr.as_int(local_rank(key), side) == position))
+            is_member = tr.rank(side) == member
+            facts.append(is_member == (tr.as_int(local_rank(key), side) == position))
     return facts
 
 

@@ -41,10 +41,7 @@ def _names_ranks(cond: Expr) -> bool:
     if isinstance(cond, Compare) and cond.op in ("==", "!="):
         sides = (cond.left, cond.right)
         # a literal that can be a rank: `rank != -1` compares with a sentinel no rank has
-        literal = any(
-            isinstance(side, Const) and type(side.value) is int and side.value >= 0 for side in sides
-        )
-        return literal and any(is_rank_dependent(side) for side in sides)
+        return any(_possible_rank(side) for side in sides) and any(is_rank_dependent(side) for side in sides)
     if isinstance(cond, Member):
         return all(isinstance(option, Const) for option in cond.options) and is_rank_dependent(cond.item)
     return False

@@ -127,9 +127,9 @@ class RegionSolver:
         of unknown membership, where opaque per-rank values count as alike: groups.member_facts)."""
         hit = self._uniform.get(id(path))
         if hit is None:
-            varying = [atom for atom in atoms_of(path.conds) if atom.kind in PER_RANK_KINDS]
-            interpreted = [a for a in varying if a.kind != "perrank" or is_interpreted(a)]
-            hit = self._uniform[id(path)] = (path, not varying, not interpreted)
+            found = atoms_of(path.conds)
+            varying = any(atom.kind in PER_RANK_KINDS for atom in found)
+            hit = self._uniform[id(path)] = (path, not varying, not _ranked(found))
         return hit[2] if among_unknown_members else hit[1]
 
     def data_decisions(self, path: Path) -> frozenset[Expr]:

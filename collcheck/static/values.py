@@ -540,9 +540,9 @@ class ValueEvaluator:
             return self._length(args[0], node)
         if name in ("tuple", "list") and len(args) == 1 and isinstance(args[0], TupleVal):
             return args[0]
-        if name == "range" and 1 <= len(args) <= 3 and not node.keywords and _small_literals(args):
-            bounds = [a.value for a in args if isinstance(a, Const) and type(a.value) is int]
-            return TupleVal(tuple(Const(i) for i in range(*bounds)))  # `list(range(4))`: four ranks
+        literal_range = _small_literal_range(args) if name == "range" and not node.keywords else None
+        if literal_range is not None:  # `list(range(4))`: four ranks
+            return TupleVal(tuple(Const(i) for i in literal_range))
         if name in VALUE_BUILTINS:
             keywords = [self.pure(k.value, state, frame, known) for k in node.keywords]
             return opaque(f"call:{source_text(node)}", (*args, *keywords))
@@ -653,9 +653,14 @@ class ValueEvaluator:
                 state.env[".".join(parts)] = value
 
 
-def _small_literals(args: list[Expr]) -> bool:
+def _small_literal_range(args: list[Expr]) -> range | None:
+    """`range(...)` of 1-3 int literals with at most 16 values (a zero step is Python's error,
+    not a range: left opaque)."""
     ints = [a.value for a in args if isinstance(a, Const) and type(a.value) is int]
-    return len(ints) == len(args) and len(range(*ints)) <= 16
+    if not 1 <= len(args) <= 3 or len(ints) != len(args) or (len(ints) == 3 and ints[2] == 0):
+        return None
+    values = range(*ints)
+    return values if len(values) <= 16 else None
 
 
 def _is_text(value: Expr) -> bool:

@@ -30,17 +30,31 @@ class WrappedNames:
         return self.names | self.factories
 
 
+_COMMUNICATING_TYPES: dict[str, frozenset[str]] = {}
+_PRODUCING_METHODS: dict[str, frozenset[str]] = {}
+
+
 def communicating_types(catalog: Catalog) -> frozenset[str]:
-    """Types with at least one catalogued method that communicates."""
-    return frozenset(receiver for method in catalog.methods for receiver in method.receivers)
+    """Types with at least one catalogued method that communicates (once per catalog)."""
+    found = _COMMUNICATING_TYPES.get(catalog.fingerprint)
+    if found is None:
+        found = frozenset(receiver for method in catalog.methods for receiver in method.receivers)
+        _COMMUNICATING_TYPES[catalog.fingerprint] = found
+    return found
 
 
 def producing_methods(catalog: Catalog) -> frozenset[str]:
-    """Method names whose result is a catalogued type (`Accelerator.prepare`)."""
-    type_names = set(catalog.types.values()) | set(catalog.types)
-    return frozenset(
-        key.rsplit(".", 1)[1] for key in catalog.types if "." in key and key.rsplit(".", 1)[0] in type_names
-    )
+    """Method names whose result is a catalogued type (`Accelerator.prepare`), once per catalog."""
+    found = _PRODUCING_METHODS.get(catalog.fingerprint)
+    if found is None:
+        type_names = set(catalog.types.values()) | set(catalog.types)
+        found = frozenset(
+            key.rsplit(".", 1)[1]
+            for key in catalog.types
+            if "." in key and key.rsplit(".", 1)[0] in type_names
+        )
+        _PRODUCING_METHODS[catalog.fingerprint] = found
+    return found
 
 
 def _makes_wrapped(call: ast.Call, imports: ImportTable, catalog: Catalog, types: frozenset[str]) -> bool:
