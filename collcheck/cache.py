@@ -32,13 +32,15 @@ from collcheck.findings import (
     FileResult,
     Finding,
     Location,
+    RankValue,
+    Reason,
     Severity,
     TraceStep,
     UnusedSuppression,
 )
 from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 
-CACHE_FORMAT = 1  # bump when the stored layout changes; old entries then simply miss
+CACHE_FORMAT = 2  # bump when the stored layout changes; old entries then simply miss
 
 # Settings that choose which files are read or how the run is scheduled, not what a file yields.
 _KEY_IGNORED_SETTINGS = frozenset(
@@ -113,7 +115,33 @@ def _counterexample_to_json(example: Counterexample) -> dict[str, Any]:
         "world_size": example.world_size,
         "ranks": [[rank, [step.to_json() for step in steps]] for rank, steps in example.ranks],
         "values": [list(pair) for pair in example.values],
+        "why": [_reason_to_json(reason) for reason in example.why],
+        "group": example.group,
+        "local_ranks": [list(pair) for pair in example.local_ranks],
     }
+
+
+def _reason_to_json(reason: Reason) -> dict[str, Any]:
+    return {
+        "condition": reason.condition,
+        "path": reason.path,
+        "line": reason.line,
+        "kind": reason.kind,
+        "ranks": [[item.rank, item.holds, [list(pair) for pair in item.reads]] for item in reason.ranks],
+    }
+
+
+def _reason_from_json(data: dict[str, Any]) -> Reason:
+    return Reason(
+        condition=str(data["condition"]),
+        path=str(data["path"]),
+        line=int(data["line"]),
+        kind=str(data["kind"]),
+        ranks=tuple(
+            RankValue(int(rank), bool(holds), tuple((str(name), str(value)) for name, value in reads))
+            for rank, holds, reads in data["ranks"]
+        ),
+    )
 
 
 def _counterexample_from_json(data: dict[str, Any]) -> Counterexample:
@@ -123,6 +151,9 @@ def _counterexample_from_json(data: dict[str, Any]) -> Counterexample:
             (int(rank), tuple(_step_from_json(step) for step in steps)) for rank, steps in data["ranks"]
         ),
         values=tuple((str(name), str(value)) for name, value in data["values"]),
+        why=tuple(_reason_from_json(reason) for reason in data.get("why", ())),
+        group=str(data.get("group", "")),
+        local_ranks=tuple((int(rank), int(local)) for rank, local in data.get("local_ranks", ())),
     )
 
 
@@ -136,6 +167,7 @@ def _finding_to_json(finding: Finding) -> dict[str, Any]:
         "message_args": [list(pair) for pair in finding.message_args],
         "counterexample": None if example is None else _counterexample_to_json(example),
         "function": finding.function,
+        "cause": None if finding.cause is None else _location_to_json(finding.cause),
     }
 
 
@@ -149,6 +181,7 @@ def _finding_from_json(data: dict[str, Any]) -> Finding:
         message_args=tuple((str(name), str(value)) for name, value in data["message_args"]),
         counterexample=None if example is None else _counterexample_from_json(example),
         function=data["function"],
+        cause=None if data.get("cause") is None else _location_from_json(data["cause"]),
     )
 
 

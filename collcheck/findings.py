@@ -51,13 +51,67 @@ class TraceStep:
         return data
 
 
+# How each kind of condition reads when it holds and when it does not (conditions.ConditionKind).
+CONDITION_WORDS: dict[str, tuple[str, str]] = {
+    "test": ("true", "false"),
+    "loop": ("runs", "does not run"),
+    "case": ("taken", "not taken"),
+    "exception": ("raises", "does not raise"),
+}
+
+
+@dataclass(frozen=True)
+class RankValue:
+    """A condition on one rank of a counterexample: whether it holds, and the values it reads that
+    the solver chose for that rank (`("local rank of tp_mesh", "1")`)."""
+
+    rank: int
+    holds: bool
+    reads: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Reason:
+    """A branch, loop or exit condition on the two ranks' paths that splits them: it holds on one
+    rank and not on the other. `condition` is its source text (shortened), `kind` a
+    `CONDITION_WORDS` key."""
+
+    condition: str
+    path: str
+    line: int
+    kind: str
+    ranks: tuple[RankValue, ...]
+
+    def word(self, holds: bool) -> str:
+        yes, no = CONDITION_WORDS.get(self.kind, CONDITION_WORDS["test"])
+        return yes if holds else no
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "condition": self.condition,
+            "kind": self.kind,
+            "path": self.path,
+            "line": self.line,
+            "ranks": {
+                str(item.rank): {"value": item.holds, "reads": dict(item.reads)} for item in self.ranks
+            },
+        }
+
+
 @dataclass(frozen=True)
 class Counterexample:
-    """Two concrete ranks of a concrete world size whose collective sequences differ."""
+    """Two concrete ranks of a concrete world size whose collective sequences differ.
+
+    `why` lists the conditions that split the two ranks. For a divergence among the members of a
+    group (`group`, its expression in the source), `local_ranks` maps each global rank shown to its
+    rank inside that group, when the solver chose one."""
 
     world_size: int
     ranks: tuple[tuple[int, tuple[TraceStep, ...]], ...]
     values: tuple[tuple[str, str], ...] = ()  # other model values worth showing (trip counts, ...)
+    why: tuple[Reason, ...] = ()
+    group: str = ""
+    local_ranks: tuple[tuple[int, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -66,6 +120,13 @@ class Counterexample:
         }
         if self.values:
             data["values"] = dict(self.values)
+        if self.group:
+            data["group"] = {
+                "name": self.group,
+                "local_ranks": {str(r): local for r, local in self.local_ranks},
+            }
+        if self.why:
+            data["why"] = [reason.to_json() for reason in self.why]
         return data
 
 
@@ -78,6 +139,9 @@ class Finding:
     message_args: tuple[tuple[str, str], ...]
     counterexample: Counterexample | None = None
     function: str = ""
+    # Where the cause is read when it is not at `location` (the guard that reads a per-process
+    # value): a suppression comment there covers the finding too.
+    cause: Location | None = None
 
     @property
     def message(self) -> str:

@@ -63,7 +63,10 @@ def apply_suppressions(
 ) -> tuple[list[Finding], list[UnusedSuppression]]:
     kept: list[Finding] = []
     for finding in findings:
-        hit = next((s for s in suppressions if s.matches(finding.code, finding.location.line)), None)
+        lines = [finding.location.line]
+        if finding.cause is not None and finding.cause.path == finding.location.path:
+            lines.append(finding.cause.line)  # a suppression on the guard covers what it guards
+        hit = next((s for s in suppressions for line in lines if s.matches(finding.code, line)), None)
         if hit is None:
             kept.append(finding)
         else:

@@ -41,7 +41,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from collcheck.checks._describe import describe_element, ranks
-from collcheck.findings import Severity
+from collcheck.findings import Location, Reason, Severity
 from collcheck.static.anchor import Anchor
 from collcheck.static.divergence import Divergence, DivergenceKind
 from collcheck.static.program import Region
@@ -68,6 +68,35 @@ MESSAGE_SET = (
 )
 
 
+def guard(d: Divergence) -> Reason | None:
+    """The condition that splits the ranks and reads the per-process value, when one is known."""
+    for reason in d.why:
+        if any(_per_process(name, d.nondet_why) for item in reason.ranks for name, _ in item.reads):
+            return reason
+    return next((reason for reason in d.why if reason.kind == "exception"), None)
+
+
+def _per_process(name: str, why: str) -> bool:
+    return bool(why) and name.endswith(f" ({why})")
+
+
+def cause(d: Divergence) -> Location | None:
+    """The guard that reads the value: a suppression there covers the finding."""
+    reason = guard(d)
+    return None if reason is None else Location(reason.path, reason.line)
+
+
+def _what(d: Divergence) -> str:
+    """What varies, and where the guard reads it: "wall-clock time (`time.time()` read at x.py:14)"."""
+    what = d.nondet_why or "a per-process value"
+    reason = guard(d)
+    if reason is None:
+        return what
+    keys = [name for item in reason.ranks[:1] for name, _ in item.reads if _per_process(name, d.nondet_why)]
+    named = f"`{keys[0].rsplit(' (', 1)[0]}` read" if keys else "read"
+    return f"{what} ({named} at {Path(reason.path).name}:{reason.line})"
+
+
 def applies(d: Divergence) -> bool:
     if not d.nondet_only:
         return False
@@ -82,14 +111,14 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
         return MESSAGE_EXIT, {
             "exit": d.exit.kind,
             "where": f"{Path(d.exit.path).name}:{d.exit.line}",
-            "what": d.nondet_why or "a per-process value",
+            "what": _what(d),
             "rank_x": str(low),
             "rank_y": str(high),
             "element": describe_element(element),
         }
     text = f"`{d.exit.kind}`" if element is None and d.exit is not None else describe_element(element)
     return MESSAGE, {
-        "what": d.nondet_why or "a per-process value",
+        "what": _what(d),
         "element": text,
         "rank_x": str(low),
         "rank_y": str(high),

@@ -6,7 +6,7 @@ from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
-from collcheck.findings import Applicability, Counterexample, Finding, Fix, RunResult, TraceStep
+from collcheck.findings import Applicability, Counterexample, Finding, Fix, Reason, RunResult, TraceStep
 
 
 @lru_cache(maxsize=64)
@@ -49,6 +49,20 @@ def describe_counterexample(example: Counterexample) -> list[str]:
         lines.append(f"    rank {rank}: {sequence}")
     for name, value in example.values:
         lines.append(f"    {name} = {value}")
+    if example.group:
+        locals_ = ", ".join(f"rank {rank} is local rank {local}" for rank, local in example.local_ranks)
+        lines.append(f"    group: `{example.group}`" + (f" ({locals_})" if locals_ else ""))
+    for reason in example.why:
+        lines.extend(describe_reason(reason))
+    return lines
+
+
+def describe_reason(reason: Reason) -> list[str]:
+    """`why: `cond` at file:line`, then the condition's value on each rank and what it read there."""
+    lines = [f"    why: `{reason.condition}` at {Path(reason.path).name}:{reason.line}"]
+    for item in reason.ranks:
+        reads = ", ".join(f"{name} = {value}" for name, value in item.reads)
+        lines.append(f"      rank {item.rank}: {reason.word(item.holds)}" + (f" ({reads})" if reads else ""))
     return lines
 
 

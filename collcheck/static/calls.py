@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from collcheck.catalog import OpSpec
+from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.group_values import type_of
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.names import dotted, qualified_name
@@ -26,7 +27,7 @@ from collcheck.static.symbolic import (
     Atom,
     Expr,
 )
-from collcheck.static.values import ValueEvaluator, value_from_spec, where_of
+from collcheck.static.values import ValueEvaluator, source_text, value_from_spec, where_of
 from collcheck.static.wrapped import communicating_types
 
 EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})
@@ -64,6 +65,7 @@ class CallResolver(ValueEvaluator):
         self._callback_communicates: dict[FunctionNode, bool] = {}
         self._returns: dict[FunctionNode, bool] = {}
         self._owners: dict[FunctionNode, str] | None = None
+        self.conditions = ConditionSources()  # where each branch test came from (counterexamples)
 
     def resolve(self, call: ast.Call, frame: Frame, state: State | None = None) -> Resolution:
         """What `call` is; asked in this order, the first answer wins."""
@@ -331,7 +333,13 @@ class CallResolver(ValueEvaluator):
                 if isinstance(bound, Atom) and bound.name.startswith("type:"):
                     name = bound.name[5:].split("@", 1)[0] + "." + target.attr
             if name is not None and name in self.catalog.rank_decorators:
-                return value_from_spec(self.catalog.rank_decorators[name], f"decorator@{where_of(decorator)}")
+                value = value_from_spec(
+                    self.catalog.rank_decorators[name], f"decorator@{where_of(decorator)}"
+                )
+                self.conditions.note(
+                    value, source_of(decorator, owner.path, text="@" + source_text(decorator))
+                )
+                return value
         return None
 
 

@@ -98,6 +98,7 @@ class CollectiveEvents(CallResolver):
             ranks_arg=value(spec.ranks),
             operands=tuple(source_text(args[name]) for name in spec.operands if name in args),
             group_term=group_term,
+            group_text=source_text(group_node) if group_node is not None else "",
         )
         joined = self.joined and spec.op in JOINABLE_OPS  # shadowed by the Join context (interpret.py)
         if self.record_events and spec.kind != "p2p_nonblocking" and not joined:

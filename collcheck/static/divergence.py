@@ -13,9 +13,11 @@ from enum import Enum
 from pathlib import Path as FsPath
 from typing import Any
 
+from collcheck.findings import Reason
 from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, Path, Region
 from collcheck.static.smt import Model, RegionSolver, event_terms
 from collcheck.static.symbolic import Const, Expr, GroupVal, IfExp, Z3Translator, atoms
+from collcheck.static.why import group_label, local_ranks, reasons
 
 
 class DivergenceKind(Enum):
@@ -50,6 +52,9 @@ class Divergence:
     exit: Exit | None = None
     nondet_only: bool = False
     nondet_why: str = ""
+    why: tuple[Reason, ...] = ()  # the conditions that split the two ranks (why.py)
+    group: str = ""  # the group both ranks are members of, on a group channel, as written
+    local_ranks: tuple[tuple[int, int], ...] = ()  # (rank, its local rank in `group`)
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,12 @@ def found(
         assert term_x is not None and term_y is not None
         values.append((f"{kind.value} on rank {model.rank_a}", value_of(term_x, "a")))
         values.append((f"{kind.value} on rank {model.rank_b}", value_of(term_y, "b")))
+    sides = (model.rank_a, model.rank_b)
+
+    def pretty(value: str) -> str:
+        return _pretty(value, solver)
+
+    split = reasons(a, b, sides, region.conditions, tr, raw, pretty)
     model = Model(model.world, model.rank_a, model.rank_b, tuple(values))
     return [
         Divergence(
@@ -120,8 +131,20 @@ def found(
             exit=exit_,
             nondet_only=nondet_only,
             nondet_why=why,
+            why=split,
+            group=_group_name(membership, seq_a + seq_b) if membership is not None else "",
+            local_ranks=local_ranks(membership, solver.atoms_of(a) | solver.atoms_of(b), sides, tr, raw),
         )
     ]
+
+
+def _group_name(membership: GroupVal, elements: tuple[Element, ...]) -> str:
+    """The group of a group channel as the code writes it at its collectives (else its key)."""
+    for element in elements:
+        first = element.first if isinstance(element, LoopEvent) else element
+        if first is not None and first.group == membership and first.group_text:
+            return first.group_text
+    return group_label(membership.key)
 
 
 def _group_label(term: Expr, side: str, raw: Any, tr: Z3Translator) -> str:

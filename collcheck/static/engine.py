@@ -167,10 +167,14 @@ def _analyze_tree(
         except PathLimitExceeded as limit:
             notes.append(f"{source.path}:{function.lineno}: {qualname} skipped: {limit}")
             continue
+        for region in regions:
+            region.conditions = extractor.conditions
         candidates.extend(_findings_for(regions, rules, settings, stats, catalog_group_facts(catalog)))
     if _communicates(setup + main, module):
         try:
             regions = extractor.run_module(setup + main)
+            for region in regions:
+                region.conditions = extractor.conditions
             candidates.extend(_findings_for(regions, rules, settings, stats, catalog_group_facts(catalog)))
         except PathLimitExceeded as limit:
             notes.append(f"{source.path}: module body skipped: {limit}")
@@ -275,8 +279,9 @@ def classify(divergence: Divergence, rules: StaticRules) -> Candidate | None:
     if rule is None:
         return None
     code = rule.code
-    template, args = rule.module.describe(divergence)
+    template, args = _in_local_ranks(*rule.module.describe(divergence), divergence)
     primary, origin = locate(divergence, rule.anchor)
+    cause = getattr(rule.module, "cause", None)
     finding = Finding(
         code=rule.code,
         severity=rule.severity,
@@ -285,9 +290,30 @@ def classify(divergence: Divergence, rules: StaticRules) -> Candidate | None:
         message_args=tuple(sorted(args.items())),
         counterexample=counterexample(divergence),
         function=divergence.region.function,
+        cause=cause(divergence) if cause is not None else None,
     )
     key = (code, origin[0], origin[1]) if origin else (code, primary.path, primary.line)
     return finding, key, _divergence_sites(divergence)
+
+
+def _in_local_ranks(template: str, args: dict[str, str], d: Divergence) -> tuple[str, dict[str, str]]:
+    """Among the members of a group whose conditions read only local ranks, the global ranks the
+    solver picked mean nothing: the message names the local ranks, and the group."""
+    local = dict(d.local_ranks)
+    reads_global = any(name == "rank" for r in d.why for item in r.ranks for name, _ in item.reads)
+    keys = ("rank_x", "rank_y")
+    if not local or reads_global or not all(args.get(key, "").isdigit() for key in keys):
+        return template, args
+    if not all(int(args[key]) in local for key in keys) or "{group}" in template:
+        return template, args
+    shown = {**args, **{key: str(local[int(args[key])]) for key in keys}, "group": d.group}
+    for key in keys:
+        template = template.replace(f"rank {{{key}}}", f"local rank {{{key}}}")
+    template = template.replace("ranks {rank_x} and", "local ranks {rank_x} and")
+    world = " (world size {world})"
+    if world in template:
+        return template.replace(world, " in `{group}`" + world, 1), shown
+    return template + " in `{group}`", shown
 
 
 def _region_finding(region: Region, rule: Rule) -> Candidate | None:
@@ -337,7 +363,14 @@ def counterexample(d: Divergence) -> Counterexample:
     )
     ranks = [(model.rank_a, steps_a), (model.rank_b, steps_b)]
     ranks.sort(key=lambda item: item[0])
-    return Counterexample(world_size=model.world, ranks=tuple(ranks), values=model.values)
+    return Counterexample(
+        world_size=model.world,
+        ranks=tuple(ranks),
+        values=model.values,
+        why=d.why,
+        group=d.group,
+        local_ranks=tuple(sorted(d.local_ranks)),
+    )
 
 
 _STANDALONE: dict[tuple[str, int], set[tuple[str, str, int]]] = {}

@@ -314,6 +314,7 @@ class HelperInliner(CollectiveEvents):
             child = type(self)(other, self.max_paths, self.max_depth, self.max_steps)
             child.record_events = self.record_events
             child.summaries = self.summaries  # one cache and one set of recordings per analysis
+            child.conditions = self.conditions  # and one record of where branch tests came from
             self.children[other.path] = child
         return child
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from collcheck.config import Settings
 from collcheck.static.budget import check_active
 from collcheck.static.calls import CallKind, callback_event
+from collcheck.static.conditions import ConditionKind, source_of
 from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.helpers import HelperInliner, LoopOp
 from collcheck.static.model import FunctionNode, ModuleInfo
@@ -288,6 +289,7 @@ class Interpreter(HelperInliner):
             return self._branch(Atom(f"memo@{stmt.lineno}", "shared"), stmt.body, stmt.orelse, state, frame)
         results: list[State] = []
         for current, test in self.eval(stmt.test, state, frame):
+            self.conditions.note(test, source_of(stmt.test, self.module.path))
             results.extend(self._branch(test, stmt.body, stmt.orelse, current, frame))
         return results
 
@@ -315,7 +317,12 @@ class Interpreter(HelperInliner):
         for current, subject in self.eval(stmt.subject, state, frame):
             choice = opaque(f"match@{where_of(stmt)}", (subject,))
             for index, case in enumerate(stmt.cases):
-                branch = current.fork(Compare("==", choice, Const(index)))
+                taken = Compare("==", choice, Const(index))
+                text = f"case {source_text(case.pattern)}"
+                self.conditions.note(
+                    taken, source_of(case.pattern, self.module.path, ConditionKind.CASE, text)
+                )
+                branch = current.fork(taken)
                 results.extend(self.exec_block(case.body, [branch], frame))
             results.append(current.fork(Compare(">=", choice, Const(len(stmt.cases)))))
         return results
@@ -375,6 +382,8 @@ class Interpreter(HelperInliner):
             # Any call may raise on some ranks only (bad data, I/O): a handler that leaves the
             # loop or function then skips what the other ranks still do.
             flag = Atom(f"exception@{where_of(handler)}", "nondet", why="an exception")
+            text = "except" + (f" {source_text(handler.type)}" if handler.type is not None else "")
+            self.conditions.note(flag, source_of(handler, self.module.path, ConditionKind.EXCEPTION, text))
             start = entry.fork(flag)
             starts.append(start)
         if handler.name:
@@ -402,7 +411,10 @@ class Interpreter(HelperInliner):
             trip = self.trip_count(stmt.iter, iterable, current, frame)
             over_set = is_set_expr(stmt.iter, self.set_names)
             element = opaque(f"item@{where_of(stmt)}", (iterable,))
-            body_start = State(dict(current.env), (*current.conds, Compare(">=", trip, Const(1))), ())
+            runs = Compare(">=", trip, Const(1))
+            text = f"for {source_text(stmt.target)} in {source_text(stmt.iter)}"
+            self.conditions.note(runs, source_of(stmt, self.module.path, ConditionKind.LOOP, text))
+            body_start = State(dict(current.env), (*current.conds, runs), ())
             self.bind(stmt.target, element, body_start)
             loop_range = self._loop_range(stmt, element, current, frame)
             after = self._loop(

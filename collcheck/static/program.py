@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from collcheck.static.conditions import NO_SOURCES, ConditionSources
 from collcheck.static.symbolic import Expr, GroupVal
 
 
@@ -42,6 +43,7 @@ class CommEvent:
     # The group argument when it is chosen per rank among known values (`None if rank == 0 else
     # g`): `group` is then an unknown per-rank group, and this term says which group each rank uses.
     group_term: Expr | None = None
+    group_text: str = ""  # the group argument as written (`tp_mesh.get_group()`), for messages
 
     def signature(self) -> tuple[str, ...]:
         return (self.op,)
@@ -114,6 +116,8 @@ class Region:
     over_set: bool = False
     path_name: str = ""
     loop_range: LoopRange | None = None
+    # Where the tests of the paths' conditions came from (set by the engine; shown in counterexamples).
+    conditions: ConditionSources = NO_SOURCES
 
 
 # --------------------------------------------------------------------------- rebasing

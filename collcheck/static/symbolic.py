@@ -324,6 +324,15 @@ class Z3Translator:
                     self.side_constraints.append(var <= self.world)
         return self._vars[key]
 
+    def translated(self, atom: Atom, side: str) -> list[tuple[str, Any]]:
+        """The z3 variables made so far for `atom` on `side`, each with its sort (int / bool)."""
+        if atom.kind == "world":
+            return [("int", self.world)]
+        name = atom.name + (f"@{side}" if atom.kind in PER_RANK_KINDS else "")
+        return [
+            (sort, var) for (key, sort, kind), var in self._vars.items() if key == name and kind == atom.kind
+        ]
+
     def rank(self, side: str) -> Any:
         return self._var(RANK, side, "int")
 

@@ -1,0 +1,159 @@
+"""Why two ranks part: the conditions that split them, read from the solver's model.
+
+In: the two paths of a satisfiable pair query, the translator and the raw z3 model it was solved
+with, and the region's `ConditionSources`. Out: one `Reason` per source condition that holds on
+one rank and not on the other — its text, place and value on each rank, with the rank-derived
+values it reads (global rank, local rank in a group, world size, per-process values) as the
+model chose them; and, for a divergence among the members of a group, each rank's local rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from collcheck.findings import RankValue, Reason
+from collcheck.static.conditions import ConditionKind, ConditionSources
+from collcheck.static.groups import ANONYMOUS_LOCAL_RANK_PREFIX, LOCAL_RANK_PREFIX, SIZE_PREFIX, local_rank
+from collcheck.static.program import Path
+from collcheck.static.symbolic import LOCAL_WORLD, PER_RANK_KINDS, Atom, Expr, GroupVal, Z3Translator, atoms
+
+MAX_REASONS = 4  # more splitting conditions than this are not listed (the first ones explain most)
+
+Pretty = Callable[[str], str]  # a model value in words (strings and None decoded)
+
+
+def reasons(
+    a: Path,
+    b: Path,
+    sides: tuple[int, int],
+    sources: ConditionSources,
+    tr: Z3Translator,
+    raw: Any,
+    pretty: Pretty,
+) -> tuple[Reason, ...]:
+    """The source conditions of `a` and `b` that hold on one rank (`sides`: the ranks of side a and
+    side b) and not on the other, in path order, each once."""
+    found: list[Reason] = []
+    seen: set[tuple[str, int, int, str]] = set()
+    for condition in _conditions(a, b):
+        hit = sources.lookup(condition)
+        if hit is None:
+            continue
+        source, test = hit
+        key = (source.path, source.line, source.column, source.text)
+        if key in seen:
+            continue
+        holds = [_holds(tr, raw, test, side) for side in ("a", "b")]
+        if None in holds or holds[0] == holds[1]:
+            continue
+        seen.add(key)
+        ranks = tuple(
+            RankValue(rank, bool(value), _reads(test, side, source.kind, tr, raw, pretty))
+            for rank, value, side in zip(sides, holds, ("a", "b"), strict=True)
+        )
+        found.append(Reason(source.text, source.path, source.line, source.kind, ranks))
+        if len(found) >= MAX_REASONS:
+            break
+    return tuple(found)
+
+
+def local_ranks(
+    membership: GroupVal | None,
+    read: frozenset[Atom],
+    sides: tuple[int, int],
+    tr: Z3Translator,
+    raw: Any,
+) -> tuple[tuple[int, int], ...]:
+    """Each rank's local rank in the group whose members both ranks are, when it means something:
+    the group's membership is unknown (else the local rank is not tied to the global one) and the
+    paths read that local rank (`read`: the atoms of their conditions and terms)."""
+    if membership is None or membership.members is not None or local_rank(membership.key) not in read:
+        return ()
+    shown = []
+    for rank, side in zip(sides, ("a", "b"), strict=True):
+        value = _int(tr, raw, local_rank(membership.key), side)
+        if value is None:
+            return ()
+        shown.append((rank, value))
+    return tuple(shown)
+
+
+def group_label(key: str) -> str:
+    """A group key in words: `item:tp_mesh['tp']` -> `tp_mesh['tp']`, places dropped."""
+    text = key
+    for prefix in ("item:", "attr:", "param:", "global:", "call:"):
+        text = text.replace(prefix, "")
+    parts = []
+    for part in text.split("["):
+        parts.append(part.split("@", 1)[0] if "@" in part and "]" not in part.split("@", 1)[0] else part)
+    return "[".join(parts)
+
+
+def _conditions(a: Path, b: Path) -> list[Expr]:
+    ordered: dict[int, Expr] = {}
+    for path in (a, b):
+        for condition in path.conds:
+            ordered.setdefault(id(condition), condition)
+    return list(ordered.values())
+
+
+def _holds(tr: Z3Translator, raw: Any, test: Expr, side: str) -> bool | None:
+    value = str(raw.eval(tr.as_bool(test, side), model_completion=True))
+    return True if value == "True" else False if value == "False" else None
+
+
+def _int(tr: Z3Translator, raw: Any, atom: Atom, side: str) -> int | None:
+    for sort, var in tr.translated(atom, side):
+        if sort == "int":
+            try:
+                return int(raw.eval(var, model_completion=True).as_long())
+            except (AttributeError, ValueError):
+                return None
+    return None
+
+
+def _reads(
+    test: Expr, side: str, kind: str, tr: Z3Translator, raw: Any, pretty: Pretty
+) -> tuple[tuple[str, str], ...]:
+    """The rank-derived values `test` reads on one side, named and valued as the model chose them."""
+    if kind == ConditionKind.EXCEPTION:
+        return ()  # the exception itself is the per-process value: nothing more to show
+    shown: dict[str, str] = {}
+    for atom in sorted(set(atoms(test)), key=lambda item: item.name):
+        name = quantity(atom)
+        if name is None or name in shown:
+            continue
+        values = tr.translated(atom, side)
+        if not values:
+            continue
+        sort, var = values[0]
+        value = str(raw.eval(var, model_completion=True))
+        shown[name] = value.lower() if sort == "bool" else pretty(value)
+    return tuple(shown.items())
+
+
+def quantity(atom: Atom) -> str | None:
+    """What a rank-derived atom stands for, in words; None for values equal on every rank that a
+    reader does not need (arguments, constants)."""
+    name = atom.name
+    if atom.kind == "rank":
+        return "rank"
+    if atom.kind == "world":
+        return "world size"
+    if atom == LOCAL_WORLD or name == "local_world":
+        return "processes per node"
+    if name.startswith(LOCAL_RANK_PREFIX):
+        return f"local rank in `{group_label(name[len(LOCAL_RANK_PREFIX) :])}`"
+    if name.startswith(ANONYMOUS_LOCAL_RANK_PREFIX):
+        return "local rank in its group"
+    if name.startswith(SIZE_PREFIX):
+        return f"size of `{group_label(name[len(SIZE_PREFIX) :])}`"
+    if name.startswith("env:"):
+        return f"${name[4:]}"
+    if atom.kind == "nondet":
+        call = name.split("@", 1)[0]
+        return f"{call} ({atom.why})" if atom.why else call
+    if atom.kind in PER_RANK_KINDS:
+        return f"`{group_label(name)}`"
+    return None
