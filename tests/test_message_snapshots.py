@@ -62,6 +62,8 @@ def _finding(finding: Finding) -> dict[str, Any]:
     for steps in (example or {}).get("ranks", {}).values():
         for step in steps:
             step["path"] = _short(step["path"])
+    for reason in (example or {}).get("why", []):
+        reason["path"] = _short(reason["path"])
     return {
         "code": finding.code,
         "path": _short(finding.location.path),

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
+from pathlib import Path, PurePath
 from typing import Any
 
 from collcheck.findings import Finding, Fix, RunResult
@@ -82,5 +84,38 @@ def result_to_json(result: RunResult) -> dict[str, Any]:
     }
 
 
-def render_json(result: RunResult) -> str:
-    return json.dumps(result_to_json(result), indent=2)
+def relative_paths(data: Any, root: Path) -> Any:
+    """`data` with every `path` value, and every note that starts with a path, relative to `root`
+    when it lies under it: the paths of files reached through imports are absolute otherwise."""
+    if isinstance(data, dict):
+        return {
+            key: shown_path(value, root) if key == "path" and isinstance(value, str) else relative_paths(value, root)
+            for key, value in data.items()
+        }
+    if isinstance(data, list):
+        return [relative_paths(item, root) for item in data]
+    return data
+
+
+def shown_path(path: str, root: Path) -> str:
+    """A path relative to `root` when it is absolute and under it; otherwise as it is."""
+    candidate = PurePath(path)
+    if not candidate.is_absolute():
+        return path
+    try:
+        return candidate.relative_to(root).as_posix()
+    except ValueError:
+        return path
+
+
+def _relative_note(note: str, root: Path) -> str:
+    prefix = str(root).rstrip(os.sep) + os.sep
+    return note[len(prefix) :] if note.startswith(prefix) else note
+
+
+def render_json(result: RunResult, root: Path | None = None) -> str:
+    """The JSON report; paths relative to `root` (the folder collcheck runs in, as for SARIF)."""
+    base = root if root is not None else Path.cwd()
+    data = relative_paths(result_to_json(result), base)
+    data["notes"] = [_relative_note(note, base) for note in data["notes"]]
+    return json.dumps(data, indent=2)

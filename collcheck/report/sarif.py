@@ -24,6 +24,7 @@ from collcheck.findings import (
     Finding,
     Fix,
     Location,
+    Reason,
     RunResult,
     Severity,
     TraceStep,
@@ -107,12 +108,26 @@ def _steps(example: Counterexample) -> Iterable[tuple[int, TraceStep]]:
             yield rank, step
 
 
+def _reason_text(reason: Reason) -> str:
+    """`why: `rank == 0` is true on rank 0 (rank = 0), false on rank 1 (rank = 1)`."""
+    parts = []
+    for item in reason.ranks:
+        reads = ", ".join(f"{name} = {value}" for name, value in item.reads)
+        parts.append(f"{reason.word(item.holds)} on rank {item.rank}" + (f" ({reads})" if reads else ""))
+    return f"why: `{reason.condition}` is " + ", ".join(parts)
+
+
 def _related_locations(example: Counterexample, root: Path) -> list[dict[str, Any]]:
     related = []
     for index, (rank, step) in enumerate(_steps(example), start=1):
         entry = _physical(step.path, root, {"startLine": max(step.line, 1)})
         entry["id"] = index
         entry["message"] = {"text": _step_text(rank, step)}
+        related.append(entry)
+    for reason in example.why:  # the conditions that split the ranks, after the steps
+        entry = _physical(reason.path, root, {"startLine": max(reason.line, 1)})
+        entry["id"] = len(related) + 1
+        entry["message"] = {"text": _reason_text(reason)}
         related.append(entry)
     return related
 
@@ -142,7 +157,8 @@ def _message(finding: Finding) -> str:
         f"rank {rank}: " + (", ".join(step.op for step in steps) or "no collective")
         for rank, steps in example.ranks
     )
-    return f"{finding.message} (world_size={example.world_size}; {ranks})"
+    why = "".join(f"; {_reason_text(reason)} at {Path(reason.path).name}:{reason.line}" for reason in example.why)
+    return f"{finding.message} (world_size={example.world_size}; {ranks}{why})"
 
 
 # Messages cite places (`barrier at utils.py:17`); the fingerprint must not move with them.
