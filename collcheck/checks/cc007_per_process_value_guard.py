@@ -45,6 +45,7 @@ from collcheck.findings import Location, Reason, Severity
 from collcheck.static.anchor import Anchor
 from collcheck.static.divergence import Divergence, DivergenceKind
 from collcheck.static.program import Region
+from collcheck.static.symbolic import atoms
 
 CODE = "CC007"
 NAME = "per-process-value-guard"
@@ -93,8 +94,15 @@ def _what(d: Divergence) -> str:
     if reason is None:
         return what
     keys = [name for item in reason.ranks[:1] for name, _ in item.reads if _per_process(name, d.nondet_why)]
-    named = f"`{keys[0].rsplit(' (', 1)[0]}` read" if keys else "read"
-    return f"{what} ({named} at {Path(reason.path).name}:{reason.line})"
+    calls = [_call_text(key.rsplit(" (", 1)[0]) for key in keys]
+    read = f"{', '.join(calls)}, tested" if calls else "tested"
+    return f"{what} ({read} at {Path(reason.path).name}:{reason.line})"
+
+
+def _call_text(read: str) -> str:
+    """`time.time() at line 8` -> "`time.time()` at line 8"."""
+    call, found, line = read.partition(" at line ")
+    return f"`{call}` at line {line}" if found else f"`{call}`"
 
 
 def applies(d: Divergence) -> bool:
@@ -127,9 +135,19 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
 
 def describe_region(region: Region) -> tuple[str, dict[str, str]] | None:
     """A communicating loop over a set: reported once per loop, without a counterexample."""
-    if region.kind == "loop" and region.over_set:
+    if region.kind == "loop" and region.over_set and not _rank_only(region):
         return MESSAGE_SET, {}
     return None
+
+
+def _rank_only(region: Region) -> bool:
+    """Every iteration that communicates does so under a condition on the rank: the set's order
+    is not what makes ranks disagree there (the rank branch is, and other rules report it)."""
+    issuing = [path for path in region.paths if path.events]
+    return bool(issuing) and all(
+        any(atom.kind in ("rank", "perrank") for cond in path.conds for atom in atoms(cond))
+        for path in issuing
+    )
 
 
 # Before/after pairs for collcheck.fix (tests/test_fixes.py applies each fix to the first text and

@@ -89,7 +89,9 @@ def relative_paths(data: Any, root: Path) -> Any:
     when it lies under it: the paths of files reached through imports are absolute otherwise."""
     if isinstance(data, dict):
         return {
-            key: shown_path(value, root) if key == "path" and isinstance(value, str) else relative_paths(value, root)
+            key: shown_path(value, root)
+            if key == "path" and isinstance(value, str)
+            else relative_paths(value, root)
             for key, value in data.items()
         }
     if isinstance(data, list):

@@ -157,7 +157,9 @@ def _message(finding: Finding) -> str:
         f"rank {rank}: " + (", ".join(step.op for step in steps) or "no collective")
         for rank, steps in example.ranks
     )
-    why = "".join(f"; {_reason_text(reason)} at {Path(reason.path).name}:{reason.line}" for reason in example.why)
+    why = "".join(
+        f"; {_reason_text(reason)} at {Path(reason.path).name}:{reason.line}" for reason in example.why
+    )
     return f"{finding.message} (world_size={example.world_size}; {ranks}{why})"
 
 

@@ -56,6 +56,9 @@ from collcheck.suppress import apply_suppressions, build_suppressions, parse_sup
 # Kinds whose divergence index is a position in the sequences (elements after it are not reached).
 ORDERED_KINDS = frozenset({DivergenceKind.SEQUENCE, DivergenceKind.SWAP, DivergenceKind.LOOP_EXIT})
 
+# The codes of an early exit and of a sequence difference (one root cause, one finding).
+EXIT_CODE, SEQUENCE_CODE = "CC003", "CC001"
+
 # A finding, where its divergence arises (code, path, line), and the calls it went through.
 Candidate = tuple[Finding, tuple[str, str, int], tuple[Site, ...]]
 
@@ -182,7 +185,7 @@ def _analyze_tree(
     candidates = [
         c for c in candidates if not _reported_in_callee(c, source.path, catalog, settings, project)
     ]
-    findings = _deduplicate(candidates)
+    findings = _deduplicate(_one_root_cause(candidates))
     findings.extend(_module_checks(tree, source, catalog, settings, module.imports))
     return sorted(findings, key=Finding.sort_key)
 
@@ -293,7 +296,10 @@ def classify(divergence: Divergence, rules: StaticRules) -> Candidate | None:
         cause=cause(divergence) if cause is not None else None,
     )
     key = (code, origin[0], origin[1]) if origin else (code, primary.path, primary.line)
-    return finding, key, _divergence_sites(divergence)
+    sites = _divergence_sites(divergence)
+    if code == SEQUENCE_CODE and any(r.path != divergence.region.path_name for r in divergence.why):
+        sites = _sequence_sites(divergence, sites)  # split in a helper of another file: ask it too
+    return finding, key, sites
 
 
 def _in_local_ranks(template: str, args: dict[str, str], d: Divergence) -> tuple[str, dict[str, str]]:
@@ -374,6 +380,8 @@ def counterexample(d: Divergence) -> Counterexample:
 
 
 _STANDALONE: dict[tuple[str, int], set[tuple[str, str, int]]] = {}
+# The conditions that split the ranks of each helper's own CC003 findings, by (path, helper name).
+_STANDALONE_EXITS: dict[tuple[str, str], frozenset[tuple[str, int, str]]] = {}
 
 
 def _reported_in_callee(
@@ -385,14 +393,28 @@ def _reported_in_callee(
 ) -> bool:
     """A divergence that a helper in another file shows on its own is reported there, once."""
     finding, origin, sites = candidate
-    if project is None or origin[1] == path or finding.counterexample is None:
+    split = _splitting_conditions(finding) if finding.code == SEQUENCE_CODE else frozenset()
+    if project is None or (origin[1] == path and not split) or finding.counterexample is None:
         return False
     for site in sites:
         if not site.callee_path or site.callee_path == path:
             continue
-        if origin in _standalone_origins(site.callee_path, site.callee, catalog, settings, project):
+        standalone = _standalone_origins(site.callee_path, site.callee, catalog, settings, project)
+        if origin[1] != path and origin in standalone:
+            return True
+        # The helper's own early exit, reported there as CC003 (one root cause, one finding).
+        if split and split <= _STANDALONE_EXITS.get((site.callee_path, site.callee), frozenset()):
             return True
     return False
+
+
+def _sequence_sites(d: Divergence, sites: tuple[Site, ...]) -> tuple[Site, ...]:
+    """`sites`, then the calls through which either rank's sequence went before the divergence."""
+    found = dict.fromkeys(sites)
+    for sequence in (d.sequence_a, d.sequence_b):
+        for element in sequence[: d.index + 1]:
+            found.update(dict.fromkeys(element.chain))
+    return tuple(found)
 
 
 def _divergence_sites(d: Divergence) -> tuple[Site, ...]:
@@ -422,11 +444,52 @@ def _standalone_origins(
             regions = extractor.run_function(function, None, function_name)
         except PathLimitExceeded:
             regions = []
+        for region in regions:
+            region.conditions = extractor.conditions
         found = _findings_for(
             regions, static_rules(None), settings, SolveStats(), catalog_group_facts(catalog)
         )
         _STANDALONE[key] = {origin for _, origin, _ in found}
+        _STANDALONE_EXITS[(path, function_name)] = frozenset(
+            condition
+            for finding, _, _ in found
+            if finding.code == EXIT_CODE
+            for condition in _splitting_conditions(finding)
+        )
     return _STANDALONE[key]
+
+
+def _splitting_conditions(finding: Finding) -> frozenset[tuple[str, int, str]]:
+    example = finding.counterexample
+    if example is None:
+        return frozenset()
+    return frozenset((reason.path, reason.line, reason.condition) for reason in example.why)
+
+
+def _one_root_cause(candidates: list[Candidate]) -> list[Candidate]:
+    """An early exit in a helper is reported once, as CC003 at the exit: the callers of the helper
+    see ranks issue different sequences (the `return` ends only the helper), which is the same
+    cause and not reported again as CC001 there. A caller's CC001 is that when every condition that
+    splits its ranks also splits those of a CC003 found in another function."""
+    exits: dict[tuple[str, int, str], set[str]] = {}
+    for finding, _, _ in candidates:
+        if finding.code == EXIT_CODE:
+            for condition in _splitting_conditions(finding):
+                exits.setdefault(condition, set()).add(finding.function)
+    if not exits:
+        return candidates
+    kept = []
+    for candidate in candidates:
+        finding = candidate[0]
+        split = _splitting_conditions(finding)
+        same_cause = (
+            finding.code == SEQUENCE_CODE
+            and bool(split)
+            and all(condition in exits and exits[condition] - {finding.function} for condition in split)
+        )
+        if not same_cause:
+            kept.append(candidate)
+    return kept
 
 
 def _deduplicate(candidates: list[Candidate]) -> list[Finding]:

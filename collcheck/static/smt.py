@@ -17,6 +17,7 @@ from collcheck.static.groups import (
     GroupFacts,
     atoms_of,
     is_interpreted,
+    local_rank,
     local_rank_bounds,
     member_facts,
 )
@@ -216,7 +217,7 @@ class RegionSolver:
                 return "unknown", None, None
             if verdict == self.z3.unsat:
                 return "unsat", None, None
-            small = self._small_model(tr)
+            small = self._small_model(tr, membership)
             if small is None:
                 self.stats.unknown += 1
                 self.stats.notes.append(
@@ -244,11 +245,17 @@ class RegionSolver:
         finally:
             self.solver.pop()
 
-    def _small_model(self, tr: Z3Translator) -> tuple[Model, Any] | None:
-        """Prefer the smallest world and rank 0: the counterexample a person believes at once."""
+    def _small_model(self, tr: Z3Translator, membership: GroupVal | None = None) -> tuple[Model, Any] | None:
+        """Prefer the smallest world and rank 0: the counterexample a person believes at once. Among
+        the members of a group of unknown membership, prefer global ranks equal to local ranks (the
+        global ranks are then free, and a message that names local ranks reads the same numbers)."""
         z3 = self.z3
         world, ra, rb = tr.world, tr.rank("a"), tr.rank("b")
         preferences = [[world <= bound, z3.Or(ra == 0, rb == 0)] for bound in (2, 3, 4, 8)]
+        if membership is not None and membership.members is None:
+            local = local_rank(membership.key)
+            same = [ra == tr.as_int(local, "a"), rb == tr.as_int(local, "b")]
+            preferences.insert(0, [world <= 2, *same])
         preferences += [[world <= bound] for bound in (2, 3, 4, 8)]
         for preference in preferences:
             self.solver.push()

@@ -49,8 +49,13 @@ def reasons(
             continue
         seen.add(key)
         ranks = tuple(
-            RankValue(rank, bool(value), _reads(test, side, source.kind, tr, raw, pretty))
-            for rank, value, side in zip(sides, holds, ("a", "b"), strict=True)
+            sorted(
+                (
+                    RankValue(rank, bool(value), _reads(test, side, source.kind, tr, raw, pretty))
+                    for rank, value, side in zip(sides, holds, ("a", "b"), strict=True)
+                ),
+                key=lambda item: item.rank,
+            )
         )
         found.append(Reason(source.text, source.path, source.line, source.kind, ranks))
         if len(found) >= MAX_REASONS:
@@ -120,7 +125,7 @@ def _reads(
     if kind == ConditionKind.EXCEPTION:
         return ()  # the exception itself is the per-process value: nothing more to show
     shown: dict[str, str] = {}
-    for atom in sorted(set(atoms(test)), key=lambda item: item.name):
+    for atom in sorted(set(atoms(test)), key=_reading_order):
         name = quantity(atom)
         if name is None or name in shown:
             continue
@@ -131,6 +136,13 @@ def _reads(
         value = str(raw.eval(var, model_completion=True))
         shown[name] = value.lower() if sort == "bool" else pretty(value)
     return tuple(shown.items())
+
+
+def _reading_order(atom: Atom) -> tuple[int, str, int]:
+    """The rank first, then the world size, then the rest by name and the line they are read at."""
+    name, _, where = atom.name.partition("@")
+    line = where.split(":", 1)[0]
+    return ({"rank": 0, "world": 1}.get(atom.kind, 2), name, int(line) if line.isdigit() else 0)
 
 
 def quantity(atom: Atom) -> str | None:
@@ -151,9 +163,11 @@ def quantity(atom: Atom) -> str | None:
         return f"size of `{group_label(name[len(SIZE_PREFIX) :])}`"
     if name.startswith("env:"):
         return f"${name[4:]}"
-    if atom.kind == "nondet":
-        call = name.split("@", 1)[0]
-        return f"{call} ({atom.why})" if atom.why else call
+    if atom.kind == "nondet":  # `time.time()@14:11`: the call, and the line it is read at
+        call, _, where = name.partition("@")
+        line = where.split(":", 1)[0]
+        read = f"{call} at line {line}" if line.isdigit() else call
+        return f"{read} ({atom.why})" if atom.why else read
     if atom.kind in PER_RANK_KINDS:
         return f"`{group_label(name)}`"
     return None
