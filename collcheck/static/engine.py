@@ -282,7 +282,8 @@ def classify(divergence: Divergence, rules: StaticRules) -> Candidate | None:
     if rule is None:
         return None
     code = rule.code
-    template, args = _in_local_ranks(*rule.module.describe(divergence), divergence)
+    described: tuple[str, dict[str, str]] = rule.module.describe(divergence)
+    template, args = _in_local_ranks(described[0], described[1], divergence)
     primary, origin = locate(divergence, rule.anchor)
     cause = getattr(rule.module, "cause", None)
     finding = Finding(

@@ -168,6 +168,8 @@ def quantity(atom: Atom) -> str | None:
         line = where.split(":", 1)[0]
         read = f"{call} at line {line}" if line.isdigit() else call
         return f"{read} ({atom.why})" if atom.why else read
+    if name.startswith("match@"):
+        return "case index"  # which case of the `match` the subject selects (interpret.py)
     if atom.kind in PER_RANK_KINDS:
         return f"`{group_label(name)}`"
     return None
