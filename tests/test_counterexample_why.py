@@ -77,6 +77,21 @@ def test_a_global_rank_guard_on_a_group_keeps_global_ranks_in_the_message() -> N
     assert finding.counterexample.group == "self.dp_group"
 
 
+def test_a_test_only_one_rank_reaches_is_not_a_reason(tmp_path: Path) -> None:
+    source = tmp_path / "nested.py"
+    source.write_text(
+        "import torch.distributed as dist\n\n\n"
+        "def step(t, table):\n"
+        "    rank = dist.get_rank()\n"
+        "    if rank == 0:\n"
+        "        if table[rank] > 3:\n"
+        "            dist.all_reduce(t)\n",
+        encoding="utf-8",
+    )
+    # Rank 1 never evaluates `table[rank] > 3`: its value there is whatever the solver left free.
+    assert [reason.condition for reason in _why(_only(_run(source), "CC001"))] == ["rank == 0"]
+
+
 def test_a_match_case_reads_as_taken_or_not(tmp_path: Path) -> None:
     source = tmp_path / "match.py"
     source.write_text(

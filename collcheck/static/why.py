@@ -36,6 +36,7 @@ def reasons(
     side b) and not on the other, in path order, each once."""
     found: list[Reason] = []
     seen: set[tuple[str, int, int, str]] = set()
+    read = (_varying(a.conds), _varying(b.conds))
     for condition in _conditions(a, b):
         hit = sources.lookup(condition)
         if hit is None:
@@ -44,7 +45,13 @@ def reasons(
         key = (source.path, source.line, source.column, source.text)
         if key in seen:
             continue
-        holds = [_holds(tr, raw, test, side) for side in ("a", "b")]
+        if source.kind == ConditionKind.EXCEPTION:
+            # Only the rank that raised holds the handler's flag; the other went on without one.
+            holds: list[bool | None] = [condition in a.conds, condition in b.conds]
+        elif _varying((test,)) <= read[0] and _varying((test,)) <= read[1]:
+            holds = [_holds(tr, raw, test, side) for side in ("a", "b")]
+        else:
+            continue  # a test only one rank reaches (nested under the split): the other's value is free
         if None in holds or holds[0] == holds[1]:
             continue
         seen.add(key)
@@ -93,6 +100,13 @@ def group_label(key: str) -> str:
     for part in text.split("["):
         parts.append(part.split("@", 1)[0] if "@" in part and "]" not in part.split("@", 1)[0] else part)
     return "[".join(parts)
+
+
+def _varying(conditions: tuple[Expr, ...]) -> frozenset[Atom]:
+    """The atoms that may differ between ranks, read by some conditions."""
+    return frozenset(
+        atom for condition in conditions for atom in atoms(condition) if atom.kind in PER_RANK_KINDS
+    )
 
 
 def _conditions(a: Path, b: Path) -> list[Expr]:
