@@ -395,6 +395,8 @@ def _reported_in_callee(
     """A divergence that a helper in another file shows on its own is reported there, once."""
     finding, origin, sites = candidate
     split = _splitting_conditions(finding) if finding.code == SEQUENCE_CODE else frozenset()
+    if any(condition[0] == path for condition in split):
+        split = frozenset()  # the ranks part here too: not only on a helper's conditions
     if project is None or (origin[1] == path and not split) or finding.counterexample is None:
         return False
     for site in sites:
