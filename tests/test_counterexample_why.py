@@ -242,3 +242,17 @@ def test_a_set_loop_whose_collectives_sit_under_a_rank_branch_gets_no_set_order_
     result = _run(FIXTURES / "CC001" / "set_loop_rank_branch_bug.py")
     assert [(f.code, f.location.line) for f in result.findings] == [("CC001", 8)]
     assert "hash seed" not in result.findings[0].message
+
+
+def test_rank_derived_values_are_named_without_internal_places() -> None:
+    from collcheck.static.symbolic import Atom
+    from collcheck.static.why import group_label, quantity
+
+    assert group_label("item:param:mesh@6:0['tp']") == "mesh['tp']"
+    assert group_label("init_device_mesh@fixtures/groups/x.py:7:11['dp']") == "init_device_mesh['dp']"
+    assert quantity(Atom("counts[rank]@10:7", "perrank")) == "`counts[rank]`"
+    assert quantity(Atom("in@12:7", "perrank")) == "a value computed from the rank"
+    assert quantity(Atom("time.monotonic()@7:14", "nondet", why="monotonic clock")) == (
+        "time.monotonic() at line 7 (monotonic clock)"
+    )
+    assert quantity(Atom("param:flag@3:0", "shared")) is None  # the same on every rank: not shown

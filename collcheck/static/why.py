@@ -9,6 +9,7 @@ model chose them; and, for a divergence among the members of a group, each rank'
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -92,14 +93,19 @@ def local_ranks(
 
 
 def group_label(key: str) -> str:
-    """A group key in words: `item:tp_mesh['tp']` -> `tp_mesh['tp']`, places dropped."""
-    text = key
+    """A group key in words: `item:param:mesh@6:0['tp']` -> `mesh['tp']`, places dropped."""
+    text = _PLACE.sub("", key)
     for prefix in ("item:", "attr:", "param:", "global:", "call:"):
         text = text.replace(prefix, "")
-    parts = []
-    for part in text.split("["):
-        parts.append(part.split("@", 1)[0] if "@" in part and "]" not in part.split("@", 1)[0] else part)
-    return "[".join(parts)
+    return text
+
+
+# `@line:col` or `@path:line:col`: where the evaluator made a value (not shown).
+_PLACE = re.compile(r"@(?:[^@\[\]'\"]*:)?\d+:\d+")
+# Names the evaluator gives values it cannot follow (values.py, interpret.py): no source text.
+_INTERNAL = frozenset(
+    {"in", "merged", "maybe", "item", "trips", "aug", "with", "spec", "match", "unpack", "exc", "result"}
+)
 
 
 def _varying(conditions: tuple[Expr, ...]) -> frozenset[Atom]:
@@ -185,5 +191,7 @@ def quantity(atom: Atom) -> str | None:
     if name.startswith("match@"):
         return "case index"  # which case of the `match` the subject selects (interpret.py)
     if atom.kind in PER_RANK_KINDS:
-        return f"`{group_label(name)}`"
+        label = group_label(name)
+        internal = not label or label.split(":", 1)[0].split("@", 1)[0] in _INTERNAL
+        return "a value computed from the rank" if internal else f"`{label}`"
     return None
