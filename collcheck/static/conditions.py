@@ -29,11 +29,25 @@ class ConditionKind:
 
 @dataclass(frozen=True)
 class ConditionSource:
-    text: str  # the source text, shortened
+    """A condition's place in the source. Its text is made only when a counterexample shows it:
+    the interpreter notes a test each time it forks on it, on every path."""
+
+    node: ast.AST
     path: str
-    line: int
-    column: int
     kind: str = ConditionKind.TEST
+    written: str = ""  # the text shown when it is not the node's own source (`for x in xs`)
+
+    @property
+    def line(self) -> int:
+        return int(getattr(self.node, "lineno", 0))
+
+    @property
+    def column(self) -> int:
+        return int(getattr(self.node, "col_offset", 0))
+
+    @property
+    def text(self) -> str:
+        return shorten(self.written or _unparsed(self.node))
 
 
 def shorten(text: str, limit: int = MAX_TEXT) -> str:
@@ -42,12 +56,10 @@ def shorten(text: str, limit: int = MAX_TEXT) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
 
 
-def source_of(
-    node: ast.AST, path: str, kind: str = ConditionKind.TEST, text: str | None = None
-) -> ConditionSource:
-    """The source of a condition read at `node` of the file `path`."""
-    shown = shorten(text if text is not None else _unparsed(node))
-    return ConditionSource(shown, path, getattr(node, "lineno", 0), getattr(node, "col_offset", 0), kind)
+def source_of(node: ast.AST, path: str, kind: str = ConditionKind.TEST, text: str = "") -> ConditionSource:
+    """The source of a condition read at `node` of the file `path` (`text`: shown instead of the
+    node's own source)."""
+    return ConditionSource(node, path, kind, text)
 
 
 def _unparsed(node: ast.AST) -> str:
