@@ -9,8 +9,9 @@ A rule about collective ordering also declares what it claims and how it reports
 `CLAIMS` (the `DivergenceKind`s it may report), `PRECEDENCE` (lower is asked first: a divergence
 belongs to the first rule whose claims hold), `ANCHOR` (where its finding is shown),
 `applies(divergence)` (optional: a finer test than the kind) and `describe(divergence)` (its
-message template and arguments). A rule may also define `describe_region(region)` (a finding about
-a whole region, e.g. a loop over a set) or `check_module(context)` (a check over the parse tree).
+message template and arguments). A rule may also define `describe_region(region, divergences)`
+(a finding about a whole region, e.g. a loop over a set, told what the solver found in it) or
+`check_module(context)` (a check over the parse tree).
 Adding a rule is its own module plus one line in `CODE_TABLE` (docs/architecture.md).
 """
 

@@ -45,7 +45,6 @@ from collcheck.findings import Location, Reason, Severity
 from collcheck.static.anchor import Anchor
 from collcheck.static.divergence import Divergence, DivergenceKind
 from collcheck.static.program import Region
-from collcheck.static.symbolic import atoms
 
 CODE = "CC007"
 NAME = "per-process-value-guard"
@@ -133,21 +132,15 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     }
 
 
-def describe_region(region: Region) -> tuple[str, dict[str, str]] | None:
-    """A communicating loop over a set: reported once per loop, without a counterexample."""
-    if region.kind == "loop" and region.over_set and not _rank_only(region):
-        return MESSAGE_SET, {}
-    return None
-
-
-def _rank_only(region: Region) -> bool:
-    """Every iteration that communicates does so under a condition on the rank: the set's order
-    is not what makes ranks disagree there (the rank branch is, and other rules report it)."""
-    issuing = [path for path in region.paths if path.events]
-    return bool(issuing) and all(
-        any(atom.kind in ("rank", "perrank") for cond in path.conds for atom in atoms(cond))
-        for path in issuing
-    )
+def describe_region(region: Region, found: list[Divergence]) -> tuple[str, dict[str, str]] | None:
+    """A communicating loop over a set: reported once per loop, without a counterexample. Not when
+    the solver found the ranks of one iteration parting on the rank (`found`): that branch is the
+    cause, reported by CC001/CC003, and sorting the set would not fix it."""
+    if region.kind != "loop" or not region.over_set:
+        return None
+    if any(not divergence.nondet_only for divergence in found):
+        return None
+    return MESSAGE_SET, {}
 
 
 # Before/after pairs for collcheck.fix (tests/test_fixes.py applies each fix to the first text and

@@ -243,16 +243,19 @@ def _findings_for(
     for region in regions:
         check_active()  # the file's wall-clock budget (budget.py)
         timeout = settings.z3_timeout_ms
-        for divergence in solve_region(
-            region, settings.world_size, timeout, stats, wanted, group_facts=facts
-        ):
-            if _behind_unknown_code(divergence):
-                continue
+        found = [
+            divergence
+            for divergence in solve_region(
+                region, settings.world_size, timeout, stats, wanted, group_facts=facts
+            )
+            if not _behind_unknown_code(divergence)
+        ]
+        for divergence in found:
             finding = classify(divergence, rules)
             if finding is not None:
                 results.append(finding)
         for rule in rules.region_rules:
-            finding = _region_finding(region, rule)
+            finding = _region_finding(region, rule, found)
             if finding is not None:
                 results.append(finding)
     return results
@@ -323,8 +326,9 @@ def _in_local_ranks(template: str, args: dict[str, str], d: Divergence) -> tuple
     return template + " in `{group}`", shown
 
 
-def _region_finding(region: Region, rule: Rule) -> Candidate | None:
-    described = rule.module.describe_region(region)
+def _region_finding(region: Region, rule: Rule, found: list[Divergence]) -> Candidate | None:
+    """A rule's finding about a whole region, told what the solver found in it (`found`)."""
+    described = rule.module.describe_region(region, found)
     if described is None:
         return None
     template, args = described
