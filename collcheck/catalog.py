@@ -264,15 +264,19 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
         builder.grids[f"{where}:{name}"] = _str_tuple(grids, name, f"{where}: [group_grids]")
 
 
-def _read_toml(path: Path) -> tuple[dict[str, Any], bytes]:
+def _read_bytes(path: Path) -> bytes:
     try:
-        raw = read_regular_file(path, MAX_CONFIG_BYTES)
+        return read_regular_file(path, MAX_CONFIG_BYTES)
     except FileRefused as refused:
         raise CatalogError(f"cannot read catalog {path}: {refused}") from refused
     except OSError as error:
         raise CatalogError(f"cannot read catalog {path}: {error.strerror}") from error
+
+
+def _read_toml(path: Path, raw: bytes) -> dict[str, Any]:
     try:
-        return tomllib.loads(raw.decode("utf-8")), raw
+        data: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
+        return data
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise CatalogError(f"catalog {path} is not valid TOML: {error}") from error
 
@@ -282,13 +286,30 @@ def load_catalog(extra_paths: Iterable[Path] = ()) -> Catalog:
     return _load_catalog(tuple(str(path) for path in extra_paths))
 
 
+def catalog_fingerprint(extra_paths: Iterable[Path | str] = ()) -> str:
+    """`load_catalog(extra_paths).fingerprint` from the files' bytes, without parsing them: a
+    warm run whose results are all cached never parses a catalog."""
+    return _fingerprint(tuple(str(path) for path in extra_paths))[0]
+
+
+@lru_cache(maxsize=8)
+def _fingerprint(extra_paths: tuple[str, ...]) -> tuple[str, tuple[tuple[Path, bytes], ...]]:
+    """The fingerprint of the bundled catalogs and `extra_paths`, and each path with its bytes."""
+    digest = hashlib.sha256()
+    contents = []
+    for path in [*bundled_catalog_paths(), *(Path(p) for p in extra_paths)]:
+        raw = _read_bytes(path)
+        digest.update(path.name.encode() + b"\0" + raw)
+        contents.append((path, raw))
+    return digest.hexdigest()[:16], tuple(contents)
+
+
 @lru_cache(maxsize=8)
 def _load_catalog(extra_paths: tuple[str, ...]) -> Catalog:
     builder = _Builder()
-    digest = hashlib.sha256()
-    for path in [*bundled_catalog_paths(), *(Path(p) for p in extra_paths)]:
-        data, raw = _read_toml(path)
-        digest.update(path.name.encode() + b"\0" + raw)
+    fingerprint, contents = _fingerprint(extra_paths)
+    for path, raw in contents:
+        data = _read_toml(path, raw)
         try:
             _add_document(builder, data, path.name)
         except CatalogError:
@@ -312,5 +333,5 @@ def _load_catalog(extra_paths: tuple[str, ...]) -> Catalog:
         group_members=tables.get("group_members", {}),
         group_grids=tuple(builder.grids.values()),
         names=tuple(builder.names),
-        fingerprint=digest.hexdigest()[:16],
+        fingerprint=fingerprint,
     )

@@ -73,3 +73,16 @@ def test_an_edited_constant_file_rechecks_the_file_on_a_warm_cache(tmp_path: Pat
     (tmp_path / "pkg" / "comm.py").write_text("def sync(t):\n    return t\n", encoding="utf-8")
     second = check_paths([train], settings)
     assert {f.location.line for f in second.findings} == {7, 10}
+
+
+def test_an_edited_rank_constant_rechecks_its_importers_on_a_warm_cache(tmp_path: Path) -> None:
+    """train.py's findings come from constants of env.py (no call reaches env.py): an edit of
+    env.py must still re-check train.py, both ways."""
+    train = _project(tmp_path)
+    env = tmp_path / "pkg" / "env.py"
+    settings = load_settings([train]).with_overrides(jobs=1, cache_dir=str(tmp_path / ".cache"))
+    assert {f.location.line for f in check_paths([train], settings).findings} == {7, 10, 13}
+    env.write_text("RANK = 0\nIS_MAIN = True\n", encoding="utf-8")
+    assert {f.location.line for f in check_paths([train], settings).findings} == set()
+    env.write_text(ENV, encoding="utf-8")
+    assert {f.location.line for f in check_paths([train], settings).findings} == {7, 10, 13}
