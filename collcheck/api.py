@@ -379,7 +379,15 @@ def _project_files(root: Path, settings: Settings) -> dict[Path, Path]:
         return known
     folders: list[str] = []
     files = {path: real_path(path) for path in collect_files([root], settings, folders)}
-    store_walk(settings, root, folders, files)
+    if settings.cache:
+        # A cache folder inside the project changes with every run that writes: never a stamp.
+        cache = os.path.realpath(cache_folder(settings))
+        stamped = [
+            f
+            for f in folders
+            if not (real := os.path.realpath(f)).startswith(cache + os.sep) and real != cache
+        ]
+        store_walk(settings, root, stamped, files)
     return files
 
 
