@@ -156,7 +156,9 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def measure(root: Path, target: str, repeat: int, flake8: list[str] | None, env: dict[str, str]) -> dict[str, Any]:
+def measure(
+    root: Path, target: str, repeat: int, flake8: list[str] | None, env: dict[str, str]
+) -> dict[str, Any]:
     python = sys.executable
     commands = {
         "python -c pass": [python, "-c", "pass"],
