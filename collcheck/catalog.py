@@ -74,6 +74,8 @@ class Catalog:
     rank_attributes: dict[str, str] = field(default_factory=dict)
     nondeterministic: dict[str, str] = field(default_factory=dict)  # qualified name -> what varies
     rank_decorators: dict[str, str] = field(default_factory=dict)  # qualified name -> condition
+    # constructor -> "KEYWORD:ATTRIBUTE": built with a true KEYWORD, the object's ATTRIBUTE stays 0
+    disabled_counters: dict[str, str] = field(default_factory=dict)
     types: dict[str, str] = field(default_factory=dict)  # factory qualified name -> type name
     # functions that turn their first argument into that type in place (`fully_shard(model)`)
     types_in_place: dict[str, str] = field(default_factory=dict)
@@ -249,6 +251,12 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
     builder.table("rank_decorators").update(
         _value_table(data.get("rank_decorators"), f"{where}: [rank_decorators]", "rank == 0")
     )
+    counters = _value_table(data.get("disabled_counters"), f"{where}: [disabled_counters]", "")
+    for name, value in counters.items():
+        keyword, _, attribute = value.partition(":")
+        if not (keyword.isidentifier() and attribute.isidentifier()):
+            raise CatalogError(f'{where}: [disabled_counters] {name}: expected "KEYWORD:ATTRIBUTE"')
+    builder.table("disabled_counters").update(counters)
     builder.table("types").update(_value_table(data.get("types"), f"{where}: [types]", ""))
     builder.table("types_in_place").update(
         _value_table(data.get("types_in_place"), f"{where}: [types_in_place]", "")
@@ -327,6 +335,7 @@ def _load_catalog(extra_paths: tuple[str, ...]) -> Catalog:
         rank_attributes=tables.get("rank_attributes", {}),
         nondeterministic=tables.get("nondeterministic", {}),
         rank_decorators=tables.get("rank_decorators", {}),
+        disabled_counters=tables.get("disabled_counters", {}),
         types=tables.get("types", {}),
         types_in_place=tables.get("types_in_place", {}),
         groups=tables.get("groups", {}),

@@ -7,6 +7,11 @@ constructor keeping its arguments: the common case). Keywords whose value is the
 rank are not recorded, so nothing changes for them; binding the name again forgets what was
 recorded for it.
 
+A catalogued constructor (`[disabled_counters]`: `"tqdm.tqdm" = "disable:n"`) adds the counter
+that such an object keeps still while disabled: `bar.n` is 0 on the ranks where `disable` holds
+(tqdm's update() returns at once there) and moves on the others, so `while bar.n < total:` around
+a collective runs a different number of times.
+
 In: an assignment the interpreter has just bound, its path `State` and `Frame`. Out: entries
 `name.keyword` in `state.env` (where the value evaluator reads dotted names first).
 """
@@ -15,9 +20,9 @@ from __future__ import annotations
 
 import ast
 
-from collcheck.static.names import dotted
+from collcheck.static.names import dotted, qualified_name
 from collcheck.static.state import Frame, State
-from collcheck.static.symbolic import Const, TupleVal, is_rank_dependent
+from collcheck.static.symbolic import Atom, Const, Expr, IfExp, TupleVal, is_rank_dependent
 from collcheck.static.values import ValueEvaluator
 
 # Not an identifier: never a dotted name of the analysed code. Lists the attributes recorded for
@@ -45,15 +50,35 @@ def record_keyword_attributes(
         forget_keyword_attributes(state.env, name)  # type: ignore[arg-type]
     if not names or not isinstance(stmt.value, ast.Call):
         return
-    recorded = []
+    attributes: dict[str, Expr] = {}
     for keyword in stmt.value.keywords:
         if keyword.arg is None:
             continue
         value = evaluator.pure(keyword.value, state, frame)
         if is_rank_dependent(value):
-            recorded.append(keyword.arg)
-            for name in names:
-                state.env[f"{name}.{keyword.arg}"] = value
+            attributes[keyword.arg] = value
+    attributes.update(_still_counter(evaluator, stmt.value, attributes, names[0]))
+    for attribute, value in attributes.items():
+        for name in names:
+            state.env[f"{name}.{attribute}"] = value
+    recorded = list(attributes)
     if recorded:
         for name in names:
             state.env[_RECORDED.format(name)] = TupleVal(tuple(Const(arg) for arg in recorded))
+
+
+def _still_counter(
+    evaluator: ValueEvaluator, call: ast.Call, keywords: dict[str, Expr], name: str
+) -> dict[str, Expr]:
+    """`bar = tqdm(..., disable=D)` with a per-rank D (catalog `[disabled_counters]`): `bar.n` is 0
+    where D holds (a disabled bar never counts) and moves elsewhere."""
+    qualified = qualified_name(call.func, evaluator.local_imports)
+    spec = evaluator.catalog.disabled_counters.get(qualified) if qualified else None
+    if spec is None:
+        return {}
+    keyword, _, attribute = spec.partition(":")
+    disabled = keywords.get(keyword)
+    if disabled is None:
+        return {}
+    moving = Atom(f"counter:{name}.{attribute}@{call.lineno}:{call.col_offset}", "shared")
+    return {attribute: IfExp(disabled, Const(0), moving)}
