@@ -432,7 +432,8 @@ def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     real = {name: str(real_path(name)) for name in names}
     dependencies = {name: project.dependency_digest(real[name]) if project else "" for name in names}
     unchanged = load_manifest(settings, fingerprint, roots, dependencies)
-    catalog = None if len(unchanged) == len(names) else load_catalog(Path(p) for p in settings.catalogs)
+    answered = bool(names) and len(unchanged) == len(names)
+    catalog = None if answered else load_catalog(Path(p) for p in settings.catalogs)
     # Files the index rules out are answered without reading them again; cache hits are answered
     # here; only the misses go to worker processes.
     hits = {
@@ -452,7 +453,7 @@ def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     else:
         computed = {name: analyze_file(name, settings, catalog, project) for name in misses}
     results = [hits[name] or computed[name] for name in names]
-    if len(unchanged) < len(names):  # else the manifest already says exactly this
+    if not answered:  # else the manifest already says exactly this
         store_manifest(
             settings, fingerprint, roots, {r.path: (dependencies.get(r.path, ""), r) for r in results}
         )

@@ -172,3 +172,27 @@ def test_plain_check_paths() -> None:
     assert plain_check_paths(["check", "-v", "a.py"]) is None
     assert plain_check_paths(["check"]) is None
     assert plain_check_paths(["rules"]) is None
+
+
+def test_a_catalog_broken_after_a_warm_run_is_still_an_error(tmp_path: Path) -> None:
+    """A warm run answered by the manifest parses no catalog; a catalog edited since has another
+    fingerprint, so nothing is answered and the parse reports it (exit 2)."""
+    train = _project(tmp_path)
+    catalog = tmp_path / "extra.toml"
+    catalog.write_text('[catalog]\nname = "extra"\n', encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text(
+        "[project]\nname = 'demo'\n[tool.collcheck]\ncache-dir = '.cache'\ncatalogs = ['extra.toml']\n",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+    def run() -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "collcheck", "check", str(train)]
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    assert run().returncode == 1
+    assert run().returncode == 1  # warm
+    catalog.write_text("[catalog\n", encoding="utf-8")
+    broken = run()
+    assert broken.returncode == 2
+    assert "not valid TOML" in broken.stderr
