@@ -6,16 +6,13 @@ import fnmatch
 import gc
 import os
 import re
-import subprocess
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
 from collcheck.cache import cached_analyze, load_manifest, store_manifest
 from collcheck.cache_guard import cache_folder
-from collcheck.catalog import Catalog, load_catalog
-from collcheck.checks import rule_selection
+from collcheck.catalog import Catalog, catalog_fingerprint, load_catalog
 from collcheck.config import Settings
 from collcheck.findings import FileError, FileResult, RunResult
 from collcheck.source import MAX_SOURCE_BYTES, SourceFile, read_source, real_path
@@ -44,8 +41,14 @@ def _is_excluded(path: Path, patterns: Sequence[str], root: str = ".") -> bool:
 
 
 def _walk(
-    folder: Path, patterns: Sequence[str], seen: set[tuple[int, int]], root: str = "."
+    folder: Path,
+    patterns: Sequence[str],
+    seen: set[tuple[int, int]],
+    root: str = ".",
+    visited: list[str] | None = None,
 ) -> Iterable[Path]:
+    if visited is not None:
+        visited.append(str(folder))
     try:
         stat = folder.stat()
     except OSError:
@@ -65,8 +68,10 @@ def _walk(
         try:
             if entry.is_dir():
                 if (child / "pyvenv.cfg").exists():  # any virtualenv, whatever its name
+                    if visited is not None:  # it stops being one when that file goes
+                        visited.append(str(child))
                     continue
-                yield from _walk(child, patterns, seen, root)
+                yield from _walk(child, patterns, seen, root, visited)
             elif entry.name.endswith(".py"):
                 yield child
         except OSError:  # a symlink loop or a vanished entry: a .py name is reported, others skipped
@@ -76,6 +81,8 @@ def _walk(
 
 def _gitignored(paths: list[Path]) -> set[Path]:
     """Paths git would ignore; empty when git or a repository is not there."""
+    import subprocess
+
     if not paths:
         return set()
     try:
@@ -93,8 +100,9 @@ def _gitignored(paths: list[Path]) -> set[Path]:
     return {Path(item) for item in completed.stdout.decode(errors="replace").split("\0") if item}
 
 
-def collect_files(paths: Sequence[Path], settings: Settings) -> list[Path]:
-    """Files named explicitly are always taken; folders recurse into *.py minus excludes."""
+def collect_files(paths: Sequence[Path], settings: Settings, visited: list[str] | None = None) -> list[Path]:
+    """Files named explicitly are always taken; folders recurse into *.py minus excludes (the
+    folders scanned are added to `visited`)."""
     patterns = (*settings.exclude, *settings.extend_exclude)
     found: list[Path] = []
     walked: list[Path] = []
@@ -103,7 +111,7 @@ def collect_files(paths: Sequence[Path], settings: Settings) -> list[Path]:
         if not path.is_dir():
             found.append(path)
             continue
-        files = list(_walk(path, patterns, seen, settings.root))
+        files = list(_walk(path, patterns, seen, settings.root, visited))
         # A folder named on the command line is checked even if git ignores it (a venv's
         # site-packages, a vendored tree); .gitignore only prunes what lies inside it.
         if settings.respect_gitignore and files and not _gitignored([path]):
@@ -132,6 +140,10 @@ def _per_file_ignored(path: str, settings: Settings) -> tuple[str, ...]:
 
 
 def _filter(result: FileResult, settings: Settings) -> FileResult:
+    if not result.findings:
+        return result  # a clean file never loads the rule registry (and the engine types it imports)
+    from collcheck.checks import rule_selection
+
     selection = rule_selection(settings)
     ignored = _per_file_ignored(result.path, settings)
     result.findings = [
@@ -286,6 +298,8 @@ def _all_facts(paths: list[str], catalog: Catalog, settings: Settings, jobs: int
     known, stored = load_facts(settings, catalog.fingerprint, paths)
     missing = [path for path in paths if path not in known]
     if jobs > 1 and len(missing) >= _PARALLEL_FACTS_FROM:
+        from concurrent.futures import ProcessPoolExecutor
+
         batches = [missing[index : index + 64] for index in range(0, len(missing), 64)]
         work = [(batch, tuple(settings.catalogs)) for batch in batches]
         with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -298,16 +312,17 @@ def _all_facts(paths: list[str], catalog: Catalog, settings: Settings, jobs: int
     return {**known, **fresh}
 
 
-def _project(files: list[Path], catalog: Catalog, settings: Settings, jobs: int = 1) -> Project:
+def _project(files: list[Path], fingerprint: str, settings: Settings, jobs: int = 1) -> Project:
     """The run's cross-file index; on a warm run it comes from the cache when no file changed
     (same paths, sizes and modification times), and after an edit only the edited files are read."""
     from collcheck.cache import load_project, store_project
     from collcheck.static.project import build_project, module_names
 
     if settings.cache:
-        cached = load_project(files, catalog.fingerprint, settings)
+        cached = load_project(files, fingerprint, settings)
         if cached is not None:
             return cached
+    catalog = load_catalog(Path(p) for p in settings.catalogs)
     paths = list(dict.fromkeys(str(real_path(path)) for path in files))
     facts = _all_facts(paths, catalog, settings, jobs)
     project = build_project(facts, module_names(Path(path) for path in paths))
@@ -346,12 +361,34 @@ def _index_files(paths: Sequence[Path | str], files: list[Path], settings: Setti
         return files
     if _inside_excluded_folder(Path(os.path.abspath(paths[0])), root, settings):
         return files  # a venv or build folder inside a project: not that project's code
-    around = collect_files([root], settings)
+    around = _project_files(root, settings)
     checked = {real_path(path) for path in files}
-    others = [path for path in around if real_path(path) not in checked]
+    others = [path for path, real in around.items() if real not in checked]
     if len(others) == len(around):
         return files  # the files are not part of that project (an excluded folder, a venv)
     return [*files, *others]
+
+
+def _project_files(root: Path, settings: Settings) -> dict[Path, Path]:
+    """Every file of the project at `root` with its real path; from the cache when no folder
+    walked and no ignore file changed since the last walk (a warm partial run never walks)."""
+    from collcheck.cache import load_walk, store_walk
+
+    known = load_walk(settings, root)
+    if known is not None:
+        return known
+    folders: list[str] = []
+    files = {path: real_path(path) for path in collect_files([root], settings, folders)}
+    if settings.cache:
+        # A cache folder inside the project changes with every run that writes: never a stamp.
+        cache = os.path.realpath(cache_folder(settings))
+        stamped = [
+            f
+            for f in folders
+            if not (real := os.path.realpath(f)).startswith(cache + os.sep) and real != cache
+        ]
+        store_walk(settings, root, stamped, files)
+    return files
 
 
 def _ruled_out(project: Project, path: str) -> bool:
@@ -372,7 +409,9 @@ def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -
 
 
 def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
-    catalog = load_catalog(Path(p) for p in settings.catalogs)  # fail early (exit 2) on a bad catalog
+    # Fails early (exit 2) on an unreadable catalog; parsed below only when a file is not answered
+    # by the run manifest (whose entries exist only for catalogs that parsed).
+    fingerprint = catalog_fingerprint(settings.catalogs)
     if settings.cache:
         cache_folder(settings)  # fail early (exit 2) on a cache folder behind a symbolic link
     files = collect_files([Path(p) for p in paths], settings)
@@ -388,11 +427,13 @@ def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     jobs = worker_count(settings.jobs)
     names = [str(path) for path in files]
     indexed = _index_files(paths, files, settings)
-    project = _project(indexed, catalog, settings, jobs) if len(indexed) > 1 else None
+    project = _project(indexed, fingerprint, settings, jobs) if len(indexed) > 1 else None
     roots = sorted(str(real_path(p)) for p in paths)
     real = {name: str(real_path(name)) for name in names}
     dependencies = {name: project.dependency_digest(real[name]) if project else "" for name in names}
-    unchanged = load_manifest(settings, catalog.fingerprint, roots, dependencies)
+    unchanged = load_manifest(settings, fingerprint, roots, dependencies)
+    answered = bool(names) and len(unchanged) == len(names)
+    catalog = None if answered else load_catalog(Path(p) for p in settings.catalogs)
     # Files the index rules out are answered without reading them again; cache hits are answered
     # here; only the misses go to worker processes.
     hits = {
@@ -403,6 +444,8 @@ def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     }
     misses = [name for name in names if hits[name] is None]
     if jobs > 1 and len(misses) > 8:
+        from concurrent.futures import ProcessPoolExecutor
+
         with ProcessPoolExecutor(
             max_workers=jobs, initializer=_start_worker, initargs=(settings, project)
         ) as pool:
@@ -410,8 +453,9 @@ def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     else:
         computed = {name: analyze_file(name, settings, catalog, project) for name in misses}
     results = [hits[name] or computed[name] for name in names]
-    store_manifest(
-        settings, catalog.fingerprint, roots, {r.path: (dependencies.get(r.path, ""), r) for r in results}
-    )
+    if not answered:  # else the manifest already says exactly this
+        store_manifest(
+            settings, fingerprint, roots, {r.path: (dependencies.get(r.path, ""), r) for r in results}
+        )
     ordered = sorted([*missing, *results], key=lambda result: result.path)
     return RunResult(files=ordered)

@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -378,7 +379,7 @@ def load_facts(
         if not entry or entry[0] != _file_stamp(path):
             continue
         try:
-            digest, readable, triggered, hits, rank_hits, references = entry[1]
+            digest, readable, triggered, hits, rank_hits, references, imports, assigned = entry[1]
             found[path] = FileFacts(
                 str(digest),
                 bool(readable),
@@ -386,6 +387,8 @@ def load_facts(
                 tuple(hits),
                 tuple(rank_hits),
                 tuple((str(name), tuple(remote), tuple(local)) for name, remote, local in references),
+                tuple(imports),
+                tuple(assigned),
             )
         except (ValueError, TypeError):
             continue
@@ -453,3 +456,72 @@ def store_manifest(
         if stamp is not None and not _transient(result):
             payload[path] = [stamp, result_to_json(result)]
     _store_json(cache_folder(settings), _manifest_path(settings, catalog_fingerprint, roots), payload)
+
+
+# --- the files of the project around a partial run, by folder modification times ----------------
+
+# A folder changed this recently may change again within the file system's time resolution
+# without its modification time moving: such a walk is not stored.
+_RACY_SECONDS = 2.0
+
+
+def _walk_path(settings: Settings, root: Path) -> Path:
+    material = json.dumps(
+        [
+            __version__,
+            CACHE_FORMAT,
+            str(root),
+            settings.root,
+            list(settings.exclude),
+            list(settings.extend_exclude),
+            settings.respect_gitignore,
+        ]
+    )
+    return cache_folder(settings) / "walks" / (hashlib.sha256(material.encode()).hexdigest()[:32] + ".json")
+
+
+def _ignore_files(root: Path, folders: list[str]) -> list[str]:
+    """Files that decide what git ignores: each folder's .gitignore, and those above the root."""
+    above = [str(folder / name) for folder in root.parents for name in (".gitignore", ".git/info/exclude")]
+    return [
+        *(os.path.join(folder, ".gitignore") for folder in folders),
+        str(root / ".git/info/exclude"),
+        *above,
+    ]
+
+
+def _walk_stamps(root: Path, folders: list[str]) -> list[Any]:
+    """Modification times of the folders walked (an entry added, removed or renamed moves them)
+    and of the ignore files; None for a path that is not there."""
+    stamps: list[Any] = []
+    for path in [*folders, *_ignore_files(root, folders)]:
+        try:
+            stamps.append(os.stat(path).st_mtime_ns)
+        except OSError:
+            stamps.append(None)
+    return stamps
+
+
+def load_walk(settings: Settings, root: Path) -> dict[Path, Path] | None:
+    """The project's files (each with its real path) as the last walk of `root` found them, when
+    no folder walked and no ignore file changed since; None otherwise."""
+    if not settings.cache:
+        return None
+    data = _load_json(cache_folder(settings), _walk_path(settings, root))
+    try:
+        if data["stamps"] != _walk_stamps(root, data["folders"]):
+            return None
+        return {Path(path): Path(real) for path, real in data["files"]}
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def store_walk(settings: Settings, root: Path, folders: list[str], files: dict[Path, Path]) -> None:
+    if not settings.cache:
+        return
+    stamps = _walk_stamps(root, folders)
+    newest = max((stamp for stamp in stamps if stamp is not None), default=0)
+    if newest / 1e9 > time.time() - _RACY_SECONDS:
+        return
+    payload = {"folders": folders, "stamps": stamps, "files": [[str(a), str(b)] for a, b in files.items()]}
+    _store_json(cache_folder(settings), _walk_path(settings, root), payload)

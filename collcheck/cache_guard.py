@@ -13,7 +13,8 @@ The repository being checked is untrusted, and so is anything it commits or conf
   repository can never carry results into someone else's run. Without a usable secret the cache
   is simply not used.
 
-Light on purpose: a warm run imports this, hashlib, hmac and os, nothing else.
+Light on purpose: a warm run imports this, hashlib, hmac and os, nothing else (tempfile and
+secrets only when something is written).
 """
 
 from __future__ import annotations
@@ -22,9 +23,7 @@ import contextlib
 import hashlib
 import hmac
 import os
-import secrets
 import stat
-import tempfile
 from pathlib import Path
 
 from collcheck.config import ConfigError, Settings
@@ -117,6 +116,9 @@ def _read_secret(path: Path) -> bytes | None:
 
 
 def _create_secret(path: Path) -> None:
+    import secrets  # with tempfile: imported only when writing (a warm run writes nothing)
+    import tempfile
+
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".secret-")  # created 0600
     try:
@@ -206,6 +208,8 @@ def _ensure_folder(folder: Path) -> None:
 
 
 def _write_atomically(target: Path, data: bytes) -> None:
+    import tempfile
+
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".json")
     try:
         with os.fdopen(handle, "wb") as stream:

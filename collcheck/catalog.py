@@ -74,6 +74,8 @@ class Catalog:
     rank_attributes: dict[str, str] = field(default_factory=dict)
     nondeterministic: dict[str, str] = field(default_factory=dict)  # qualified name -> what varies
     rank_decorators: dict[str, str] = field(default_factory=dict)  # qualified name -> condition
+    # constructor -> "KEYWORD:ATTRIBUTE": built with a true KEYWORD, the object's ATTRIBUTE stays 0
+    disabled_counters: dict[str, str] = field(default_factory=dict)
     types: dict[str, str] = field(default_factory=dict)  # factory qualified name -> type name
     # functions that turn their first argument into that type in place (`fully_shard(model)`)
     types_in_place: dict[str, str] = field(default_factory=dict)
@@ -249,6 +251,12 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
     builder.table("rank_decorators").update(
         _value_table(data.get("rank_decorators"), f"{where}: [rank_decorators]", "rank == 0")
     )
+    counters = _value_table(data.get("disabled_counters"), f"{where}: [disabled_counters]", "")
+    for name, value in counters.items():
+        keyword, _, attribute = value.partition(":")
+        if not (keyword.isidentifier() and attribute.isidentifier()):
+            raise CatalogError(f'{where}: [disabled_counters] {name}: expected "KEYWORD:ATTRIBUTE"')
+    builder.table("disabled_counters").update(counters)
     builder.table("types").update(_value_table(data.get("types"), f"{where}: [types]", ""))
     builder.table("types_in_place").update(
         _value_table(data.get("types_in_place"), f"{where}: [types_in_place]", "")
@@ -264,15 +272,19 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
         builder.grids[f"{where}:{name}"] = _str_tuple(grids, name, f"{where}: [group_grids]")
 
 
-def _read_toml(path: Path) -> tuple[dict[str, Any], bytes]:
+def _read_bytes(path: Path) -> bytes:
     try:
-        raw = read_regular_file(path, MAX_CONFIG_BYTES)
+        return read_regular_file(path, MAX_CONFIG_BYTES)
     except FileRefused as refused:
         raise CatalogError(f"cannot read catalog {path}: {refused}") from refused
     except OSError as error:
         raise CatalogError(f"cannot read catalog {path}: {error.strerror}") from error
+
+
+def _read_toml(path: Path, raw: bytes) -> dict[str, Any]:
     try:
-        return tomllib.loads(raw.decode("utf-8")), raw
+        data: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
+        return data
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise CatalogError(f"catalog {path} is not valid TOML: {error}") from error
 
@@ -282,13 +294,30 @@ def load_catalog(extra_paths: Iterable[Path] = ()) -> Catalog:
     return _load_catalog(tuple(str(path) for path in extra_paths))
 
 
+def catalog_fingerprint(extra_paths: Iterable[Path | str] = ()) -> str:
+    """`load_catalog(extra_paths).fingerprint` from the files' bytes, without parsing them: a
+    warm run whose results are all cached never parses a catalog."""
+    return _fingerprint(tuple(str(path) for path in extra_paths))[0]
+
+
+@lru_cache(maxsize=8)
+def _fingerprint(extra_paths: tuple[str, ...]) -> tuple[str, tuple[tuple[Path, bytes], ...]]:
+    """The fingerprint of the bundled catalogs and `extra_paths`, and each path with its bytes."""
+    digest = hashlib.sha256()
+    contents = []
+    for path in [*bundled_catalog_paths(), *(Path(p) for p in extra_paths)]:
+        raw = _read_bytes(path)
+        digest.update(path.name.encode() + b"\0" + raw)
+        contents.append((path, raw))
+    return digest.hexdigest()[:16], tuple(contents)
+
+
 @lru_cache(maxsize=8)
 def _load_catalog(extra_paths: tuple[str, ...]) -> Catalog:
     builder = _Builder()
-    digest = hashlib.sha256()
-    for path in [*bundled_catalog_paths(), *(Path(p) for p in extra_paths)]:
-        data, raw = _read_toml(path)
-        digest.update(path.name.encode() + b"\0" + raw)
+    fingerprint, contents = _fingerprint(extra_paths)
+    for path, raw in contents:
+        data = _read_toml(path, raw)
         try:
             _add_document(builder, data, path.name)
         except CatalogError:
@@ -306,11 +335,12 @@ def _load_catalog(extra_paths: tuple[str, ...]) -> Catalog:
         rank_attributes=tables.get("rank_attributes", {}),
         nondeterministic=tables.get("nondeterministic", {}),
         rank_decorators=tables.get("rank_decorators", {}),
+        disabled_counters=tables.get("disabled_counters", {}),
         types=tables.get("types", {}),
         types_in_place=tables.get("types_in_place", {}),
         groups=tables.get("groups", {}),
         group_members=tables.get("group_members", {}),
         group_grids=tuple(builder.grids.values()),
         names=tuple(builder.names),
-        fingerprint=digest.hexdigest()[:16],
+        fingerprint=fingerprint,
     )

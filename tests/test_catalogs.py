@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from collcheck.catalog import OP_KINDS, bundled_catalog_paths, load_catalog
+from collcheck.catalog import OP_KINDS, CatalogError, bundled_catalog_paths, load_catalog
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -761,3 +761,14 @@ def test_user_catalog_extends_the_bundled_ones(tmp_path: Path) -> None:
     assert catalog.functions["mylib.dist.sync_grads"].group == "group"
     assert catalog.rank_decorators["mylib.dist.main_only"] == "rank == 0"
     assert "deepspeed.comm.all_reduce" in catalog.functions
+
+
+def test_disabled_counters_are_keyword_attribute_pairs(tmp_path: Path) -> None:
+    assert load_catalog().disabled_counters["tqdm.tqdm"] == "disable:n"
+    user = tmp_path / "counters.toml"
+    user.write_text('[disabled_counters]\n"mylib.Bar" = "quiet:count"\n', encoding="utf-8")
+    assert load_catalog([user]).disabled_counters["mylib.Bar"] == "quiet:count"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[disabled_counters]\n"mylib.Bar" = "quiet"\n', encoding="utf-8")
+    with pytest.raises(CatalogError, match="KEYWORD:ATTRIBUTE"):
+        load_catalog([bad])

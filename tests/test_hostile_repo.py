@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent import futures
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,8 @@ def test_jobs_400_in_pyproject_starts_no_more_workers_than_cores(
             started.append(max_workers or 0)
             super().__init__(max_workers=max_workers, **kwargs)
 
-    monkeypatch.setattr(api, "ProcessPoolExecutor", CountingPool)
+    # The API imports the pool where it starts one (a warm run never loads multiprocessing).
+    monkeypatch.setattr(futures, "ProcessPoolExecutor", CountingPool)
     monkeypatch.setattr(api, "usable_cores", lambda: 2)
 
     result = check_paths([tmp_path], Settings(jobs=400, cache=False))

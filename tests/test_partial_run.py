@@ -3,9 +3,17 @@ constants into the files around them, and reports for the given files what a who
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pytest
+
+from collcheck import api
 from collcheck.api import check_paths, project_root
+from collcheck.cli import plain_check_paths
 from collcheck.config import load_settings
 
 ENV = "import os\nRANK = int(os.environ['RANK'])\nIS_MAIN = RANK == 0\n"
@@ -73,3 +81,118 @@ def test_an_edited_constant_file_rechecks_the_file_on_a_warm_cache(tmp_path: Pat
     (tmp_path / "pkg" / "comm.py").write_text("def sync(t):\n    return t\n", encoding="utf-8")
     second = check_paths([train], settings)
     assert {f.location.line for f in second.findings} == {7, 10}
+
+
+def test_an_edited_rank_constant_rechecks_its_importers_on_a_warm_cache(tmp_path: Path) -> None:
+    """train.py's findings come from constants of env.py (no call reaches env.py): an edit of
+    env.py must still re-check train.py, both ways."""
+    train = _project(tmp_path)
+    env = tmp_path / "pkg" / "env.py"
+    settings = load_settings([train]).with_overrides(jobs=1, cache_dir=str(tmp_path / ".cache"))
+    assert {f.location.line for f in check_paths([train], settings).findings} == {7, 10, 13}
+    env.write_text("RANK = 0\nIS_MAIN = True\n", encoding="utf-8")
+    assert {f.location.line for f in check_paths([train], settings).findings} == set()
+    env.write_text(ENV, encoding="utf-8")
+    assert {f.location.line for f in check_paths([train], settings).findings} == {7, 10, 13}
+
+
+def _age(root: Path, seconds: float = 60.0) -> None:
+    """Folders walked more than the racy window ago (a fresh tmp_path is never cached)."""
+    past = time.time() - seconds
+    for folder in [root, *(p for p in root.rglob("*") if p.is_dir())]:
+        os.utime(folder, (past, past))
+
+
+def test_an_unchanged_project_is_not_walked_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _project(tmp_path)
+    settings = load_settings([tmp_path]).with_overrides(jobs=1, cache_dir="cache")
+    (tmp_path / "cache").mkdir()  # not a default exclusion: the walk enters it, but never stamps it
+    _age(tmp_path)
+    first = api._project_files(tmp_path, settings)
+    assert {path.name for path in first} == {"__init__.py", "env.py", "comm.py", "train.py"}
+
+    def no_walk(*args: object, **kwargs: object) -> list[Path]:
+        raise AssertionError("walked again")
+
+    monkeypatch.setattr(api, "collect_files", no_walk)
+    assert api._project_files(tmp_path, settings) == first
+
+
+def test_a_file_added_after_a_cached_walk_is_indexed(tmp_path: Path) -> None:
+    """A new helper file moves its folder's modification time: the walk is done again and a
+    call into it is followed."""
+    train = _project(tmp_path)
+    settings = load_settings([train]).with_overrides(jobs=1, cache_dir=str(tmp_path / ".cache"))
+    _age(tmp_path)
+    assert {f.location.line for f in check_paths([train], settings).findings} == {7, 10, 13}
+    package = tmp_path / "pkg"
+    (package / "train.py").write_text(
+        TRAIN.replace("from .comm import sync", "from .comm import sync\nfrom .extra import more")
+        + "def d(t):\n    if env.RANK == 0:\n        more(t)\n",
+        encoding="utf-8",
+    )
+    (package / "extra.py").write_text(COMM.replace("def sync", "def more"), encoding="utf-8")
+    lines = {f.location.line for f in check_paths([train], settings).findings}
+    assert lines == {8, 11, 14, 21}
+
+
+def test_a_plain_check_on_a_warm_cache_loads_neither_typer_nor_the_engine(tmp_path: Path) -> None:
+    train = _project(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(
+        "[project]\nname = 'demo'\n[tool.collcheck]\ncache-dir = '.cache'\n", encoding="utf-8"
+    )
+    script = (
+        "import sys\nfrom collcheck.cli import main\ncode = main(['check', sys.argv[1]])\n"
+        "heavy = ('typer', 'pydantic', 'z3', 'libcst', 'collcheck.static.engine', 'tomllib')\n"
+        "print(code, sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    for target, expected in ((train, "1"), (tmp_path / "pkg" / "comm.py", "0")):
+        runs = [
+            subprocess.run(
+                [sys.executable, "-c", script, str(target)],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            for _ in range(2)
+        ]
+        code, _, loaded = runs[1].stdout.strip().splitlines()[-1].partition(" ")
+        assert code == expected, runs[1].stderr
+        assert "collcheck.static.engine" in runs[0].stdout  # the cold run analysed the file
+        # tomllib stays: it reads pyproject.toml; the catalogs are not parsed (their modules are)
+        assert loaded == "['tomllib', 'tomllib._parser', 'tomllib._re', 'tomllib._types']"
+
+
+def test_plain_check_paths() -> None:
+    assert plain_check_paths(["check", "a.py", "b.py"]) == [Path("a.py"), Path("b.py")]
+    assert plain_check_paths(["check", "--", "-odd.py"]) == [Path("-odd.py")]
+    assert plain_check_paths(["check", "-v", "a.py"]) is None
+    assert plain_check_paths(["check"]) is None
+    assert plain_check_paths(["rules"]) is None
+
+
+def test_a_catalog_broken_after_a_warm_run_is_still_an_error(tmp_path: Path) -> None:
+    """A warm run answered by the manifest parses no catalog; a catalog edited since has another
+    fingerprint, so nothing is answered and the parse reports it (exit 2)."""
+    train = _project(tmp_path)
+    catalog = tmp_path / "extra.toml"
+    catalog.write_text('[catalog]\nname = "extra"\n', encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text(
+        "[project]\nname = 'demo'\n[tool.collcheck]\ncache-dir = '.cache'\ncatalogs = ['extra.toml']\n",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+    def run() -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "collcheck", "check", str(train)]
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    assert run().returncode == 1
+    assert run().returncode == 1  # warm
+    catalog.write_text("[catalog\n", encoding="utf-8")
+    broken = run()
+    assert broken.returncode == 2
+    assert "not valid TOML" in broken.stderr

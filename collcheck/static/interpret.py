@@ -27,6 +27,7 @@ from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.helpers import HelperInliner, LoopOp
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable, add_import, qualified_name
+from collcheck.static.object_values import record_keyword_attributes
 from collcheck.static.program import (
     CommEvent,
     Exit,
@@ -220,6 +221,7 @@ class Interpreter(HelperInliner):
         for current, value in self.eval(stmt.value, state, frame):
             for target in stmt.targets:
                 self.bind(target, value, current, stmt.value)
+            record_keyword_attributes(self, stmt, current, frame)
             results.append(current)
         return results
 

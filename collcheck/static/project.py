@@ -34,6 +34,9 @@ _FROM_IMPORT = re.compile(
     r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(?:\(([^)]*)\)|([^\n(#;]+))", re.MULTILINE
 )
 _IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#;(]+)", re.MULTILINE)
+_ASSIGNED = re.compile(
+    r"^(?:class[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?::[^=\n]*)?(?:=(?!=)|[(:])", re.MULTILINE
+)
 MODULE_CODE = ""  # the segment key for text outside top-level functions (classes, module body)
 
 
@@ -48,6 +51,8 @@ class FileFacts:
     rank_hits: tuple[str, ...]  # top-level functions whose own text reads a rank
     # (function or MODULE_CODE, qualified names of imported callables it names, local functions it names)
     references: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]
+    imports: tuple[str, ...] = ()  # qualified names of everything the text imports
+    assigned: tuple[str, ...] = ()  # names bound at module level (constants, classes): values to follow
 
 
 def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileFacts:
@@ -64,7 +69,8 @@ def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileF
     imports = _import_table(text) if "import" in words else {}
     local = frozenset(name for name in names if name)
     references = _references(text, starts, names, imports, local, words)
-    return FileFacts(digest, True, bool(uses), hits, rank_hits, references)
+    assigned = tuple(sorted(set(_ASSIGNED.findall(text))))
+    return FileFacts(digest, True, bool(uses), hits, rank_hits, references, tuple(imports.values()), assigned)
 
 
 def unreadable_facts() -> FileFacts:
@@ -160,7 +166,9 @@ class Project:
     modules: tuple[tuple[str, str], ...]  # (dotted name, path)
     communicating_names: frozenset[str] = frozenset()
     digest: str = ""
-    file_hashes: tuple[tuple[str, str], ...] = ()  # content hash of each file with a helper to follow
+    file_hashes: tuple[
+        tuple[str, str], ...
+    ] = ()  # content hash of each file with a helper or value to follow
     dependencies: tuple[tuple[str, str], ...] = ()  # path -> digest of the files it depends on
     rank_names: frozenset[str] = frozenset()  # imported functions whose text reads a rank (helpers to follow)
     selected: frozenset[str] = frozenset()  # files worth parsing (they may communicate)
@@ -265,10 +273,13 @@ def build_project(files: Mapping[str, FileFacts], modules: Iterable[tuple[str, s
         if path not in selected and not callees.isdisjoint(communicating):
             selected.add(path)
     helpers = communicating | ranked
-    contributing = sorted({path for path, _ in helpers})
+    values = _value_sources(files, module_table, paths)
+    contributing = sorted(
+        {path for path, _ in helpers} | {path for found in values.values() for path in found}
+    )
     hashes = tuple((path, files[path].digest) for path in contributing)
     digest = hashlib.sha256("".join(f"{p}{d}" for p, d in hashes).encode()).hexdigest()[:16]
-    dependencies = _dependency_digests(selected, calls, helpers, files)
+    dependencies = _dependency_digests(selected, calls, helpers, files, values)
     return Project(
         modules=ordered,
         communicating_names=frozenset(name for _, name in communicating),
@@ -322,9 +333,11 @@ def _dependency_digests(
     calls: Mapping[Function, frozenset[Function]],
     helpers: set[Function],
     files: Mapping[str, FileFacts],
+    values: Mapping[str, set[str]],
 ) -> dict[str, str]:
-    """For each selected file, a digest of the other files whose helpers it reaches (transitively)."""
-    reaches: dict[str, set[str]] = {}
+    """For each selected file, a digest of the other files whose helpers it reaches and whose
+    module-level values it imports (`values`), transitively."""
+    reaches: dict[str, set[str]] = {path: set(sources) for path, sources in values.items()}
     for (path, _), callees in calls.items():
         for callee in callees:
             if callee in helpers and callee[0] != path:
@@ -342,3 +355,31 @@ def _dependency_digests(
             material = "".join(f"{other}{files[other].digest}" for other in sorted(seen))
             digests[path] = hashlib.sha256(material.encode()).hexdigest()[:16]
     return digests
+
+
+def _value_sources(
+    files: Mapping[str, FileFacts], module_table: Mapping[str, str], paths: frozenset[str]
+) -> dict[str, set[str]]:
+    """Each file's files of the run whose module-level values it imports: a module imported whole
+    (`from . import env`, `import pkg.env as env`) or a name that module binds at module level
+    (`from .env import RANK`). A constant there can decide a verdict here, so its edit must
+    re-check this file although no call reaches it."""
+    sources: dict[str, set[str]] = {}
+    for path, facts in files.items():
+        folder = os.path.dirname(path)
+        for qualified in facts.imports:
+            found = _module_file(qualified, folder, module_table, paths)
+            if found is None:
+                named = _lookup(qualified, folder, module_table, paths)
+                if named is not None and named[1].split(".")[0] in files[named[0]].assigned:
+                    found = named[0]
+            if found is not None and found != path:
+                sources.setdefault(path, set()).add(found)
+    return sources
+
+
+def _module_file(
+    qualified: str, importer_dir: str, table: Mapping[str, str], paths: frozenset[str]
+) -> str | None:
+    sibling = os.path.join(importer_dir, *qualified.split(".")) + ".py"
+    return sibling if sibling in paths else table.get(qualified)

@@ -1,0 +1,118 @@
+"""`collcheck check` without its argument parser: options in, report written, exit code out.
+
+The typer command (`collcheck.commands.check_command`) parses the options into `CheckOptions`;
+`collcheck.cli.main` calls `run_check` directly for a plain `collcheck check FILE...` (pre-commit's
+call), so that such a run never imports typer. Writes the report to stdout (or `--output`) and
+messages to stderr; never exits.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from collcheck.fix.flow import Adoption
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """The command line's options of `collcheck check`; None: the configuration's value."""
+
+    output_format: str = "text"
+    select: str | None = None
+    extend_select: str | None = None
+    ignore: str | None = None
+    world_size: int | None = None
+    jobs: int | None = None
+    no_cache: bool = False
+    config: Path | None = None
+    z3_timeout: int | None = None
+    file_timeout: float | None = None
+    statistics: bool = False
+    exit_zero: bool = False
+    verbose: bool = False
+    output: Path | None = None
+    adoption: Adoption = field(default_factory=Adoption)
+
+
+def codes(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return tuple(code.strip().upper() for code in value.split(",") if code.strip())
+
+
+def validate_codes(settings: object) -> None:
+    """A code or prefix that names no rule is a typo that would silently disable checking."""
+    if not any(getattr(settings, option) for option in ("select", "extend_select", "ignore")):
+        return  # nothing to validate: the rule registry is not loaded
+    from collcheck.checks import CODE_TABLE
+    from collcheck.config import ConfigError
+
+    for option in ("select", "extend_select", "ignore"):
+        for code in getattr(settings, option):
+            if code != "ALL" and not any(known.startswith(code) for known in CODE_TABLE):
+                raise ConfigError(f"unknown rule code or prefix '{code}' in {option.replace('_', '-')}")
+
+
+def _error(message: str) -> int:
+    print(f"collcheck: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run_check(paths: list[Path], options: CheckOptions) -> int:
+    """Check `paths` (the current folder when empty), write the report; the exit code."""
+    from collcheck.api import check_paths
+    from collcheck.catalog import CatalogError
+    from collcheck.config import ConfigError, load_settings
+    from collcheck.fix.flow import AdoptionError, adopt, baseline_path
+    from collcheck.report import FORMATS, render
+
+    if options.output_format not in FORMATS:
+        return _error(f"unknown format '{options.output_format}' (expected one of {', '.join(FORMATS)})")
+    targets = paths or [Path(".")]
+    try:
+        configured = load_settings(targets, options.config)
+        selected = codes(options.select)
+        ignored = codes(options.ignore)
+        if selected is not None and ignored is None:
+            # The command line wins over the configuration, as in ruff: a code selected here is
+            # not taken away by the configuration's `ignore`.
+            ignored = tuple(code for code in configured.ignore if code not in selected)
+        settings = configured.with_overrides(
+            select=selected,
+            extend_select=codes(options.extend_select),
+            ignore=ignored,
+            world_size=options.world_size,
+            jobs=options.jobs,
+            z3_timeout_ms=options.z3_timeout,
+            file_timeout=options.file_timeout,
+            cache=False if options.no_cache else None,
+        )
+        validate_codes(settings)
+        result = check_paths(targets, settings)
+        request = options.adoption
+        if request.baseline is None:
+            request = replace(request, baseline=baseline_path(None, settings))
+        outcome = adopt(result, settings, request, lambda: check_paths(targets, settings))
+    except (ConfigError, CatalogError, AdoptionError) as error:
+        return _error(str(error))
+    for message in outcome.messages:
+        print(message, file=sys.stderr)
+    if outcome.exit_code is not None:
+        if outcome.output:
+            sys.stdout.write(outcome.output)
+        return outcome.exit_code
+    result = outcome.result
+    report = render(result, options.output_format, verbose=options.verbose, statistics=options.statistics)
+    if options.verbose:  # on stderr: the report (stdout or -o) stays the same with and without -v
+        print(
+            f"solver: {result.z3_queries} z3 queries asked, {result.settled_pairs} pairs of paths "
+            "settled without z3 (files read from the cache ask nothing)",
+            file=sys.stderr,
+        )
+    if options.output is not None:
+        options.output.write_text(report + "\n", encoding="utf-8")
+    else:
+        print(report)
+    return 0 if options.exit_zero else result.exit_code

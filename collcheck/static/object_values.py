@@ -1,0 +1,84 @@
+"""Attributes of objects built with per-rank keyword arguments.
+
+`pbar = tqdm(total=n, disable=not is_main)`: the bar is disabled on every rank but the main one,
+and `pbar.disable` reads that keyword's value. An object made by a call with a keyword argument
+whose value differs between ranks exposes that value as the attribute of the same name (a
+constructor keeping its arguments: the common case). Keywords whose value is the same on every
+rank are not recorded, so nothing changes for them; binding the name again forgets what was
+recorded for it.
+
+A catalogued constructor (`[disabled_counters]`: `"tqdm.tqdm" = "disable:n"`) adds the counter
+that such an object keeps still while disabled: `bar.n` is 0 on the ranks where `disable` holds
+(tqdm's update() returns at once there) and moves on the others, so `while bar.n < total:` around
+a collective runs a different number of times.
+
+In: an assignment the interpreter has just bound, its path `State` and `Frame`. Out: entries
+`name.keyword` in `state.env` (where the value evaluator reads dotted names first).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from collcheck.static.names import dotted, qualified_name
+from collcheck.static.state import Frame, State
+from collcheck.static.symbolic import Atom, Const, Expr, IfExp, TupleVal, is_rank_dependent
+from collcheck.static.values import ValueEvaluator
+
+# Not an identifier: never a dotted name of the analysed code. Lists the attributes recorded for
+# a name, so that rebinding it forgets exactly those without scanning the whole environment.
+_RECORDED = "{}.*"
+
+
+def forget_keyword_attributes(env: dict[str, object], name: str) -> None:
+    recorded = env.pop(_RECORDED.format(name), None)
+    if isinstance(recorded, TupleVal):
+        for item in recorded.items:
+            env.pop(f"{name}.{item.value}" if isinstance(item, Const) else "", None)
+    elif recorded is not None:  # merged from two branches: the list is lost, look for every one
+        for key in [key for key in env if key.startswith(f"{name}.")]:
+            del env[key]
+
+
+def record_keyword_attributes(
+    evaluator: ValueEvaluator, stmt: ast.Assign, state: State, frame: Frame
+) -> None:
+    """After `name = f(..., keyword=value)` (or `self.name = ...`): `name.keyword` is `value`
+    where that differs between ranks; what was recorded for `name` before is forgotten."""
+    names = [".".join(parts) for parts in map(dotted, stmt.targets) if parts]
+    for name in names:
+        forget_keyword_attributes(state.env, name)  # type: ignore[arg-type]
+    if not names or not isinstance(stmt.value, ast.Call):
+        return
+    attributes: dict[str, Expr] = {}
+    for keyword in stmt.value.keywords:
+        if keyword.arg is None:
+            continue
+        value = evaluator.pure(keyword.value, state, frame)
+        if is_rank_dependent(value):
+            attributes[keyword.arg] = value
+    attributes.update(_still_counter(evaluator, stmt.value, attributes, names[0]))
+    for attribute, value in attributes.items():
+        for name in names:
+            state.env[f"{name}.{attribute}"] = value
+    recorded = list(attributes)
+    if recorded:
+        for name in names:
+            state.env[_RECORDED.format(name)] = TupleVal(tuple(Const(arg) for arg in recorded))
+
+
+def _still_counter(
+    evaluator: ValueEvaluator, call: ast.Call, keywords: dict[str, Expr], name: str
+) -> dict[str, Expr]:
+    """`bar = tqdm(..., disable=D)` with a per-rank D (catalog `[disabled_counters]`): `bar.n` is 0
+    where D holds (a disabled bar never counts) and moves elsewhere."""
+    qualified = qualified_name(call.func, evaluator.local_imports)
+    spec = evaluator.catalog.disabled_counters.get(qualified) if qualified else None
+    if spec is None:
+        return {}
+    keyword, _, attribute = spec.partition(":")
+    disabled = keywords.get(keyword)
+    if disabled is None:
+        return {}
+    moving = Atom(f"counter:{name}.{attribute}@{call.lineno}:{call.col_offset}", "shared")
+    return {attribute: IfExp(disabled, Const(0), moving)}
