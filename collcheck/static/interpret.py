@@ -575,7 +575,8 @@ class Interpreter(HelperInliner):
         self.type_in_place(call, state)
         if resolved.target is None:
             if self.record_events and resolved.kind is CallKind.CALLBACK:
-                state.events = (*state.events, callback_event(call, self.module.path, frame))
+                sent = callback_event(call, self.module.path, frame, self.remote_call(call))
+                state.events = (*state.events, sent)
             return [(state, self.pure(call, state, frame, known))]
         function, class_name, bound_self = resolved.target
         return self.inline(call, function, class_name, bound_self, state, frame, known)
