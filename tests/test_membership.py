@@ -8,7 +8,7 @@ from typing import Any
 import z3
 
 from collcheck.static import groups
-from collcheck.static.membership import is_membership_predicate, roles
+from collcheck.static.membership import MAX_NODES, is_membership_predicate, roles
 from collcheck.static.symbolic import (
     FALSE,
     RANK,
@@ -89,3 +89,11 @@ def test_specialised_roles_name_each_listed_member_and_the_others() -> None:
     found = roles(_ends_checked(TRUE), KEY)
     assert found is not None
     assert len(found.members) == 3  # ranks[0], ranks[-1], any other member
+
+
+def test_a_condition_too_large_to_walk_is_not_taken_for_a_predicate() -> None:
+    def tested(times: int) -> Expr:  # `rank in ranks and rank in ranks and ...`, rank read each time
+        return IfExp(FIRST, TRUE, BoolOp("and", (MEMBER,) * times))
+
+    assert roles(tested(10), KEY) is not None
+    assert roles(tested(MAX_NODES), KEY) is None

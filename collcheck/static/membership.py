@@ -55,6 +55,7 @@ from collcheck.static.symbolic import (
 
 # A listed member, as the code names it: ("listed", i) for `ranks[i]`, ("local", i) for local rank i.
 Position = tuple[str, int]
+MAX_NODES = 20_000  # nodes walked to specialise one condition for all its roles
 # The member a condition is specialised for: a position, OTHER_MEMBER, or OUTSIDE (not a member).
 OTHER_MEMBER: Position = ("other", 0)
 OUTSIDE: Position = ("outside", 0)
@@ -111,17 +112,21 @@ def roles(expr: Expr, key: str) -> Roles | None:
     a membership predicate of `key` by its form (rule 1)."""
     try:
         positions = sorted(_positions(expr, key))
-        members = tuple(_specialise(expr, key, role, False) for role in [*positions, OTHER_MEMBER])
-        return Roles(members, _specialise(expr, key, OUTSIDE, False))
+        budget = [MAX_NODES]
+        members = tuple(_specialise(expr, key, role, False, budget) for role in [*positions, OTHER_MEMBER])
+        return Roles(members, _specialise(expr, key, OUTSIDE, False, budget))
     except NotAPredicate:
         return None
 
 
 def _positions(expr: Expr, key: str) -> set[Position]:
     found: set[Position] = set()
-    stack = [expr]
+    stack, seen = [expr], set()
     while stack:
         node = stack.pop()
+        if id(node) in seen:
+            continue  # merged branches share subtrees: visit each once
+        seen.add(id(node))
         position = position_of(node, key)
         if position is not None:
             found.add(position)
@@ -149,9 +154,13 @@ def _ties_to_group(expr: Expr, key: str) -> bool:
     return any(_ties_to_group(child, key) for child in children(expr))
 
 
-def _specialise(expr: Expr, key: str, role: Position, layout: bool) -> Expr:
+def _specialise(expr: Expr, key: str, role: Position, layout: bool, budget: list[int]) -> Expr:
     """`expr` on a rank of the given role: membership and positional tests become constants, a
-    layout check (`layout`: under a positional test) is granted; any other per-rank value raises."""
+    layout check (`layout`: under a positional test) is granted; any other per-rank value raises,
+    as does a value too large to walk (`budget`: nodes left, shared by the roles)."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise NotAPredicate(expr)
     position = position_of(expr, key)
     if position is not None:
         assert isinstance(expr, Compare)
@@ -166,16 +175,16 @@ def _specialise(expr: Expr, key: str, role: Position, layout: bool) -> Expr:
     if layout and not _ties_to_group(expr, key):
         return TRUE  # where the listed member sits: the code's own statement of the layout
     if isinstance(expr, IfExp):
-        test = _specialise(expr.test, key, role, layout)
-        then = _specialise(expr.then, key, role, layout or _picks_in_and(expr.test, key))
-        return IfExp(test, then, _specialise(expr.orelse, key, role, layout))
+        test = _specialise(expr.test, key, role, layout, budget)
+        then = _specialise(expr.then, key, role, layout or _picks_in_and(expr.test, key), budget)
+        return IfExp(test, then, _specialise(expr.orelse, key, role, layout, budget))
     if isinstance(expr, BoolOp) and expr.op == "and":
         picked = layout or _picks_in_and(expr, key)
-        return BoolOp("and", tuple(_specialise(value, key, role, picked) for value in expr.values))
+        return BoolOp("and", tuple(_specialise(value, key, role, picked, budget) for value in expr.values))
     if isinstance(expr, BoolOp):
-        return BoolOp(expr.op, tuple(_specialise(value, key, role, layout) for value in expr.values))
+        return BoolOp(expr.op, tuple(_specialise(value, key, role, layout, budget) for value in expr.values))
     if isinstance(expr, Not):
-        return Not(_specialise(expr.operand, key, role, layout))
+        return Not(_specialise(expr.operand, key, role, layout, budget))
     raise NotAPredicate(expr)  # the rank read in some other way: a further rank condition
 
 

@@ -200,11 +200,11 @@ class RegionSolver:
         found = []
         for cond in conds:
             for part in candidate_parts(cond):
-                if not mentions_group(part, key):
-                    continue
                 hit = self._predicates.get((id(part), key))
                 if hit is None:
-                    verdict = is_membership_predicate(part, key, self.translator, self._sat)
+                    verdict = mentions_group(part, key) and is_membership_predicate(
+                        part, key, self.translator, self._sat
+                    )
                     hit = self._predicates[(id(part), key)] = (part, verdict)
                 if hit[1]:
                     found.append(part)
