@@ -84,6 +84,8 @@ class Catalog:
     group_members: dict[str, str] = field(default_factory=dict)
     # sets of orthogonal groups: two members of one of them hold the same position in the others
     group_grids: tuple[tuple[str, ...], ...] = ()
+    # functions that run a callable they are handed on another process (RPC) -> what they do
+    remote_calls: dict[str, str] = field(default_factory=dict)
     names: tuple[str, ...] = ()
     fingerprint: str = ""
 
@@ -265,6 +267,9 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
     builder.table("group_members").update(
         _value_table(data.get("group_members"), f"{where}: [group_members]", "True")
     )
+    builder.table("remote_calls").update(
+        _value_table(data.get("remote_calls"), f"{where}: [remote_calls]", "remote call")
+    )
     grids = data.get("group_grids", {})
     if not isinstance(grids, dict):
         raise CatalogError(f"{where}: [group_grids] must be a table of name = [group, ...]")
@@ -341,6 +346,7 @@ def _load_catalog(extra_paths: tuple[str, ...]) -> Catalog:
         groups=tables.get("groups", {}),
         group_members=tables.get("group_members", {}),
         group_grids=tuple(builder.grids.values()),
+        remote_calls=tables.get("remote_calls", {}),
         names=tuple(builder.names),
         fingerprint=fingerprint,
     )

@@ -34,6 +34,7 @@ EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})
 
 
 CALLBACK_OP = "callback"
+REMOTE_OP = "remote callback"  # a communicating callable sent to another process (RPC)
 
 
 class CallKind(Enum):
@@ -114,9 +115,29 @@ class CallResolver(ValueEvaluator):
                 and frame.class_name
             ):
                 function = self._find_method(frame.class_name, argument.attr)
+            if function is None and self.remote_call(call):
+                function = self._remote_callable(argument)
             if function is not None and self._communicates(function):
                 return True
         return False
+
+    def remote_call(self, call: ast.Call) -> bool:
+        """`rpc.remote(worker, Trainer, args=...)`: a catalogued function that runs the callable it
+        is handed on another process ([remote_calls])."""
+        return qualified_name(call.func, self.local_imports) in self.catalog.remote_calls
+
+    def _remote_callable(self, argument: ast.expr) -> FunctionNode | None:
+        """What an RPC runs, beyond functions: a class of the module (its constructor) or one of its
+        methods named through the class (`Trainer.train_batch`)."""
+        if isinstance(argument, ast.Name) and argument.id in self.module.classes:
+            return self._find_method(argument.id, "__init__")
+        if (
+            isinstance(argument, ast.Attribute)
+            and isinstance(argument.value, ast.Name)
+            and argument.value.id in self.module.classes
+        ):
+            return self._find_method(argument.value.id, argument.attr)
+        return None
 
     def _communicates(self, function: FunctionNode) -> bool:
         known = self._callback_communicates.get(function)
@@ -343,12 +364,14 @@ class CallResolver(ValueEvaluator):
         return None
 
 
-def callback_event(call: ast.Call, path: str, frame: Frame) -> CommEvent:
+def callback_event(call: ast.Call, path: str, frame: Frame, remote: bool = False) -> CommEvent:
     """A call into unknown code with a communicating callback: what it issues, and how often,
-    is unknown (an `opaque` event; divergences at or after it are not reported)."""
+    is unknown (an `opaque` event; divergences at or after it are not reported). `remote`: the
+    callable runs on another process: a `remote` event, on no channel (the sender's own sequence
+    is known; see the engine for the destination's)."""
     return CommEvent(
-        op=CALLBACK_OP,
-        kind="opaque",
+        op=REMOTE_OP if remote else CALLBACK_OP,
+        kind="remote" if remote else "opaque",
         path=path,
         line=call.lineno,
         column=call.col_offset,

@@ -26,7 +26,7 @@ from collcheck.source import SourceFile
 from collcheck.static import groups
 from collcheck.static.anchor import locate
 from collcheck.static.budget import check_active
-from collcheck.static.calls import CALLBACK_OP
+from collcheck.static.calls import CALLBACK_OP, REMOTE_OP
 from collcheck.static.context import ModuleContext
 from collcheck.static.divergence import Divergence, DivergenceKind
 from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts
@@ -248,7 +248,7 @@ def _findings_for(
             for divergence in solve_region(
                 region, settings.world_size, timeout, stats, wanted, group_facts=facts
             )
-            if not _behind_unknown_code(divergence)
+            if not (_behind_unknown_code(divergence) or _may_serve_remote_calls(divergence))
         ]
         for divergence in found:
             finding = classify(divergence, rules)
@@ -277,6 +277,22 @@ def _is_callback(element: Element | None) -> bool:
     if isinstance(element, LoopEvent):
         return CALLBACK_OP in element.body_ops
     return element is not None and element.op == CALLBACK_OP
+
+
+def _may_serve_remote_calls(divergence: Divergence) -> bool:
+    """Some path of the region sends a communicating callable to another process (`rpc.remote(
+    worker, Trainer)`), and one of the two ranks issues nothing of its own on the channel: that rank
+    may be the destination, issuing what it is sent (an RPC trainer waiting for its shutdown
+    signal). A rank that issues something of its own is still compared."""
+    if divergence.sequence_a and divergence.sequence_b:
+        return False
+    return any(_sends_remote(element) for path in divergence.region.paths for element in path.events)
+
+
+def _sends_remote(element: Element) -> bool:
+    if isinstance(element, LoopEvent):
+        return REMOTE_OP in element.body_ops
+    return element.op == REMOTE_OP
 
 
 def classify(divergence: Divergence, rules: StaticRules) -> Candidate | None:

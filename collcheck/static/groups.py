@@ -104,6 +104,15 @@ def _membership_atoms(found: frozenset[Atom]) -> set[Atom]:
     return {atom for atom in found if atom.name.startswith(MEMBERSHIP_PREFIX)}
 
 
+def own_membership(atom: Atom, key: str) -> bool:
+    """A membership atom that is the group `key`'s own test: against its rank list, or against a
+    collection collcheck cannot see (taken to be the group's own test, see `member_facts`)."""
+    if not atom.name.startswith(MEMBERSHIP_PREFIX):
+        return False
+    container = atom.name[len(MEMBERSHIP_PREFIX) :]
+    return container == RANKS_PREFIX + key or not container.startswith(RANKS_PREFIX)
+
+
 def is_interpreted(atom: Atom) -> bool:
     """A per-rank atom whose relation to the ranks collcheck knows: the rank, a local rank in a
     group, a membership test. Anything else per-rank is an opaque value computed from the rank."""
@@ -179,9 +188,11 @@ def member_facts(tr: Any, group: GroupVal, found: frozenset[Atom], known: GroupF
     if declared is not None:
         facts.extend((tr.as_bool(declared, "a"), tr.as_bool(declared, "b")))
     if group.members is None:
-        # A membership test against a collection collcheck cannot see: the group's own test.
+        # A membership test against a collection collcheck cannot see: the group's own test; a test
+        # against another group's rank list (`get_process_group_ranks(other)`) is that group's.
         for atom in _membership_atoms(found):
-            facts.extend((tr.as_bool(atom, "a"), tr.as_bool(atom, "b")))
+            if own_membership(atom, group.key):
+                facts.extend((tr.as_bool(atom, "a"), tr.as_bool(atom, "b")))
         # A value computed from the rank in a way collcheck cannot follow (a shard read by rank, a
         # stage id from a grid object) may well be what the group was built from: among the members
         # of a group of unknown membership it is not taken to split them (precision over recall).

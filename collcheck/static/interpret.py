@@ -282,9 +282,7 @@ class Interpreter(HelperInliner):
 
     def _stmt_If(self, stmt: ast.If, state: State, frame: Frame) -> list[State]:
         if lazy_initialisation(stmt, self.module.mutable_globals):
-            # `if _GROUP is None: _GROUP = new_group(...)` creates once per process, normally on
-            # the first, uniform call: later calls (perhaps on some ranks only) take the cached path.
-            return self.exec_block(stmt.orelse, [state], frame)
+            return self._lazy_initialisation(stmt, state, frame)
         if memo_lookup(stmt):
             # `if key in cache: return cache[key]`: a per-process memo, filled the same way on
             # every rank, even when the key is rank-dependent (each rank's own group).
@@ -293,6 +291,27 @@ class Interpreter(HelperInliner):
         for current, test in self.eval(stmt.test, state, frame):
             self.conditions.note(test, source_of(stmt.test, self.module.path))
             results.extend(self._branch(test, stmt.body, stmt.orelse, current, frame))
+        return results
+
+    def _lazy_initialisation(self, stmt: ast.If, state: State, frame: Frame) -> list[State]:
+        """`if self._group is None: self._group = new_group(...)` creates once per process, normally
+        on the first call, which every rank makes alike: later calls (perhaps on some ranks only)
+        take the cached path. That holds when the creation itself is the same on every rank (the
+        body's paths issue the same events, whatever else they choose by rank: "create every
+        group, keep mine"). A body that decides by rank what to create (`if rank == 0:` around the
+        `new_group`, a `return` on some ranks before it) splits the ranks on that first call: its
+        paths are kept, under the cache test as a condition like any other."""
+        results: list[State] = []
+        for current, test in self.eval(stmt.test, state, frame):
+            if constant_truth(test) is not None:
+                results.extend(self._branch(test, stmt.body, stmt.orelse, current, frame))
+                continue
+            created = self.exec_block(stmt.body, [current.fork(test)], frame)
+            if len({after.events for after in created}) <= 1:
+                results.extend(self.exec_block(stmt.orelse, [current], frame))
+                continue
+            results.extend(created)
+            results.extend(self.exec_block(stmt.orelse, [current.fork(negate(test))], frame))
         return results
 
     def _branch(
@@ -589,7 +608,8 @@ class Interpreter(HelperInliner):
         self.type_in_place(call, state)
         if resolved.target is None:
             if self.record_events and resolved.kind is CallKind.CALLBACK:
-                state.events = (*state.events, callback_event(call, self.module.path, frame))
+                sent = callback_event(call, self.module.path, frame, self.remote_call(call))
+                state.events = (*state.events, sent)
             return [(state, self.pure(call, state, frame, known))]
         function, class_name, bound_self = resolved.target
         return self.inline(call, function, class_name, bound_self, state, frame, known)

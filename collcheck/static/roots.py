@@ -20,6 +20,7 @@ from collcheck.static.symbolic import (
     GroupVal,
     Member,
     Not,
+    fold,
     is_rank_dependent,
 )
 
@@ -28,8 +29,52 @@ def raises_on_named_ranks(path: Path) -> bool:
     """The raise's own guard (the path's last condition) compares a rank with literal ranks
     (`if rank == 1: raise`); a raise guarded by a data check (`if not os.path.exists(p): raise`)
     inside a rank-0 block is an error report, not a choice of ranks, and a consistency check
-    between two values (`if rank != group.rank(): raise`) says "cannot happen"."""
-    return bool(path.conds) and _names_ranks(path.conds[-1])
+    between two values (`if rank != group.rank(): raise`) says "cannot happen". Neither is the
+    `else: raise` of a dispatch on rank constants that names every rank from 0 up
+    (`unknown_rank_raise`)."""
+    return bool(path.conds) and _names_ranks(path.conds[-1]) and not unknown_rank_raise(path)
+
+
+def unknown_rank_raise(path: Path) -> bool:
+    """`if rank == MASTER: ... elif rank == WORKER: ... elif rank in TRAINERS: ... else: raise`:
+    every condition of the path excludes literal ranks, and together they exclude each rank from
+    0 to the highest one named (at least 0 and 1). Only a rank above every role takes it: the
+    code's statement of the world size it runs with ("unknown rank"), not a rank that fails in a
+    job of that size. With a gap (ranks 0, 1, 3 named) rank 2 raises in a world of 4: compared."""
+    excluded: set[int] = set()
+    for cond in path.conds:
+        named = _excluded_ranks(cond)
+        if named is None:
+            return False
+        excluded |= named
+    return len(excluded) >= 2 and excluded == set(range(max(excluded) + 1))
+
+
+def _excluded_ranks(cond: Expr) -> set[int] | None:
+    """The literal ranks that `cond` excludes when it says only "the rank is none of these"."""
+    if isinstance(cond, Compare) and cond.op == "!=":
+        return _named_ranks(Compare("==", cond.left, cond.right))
+    return _named_ranks(cond.operand) if isinstance(cond, Not) else None
+
+
+def _named_ranks(test: Expr) -> set[int] | None:
+    """The literal ranks of `rank == k` or `rank in (k1, k2, ...)`; None for any other test."""
+    if isinstance(test, Compare) and test.op == "==":
+        for one, other in ((test.left, test.right), (test.right, test.left)):
+            rank = _literal_rank(fold(other))
+            if one == RANK and rank is not None:
+                return {rank}
+        return None
+    if isinstance(test, Member) and test.item == RANK and test.options:
+        ranks = {_literal_rank(fold(option)) for option in test.options}
+        return None if None in ranks else {rank for rank in ranks if rank is not None}
+    return None
+
+
+def _literal_rank(term: Expr) -> int | None:
+    if isinstance(term, Const) and type(term.value) is int and term.value >= 0:
+        return term.value
+    return None
 
 
 def _names_ranks(cond: Expr) -> bool:

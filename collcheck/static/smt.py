@@ -21,6 +21,7 @@ from collcheck.static.groups import (
     local_rank_bounds,
     member_facts,
 )
+from collcheck.static.membership import candidate_parts, is_membership_predicate, mentions_group
 from collcheck.static.program import CommEvent, Element, LoopEvent, Path, Region
 from collcheck.static.symbolic import (
     MEMBER,
@@ -111,6 +112,7 @@ class RegionSolver:
         self._path_atoms: dict[int, tuple[Path, frozenset[Atom]]] = {}
         self._uniform: dict[int, tuple[Path, bool, bool]] = {}
         self._decisions: dict[int, tuple[Path, frozenset[Expr]]] = {}
+        self._predicates: dict[tuple[int, str], tuple[Expr, bool]] = {}
         # Each check's timeout is also cut to what is left of the file's budget (budget.py).
         self.solver = bounded_solver(z3.Solver(), timeout_ms)
         self.solver.set("timeout", timeout_ms)
@@ -188,7 +190,37 @@ class RegionSolver:
         facts.extend(local_rank_bounds(tr, found))
         if membership is not None:
             facts.extend(member_facts(tr, membership, found, self.group_facts))
+        if membership is not None and membership.members is None:
+            for predicate in self._membership_predicates((*a.conds, *b.conds), membership.key):
+                facts.extend((tr.as_bool(predicate, "a"), tr.as_bool(predicate, "b")))
         return facts
+
+    def _membership_predicates(self, conds: tuple[Expr, ...], key: str) -> list[Expr]:
+        """The parts of the conditions that are membership predicates of the group `key`
+        (membership.py): they hold on both members compared. Decided once per part and group."""
+        found = []
+        for cond in conds:
+            for part in candidate_parts(cond):
+                hit = self._predicates.get((id(part), key))
+                if hit is None:
+                    verdict = mentions_group(part, key) and is_membership_predicate(
+                        part, key, self.translator, self._sat
+                    )
+                    hit = self._predicates[(id(part), key)] = (part, verdict)
+                if hit[1]:
+                    found.append(part)
+        return found
+
+    def _sat(self, facts: list[Any]) -> bool | None:
+        """Whether facts over rank-independent values can hold together (None: z3 gave up)."""
+        self.solver.push()
+        try:
+            self.solver.add(*facts, *self.translator.side_constraints)
+            self.stats.queries += 1
+            verdict = self.solver.check()
+            return None if verdict == self.z3.unknown else bool(verdict == self.z3.sat)
+        finally:
+            self.solver.pop()
 
     def satisfiable(
         self, a: Path, b: Path, membership: GroupVal | None, extra: Any = None, share_nondet: bool = False

@@ -54,6 +54,8 @@ def _channel_key(event: Element) -> str | None:
         return _channel_key(event.first) if event.first is not None else WORLD_CHANNEL
     if event.kind.startswith("p2p"):
         return "p2p"
+    if event.kind == "remote":
+        return None  # a callable sent to run on another process: not the sender's collective
     group = event.group
     if group is None:
         return WORLD_CHANNEL
