@@ -535,6 +535,7 @@ class _SiteFinder(ast.NodeVisitor):
         self.sites: list[Site] = []
         self.pairs: list[Pair] = []
         self.rank_dependent: list[Site] = []  # collective statements under a rank-dependent condition
+        self.guarded_functions: set[int] = set()  # nested functions defined under such a condition
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self.scope.append(node.name)
@@ -546,8 +547,16 @@ class _SiteFinder(ast.NodeVisitor):
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.scope.append(node.name)
         self.functions.append(node)
-        for block in _blocks(node, self.text):
+        for block in _blocks(node, self.text, id(node) in self.guarded_functions):
             self._block(block)
+            if block.rank_dependent:
+                # A function defined under `if rank == 0:` runs on those ranks only: a rank
+                # guard in it may be a no-op too.
+                self.guarded_functions.update(
+                    id(item)
+                    for item in block.statements
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                )
         self.generic_visit(node)
         self.functions.pop()
         self.scope.pop()
@@ -605,10 +614,13 @@ class Block:
     in_handler: bool = False
 
 
-def _blocks(function: ast.FunctionDef | ast.AsyncFunctionDef, text: SourceText) -> Iterator[Block]:
+def _blocks(
+    function: ast.FunctionDef | ast.AsyncFunctionDef, text: SourceText, guarded: bool = False
+) -> Iterator[Block]:
     """The statement lists of a function body, nested compound statements included (but not those
-    of nested functions or classes: they are visited as functions of their own)."""
-    stack = [Block(function.body)]
+    of nested functions or classes: they are visited as functions of their own). `guarded`: the
+    function itself is defined under a rank-dependent condition."""
+    stack = [Block(function.body, guarded)]
     while stack:
         block = stack.pop()
         yield block
@@ -646,7 +658,7 @@ def _context(call: ast.Call, unit: ast.FunctionDef | ast.AsyncFunctionDef, in_ha
 # Words of a condition that make the block under it run on some ranks only (as far as a
 # text match can tell: `if rank == 0`, `if accelerator.is_main_process`, `if is_pipeline_last_stage()`).
 RANK_WORDS = re.compile(
-    r"rank|main_process|master|is_main|global_zero|local_zero|first_stage|last_stage", re.I
+    r"rank|main_process|master|is_main|global_zero|local_zero|first_stage|last_stage|process_index", re.I
 )
 
 

@@ -176,17 +176,23 @@ class RegionSolver:
         facts.append(world == self.world_size if self.world_size else world >= 2)
         facts.extend(tr.as_bool(c, "a") for c in a.conds)
         facts.extend(tr.as_bool(c, "b") for c in b.conds)
-        if membership is not None and membership.members is not None:
-            facts.append(tr.as_bool(substitute(membership.members, {MEMBER: Atom("rank", "rank")}), "a"))
-            facts.append(tr.as_bool(substitute(membership.members, {MEMBER: Atom("rank", "rank")}), "b"))
-        if membership is not None and membership.color is not None:
-            # One creation call, a different subgroup per rank: only ranks of one subgroup meet.
-            facts.append(tr.as_int(membership.color, "a") == tr.as_int(membership.color, "b"))
         # The atoms of both paths' conditions and of the terms a query may compare (trips, roots).
         found = self.atoms_of(a) | self.atoms_of(b)
         facts.extend(local_rank_bounds(tr, found))
         if membership is not None:
-            facts.extend(member_facts(tr, membership, found, self.group_facts))
+            facts.extend(self.both_members(tr, membership, found))
+        return facts
+
+    def both_members(self, tr: Z3Translator, group: GroupVal, found: frozenset[Atom]) -> list[Any]:
+        """z3 facts: ranks `a` and `b` both belong to `group` (`found`: the atoms of the query)."""
+        facts = []
+        if group.members is not None:
+            facts.append(tr.as_bool(substitute(group.members, {MEMBER: Atom("rank", "rank")}), "a"))
+            facts.append(tr.as_bool(substitute(group.members, {MEMBER: Atom("rank", "rank")}), "b"))
+        if group.color is not None:
+            # One creation call, a different subgroup per rank: only ranks of one subgroup meet.
+            facts.append(tr.as_int(group.color, "a") == tr.as_int(group.color, "b"))
+        facts.extend(member_facts(tr, group, found, self.group_facts))
         return facts
 
     def satisfiable(
