@@ -862,13 +862,17 @@ class Workspace:
     baseline: Report | None = None
 
 
-def prepare(name: str, package: Path, scratch: Path) -> Workspace:
+def prepare(name: str, package: Path, scratch: Path, file_timeout: float | None = None) -> Workspace:
+    """`file_timeout`: collcheck's wall-clock budget per file (`file-timeout`; None: its default).
+    On a busy machine the default makes large files time out, and their mutants read as misses
+    of the analyzer where they are misses of the machine."""
     root = scratch / name
     target = root / package.name
     copy_python_files(package, target)
-    (root / "pyproject.toml").write_text(
-        '[tool.collcheck]\ncache-dir = ".collcheck_cache"\n', encoding="utf-8"
-    )
+    settings = '[tool.collcheck]\ncache-dir = ".collcheck_cache"\n'
+    if file_timeout is not None:
+        settings += f"file-timeout = {file_timeout}\n"
+    (root / "pyproject.toml").write_text(settings, encoding="utf-8")
     return Workspace(name, root, target)
 
 
@@ -1134,7 +1138,7 @@ def run_package(
     except (OSError, RuntimeError, subprocess.SubprocessError) as error:
         log(f"{spec.name}: not fetched: {error}")
         return None
-    workspace = prepare(spec.name, package, scratch)
+    workspace = prepare(spec.name, package, scratch, args.file_timeout)
     try:
         found, files = scan(workspace)
         workspace.baseline = run_collcheck(workspace.target, workspace.root, args.jobs)
@@ -1318,6 +1322,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="seconds for the mutants, shared by the packages (fetching and baselines not counted)",
     )
     parser.add_argument("--jobs", "-j", type=int, default=2)
+    parser.add_argument(
+        "--file-timeout",
+        type=float,
+        default=None,
+        help="collcheck's per-file wall-clock budget in seconds (0: none; default: collcheck's)",
+    )
     parser.add_argument("--verify-cache", type=int, default=1, help="mutants per package also run --no-cache")
     parser.add_argument("--cache", type=Path, default=CACHE, help=f"download folder (default {CACHE})")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
@@ -1344,6 +1354,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"collcheck injected-bug recall, {now}, "
         f"seed {args.seed}, per-kind {args.per_kind}, -j {args.jobs}, collcheck {source_state()}"
     )
+    if args.file_timeout is not None:
+        header += f", file-timeout {args.file_timeout:g}"
     log(header)
     results: list[PackageResult] = []
     with tempfile.TemporaryDirectory(prefix="collcheck-inject-") as scratch:
