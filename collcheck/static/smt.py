@@ -8,6 +8,7 @@ In: a `Region` and the two paths of a query, with an optional extra fact built f
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,10 +134,17 @@ class RegionSolver:
         return hit[2] if among_unknown_members else hit[1]
 
     def data_decisions(self, path: Path) -> frozenset[Expr]:
-        """The path's conditions that do not involve the rank (as far as collcheck can tell)."""
+        """The path's conditions that do not involve the rank (as far as collcheck can tell), less
+        those on a value that a collective of the path produced (`broadcast(flag, ...)`, then
+        `if flag:`): taken after that collective, they cannot be what chose to issue it."""
         hit = self._decisions.get(id(path))
         if hit is None:
-            kept = frozenset(cond for cond in path.conds if not _ranked(atoms_of((cond,))))
+            spots = {(e.line, e.column) for e in path.events if isinstance(e, CommEvent)}
+            kept = frozenset(
+                cond
+                for cond in path.conds
+                if not _ranked(atoms_of((cond,))) and not _produced_by(atoms_of((cond,)), spots)
+            )
             hit = self._decisions[id(path)] = (path, kept)
         return hit[1]
 
@@ -298,6 +306,19 @@ def event_terms(event: Element) -> list[Expr]:
     assert isinstance(event, CommEvent)
     terms = (event.root, event.reduce_op, event.peer, event.ranks_arg, event.group_term)
     return [t for t in terms if t is not None]
+
+
+# The value of a collective call, or what it leaves in its output argument (collectives.py):
+# named after the call's position, `uniform:<target>@line:column`, `result:<op>@line:column`.
+_PRODUCED = re.compile(r"(?:uniform|result):[^@]*@(\d+):(\d+)")
+
+
+def _produced_by(found: frozenset[Atom], spots: set[tuple[int, int]]) -> bool:
+    for atom in found:
+        for match in _PRODUCED.finditer(atom.name):
+            if (int(match.group(1)), int(match.group(2))) in spots:
+                return True
+    return False
 
 
 def _ranked(found: frozenset[Atom]) -> bool:
