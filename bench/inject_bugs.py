@@ -535,6 +535,7 @@ class _SiteFinder(ast.NodeVisitor):
         self.sites: list[Site] = []
         self.pairs: list[Pair] = []
         self.rank_dependent: list[Site] = []  # collective statements under a rank-dependent condition
+        self.guarded_functions: set[int] = set()  # nested functions defined under such a condition
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self.scope.append(node.name)
@@ -546,8 +547,16 @@ class _SiteFinder(ast.NodeVisitor):
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.scope.append(node.name)
         self.functions.append(node)
-        for block in _blocks(node, self.text):
+        for block in _blocks(node, self.text, id(node) in self.guarded_functions):
             self._block(block)
+            if block.rank_dependent:
+                # A function defined under `if rank == 0:` runs on those ranks only: a rank
+                # guard in it may be a no-op too.
+                self.guarded_functions.update(
+                    id(item)
+                    for item in block.statements
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                )
         self.generic_visit(node)
         self.functions.pop()
         self.scope.pop()
@@ -565,7 +574,12 @@ class _SiteFinder(ast.NodeVisitor):
                 site = None
             if site is not None:
                 self.sites.append(site)
-            if site is not None and previous is not None and site.op != previous.op:
+            if (
+                site is not None
+                and previous is not None
+                and site.op != previous.op
+                and _may_cross(previous, site)
+            ):
                 self.pairs.append(Pair(previous, site))
             previous = site
 
@@ -595,6 +609,14 @@ class _SiteFinder(ast.NodeVisitor):
         return site
 
 
+def _may_cross(first: Site, second: Site) -> bool:
+    """Swapping the two calls can hang: they share a group, or one of them is on the world group
+    (every rank of the other's group is in it). Two different groups may share a single rank (a
+    pipeline and a data-parallel group of one grid): then either order completes, and the swap is
+    a change of the values computed, not a hang, so not a mutant this harness counts."""
+    return first.group is None or second.group is None or first.group == second.group
+
+
 @dataclass(frozen=True)
 class Block:
     """A statement list of a function, whether it runs under a rank-dependent condition of the
@@ -605,10 +627,13 @@ class Block:
     in_handler: bool = False
 
 
-def _blocks(function: ast.FunctionDef | ast.AsyncFunctionDef, text: SourceText) -> Iterator[Block]:
+def _blocks(
+    function: ast.FunctionDef | ast.AsyncFunctionDef, text: SourceText, guarded: bool = False
+) -> Iterator[Block]:
     """The statement lists of a function body, nested compound statements included (but not those
-    of nested functions or classes: they are visited as functions of their own)."""
-    stack = [Block(function.body)]
+    of nested functions or classes: they are visited as functions of their own). `guarded`: the
+    function itself is defined under a rank-dependent condition."""
+    stack = [Block(function.body, guarded)]
     while stack:
         block = stack.pop()
         yield block
@@ -646,7 +671,7 @@ def _context(call: ast.Call, unit: ast.FunctionDef | ast.AsyncFunctionDef, in_ha
 # Words of a condition that make the block under it run on some ranks only (as far as a
 # text match can tell: `if rank == 0`, `if accelerator.is_main_process`, `if is_pipeline_last_stage()`).
 RANK_WORDS = re.compile(
-    r"rank|main_process|master|is_main|global_zero|local_zero|first_stage|last_stage", re.I
+    r"rank|main_process|master|is_main|global_zero|local_zero|first_stage|last_stage|process_index", re.I
 )
 
 
@@ -837,13 +862,17 @@ class Workspace:
     baseline: Report | None = None
 
 
-def prepare(name: str, package: Path, scratch: Path) -> Workspace:
+def prepare(name: str, package: Path, scratch: Path, file_timeout: float | None = None) -> Workspace:
+    """`file_timeout`: collcheck's wall-clock budget per file (`file-timeout`; None: its default).
+    On a busy machine the default makes large files time out, and their mutants read as misses
+    of the analyzer where they are misses of the machine."""
     root = scratch / name
     target = root / package.name
     copy_python_files(package, target)
-    (root / "pyproject.toml").write_text(
-        '[tool.collcheck]\ncache-dir = ".collcheck_cache"\n', encoding="utf-8"
-    )
+    settings = '[tool.collcheck]\ncache-dir = ".collcheck_cache"\n'
+    if file_timeout is not None:
+        settings += f"file-timeout = {file_timeout}\n"
+    (root / "pyproject.toml").write_text(settings, encoding="utf-8")
     return Workspace(name, root, target)
 
 
@@ -1109,7 +1138,7 @@ def run_package(
     except (OSError, RuntimeError, subprocess.SubprocessError) as error:
         log(f"{spec.name}: not fetched: {error}")
         return None
-    workspace = prepare(spec.name, package, scratch)
+    workspace = prepare(spec.name, package, scratch, args.file_timeout)
     try:
         found, files = scan(workspace)
         workspace.baseline = run_collcheck(workspace.target, workspace.root, args.jobs)
@@ -1293,6 +1322,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="seconds for the mutants, shared by the packages (fetching and baselines not counted)",
     )
     parser.add_argument("--jobs", "-j", type=int, default=2)
+    parser.add_argument(
+        "--file-timeout",
+        type=float,
+        default=None,
+        help="collcheck's per-file wall-clock budget in seconds (0: none; default: collcheck's)",
+    )
     parser.add_argument("--verify-cache", type=int, default=1, help="mutants per package also run --no-cache")
     parser.add_argument("--cache", type=Path, default=CACHE, help=f"download folder (default {CACHE})")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
@@ -1319,6 +1354,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"collcheck injected-bug recall, {now}, "
         f"seed {args.seed}, per-kind {args.per_kind}, -j {args.jobs}, collcheck {source_state()}"
     )
+    if args.file_timeout is not None:
+        header += f", file-timeout {args.file_timeout:g}"
     log(header)
     results: list[PackageResult] = []
     with tempfile.TemporaryDirectory(prefix="collcheck-inject-") as scratch:

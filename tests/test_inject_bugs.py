@@ -125,6 +125,36 @@ def test_statements_under_a_rank_condition_are_left_out() -> None:
     assert sorted(site.call for site in found.rank_dependent) == ["dist.barrier", "dist.recv", "dist.send"]
 
 
+def test_swaps_of_two_different_groups_are_not_pairs() -> None:
+    # Two groups that may share one rank only (two axes of a grid): either order completes.
+    text = (
+        "import torch.distributed as dist\n\n"
+        "def f(x, pp, dp):\n"
+        "    dist.broadcast(x, 0, group=pp)\n    dist.all_reduce(x, group=dp)\n"
+        "    dist.all_gather_object([None], x, group=dp)\n    dist.barrier()\n"
+    )
+    pairs = ib.find_sites("pkg", "pkg/m.py", text).pairs
+    assert [(pair.first.call, pair.second.call) for pair in pairs] == [
+        ("dist.all_reduce", "dist.all_gather_object"),  # the same group
+        ("dist.all_gather_object", "dist.barrier"),  # a group and the world
+    ]
+
+
+def test_functions_defined_under_a_rank_condition_are_rank_conditional() -> None:
+    text = (
+        "import torch.distributed as dist\n\n"
+        "def search(trainer, study, n):\n"
+        "    if trainer.args.process_index == 0:\n"
+        "        def objective(trial):\n            dist.broadcast_object_list([trial], src=0)\n"
+        "        study.optimize(objective)\n"
+        "    def later(x):\n        dist.barrier()\n"
+        "    return later\n"
+    )
+    found = ib.find_sites("pkg", "pkg/m.py", text)
+    assert [site.function for site in found.sites] == ["search.later"]
+    assert [site.function for site in found.rank_dependent] == ["search.objective"]
+
+
 def test_megatron_mappings_take_their_group_positionally() -> None:
     text = (
         "from megatron.core.tensor_parallel import all_to_all\n"

@@ -27,6 +27,7 @@ from collcheck.static import groups
 from collcheck.static.anchor import locate
 from collcheck.static.budget import check_active
 from collcheck.static.calls import CALLBACK_OP, REMOTE_OP
+from collcheck.static.closures import Closure
 from collcheck.static.context import ModuleContext
 from collcheck.static.divergence import Divergence, DivergenceKind
 from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts
@@ -164,14 +165,21 @@ def _analyze_tree(
         complete_module(module, extractor)
         remember_loaded(module)
     candidates: list[Candidate] = []
-    for function, class_name, qualname in _entries(module):
+    roots: list[tuple[FunctionNode, str | None, str, Closure | None]] = [
+        (function, class_name, qualname, None) for function, class_name, qualname in _entries(module)
+    ]
+    while roots:
+        function, class_name, qualname, closure = roots.pop(0)
         try:
-            regions = extractor.run_function(function, class_name, qualname)
+            regions = extractor.run_function(function, class_name, qualname, closure)
         except PathLimitExceeded as limit:
             notes.append(f"{source.path}:{function.lineno}: {qualname} skipped: {limit}")
             continue
         for region in regions:
             region.conditions = extractor.conditions
+        # Nested functions handed to unknown code are roots of their own (closures.py).
+        nested = extractor.nested_roots(function, qualname, closure)
+        roots.extend((inner, class_name, name, scope) for inner, name, scope in nested)
         candidates.extend(_findings_for(regions, rules, settings, stats, catalog_group_facts(catalog)))
     if _communicates(setup + main, module):
         try:

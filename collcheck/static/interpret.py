@@ -22,9 +22,11 @@ from collections.abc import Sequence
 from collcheck.config import Settings
 from collcheck.static.budget import check_active
 from collcheck.static.calls import CallKind, callback_event
+from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
 from collcheck.static.conditions import ConditionKind, source_of
 from collcheck.static.group_values import parameters_with_literal_defaults
-from collcheck.static.helpers import HelperInliner, LoopOp
+from collcheck.static.handlers import ExceptionFlow
+from collcheck.static.helpers import LoopOp
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable, add_import, qualified_name
 from collcheck.static.object_values import record_keyword_attributes
@@ -53,11 +55,9 @@ from collcheck.static.symbolic import (
 from collcheck.static.syntax import (
     assigned_names,
     calls_in_order,
-    catches_data_errors,
     is_set_expr,
     lazy_initialisation,
     loop_variant_names,
-    may_leave,
     memo_lookup,
     mentions,
 )
@@ -66,7 +66,7 @@ from collcheck.static.values import BIN_OPS, source_text, value_from_spec, where
 _DEFAULTS = Settings()  # one set of defaults: the bounds a run uses unless configured
 
 
-class Interpreter(HelperInliner):
+class Interpreter(ExceptionFlow):
     """Symbolic execution of one module's functions against the catalog."""
 
     def __init__(
@@ -80,27 +80,51 @@ class Interpreter(HelperInliner):
         self.regions: list[Region] = []
         self.loop_regions: dict[tuple[int, tuple[Site, ...]], Region] = {}
         self._import_tables: dict[FunctionNode, ImportTable] = {}
+        # The states that reached each `def` in the root's own body (not in helpers it inlined).
+        self.definitions: dict[FunctionNode, list[State]] = {}
 
-    def run_function(self, node: FunctionNode, class_name: str | None, qualname: str) -> list[Region]:
+    def run_function(
+        self, node: FunctionNode, class_name: str | None, qualname: str, closure: Closure | None = None
+    ) -> list[Region]:
+        """The regions of `node` run as a root; a nested function runs from its `closure`."""
         self.regions = []
         self.loop_regions = {}
-        self.nested = {}
+        self.nested = dict(closure.siblings) if closure is not None else {}
+        self.definitions = {}
         self.set_names = set()
         self.steps = 0
-        self.local_imports = self.function_imports(node)
+        self.local_imports = self.function_imports(closure.outer if closure is not None else node)
         env = self.entry_parameters(node)
+        if closure is not None:
+            env = {**closure.env, **env}
         frame = Frame(qualname, class_name, (), 0, (node,))
-        start = State(env)
+        start = State(env, closure.conds if closure is not None else ())
         condition = self.decorator_condition(node, self.module)
         if condition is not None:
             # `@rank_zero_only`: the body runs on some ranks; the others skip it whole.
-            start = State(env, (condition,))
+            start = State(env, (*start.conds, condition))
         states = self.exec_block(node.body, [start], frame)
         if condition is not None:
-            states.append(State(env, (negate(condition),)))
+            states.append(State(env, (*start.conds[:-1], negate(condition))))
         paths = [Path(s.conds, s.events, s.exit) for s in states if s.exit is None or s.exit.kind != "break"]
         region = Region(qualname, "function", paths, node.lineno, path_name=self.module.path)
         return [region, *self.regions]
+
+    def nested_roots(
+        self, node: FunctionNode, qualname: str, closure: Closure | None = None
+    ) -> list[tuple[FunctionNode, str, Closure]]:
+        """After `run_function(node, ...)`: the functions defined in its body that escape it and
+        communicate, each with its qualified name and closure (see `closures`)."""
+        depth = closure.depth + 1 if closure is not None else 1
+        if depth > MAX_NESTING:
+            return []
+        roots = []
+        for inner, states in self.definitions.items():
+            if escapes(node, inner) and self.body_communicates(inner):
+                siblings = {defined.name: defined for defined in self.definitions}
+                found = closure_of(node, inner, states, siblings, depth)
+                roots.append((inner, f"{qualname}.{inner.name}", found))
+        return roots
 
     def run_module(self, body: list[ast.stmt]) -> list[Region]:
         self.regions = []
@@ -265,6 +289,8 @@ class Interpreter(HelperInliner):
 
     def _stmt_FunctionDef(self, stmt: FunctionNode, state: State, frame: Frame) -> list[State]:
         self.nested[stmt.name] = stmt
+        if not frame.chain and self.record_events:
+            self.definitions.setdefault(stmt, []).append(state.fork())
         state.env.pop(stmt.name, None)
         return [state]
 
@@ -371,60 +397,6 @@ class Interpreter(HelperInliner):
             self.joined -= 1
 
     _stmt_AsyncWith = _stmt_With
-
-    def _stmt_Try(self, stmt: ast.Try, state: State, frame: Frame) -> list[State]:
-        body_states = self.exec_block(stmt.body, [state.fork()], frame)
-        normal = [s for s in body_states if s.exit is None or s.exit.kind != "raise"]
-        raised = [s for s in body_states if s.exit is not None and s.exit.kind == "raise"]
-        results = self.exec_block(stmt.orelse, normal, frame) if stmt.orelse else normal
-        for handler in stmt.handlers:
-            results.extend(self._handler(stmt, handler, state, raised, frame))
-        if not stmt.handlers:
-            results.extend(raised)
-        if stmt.finalbody:
-            results = self._finally(stmt.finalbody, results, frame)
-        return results
-
-    _stmt_TryStar = _stmt_Try
-
-    def _handler(
-        self, stmt: ast.Try, handler: ast.ExceptHandler, entry: State, raised: list[State], frame: Frame
-    ) -> list[State]:
-        starts = []
-        for state in raised:  # an explicit raise inside the body lands here
-            start = state.fork()
-            start.exit = None
-            starts.append(start)
-        if (
-            may_leave(handler.body)
-            and catches_data_errors(handler, {name: info.bases for name, info in self.module.classes.items()})
-            and any(isinstance(n, ast.Call) for s in stmt.body for n in ast.walk(s))
-        ):
-            # Any call may raise on some ranks only (bad data, I/O): a handler that leaves the
-            # loop or function then skips what the other ranks still do.
-            flag = Atom(f"exception@{where_of(handler)}", "nondet", why="an exception")
-            text = "except" + (f" {source_text(handler.type)}" if handler.type is not None else "")
-            self.conditions.note(flag, source_of(handler, self.module.path, ConditionKind.EXCEPTION, text))
-            start = entry.fork(flag)
-            starts.append(start)
-        if handler.name:
-            for start in starts:
-                start.env[handler.name] = Atom(f"exc@{where_of(handler)}", "shared")
-        if not starts:
-            return []
-        return self.exec_block(handler.body, starts, frame)
-
-    def _finally(self, body: list[ast.stmt], states: list[State], frame: Frame) -> list[State]:
-        results = []
-        for state in states:
-            pending = state.exit
-            resumed = state.fork()
-            resumed.exit = None
-            for after in self.exec_block(body, [resumed], frame):
-                if after.exit is None:
-                    after.exit = pending
-                results.append(after)
-        return results
 
     def _stmt_For(self, stmt: ast.For | ast.AsyncFor, state: State, frame: Frame) -> list[State]:
         results: list[State] = []

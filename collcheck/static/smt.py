@@ -8,6 +8,7 @@ In: a `Region` and the two paths of a query, with an optional extra fact built f
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,10 +137,17 @@ class RegionSolver:
         return hit[2] if among_unknown_members else hit[1]
 
     def data_decisions(self, path: Path) -> frozenset[Expr]:
-        """The path's conditions that do not involve the rank (as far as collcheck can tell)."""
+        """The path's conditions that do not involve the rank (as far as collcheck can tell), less
+        those on a value that a collective of the path produced (`broadcast(flag, ...)`, then
+        `if flag:`): taken after that collective, they cannot be what chose to issue it."""
         hit = self._decisions.get(id(path))
         if hit is None:
-            kept = frozenset(cond for cond in path.conds if not _ranked(atoms_of((cond,))))
+            spots = {(e.line, e.column) for e in path.events if isinstance(e, CommEvent)}
+            kept = frozenset(
+                cond
+                for cond in path.conds
+                if not _ranked(atoms_of((cond,))) and not _produced_by(atoms_of((cond,)), spots)
+            )
             hit = self._decisions[id(path)] = (path, kept)
         return hit[1]
 
@@ -179,20 +187,26 @@ class RegionSolver:
         facts.append(world == self.world_size if self.world_size else world >= 2)
         facts.extend(tr.as_bool(c, "a") for c in a.conds)
         facts.extend(tr.as_bool(c, "b") for c in b.conds)
-        if membership is not None and membership.members is not None:
-            facts.append(tr.as_bool(substitute(membership.members, {MEMBER: Atom("rank", "rank")}), "a"))
-            facts.append(tr.as_bool(substitute(membership.members, {MEMBER: Atom("rank", "rank")}), "b"))
-        if membership is not None and membership.color is not None:
-            # One creation call, a different subgroup per rank: only ranks of one subgroup meet.
-            facts.append(tr.as_int(membership.color, "a") == tr.as_int(membership.color, "b"))
         # The atoms of both paths' conditions and of the terms a query may compare (trips, roots).
         found = self.atoms_of(a) | self.atoms_of(b)
         facts.extend(local_rank_bounds(tr, found))
         if membership is not None:
-            facts.extend(member_facts(tr, membership, found, self.group_facts))
+            facts.extend(self.both_members(tr, membership, found))
         if membership is not None and membership.members is None:
             for predicate in self._membership_predicates((*a.conds, *b.conds), membership.key):
                 facts.extend((tr.as_bool(predicate, "a"), tr.as_bool(predicate, "b")))
+        return facts
+
+    def both_members(self, tr: Z3Translator, group: GroupVal, found: frozenset[Atom]) -> list[Any]:
+        """z3 facts: ranks `a` and `b` both belong to `group` (`found`: the atoms of the query)."""
+        facts = []
+        if group.members is not None:
+            facts.append(tr.as_bool(substitute(group.members, {MEMBER: Atom("rank", "rank")}), "a"))
+            facts.append(tr.as_bool(substitute(group.members, {MEMBER: Atom("rank", "rank")}), "b"))
+        if group.color is not None:
+            # One creation call, a different subgroup per rank: only ranks of one subgroup meet.
+            facts.append(tr.as_int(group.color, "a") == tr.as_int(group.color, "b"))
+        facts.extend(member_facts(tr, group, found, self.group_facts))
         return facts
 
     def _membership_predicates(self, conds: tuple[Expr, ...], key: str) -> list[Expr]:
@@ -331,6 +345,19 @@ def event_terms(event: Element) -> list[Expr]:
     assert isinstance(event, CommEvent)
     terms = (event.root, event.reduce_op, event.peer, event.ranks_arg, event.group_term)
     return [t for t in terms if t is not None]
+
+
+# The value of a collective call, or what it leaves in its output argument (collectives.py):
+# named after the call's position, `uniform:<target>@line:column`, `result:<op>@line:column`.
+_PRODUCED = re.compile(r"(?:uniform|result):[^@]*@(\d+):(\d+)")
+
+
+def _produced_by(found: frozenset[Atom], spots: set[tuple[int, int]]) -> bool:
+    for atom in found:
+        for match in _PRODUCED.finditer(atom.name):
+            if (int(match.group(1)), int(match.group(2))) in spots:
+                return True
+    return False
 
 
 def _ranked(found: frozenset[Atom]) -> bool:

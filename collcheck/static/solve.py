@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from collcheck.static.crossing import crossed_groups
 from collcheck.static.divergence import (
     Divergence,
     DivergenceKind,
@@ -252,7 +253,8 @@ def solve_region(
     for a, b in _pairs(region.paths):
         if (id(a), id(b)) in grouped:
             continue
-        for divergence in _compare_groups(solver, region, a, b):
+        crossed = crossed_groups(solver, region, a, b, _channel_key)
+        for divergence in crossed or _compare_groups(solver, region, a, b):
             if a is not b:  # on one path the group term has no channel: nothing to report twice
                 grouped.add((id(a), id(b)))
             first = divergence.event_a or divergence.event_b
