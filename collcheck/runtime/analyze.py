@@ -505,8 +505,11 @@ def _checked(event: CollectiveEvent, members_checked: bool = False) -> Collectiv
     if event.reduce_op is not None and not isinstance(event.reduce_op, str):
         raise ValueError("reduce_op is not a string")
     finite_time(event.t_start)
-    line, stack = bounded_int(event.site.line), tuple(map(str, event.site.stack))
-    event.site = replace(event.site, line=line, stack=stack)
+    site = event.site
+    if type(site.line) is not int or not all(type(frame) is str for frame in site.stack):
+        event.site = replace(site, line=bounded_int(site.line), stack=tuple(map(str, site.stack)))
+    else:
+        bounded_int(site.line)
     return event
 
 

@@ -24,10 +24,12 @@ import os
 import resource
 import weakref
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from collcheck.runtime.analyze import (
+    MAX_LINE_BYTES,
     Analysis,
     Divergence,
     DumpRefused,
@@ -57,6 +59,10 @@ from collcheck.runtime.p2p import ANY_SOURCE, SEND, Channel, Pair, channel_of, i
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
 
 LINES_PER_TURN = 64  # lines read from one rank's trace before the next rank's turn
+# A bucket is compared once every rank is this many sequence numbers past it: lines a little out
+# of order (a corrupt or concatenated trace) are still placed as the in-memory analysis places them.
+LAG = 16
+AHEAD = 4 * LAG  # sequence numbers a rank may be ahead of a group's slowest member before it waits
 KNOWN_LISTS = 1024  # member-list objects a group remembers having learnt
 _INF = math.inf
 
@@ -179,6 +185,11 @@ class _Group:
         self.pos[rank] = _INF if rank in self.ended else self.top.get(rank, 0)
         heapq.heappush(self.frontier, (self.pos[rank], rank))
 
+    def ahead(self, seq: int) -> bool:
+        """Whether a rank that issued `seq` here is so far ahead of the slowest member that it
+        should wait for it (its events would pile up in the buckets)."""
+        return not is_p2p(self.name) and seq > self._low() + AHEAD
+
     def _low(self) -> float:
         """The lowest sequence number an expected rank still issuing has reached."""
         while self.frontier and self.frontier[0][0] != self.pos[self.frontier[0][1]]:
@@ -187,7 +198,7 @@ class _Group:
 
     def _compare_complete(self) -> None:
         low = self._low()
-        while self.waiting and self.waiting[0] <= low:
+        while self.waiting and self.waiting[0] + LAG <= low:
             seq = heapq.heappop(self.waiting)
             self.compared = max(self.compared, seq)
             self._compare(seq, self.buckets.pop(seq))
@@ -289,9 +300,7 @@ class _StreamLines(TraceLines):
         self.latest = max(self.latest, event.t_start)
         if self.feed is not None and not self.feed.add(event):
             why = f"collective #{event.seq} of group {event.group} comes after that number was compared"
-            self.trace.note(
-                self.number, f"{why} (sequence numbers out of order); not compared", skipped=False
-            )
+            self.trace.note(self.number, f"{why} (sequence numbers out of order); not compared")
 
     def done(self, key: tuple[str, int], row: dict[str, Any]) -> None:
         if not row.get("ok", True):
@@ -314,9 +323,15 @@ class _Feed:
 
     def __init__(self, rank: int, groups: _Groups) -> None:
         self.rank, self.groups = rank, groups
+        self.last: tuple[_Group, int] | None = None  # the group of the last collective, its seq
 
     def add(self, event: CollectiveEvent) -> bool:
-        return self.groups.get(event.group).add(self.rank, event)
+        group = self.groups.get(event.group)
+        self.last = (group, event.seq)
+        return group.add(self.rank, event)
+
+    def ahead(self) -> bool:
+        return self.last is not None and self.last[0].ahead(self.last[1])
 
 
 class _Groups:
@@ -393,6 +408,10 @@ class _Source:
             self.handle = None
         end_of_trace(self.lines)
 
+    def ahead(self) -> bool:
+        feed = self.lines.feed
+        return feed is not None and feed.ahead()
+
     def summary(self) -> RankSummary:
         last = self.lines.last
         side = Side.of(last) if last is not None else None
@@ -412,14 +431,19 @@ def analyze_dir(path: str, problems: list[Problem] | None = None) -> Analysis:
     sources = _sources(path, problems)
     full = {source.key: source for source in sources}  # a rank traced twice: its last file, as analyze does
     groups = _Groups(frozenset(full))
+    _raise_file_limit(len(sources))
     for source in sources:
         source.start(groups if full[source.key] is source else None)
-    _raise_file_limit(len(sources))
     active = list(sources)
     while active:
+        # A rank far ahead in a group waits for the others; when every rank waits (each ahead in
+        # a different group) they all read on.
+        waits = [source.ahead() for source in active]
+        if all(waits):
+            waits = [False] * len(active)
         still = []
-        for source in active:
-            if source.turn():
+        for source, wait in zip(active, waits, strict=True):
+            if wait or source.turn():
                 still.append(source)
             elif full[source.key] is source:
                 groups.end(source.key)
@@ -453,14 +477,50 @@ def _sources(path: str, problems: list[Problem]) -> list[_Source]:
     return sources
 
 
-def _header_rank(path: str, default: int) -> int:
-    """The rank in the trace's first line when that is its header (the tracer writes it first)."""
+def _header_rank(path: str, rank: int) -> int:
+    """The rank the trace's header lines give, the last one winning as when the whole trace is
+    read (`rank`, from the file name, where none does). Found by searching the bytes for
+    `header`, so only those lines are parsed."""
     try:
         with open(path, "rb") as handle:
-            row = json.loads(handle.readline(1 << 16))
-        return bounded_int(row["rank"]) if isinstance(row, dict) and row.get("ev") == "header" else default
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        return default
+            for line in _lines_with(handle, b"header"):
+                rank = _rank_in(line, rank)
+    except OSError:
+        pass
+    return rank
+
+
+def _lines_with(handle: Any, needle: bytes) -> Iterator[bytes]:
+    """The complete lines of `handle` (at most MAX_LINE_BYTES) that contain `needle`."""
+    carry, skipping = b"", False
+    while chunk := handle.read(1 << 16):
+        if skipping:  # the rest of a line too long to be read
+            end = chunk.find(b"\n")
+            if end < 0:
+                continue
+            chunk, skipping = chunk[end + 1 :], False
+        data = carry + chunk
+        cut = data.rfind(b"\n") + 1
+        block, carry = data[:cut], data[cut:]
+        if len(carry) > MAX_LINE_BYTES:
+            carry, skipping = b"", True
+        at = block.find(needle)
+        while at >= 0:
+            start, end = block.rfind(b"\n", 0, at) + 1, block.find(b"\n", at) + 1
+            if end - start <= MAX_LINE_BYTES:
+                yield block[start:end]
+            at = block.find(needle, end)
+
+
+def _rank_in(line: bytes, rank: int) -> int:
+    """The rank of a header line, as TraceLines reads it; `rank` for any other line."""
+    try:
+        row = json.loads(line)
+        if isinstance(row, dict) and row.get("ev") == "header":
+            return bounded_int(row.get("rank", rank))
+    except (ValueError, TypeError, RecursionError):
+        pass
+    return rank
 
 
 def _raise_file_limit(files: int) -> None:
