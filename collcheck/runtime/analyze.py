@@ -424,8 +424,8 @@ class TraceLines:
             self.header = True
             trace.rank = bounded_int(row.get("rank", trace.rank))
         elif kind == "coll":
-            if members is not None and row.get("group_ranks") != 0:  # a second `group_ranks` key
-                raise ValueError("group_ranks given twice")
+            if members is not None and row.get("group_ranks") != 0:
+                members = None  # a second `group_ranks` key, which JSON readers take: read it whole
             if members is not None:
                 del row["group_ranks"]
             event = CollectiveEvent.from_json(row)
