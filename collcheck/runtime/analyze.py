@@ -299,12 +299,17 @@ def load_dir(path: str, problems: list[Problem] | None = None) -> list[RankTrace
     return traces
 
 
+PERFETTO_FILE = "trace.perfetto.json"  # `collcheck trace --format perfetto`'s own output in the folder
+
+
 def load_file(path: str) -> RankTrace | None:
     """A collcheck trace, a Flight Recorder dump, or None for any other file. Raises DumpRefused
     for a pickle that is not plain data, or a dump over MAX_DUMP_BYTES."""
     name = os.path.basename(path)
     if name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX):
         return _load_collcheck(path)
+    if name == PERFETTO_FILE:  # gigabytes for a big job: never read as a possible JSON dump
+        return None
     return _load_flight_recorder(path)
 
 

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from collcheck.runtime.analyze import (
+    PERFETTO_FILE,
     Analysis,
     Problem,
     TraceError,
@@ -288,7 +289,7 @@ def _emit(
                 f"collcheck: {_plural_ranks(analysis)}; open the JSON in https://ui.perfetto.dev", err=True
             )
             return
-        target = output or directory / "trace.perfetto.json"
+        target = output or directory / PERFETTO_FILE
         with os.fdopen(open_output(str(target), allow_shared), "w", encoding="utf-8") as handle:
             write_perfetto(analysis, handle, window)
         typer.echo(f"wrote {target} (open it in https://ui.perfetto.dev)", err=True)

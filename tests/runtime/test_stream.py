@@ -18,6 +18,7 @@ import pytest
 from conftest import REPO
 
 from collcheck.cli import main
+from collcheck.runtime import analyze as analyze_module
 from collcheck.runtime import stream
 from collcheck.runtime.analyze import Analysis, Problem, TraceError, analyze, load_dir, render_text, to_json
 from collcheck.runtime.perfetto import to_perfetto, write_perfetto
@@ -241,3 +242,17 @@ def test_perfetto_windows_keep_only_the_chosen_ranks_groups_and_time(tmp_path: P
     assert 0 < len(early) < len(everything) and all(e["ts"] <= 5e6 for e in early)
     assert main(["trace", str(folder), "--ranks", "x"]) == 2
     assert main(["trace", str(folder), "--ranks", "0"]) == 2  # windows are for --format perfetto
+
+
+def test_the_perfetto_file_written_into_the_folder_is_not_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rerunning on a folder holding its Perfetto export (gigabytes for a big job, past the size a
+    dump may have) neither reads it as a possible JSON dump nor lists it as refused."""
+    monkeypatch.setattr(analyze_module, "MAX_DUMP_BYTES", 1000)
+    _write(tmp_path, 0, [_event(0, seq) for seq in range(1, 30)])
+    _write(tmp_path, 1, [_event(1, seq) for seq in range(1, 30)])
+    assert main(["trace", str(tmp_path), "--format", "perfetto"]) == 0
+    assert (tmp_path / "trace.perfetto.json").stat().st_size > 1000
+    assert main(["trace", str(tmp_path), "--format", "perfetto"]) == 0
+    assert not stream.analyze_dir(str(tmp_path)).problems
