@@ -382,6 +382,7 @@ class TraceLines:
         self.by_key: dict[tuple[str, int], CollectiveEvent] = {}
         self.member_lists: dict[bytes, tuple[int, ...]] = {}
         self.number = 0  # the line being read
+        self.pieces: dict[Any, Any] = {}  # call sites and shapes, each kept once (`_shared`)
 
     def take(self, number: int, line: bytes | None) -> None:
         self.number = number
@@ -436,7 +437,7 @@ class TraceLines:
             event = CollectiveEvent.from_json(row)
             if members is not None:
                 event.group_ranks = members
-            self.event(_checked(event, members_checked=members is not None))
+            self.event(self._shared(_checked(event, members_checked=members is not None)))
         elif kind == "done":
             self.done((str(row.get("group")), bounded_int(row.get("seq", 0))), row)
         elif kind == "unobserved":
@@ -450,6 +451,14 @@ class TraceLines:
         elif kind == LOST:
             trace.lost = max(trace.lost, bounded_int(row.get("n", 0)))
             trace.lost_error = str(row.get("error", ""))[:200]
+
+    def _shared(self, event: CollectiveEvent) -> CollectiveEvent:
+        """`event` holding the same call site and shapes objects as earlier events with equal
+        ones: a job repeats a few, and a streaming analysis holds many events of many ranks."""
+        if len(self.pieces) < PIECES_SHARED:
+            event.site = self.pieces.setdefault(event.site, event.site)
+            event.shapes = self.pieces.setdefault(event.shapes, event.shapes)
+        return event
 
     def event(self, event: CollectiveEvent) -> None:
         """A `coll` line, checked."""
@@ -476,6 +485,7 @@ _COLL_PREFIX = re.compile(
     % (_JSON_INT, _JSON_INT)
 )
 MEMBER_LISTS_CACHED = 4096  # distinct member lists kept per trace (a job has a few groups)
+PIECES_SHARED = 4096  # distinct call sites and shapes shared per trace
 
 
 def bounded_int(value: Any) -> int:

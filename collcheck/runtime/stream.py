@@ -277,9 +277,12 @@ class _StreamLines(TraceLines):
     """A collcheck trace's lines passed to the groups instead of kept: only the events something
     still holds (a bucket, a finding, the rank's last) can take a completion."""
 
-    def __init__(self, trace: RankTrace, member_lists: dict[bytes, tuple[int, ...]]) -> None:
+    def __init__(
+        self, trace: RankTrace, member_lists: dict[bytes, tuple[int, ...]], pieces: dict[Any, Any]
+    ) -> None:
         super().__init__(trace)
         self.member_lists = member_lists  # shared by every rank: one tuple per distinct list
+        self.pieces = pieces  # and one call site per distinct site
         self.feed: _Feed | None = None
         self.live: weakref.WeakValueDictionary[tuple[str, int], CollectiveEvent] = (
             weakref.WeakValueDictionary()
@@ -352,13 +355,21 @@ class _Groups:
             group.end(rank)
 
 
+@dataclass
+class _Shared:
+    """What every rank's reader shares: parsed member lists by text, call sites and shapes."""
+
+    member_lists: dict[bytes, tuple[int, ...]] = field(default_factory=dict)
+    pieces: dict[Any, Any] = field(default_factory=dict)
+
+
 class _Source:
     """One input file: a collcheck trace read LINES_PER_TURN lines per turn, or a dump's events."""
 
-    def __init__(self, trace: RankTrace, dump: bool, member_lists: dict[bytes, tuple[int, ...]]) -> None:
+    def __init__(self, trace: RankTrace, dump: bool, shared: _Shared) -> None:
         self.trace, self.dump = trace, dump
         self.key = trace.rank  # the rank its events are aligned as (header's, else file name's)
-        self.lines = _StreamLines(trace, member_lists)
+        self.lines = _StreamLines(trace, shared.member_lists, shared.pieces)
         self.closed = False
         self.handle: Any = None
         self.reader: Any = None
@@ -455,7 +466,7 @@ def _sources(path: str, problems: list[Problem]) -> list[_Source]:
     if not os.path.isdir(path):
         raise TraceError(f"{path}: not a directory")
     sources: list[_Source] = []
-    member_lists: dict[bytes, tuple[int, ...]] = {}
+    shared = _Shared()
     for name in sorted(os.listdir(path)):
         full = os.path.join(path, name)
         if not os.path.isfile(full):
@@ -463,7 +474,7 @@ def _sources(path: str, problems: list[Problem]) -> list[_Source]:
         if name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX):
             trace = new_trace(full)
             trace.rank = _header_rank(full, trace.rank)
-            sources.append(_Source(trace, False, member_lists))
+            sources.append(_Source(trace, False, shared))
             continue
         try:
             dump = load_file(full)
@@ -471,7 +482,7 @@ def _sources(path: str, problems: list[Problem]) -> list[_Source]:
             problems.append(Problem(full, 0, str(refused)))
             continue
         if dump is not None:
-            sources.append(_Source(dump, True, member_lists))
+            sources.append(_Source(dump, True, shared))
     if not sources:
         raise TraceError(f"{path}: no collcheck traces or Flight Recorder dumps found")
     return sources
