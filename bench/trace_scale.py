@@ -20,6 +20,7 @@ import argparse
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -111,7 +112,12 @@ def measure(folder: Path, size: Size, output_format: str, pythonpath: str, timeo
     child = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=pythonpath
     )
-    status, usage = _wait(child, timeout)
+    try:
+        status, usage = _wait(child, timeout)
+    except BaseException:  # the bench was stopped: so is the run
+        child.kill()
+        child.wait()
+        raise
     seconds = time.monotonic() - start
     if status not in (0, 1, 3):
         assert child.stderr is not None
@@ -137,6 +143,10 @@ def _wait(child: subprocess.Popen[bytes], timeout: float) -> tuple[int, resource
         time.sleep(0.05)
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -150,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tmp", default=None, help="where the temporary folders go (default: the system's)")
     parser.add_argument("--keep", action="store_true", help="keep the generated traces")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop)  # a stopped bench still removes its traces
     sizes = [parse_size(text) for text in (args.size or DEFAULT_SIZES)]
     failed = False
     print(
