@@ -12,6 +12,7 @@ in memory from an Analysis that holds its events (analyze.analyze).
 from __future__ import annotations
 
 import json
+import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -201,7 +202,7 @@ def _reread(timeline: Timeline, rank: int) -> Iterator[CollectiveEvent]:
     path = timeline.paths.get(rank)
     if path is None:
         return
-    name = path.rsplit("/", 1)[-1]
+    name = os.path.basename(path)
     if not (name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX)):
         dump = _quiet_load(path)
         yield from dump.events if dump is not None else ()
