@@ -207,6 +207,20 @@ class RankTrace:
 
 
 @dataclass(frozen=True)
+class Timeline:
+    """When the traced collectives ran, for the Perfetto export and the run verdict: what is left
+    of the events once a streaming analysis has passed them."""
+
+    origin: float = 0.0  # the earliest t_start
+    end: float = 0.0  # the latest t_end (or t_start where none)
+    latest: dict[int, float] = field(default_factory=dict)  # rank -> its latest t_end or t_start
+    last: dict[int, CollectiveEvent] = field(default_factory=dict)  # rank -> its latest-starting event
+    starts: dict[tuple[int, str, int], float] = field(default_factory=dict)  # (rank, group, seq) of
+    # each event a finding names -> its t_start
+    paths: dict[int, str] = field(default_factory=dict)  # rank -> the trace its events were read from
+
+
+@dataclass(frozen=True)
 class Analysis:
     ranks: tuple[int, ...]
     groups: tuple[tuple[str, tuple[int, ...], int], ...]  # name, members, collectives issued (max)
@@ -226,6 +240,7 @@ class Analysis:
         return bool(self.problems or self.unreadable or self.lost)
 
     swaps: tuple[Swap, ...] = ()
+    timeline: Timeline = field(default_factory=Timeline, compare=False)
 
     @property
     def mismatches(self) -> tuple[Divergence, ...]:
@@ -284,12 +299,17 @@ def load_dir(path: str, problems: list[Problem] | None = None) -> list[RankTrace
     return traces
 
 
+PERFETTO_FILE = "trace.perfetto.json"  # `collcheck trace --format perfetto`'s own output in the folder
+
+
 def load_file(path: str) -> RankTrace | None:
     """A collcheck trace, a Flight Recorder dump, or None for any other file. Raises DumpRefused
     for a pickle that is not plain data, or a dump over MAX_DUMP_BYTES."""
     name = os.path.basename(path)
     if name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX):
         return _load_collcheck(path)
+    if name == PERFETTO_FILE:  # gigabytes for a big job: never read as a possible JSON dump
+        return None
     return _load_flight_recorder(path)
 
 
@@ -301,25 +321,36 @@ _INT_LIMIT = 1 << 62  # ranks, sequence numbers, sizes: anything past this is co
 def _load_collcheck(path: str) -> RankTrace:
     """A collcheck trace. Every line that cannot be used is skipped and recorded as a problem of
     the trace (file:line and why); a torn last line (a rank killed mid-write) is expected."""
-    digits = re.search(r"(\d+)", os.path.basename(path)[len(TRACE_PREFIX) :])
-    rank = int(digits.group(1)) if digits and len(digits.group(1)) < 10 else -1
-    trace = RankTrace(rank=rank, source="collcheck", path=path, exited=False)
-    loader = _TraceLines(trace)
+    trace = new_trace(path)
+    loader = TraceLines(trace)
     try:
         with open(path, "rb") as handle:
-            for number, line in _lines(handle):
+            for number, line in numbered_lines(handle):
                 loader.take(number, line)
     except OSError as error:
         trace.note(0, f"could not be read: {error.strerror or error}")
+    end_of_trace(loader)
+    return trace
+
+
+def new_trace(path: str) -> RankTrace:
+    """An empty RankTrace for the collcheck trace at `path`, its rank read from the file name."""
+    digits = re.search(r"(\d+)", os.path.basename(path)[len(TRACE_PREFIX) :])
+    rank = int(digits.group(1)) if digits and len(digits.group(1)) < 10 else -1
+    return RankTrace(rank=rank, source="collcheck", path=path, exited=False)
+
+
+def end_of_trace(loader: TraceLines) -> None:
+    """Note what the whole of a trace says is missing: its header, lines its tracer lost."""
+    trace = loader.trace
     if not loader.header:
         trace.note(0, "no header line: the trace was not written in full (a full disk?)", skipped=False)
     if trace.lost:
         why = trace.lost_error or "write failed"
         trace.note(0, f"incomplete: {trace.lost} events lost ({why})", skipped=False)
-    return trace
 
 
-def _lines(handle: Any) -> Any:
+def numbered_lines(handle: Any) -> Any:
     """(line number, bytes) for each line, at most MAX_LINE_BYTES each (longer ones come back as
     None); a last line without a newline is a torn write and comes back as b"" (skipped)."""
     number = 0
@@ -338,20 +369,29 @@ def _lines(handle: Any) -> Any:
             yield number, line
 
 
-class _TraceLines:
-    """Turns a collcheck trace's lines into its RankTrace, one line at a time."""
+class TraceLines:
+    """Turns a collcheck trace's lines into its RankTrace, one line at a time.
+
+    The in-memory loader keeps every event in `trace.events`; the streaming analysis (stream.py)
+    overrides `event`, `done` and `unobserved` to pass each one on instead. Member lists are parsed
+    once per distinct text (`member_lists`): a 1,024-rank group's list is most of each line."""
 
     def __init__(self, trace: RankTrace) -> None:
         self.trace = trace
         self.header = False
         self.by_key: dict[tuple[str, int], CollectiveEvent] = {}
+        self.member_lists: dict[bytes, tuple[int, ...]] = {}
+        self.number = 0  # the line being read
+        self.pieces: dict[Any, Any] = {}  # call sites and shapes, each kept once (`_shared`)
 
     def take(self, number: int, line: bytes | None) -> None:
+        self.number = number
         if line is None:
             self.trace.note(number, f"line longer than {MAX_LINE_BYTES} bytes")
             return
         if not line.strip():
             return
+        members, line = self._members(line)
         try:
             row = json.loads(line)
         except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, nested too deep
@@ -361,39 +401,94 @@ class _TraceLines:
             self.trace.note(number, f"not a JSON object ({type(row).__name__})")
             return
         try:
-            self._row(row)
+            self._row(row, members)
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as error:
             self.trace.note(number, f"malformed {str(row.get('ev'))[:20]!r} line ({_short_error(error)})")
 
-    def _row(self, row: dict[str, Any]) -> None:
+    def _members(self, line: bytes) -> tuple[tuple[int, ...] | None, bytes]:
+        """A `coll` line as the tracer writes it starts `{"ev":"coll","rank":R,"group":"G",
+        "group_ranks":[...]`: that list is taken from `member_lists` by its text (parsed and
+        checked the first time) and the line is returned with a 0 in its place. Any other line,
+        or a list that is not plain integers, comes back unchanged (None: parse it whole)."""
+        found = _COLL_PREFIX.match(line)
+        if found is None:
+            return None, line
+        text = found.group(1)
+        members = self.member_lists.get(text)
+        if members is None:
+            try:
+                members = tuple(bounded_int(int(r)) for r in text[1:-1].split(b",")) if text != b"[]" else ()
+            except ValueError:
+                return None, line
+            if len(self.member_lists) < MEMBER_LISTS_CACHED:
+                self.member_lists[text] = members
+        return members, line[: found.start(1)] + b"0" + line[found.end(1) :]
+
+    def _row(self, row: dict[str, Any], members: tuple[int, ...] | None) -> None:
         trace, kind = self.trace, row.get("ev")
         if kind == "header":
             self.header = True
-            trace.rank = _bounded(row.get("rank", trace.rank))
+            trace.rank = bounded_int(row.get("rank", trace.rank))
         elif kind == "coll":
-            event = _checked(CollectiveEvent.from_json(row))
-            self.by_key[(event.group, event.seq)] = event
-            trace.events.append(event)
+            if members is not None and row.get("group_ranks") != 0:
+                members = None  # a second `group_ranks` key, which JSON readers take: read it whole
+            if members is not None:
+                del row["group_ranks"]
+            event = CollectiveEvent.from_json(row)
+            if members is not None:
+                event.group_ranks = members
+            self.event(self._shared(_checked(event, members_checked=members is not None)))
         elif kind == "done":
-            done = self.by_key.get((str(row.get("group")), _bounded(row.get("seq", 0))))
-            if done is not None and row.get("ok", True):
-                done.t_end = _finite(row.get("t_end", done.t_start))
+            self.done((str(row.get("group")), bounded_int(row.get("seq", 0))), row)
         elif kind == "unobserved":
-            unknown = self.by_key.get((str(row.get("group")), _bounded(row.get("seq", 0))))
-            if unknown is not None:
-                unknown.observable = False
+            self.unobserved((str(row.get("group")), bounded_int(row.get("seq", 0))))
         elif kind == "report":
-            rank = _bounded(row.get("rank", trace.rank))
+            rank = bounded_int(row.get("rank", trace.rank))
             fields = (str(row.get(name)) for name in ("kind", "severity", "text"))
             trace.reports.append(RuntimeReport(rank, *fields))
         elif kind == "exit":
             trace.exited = True
         elif kind == LOST:
-            trace.lost = max(trace.lost, _bounded(row.get("n", 0)))
+            trace.lost = max(trace.lost, bounded_int(row.get("n", 0)))
             trace.lost_error = str(row.get("error", ""))[:200]
 
+    def _shared(self, event: CollectiveEvent) -> CollectiveEvent:
+        """`event` holding the same call site and shapes objects as earlier events with equal
+        ones: a job repeats a few, and a streaming analysis holds many events of many ranks."""
+        if len(self.pieces) < PIECES_SHARED:
+            event.site = self.pieces.setdefault(event.site, event.site)
+            event.shapes = self.pieces.setdefault(event.shapes, event.shapes)
+        return event
 
-def _bounded(value: Any) -> int:
+    def event(self, event: CollectiveEvent) -> None:
+        """A `coll` line, checked."""
+        self.by_key[(event.group, event.seq)] = event
+        self.trace.events.append(event)
+
+    def done(self, key: tuple[str, int], row: dict[str, Any]) -> None:
+        """A `done` line for the collective `key` (group, seq)."""
+        done = self.by_key.get(key)
+        if done is not None and row.get("ok", True):
+            done.t_end = finite_time(row.get("t_end", done.t_start))
+
+    def unobserved(self, key: tuple[str, int]) -> None:
+        unknown = self.by_key.get(key)
+        if unknown is not None:
+            unknown.observable = False
+
+
+# `{"ev":"coll","rank":R,"group":"G","group_ranks":[...]`: a group name without quotes or
+# backslashes ends at its first quote, so the list found here is the object's own.
+_JSON_INT = rb"-?(?:0|[1-9]\d{0,18})"
+_COLL_PREFIX = re.compile(
+    rb'\{"ev":"coll","rank":-?\d{1,19},"group":"[^"\\]{0,200}","group_ranks":(\[(?:%s(?:,%s)*)?\])'
+    % (_JSON_INT, _JSON_INT)
+)
+MEMBER_LISTS_CACHED = 4096  # distinct member lists kept per trace (a job has a few groups)
+PIECES_SHARED = 4096  # distinct call sites and shapes shared per trace
+
+
+def bounded_int(value: Any) -> int:
     """An int (or a string of one) within +-_INT_LIMIT; ValueError otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ValueError(f"not an integer: {str(value)[:40]}")
@@ -403,27 +498,33 @@ def _bounded(value: Any) -> int:
     return number
 
 
-def _finite(value: Any) -> float:
+def finite_time(value: Any) -> float:
     number = float(value)
     if not math.isfinite(number):
         raise ValueError(f"not a finite time: {number}")
     return number
 
 
-def _checked(event: CollectiveEvent) -> CollectiveEvent:
-    """`event` if every number in it is sane (the analysis sorts, counts and prints them)."""
-    _bounded(event.rank)
-    if _bounded(event.seq) < 0:
+def _checked(event: CollectiveEvent, members_checked: bool = False) -> CollectiveEvent:
+    """`event` if every number in it is sane (the analysis sorts, counts and prints them);
+    `members_checked`: its member list came from TraceLines' checked cache."""
+    bounded_int(event.rank)
+    if bounded_int(event.seq) < 0:
         raise ValueError("negative sequence number")
-    for number in (*event.group_ranks, *(d for shape in event.shapes for d in shape)):
-        _bounded(number)
+    members = () if members_checked else event.group_ranks
+    for number in (*members, *(d for shape in event.shapes for d in shape)):
+        bounded_int(number)
     for optional in (event.root, event.tag):
         if optional is not None:
-            _bounded(optional)
+            bounded_int(optional)
     if event.reduce_op is not None and not isinstance(event.reduce_op, str):
         raise ValueError("reduce_op is not a string")
-    _finite(event.t_start)
-    event.site = replace(event.site, line=_bounded(event.site.line), stack=tuple(map(str, event.site.stack)))
+    finite_time(event.t_start)
+    site = event.site
+    if type(site.line) is not int or not all(type(frame) is str for frame in site.stack):
+        event.site = replace(site, line=bounded_int(site.line), stack=tuple(map(str, site.stack)))
+    else:
+        bounded_int(site.line)
     return event
 
 
@@ -626,7 +727,7 @@ def analyze(traces: list[RankTrace], problems: list[Problem] | tuple[Problem, ..
     p2p: list[P2PFinding] = []
     swaps: list[Swap] = []
     groups = []
-    for group in sorted(by_group, key=_group_order):
+    for group in sorted(by_group, key=group_order):
         ranks_events = by_group[group]
         groups.append(
             (group, tuple(sorted(members[group])), max(max(seqs) for seqs in ranks_events.values()))
@@ -656,10 +757,43 @@ def analyze(traces: list[RankTrace], problems: list[Problem] | tuple[Problem, ..
         unreadable=sum(trace.unreadable for trace in traces),
         lost=sum(trace.lost for trace in traces),
         swaps=tuple(swaps),
+        timeline=_timeline(traces, by_group, divergences, p2p),
     )
 
 
-def _group_order(name: str) -> tuple[int, str]:
+def _timeline(
+    traces: list[RankTrace],
+    by_group: dict[str, dict[int, dict[int, CollectiveEvent]]],
+    divergences: list[Divergence],
+    p2p: list[P2PFinding],
+) -> Timeline:
+    """The Timeline of events held in memory."""
+    events = {trace.rank: trace.events for trace in traces}
+    starts = [event.t_start for rank_events in events.values() for event in rank_events]
+    origin = min(starts) if starts else 0.0
+    latest = {
+        rank: max((e.t_end or e.t_start for e in rank_events), default=origin)
+        for rank, rank_events in events.items()
+    }
+    last = {
+        rank: max(rank_events, key=lambda event: event.t_start)
+        for rank, rank_events in events.items()
+        if rank_events
+    }
+    named = [(rank, d.group, d.seq) for d in divergences for ranks in d.ranks for rank in ranks]
+    named += [(rank, f.group, seq) for f in p2p for rank, seq in f.events]
+    found = ((key, by_group.get(key[1], {}).get(key[0], {}).get(key[2])) for key in named)
+    return Timeline(
+        origin=origin,
+        end=max([e.t_end or e.t_start for es in events.values() for e in es], default=origin),
+        latest=latest,
+        last=last,
+        starts={key: event.t_start for key, event in found if event is not None},
+        paths={trace.rank: trace.path for trace in traces},
+    )
+
+
+def group_order(name: str) -> tuple[int, str]:
     return (int(name), "") if name.isascii() and name.isdigit() and len(name) < 12 else (1 << 40, name)
 
 
@@ -669,42 +803,71 @@ def _divergences(group: str, ranks_events: dict[int, dict[int, CollectiveEvent]]
     all_seqs = sorted({seq for seqs in ranks_events.values() for seq in seqs})
     for seq in all_seqs:
         present = {rank: seqs[seq] for rank, seqs in ranks_events.items() if seq in seqs}
-        if len(present) < 2:
-            continue
-        variants = _variants(present, lambda event: event.signature)
-        if len(variants) > 1:
-            found.append(_divergence(group, seq, "mismatch", variants, present))
-            return found  # later sequence numbers are misaligned: the first one is the answer
-        sites = _variants(present, lambda event: event.site.short)
-        if len(sites) > 1 and not any(d.kind == "callsite" for d in found):
-            found.append(_divergence(group, seq, "callsite", sites, present))
+        split = split_at(present, sites_too=not found)
+        if split is not None:
+            found.append(divergence_of(group, seq, *split, present))
+            if split[0] == "mismatch":
+                return found  # later sequence numbers are misaligned: the first one is the answer
     return found
 
 
+def split_at(
+    present: dict[int, CollectiveEvent], sites_too: bool
+) -> tuple[str, list[tuple[int, ...]]] | None:
+    """How the ranks' events at one sequence number (rank -> event) split: ("mismatch", variants)
+    when they are different collectives, else ("callsite", variants) when `sites_too` and they come
+    from different lines, else None."""
+    if len(present) < 2:
+        return None
+    variants = _variants(present, lambda event: event.signature)
+    if len(variants) > 1:
+        return "mismatch", variants
+    if sites_too:
+        sites = _variants(present, lambda event: event.site.short)
+        if len(sites) > 1:
+            return "callsite", sites
+    return None
+
+
 def _swap(group: str, ranks_events: dict[int, dict[int, CollectiveEvent]], before: int | None) -> Swap | None:
-    """The first swapped pair of the group before its first mismatch: per pair of ranks, the
-    sequence numbers where their call sites and operands differ, searched for two that cross."""
-    splits: dict[tuple[int, int], deque[tuple[CollectiveEvent, CollectiveEvent]]] = {}
+    """The first swapped pair of the group before its first mismatch."""
+    search = SwapSearch(group)
     for seq in sorted({seq for seqs in ranks_events.values() for seq in seqs}):
         if before is not None and seq >= before:
             break
-        present = {rank: seqs[seq] for rank, seqs in ranks_events.items() if seq in seqs}
+        found = search.step({rank: seqs[seq] for rank, seqs in ranks_events.items() if seq in seqs})
+        if found is not None:
+            return found
+    return None
+
+
+class SwapSearch:
+    """Looks for a swapped pair one sequence number at a time, in order: per pair of ranks, the
+    last SWAP_WINDOW sequence numbers where their call sites and operands differ are searched for
+    two that cross."""
+
+    def __init__(self, group: str) -> None:
+        self.group = group
+        self.splits: dict[tuple[int, int], deque[tuple[CollectiveEvent, CollectiveEvent]]] = {}
+
+    def step(self, present: dict[int, CollectiveEvent]) -> Swap | None:
+        """The swap completed by this sequence number's events (rank -> event), if any."""
         if len({event.site.short for event in present.values()}) < 2:
-            continue
+            return None
         ranks = sorted(present)
         for index, low in enumerate(ranks):
             for high in ranks[index + 1 :]:
                 one, two = present[low], present[high]
                 if one.site.short == two.site.short or one.site.operand == two.site.operand:
                     continue
-                recent = splits.setdefault((low, high), deque(maxlen=SWAP_WINDOW))
+                recent = self.splits.setdefault((low, high), deque(maxlen=SWAP_WINDOW))
                 for old_one, old_two in recent:
                     if crosses(
                         (old_one.site.operand, old_two.site.operand), (one.site.operand, two.site.operand)
                     ):
-                        return Swap(group, (_use(old_one), _use(old_two), _use(one), _use(two)))
+                        return Swap(self.group, (_use(old_one), _use(old_two), _use(one), _use(two)))
                 recent.append((one, two))
-    return None
+        return None
 
 
 def _use(event: CollectiveEvent) -> Use:
@@ -719,7 +882,7 @@ def _variants(present: dict[int, CollectiveEvent], key: Any) -> list[tuple[int, 
     return sorted((tuple(ranks) for ranks in classes.values()), key=lambda ranks: (-len(ranks), ranks[0]))
 
 
-def _divergence(
+def divergence_of(
     group: str, seq: int, kind: str, variants: list[tuple[int, ...]], present: dict[int, CollectiveEvent]
 ) -> Divergence:
     sides = tuple(Side.of(present[ranks[0]]) for ranks in variants)
@@ -750,14 +913,23 @@ def _p2p_findings(
     found: list[P2PFinding] = []
     channels = pairs(event for seqs in ranks_events.values() for event in seqs.values())
     for channel_pairs in channels.values():
-        for pair in channel_pairs:
-            if pair.send is not None and pair.recv is not None and not pair.agrees:
-                sides = (Side.of(pair.send), Side.of(pair.recv))
-                found.append(P2PFinding(group, "mismatch", _where(pair), sides, _ranks_seqs(pair)))
-                break
+        mismatch = next((pair for pair in channel_pairs if not pair.agrees), None)
         lone = next((pair for pair in channel_pairs if pair.send is None or pair.recv is None), None)
-        if lone is not None:
-            found.extend(_unmatched(group, lone, traced))
+        found.extend(channel_findings(group, mismatch, lone, traced))
+    return found
+
+
+def channel_findings(
+    group: str, mismatch: Pair | None, lone: Pair | None, traced: set[int]
+) -> list[P2PFinding]:
+    """The findings of one channel: its first pair that disagrees (`mismatch`), and its first send
+    or recv left unmatched (`lone`)."""
+    found: list[P2PFinding] = []
+    if mismatch is not None and mismatch.send is not None and mismatch.recv is not None:
+        sides = (Side.of(mismatch.send), Side.of(mismatch.recv))
+        found.append(P2PFinding(group, "mismatch", _where(mismatch), sides, _ranks_seqs(mismatch)))
+    if lone is not None:
+        found.extend(_unmatched(group, lone, traced))
     return found
 
 

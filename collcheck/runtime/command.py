@@ -5,21 +5,23 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from collcheck.runtime.analyze import (
+    PERFETTO_FILE,
     Analysis,
     Problem,
     TraceError,
-    analyze,
-    load_dir,
     render_text,
     to_json,
 )
-from collcheck.runtime.record import shared_dir_allowed, write_output
+from collcheck.runtime.perfetto import Window
+from collcheck.runtime.record import open_output, shared_dir_allowed, write_output
+from collcheck.runtime.stream import analyze_dir
 
 TRACE_FORMATS = ("text", "json", "perfetto")
 STDOUT = Path("-")  # `--output -`
@@ -120,7 +122,7 @@ def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
     assert isinstance(outcome, RunOutcome)
     problems: list[Problem] = []
     try:
-        analysis = analyze(load_dir(trace_dir, problems), problems)
+        analysis = analyze_dir(trace_dir, problems)
     except TraceError:
         _warn_problems(problems)
         if outcome.returncode == 0 and not outcome.interrupted:  # a command without torch.distributed
@@ -180,6 +182,17 @@ def trace_command(
             help="Write the output into a folder every user can write and another user owns.",
         ),
     ] = False,
+    ranks: Annotated[str | None, typer.Option("--ranks", help="perfetto: only these ranks (0-7,12).")] = None,
+    groups: Annotated[
+        str | None,
+        typer.Option("--groups", help="perfetto: only these groups (0,1; sends and recvs included)."),
+    ] = None,
+    time_range: Annotated[
+        str | None,
+        typer.Option(
+            "--time", help="perfetto: only START:END seconds from the trace's start (either may be empty)."
+        ),
+    ] = None,
 ) -> None:
     """Analyse recorded traces offline.
 
@@ -192,9 +205,17 @@ def trace_command(
             f"collcheck: error: unknown format '{output_format}' (expected text, json or perfetto)", err=True
         )
         raise typer.Exit(2)
+    try:
+        window = parse_window(ranks, groups, time_range)
+    except ValueError as error:
+        typer.echo(f"collcheck: error: {error}", err=True)
+        raise typer.Exit(2) from error
+    if window != Window() and output_format != "perfetto":
+        typer.echo("collcheck: error: --ranks, --groups and --time go with --format perfetto", err=True)
+        raise typer.Exit(2)
     problems: list[Problem] = []
     try:
-        analysis = analyze(load_dir(str(directory), problems), problems)
+        analysis = analyze_dir(str(directory), problems)
     except TraceError as error:
         _warn_problems(problems)
         typer.echo(f"collcheck: error: {error}", err=True)
@@ -202,7 +223,7 @@ def trace_command(
     if output_format != "text" or output is not None:  # the text report lists them itself
         _warn_problems(problems)
     try:
-        _emit(analysis, output_format, output, directory, allow_shared_dir or shared_dir_allowed())
+        _emit(analysis, output_format, output, directory, allow_shared_dir or shared_dir_allowed(), window)
     except OSError as error:  # UnsafeLocation included
         typer.echo(f"collcheck: error: cannot write the output: {error}", err=True)
         raise typer.Exit(2) from error
@@ -221,22 +242,56 @@ def _plural_ranks(analysis: Analysis) -> str:
     )
 
 
+def parse_window(ranks: str | None, groups: str | None, time_range: str | None) -> Window:
+    """The Perfetto window from `--ranks 0-7,12`, `--groups 0,1` and `--time 1.5:3`; ValueError
+    with the reason when one does not parse."""
+    chosen: set[int] | None = None
+    if ranks is not None:
+        chosen = set()
+        for part in filter(None, ranks.split(",")):
+            low, dash, high = part.strip().partition("-")
+            try:
+                first, last = int(low), int(high if dash else low)
+            except ValueError:
+                raise ValueError(f"--ranks: {part!r} is not a rank or a range like 0-7") from None
+            if last - first > 1 << 20:
+                raise ValueError(f"--ranks: {part!r} is too wide a range")
+            chosen.update(range(first, last + 1))
+    names = None if groups is None else frozenset(g.strip() for g in groups.split(",") if g.strip())
+    start = end = None
+    if time_range is not None:
+        low, colon, high = time_range.partition(":")
+        try:
+            start = float(low) if low.strip() else None
+            end = float(high) if colon and high.strip() else None
+        except ValueError:
+            raise ValueError(f"--time: {time_range!r} is not START:END in seconds") from None
+    return Window(None if chosen is None else frozenset(chosen), names, start, end)
+
+
 def _emit(
-    analysis: Analysis, output_format: str, output: Path | None, directory: Path, allow_shared: bool
+    analysis: Analysis,
+    output_format: str,
+    output: Path | None,
+    directory: Path,
+    allow_shared: bool,
+    window: Window,
 ) -> None:
     """Print or write the report; files are written as traces are (record.open_output)."""
     if output_format == "perfetto":
-        from collcheck.runtime.perfetto import to_perfetto
+        from collcheck.runtime.perfetto import write_perfetto
 
-        document = json.dumps(to_perfetto(analysis))
         if output == STDOUT:  # `-o -`: the JSON alone on stdout, so `> trace.json` is a valid file
-            typer.echo(document)
+            write_perfetto(analysis, sys.stdout, window)
+            sys.stdout.write("\n")
+            sys.stdout.flush()
             typer.echo(
                 f"collcheck: {_plural_ranks(analysis)}; open the JSON in https://ui.perfetto.dev", err=True
             )
             return
-        target = output or directory / "trace.perfetto.json"
-        write_output(str(target), document, allow_shared)
+        target = output or directory / PERFETTO_FILE
+        with os.fdopen(open_output(str(target), allow_shared), "w", encoding="utf-8") as handle:
+            write_perfetto(analysis, handle, window)
         typer.echo(f"wrote {target} (open it in https://ui.perfetto.dev)", err=True)
         return
     text = json.dumps(to_json(analysis), indent=2) if output_format == "json" else render_text(analysis)

@@ -137,7 +137,7 @@ def _died(analysis: Analysis, exit_codes: dict[int, int]) -> list[tuple[int, int
             how = "killed or crashed; exit status unknown"
         else:
             continue
-        last = _last(analysis.events.get(summary.rank, []))
+        last = analysis.timeline.last.get(summary.rank)
         if last is None:
             found.append(
                 (summary.rank, code, f"rank {summary.rank} died before its first collective ({how})")
@@ -168,10 +168,6 @@ def _deaths_text(died: list[tuple[int, int | None, str]]) -> str:
 
 
 ABORTED = 86  # verify.ABORT_EXIT_CODE: collcheck itself stopped the rank, after a report
-
-
-def _last(events: list[CollectiveEvent]) -> CollectiveEvent | None:
-    return max(events, key=lambda event: event.t_start) if events else None
 
 
 def _where(event: CollectiveEvent) -> str:

@@ -1,0 +1,192 @@
+"""Time and peak memory of the offline analysis (`collcheck trace`) on large synthetic traces.
+
+    python bench/trace_scale.py                      # 64 x 10K, 64 x 100K, 1,024 x 1K
+    python bench/trace_scale.py --size 256x10000 --size 8x1000 --formats text
+    python bench/trace_scale.py --pythonpath /work/main   # the same figures for another checkout
+
+Each size R x E writes R rank traces of E collectives each into a temporary folder (never inside
+the repository; removed afterwards unless --keep), in the format the tracer writes: a header, the
+reserved `lost` line, one `coll` line with the group's member list and one `done` line per
+collective, an exit line. Every fourth collective is on a second group holding the even ranks
+(the odd ranks issue nothing there), call sites alternate between two lines. Then `collcheck
+trace` runs in a child process for each format; its wall time and peak resident memory (the
+child's own `ru_maxrss`, from wait4) are printed. Exits 1 when a run failed (a status outside
+0-3, or past --timeout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_SIZES = ("64x10000", "64x100000", "1024x1000")
+FORMATS = ("text", "perfetto")
+SUBGROUP_EVERY = 4  # every fourth collective is on the even ranks' group
+
+
+@dataclass(frozen=True)
+class Size:
+    ranks: int
+    events: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.ranks} x {self.events:,}"
+
+
+@dataclass(frozen=True)
+class Measured:
+    size: Size
+    output_format: str
+    seconds: float
+    peak_mib: float
+    status: int
+
+
+def parse_size(text: str) -> Size:
+    ranks, _, events = text.lower().partition("x")
+    return Size(int(ranks), int(events))
+
+
+def write_traces(folder: Path, size: Size) -> int:
+    """Write `size.ranks` traces of `size.events` collectives into `folder`; return the bytes written."""
+    world = ",".join(map(str, range(size.ranks)))
+    evens = ",".join(map(str, range(0, size.ranks, 2)))
+    total = 0
+    for rank in range(size.ranks):
+        path = folder / f"collcheck-rank{rank}.jsonl"
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(_rank_lines(rank, size, world, evens))
+        total += path.stat().st_size
+    return total
+
+
+def _rank_lines(rank: int, size: Size, world: str, evens: str) -> str:
+    lines = [
+        f'{{"ev":"header","schema":1,"rank":{rank},"world_size":{size.ranks},"pid":{1000 + rank},'
+        f'"mode":"async","t":1000.0}}\n',
+        '{"ev":"lost","n":0,"error":""}\n',
+    ]
+    heads = {
+        "0": f'{{"ev":"coll","rank":{rank},"group":"0","group_ranks":[{world}],"seq":',
+        "1": f'{{"ev":"coll","rank":{rank},"group":"1","group_ranks":[{evens}],"seq":',
+    }
+    seqs = {"0": 0, "1": 0}
+    t = 1000.0 + rank * 1e-4
+    for index in range(size.events):
+        group = "1" if index % SUBGROUP_EVERY == SUBGROUP_EVERY - 1 else "0"
+        if group == "1" and rank % 2:
+            continue
+        seqs[group] += 1
+        seq = seqs[group]
+        line = 10 + index % 2
+        t += 1e-3
+        lines.append(
+            f'{heads[group]}{seq},"op":"all_reduce","shapes":[[1024]],"dtypes":["float32"],"reduce_op":"sum",'
+            f'"root":null,"site":{{"file":"/job/train.py","line":{line},"func":"step",'
+            f'"stack":["/job/train.py:{line} in step","/job/train.py:40 in main"],"via":""}},'
+            f'"thread":"MainThread","t_start":{t!r},"group_desc":""}}\n'
+        )
+        lines.append(f'{{"ev":"done","group":"{group}","seq":{seq},"t_end":{t + 5e-4!r},"ok":true}}\n')
+    lines.append('{"ev":"exit"}\n')
+    return "".join(lines)
+
+
+def measure(folder: Path, size: Size, output_format: str, pythonpath: str, timeout: float) -> Measured:
+    """Run `collcheck trace` on `folder` in a child process; its time and peak RSS."""
+    out = folder.parent / f"out.{output_format}"
+    command = [sys.executable, "-m", "collcheck", "trace", str(folder), "--format", output_format]
+    command += ["-o", str(out)]
+    env = dict(os.environ, PYTHONPATH=pythonpath)
+    start = time.monotonic()
+    child = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=pythonpath
+    )
+    try:
+        status, usage = _wait(child, timeout)
+    except BaseException:  # the bench was stopped: so is the run
+        child.kill()
+        child.wait()
+        raise
+    seconds = time.monotonic() - start
+    if status not in (0, 1, 3):
+        assert child.stderr is not None
+        sys.stderr.write(child.stderr.read().decode("utf-8", "replace")[-2000:])
+    if out.exists():
+        out.unlink()
+    return Measured(size, output_format, seconds, usage.ru_maxrss / 1024, status)
+
+
+def _wait(child: subprocess.Popen[bytes], timeout: float) -> tuple[int, resource.struct_rusage]:
+    """The child's exit status (-9 when killed at `timeout`) and its own resource usage."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, raw, usage = os.wait4(child.pid, os.WNOHANG)
+        if pid == child.pid:
+            child.returncode = os.waitstatus_to_exitcode(raw)
+            return child.returncode, usage
+        if time.monotonic() > deadline:
+            child.kill()
+            _, raw, usage = os.wait4(child.pid, 0)
+            child.returncode = os.waitstatus_to_exitcode(raw)
+            return child.returncode, usage
+        time.sleep(0.05)
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--size", action="append", help=f"RANKSxEVENTS (repeatable); default: {', '.join(DEFAULT_SIZES)}"
+    )
+    parser.add_argument("--formats", default=",".join(FORMATS), help="comma-separated: text, json, perfetto")
+    parser.add_argument("--pythonpath", default=str(REPO), help="the collcheck checkout to measure")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    parser.add_argument("--tmp", default=None, help="where the temporary folders go (default: the system's)")
+    parser.add_argument("--keep", action="store_true", help="keep the generated traces")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop)  # a stopped bench still removes its traces
+    sizes = [parse_size(text) for text in (args.size or DEFAULT_SIZES)]
+    failed = False
+    print(
+        f"{'size':>14}  {'format':<9} {'trace MB':>9} {'seconds':>8} {'peak RSS MiB':>13} status", flush=True
+    )
+    for size in sizes:
+        scratch = Path(tempfile.mkdtemp(prefix="collcheck-trace-scale-", dir=args.tmp))
+        try:
+            folder = scratch / "traces"
+            folder.mkdir()
+            written = write_traces(folder, size)
+            for output_format in args.formats.split(","):
+                found = measure(folder, size, output_format, args.pythonpath, args.timeout)
+                failed = failed or found.status not in (0, 1, 3)
+                print(
+                    f"{size.label:>14}  {output_format:<9} {written / 1e6:9.0f} {found.seconds:8.1f} "
+                    f"{found.peak_mib:13.0f} {found.status}",
+                    flush=True,
+                )
+        finally:
+            if args.keep:
+                print(f"kept {scratch}")
+            else:
+                shutil.rmtree(scratch, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
