@@ -12,7 +12,7 @@ Protocol (keys live under the `collcheck/` prefix of the job's store; no new ser
 * `fp/<group>:p2p/<src>-<dst>/<k mod RING>` and `head/<group>:p2p/<src>-<dst>`: the same for
   sends and recvs (see p2p.py): the sender publishes the k-th send to `dst`, and `dst` compares
   its k-th recv from `src` with it. `pwait/<rank>`: the rank a strict recv is waiting for.
-* `members/<group>`: the group's member list, written once by its lowest rank.
+* `members/<group>`: the group's member list, written once by the first member to claim it.
 * `pos/<rank>`: where a rank is (per-group issued counts, collectives in flight, its last one),
   refreshed a few times a second while it changes; read only when a stall is reported, and then
   by one rank (`stall_claim`), not by every rank that timed out.
@@ -574,6 +574,9 @@ class Monitor:
         with self._lock:
             kept = {key: event for key, event in self._inflight.items() if key[0] not in issued}
             kept.update(((event.group, event.seq), event) for event in inflight)
+            for event in inflight if last is None else [*inflight, last]:
+                if event.group not in self._members:  # for `members/<group>` (stall reports)
+                    self._members[event.group] = event.group_ranks
             changed = bool(issued.items() - self._issued.items()) or kept.keys() != self._inflight.keys()
             self._issued.update(issued)
             self._inflight = kept
@@ -926,15 +929,17 @@ class Monitor:
         return advances, skipped
 
     def _publish_members(self, store: Any) -> None:
-        """Write the member list of each group this rank is the lowest rank of, once: stall
-        reports read it, instead of every position and record carrying it."""
+        """Write the member list of each group this rank has used, once per group for the whole
+        job: the first member to claim it writes it (its lowest rank may not have used the group
+        yet when a stall is reported). Stall reports read it, instead of every position and
+        record carrying it. One small request per rank and group."""
         if len(self._members_sent) == len(self._members):
             return
         for group, ranks in list(self._members.items()):
             if group in self._members_sent:
                 continue
             self._members_sent.add(group)
-            if ranks and self.config.rank == min(ranks):
+            if ranks and int(store.add(f"members_claim/{group}", 1)) == 1:
                 store.set(members_key(group), json.dumps(list(ranks), separators=(",", ":")))
 
     def _compare_channel(self, store: Any, channel: str, pending: deque[tuple[int, dict[str, Any]]]) -> None:

@@ -8,7 +8,7 @@ overwrites instead of deleting. The readable details (what the op was, its call 
 go to a second, smaller ring per channel, `dt/<channel>/<index mod DETAIL_RING>`, once per
 distinct collective (a training loop's steady state writes none), and are read only when the
 hashes differ, to write the report. A group's member list is written once, `members/<group>`,
-by its lowest rank, for stall reports; nothing per collective carries it.
+by the first member to claim it, for stall reports; nothing per collective carries it.
 
 A reader checks the number in what it reads: a slot that holds a later collective than the one it
 wants was overwritten before it was compared (the reader fell behind), and the caller says so.
@@ -16,6 +16,7 @@ wants was overwritten before it was compared (the reader fell behind), and the c
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections import OrderedDict
@@ -31,6 +32,7 @@ MISSING = "\x00collcheck:missing"
 DETAIL_FIELDS = ("d", "site", "x", "s", "o")  # what a report says of the publisher's side
 
 
+@functools.lru_cache(maxsize=4096)  # a training loop hashes the same few signatures and sites
 def digest(text: str) -> str:
     """16 hex digits: what two ranks compare instead of the text itself."""
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
@@ -129,12 +131,12 @@ class DetailIndex:
     """
 
     def __init__(self) -> None:
-        self._where: OrderedDict[str, int] = OrderedDict()
+        self._where: OrderedDict[tuple[Any, ...], int] = OrderedDict()
         self._next = 0
 
     def place(self, fp: dict[str, Any]) -> tuple[int, str | None]:
         """(index, details text to write or None when already written) for a fingerprint."""
-        identity = digest(json.dumps([fp.get(name) for name in DETAIL_FIELDS], separators=(",", ":")))
+        identity = tuple(fp.get(name) for name in DETAIL_FIELDS)
         index = self._where.get(identity)
         if index is not None:
             return index, None

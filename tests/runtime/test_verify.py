@@ -318,6 +318,19 @@ def test_what_a_leader_writes_per_collective_does_not_grow_with_the_group() -> N
     assert b"ranks" not in store.data["pos/0"] and len(store.data["pos/0"]) < 600
 
 
+def test_a_member_list_is_written_once_by_whichever_member_uses_the_group_first() -> None:
+    store = FakeStore()
+    follower, _ = _monitor(1, store)
+    leader, _ = _monitor(0, store)
+    follower.issued(_event(1, 1, line=10), check=False)  # the lowest rank has not used it yet
+    follower._publish_members(store)
+    assert store.data["members/0"] == b"[0,1]"
+    leader.issued(_event(0, 1, line=10), check=False)
+    leader._publish_members(store)
+    follower._publish_members(store)
+    assert store.sets["members/0"] == 1 and store.calls["add"] == 2  # one claim per rank, once
+
+
 def test_a_follower_reads_details_only_when_the_hashes_differ() -> None:
     store = FakeStore()
     leader, _ = _monitor(0, store)
