@@ -99,7 +99,7 @@ class CountingStore:
         return counted
 
 
-def worker(backend: str, mode: str, iters: int, members: int, trace_dir: str) -> None:
+def worker(backend: str, mode: str, iters: int, members: int, trace_dir: str, stall_s: float) -> None:
     import torch
     import torch.distributed as dist
 
@@ -115,7 +115,9 @@ def worker(backend: str, mode: str, iters: int, members: int, trace_dir: str) ->
             return CountingStore(connect(address, timeout), counts)
 
         setattr(tracer, "connect_store", counted_store)  # noqa: B010
-        collcheck.runtime.enable(trace_dir, verify=True, strict=mode == "strict", timeout=600, adapters=False)
+        collcheck.runtime.enable(
+            trace_dir, verify=True, strict=mode == "strict", timeout=stall_s, adapters=False
+        )
     port = int(os.environ["MASTER_PORT"])
     c10d: Any = dist  # TCPStore is re-exported without type stubs
     store = c10d.TCPStore("127.0.0.1", port, is_master=rank == 0, wait_for_workers=False)
@@ -165,7 +167,10 @@ def _sync(store: Any, name: str, world: int) -> None:
         time.sleep(0.01)
 
 
-def run(backend: str, mode: str, ranks: int, members: int, iters: int) -> list[dict[str, Any]]:
+def run(
+    backend: str, mode: str, ranks: int, members: int, iters: int, stall_s: float
+) -> list[dict[str, Any]]:
+    """One job; each rank's RESULT, with the collcheck lines it wrote to stderr (warnings)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COLLCHECK_", "TORCH_DISTRIBUTED"))}
     env.update(
         MASTER_ADDR="127.0.0.1",
@@ -176,6 +181,7 @@ def run(backend: str, mode: str, ranks: int, members: int, iters: int) -> list[d
     )
     trace_dir = tempfile.mkdtemp(prefix="collcheck-scale-")
     command = [sys.executable, __file__, "--worker", backend, mode, str(iters), str(members), trace_dir]
+    command.append(str(stall_s))
     processes = [
         subprocess.Popen(
             command, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -188,7 +194,8 @@ def run(backend: str, mode: str, ranks: int, members: int, iters: int) -> list[d
         if process.returncode != 0:
             raise SystemExit(f"{backend} {mode} {ranks} ranks failed:\n{err[-3000:]}")
         line = next(line for line in out.splitlines() if line.startswith("RESULT "))
-        results.append(dict(json.loads(line[len("RESULT ") :])))
+        said = [line for line in err.splitlines() if line.startswith("collcheck:")]
+        results.append(dict(json.loads(line[len("RESULT ") :]), said=said))
     return results
 
 
@@ -210,16 +217,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--worker", nargs=5)
+    parser.add_argument("--worker", nargs=6)
     parser.add_argument("--ranks", default="2,4,8,16")
     parser.add_argument("--members", default="16,128,1024", help="simulated world sizes (fake backend)")
     parser.add_argument("--iters", type=int, default=1000)
     parser.add_argument("--modes", default="async,strict")
     parser.add_argument("--backends", default="gloo,fake")
+    parser.add_argument("--stall-timeout", type=float, default=600.0, help="collcheck's --timeout")
     args = parser.parse_args()
     if args.worker:
-        backend, mode, iters, members, trace_dir = args.worker
-        worker(backend, mode, int(iters), int(members), trace_dir)
+        backend, mode, iters, members, trace_dir, stall_s = args.worker
+        worker(backend, mode, int(iters), int(members), trace_dir, float(stall_s))
         return
     print(
         "backend  ranks  members  mode    added us/op  added cpu us/op  requests/op/rank  "
@@ -230,9 +238,9 @@ def main() -> None:
         for ranks in (int(r) for r in args.ranks.split(",")):
             for members in sizes:
                 world = members or ranks
-                base = run(backend, "untraced", ranks, world, args.iters)
+                base = run(backend, "untraced", ranks, world, args.iters, args.stall_timeout)
                 for mode in args.modes.split(","):
-                    traced = run(backend, mode, ranks, world, args.iters)
+                    traced = run(backend, mode, ranks, world, args.iters, args.stall_timeout)
                     print(
                         f"{backend:7}  {ranks:5}  {world:7}  {mode:6}  "
                         f"{_median(traced, 'us') - _median(base, 'us'):11.1f}  "
@@ -241,6 +249,8 @@ def main() -> None:
                         f"{max(int(r['largest']) for r in traced):13}",
                         flush=True,
                     )
+                    for said in sorted({line for r in traced for line in r["said"]}):
+                        print(f"    {said}")  # any warning a rank wrote (none expected)
     print(f"load average (1 min): {os.getloadavg()[0]:.1f}")
 
 
