@@ -13,6 +13,11 @@ keys and values in both directions). Printed per rank count, backend and mode:
 * store requests and bytes per collective per rank (mean over ranks), and the largest single
   value one rank wrote during the loop (a per-collective message, or a position).
 
+`--inproc`: no processes and no torch job: a leader's and a follower's monitor in one process on
+an in-memory store, fed the same events (groups of 2 to 10,000 members); their CPU time per
+collective (issuing and background work, both ranks) and the bytes each writes and reads, free of
+the scheduling noise of many processes on a small machine.
+
 `gloo`: a real job of `--ranks` processes. `fake`: torch's `fake` backend (collectives return at
 once, nothing is exchanged), `--ranks` real processes that are ranks 0..N-1 of a world of
 `--members` simulated ranks: the group's member list is as long as that world's, so what grows
@@ -97,6 +102,107 @@ class CountingStore:
             return result
 
         return counted
+
+
+class DictStore:
+    """An in-memory store with the calls the monitor makes (for `--inproc`), counting bytes."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.bytes = 0
+
+    def _put(self, key: str, value: str | bytes) -> None:
+        raw = value.encode() if isinstance(value, str) else value
+        self.data[key] = raw
+        self.bytes += len(key) + len(raw)
+
+    def set(self, key: str, value: str | bytes) -> None:
+        self._put(key, value)
+
+    def multi_set(self, keys: list[str], values: list[str]) -> None:
+        for key, value in zip(keys, values, strict=True):
+            self._put(key, value)
+
+    def get(self, key: str) -> bytes:
+        self.bytes += len(key) + len(self.data[key])
+        return self.data[key]
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        return [self.get(key) for key in keys]
+
+    def check(self, keys: list[str]) -> bool:
+        return all(key in self.data for key in keys)
+
+    def add(self, key: str, amount: int) -> int:
+        value = int(self.data.get(key, b"0")) + amount
+        self.data[key] = str(value).encode()
+        return value
+
+    def compare_set(self, key: str, expected: str, desired: str) -> bytes:
+        current = self.data.get(key)
+        if (current is None and expected == "") or current == expected.encode():
+            self._put(key, desired)
+            return desired.encode()
+        if current is None:
+            return expected.encode()
+        self.bytes += len(key) + len(current)
+        return current
+
+    def delete_key(self, key: str) -> bool:
+        return self.data.pop(key, None) is not None
+
+
+class NullWriter:
+    def write(self, data: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def inproc(members: int, collectives: int) -> tuple[float, float]:
+    """(CPU µs per collective for a leader and a follower together, store bytes per collective)."""
+    from collcheck.runtime.record import CallSite, CollectiveEvent
+    from collcheck.runtime.verify import Monitor, MonitorConfig
+
+    store = DictStore()
+    ranks = tuple(range(members))  # one tuple per group, as the tracer keeps it
+    monitors = []
+    for rank in (0, 1):
+        config = MonitorConfig(rank=rank, verify=True, strict=False, timeout_s=600, world_size=members)
+        monitor = Monitor(config, writer=NullWriter(), store_factory=None)  # type: ignore[arg-type]
+        monitor.store = monitor.sync_store = store
+        monitors.append(monitor)
+    site = CallSite("train.py", 10)
+
+    def event(rank: int, seq: int) -> CollectiveEvent:
+        return CollectiveEvent(
+            rank,
+            "0",
+            ranks,
+            seq,
+            "all_reduce",
+            ((256,),),
+            ("float32",),
+            "sum",
+            site=site,
+            t_start=time.time(),
+        )
+
+    for monitor in monitors:  # the first collective: agreed before issue, not measured
+        monitor.issued(event(monitor.config.rank, 1))
+    before, cpu = store.bytes, time.process_time()
+    for seq in range(2, collectives + 2):
+        for monitor in monitors:
+            monitor.issued(event(monitor.config.rank, seq))
+            monitor.completed("0", seq)  # a blocking collective: done before the next one
+        if seq % 50 == 0:  # a 50 ms tick at 1,000 collectives a second
+            for monitor in monitors:
+                monitor._tick()
+    for monitor in monitors:
+        monitor._tick()
+    spent = (time.process_time() - cpu) / collectives * 1e6
+    return spent, (store.bytes - before) / collectives
 
 
 def worker(backend: str, mode: str, iters: int, members: int, trace_dir: str, stall_s: float) -> None:
@@ -223,11 +329,19 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=1000)
     parser.add_argument("--modes", default="async,strict")
     parser.add_argument("--backends", default="gloo,fake")
+    parser.add_argument("--inproc", action="store_true", help="only the in-process measurement")
     parser.add_argument("--stall-timeout", type=float, default=600.0, help="collcheck's --timeout")
     args = parser.parse_args()
     if args.worker:
         backend, mode, iters, members, trace_dir, stall_s = args.worker
         worker(backend, mode, int(iters), int(members), trace_dir, float(stall_s))
+        return
+    sys.path.insert(0, str(REPO))
+    if args.inproc:
+        print("members  cpu us/collective (leader + follower)  store bytes/collective")
+        for members in (2, 16, 128, 1024, 10_000):
+            spent, moved = inproc(members, args.iters)
+            print(f"{members:7}  {spent:37.1f}  {moved:22.0f}", flush=True)
         return
     print(
         "backend  ranks  members  mode    added us/op  added cpu us/op  requests/op/rank  "
