@@ -2,15 +2,20 @@
 
 Protocol (keys live under the `collcheck/` prefix of the job's store; no new service):
 
-* `fp/<group>/<seq>`: the fingerprint of collective #seq of a group, published by the group's
-  leader (its lowest global rank). `head/<group>` counts how many the leader has published.
-  Every other member compares its own fingerprint with the leader's, so each pair of ranks is
-  compared through the leader with one store key per collective rather than one per rank.
-* `fp/<group>:p2p/<src>-<dst>/<k>` and `head/<group>:p2p/<src>-<dst>`: the same for sends and
-  recvs (see p2p.py): the sender publishes the k-th send to `dst`, and `dst` compares its k-th
-  recv from `src` with it. `pwait/<rank>`: the rank a strict recv is waiting for ("" when none).
+* `fp/<group>/<seq mod RING>`: a constant-size record of collective #seq of a group (hashes of
+  its signature and call site, see verify_wire.py), published by the group's leader (its lowest
+  global rank) into a fixed ring of slots; `dt/<group>/<i>` holds the readable details of each
+  distinct collective, read only when the hashes differ. `head/<group>` counts how many the
+  leader has published. Every other member compares its own with the leader's, so each pair of
+  ranks is compared through the leader with one small record per collective. A follower that
+  finds its slot already overwritten fell behind, and says so (a `behind` warning).
+* `fp/<group>:p2p/<src>-<dst>/<k mod RING>` and `head/<group>:p2p/<src>-<dst>`: the same for
+  sends and recvs (see p2p.py): the sender publishes the k-th send to `dst`, and `dst` compares
+  its k-th recv from `src` with it. `pwait/<rank>`: the rank a strict recv is waiting for.
+* `members/<group>`: the group's member list, written once by the first member to claim it.
 * `pos/<rank>`: where a rank is (per-group issued counts, collectives in flight, its last one),
-  refreshed a few times a second; read only when a stall is reported.
+  refreshed a few times a second while it changes; read only when a stall is reported, and then
+  by one rank (`stall_claim`), not by every rank that timed out.
 * `abort`: the first error report (compare_set, so the first reporter wins); every rank polls it
   and stops, so one rank's finding ends the whole job instead of leaving the others hanging.
 
@@ -19,7 +24,9 @@ Asynchronous mode does the store traffic on a background thread, except the firs
 it is issued, as in strict mode, so a divergence at a new call site (the usual kind) is caught
 before the backend sees it. Strict mode publishes and compares on the calling thread before every
 collective, send and recv. Every store wait has a timeout;
-any store failure degrades the tracer to recording only (with a warning), never to a hang.
+any store failure degrades the tracer to recording only (with a warning), never to a hang. The
+extra store connections are retried for a time that grows with the world; a rank that cannot
+make them says so through the job's own store connection, so that nobody waits for it.
 The functions at the bottom (report texts, cycle search) are pure, so tests can call them.
 """
 
@@ -39,8 +46,30 @@ from typing import Any
 
 from collcheck.runtime.groups import is_creation, numbered
 from collcheck.runtime.operand import Use, crosses, swap_text
-from collcheck.runtime.p2p import ANY_SOURCE, RECV, Channel, channel_of, is_p2p, pair_text, payload
+from collcheck.runtime.p2p import (
+    ANY_SOURCE,
+    RECV,
+    Channel,
+    base_group,
+    channel_of,
+    is_p2p,
+    pair_text,
+    payload,
+)
 from collcheck.runtime.record import CollectiveEvent, ReportEvent, TraceWriter, trace_file_name
+from collcheck.runtime.verify_wire import (
+    RING,
+    SKIPPED,
+    DetailIndex,
+    Record,
+    detail_key,
+    differs,
+    hashes,
+    members_key,
+    peek,
+    slot_key,
+    theirs,
+)
 
 ABORT_EXIT_CODE = 86
 TICK_S = 0.05
@@ -48,8 +77,11 @@ POSITION_EVERY_S = 0.25
 FLUSH_S = 2.0
 ABORT_GRACE_S = 0.5
 ABORT_LINGER_S = 3.0
-KEY_WINDOW = 65_536  # fingerprints kept per group behind the newest (about 200 bytes each)
-PRUNE_PER_TICK = 1_024  # deletions per tick at most: the checker's tick stays short
+CONNECT_BUDGET_S = 10.0  # retrying the extra store connections for at least this long,
+CONNECT_PER_RANK_S = 0.02  # plus this per rank of the world (a thousand clients connect at once)
+CONNECT_FIRST_PAUSE_S = 0.1  # the first pause between tries; doubled up to 2 s
+PENDING_LIMIT = 2 * RING  # fingerprints queued per channel for comparison, at most (memory)
+STALL_CLAIM_GRACE_S = 10.0  # a rank that lost the stall claim waits this long for the abort
 FIRST_SEEN_LIMIT = 4_096  # (group, op, call site) agreed synchronously in async mode, at most
 P2P_POLL_S = 0.1  # how often a strict recv waiting for its send looks for a wait cycle
 PREFIX = "collcheck"
@@ -65,9 +97,11 @@ AHEAD_LIMIT = 1_024  # fingerprints published past a missing number before head/
 # Plain data exchanged through the store
 
 
-def fingerprint(event: CollectiveEvent) -> dict[str, Any]:
-    """The compact record one rank publishes for one (group, seq)."""
-    return {
+def fingerprint(event: CollectiveEvent, members: bool = True) -> dict[str, Any]:
+    """What one rank knows of one (group, seq), as compared and reported. `members=False`
+    leaves out the group's member list: what is published (positions) or kept per collective
+    must not grow with the group; readers restore it from `members/<group>`."""
+    fp = {
         "r": event.rank,
         "g": event.group,
         "n": event.seq,
@@ -75,8 +109,10 @@ def fingerprint(event: CollectiveEvent) -> dict[str, Any]:
         "d": event.describe,
         "site": event.site.short,
         "x": event.site.operand,
-        "ranks": list(event.group_ranks),
     }
+    if members:
+        fp["ranks"] = list(event.group_ranks)
+    return fp
 
 
 @dataclass(frozen=True)
@@ -92,19 +128,21 @@ class P2PSlot:
         return self.event.rank == self.channel.src
 
 
-def p2p_fingerprint(slot: P2PSlot) -> dict[str, Any]:
+def p2p_fingerprint(slot: P2PSlot, members: bool = True) -> dict[str, Any]:
     """A send's or recv's record: `s` is what both sides must agree on (shapes, dtypes, tag), and
     `c`, `k`, `w` say which pair it is (channel, number, and how reports name it)."""
-    fp = fingerprint(slot.event)
+    fp = fingerprint(slot.event, members)
     fp.update(
         s=payload(slot.event), o=slot.event.op, c=slot.channel.key, k=slot.k, w=slot.channel.where(slot.k)
     )
     return fp
 
 
-def blocked_fingerprint(event: CollectiveEvent, slot: P2PSlot | None = None) -> dict[str, Any]:
+def blocked_fingerprint(
+    event: CollectiveEvent, slot: P2PSlot | None = None, members: bool = True
+) -> dict[str, Any]:
     """A fingerprint plus when the op was issued (what positions and stalls show)."""
-    fp = p2p_fingerprint(slot) if slot is not None else fingerprint(event)
+    fp = p2p_fingerprint(slot, members) if slot is not None else fingerprint(event, members)
     fp["since"] = event.t_start
     return fp
 
@@ -304,6 +342,23 @@ def connect_store(address: str | None, timeout_s: float) -> Any:
     return c10d.PrefixStore(PREFIX, client)
 
 
+def job_store() -> Any:
+    """The job's own store client (the default group's), under the collcheck prefix: no new
+    connection, for the one message a rank whose own connections failed still owes the others."""
+    import torch.distributed
+    from torch.distributed import distributed_c10d
+
+    c10d: Any = torch.distributed
+    return c10d.PrefixStore(PREFIX, distributed_c10d._get_default_store())
+
+
+def connect_budget(world_size: int, timeout_s: float) -> float:
+    """How long to keep trying to connect: longer for a large world (its ranks all connect at
+    once), but at most half the stall timeout, so that followers waiting for a leader that is
+    still trying never take it for a stall."""
+    return min(CONNECT_BUDGET_S + CONNECT_PER_RANK_S * world_size, max(timeout_s / 2, 1.0))
+
+
 # ---------------------------------------------------------------------------------------------
 # The monitor: background thread for async checks, positions, abort polling and stalls
 
@@ -329,8 +384,10 @@ class Monitor:
         store_factory: Callable[[], Any] | None,
         on_tick: Callable[[], None] | None = None,
         before_exit: Callable[[], None] | None = None,
+        fallback_store: Callable[[], Any] | None = job_store,
     ) -> None:
         self.config = config
+        self._fallback = fallback_store  # says `degraded/<rank>` when no connection of ours works
         self.writer = writer
         self._factory = store_factory
         self._on_tick = on_tick  # record mode: notes completions before stalls are checked
@@ -354,7 +411,7 @@ class Monitor:
         self._issued: dict[str, int] = {}  # group -> seq; send/recv channel -> k
         self._channels: dict[Channel, int] = {}  # sends (or recvs) this rank issued per channel
         self._any_source: set[str] = set()  # groups in which this rank received from any source
-        self._late: list[tuple[str, dict[str, Any]]] = []  # strict recvs compared after issue
+        self._late: list[tuple[str, int, dict[str, Any]]] = []  # strict recvs compared after issue
         self._seen: set[tuple[str, str, str, int]] = set()  # async: (group, op, file, line) agreed
         self._last: CollectiveEvent | None = None
         self._last_slot: P2PSlot | None = None
@@ -375,34 +432,54 @@ class Monitor:
         self._gone: set[int] = set()  # ranks that degraded to recording: they publish nothing more
         self._waiting_since: dict[str, float] = {}  # channel -> since when nothing new came
         self._published_ahead: dict[str, set[int]] = {}  # published beyond a missing number
-        self._published: dict[str, int] = {}  # channel -> last fingerprint this rank published
-        self._pruned: dict[str, int] = {}  # channel -> fingerprints deleted up to this number
+        self._leaders: dict[str, int] = {}  # group -> its lowest rank (computed once, not per op)
+        self._members: dict[str, tuple[int, ...]] = {}  # base group -> its member list
+        self._members_sent: set[str] = set()  # groups whose member list this rank wrote
+        self._details: dict[str, DetailIndex] = {}  # channel -> the details this rank published
+        self._publisher_of: dict[str, int] = {}  # channel -> who publishes what this rank compares
+        self._missed: dict[str, int] = {}  # channel -> collectives that could not be compared
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
         if self._factory is not None:
             try:
-                self.store = self._factory()
+                self.store = self._connect()
                 if self.config.verify:
-                    self.sync_store = self._factory()
+                    self.sync_store = self._connect()
             except Exception as error:
                 self._degrade(f"store unreachable ({_short(error)})", loud=True)
         self._thread = threading.Thread(target=self._run, name="collcheck-monitor", daemon=True)
         self._thread.start()
 
+    def _connect(self) -> Any:
+        """A store client from the factory, retried with growing pauses for `connect_budget`: the
+        job's store was just reachable, so a failure is load (many ranks connecting at once, a
+        slow machine), not a wrong address."""
+        deadline = time.monotonic() + connect_budget(self.config.world_size, self.config.timeout_s)
+        pause = CONNECT_FIRST_PAUSE_S
+        assert self._factory is not None
+        while True:
+            try:
+                return self._factory()
+            except Exception:
+                if time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(2 * pause, 2.0)
+
     def stop(self, exited: bool = True) -> None:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
-        if self.store is None:
-            return
-        try:
-            self._flush()
-            if exited:
-                self._publish_position(exited=True)
-        except Exception:  # the store may already be gone at exit; the trace has everything
-            pass
+        if self.store is not None:
+            try:
+                self._flush()
+                if exited:
+                    self._publish_position(exited=True)
+            except Exception:  # the store may already be gone at exit; the trace has everything
+                pass
+        self._say_missed()
 
     def _flush(self, wait_s: float = FLUSH_S) -> None:
         """Compare what is still pending, so a short job's last collectives are checked too."""
@@ -430,6 +507,8 @@ class Monitor:
             self._inflight[(event.group, event.seq)] = event
             self._last, self._last_slot, self._last_done = event, None, False
             self._position_dirty = True
+            if event.group not in self._members:
+                self._members[event.group] = event.group_ranks
             if not check:
                 return
             if self._background:
@@ -438,7 +517,7 @@ class Monitor:
                 key = (event.group, event.op, site.file, site.line)
                 first = key not in self._seen and self._remember_site(key)
                 # A first-seen leader's is queued too, and published below with what precedes it.
-                if not first or event.rank == min(event.group_ranks):
+                if not first or event.rank == self._leader(event):
                     self._new.append(event)
         if first or (self._strict and check):
             self._agree(event)
@@ -453,6 +532,9 @@ class Monitor:
             self._inflight[(event.group, event.seq)] = event
             self._last, self._last_slot, self._last_done = event, slot, False
             self._position_dirty = True
+            group = base_group(event.group)
+            if group not in self._members:
+                self._members[group] = event.group_ranks
             if slot is None:
                 return
             self._issued[slot.channel.key] = slot.k
@@ -492,6 +574,9 @@ class Monitor:
         with self._lock:
             kept = {key: event for key, event in self._inflight.items() if key[0] not in issued}
             kept.update(((event.group, event.seq), event) for event in inflight)
+            for event in inflight if last is None else [*inflight, last]:
+                if event.group not in self._members:  # for `members/<group>` (stall reports)
+                    self._members[event.group] = event.group_ranks
             changed = bool(issued.items() - self._issued.items()) or kept.keys() != self._inflight.keys()
             self._issued.update(issued)
             self._inflight = kept
@@ -517,6 +602,14 @@ class Monitor:
                 time.sleep(TICK_S / 5)
         except Exception:
             pass
+
+    def _leader(self, event: CollectiveEvent) -> int:
+        """The group's lowest rank, which publishes its records; found once per group, not per
+        collective (the member list can be thousands long)."""
+        leader = self._leaders.get(event.group)
+        if leader is None:
+            leader = self._leaders[event.group] = min(event.group_ranks)
+        return leader
 
     def _remember_site(self, key: tuple[str, str, str, int]) -> bool:
         """Note a new (group, op, file, line) (holding the lock); False once FIRST_SEEN_LIMIT are
@@ -545,32 +638,32 @@ class Monitor:
         store = self.sync_store
         if store is None:
             return
-        fp = blocked_fingerprint(event)
-        key = f"fp/{event.group}/{event.seq}"
+        fp = blocked_fingerprint(event, members=False)
+        leader = self._leader(event)
         try:
-            if event.rank == min(event.group_ranks):
-                if self._strict:
-                    store.set(key, json.dumps(fp))
-                    self._published[event.group] = event.seq
-                else:  # async: ours is queued in issue order; publish the queue, ours included
-                    with self._publish_lock:
+            if event.rank == leader:
+                with self._publish_lock:
+                    if self._strict:
+                        keys: list[str] = []
+                        values: list[str] = []
+                        self._add_record(keys, values, event.group, event.seq, fp)
+                        store.multi_set(keys, values)
+                    else:  # async: ours is queued in issue order; publish the queue, ours included
                         self._publish_queued(store)
                 return
             # Async mode: a leader for whom this collective is not new publishes it from its
             # background thread within a tick; the wait is the same. A leader that degraded to
             # recording publishes nothing more: waiting for it would end in a false stall.
-            leader = min(event.group_ranks)
             if leader in self._gone:
                 return
-            theirs = self._wait_for(
-                store, key, fp, lambda: self._leader_gone(store, leader), first_pause_s=LEADER_POLL_S
+            record = self._wait_for(
+                store, event.group, event.seq, fp, lambda: self._leader_gone(store, leader), LEADER_POLL_S
             )
+            if record is not None:
+                self._check_record(store, event.group, fp, record, leader, strict=self._strict)
         except Exception as error:
             what = "strict" if self._strict else "first-seen"
             self._degrade(f"{what} check failed ({_short(error)})", loud=True)
-            return
-        if theirs is not None:
-            self._compare(fp, theirs, strict=self._strict)
 
     def _leader_gone(self, store: Any, rank: int) -> bool:
         """Whether `rank` said it degraded to recording only (`degraded/<rank>`), remembered."""
@@ -589,30 +682,35 @@ class Monitor:
         store = self.sync_store
         if store is None:
             return
-        fp = blocked_fingerprint(slot.event, slot)
-        key = f"fp/{slot.channel.key}/{slot.k}"
+        fp = blocked_fingerprint(slot.event, slot, members=False)
+        channel, k, sender = slot.channel.key, slot.k, slot.channel.src
         try:
             if slot.sender:
-                store.set(key, json.dumps(fp))
-                self._published[slot.channel.key] = slot.k
+                keys: list[str] = []
+                values: list[str] = []
+                with self._publish_lock:
+                    self._add_record(keys, values, channel, k, fp)
+                store.multi_set(keys, values)
                 return
-            theirs = self._wait_for_send(store, key, fp, slot.channel.src)
+            record = self._wait_for_send(store, channel, k, fp, sender)
+            if record is None:
+                with self._lock:
+                    self._late.append((channel, k, fp))
+                return
+            self._check_record(store, channel, fp, record, sender, strict=True)
         except Exception as error:
             self._degrade(f"strict check failed ({_short(error)})", loud=True)
-            return
-        if theirs is None:
-            with self._lock:
-                self._late.append((key, fp))
-            return
-        self._compare(fp, theirs, strict=True)
 
-    def _wait_for_send(self, store: Any, key: str, fp: dict[str, Any], sender: int) -> dict[str, Any] | None:
-        if store.check([key]):  # the usual case: the sender is ahead
-            return dict(json.loads(store.get(key)))
+    def _wait_for_send(
+        self, store: Any, channel: str, k: int, fp: dict[str, Any], sender: int
+    ) -> Record | None:
+        record = self._read_record(store, channel, k)
+        if record is not None:  # the usual case: the sender is ahead
+            return record
         marker = f"pwait/{self.config.rank}"
         store.set(marker, str(sender))
         try:
-            return self._wait_for(store, key, fp, lambda: self._in_wait_cycle(store, sender))
+            return self._wait_for(store, channel, k, fp, lambda: self._in_wait_cycle(store, sender))
         finally:
             store.set(marker, "")
 
@@ -630,41 +728,99 @@ class Monitor:
                 return True
         return False
 
+    def _read_record(self, store: Any, channel: str, n: int) -> Record | None:
+        """The record in #n's slot once it is #n's or a later one's (then #n was overwritten
+        before it was read); None while the publisher has not written #n. One request."""
+        raw = peek(store, slot_key(channel, n))
+        record = Record.parse(raw) if raw is not None else None
+        return record if record is not None and record.n >= n else None
+
     def _wait_for(
         self,
         store: Any,
-        key: str,
+        channel: str,
+        n: int,
         fp: dict[str, Any],
-        give_way: Callable[[], bool] | None = None,
+        give_way: Callable[[], bool],
         first_pause_s: float = 0.001,
-    ) -> dict[str, Any] | None:
-        """The fingerprint under `key`, waited for up to the stall timeout; None after a stall
-        report, or as soon as `give_way` says so. An expired store `wait` prints a c10d warning,
-        so without `give_way` to ask, one wait expires only at the stall; with it, `check` is
-        polled, first every `first_pause_s`, then less often (up to every 20 ms). Another rank's
+    ) -> Record | None:
+        """The publisher's record #n of `channel`, waited for up to the stall timeout; None after a
+        stall report, or as soon as `give_way` says so. Polled (an expired store `wait` prints a
+        c10d warning, and a blocking one could not ask `give_way`), first every `first_pause_s`,
+        then less often (up to every 20 ms); `give_way` is asked every P2P_POLL_S. Another rank's
         abort ends this process from the background thread meanwhile."""
         deadline = time.time() + self.config.timeout_s
-        if give_way is None:
-            try:
-                store.wait([key], timedelta(seconds=self.config.timeout_s))
-                return dict(json.loads(store.get(key)))
-            except Exception as error:
-                if "timeout" not in str(error).lower() and "wait" not in str(error).lower():
-                    raise
-        else:
-            pause, asked = first_pause_s, time.time()
-            while time.time() < deadline:
-                if store.check([key]):
-                    return dict(json.loads(store.get(key)))
-                if time.time() - asked > P2P_POLL_S:
-                    if give_way():
-                        return None
-                    asked = time.time()
-                time.sleep(pause)
-                pause = min(2 * pause, 0.02)
+        pause, asked = first_pause_s, time.time()
+        while time.time() < deadline:
+            record = self._read_record(store, channel, n)
+            if record is not None:
+                return record
+            if time.time() - asked > P2P_POLL_S:
+                if give_way():
+                    return None
+                asked = time.time()
+            time.sleep(pause)
+            pause = min(2 * pause, 0.02)
         if self._claim_stall(str(fp["g"]), int(fp["n"])):  # the watchdog may have timed out too
             self._report_stall(fp, store)
         return None
+
+    def _check_record(
+        self,
+        store: Any,
+        channel: str,
+        mine: dict[str, Any],
+        record: Record,
+        publisher: int | None,
+        strict: bool,
+    ) -> None:
+        """Compare this rank's fingerprint with the publisher's record of the same collective;
+        the details are read only when the hashes differ."""
+        expected = int(mine["k"]) if "c" in mine else int(mine["n"])
+        if record.n != expected or record.skipped:
+            why = "overwritten before it was read" if record.n > expected else "never published"
+            self._not_compared(channel, 1, why)
+            return
+        if not differs(mine, record):
+            return
+        raw = peek(store, detail_key(channel, record.detail)) if record.detail >= 0 else None
+        who = publisher if publisher is not None else -1
+        self._compare(mine, theirs(mine, who, raw, record), strict)
+
+    def _add_record(
+        self, keys: list[str], values: list[str], channel: str, n: int, fp: dict[str, Any]
+    ) -> None:
+        """Append what publishes #n of `channel`: its details when they are new, then its record
+        (holding `_publish_lock`: the details index is the publisher's)."""
+        index, details = self._details.setdefault(channel, DetailIndex()).place(fp)
+        if details is not None:
+            keys.append(detail_key(channel, index))
+            values.append(details)
+        sig, site = hashes(fp)
+        keys.append(slot_key(channel, n))
+        values.append(Record(n, sig, site, index).text())
+
+    def _not_compared(self, channel: str, count: int, why: str) -> None:
+        """Collectives that could not be compared: said at once the first time for a channel, and
+        counted for the summary at the end; verification never stops comparing silently."""
+        with self._lock:
+            first = channel not in self._missed
+            self._missed[channel] = self._missed.get(channel, 0) + count
+        if first:
+            self._report(
+                "behind",
+                "warning",
+                f"verification fell behind on {channel}: {count} collective(s) not compared ({why}); "
+                "later ones still are",
+                echo=True,
+            )
+
+    def _say_missed(self) -> None:
+        with self._lock:
+            missed = dict(self._missed)
+        if missed:
+            counts = ", ".join(f"{count} on {channel}" for channel, count in sorted(missed.items()))
+            self._report("behind", "warning", f"collectives not compared: {counts}", echo=True)
 
     # -- background thread ---------------------------------------------------------------------
 
@@ -687,8 +843,8 @@ class Monitor:
                 self._publish_and_compare(store)
             if self._late:
                 self._check_late(store)
+            self._publish_members(store)
             self._maybe_publish_position()
-            self._prune(store)
         self._check_stalls()
 
     def _check_abort(self, store: Any) -> None:
@@ -719,53 +875,72 @@ class Monitor:
         keys: list[str] = []
         values: list[str] = []
         published: dict[str, list[int]] = {}
-        newest: dict[str, int] = {}
         for item in new:
-            channel, seq, fp, publisher = _outgoing(item)
-            if publisher:
-                keys.append(f"fp/{channel}/{seq}")
-                values.append(json.dumps(fp))
+            channel, seq, fp, publisher = self._outgoing(item)
+            if publisher == self.config.rank:
+                self._add_record(keys, values, channel, seq, fp)
                 published.setdefault(channel, []).append(seq)
-                newest[channel] = max(newest.get(channel, 0), seq)
             else:
-                self._pending.setdefault(channel, deque()).append((seq, fp))
+                self._publisher_of[channel] = publisher
+                pending = self._pending.setdefault(channel, deque())
+                pending.append((seq, fp))
+                if len(pending) > PENDING_LIMIT:  # the publisher is far behind: bound memory, say so
+                    pending.popleft()
+                    self._not_compared(channel, 1, "too many waiting for the publisher")
         if keys:
-            # Fingerprints first, then the head: a reader never sees a head ahead of its keys.
+            advances, skipped = self._head_advances(published)
+            for channel, number in skipped:  # what head/ counts must exist: mark it, never compared
+                keys.append(slot_key(channel, number))
+                values.append(Record(number, SKIPPED, SKIPPED, -1).text())
+            # Records first, then the head: a reader never sees a head ahead of its records.
             store.multi_set(keys, values)
-            for channel, count in self._head_advances(published).items():
+            for channel, count in advances.items():
                 store.add(f"head/{channel}", count)
-            for channel, seq in newest.items():
-                self._published[channel] = max(self._published.get(channel, 0), seq)
 
-    def _head_advances(self, published: dict[str, list[int]]) -> dict[str, int]:
+    def _outgoing(self, item: CollectiveEvent | P2PSlot) -> tuple[str, int, dict[str, Any], int]:
+        """A queued item's channel, number, fingerprint (without the member list), and the rank
+        that publishes it (the group's leader; the sender of a send/recv pair)."""
+        if isinstance(item, P2PSlot):
+            return item.channel.key, item.k, p2p_fingerprint(item, members=False), item.channel.src
+        return item.group, item.seq, fingerprint(item, members=False), self._leader(item)
+
+    def _head_advances(self, published: dict[str, list[int]]) -> tuple[dict[str, int], list[tuple[str, int]]]:
         """How far each `head/` may move: to the highest number below which every fingerprint is
         published. Two threads of the leader can queue #3 before #2 (each numbers its collective,
-        then queues it); counting #3 at once would let a follower read the missing #2."""
+        then queues it); counting #3 at once would let a follower read the missing #2. Also the
+        numbers given up on (AHEAD_LIMIT published past one that never came), whose slots get a
+        record saying so, at most RING of them (the ring holds no more)."""
         advances: dict[str, int] = {}
+        skipped: list[tuple[str, int]] = []
         for channel, numbers in published.items():
             ahead = self._published_ahead.setdefault(channel, set())
             start = mark = self._head_mark.get(channel, 0)
             ahead.update(number for number in numbers if number > mark)  # not one skipped earlier
             if len(ahead) > AHEAD_LIMIT:  # a number that will never come (its event was lost)
-                mark = min(ahead) - 1
+                lowest = min(ahead)
+                skipped.extend((channel, number) for number in range(max(mark + 1, lowest - RING), lowest))
+                mark = lowest - 1
             while mark + 1 in ahead:
                 mark += 1
                 ahead.remove(mark)
             if mark > start:
                 self._head_mark[channel] = mark
                 advances[channel] = mark - start
-        return advances
+        return advances, skipped
 
-    def _prune(self, store: Any) -> None:
-        """Delete fingerprints far behind the newest: a long job must not grow the store without
-        bound. Followers compare within a tick or two; KEY_WINDOW leaves them ample slack."""
-        for group, newest in list(self._published.items()):
-            start = self._pruned.get(group, 0) + 1
-            stop = min(newest - KEY_WINDOW, start + PRUNE_PER_TICK - 1)
-            for seq in range(start, stop + 1):
-                store.delete_key(f"fp/{group}/{seq}")
-            if stop >= start:
-                self._pruned[group] = stop
+    def _publish_members(self, store: Any) -> None:
+        """Write the member list of each group this rank has used, once per group for the whole
+        job: the first member to claim it writes it (its lowest rank may not have used the group
+        yet when a stall is reported). Stall reports read it, instead of every position and
+        record carrying it. One small request per rank and group."""
+        if len(self._members_sent) == len(self._members):
+            return
+        for group, ranks in list(self._members.items()):
+            if group in self._members_sent:
+                continue
+            self._members_sent.add(group)
+            if ranks and int(store.add(f"members_claim/{group}", 1)) == 1:
+                store.set(members_key(group), json.dumps(list(ranks), separators=(",", ":")))
 
     def _compare_channel(self, store: Any, channel: str, pending: deque[tuple[int, dict[str, Any]]]) -> None:
         if not pending:
@@ -778,35 +953,48 @@ class Monitor:
             self._drop_if_publisher_gone(store, channel, pending)
             return
         self._waiting_since.pop(channel, None)
-        values = store.multi_get([f"fp/{channel}/{seq}" for seq, _ in ready])
-        for (_, fp), raw in zip(ready, values, strict=False):
-            self._compare(fp, dict(json.loads(raw)), strict=False)
+        values = store.multi_get([slot_key(channel, seq) for seq, _ in ready])
+        publisher = self._publisher_of.get(channel)
+        records = [Record.parse(raw) for raw in values]
+        # A slot holding a later number was overwritten before this rank read it: fell behind.
+        missed = sum(
+            1 for (seq, _), record in zip(ready, records, strict=False) if not record or record.n != seq
+        )
+        if missed:
+            self._not_compared(channel, missed, "overwritten before they were read")
+        for (seq, fp), record in zip(ready, records, strict=False):
+            if record is not None and record.n == seq:
+                self._check_record(store, channel, fp, record, publisher, strict=False)
 
     def _drop_if_publisher_gone(
         self, store: Any, channel: str, pending: deque[tuple[int, dict[str, Any]]]
     ) -> None:
         """Nothing new from this channel's publisher for a second: if it degraded to recording,
-        stop queueing what it will never publish (a long run would otherwise grow the queue)."""
+        stop queueing what it will never publish (a long run would otherwise grow the queue),
+        and say so."""
         now = time.time()
         since = self._waiting_since.setdefault(channel, now)
         if now - since < 1.0:
             return
         self._waiting_since[channel] = now
-        publisher = _publisher(pending[0][1])
+        publisher = self._publisher_of.get(channel)
         if publisher is not None and self._leader_gone(store, publisher):
+            count = len(pending)
             pending.clear()
+            self._not_compared(channel, count, f"rank {publisher} stopped verifying")
 
     def _check_late(self, store: Any) -> None:
         """Strict recvs that gave way: compare each once its send's fingerprint is published."""
         with self._lock:
             late = list(self._late)
         for item in late:
-            key, fp = item
-            if not store.check([key]):
+            channel, k, fp = item
+            record = self._read_record(store, channel, k)
+            if record is None:
                 continue
             with self._lock:
                 self._late.remove(item)
-            self._compare(fp, dict(json.loads(store.get(key))), strict=True)
+            self._check_record(store, channel, fp, record, _sender(channel), strict=True)
 
     def _compare(self, mine: dict[str, Any], theirs: dict[str, Any], strict: bool) -> None:
         kind = mismatch_kind(mine, theirs)
@@ -864,7 +1052,8 @@ class Monitor:
 
     # -- positions and stalls ------------------------------------------------------------------
 
-    def _position(self, exited: bool = False) -> Position:
+    def _position(self, exited: bool = False, members: bool = True) -> Position:
+        """Where this rank is; `members=False` (what is published) leaves out member lists."""
         with self._lock:
             events = sorted(self._inflight.values(), key=lambda event: event.t_start)
             slots = [self._slots.get((event.group, event.seq)) for event in events]
@@ -873,19 +1062,23 @@ class Monitor:
         if last is None:
             last_fp = None
         else:
-            last_fp = p2p_fingerprint(last_slot) if last_slot is not None else fingerprint(last)
+            last_fp = (
+                p2p_fingerprint(last_slot, members) if last_slot is not None else fingerprint(last, members)
+            )
         return Position(
             rank=self.config.rank,
             t=time.time(),
             issued=issued,
-            inflight=[blocked_fingerprint(event, slot) for event, slot in zip(events, slots, strict=True)],
+            inflight=[
+                blocked_fingerprint(event, slot, members) for event, slot in zip(events, slots, strict=True)
+            ],
             last=last_fp,
             last_done=last_done,
             exited=exited,
         )
 
     def _publish_position(self, exited: bool = False) -> None:
-        self.store.set(f"pos/{self.config.rank}", self._position(exited).to_json())
+        self.store.set(f"pos/{self.config.rank}", self._position(exited, members=False).to_json())
         self._position_sent = time.time()
         self._position_dirty = False
 
@@ -919,9 +1112,17 @@ class Monitor:
 
     def _report_stall(self, blocked: dict[str, Any], store: Any) -> None:
         now = time.time()
+        blocked = self._with_members(blocked, None)
         positions: dict[int, Position | None] = {self.config.rank: self._position()}
         if store is not None:
             try:
+                if "c" in blocked:  # a send or recv: is its peer done? (one position, no claim)
+                    positions.update(self._caught_up(self._peer_positions(store, blocked)))
+                    if peer_finished(self.config.rank, blocked, positions):
+                        self.completed(str(blocked["g"]), int(blocked["n"]))  # a Work nobody waits for
+                        return
+                if not self._claim_report(store):
+                    return
                 positions.update(self._read_positions(store, blocked))
                 positions[self.config.rank] = self._position()
             except Exception as error:
@@ -958,13 +1159,62 @@ class Monitor:
             for rank, position in positions.items()
         }
 
+    def _claim_report(self, store: Any) -> bool:
+        """Whether this rank writes the job's stall report. When every rank times out together,
+        one reads the positions (W requests) instead of each reading all (W*W); the others wait
+        for its abort, and report themselves only if none comes (the reporter died meanwhile)."""
+        if not self.config.abort or int(store.add("stall_claim", 1)) == 1:
+            return True
+        deadline = time.time() + STALL_CLAIM_GRACE_S
+        while time.time() < deadline:
+            self._check_abort(store)  # ends this process once the reporter's abort is there
+            time.sleep(TICK_S)
+        return True
+
+    def _peer_positions(self, store: Any, blocked: dict[str, Any]) -> dict[int, Position | None]:
+        """The positions of a send's or recv's two ends (the channel's src and dst)."""
+        ends = [_sender(str(blocked["c"])), _receiver(str(blocked["c"]))]
+        return {
+            rank: self._read_position(store, rank)
+            for rank in ends
+            if rank is not None and rank != self.config.rank
+        }
+
+    def _read_position(self, store: Any, rank: int) -> Position | None:
+        """A rank's published position with its member lists restored; None if it has none."""
+        raw = peek(store, f"pos/{rank}")
+        if raw is None:
+            return None
+        position = Position.from_json(raw)
+        position.inflight = [self._with_members(fp, store) for fp in position.inflight]
+        if position.last is not None:
+            position.last = self._with_members(position.last, store)
+        return position
+
+    def _with_members(self, fp: dict[str, Any], store: Any) -> dict[str, Any]:
+        """`fp` with its group's member list under "ranks" (known here, or read from
+        `members/<group>` once); for a send or recv whose group is unknown, its two ends."""
+        if "ranks" in fp:
+            return fp
+        group = base_group(str(fp["g"]))
+        ranks = self._members.get(group)
+        if ranks is None and store is not None:
+            raw = peek(store, members_key(group))
+            ranks = _rank_list(raw) if raw is not None else None
+            if ranks is not None:
+                self._members[group] = ranks
+        if ranks is None and "c" in fp:
+            ends = (_sender(str(fp["c"])), _receiver(str(fp["c"])))
+            ranks = tuple(rank for rank in ends if rank is not None)
+        return dict(fp, ranks=list(ranks or ()))
+
     def _read_positions(self, store: Any, blocked: dict[str, Any]) -> dict[int, Position | None]:
         # Every rank we know of: the blocked group's members plus the groups we are in.
         ranks = set(blocked.get("ranks", ()))
         with self._lock:
             for event in self._inflight.values():
                 ranks.update(event.group_ranks)
-        found = {rank: _read_position(store, rank) for rank in sorted(ranks)}
+        found = {rank: self._read_position(store, rank) for rank in sorted(ranks)}
         # Ranks named by another rank's blocked collective (in another group) are needed for cycles.
         named = {
             peer
@@ -974,7 +1224,7 @@ class Monitor:
             for peer in blocked.get("ranks", ())
         }
         for rank in sorted(named - set(found)):
-            found[rank] = _read_position(store, rank)
+            found[rank] = self._read_position(store, rank)
         return found
 
     # -- reporting -----------------------------------------------------------------------------
@@ -1019,26 +1269,31 @@ class Monitor:
         sys.stderr.flush()
         os._exit(ABORT_EXIT_CODE)
 
+    def _tell_degraded(self, why: str) -> None:
+        """Set `degraded/<rank>` so that followers stop waiting for this rank: through our own
+        connection (one try each: it may hang until its timeout), else through the job's own store
+        client (a rank whose connections were never made, or broke)."""
+        for store in (self.store, self.sync_store):
+            if store is None:
+                continue
+            try:
+                store.set(f"degraded/{self.config.rank}", why)
+                return
+            except Exception:
+                continue
+        if self._fallback is not None and self.config.verify and not self.ended:
+            with contextlib.suppress(Exception):
+                self._fallback().set(f"degraded/{self.config.rank}", why)
+
     def _degrade(self, why: str, loud: bool) -> None:
         if self._degraded:
             return
         self._degraded = True
-        store = self.store if self.store is not None else self.sync_store
-        if store is not None:  # tell followers not to wait for this rank (one try: it may hang)
-            with contextlib.suppress(Exception):
-                store.set(f"degraded/{self.config.rank}", why)
+        self._tell_degraded(why)
         self.store = None
         self.sync_store = None
         quiet = self.ended or not loud
         self._report("degraded", "warning", f"{why}; recording only", echo=not quiet)
-
-
-def _outgoing(item: CollectiveEvent | P2PSlot) -> tuple[str, int, dict[str, Any], bool]:
-    """A queued item's channel, number, fingerprint, and whether this rank publishes it (the
-    group's leader; the sender of a send/recv pair)."""
-    if isinstance(item, P2PSlot):
-        return item.channel.key, item.k, p2p_fingerprint(item), item.sender
-    return item.group, item.seq, fingerprint(item), item.rank == min(item.group_ranks)
 
 
 def _operands(pair: tuple[dict[str, Any], dict[str, Any]]) -> tuple[str, str]:
@@ -1111,21 +1366,31 @@ def _tail_rows(path: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _publisher(fp: dict[str, Any]) -> int | None:
-    """Who publishes the fingerprint that `fp` (a follower's or receiver's own) is compared with:
-    the sender of a send/recv pair (channel `<group>/<src>-<dst>`), else the group's leader."""
-    if "c" in fp:
-        try:
-            return int(str(fp["c"]).rsplit("/", 1)[1].split("-")[0])
-        except (IndexError, ValueError):
-            return None
-    ranks = fp.get("ranks") or ()
-    return min(ranks) if ranks else None
+def _sender(channel: str) -> int | None:
+    """The sending rank of a send/recv channel `<group>/<src>-<dst>`."""
+    try:
+        return int(channel.rsplit("/", 1)[1].split("-")[0])
+    except (IndexError, ValueError):
+        return None
 
 
-def _read_position(store: Any, rank: int) -> Position | None:
-    key = f"pos/{rank}"
-    return Position.from_json(store.get(key)) if store.check([key]) else None  # never a blocking get
+def _receiver(channel: str) -> int | None:
+    """The receiving rank of a send/recv channel `<group>/<src>-<dst>`."""
+    try:
+        return int(channel.rsplit("/", 1)[1].split("-")[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _rank_list(raw: bytes) -> tuple[int, ...] | None:
+    """A `members/<group>` value: a JSON list of ranks; None when it is anything else."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, list) or not all(isinstance(rank, int) for rank in data):
+        return None
+    return tuple(data)
 
 
 def _short(error: BaseException) -> str:

@@ -258,14 +258,16 @@ def test_sends_and_recvs_with_different_peers_complete_in_any_order() -> None:
     assert set(monitor._inflight) == {("0:p2p", 1)} and set(monitor._slots) == {("0:p2p", 1)}
 
 
-def test_send_fingerprints_are_pruned_per_channel(monkeypatch: pytest.MonkeyPatch) -> None:
-    from collcheck.runtime import verify
+def test_send_records_take_a_fixed_ring_of_slots_per_channel(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collcheck.runtime import verify, verify_wire
 
-    monkeypatch.setattr(verify, "KEY_WINDOW", 2)
+    monkeypatch.setattr(verify_wire, "RING", 2)
+    monkeypatch.setattr(verify, "RING", 2)
     store = FakeStore()
     sender, _ = _monitor(0, store)
     for seq in range(1, 6):
         sender.issued_p2p(_p2p(0, "send", 1, seq=seq))
     sender._publish_and_compare(store)
-    sender._prune(store)
-    assert sorted(key for key in store.data if key.startswith("fp/")) == ["fp/0:p2p/0-1/4", "fp/0:p2p/0-1/5"]
+    slots = {key: store.data[key].split(b" ")[0] for key in store.data if key.startswith("fp/")}
+    assert slots == {"fp/0:p2p/0-1/0": b"4", "fp/0:p2p/0-1/1": b"5"}  # overwritten, never deleted
+    assert store.calls["delete_key"] == 0

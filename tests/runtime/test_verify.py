@@ -78,36 +78,6 @@ def test_stall_names_missing_rank_and_where_it_is() -> None:
     assert "wait cycle" not in text
 
 
-class _DeletingStore:
-    def __init__(self) -> None:
-        self.deleted: list[str] = []
-
-    def delete_key(self, key: str) -> bool:
-        self.deleted.append(key)
-        return True
-
-
-def test_fingerprints_far_behind_the_newest_are_deleted_a_batch_per_tick(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from collcheck.runtime import verify
-
-    monkeypatch.setattr(verify, "KEY_WINDOW", 10)
-    monkeypatch.setattr(verify, "PRUNE_PER_TICK", 4)
-    config = verify.MonitorConfig(rank=0, verify=True, strict=False, timeout_s=5.0, world_size=2)
-    monitor = verify.Monitor(config, writer=None, store_factory=None)  # type: ignore[arg-type]
-    monitor._published["0"] = 17
-    store = _DeletingStore()
-    monitor._prune(store)
-    assert store.deleted == ["fp/0/1", "fp/0/2", "fp/0/3", "fp/0/4"]
-    monitor._prune(store)
-    monitor._prune(store)
-    assert store.deleted[-1] == "fp/0/7" and len(store.deleted) == 7  # the newest 10 are kept
-    monitor._published["0"] = 18
-    monitor._prune(store)
-    assert store.deleted[-1] == "fp/0/8" and len(store.deleted) == 8
-
-
 # ---------------------------------------------------------------------------------------------
 # Async mode's first-seen checks, on monitors sharing an in-memory store (no threads but the
 # ones a test starts; `_publish_and_compare` is one tick of the background thread)
@@ -304,3 +274,222 @@ def test_group_creation_requests_are_written_the_same_on_every_rank() -> None:
     )
     long = request("new_subgroups_by_enumeration", {"ranks_per_subgroup_list": [[r] for r in range(500)]})
     assert long[2].startswith("ranks_per_subgroup_list=<500 entries, crc32 ")
+
+
+# ---------------------------------------------------------------------------------------------
+# Traffic that does not grow with the group (issue 16)
+
+
+def _wide_event(rank: int, seq: int, members: int, line: int = 10, numel: int = 4) -> CollectiveEvent:
+    event = _event(rank, seq, line, numel)
+    event.group_ranks = tuple(range(members))
+    event.t_start = time.time()  # not overdue: ticks would report a stall
+    return event
+
+
+def _leader_traffic(members: int, collectives: int) -> tuple[int, int, int]:
+    """(bytes written per collective, largest record, requests) of a leader in async mode,
+    not counting the member list it writes once."""
+    store = FakeStore()
+    leader, _ = _monitor(0, store)
+    for seq in range(1, collectives + 1):
+        leader.issued(_wide_event(0, seq, members))
+        if seq % 10 == 0:
+            leader._tick()
+    leader._tick()
+    members_bytes = len("members/0") + len(store.data["members/0"])
+    records = [len(value) for key, value in store.data.items() if key.startswith("fp/")]
+    return (store.written - members_bytes) // collectives, max(records), sum(store.calls.values())
+
+
+def test_what_a_leader_writes_per_collective_does_not_grow_with_the_group() -> None:
+    small = _leader_traffic(members=2, collectives=100)
+    large = _leader_traffic(members=1024, collectives=100)
+    assert small[0] == large[0] and small[1] == large[1] < 64  # a record is ~50 bytes, whatever W
+    assert large[2] <= small[2] + 2  # the same requests (give or take the tick's timing)
+    store = FakeStore()
+    leader, _ = _monitor(0, store)
+    leader.issued(_wide_event(0, 1, 1024))
+    leader._tick()
+    assert store.sets["members/0"] == 1  # the member list is written once per group
+    leader.issued(_wide_event(0, 2, 1024))
+    leader._tick()
+    assert store.sets["members/0"] == 1
+    assert b"ranks" not in store.data["pos/0"] and len(store.data["pos/0"]) < 600
+
+
+def test_a_member_list_is_written_once_by_whichever_member_uses_the_group_first() -> None:
+    store = FakeStore()
+    follower, _ = _monitor(1, store)
+    leader, _ = _monitor(0, store)
+    follower.issued(_event(1, 1, line=10), check=False)  # the lowest rank has not used it yet
+    follower._publish_members(store)
+    assert store.data["members/0"] == b"[0,1]"
+    leader.issued(_event(0, 1, line=10), check=False)
+    leader._publish_members(store)
+    follower._publish_members(store)
+    assert store.sets["members/0"] == 1 and store.calls["add"] == 2  # one claim per rank, once
+
+
+def test_a_follower_reads_details_only_when_the_hashes_differ() -> None:
+    store = FakeStore()
+    leader, _ = _monitor(0, store)
+    follower, reports = _monitor(1, store)
+    for seq in range(1, 21):
+        leader.issued(_event(0, seq, line=10))
+        follower.issued(_event(1, seq, line=10, numel=8 if seq == 20 else 4))
+    leader._publish_and_compare(store)
+    store.reads.clear()
+    follower._publish_and_compare(store)
+    details_reads = [key for key in store.reads if key.startswith("dt/")]
+    assert details_reads == ["dt/0/0"]  # once, for #20, the only one that differs
+    assert reports.reports == [
+        (
+            "mismatch",
+            "error",
+            "collective mismatch: rank 0 all_reduce(float32[4]) at train.py:10 vs rank 1 "
+            "all_reduce(float32[8]) at train.py:10 (group 0, #20)",
+        )
+    ]
+
+
+def test_a_follower_that_falls_behind_the_ring_says_so_and_keeps_comparing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from collcheck.runtime import verify, verify_wire
+
+    monkeypatch.setattr(verify_wire, "RING", 4)
+    monkeypatch.setattr(verify, "RING", 4)
+    store = FakeStore()
+    leader, _ = _monitor(0, store)
+    follower, reports = _monitor(1, store)
+    for seq in range(1, 11):  # the leader publishes 10 before the follower reads any
+        leader.issued(_event(0, seq, line=10))
+        follower.issued(_event(1, seq, line=10, numel=8 if seq == 10 else 4))
+    leader._publish_and_compare(store)
+    follower._publish_and_compare(store)
+    kinds = [(kind, severity) for kind, severity, _ in reports.reports]
+    assert kinds == [("behind", "warning"), ("mismatch", "error")]  # #10 is still compared
+    assert "5 collective(s) not compared" in str(reports.reports[0][2])  # #2-#6; #1 was first-seen
+    assert "verification fell behind on 0" in capsys.readouterr().err  # said, not only recorded
+    follower.stop(exited=False)
+    assert reports.reports[-1] == ("behind", "warning", "collectives not compared: 5 on 0")
+
+
+def test_a_queue_too_long_for_memory_is_cut_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collcheck.runtime import verify
+
+    monkeypatch.setattr(verify, "PENDING_LIMIT", 4)
+    store = FakeStore()
+    follower, reports = _monitor(1, store)
+    follower._gone.add(0)  # no first-seen wait for the leader: it publishes nothing here
+    for seq in range(1, 8):
+        follower.issued(_event(1, seq, line=10))
+    with follower._publish_lock:
+        follower._publish_queued(store)  # the leader never published: 7 queued, 4 kept
+    assert [seq for seq, _ in follower._pending["0"]] == [4, 5, 6, 7]
+    assert follower._missed == {"0": 2} and reports.reports[-1][0] == "behind"
+
+
+def test_a_stall_report_reads_positions_once_for_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every rank of a 32-rank group times out together: one reads the positions, the others
+    wait for its abort (the W*W reads of every rank reading every position are gone)."""
+    from collcheck.runtime import verify
+
+    class Ended(BaseException):  # like the os._exit it stands for: no handler catches it
+        pass
+
+    def finish(self: Monitor, kind: str | None, text: str | None, echo: bool) -> None:
+        raise Ended(kind)
+
+    monkeypatch.setattr(verify, "ABORT_LINGER_S", 0.0)
+    monkeypatch.setattr(verify.Monitor, "_finish", finish)
+    store = FakeStore()
+    members = 32
+    monitors = []
+    for rank in range(members):
+        writer = ReportWriter()
+        config = MonitorConfig(rank=rank, verify=True, strict=False, timeout_s=5.0, world_size=members)
+        monitor = Monitor(config, writer=writer, store_factory=None)  # type: ignore[arg-type]
+        monitor.store = monitor.sync_store = store
+        event = _wide_event(rank, 1, members)
+        monitor.issued(event, check=False)
+        monitor._publish_members(store)
+        monitor._publish_position()
+        monitors.append((monitor, writer, event))
+    for monitor, _, event in monitors:
+        with pytest.raises(Ended):
+            monitor._report_stall(verify.blocked_fingerprint(event), store)
+    position_reads = sum(count for key, count in store.reads.items() if key.startswith("pos/"))
+    assert position_reads <= 2 * members
+    reporter = monitors[0][1].reports
+    assert reporter[0][:2] == ("stall", "error") and "rank 31: blocked in" in str(reporter[0][2])
+    assert all(not writer.reports for _, writer, _ in monitors[1:])  # they stop on rank 0's abort
+
+
+def test_a_rank_that_lost_the_claim_reports_itself_if_no_abort_comes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collcheck.runtime import verify
+
+    monkeypatch.setattr(verify, "STALL_CLAIM_GRACE_S", 0.2)
+    store = FakeStore()
+    store.add("stall_claim", 1)  # a reporter that died before it could write
+    config = MonitorConfig(rank=1, verify=True, strict=False, timeout_s=5.0, world_size=2)
+    monitor = Monitor(config, writer=ReportWriter(), store_factory=None)  # type: ignore[arg-type]
+    assert monitor._claim_report(store)  # after the grace: nobody else will say it
+
+
+# ---------------------------------------------------------------------------------------------
+# Connecting (issue 16: a leader whose extra connection timed out left its followers waiting)
+
+
+def test_connecting_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collcheck.runtime import verify
+
+    monkeypatch.setattr(verify, "CONNECT_FIRST_PAUSE_S", 0.01)
+    store = FakeStore()
+    tries: list[int] = []
+
+    def factory() -> FakeStore:
+        tries.append(1)
+        if len(tries) < 3:
+            raise RuntimeError("connect timeout (injected)")
+        return store
+
+    writer = ReportWriter()
+    config = MonitorConfig(rank=0, verify=True, strict=False, timeout_s=5.0, world_size=2, abort=False)
+    monitor = Monitor(config, writer=writer, store_factory=factory)  # type: ignore[arg-type]
+    monitor.start()
+    monitor.stop(exited=False)
+    assert len(tries) == 4 and monitor.store is store and monitor.sync_store is store
+    assert writer.reports == []
+
+
+def test_a_leader_that_cannot_connect_tells_its_followers_through_the_job_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from collcheck.runtime import verify
+
+    monkeypatch.setattr(verify, "CONNECT_FIRST_PAUSE_S", 0.01)
+    monkeypatch.setattr(verify, "CONNECT_BUDGET_S", 0.1)
+    job = FakeStore()  # the job's own store client, which the leader still has
+
+    def factory() -> FakeStore:
+        raise RuntimeError("connect timeout (injected)")
+
+    writer = ReportWriter()
+    config = MonitorConfig(rank=0, verify=True, strict=True, timeout_s=30.0, world_size=2, abort=False)
+    leader = Monitor(config, writer=writer, store_factory=factory, fallback_store=lambda: job)  # type: ignore[arg-type]
+    leader.start()
+    leader.stop(exited=False)
+    assert "degraded/0" in job.data and writer.reports[0][:2] == ("degraded", "warning")
+    follower, reports = _monitor(1, job, strict=True)
+    started = time.monotonic()
+    follower.issued(_event(1, 1, line=10))  # strict: would wait for the leader's record
+    assert time.monotonic() - started < 1.0 and reports.reports == []  # not the 30 s stall
+
+
+def test_the_connect_budget_grows_with_the_world_within_the_stall_timeout() -> None:
+    from collcheck.runtime.verify import connect_budget
+
+    assert connect_budget(16, 300.0) < connect_budget(1024, 300.0) < connect_budget(10_000, 300.0)
+    assert connect_budget(10_000, 60.0) == 30.0
