@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from collcheck.static.names import Alias, bind_from, bind_import
 from collcheck.static.prefilter import IDENTIFIER, Trigger
 
 # A called name, plain or dotted (`sync(`, `comm.sync (`): a word in prose or passed as a value
@@ -128,30 +129,33 @@ def _references(
 
 
 def _import_table(text: str) -> dict[str, str]:
-    """Local name -> qualified name, as the engine resolves it (relative imports by their module
+    """Local name -> qualified name, as the engine resolves it: the import lines found in the
+    text, bound by `names.bind_import` / `names.bind_from` (relative imports by their module
     part, which the index then finds beside the importer)."""
     table: dict[str, str] = {}
     for match in _IMPORT.finditer(text):
+        aliases: list[Alias] = []
         for part in match.group(1).replace("\\", " ").split(","):
             pieces = part.split()
             if len(pieces) == 3 and pieces[1] == "as":
-                table[pieces[2]] = pieces[0]
+                aliases.append((pieces[0], pieces[2]))
             elif len(pieces) == 1:
-                top = pieces[0].split(".", 1)[0]
-                table[top] = top
+                aliases.append((pieces[0], None))
+        bind_import(table, aliases)
     for match in _FROM_IMPORT.finditer(text):
-        base = match.group(1).lstrip(".")
+        module = match.group(1).lstrip(".")
         listed = match.group(2) if match.group(2) is not None else match.group(3)
         if "#" in listed:
             listed = re.sub(r"#[^\n]*", "", listed)
-        listed = listed.replace("\\", " ")
-        for part in listed.split(","):
+        aliases = []
+        for part in listed.replace("\\", " ").split(","):
             pieces = part.split()
             if not pieces or pieces[0] == "*":
                 continue
             local = pieces[2] if len(pieces) == 3 and pieces[1] == "as" else pieces[0]
             if pieces[0].isidentifier() and local.isidentifier():
-                table[local] = f"{base}.{pieces[0]}" if base else pieces[0]
+                aliases.append((pieces[0], local))
+        bind_from(table, module or None, len(match.group(1)) - len(module), aliases)
     return table
 
 
