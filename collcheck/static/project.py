@@ -19,6 +19,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from collcheck.static.names import Alias, bind_from, bind_import
@@ -61,7 +62,7 @@ def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileF
     rank_hits: tuple[str, ...] = ()
     if rank_found:
         pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(rank_found))) + r")\b")
-        rank_hits = _segments_hit(text, starts, names, [m.start() for m in pattern.finditer(text)])
+        rank_hits = _segments_matching(pattern, text, starts, names)
     imports = _import_table(text) if "import" in words else {}
     local = frozenset(name for name in names if name)
     references = _references(text, starts, names, imports, local, words)
@@ -91,6 +92,20 @@ def _segments_hit(
 ) -> tuple[str, ...]:
     found = {names[bisect.bisect_right(starts, position) - 1] for position in positions}
     found.discard(MODULE_CODE)
+    return tuple(sorted(found))
+
+
+def _segments_matching(
+    pattern: re.Pattern[str], text: str, starts: list[int], names: list[str]
+) -> tuple[str, ...]:
+    """`_segments_hit` of every match of `pattern`, asking each function's text once instead of
+    listing every match (rank words are frequent). Segments start at the beginning of a line and
+    the pattern matches whole words, so no match crosses from one segment into the next."""
+    ends = [*starts[1:], len(text)]
+    found: set[str] = set()
+    for start, end, name in zip(starts, ends, names, strict=True):
+        if name != MODULE_CODE and name not in found and pattern.search(text, start, end):
+            found.add(name)
     return tuple(sorted(found))
 
 
@@ -184,7 +199,14 @@ class Project:
     def lookup(self, qualified: str, importer: str) -> tuple[str, str] | None:
         """(path, attribute) of a qualified name that lands in a file of this run."""
         table, paths = _tables(self)
-        return _lookup(qualified, os.path.dirname(os.path.realpath(importer)), table, paths)
+        return _lookup(qualified, os.path.dirname(real_path(importer)), table, paths)
+
+
+@lru_cache(maxsize=16384)
+def real_path(path: str) -> str:
+    """`os.path.realpath` once per path and process: it is asked for every name looked up in
+    another file (a few thousand times a run, each a chain of `lstat` calls)."""
+    return os.path.realpath(path)
 
 
 def _lookup(
