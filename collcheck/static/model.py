@@ -25,7 +25,7 @@ from collcheck.findings import FileError
 from collcheck.source import SourceFile, read_source
 from collcheck.static.names import ImportTable, add_import, module_imports, qualified_name
 from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
-from collcheck.static.project import Project, real_path
+from collcheck.static.project import Project, realpath_once
 from collcheck.static.symbolic import Const, Expr
 from collcheck.static.wrapped import uses_wrapped, wrapped_names
 
@@ -324,7 +324,7 @@ _LOADED: dict[str, ModuleInfo | None] = {}
 
 
 def _loaded_key(path: str, catalog: Catalog, project: Project) -> str:
-    return f"{catalog.fingerprint}:{project.digest}:{real_path(path)}"
+    return f"{catalog.fingerprint}:{project.digest}:{realpath_once(path)}"
 
 
 def already_loaded(path: str, catalog: Catalog, project: Project | None) -> ModuleInfo | None:

@@ -199,13 +199,14 @@ class Project:
     def lookup(self, qualified: str, importer: str) -> tuple[str, str] | None:
         """(path, attribute) of a qualified name that lands in a file of this run."""
         table, paths = _tables(self)
-        return _lookup(qualified, os.path.dirname(real_path(importer)), table, paths)
+        return _lookup(qualified, os.path.dirname(realpath_once(importer)), table, paths)
 
 
 @lru_cache(maxsize=16384)
-def real_path(path: str) -> str:
+def realpath_once(path: str) -> str:
     """`os.path.realpath` once per path and process: it is asked for every name looked up in
-    another file (a few thousand times a run, each a chain of `lstat` calls)."""
+    another file (a few thousand times a run, each a chain of `lstat` calls). Text, as the index
+    keys paths; `source.real_path` asks the file system every time and answers a `Path`."""
     return os.path.realpath(path)
 
 
