@@ -495,7 +495,7 @@ def source_state() -> str:
             ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
         )
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "collcheck", "rules"],
+            ["git", "status", "--porcelain", "--", "collcheck", "catalogs"],
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -504,7 +504,7 @@ def source_state() -> str:
         return "unknown (no git)"
     changed = len(dirty.stdout.splitlines())
     return f"{head.stdout.strip() or '?'}" + (
-        f" + {changed} uncommitted changes under collcheck/ rules/" if changed else ""
+        f" + {changed} uncommitted changes under collcheck/ catalogs/" if changed else ""
     )
 
 

@@ -45,13 +45,13 @@ UNITS = _fixture_units()
 KNOWN_GAPS: dict[str, str] = {
     # Rebuilt public hang reports (fixtures/reports/README.md) that today's analyzer misses.
     "reports/accelerate_save_state_main_bug.py": (
-        "Accelerator.save_state is not catalogued (left out of rules/accelerate.toml on purpose: it is "
+        "Accelerator.save_state is not catalogued (left out of catalogs/accelerate.toml on purpose: it is "
         "collective only under the DeepSpeed/FSDP plugins, and collcheck does not read the accelerate "
         "launch config)"
     ),
     "reports/broadcast_tensor_dict_missing_group_bug.py": (
         "the world broadcast's src comes from get_tensor_model_parallel_src_rank(), which is left out of "
-        "rules/megatron.toml (a global rank that differs between TP groups: no value expression for it), "
+        "catalogs/megatron.toml (a global rank that differs between TP groups: no value expression for it), "
         "so src is not seen to differ between ranks (with src = dist.get_rank() the call is reported)"
     ),
     "reports/ddp_skip_batch_no_anchor_bug.py": (
@@ -85,7 +85,7 @@ KNOWN_GAPS: dict[str, str] = {
         "differ between ranks, so new_group's ranks argument is not seen as rank-dependent"
     ),
     "reports/hf_trainer_save_model_fsdp_main_bug.py": (
-        "transformers Trainer.save_model is left out of rules/conventions.toml on purpose (it gathers "
+        "transformers Trainer.save_model is left out of catalogs/conventions.toml on purpose (it gathers "
         "only under DeepSpeed ZeRO-3 / FSDP, which collcheck cannot see); the RANK-env guard itself is "
         "understood"
     ),
@@ -105,7 +105,7 @@ KNOWN_GAPS: dict[str, str] = {
         " the call is found)"
     ),
     "reports/megatron_last_stage_dist_ckpt_load_bug.py": (
-        "megatron.core.dist_checkpointing.load (a whole-world collective) is not in rules/megatron.toml; "
+        "megatron.core.dist_checkpointing.load (a whole-world collective) is not in catalogs/megatron.toml; "
         "the is_pipeline_last_stage() guard itself is understood (a dist.barrier() in its place is found)"
     ),
     "reports/pipeline_target_send_first_bug.py": (
@@ -146,7 +146,7 @@ KNOWN_GAPS: dict[str, str] = {
         "(and `model` is an untyped parameter); the args.global_rank == 0 guard itself is understood"
     ),
     "reports/zero3_prompt_encoder_save_rank0_bug.py": (
-        "deepspeed.zero.GatheredParameters is left out of rules/deepspeed.toml on purpose (it all-gathers"
+        "deepspeed.zero.GatheredParameters is left out of catalogs/deepspeed.toml on purpose (it all-gathers"
         " only ZeRO-3 partitioned parameters)"
     ),
 }

@@ -1,4 +1,5 @@
-"""The all-gather peak model (collcheck/memory/plan.py) against real gloo all-gathers.
+"""The all-gather peak model (collcheck/memory/plan.py `peak_bytes`, what `collcheck estimate`
+reports) against real gloo all-gathers.
 
 Each rank runs in its own process (this file, run as a script) on 127.0.0.1. A rank fills an
 `s`-byte shard, resets the kernel's peak-RSS mark (`/proc/self/clear_refs` = 5), runs one gather and
@@ -23,11 +24,25 @@ from pathlib import Path
 
 import pytest
 
-from collcheck.memory.plan import GatherPlan, gather_peak_bytes
+from collcheck.memory import formulas as f
+from collcheck.memory.formulas import CacheLayout
+from collcheck.memory.model import ModelShape
+from collcheck.memory.plan import GatherPlan, peak_bytes
 
 MIB = 1 << 20
 TOLERANCE = 0.03
 TIMEOUT_S = 60  # per world; a hung gather fails the test instead of hanging it
+
+
+def one_gather_peak(shard_bytes: int, world: int, plan: GatherPlan) -> int:
+    """The estimator's peak for a cache whose shard on each of `world` ranks is `shard_bytes`,
+    gathered in one piece: one layer, one KV head per rank, 128 fp16 elements for K and for V
+    (512 bytes a token), so `peak_bytes` is the whole model of one all-gather."""
+    model = ModelShape("one-gather", layers=1, attention_heads=world, kv_heads=world, head_dim=128)
+    layout = CacheLayout(model=model, tp=world, dtype="fp16")
+    tokens, rest = divmod(shard_bytes, f.local_per_token(layout))
+    assert rest == 0 and f.local_bytes(tokens, layout) == shard_bytes
+    return peak_bytes(tokens, layout, plan)
 
 
 def _status(key: str) -> int:
@@ -121,16 +136,20 @@ def test_gloo_all_gather_peak_matches_the_model(world: int, shard_mib: int) -> N
     shard = shard_mib * MIB
     for rank, measured in enumerate(_run_world(world, shard_mib)):
         for form in ("tensor", "list"):
-            modelled = gather_peak_bytes(shard, world, GatherPlan(form=form, backend="gloo"))
+            modelled = one_gather_peak(shard, world, GatherPlan(form=form, backend="gloo"))
             assert modelled == (2 * world + 1) * shard
             actual = measured[form] + shard  # the shard was resident before the mark was reset
             assert abs(actual - modelled) <= TOLERANCE * modelled, (rank, form, actual, modelled)
 
 
 def test_nccl_tensor_form_has_no_temporary() -> None:
-    # NCCL writes straight into the preallocated output: (N + 1) s, as the seed's warning assumes.
-    assert gather_peak_bytes(16 * MIB, 8, GatherPlan(form="tensor", backend="nccl")) == 9 * 16 * MIB
-    assert gather_peak_bytes(16 * MIB, 8, GatherPlan(form="list", backend="nccl")) == 17 * 16 * MIB
+    # NCCL writes straight into the preallocated output: (N + 1) s, as the seed's warning assumes;
+    # the list form and gloo add a flat temporary of N s: (2N + 1) s.
+    shard = 16 * MIB
+    assert one_gather_peak(shard, 8, GatherPlan(form="tensor", backend="nccl")) == 9 * shard
+    assert one_gather_peak(shard, 8, GatherPlan(form="list", backend="nccl")) == 17 * shard
+    assert one_gather_peak(shard, 4, GatherPlan(form="tensor", backend="gloo")) == 9 * shard
+    assert one_gather_peak(shard, 4, GatherPlan(form="list", backend="gloo")) == 9 * shard
 
 
 if __name__ == "__main__":

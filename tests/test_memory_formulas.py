@@ -10,8 +10,8 @@ import pytest
 from collcheck.memory import formulas as f
 from collcheck.memory.formulas import CacheLayout, LayoutError, Scale, parse_scale
 from collcheck.memory.model import ModelConfigError, load_model, shape_by_hand, shape_from_config
-from collcheck.memory.plan import GatherPlan, advise, estimate, gather_peak_bytes, max_seq_len, peak_bytes
-from collcheck.memory.units import GIB, MIB, SizeError, describe, parse_size
+from collcheck.memory.plan import GatherPlan, advise, estimate, max_seq_len, peak_bytes
+from collcheck.memory.units import GIB, SizeError, describe, parse_size
 
 MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 
@@ -107,13 +107,6 @@ def test_per_tensor_scales_are_a_constant() -> None:
     cache = layout("llama-3-8b.json", kv_quant="fp8", scale=Scale("per-tensor"))
     assert f.constant_bytes(cache) == 32 * 2 * 4
     assert f.local_bytes(10, cache) == 10 * 65_536 + 256
-
-
-def test_peak_model_of_one_gather() -> None:
-    shard = 10 * MIB
-    assert gather_peak_bytes(shard, 4, GatherPlan(form="tensor")) == 5 * shard  # (N + 1) s
-    assert gather_peak_bytes(shard, 4, GatherPlan(form="list")) == 9 * shard  # (2N + 1) s
-    assert gather_peak_bytes(shard, 4, GatherPlan(form="tensor", backend="gloo")) == 9 * shard
 
 
 def test_chunking_divides_the_gathered_part_of_the_peak() -> None:

@@ -191,3 +191,44 @@ def test_the_index_loses_no_finding_of_the_fixtures(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(engine, "mentions_communication", lambda *args, **kwargs: True)
     assert selected == found()
     assert len(selected) > 90
+
+
+IMPORTS = """\
+import os
+import torch.distributed as dist
+import a.b.c
+import x, y as z
+from torch.distributed import all_reduce as ar, barrier
+from . import sibling
+from .utils import sync as s
+from ..pkg.mod import thing
+from listed import (
+    first,
+    second as other,  # a comment inside the parentheses
+)
+from star import *
+if TYPE_CHECKING:
+    from typing import Any
+try:
+    import json
+except ImportError:
+    import simplejson
+"""
+
+
+def test_the_index_and_the_engine_bind_imports_alike() -> None:
+    """The index reads import lines from the text, the engine from the tree: one binding for both."""
+    import ast
+
+    from collcheck.static.names import module_imports
+    from collcheck.static.project import _import_table
+
+    from_text = _import_table(IMPORTS)
+    assert from_text == module_imports(ast.parse(IMPORTS)).names
+    assert from_text["dist"] == "torch.distributed"
+    assert from_text["a"] == "a" and from_text["z"] == "y"
+    assert from_text["ar"] == "torch.distributed.all_reduce"
+    assert from_text["sibling"] == "sibling" and from_text["s"] == "utils.sync"
+    assert from_text["thing"] == "pkg.mod.thing" and from_text["other"] == "listed.second"
+    assert from_text["json"] == "json" and "*" not in from_text
+    # Not compared: a name bound by two imports (the readers visit statements in different orders).

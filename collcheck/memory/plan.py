@@ -47,12 +47,6 @@ def peak_bytes(seq_len: int, layout: CacheLayout, plan: GatherPlan) -> int:
     return f.cached_tokens(seq_len, layout) * peak_per_token(layout, plan) + f.constant_bytes(layout)
 
 
-def gather_peak_bytes(shard_bytes: int, world_size: int, plan: GatherPlan) -> int:
-    """One all-gather of a `shard_bytes` input on `world_size` ranks: what the measurement test checks."""
-    copies = 2 if plan.has_temporary else 1
-    return shard_bytes + copies * world_size * shard_bytes
-
-
 def max_seq_len(budget: int, layout: CacheLayout, plan: GatherPlan) -> int | None:
     """The largest sequence length whose peak fits; None when a window makes every length fit."""
     room = budget - f.constant_bytes(layout)

@@ -14,7 +14,6 @@ the analysed code.
 from __future__ import annotations
 
 import ast
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
@@ -26,7 +25,7 @@ from collcheck.findings import FileError
 from collcheck.source import SourceFile, read_source
 from collcheck.static.names import ImportTable, add_import, module_imports, qualified_name
 from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
-from collcheck.static.project import Project
+from collcheck.static.project import Project, realpath_once
 from collcheck.static.symbolic import Const, Expr
 from collcheck.static.wrapped import uses_wrapped, wrapped_names
 
@@ -186,7 +185,8 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
     """
     functions = _all_functions(module)
     words = _function_words(functions, text) if text is not None else None
-    wrapped = wrapped_names(module.tree, module.imports, module.catalog)
+    text_words = frozenset(IDENTIFIER.findall(text)) if text is not None else None
+    wrapped = wrapped_names(module.tree, module.imports, module.catalog, text_words)
     candidates = _candidate_words(module) | wrapped.words
     direct: set[FunctionNode] = set()
     called: dict[FunctionNode, set[str]] = {}
@@ -196,8 +196,9 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
             called[function] = set(own)  # a superset of the names it calls: enough for the fixed point
             continue
         names: set[str] = set()
-        imports = _function_imports(function, module.imports)
-        for node in ast.walk(function):
+        nodes = list(ast.walk(function))  # walked once: the imports first, then the calls
+        imports = _function_imports(nodes, module.imports)
+        for node in nodes:
             if isinstance(node, ast.Global):
                 module.mutable_globals.update(node.names)
             if not isinstance(node, ast.Call):
@@ -249,10 +250,10 @@ def _candidate_words(module: ModuleInfo) -> frozenset[str]:
     return trigger.distinctive | trigger.plain | extra | last_names(module.catalog) | aliases | {"global"}
 
 
-def _function_imports(function: FunctionNode, imports: ImportTable) -> ImportTable:
+def _function_imports(nodes: list[ast.AST], imports: ImportTable) -> ImportTable:
     """The module's imports, with those made inside the function (`import torch.distributed as
-    dist` in a function body) added."""
-    local = [n for n in ast.walk(function) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    dist` in a function body) added; `nodes` are the function's nodes in `ast.walk` order."""
+    local = [n for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom))]
     if not local:
         return imports
     table = imports.child()
@@ -323,7 +324,7 @@ _LOADED: dict[str, ModuleInfo | None] = {}
 
 
 def _loaded_key(path: str, catalog: Catalog, project: Project) -> str:
-    return f"{catalog.fingerprint}:{project.digest}:{os.path.realpath(path)}"
+    return f"{catalog.fingerprint}:{project.digest}:{realpath_once(path)}"
 
 
 def already_loaded(path: str, catalog: Catalog, project: Project | None) -> ModuleInfo | None:

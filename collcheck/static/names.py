@@ -3,12 +3,20 @@
 `import torch.distributed as dist; dist.all_reduce` and `from torch.distributed import all_reduce
 as ar; ar` both resolve to `torch.distributed.all_reduce`. Scopes are respected the way Python
 does it for imports: function-level imports shadow module-level ones.
+
+`bind_import` and `bind_from` are the one place that says which local name an import binds to
+which qualified name. Two readers feed them: `add_import` here (an `ast` import node of a parsed
+module, for the engine) and `project._import_table` (import lines matched in the text, for the
+project index, which must not parse every file of the run: about 40 times cheaper than parsing).
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+Alias = tuple[str, str | None]  # (the imported name, its `as` name or None)
 
 
 @dataclass
@@ -44,20 +52,35 @@ def resolve_relative(module: str | None, level: int, current_package: str) -> st
     return ".".join(base)
 
 
-def add_import(table: ImportTable, node: ast.Import | ast.ImportFrom, current_package: str = "") -> None:
-    if isinstance(node, ast.Import):
-        for alias in node.names:
-            if alias.asname:
-                table.names[alias.asname] = alias.name
-            else:
-                top = alias.name.split(".", 1)[0]
-                table.names[top] = top
-        return
-    base = resolve_relative(node.module, node.level, current_package)
-    for alias in node.names:
-        if alias.name == "*":
+def bind_import(names: dict[str, str], aliases: Iterable[Alias]) -> None:
+    """`import a.b as c` binds `c` to `a.b`; `import a.b` binds `a` (the name Python binds)."""
+    for name, asname in aliases:
+        if asname:
+            names[asname] = name
+        else:
+            top = name.split(".", 1)[0]
+            names[top] = top
+
+
+def bind_from(
+    names: dict[str, str], module: str | None, level: int, aliases: Iterable[Alias], current_package: str = ""
+) -> None:
+    """`from m import a as b` binds `b` to `m.a`; a relative `m` is resolved against
+    `current_package` (with none, to its module part alone; the project index finds it beside
+    the importer). `*` binds nothing that can be named."""
+    base = resolve_relative(module, level, current_package)
+    for name, asname in aliases:
+        if name == "*":
             continue
-        table.names[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
+        names[asname or name] = f"{base}.{name}" if base else name
+
+
+def add_import(table: ImportTable, node: ast.Import | ast.ImportFrom, current_package: str = "") -> None:
+    aliases = [(alias.name, alias.asname) for alias in node.names]
+    if isinstance(node, ast.Import):
+        bind_import(table.names, aliases)
+    else:
+        bind_from(table.names, node.module, node.level, aliases, current_package)
 
 
 def dotted(node: ast.expr) -> list[str] | None:

@@ -19,8 +19,10 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
+from collcheck.static.names import Alias, bind_from, bind_import
 from collcheck.static.prefilter import IDENTIFIER, Trigger
 
 # A called name, plain or dotted (`sync(`, `comm.sync (`): a word in prose or passed as a value
@@ -65,7 +67,7 @@ def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileF
     rank_hits: tuple[str, ...] = ()
     if rank_found:
         pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(rank_found))) + r")\b")
-        rank_hits = _segments_hit(text, starts, names, [m.start() for m in pattern.finditer(text)])
+        rank_hits = _segments_matching(pattern, text, starts, names)
     imports = _import_table(text) if "import" in words else {}
     local = frozenset(name for name in names if name)
     references = _references(text, starts, names, imports, local, words)
@@ -96,6 +98,20 @@ def _segments_hit(
 ) -> tuple[str, ...]:
     found = {names[bisect.bisect_right(starts, position) - 1] for position in positions}
     found.discard(MODULE_CODE)
+    return tuple(sorted(found))
+
+
+def _segments_matching(
+    pattern: re.Pattern[str], text: str, starts: list[int], names: list[str]
+) -> tuple[str, ...]:
+    """`_segments_hit` of every match of `pattern`, asking each function's text once instead of
+    listing every match (rank words are frequent). Segments start at the beginning of a line and
+    the pattern matches whole words, so no match crosses from one segment into the next."""
+    ends = [*starts[1:], len(text)]
+    found: set[str] = set()
+    for start, end, name in zip(starts, ends, names, strict=True):
+        if name != MODULE_CODE and name not in found and pattern.search(text, start, end):
+            found.add(name)
     return tuple(sorted(found))
 
 
@@ -134,30 +150,33 @@ def _references(
 
 
 def _import_table(text: str) -> dict[str, str]:
-    """Local name -> qualified name, as the engine resolves it (relative imports by their module
+    """Local name -> qualified name, as the engine resolves it: the import lines found in the
+    text, bound by `names.bind_import` / `names.bind_from` (relative imports by their module
     part, which the index then finds beside the importer)."""
     table: dict[str, str] = {}
     for match in _IMPORT.finditer(text):
+        aliases: list[Alias] = []
         for part in match.group(1).replace("\\", " ").split(","):
             pieces = part.split()
             if len(pieces) == 3 and pieces[1] == "as":
-                table[pieces[2]] = pieces[0]
+                aliases.append((pieces[0], pieces[2]))
             elif len(pieces) == 1:
-                top = pieces[0].split(".", 1)[0]
-                table[top] = top
+                aliases.append((pieces[0], None))
+        bind_import(table, aliases)
     for match in _FROM_IMPORT.finditer(text):
-        base = match.group(1).lstrip(".")
+        module = match.group(1).lstrip(".")
         listed = match.group(2) if match.group(2) is not None else match.group(3)
         if "#" in listed:
             listed = re.sub(r"#[^\n]*", "", listed)
-        listed = listed.replace("\\", " ")
-        for part in listed.split(","):
+        aliases = []
+        for part in listed.replace("\\", " ").split(","):
             pieces = part.split()
             if not pieces or pieces[0] == "*":
                 continue
             local = pieces[2] if len(pieces) == 3 and pieces[1] == "as" else pieces[0]
             if pieces[0].isidentifier() and local.isidentifier():
-                table[local] = f"{base}.{pieces[0]}" if base else pieces[0]
+                aliases.append((pieces[0], local))
+        bind_from(table, module or None, len(match.group(1)) - len(module), aliases)
     return table
 
 
@@ -188,7 +207,15 @@ class Project:
     def lookup(self, qualified: str, importer: str) -> tuple[str, str] | None:
         """(path, attribute) of a qualified name that lands in a file of this run."""
         table, paths = _tables(self)
-        return _lookup(qualified, os.path.dirname(os.path.realpath(importer)), table, paths)
+        return _lookup(qualified, os.path.dirname(realpath_once(importer)), table, paths)
+
+
+@lru_cache(maxsize=16384)
+def realpath_once(path: str) -> str:
+    """`os.path.realpath` once per path and process: it is asked for every name looked up in
+    another file (a few thousand times a run, each a chain of `lstat` calls). Text, as the index
+    keys paths; `source.real_path` asks the file system every time and answers a `Path`."""
+    return os.path.realpath(path)
 
 
 def _lookup(

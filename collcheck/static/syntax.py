@@ -38,18 +38,27 @@ def is_set_expr(node: ast.expr, set_names: frozenset[str] | set[str] = frozenset
 
 
 def assigned_names(nodes: Iterable[ast.AST]) -> set[str]:
+    """Names and dotted attributes stored anywhere under `nodes` (a new set each call)."""
     names: set[str] = set()
     for root in nodes:
-        for node in ast.walk(root):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                names.add(node.id)
-            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-                parts = dotted(node)
-                if parts:
-                    names.add(".".join(parts))
-            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-                names.add(node.target.id)
+        names |= _assigned_under(root)
     return names
+
+
+@lru_cache(maxsize=65536)
+def _assigned_under(root: ast.AST) -> frozenset[str]:
+    # Once per node: a loop body is asked again each time the loop runs (helpers run many times).
+    names: set[str] = set()
+    for node in ast.walk(root):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            parts = dotted(node)
+            if parts:
+                names.add(".".join(parts))
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return frozenset(names)
 
 
 @lru_cache(maxsize=4096)

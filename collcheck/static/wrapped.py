@@ -78,13 +78,19 @@ def _target_names(target: ast.expr) -> list[str]:
     return []
 
 
-def wrapped_names(tree: ast.AST, imports: ImportTable, catalog: Catalog) -> WrappedNames:
+def wrapped_names(
+    tree: ast.AST, imports: ImportTable, catalog: Catalog, text_words: frozenset[str] | None = None
+) -> WrappedNames:
+    """`text_words`, the identifiers of the module's text when known, spare walking a tree that
+    imports no factory and never names a producing method (most modules)."""
     types = communicating_types(catalog)
     factories = {
         local
         for local, qualified in imports.names.items()
         if qualified in catalog.types_in_place or (catalog.types.get(qualified, None) or qualified) in types
     }
+    if not factories and text_words is not None and producing_methods(catalog).isdisjoint(text_words):
+        return WrappedNames()
     if not factories and not producing_methods(catalog) & _attribute_calls(tree):
         return WrappedNames()
     names: set[str] = set()
