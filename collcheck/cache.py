@@ -128,6 +128,7 @@ def _reason_to_json(reason: Reason) -> dict[str, Any]:
         "path": reason.path,
         "line": reason.line,
         "kind": reason.kind,
+        "column": reason.column,
         "ranks": [[item.rank, item.holds, [list(pair) for pair in item.reads]] for item in reason.ranks],
     }
 
@@ -142,6 +143,7 @@ def _reason_from_json(data: dict[str, Any]) -> Reason:
             RankValue(int(rank), bool(holds), tuple((str(name), str(value)) for name, value in reads))
             for rank, holds, reads in data["ranks"]
         ),
+        column=int(data.get("column", 0)),
     )
 
 

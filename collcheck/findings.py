@@ -81,6 +81,7 @@ class Reason:
     line: int
     kind: str
     ranks: tuple[RankValue, ...]
+    column: int = 0  # 0-based, of the condition's expression
 
     def word(self, holds: bool) -> str:
         yes, no = CONDITION_WORDS.get(self.kind, CONDITION_WORDS["test"])

@@ -229,13 +229,21 @@ def test_cc007_on_wall_clock_time_names_the_call_and_the_guard() -> None:
 def test_a_suppression_on_the_guard_covers_the_cc007_finding(tmp_path: Path) -> None:
     text = (FIXTURES / "CC007" / "ckpt_exists_bug.py").read_text(encoding="utf-8")
     guarded = text.replace(
-        "    if os.path.exists(ckpt):\n", "    if os.path.exists(ckpt):  # collcheck: ignore[CC007]\n"
+        "    if os.path.exists(ckpt):  # expect: CC007\n", "    if os.path.exists(ckpt):  # collcheck: ignore[CC007]\n"
     )
     assert guarded != text
     source = tmp_path / "ckpt.py"
     source.write_text(guarded.replace("  # expect: CC007", ""), encoding="utf-8")
     result = _run(source)
     assert result.findings == [] and result.unused_suppressions == []
+
+
+def test_cc007_is_shown_at_the_guard_that_reads_the_value_and_names_what_it_decides() -> None:
+    result = _run(FIXTURES / "CC007" / "isfile_return_bug.py")
+    [finding] = result.findings
+    assert (finding.code, finding.location.line, finding.location.column) == ("CC007", 8, 7)
+    assert "whether `return` at isfile_return_bug.py:10 is taken" in finding.message
+    assert finding.cause == finding.location
 
 
 def test_a_set_loop_whose_collectives_sit_under_a_rank_branch_gets_no_set_order_advice() -> None:

@@ -3,6 +3,9 @@ Finds collectives guarded by a value that differs from process to process withou
 wall-clock time, random numbers, filesystem state (`os.path.exists`, file contents), the host
 name, or the iteration order of a `set`. Values that went through a collective first (a
 broadcast flag, an all-reduced decision) are the same everywhere and are not reported.
+The finding is shown at the condition that reads the value (the guard; the `except` of a
+per-process error), naming the collective or exit it decides, so a suppression on that line
+covers the cause.
 
 ## Why is this bad?
 Two processes never read the same clock, seldom see the same filesystem at the same instant,
@@ -52,7 +55,7 @@ SEVERITY = Severity.WARNING
 # Any divergence that only per-process values (not the rank) explain, whatever its kind.
 CLAIMS = frozenset(DivergenceKind)
 PRECEDENCE = 10  # first: the cause (a per-process value) says more than the symptom
-ANCHOR = Anchor.GUARDING_EXIT
+ANCHOR = Anchor.GUARD
 MESSAGE = (
     "whether {element} runs depends on {what}, which differs between processes: ranks {rank_x} and "
     "{rank_y} can disagree; broadcast or all-reduce the decision first"
@@ -83,7 +86,7 @@ def _per_process(name: str, why: str) -> bool:
 def cause(d: Divergence) -> Location | None:
     """The guard that reads the value: a suppression there covers the finding."""
     reason = guard(d)
-    return None if reason is None else Location(reason.path, reason.line)
+    return None if reason is None else Location(reason.path, reason.line, reason.column)
 
 
 def _what(d: Divergence) -> str:

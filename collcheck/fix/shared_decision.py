@@ -6,8 +6,8 @@ broadcast it, so that every rank takes the same branch (unsafe).
                                          if decision[0]:
                                              dist.barrier()
 
-Only for the simple shape: the finding lies in the body (or `else`) of an `if` statement (not
-an `elif`, not a `while`) whose test calls something, in a file that imports torch.distributed.
+Only for the simple shape: the finding is shown at the test of an `if` statement, or lies in its
+body (or `else`) (not an `elif`, not a `while`) whose test calls something, in a file that imports torch.distributed.
 Unsafe: every rank now evaluates the test but uses rank 0's answer (rank 0's clock, its view of
 the filesystem), and each pass through the `if` costs a broadcast.
 """
@@ -31,8 +31,10 @@ from collcheck.fix.engine import Rewrite, Source
 
 
 def _guard_line(source: Source, line: int) -> int | None:
-    """The line of the innermost `if` whose branches (not its test) contain `line`."""
-    guards = [
+    """The line of the `if` whose test starts at `line` (where CC007 is shown), or else of the
+    innermost `if` whose branches (not its test) contain `line`."""
+    guards = [node for node in ast.walk(source.tree) if isinstance(node, ast.If) and node.test.lineno == line]
+    guards = guards or [
         node
         for node in ast.walk(source.tree)
         if isinstance(node, ast.If)

@@ -21,6 +21,9 @@ class Anchor(Enum):
     EXIT = "exit"  # the exit that made a rank skip collectives, when there is one
     LOOP = "loop"  # the loop itself, when a loop is among the diverging elements
     GUARDING_EXIT = "guarding_exit"  # shown at the exit, arising at the collective it skips
+    # Shown at the condition that reads the cause (the rule's `cause()`: the guard that tests a
+    # per-process value), so a suppression there covers it; as GUARDING_EXIT when there is none.
+    GUARD = "guard"
 
 
 def _site_location(chain: tuple[Site, ...], path: str, line: int, column: int) -> Location:
@@ -56,7 +59,7 @@ def locate(d: Divergence, anchor: Anchor) -> tuple[Location, tuple[str, int] | N
         return Location(d.region.path_name, d.region.line, 0), None
     chosen = min(candidates, key=lambda e: (_element_location(e, anchor).line, e.line))
     location = _element_location(chosen, anchor)
-    if anchor is Anchor.GUARDING_EXIT and d.exit is not None:
+    if anchor in (Anchor.GUARDING_EXIT, Anchor.GUARD) and d.exit is not None:
         # Shown at the guarded exit (one finding for the collectives it skips); the divergence
         # still arises at the collective, so callers further up are not told again.
         exit_ = d.exit

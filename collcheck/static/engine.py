@@ -24,7 +24,7 @@ from collcheck.findings import (
 )
 from collcheck.source import SourceFile
 from collcheck.static import groups
-from collcheck.static.anchor import locate
+from collcheck.static.anchor import Anchor, locate
 from collcheck.static.budget import check_active
 from collcheck.static.calls import CALLBACK_OP, REMOTE_OP
 from collcheck.static.closures import Closure
@@ -313,6 +313,9 @@ def classify(divergence: Divergence, rules: StaticRules) -> Candidate | None:
     template, args = _in_local_ranks(described[0], described[1], divergence)
     primary, origin = locate(divergence, rule.anchor)
     cause = getattr(rule.module, "cause", None)
+    cause_at = cause(divergence) if cause is not None else None
+    if rule.anchor is Anchor.GUARD and cause_at is not None and cause_at.path == primary.path:
+        primary = cause_at  # the guard that reads the cause, in the file of the finding
     finding = Finding(
         code=rule.code,
         severity=rule.severity,
@@ -321,7 +324,7 @@ def classify(divergence: Divergence, rules: StaticRules) -> Candidate | None:
         message_args=tuple(sorted(args.items())),
         counterexample=counterexample(divergence),
         function=divergence.region.function,
-        cause=cause(divergence) if cause is not None else None,
+        cause=cause_at,
     )
     key = (code, origin[0], origin[1]) if origin else (code, primary.path, primary.line)
     sites = _divergence_sites(divergence)

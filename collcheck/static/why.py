@@ -65,7 +65,7 @@ def reasons(
                 key=lambda item: item.rank,
             )
         )
-        found.append(Reason(source.text, source.path, source.line, source.kind, ranks))
+        found.append(Reason(source.text, source.path, source.line, source.kind, ranks, source.column))
         if len(found) >= MAX_REASONS:
             break
     return tuple(found)
