@@ -183,7 +183,7 @@ def test_symlink_inside_the_cache_folder_leads_no_write_outside(tmp_path: Path) 
     outside.mkdir()
     folder = project / ".collcheck_cache"
     folder.mkdir()
-    for name in ("v1", "runs", "facts", "projects"):
+    for name in (f"v{cache.CACHE_FORMAT}", "runs", "facts", "projects"):
         (folder / name).symlink_to(outside, target_is_directory=True)
 
     code, data, stderr = _check(project, tmp_path / "xdg")
@@ -205,7 +205,7 @@ def test_symlinked_entry_is_a_miss(tmp_path: Path) -> None:
         return FileResult(str(source))
 
     cache.cached_analyze(str(source), settings, "cat", compute)
-    [entry] = list((folder / "v1").rglob("*.json"))
+    [entry] = list((folder / f"v{cache.CACHE_FORMAT}").rglob("*.json"))
     copy = tmp_path / "copy.json"
     copy.write_bytes(entry.read_bytes())  # a correctly sealed entry, reached through a link
     entry.unlink()

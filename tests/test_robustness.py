@@ -605,7 +605,7 @@ def test_a_query_that_times_out_is_a_note_not_a_silent_pass(fixture: Path) -> No
 
 def _twenty_files(folder: Path) -> None:
     folder.mkdir()
-    for source in sorted((FIXTURES / "CC002").glob("*.py")):
+    for source in sorted((FIXTURES / "CC002").glob("*.py"))[:12]:
         shutil.copy(source, folder / source.name)
     for source in sorted((FIXTURES / "CC003").glob("*_bug.py"))[:6]:
         shutil.copy(source, folder / source.name)
@@ -661,10 +661,10 @@ def test_a_files_result_does_not_depend_on_the_files_before_it() -> None:
     after = [
         f
         for f in fresh_process_json("-j", "1", str(before), str(target))["findings"]
-        if f["path"] == str(target)
+        if Path(f["path"]).resolve() == target.resolve()
     ]
 
-    assert alone == after
+    assert alone and alone == after
 
 
 def test_python_dash_m_version() -> None:

@@ -143,11 +143,13 @@ def local_rank_bounds(tr: Any, found: frozenset[Atom]) -> list[Any]:
     a rank is the member listed at index i exactly when its local rank is i."""
     facts = []
     listed = _listed_members(found)
-    for key in _local_rank_keys(found) | {key for key, _ in listed}:
+    # Sorted: the order of z3's facts steers the model it picks, and counterexamples must not
+    # depend on the process's hash seed.
+    for key in sorted(_local_rank_keys(found) | {key for key, _ in listed}):
         size = tr.as_int(group_size(key), "a")
         for side in ("a", "b"):
             facts.append(tr.as_int(local_rank(key), side) < size)
-    for key, index in listed:
+    for key, index in sorted(listed):
         size = tr.as_int(group_size(key), "a")
         position = index if index >= 0 else size + index
         member = tr.as_int(global_rank_of(key, index), "a")
@@ -155,6 +157,10 @@ def local_rank_bounds(tr: Any, found: frozenset[Atom]) -> list[Any]:
             is_member = tr.rank(side) == member
             facts.append(is_member == (tr.as_int(local_rank(key), side) == position))
     return facts
+
+
+def _atom_order(atom: Atom) -> tuple[str, str]:
+    return atom.name, atom.kind
 
 
 def _listed_members(found: frozenset[Atom]) -> set[tuple[str, int]]:
@@ -190,15 +196,15 @@ def member_facts(tr: Any, group: GroupVal, found: frozenset[Atom], known: GroupF
     if group.members is None:
         # A membership test against a collection collcheck cannot see: the group's own test; a test
         # against another group's rank list (`get_process_group_ranks(other)`) is that group's.
-        for atom in _membership_atoms(found):
+        for atom in sorted(_membership_atoms(found), key=_atom_order):
             if own_membership(atom, group.key):
                 facts.extend((tr.as_bool(atom, "a"), tr.as_bool(atom, "b")))
         # A value computed from the rank in a way collcheck cannot follow (a shard read by rank, a
         # stage id from a grid object) may well be what the group was built from: among the members
         # of a group of unknown membership it is not taken to split them (precision over recall).
-        for atom in opaque_rank_atoms(found):
+        for atom in sorted(opaque_rank_atoms(found), key=_atom_order):
             facts.append(tr.as_bool(atom, "a") == tr.as_bool(atom, "b"))
             facts.append(tr.as_int(atom, "a") == tr.as_int(atom, "b"))
-    for other in shared_positions(group.key, _local_rank_keys(found), known.grids):
+    for other in sorted(shared_positions(group.key, _local_rank_keys(found), known.grids)):
         facts.append(tr.as_int(local_rank(other), "a") == tr.as_int(local_rank(other), "b"))
     return facts
