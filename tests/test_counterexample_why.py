@@ -229,7 +229,8 @@ def test_cc007_on_wall_clock_time_names_the_call_and_the_guard() -> None:
 def test_a_suppression_on_the_guard_covers_the_cc007_finding(tmp_path: Path) -> None:
     text = (FIXTURES / "CC007" / "ckpt_exists_bug.py").read_text(encoding="utf-8")
     guarded = text.replace(
-        "    if os.path.exists(ckpt):  # expect: CC007\n", "    if os.path.exists(ckpt):  # collcheck: ignore[CC007]\n"
+        "    if os.path.exists(ckpt):  # expect: CC007\n",
+        "    if os.path.exists(ckpt):  # collcheck: ignore[CC007]\n",
     )
     assert guarded != text
     source = tmp_path / "ckpt.py"

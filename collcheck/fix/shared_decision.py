@@ -7,7 +7,8 @@ broadcast it, so that every rank takes the same branch (unsafe).
                                              dist.barrier()
 
 Only for the simple shape: the finding is shown at the test of an `if` statement, or lies in its
-body (or `else`) (not an `elif`, not a `while`) whose test calls something, in a file that imports torch.distributed.
+body (or `else`) (not an `elif`, not a `while`) whose test calls something, in a file that
+imports torch.distributed.
 Unsafe: every rank now evaluates the test but uses rank 0's answer (rank 0's clock, its view of
 the filesystem), and each pass through the `if` costs a broadcast.
 """
