@@ -1,10 +1,12 @@
 """The command line's entry point, kept light: `main(argv) -> int` is callable from tests.
 
-`collcheck PATH...` is `collcheck check PATH...`. A plain `collcheck check FILE...` (no options:
-how pre-commit calls it) is run without the option parser, so that one staged file on a warm
-cache never imports typer (and its pydantic adapters: most of a warm run's time); every other
-command line goes through the typer commands in `collcheck.commands`. Exit codes: 0 clean, 1
-findings (or files that could not be analysed), 2 usage or configuration error.
+`collcheck PATH...` is `collcheck check PATH...`. A `collcheck check FILE...` with no options (how
+pre-commit calls it) or only the common ones (`--format`, `-o`, `-j N`, `--select`, `--ignore`,
+`--no-cache`, `-v`, ...: `LIGHT_FLAGS`, `LIGHT_VALUES`) is run without the option parser, so that
+one staged file on a warm cache never imports typer (and its pydantic adapters: most of a warm
+run's time); every other command line goes through the typer commands in `collcheck.commands`.
+Exit codes: 0 clean, 1 findings (or files that could not be analysed), 2 usage or configuration
+error.
 """
 
 from __future__ import annotations
@@ -41,16 +43,71 @@ def _with_optional_values(argv: list[str]) -> list[str]:
     return [f"{arg}=" if arg in OPTIONAL_VALUE_OPTIONS else arg for arg in argv]
 
 
-def plain_check_paths(args: list[str]) -> list[Path] | None:
-    """The paths of `check PATH...` without any option (`--` ends the options), else None."""
-    if args[:1] != ["check"] or len(args) < 2:
-        return None  # `collcheck check` alone checks "." with the parser's defaults: rare, not fast
+# `check` options common in CI and hooks (`--format sarif -o report.sarif -j 2`), read without
+# typer; anything else (fixes, baselines, timeouts, `-j2`, `--help`) goes through typer.
+LIGHT_FLAGS = {
+    "--no-cache": "no_cache",
+    "--statistics": "statistics",
+    "--exit-zero": "exit_zero",
+    "--verbose": "verbose",
+    "-v": "verbose",
+}
+LIGHT_VALUES = {
+    "--format": "output_format",
+    "--output-format": "output_format",
+    "--output": "output",
+    "-o": "output",
+    "--jobs": "jobs",
+    "-j": "jobs",
+    "--select": "select",
+    "--extend-select": "extend_select",
+    "--ignore": "ignore",
+}
+
+
+def light_check(args: list[str]) -> tuple[list[Path], dict[str, object]] | None:
+    """The paths and options of a `check PATH...` command line that uses only the common options
+    above, as `CheckOptions` fields; None when typer must parse it (another option, a value it
+    would refuse, no path: `collcheck check` alone checks "." with the parser's defaults)."""
+    if args[:1] != ["check"]:
+        return None
     rest = args[1:]
     cut = rest.index("--") if "--" in rest else len(rest)
-    if any(arg.startswith("-") for arg in rest[:cut]):
-        return None
-    paths = [*rest[:cut], *rest[cut + 1 :]]
-    return [Path(path) for path in paths] if paths else None
+    paths: list[Path] = []
+    fields: dict[str, object] = {}
+    index = 0
+    while index < cut:
+        arg = rest[index]
+        index += 1
+        if not arg.startswith("-") or arg == "-":
+            paths.append(Path(arg))
+            continue
+        name, has_value, value = arg.partition("=")
+        if name in LIGHT_FLAGS and not has_value:
+            fields[LIGHT_FLAGS[name]] = True
+            continue
+        if name not in LIGHT_VALUES:
+            return None
+        if not has_value:
+            if index >= cut:
+                return None
+            value = rest[index]
+            index += 1
+        field = LIGHT_VALUES[name]
+        if field == "jobs":
+            if not value.isdigit() or int(value) < 1:
+                return None  # typer's message says why
+            fields[field] = int(value)
+        else:
+            fields[field] = Path(value) if field == "output" else value
+    paths.extend(Path(arg) for arg in rest[cut + 1 :])
+    return (paths, fields) if paths else None
+
+
+def plain_check_paths(args: list[str]) -> list[Path] | None:
+    """The paths of `check PATH...` without any option (`--` ends the options), else None."""
+    parsed = light_check(args)
+    return parsed[0] if parsed is not None and not parsed[1] else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,11 +117,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"collcheck {__version__}")
         return 0
     args = _with_default_command(args)
-    paths = plain_check_paths(args)
-    if paths is not None:
+    parsed = light_check(args)
+    if parsed is not None:
         from collcheck.checking import CheckOptions, run_check
 
-        return run_check(paths, CheckOptions())
+        paths, fields = parsed
+        return run_check(paths, CheckOptions(**fields))  # type: ignore[arg-type]
     return _run_commands(args)
 
 

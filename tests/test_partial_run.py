@@ -3,9 +3,11 @@ constants into the files around them, and reports for the given files what a who
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -172,6 +174,77 @@ def test_plain_check_paths() -> None:
     assert plain_check_paths(["check", "-v", "a.py"]) is None
     assert plain_check_paths(["check"]) is None
     assert plain_check_paths(["rules"]) is None
+
+
+def test_light_check_reads_the_common_options_and_leaves_the_rest_to_typer() -> None:
+    from collcheck.cli import light_check
+
+    assert light_check(["check", "--format", "json", "-o", "r.json", "-j", "2", "src"]) == (
+        [Path("src")],
+        {"output_format": "json", "output": Path("r.json"), "jobs": 2},
+    )
+    assert light_check(["check", "--format=sarif", "--no-cache", "-v", "a.py", "--", "-b.py"]) == (
+        [Path("a.py"), Path("-b.py")],
+        {"output_format": "sarif", "no_cache": True, "verbose": True},
+    )
+    for typer_only in (
+        ["check", "--fix", "a.py"],  # fixes, baselines, timeouts: typer
+        ["check", "-j2", "a.py"],  # the compact form
+        ["check", "-j", "0", "a.py"],  # a value typer refuses, with its own message
+        ["check", "--format", "json"],  # no path: "." with the parser's defaults
+        ["check", "a.py", "--format"],  # a missing value
+        ["check", "--no-cache=1", "a.py"],
+        ["check", "--help"],
+    ):
+        assert light_check(typer_only) is None, typer_only
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--format", "json"],
+        ["--format=concise", "--statistics"],
+        ["--select", "CC001,CC003", "--exit-zero"],
+        ["--ignore", "CC007", "--format", "github"],
+        ["--format", "nonsense"],
+        ["--select", "XX9"],
+    ],
+)
+def test_the_light_path_answers_as_typer_does(
+    options: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from collcheck import cli
+
+    target = str(Path(__file__).resolve().parents[1] / "fixtures" / "CC001")
+    argv = ["check", "--no-cache", "-j", "1", *options, target]
+    light = cli.main(argv)
+    light_out = capsys.readouterr()
+    monkeypatch.setattr(cli, "light_check", lambda args: None)
+    typed = cli.main(argv)
+    typed_out = capsys.readouterr()
+    assert (light, light_out.out, light_out.err) == (typed, typed_out.out, typed_out.err)
+
+
+def test_common_options_do_not_load_typer() -> None:
+    target = Path(__file__).resolve().parents[1] / "fixtures" / "CC001" / "barrier_rank0_bug.py"
+    script = (
+        "import sys\nfrom collcheck.cli import main\n"
+        "argv = ['check', '--format', 'json', '-o', sys.argv[2], '-j', '1', '--no-cache', sys.argv[1]]\n"
+        "code = main(argv)\n"
+        "print(code, sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'click', 'pydantic')))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with tempfile.TemporaryDirectory() as folder:
+        report = Path(folder) / "r.json"
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(target), str(report)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.stdout.strip().splitlines()[-1] == "1 []", done.stderr
+        assert json.loads(report.read_text(encoding="utf-8"))["findings"]
 
 
 def test_a_catalog_broken_after_a_warm_run_is_still_an_error(tmp_path: Path) -> None:
