@@ -104,12 +104,6 @@ def light_check(args: list[str]) -> tuple[list[Path], dict[str, object]] | None:
     return (paths, fields) if paths else None
 
 
-def plain_check_paths(args: list[str]) -> list[Path] | None:
-    """The paths of `check PATH...` without any option (`--` ends the options), else None."""
-    parsed = light_check(args)
-    return parsed[0] if parsed is not None and not parsed[1] else None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point callable from tests: returns the exit code instead of exiting."""
     args = _with_optional_values(list(sys.argv[1:] if argv is None else argv))

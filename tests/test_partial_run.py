@@ -15,7 +15,7 @@ import pytest
 
 from collcheck import api
 from collcheck.api import check_paths, project_root
-from collcheck.cli import plain_check_paths
+from collcheck.cli import light_check
 from collcheck.config import load_settings
 
 ENV = "import os\nRANK = int(os.environ['RANK'])\nIS_MAIN = RANK == 0\n"
@@ -169,16 +169,15 @@ def test_a_plain_check_on_a_warm_cache_loads_neither_typer_nor_the_engine(tmp_pa
 
 
 def test_plain_check_paths() -> None:
-    assert plain_check_paths(["check", "a.py", "b.py"]) == [Path("a.py"), Path("b.py")]
-    assert plain_check_paths(["check", "--", "-odd.py"]) == [Path("-odd.py")]
-    assert plain_check_paths(["check", "-v", "a.py"]) is None
-    assert plain_check_paths(["check"]) is None
-    assert plain_check_paths(["rules"]) is None
+    """A check with no option: its paths and no option fields (`--` ends the options)."""
+    assert light_check(["check", "a.py", "b.py"]) == ([Path("a.py"), Path("b.py")], {})
+    assert light_check(["check", "--", "-odd.py"]) == ([Path("-odd.py")], {})
+    assert light_check(["check", "-v", "a.py"]) == ([Path("a.py")], {"verbose": True})
+    assert light_check(["check"]) is None
+    assert light_check(["rules"]) is None
 
 
 def test_light_check_reads_the_common_options_and_leaves_the_rest_to_typer() -> None:
-    from collcheck.cli import light_check
-
     assert light_check(["check", "--format", "json", "-o", "r.json", "-j", "2", "src"]) == (
         [Path("src")],
         {"output_format": "json", "output": Path("r.json"), "jobs": 2},
