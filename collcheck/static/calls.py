@@ -18,10 +18,11 @@ from collcheck.catalog import OpSpec
 from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.group_values import type_of
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
-from collcheck.static.names import dotted, qualified_name
+from collcheck.static.names import dotted, nodes_under, qualified_name
 from collcheck.static.program import (
     CommEvent,
 )
+from collcheck.static.project import own_module_name
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
     Atom,
@@ -147,7 +148,7 @@ class CallResolver(ValueEvaluator):
         return known
 
     def op_spec(self, call: ast.Call, state: State | None, class_name: str | None = None) -> OpSpec | None:
-        name = qualified_name(call.func, self.local_imports)
+        name = qualified_name(call.func, self.local_imports) or self._own_function_name(call.func)
         if name is not None and name in self.catalog.functions:
             return self.catalog.functions[name]
         inherited_method = self._inherited_framework_method(call, class_name)
@@ -163,6 +164,15 @@ class CallResolver(ValueEvaluator):
                 if method.any_receiver or self._receiver_matches(call.func.value, method.receivers, state):
                     return method.spec
         return None
+
+    def _own_function_name(self, func: ast.expr) -> str | None:
+        """`new_group(...)` inside torch's distributed_c10d.py is the catalogued
+        `torch.distributed.distributed_c10d.new_group`: a module's call of its own top-level
+        function is the API it implements, not a body to run again (running the library's
+        internals adds no collective the catalog does not already say, at a high cost)."""
+        if not isinstance(func, ast.Name) or func.id not in self.module.functions or func.id in self.nested:
+            return None
+        return f"{own_module_name(self.module.path)}.{func.id}"
 
     def _inherited_framework_method(self, call: ast.Call, class_name: str | None) -> OpSpec | None:
         """`self.all_gather(x)` in a subclass of a catalogued class (a LightningModule): the method
@@ -305,7 +315,7 @@ class CallResolver(ValueEvaluator):
 
     def body_communicates(self, function: FunctionNode) -> bool:
         names = {f.name for f in self.module.communicating}
-        for node in ast.walk(function):
+        for node in nodes_under(function):
             if isinstance(node, ast.Call):
                 if self.op_spec(node, None) is not None:
                     return True
@@ -326,9 +336,9 @@ class CallResolver(ValueEvaluator):
 
     def _returns_matter_uncached(self, function: FunctionNode, owner: ModuleInfo, depth: int) -> bool:
         imports = owner.imports
-        for node in ast.walk(function):
+        for node in nodes_under(function):
             if isinstance(node, ast.Return) and node.value is not None and depth < 3:
-                for call in (n for n in ast.walk(node.value) if isinstance(n, ast.Call)):
+                for call in (n for n in nodes_under(node.value) if isinstance(n, ast.Call)):
                     helper = self._helper_for(call, owner)
                     nested = helper is not None and helper[1] is not function
                     if nested and self.returns_matter(helper[1], helper[0], depth + 1):  # type: ignore[index]

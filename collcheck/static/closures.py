@@ -26,6 +26,7 @@ import ast
 from dataclasses import dataclass, field
 
 from collcheck.static.model import FunctionNode
+from collcheck.static.names import nodes_under
 from collcheck.static.state import State, merge_envs
 from collcheck.static.symbolic import Expr
 
@@ -49,8 +50,8 @@ def escapes(outer: FunctionNode, inner: FunctionNode) -> bool:
     decorator; a name that only ever appears as the callee of a call does not."""
     if inner.decorator_list:
         return True
-    callees = {id(node.func) for node in ast.walk(outer) if isinstance(node, ast.Call)}
-    for node in ast.walk(outer):
+    callees = {id(node.func) for node in nodes_under(outer) if isinstance(node, ast.Call)}
+    for node in nodes_under(outer):
         if (
             isinstance(node, ast.Name)
             and node.id == inner.name
@@ -65,11 +66,11 @@ def late_bound_names(outer: FunctionNode, inner: FunctionNode) -> set[str]:
     """Names of `outer` that may hold another value when `inner` runs than at its `def`: stored at
     or after the `def`, or anywhere in a loop of `outer` that contains it."""
     names: set[str] = set()
-    for node in ast.walk(outer):
+    for node in nodes_under(outer):
         if _stored(node) and getattr(node, "lineno", 0) >= inner.lineno:
             names.update(_stored(node))
     for loop in _loops_around(outer, inner):
-        for node in ast.walk(loop):
+        for node in nodes_under(loop):
             names.update(_stored(node))
     return names
 
@@ -88,8 +89,10 @@ def _stored(node: ast.AST) -> list[str]:
 
 def _loops_around(outer: FunctionNode, inner: FunctionNode) -> list[ast.stmt]:
     loops: list[ast.stmt] = []
-    for node in ast.walk(outer):
-        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and any(n is inner for n in ast.walk(node)):
+    for node in nodes_under(outer):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and any(
+            n is inner for n in nodes_under(node)
+        ):
             loops.append(node)
     return loops
 

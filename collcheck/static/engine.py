@@ -44,7 +44,7 @@ from collcheck.static.model import (
     remember_loaded,
 )
 from collcheck.static.module_values import complete_loaded_module, complete_module
-from collcheck.static.names import ImportTable, module_imports
+from collcheck.static.names import ImportTable, module_imports, nodes_under
 from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, Site
 from collcheck.static.project import Project
@@ -117,7 +117,7 @@ def _searched(unused: list[UnusedSuppression], unsearched: frozenset[str]) -> li
 
 def _def_spans(tree: ast.Module) -> dict[int, int]:
     spans: dict[int, int] = {}
-    for node in ast.walk(tree):
+    for node in nodes_under(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             spans[node.lineno] = node.end_lineno or node.lineno
     return spans
@@ -201,7 +201,7 @@ def _analyze_tree(
 def _communicates(body: list[ast.stmt], module: ModuleInfo) -> bool:
     names = {f.name for f in module.communicating}
     for stmt in body:
-        for node in ast.walk(stmt):
+        for node in nodes_under(stmt):
             if isinstance(node, ast.Call):
                 if is_catalog_call(node, module):
                     return True

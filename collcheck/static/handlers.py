@@ -27,6 +27,7 @@ import ast
 
 from collcheck.static.conditions import ConditionKind, source_of
 from collcheck.static.helpers import HelperInliner
+from collcheck.static.names import nodes_under
 from collcheck.static.state import Frame, State, merge_envs
 from collcheck.static.symbolic import Atom, negate
 from collcheck.static.syntax import assigned_names, catches_data_errors, may_leave
@@ -79,7 +80,7 @@ class ExceptionFlow(HelperInliner):
         text = "except" + (f" {source_text(handler.type)}" if handler.type is not None else "")
         origin = source_of(handler, self.module.path, ConditionKind.EXCEPTION, text)
         self.conditions.note(flag, origin)
-        calls = any(isinstance(node, ast.Call) for part in stmt.body for node in ast.walk(part))
+        calls = any(isinstance(node, ast.Call) for part in stmt.body for node in nodes_under(part))
         if per_rank and may_leave(handler.body) and calls:
             # Any call may raise on some ranks only (bad data, I/O): a handler that leaves the
             # loop or function then skips what the other ranks still do.

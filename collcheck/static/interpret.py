@@ -28,7 +28,7 @@ from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.helpers import LoopOp
 from collcheck.static.model import FunctionNode, ModuleInfo
-from collcheck.static.names import ImportTable, add_import, qualified_name
+from collcheck.static.names import ImportTable, add_import, nodes_under, qualified_name
 from collcheck.static.object_values import record_keyword_attributes
 from collcheck.static.program import (
     CommEvent,
@@ -151,7 +151,7 @@ class Interpreter(ExceptionFlow):
         table = self._import_tables.get(node)
         if table is None:
             table = self.module.imports.child()
-            for child in ast.walk(node):
+            for child in nodes_under(node):
                 if isinstance(child, (ast.Import, ast.ImportFrom)):
                     add_import(table, child)
             self._import_tables[node] = table
@@ -452,7 +452,7 @@ class Interpreter(ExceptionFlow):
         changed = assigned_names(stmt.body)
         if trip is None:  # while: the trip count depends on the test and what the body changes
             test_names = (
-                {n.id for n in ast.walk(stmt.test) if isinstance(n, ast.Name)}
+                {n.id for n in nodes_under(stmt.test) if isinstance(n, ast.Name)}
                 if isinstance(stmt, ast.While)
                 else set()
             )
@@ -607,7 +607,10 @@ def _iterations_alike(stmt: ast.For | ast.AsyncFor | ast.While, body: list[State
         return False
     variant = loop_variant_names(stmt)
     calls = {
-        (n.lineno, n.col_offset): n for part in stmt.body for n in ast.walk(part) if isinstance(n, ast.Call)
+        (n.lineno, n.col_offset): n
+        for part in stmt.body
+        for n in nodes_under(part)
+        if isinstance(n, ast.Call)
     }
     depth = len(frame.chain)
     for event in sequences[0]:

@@ -23,9 +23,9 @@ from collcheck.catalog import Catalog
 from collcheck.config import Settings
 from collcheck.findings import FileError
 from collcheck.source import SourceFile, read_source
-from collcheck.static.names import ImportTable, add_import, module_imports, qualified_name
+from collcheck.static.names import ImportTable, add_import, module_imports, nodes_under, qualified_name
 from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
-from collcheck.static.project import Project, realpath_once
+from collcheck.static.project import Project, own_module_name, realpath_once
 from collcheck.static.symbolic import Const, Expr
 from collcheck.static.wrapped import uses_wrapped, wrapped_names
 
@@ -196,7 +196,7 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
             called[function] = set(own)  # a superset of the names it calls: enough for the fixed point
             continue
         names: set[str] = set()
-        nodes = list(ast.walk(function))  # walked once: the imports first, then the calls
+        nodes = list(nodes_under(function))  # walked once: the imports first, then the calls
         imports = _function_imports(nodes, module.imports)
         for node in nodes:
             if isinstance(node, ast.Global):
@@ -274,9 +274,11 @@ def is_catalog_call(node: ast.Call, module: ModuleInfo, imports: ImportTable | N
             spec.any_receiver or _imports_package_of(module, spec.receivers)
             for spec in catalog.method_specs(node.func.attr)
         )
-    if isinstance(node.func, ast.Name):
+    if isinstance(node.func, ast.Name) and node.func.id in last_names(catalog):
+        if node.func.id in module.functions:  # the module's own catalogued function (calls.py)
+            return f"{own_module_name(module.path)}.{node.func.id}" in catalog.functions
         # A function-level import (`from torch.distributed import barrier` inside the function).
-        return node.func.id in last_names(catalog) and node.func.id not in module.functions
+        return True
     return False
 
 

@@ -13,6 +13,7 @@ import ast
 from collcheck.config import Settings
 from collcheck.static.interpret import Interpreter
 from collcheck.static.model import ModuleInfo, module_body
+from collcheck.static.names import nodes_under
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import Atom, Expr, GroupVal, is_rank_dependent, opaque
 
@@ -45,7 +46,7 @@ def _class_attributes(module: ModuleInfo, interpreter: Interpreter) -> None:
             env = interpreter.entry_parameters(method)
             state = State(env)
             frame = Frame(method.name, class_name, (), interpreter.max_depth, ())
-            for node in ast.walk(method):
+            for node in nodes_under(method):
                 if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
                     continue
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]

@@ -83,6 +83,22 @@ def add_import(table: ImportTable, node: ast.Import | ast.ImportFrom, current_pa
         bind_from(table.names, node.module, node.level, aliases, current_package)
 
 
+_NODES = "_collcheck_nodes"
+
+
+def nodes_under(node: ast.AST) -> tuple[ast.AST, ...]:
+    """`ast.walk(node)`, in the same order, kept on the node itself: the nodes of one function
+    are asked for by several stages (the module model, class attributes, imports, closures, the
+    interpreter for every run of a helper), and walking is the costliest part of asking. Kept on
+    the node so that it lives exactly as long as the tree (a cache keyed by nodes would keep
+    every file's tree alive); trees are never changed after parsing."""
+    found: tuple[ast.AST, ...] | None = node.__dict__.get(_NODES)
+    if found is None:
+        found = tuple(ast.walk(node))
+        setattr(node, _NODES, found)
+    return found
+
+
 def dotted(node: ast.expr) -> list[str] | None:
     """`a.b.c` -> ["a", "b", "c"]; None for anything that is not a plain dotted name."""
     parts: list[str] = []

@@ -17,7 +17,7 @@ import bisect
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -266,15 +266,23 @@ def module_names(paths: Iterable[Path]) -> list[tuple[str, str]]:
             packages[folder] = (folder / "__init__.py").exists()
         return packages[folder]
 
-    names: list[tuple[str, str]] = []
-    for path in paths:
-        parts = [] if path.stem == "__init__" else [path.stem]
-        folder = path.parent
-        while is_package(folder) and folder.parent != folder:
-            parts.insert(0, folder.name)
-            folder = folder.parent
-        names.append((".".join(parts), str(path)))
-    return names
+    return [(_dotted_name(path, is_package), str(path)) for path in paths]
+
+
+def _dotted_name(path: Path, is_package: Callable[[Path], bool]) -> str:
+    parts = [] if path.stem == "__init__" else [path.stem]
+    folder = path.parent
+    while is_package(folder) and folder.parent != folder:
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts)
+
+
+@lru_cache(maxsize=4096)
+def own_module_name(path: str) -> str:
+    """The dotted name a file is imported by, from the `__init__.py` files above it
+    (`torch/distributed/distributed_c10d.py` -> `torch.distributed.distributed_c10d`)."""
+    return _dotted_name(Path(path), lambda folder: (folder / "__init__.py").exists())
 
 
 Function = tuple[str, str]  # (path, top-level function name)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
 from collcheck.static.model import FunctionNode
-from collcheck.static.names import dotted
+from collcheck.static.names import dotted, nodes_under
 
 SET_METHODS = frozenset({"union", "intersection", "difference", "symmetric_difference"})
 
@@ -49,7 +49,7 @@ def assigned_names(nodes: Iterable[ast.AST]) -> set[str]:
 def _assigned_under(root: ast.AST) -> frozenset[str]:
     # Once per node: a loop body is asked again each time the loop runs (helpers run many times).
     names: set[str] = set()
-    for node in ast.walk(root):
+    for node in nodes_under(root):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             names.add(node.id)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
@@ -64,7 +64,7 @@ def _assigned_under(root: ast.AST) -> frozenset[str]:
 @lru_cache(maxsize=4096)
 def global_names(function: FunctionNode) -> frozenset[str]:
     return frozenset(
-        name for node in ast.walk(function) if isinstance(node, ast.Global) for name in node.names
+        name for node in nodes_under(function) if isinstance(node, ast.Global) for name in node.names
     )
 
 
@@ -141,13 +141,13 @@ def _is_data_error(name: str, bases: Mapping[str, Sequence[str]], depth: int) ->
 
 
 def _checks_out_of_memory(handler: ast.ExceptHandler) -> bool:
-    texts = (node.value for node in ast.walk(handler) if isinstance(node, ast.Constant))
+    texts = (node.value for node in nodes_under(handler) if isinstance(node, ast.Constant))
     return any(isinstance(text, str) and OUT_OF_MEMORY_TEXT.search(text) for text in texts)
 
 
 def may_leave(body: Sequence[ast.stmt]) -> bool:
     for stmt in body:
-        for node in ast.walk(stmt):
+        for node in nodes_under(stmt):
             if isinstance(node, (ast.Continue, ast.Break, ast.Return)):
                 return True
     return False
@@ -160,7 +160,7 @@ def loop_variant_names(stmt: ast.For | ast.AsyncFor | ast.While) -> set[str]:
     variant = set(assigned_names([stmt.target])) if isinstance(stmt, (ast.For, ast.AsyncFor)) else set()
     stores: dict[str, int] = {}
     for part in stmt.body:
-        for node in ast.walk(part):
+        for node in nodes_under(part):
             for name in _stored_names(node):
                 stores[name] = stores.get(name, 0) + 1
     read: set[str] = set()
@@ -172,7 +172,7 @@ def loop_variant_names(stmt: ast.For | ast.AsyncFor | ast.While) -> set[str]:
             if not once or mentions(part.value, variant):
                 variant.add(target.id)
         else:
-            variant.update(name for node in ast.walk(part) for name in _stored_names(node))
+            variant.update(name for node in nodes_under(part) for name in _stored_names(node))
         read.update(read_names(part))
     return variant
 
@@ -191,7 +191,7 @@ def _stored_names(node: ast.AST) -> list[str]:
 
 def read_names(node: ast.AST) -> set[str]:
     names: set[str] = set()
-    for child in ast.walk(node):
+    for child in nodes_under(node):
         if isinstance(child, ast.Name):
             names.add(child.id)
         elif isinstance(child, ast.Attribute):
@@ -229,7 +229,7 @@ def lazy_initialisation(stmt: ast.If, mutable_globals: set[str]) -> bool:
     return any(
         isinstance(node, ast.Assign) and any(_cached_name(t) == wanted for t in node.targets)
         for statement in stmt.body
-        for node in ast.walk(statement)
+        for node in nodes_under(statement)
     )
 
 

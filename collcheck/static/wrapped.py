@@ -14,7 +14,7 @@ import ast
 from dataclasses import dataclass
 
 from collcheck.catalog import Catalog
-from collcheck.static.names import ImportTable, qualified_name
+from collcheck.static.names import ImportTable, nodes_under, qualified_name
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def wrapped_names(
     if not factories and not producing_methods(catalog) & _attribute_calls(tree):
         return WrappedNames()
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in nodes_under(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             if _makes_wrapped(node.value, imports, catalog, types):
                 for target in node.targets:
@@ -109,7 +109,7 @@ def wrapped_names(
 def _attribute_calls(tree: ast.AST) -> set[str]:
     return {
         node.func.attr
-        for node in ast.walk(tree)
+        for node in nodes_under(tree)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
     }
 
