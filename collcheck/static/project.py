@@ -224,7 +224,7 @@ def _lookup(
     parts = qualified.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         module, attribute = ".".join(parts[:cut]), ".".join(parts[cut:])
-        sibling = os.path.join(importer_dir, *module.split(".")) + ".py"
+        sibling = os.path.join(importer_dir, module.replace(".", os.sep) + ".py")
         if sibling in paths:
             return sibling, attribute
         if module in table:
@@ -377,19 +377,92 @@ def _dependency_digests(
         for callee in callees:
             if callee in helpers and callee[0] != path:
                 reaches.setdefault(path, set()).add(callee[0])
+    order = sorted({*reaches, *(other for targets in reaches.values() for other in targets)})
+    index = {path: number for number, path in enumerate(order)}
+    reach = _reach_bits([[index[other] for other in reaches.get(path, ())] for path in order])
+    chunks = [f"{path}{files[path].digest}" for path in order]
     digests: dict[str, str] = {}
     for path in selected:
-        seen: set[str] = set()
-        pending = list(reaches.get(path, ()))
-        while pending:
-            other = pending.pop()
-            if other not in seen and other != path:
-                seen.add(other)
-                pending.extend(reaches.get(other, ()))
+        number = index.get(path)
+        if number is None:
+            continue
+        seen = reach[number] & ~(1 << number)
         if seen:
-            material = "".join(f"{other}{files[other].digest}" for other in sorted(seen))
+            material = "".join(chunks[bit] for bit in _bits(seen))  # in path order, as `order` is
             digests[path] = hashlib.sha256(material.encode()).hexdigest()[:16]
     return digests
+
+
+def _reach_bits(successors: list[list[int]]) -> list[int]:
+    """For each node, the nodes reachable from it through one edge or more, as a bit set: one
+    pass over the strongly connected components (Tarjan's, iterative), each component's set the
+    union of its successors' — instead of a walk per selected file (quadratic on a large tree)."""
+    count = len(successors)
+    low = [0] * count
+    number = [-1] * count
+    component = [-1] * count
+    stack: list[int] = []
+    on_stack = [False] * count
+    components: list[list[int]] = []  # in reverse topological order: successors come first
+    counter = 0
+    for root in range(count):
+        if number[root] != -1:
+            continue
+        work = [(root, 0)]
+        number[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = True
+        while work:
+            node, position = work[-1]
+            if position < len(successors[node]):
+                work[-1] = (node, position + 1)
+                nxt = successors[node][position]
+                if number[nxt] == -1:
+                    number[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack[nxt] = True
+                    work.append((nxt, 0))
+                elif on_stack[nxt]:
+                    low[node] = min(low[node], number[nxt])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == number[node]:
+                members = []
+                while True:
+                    member = stack.pop()
+                    on_stack[member] = False
+                    component[member] = len(components)
+                    members.append(member)
+                    if member == node:
+                        break
+                components.append(members)
+    reach_of_component = [0] * len(components)
+    for which, members in enumerate(components):
+        bits = 0
+        for member in members:
+            for nxt in successors[member]:
+                other = component[nxt]
+                if other != which:
+                    bits |= reach_of_component[other]
+                bits |= 1 << nxt  # a member of this component too, when the edge stays inside it
+        reach_of_component[which] = bits
+    return [reach_of_component[component[node]] for node in range(count)]
+
+
+def _bits(value: int) -> list[int]:
+    """The positions of the set bits, lowest first."""
+    text = bin(value)[:1:-1]  # lowest bit first
+    found = []
+    position = text.find("1")
+    while position != -1:
+        found.append(position)
+        position = text.find("1", position + 1)
+    return found
 
 
 def _value_sources(
@@ -416,5 +489,5 @@ def _value_sources(
 def _module_file(
     qualified: str, importer_dir: str, table: Mapping[str, str], paths: frozenset[str]
 ) -> str | None:
-    sibling = os.path.join(importer_dir, *qualified.split(".")) + ".py"
+    sibling = os.path.join(importer_dir, qualified.replace(".", os.sep) + ".py")
     return sibling if sibling in paths else table.get(qualified)
