@@ -74,6 +74,13 @@ from collcheck.runtime.verify_wire import (
 ABORT_EXIT_CODE = 86
 TICK_S = 0.05
 POSITION_EVERY_S = 0.25
+HEARTBEAT_S = 5.0  # an unchanged position is republished this often (a live rank's heartbeat)
+# What all ranks' background work may ask of one store per second, together: the comparison
+# tick and the position refresh lengthen with the world to stay within it (see `pacing`).
+STORE_REQUESTS_PER_S = 20_000
+POSITION_REQUESTS_PER_S = 5_000
+ABORT_WAIT = timedelta(days=365)  # a blocked wait for an abort never expires in a job's life
+WAKE_STOP = "\x00collcheck:stop"  # what a rank writes to its own wake key to end its abort waiter
 FLUSH_S = 2.0
 ABORT_GRACE_S = 0.5
 ABORT_LINGER_S = 3.0
@@ -183,6 +190,7 @@ class Position:
     last: dict[str, Any] | None = None
     last_done: bool = False
     exited: bool = False
+    hb: float = 1.0  # how often the rank republishes an unchanged position (its heartbeat)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, separators=(",", ":"))
@@ -211,7 +219,7 @@ def where(position: Position | None, now: float) -> str:
         parts.append("no collective yet")
     if position.exited:
         parts.append("exited")
-    elif now - position.t > 5 * POSITION_EVERY_S + 1.0:
+    elif now - position.t > 2 * position.hb + 1.0:
         parts.append(f"silent for {now - position.t:.1f}s (dead or stopped?)")
     return "; ".join(parts)
 
@@ -352,6 +360,25 @@ def job_store() -> Any:
     return c10d.PrefixStore(PREFIX, distributed_c10d._get_default_store())
 
 
+@dataclass(frozen=True)
+class Pacing:
+    """How often a rank's background work talks to the store, for a world of a given size."""
+
+    compare_s: float  # async mode: publish and compare this often
+    position_s: float  # a changed position is published at most this often
+    heartbeat_s: float  # an unchanged one this often
+
+
+def pacing(world_size: int) -> Pacing:
+    """Every 50 ms up to 1,000 ranks; beyond, as often as keeps the whole world's background
+    requests to one store within STORE_REQUESTS_PER_S (one request per rank and tick) and its
+    positions within POSITION_REQUESTS_PER_S: at 10,000 ranks a tick every 0.5 s and a position
+    at most every 2 s. Abort and strict verdicts do not wait for a tick (blocking waits)."""
+    compare = max(TICK_S, world_size / STORE_REQUESTS_PER_S)
+    position = max(POSITION_EVERY_S, world_size / POSITION_REQUESTS_PER_S)
+    return Pacing(compare, position, max(HEARTBEAT_S, 4 * position))
+
+
 def connect_budget(world_size: int, timeout_s: float) -> float:
     """How long to keep trying to connect: longer for a large world (its ranks all connect at
     once), but at most half the stall timeout, so that followers waiting for a leader that is
@@ -423,6 +450,12 @@ class Monitor:
         self._operand_splits: dict[str, deque[tuple[dict[str, Any], dict[str, Any]]]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._pace = pacing(config.world_size)
+        self._compared = 0.0  # when async mode last published and compared
+        # The abort waiter: its own connection, blocked in a wait for `wake/<rank>` (see
+        # `_await_abort`), so that an abort is learned at once and an idle rank asks nothing.
+        self.abort_store: Any = None
+        self._waiter: threading.Thread | None = None
         self._position_sent = 0.0
         self._position_dirty = True
         self._degraded = False
@@ -449,6 +482,12 @@ class Monitor:
                     self.sync_store = self._connect()
             except Exception as error:
                 self._degrade(f"store unreachable ({_short(error)})", loud=True)
+            if self.store is not None and self.config.abort:
+                with contextlib.suppress(Exception):  # without it, the tick polls for an abort
+                    self.abort_store = self._factory()
+        if self.abort_store is not None:
+            self._waiter = threading.Thread(target=self._await_abort, name="collcheck-abort", daemon=True)
+            self._waiter.start()
         self._thread = threading.Thread(target=self._run, name="collcheck-monitor", daemon=True)
         self._thread.start()
 
@@ -472,6 +511,7 @@ class Monitor:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
+        self._stop_waiter()
         if self.store is not None:
             try:
                 self._flush()
@@ -595,13 +635,8 @@ class Monitor:
         store = self.store
         if store is None:
             return
-        deadline = time.time() + ABORT_GRACE_S
-        try:
-            while time.time() < deadline:  # the reporter sets the key just before it exits
-                self._check_abort(store)
-                time.sleep(TICK_S / 5)
-        except Exception:
-            pass
+        with contextlib.suppress(Exception):  # the reporter sets the key just before it exits
+            self._sleep_for_abort(store, ABORT_GRACE_S)
 
     def _leader(self, event: CollectiveEvent) -> int:
         """The group's lowest rank, which publishes its records; found once per group, not per
@@ -826,20 +861,27 @@ class Monitor:
 
     def _run(self) -> None:
         while not self._stop.wait(TICK_S):
+            now = time.time()
+            compare = now - self._compared >= self._pace.compare_s  # paced for a large world
+            if compare:
+                self._compared = now
             try:
-                self._tick()
+                self._tick(compare)
             except Exception as error:  # the checker itself failed: keep recording
                 if self.ended:
                     return
                 self._degrade(f"checker failed ({_short(error)})", loud=True)
 
-    def _tick(self) -> None:
+    def _tick(self, compare: bool = True) -> None:
+        """One tick of the background thread: local work every TICK_S; async publication and
+        comparison when `compare` (every `pacing(world).compare_s`)."""
         if self._on_tick is not None:
             self._on_tick()
         store = self.store
         if store is not None:
-            self._check_abort(store)
-            if self._background:
+            if not self._waiting_for_abort():
+                self._check_abort(store)
+            if self._background and compare:
                 self._publish_and_compare(store)
             if self._late:
                 self._check_late(store)
@@ -848,16 +890,89 @@ class Monitor:
         self._check_stalls()
 
     def _check_abort(self, store: Any) -> None:
+        """Poll for an abort (the fallback when the abort waiter is not running)."""
         if self._reporting or not store.check(["abort"]):
             return
-        text = store.get("abort").decode("utf-8", "replace")
+        self._aborted(store, store.get("abort").decode("utf-8", "replace"))
+
+    def _aborted(self, store: Any, text: str) -> None:
+        """Another rank reported an error: acknowledge it and end this process."""
         first = text.splitlines()[0] if text else "an error"
         try:  # tell the reporter we saw it: it may host the store and waits before exiting
             store.add("abort_ack", 1)
-            time.sleep(3 * TICK_S)  # and give it time to read the ack before our store goes away
+            if self.config.rank == 0:  # the usual host of the store: stay until all have seen it
+                self._linger(store)
+            else:
+                time.sleep(3 * TICK_S)  # give the reporter time to read the ack
         except Exception:
             pass
         self._finish("aborted", f"stopping: {first}", echo=True)
+
+    def _waiting_for_abort(self) -> bool:
+        """Whether the abort waiter is blocked in its wait (else the tick polls)."""
+        return self._waiter is not None and self._waiter.is_alive()
+
+    def _await_abort(self) -> None:
+        """The abort waiter's thread. Blocked in the store's wait for `wake/<rank>`, which the
+        first rank to report an error sets for every rank (to its report's first line) and this
+        rank sets itself when it stops: one request per abort, where polling asked the store 20
+        times a second, and the abort is learned the moment it is set, even if the store's host
+        exits right after (the wait's answer is already here). If the connection breaks, the
+        thread ends and the tick polls instead (and finds the store gone, as before)."""
+        store, key = self.abort_store, f"wake/{self.config.rank}"
+        try:
+            if peek(store, key) == WAKE_STOP.encode():  # left by an earlier tracer in this process
+                store.delete_key(key)
+            store.wait([key], ABORT_WAIT)
+        except Exception:
+            return
+        if self._stop.is_set():
+            return
+        try:
+            raw = peek(store, key)
+        except Exception:  # woken, but the store went away before the text could be read
+            raw = b"another rank reported an error (the store closed before its report was read)"
+        text = (raw or b"").decode("utf-8", "replace")
+        if self._stop.is_set() or text == WAKE_STOP or self._reporting:
+            return
+        self._aborted(store, text)
+
+    def _wake_all(self, store: Any, text: str) -> None:
+        """Set every other rank's `wake/<rank>` to the report's first line (one request)."""
+        first = (text.splitlines() or ["an error"])[0][:500]
+        keys = [f"wake/{rank}" for rank in range(self.config.world_size) if rank != self.config.rank]
+        if keys:
+            store.multi_set(keys, [first] * len(keys))
+
+    def _stop_waiter(self) -> None:
+        """Wake this rank's own abort waiter so that its thread ends (it is a daemon thread: a
+        waiter that cannot be woken, its store gone, never keeps the process alive)."""
+        waiter = self._waiter
+        if waiter is None or not waiter.is_alive():
+            return
+        stores = [self.store, self.sync_store]
+        if self._fallback is not None:
+            stores.append(None)  # the job's own client, last
+        for store in stores:
+            try:
+                if store is None and self._fallback is not None:
+                    store = self._fallback()
+                if store is None:
+                    continue
+                store.set(f"wake/{self.config.rank}", WAKE_STOP)
+                break
+            except Exception:
+                continue
+        waiter.join(timeout=2.0)
+
+    def _sleep_for_abort(self, store: Any, seconds: float) -> None:
+        """Give another rank's abort `seconds` to arrive: the waiter ends this process when it
+        does; without a waiter, poll for it."""
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            if not self._waiting_for_abort():
+                self._check_abort(store)
+            time.sleep(TICK_S)
 
     def _publish_and_compare(self, store: Any) -> None:
         with self._publish_lock:
@@ -1075,6 +1190,7 @@ class Monitor:
             last=last_fp,
             last_done=last_done,
             exited=exited,
+            hb=self._pace.heartbeat_s,
         )
 
     def _publish_position(self, exited: bool = False) -> None:
@@ -1084,7 +1200,7 @@ class Monitor:
 
     def _maybe_publish_position(self) -> None:
         age = time.time() - self._position_sent
-        if (self._position_dirty and age > POSITION_EVERY_S) or age > 1.0:
+        if (self._position_dirty and age > self._pace.position_s) or age > self._pace.heartbeat_s:
             self._publish_position()
 
     def _check_stalls(self) -> None:
@@ -1151,7 +1267,7 @@ class Monitor:
         if not path:
             return positions
         folder = os.path.dirname(str(path))
-        stale = time.time() - 2 * POSITION_EVERY_S  # a live rank's position is fresher than this
+        stale = time.time() - 2 * self._pace.position_s  # a changing rank's position is fresher
         return {
             rank: position
             if rank == self.config.rank or (position is not None and position.t > stale)
@@ -1165,10 +1281,7 @@ class Monitor:
         for its abort, and report themselves only if none comes (the reporter died meanwhile)."""
         if not self.config.abort or int(store.add("stall_claim", 1)) == 1:
             return True
-        deadline = time.time() + STALL_CLAIM_GRACE_S
-        while time.time() < deadline:
-            self._check_abort(store)  # ends this process once the reporter's abort is there
-            time.sleep(TICK_S)
+        self._sleep_for_abort(store, STALL_CLAIM_GRACE_S)  # ends this process once it is there
         return True
 
     def _peer_positions(self, store: Any, blocked: dict[str, Any]) -> dict[int, Position | None]:
@@ -1245,8 +1358,12 @@ class Monitor:
                 if threading.current_thread() is threading.main_thread() and self.sync_store is not None
                 else self.store
             )
+            report = f"rank {self.config.rank}: {text}"
             try:
-                store.compare_set("abort", "", f"rank {self.config.rank}: {text}")
+                # The other ranks' wake keys first: a host that exits the moment `abort` appears
+                # (it saw it by polling) has then woken every waiter already.
+                self._wake_all(store, report)
+                store.compare_set("abort", "", report)
                 self._linger(store)
             except Exception:
                 pass

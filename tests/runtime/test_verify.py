@@ -493,3 +493,55 @@ def test_the_connect_budget_grows_with_the_world_within_the_stall_timeout() -> N
 
     assert connect_budget(16, 300.0) < connect_budget(1024, 300.0) < connect_budget(10_000, 300.0)
     assert connect_budget(10_000, 60.0) == 30.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Aborts through a blocking wait (issue 16: an idle rank polled the store 20 times a second)
+
+
+def _started(rank: int, store: FakeStore, world: int = 2) -> tuple[Monitor, ReportWriter]:
+    writer = ReportWriter()
+    config = MonitorConfig(rank=rank, verify=True, strict=False, timeout_s=30.0, world_size=world)
+    monitor = Monitor(config, writer=writer, store_factory=lambda: store, fallback_store=None)  # type: ignore[arg-type]
+    monitor.start()
+    return monitor, writer
+
+
+def test_an_idle_rank_asks_the_store_almost_nothing_and_stops_its_waiter() -> None:
+    store = FakeStore()
+    monitor, writer = _started(1, store)
+    time.sleep(1.0)  # the waiter is blocked, the first position is out
+    before = sum(store.calls.values())
+    time.sleep(2.0)  # 40 ticks: 40 polls of `abort` before
+    assert sum(store.calls.values()) - before == 0
+    monitor.stop(exited=False)
+    assert monitor._waiter is not None and not monitor._waiter.is_alive()  # woken by its own key
+    assert not any(thread.name == "collcheck-abort" for thread in threading.enumerate())
+    assert writer.reports == []
+
+
+def test_an_abort_is_learned_through_the_wait_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collcheck.runtime import verify
+
+    ended: list[tuple[float, str | None]] = []
+
+    def finish(self: Monitor, kind: str | None, text: str | None, echo: bool) -> None:
+        ended.append((time.monotonic(), text))
+
+    monkeypatch.setattr(verify.Monitor, "_finish", finish)
+    monkeypatch.setattr(verify, "ABORT_LINGER_S", 0.0)
+    store = FakeStore()
+    follower, _ = _started(2, store, world=3)
+    time.sleep(0.2)
+    reporter, _ = _monitor(1, store)
+    reporter.config.world_size, reporter.config.abort = 3, True
+    reported = time.monotonic()
+    reporter._fail("mismatch", "collective mismatch: rank 0 ... vs rank 1 ...")
+    deadline = time.monotonic() + 5.0
+    while len(ended) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stopping = "stopping: rank 1: collective mismatch: rank 0 ... vs rank 1 ..."
+    assert [text for _, text in ended] == [None, stopping]  # the reporter's, then the follower's
+    assert ended[1][0] - reported < 1.0  # no tick to wait for
+    assert store.data["wake/0"] == store.data["wake/2"] and "wake/1" not in store.data
+    follower.stop(exited=False)
