@@ -682,6 +682,8 @@ class Monitor:
                         keys: list[str] = []
                         values: list[str] = []
                         self._add_record(keys, values, event.group, event.seq, fp)
+                        if event.seq + 1 > RING:  # the next slot must be empty for its waiters
+                            store.delete_key(slot_key(event.group, event.seq + 1))
                         store.multi_set(keys, values)
                     else:  # async: ours is queued in issue order; publish the queue, ours included
                         self._publish_queued(store)
@@ -691,14 +693,55 @@ class Monitor:
             # recording publishes nothing more: waiting for it would end in a false stall.
             if leader in self._gone:
                 return
-            record = self._wait_for(
-                store, event.group, event.seq, fp, lambda: self._leader_gone(store, leader), LEADER_POLL_S
-            )
+            if self._strict:
+                record = self._wait_for_leader(store, event.group, event.seq, fp, leader)
+            else:
+                record = self._wait_for(
+                    store, event.group, event.seq, fp, lambda: self._leader_gone(store, leader), LEADER_POLL_S
+                )
             if record is not None:
                 self._check_record(store, event.group, fp, record, leader, strict=self._strict)
         except Exception as error:
             what = "strict" if self._strict else "first-seen"
             self._degrade(f"{what} check failed ({_short(error)})", loud=True)
+
+    def _wait_for_leader(
+        self, store: Any, group: str, n: int, fp: dict[str, Any], leader: int
+    ) -> Record | None:
+        """Strict mode: the leader's record #n, learned through the store's blocking wait on its
+        slot (one request, answered the moment the leader writes it) instead of polls. The slot
+        is empty until then: a strict leader empties the next slot before publishing (after the
+        ring's first lap), and one that degrades fills the slots its followers may be waiting
+        on with a record saying so (`_release_followers`). None after a stall report, or when
+        the leader degraded. A slot still holding an older lap's record falls back to polling."""
+        record = self._read_record(store, group, n)
+        if record is not None:  # the usual case: the leader is ahead
+            return record
+        if self._leader_gone(store, leader):
+            return None
+        try:
+            store.wait([slot_key(group, n)], timedelta(seconds=max(self.config.timeout_s, 0.001)))
+        except Exception as error:
+            if "timeout" not in str(error).lower():
+                raise
+            if self._claim_stall(str(fp["g"]), int(fp["n"])):  # the watchdog may have timed out too
+                self._report_stall(fp, store)
+            return None
+        record = self._read_record(store, group, n)
+        if record is not None:
+            return record
+        return self._wait_for(store, group, n, fp, lambda: self._leader_gone(store, leader), LEADER_POLL_S)
+
+    def _release_followers(self, store: Any) -> None:
+        """A strict leader that degraded: fill the slots of the groups it leads that followers may
+        be blocked on (its current number and the next), if empty, with a record saying that it
+        was never published; they stop waiting for this rank (`degraded/<rank>`)."""
+        with self._lock:
+            rank = self.config.rank
+            current = {group: seq for group, seq in self._issued.items() if self._leaders.get(group) == rank}
+        for group, seq in current.items():
+            for n in (seq, seq + 1):
+                store.compare_set(slot_key(group, n), "", Record(n, SKIPPED, SKIPPED, -1).text())
 
     def _leader_gone(self, store: Any, rank: int) -> bool:
         """Whether `rank` said it degraded to recording only (`degraded/<rank>`), remembered."""
@@ -1389,18 +1432,26 @@ class Monitor:
     def _tell_degraded(self, why: str) -> None:
         """Set `degraded/<rank>` so that followers stop waiting for this rank: through our own
         connection (one try each: it may hang until its timeout), else through the job's own store
-        client (a rank whose connections were never made, or broke)."""
+        client (a rank whose connections were never made, or broke). A strict leader also wakes
+        the followers blocked on its next record."""
+        told = None
         for store in (self.store, self.sync_store):
             if store is None:
                 continue
             try:
                 store.set(f"degraded/{self.config.rank}", why)
-                return
+                told = store
+                break
             except Exception:
                 continue
-        if self._fallback is not None and self.config.verify and not self.ended:
+        if told is None and self._fallback is not None and self.config.verify and not self.ended:
             with contextlib.suppress(Exception):
-                self._fallback().set(f"degraded/{self.config.rank}", why)
+                job = self._fallback()
+                job.set(f"degraded/{self.config.rank}", why)
+                told = job
+        if told is not None and self._strict:
+            with contextlib.suppress(Exception):
+                self._release_followers(told)
 
     def _degrade(self, why: str, loud: bool) -> None:
         if self._degraded:

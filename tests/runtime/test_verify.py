@@ -545,3 +545,68 @@ def test_an_abort_is_learned_through_the_wait_at_once(monkeypatch: pytest.Monkey
     assert ended[1][0] - reported < 1.0  # no tick to wait for
     assert store.data["wake/0"] == store.data["wake/2"] and "wake/1" not in store.data
     follower.stop(exited=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Strict followers blocked in the store's wait for their leader's record (issue 16)
+
+
+def _issue_later(monitor: Monitor, event: CollectiveEvent) -> threading.Thread:
+    thread = threading.Thread(target=monitor.issued, args=(event,), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_strict_follower_learns_a_late_leader_record_through_one_wait() -> None:
+    store = FakeStore()
+    leader, _ = _monitor(0, store, strict=True)
+    follower, reports = _monitor(1, store, strict=True)
+    waiting = _issue_later(follower, _event(1, 1, line=10, numel=8))
+    time.sleep(0.5)  # polling every 20 ms would have asked ~25 times by now
+    assert waiting.is_alive()
+    before = dict(store.calls)
+    leader.issued(_event(0, 1, line=10))
+    waiting.join(5.0)
+    assert not waiting.is_alive()
+    assert before["wait"] == 1 and before["compare_set"] == 1 and sum(before.values()) <= 3
+    assert reports.reports[0][0] == "mismatch" and "float32[8]" in str(reports.reports[0][2])
+
+
+def test_a_strict_leader_empties_the_next_slot_of_the_ring_for_its_waiters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from collcheck.runtime import verify, verify_wire
+
+    monkeypatch.setattr(verify_wire, "RING", 4)
+    monkeypatch.setattr(verify, "RING", 4)
+    store = FakeStore()
+    leader, _ = _monitor(0, store, strict=True)
+    follower, reports = _monitor(1, store, strict=True)
+    for seq in range(1, 6):
+        leader.issued(_event(0, seq, line=10))
+        follower.issued(_event(1, seq, line=10))
+    assert "fp/0/2" not in store.data  # #2's slot, #6's next: emptied when #5 was published
+    waiting = _issue_later(follower, _event(1, 6, line=10, numel=8))
+    time.sleep(0.3)
+    assert waiting.is_alive()  # blocked, not reading #2's old record
+    leader.issued(_event(0, 6, line=10))
+    waiting.join(5.0)
+    assert [kind for kind, _, _ in reports.reports] == ["mismatch"]
+
+
+def test_a_strict_leader_that_degrades_releases_its_blocked_followers() -> None:
+    store = FakeStore()
+    leader, _ = _monitor(0, store, strict=True)
+    follower, reports = _monitor(1, store, strict=True)
+    leader.issued(_event(0, 1, line=10))
+    follower.issued(_event(1, 1, line=10))
+    leader._issued["0"] = 2  # it issued #2, and its publication failed
+    waiting = _issue_later(follower, _event(1, 2, line=10))
+    time.sleep(0.3)
+    started = time.monotonic()
+    leader._degrade("strict check failed (injected)", loud=False)
+    waiting.join(5.0)
+    assert not waiting.is_alive() and time.monotonic() - started < 2.0  # not the 5 s stall
+    assert [kind for kind, _, _ in reports.reports] == ["behind"]
+    follower.issued(_event(1, 3, line=10))  # no wait at all for a leader that said it degraded
+    assert [kind for kind, _, _ in reports.reports] == ["behind"]
