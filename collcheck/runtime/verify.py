@@ -58,15 +58,21 @@ from collcheck.runtime.p2p import (
 )
 from collcheck.runtime.record import CollectiveEvent, ReportEvent, TraceWriter, trace_file_name
 from collcheck.runtime.verify_wire import (
+    CHAIN_START,
     RING,
     SKIPPED,
     DetailIndex,
     Record,
+    chain_key,
     detail_key,
     differs,
+    fold,
     hashes,
+    link,
     members_key,
+    parse_chain,
     peek,
+    record_link,
     slot_key,
     theirs,
 )
@@ -461,7 +467,13 @@ class Monitor:
         self._degraded = False
         self._reporting = False  # this rank set the abort: it must linger, not stop on its own key
         self.ended = False  # the process group is being destroyed: store errors are expected
-        self._head_mark: dict[str, int] = {}  # channel -> what head/<channel> counts
+        self._head_mark: dict[str, int] = {}  # channel -> what rh/<channel> covers (published)
+        self._links: dict[str, dict[int, str]] = {}  # channel -> links published past the mark
+        self._chain: dict[str, str] = {}  # channel -> the publisher's chain at the mark
+        # channel -> (n, chain) where this follower's chain is known equal to its publisher's;
+        # None: unknown (a difference or a gap was found), until it adopts the publisher's next
+        self._base: dict[str, tuple[int, str] | None] = {}
+        self._agreed: set[tuple[str, int]] = set()  # first-seen, compared before issue: queued too
         self._gone: set[int] = set()  # ranks that degraded to recording: they publish nothing more
         self._waiting_since: dict[str, float] = {}  # channel -> since when nothing new came
         self._published_ahead: dict[str, set[int]] = {}  # published beyond a missing number
@@ -556,9 +568,11 @@ class Monitor:
                 site = event.site
                 key = (event.group, event.op, site.file, site.line)
                 first = key not in self._seen and self._remember_site(key)
-                # A first-seen leader's is queued too, and published below with what precedes it.
-                if not first or event.rank == self._leader(event):
-                    self._new.append(event)
+                # A first-seen one is queued too: a leader publishes it below with what precedes
+                # it; a follower compares it before issue, and folds it into its chain.
+                if first and event.rank != self._leader(event):
+                    self._agreed.add((event.group, event.seq))
+                self._new.append(event)
         if first or (self._strict and check):
             self._agree(event)
 
@@ -1038,22 +1052,46 @@ class Monitor:
             if publisher == self.config.rank:
                 self._add_record(keys, values, channel, seq, fp)
                 published.setdefault(channel, []).append(seq)
+                self._links.setdefault(channel, {})[seq] = link(seq, fp)
             else:
                 self._publisher_of[channel] = publisher
                 pending = self._pending.setdefault(channel, deque())
                 pending.append((seq, fp))
                 if len(pending) > PENDING_LIMIT:  # the publisher is far behind: bound memory, say so
-                    pending.popleft()
-                    self._not_compared(channel, 1, "too many waiting for the publisher")
+                    dropped, _ = pending.popleft()
+                    self._base[channel] = None  # a gap: the chain cannot be compared across it
+                    if (channel, dropped) in self._agreed:  # compared before issue already
+                        self._agreed.discard((channel, dropped))
+                    else:
+                        self._not_compared(channel, 1, "too many waiting for the publisher")
         if keys:
             advances, skipped = self._head_advances(published)
-            for channel, number in skipped:  # what head/ counts must exist: mark it, never compared
+            for channel, number in skipped:  # what rh/ covers must exist: mark it, never compared
                 keys.append(slot_key(channel, number))
                 values.append(Record(number, SKIPPED, SKIPPED, -1).text())
-            # Records first, then the head: a reader never sees a head ahead of its records.
-            store.multi_set(keys, values)
+            # Records first, then the chain, in one request: a reader never sees a chain ahead of
+            # its records (the store applies a multi_set whole, before the next request).
             for channel, count in advances.items():
-                store.add(f"head/{channel}", count)
+                keys.append(chain_key(channel))
+                values.append(f"{self._head_mark[channel]} {self._advance_chain(channel, count)}")
+            store.multi_set(keys, values)
+
+    def _advance_chain(self, channel: str, count: int) -> str:
+        """Fold the links of the `count` numbers up to the new mark into the channel's chain (a
+        number given up on folds the skipped marker, as its record says)."""
+        mark = self._head_mark[channel]
+        links = self._links.get(channel, {})
+        chain = self._chain.get(channel, CHAIN_START)
+        p2p = is_p2p(channel)
+        for number in range(mark - count + 1, mark + 1):
+            text = links.pop(number, None)
+            if text is None:
+                text = record_link(Record(number, SKIPPED, SKIPPED, -1), p2p)
+            chain = fold(chain, text)
+        for number in [number for number in links if number <= mark]:  # late ones, given up on
+            del links[number]
+        self._chain[channel] = chain
+        return chain
 
     def _outgoing(self, item: CollectiveEvent | P2PSlot) -> tuple[str, int, dict[str, Any], int]:
         """A queued item's channel, number, fingerprint (without the member list), and the rank
@@ -1101,9 +1139,14 @@ class Monitor:
                 store.set(members_key(group), json.dumps(list(ranks), separators=(",", ":")))
 
     def _compare_channel(self, store: Any, channel: str, pending: deque[tuple[int, dict[str, Any]]]) -> None:
+        """One tick's comparison of a channel: one read of the publisher's chain `(n, chain)`.
+        When this rank has all of 1..n and its own chain at n is the same, all are compared.
+        Otherwise (a difference, a gap, or this rank behind the publisher) the records are read
+        and compared one by one, as they always were: a difference is never skipped."""
         if not pending:
             return
-        head = int(store.add(f"head/{channel}", 0))
+        published = parse_chain(peek(store, chain_key(channel)))
+        head = published[0] if published is not None else 0
         ready = []
         while pending and pending[0][0] <= head:
             ready.append(pending.popleft())
@@ -1111,18 +1154,55 @@ class Monitor:
             self._drop_if_publisher_gone(store, channel, pending)
             return
         self._waiting_since.pop(channel, None)
+        assert published is not None
+        base = self._base.get(channel, (0, CHAIN_START))
+        ready.sort(key=lambda item: item[0])
+        numbers = [seq for seq, _ in ready]
+        behind = not pending and numbers[-1] < head  # the publisher's chain is past this rank's
+        if base is not None and not behind and numbers == list(range(base[0] + 1, head + 1)):
+            chain = base[1]
+            for seq, fp in ready:
+                chain = fold(chain, link(seq, fp))
+            if chain == published[1]:  # all of them compared, in one request
+                for seq, _ in ready:
+                    self._agreed.discard((channel, seq))
+                self._base[channel] = published
+                return
+        same = self._compare_records(store, channel, ready)
+        if not behind:
+            self._base[channel] = published  # adopt the publisher's chain: compare from here on
+        elif base is not None and same and numbers == list(range(base[0] + 1, numbers[-1] + 1)):
+            chain = base[1]  # every record equal: the publisher's chain there is this rank's
+            for seq, fp in ready:
+                chain = fold(chain, link(seq, fp))
+            self._base[channel] = (numbers[-1], chain)
+        else:
+            self._base[channel] = None
+
+    def _compare_records(self, store: Any, channel: str, ready: list[tuple[int, dict[str, Any]]]) -> bool:
+        """Read the records of `ready` and compare each (reports as they are found); whether all
+        were there and equal. First-seen ones were compared before issue: not reported again."""
         values = store.multi_get([slot_key(channel, seq) for seq, _ in ready])
         publisher = self._publisher_of.get(channel)
         records = [Record.parse(raw) for raw in values]
+        agreed = [(channel, seq) in self._agreed for seq, _ in ready]
+        for seq, _ in ready:
+            self._agreed.discard((channel, seq))
         # A slot holding a later number was overwritten before this rank read it: fell behind.
         missed = sum(
-            1 for (seq, _), record in zip(ready, records, strict=False) if not record or record.n != seq
+            1
+            for (seq, _), record, done in zip(ready, records, agreed, strict=False)
+            if not done and (not record or record.n != seq)
         )
         if missed:
             self._not_compared(channel, missed, "overwritten before they were read")
-        for (seq, fp), record in zip(ready, records, strict=False):
-            if record is not None and record.n == seq:
+        same = True
+        for (seq, fp), record, done in zip(ready, records, agreed, strict=False):
+            if record is None or record.n != seq or record.skipped or differs(fp, record):
+                same = False
+            if record is not None and record.n == seq and not done:
                 self._check_record(store, channel, fp, record, publisher, strict=False)
+        return same
 
     def _drop_if_publisher_gone(
         self, store: Any, channel: str, pending: deque[tuple[int, dict[str, Any]]]

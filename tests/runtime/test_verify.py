@@ -95,12 +95,12 @@ def test_a_new_call_site_is_published_before_issue_and_later_ones_in_the_backgro
     store = FakeStore()
     leader, _ = _monitor(0, store)
     leader.issued(_event(0, 1, line=10))
-    assert store.sets["fp/0/1"] == 1 and store.value("head/0") == 1  # before the collective runs
+    assert store.sets["fp/0/1"] == 1 and store.head("0") == 1  # before the collective runs
     for seq in range(2, 6):  # the same call site with other shapes: a loop, not a new site
         leader.issued(_event(0, seq, line=10, numel=seq))
-    assert "fp/0/2" not in store.data and store.value("head/0") == 1
+    assert "fp/0/2" not in store.data and store.head("0") == 1
     leader._publish_and_compare(store)  # the background thread's tick
-    assert store.value("head/0") == 5
+    assert store.head("0") == 5
     assert [store.sets[f"fp/0/{seq}"] for seq in range(1, 6)] == [1] * 5  # each published once
 
 
@@ -110,9 +110,9 @@ def test_a_new_leader_site_publishes_what_was_queued_before_it_in_order() -> Non
     leader.issued(_event(0, 1, line=10))
     leader.issued(_event(0, 2, line=10))  # queued for the background thread
     leader.issued(_event(0, 3, line=11))  # new: #2 must go out first, or head/0 would run ahead
-    assert store.value("head/0") == 3 and [store.sets[f"fp/0/{seq}"] for seq in (1, 2, 3)] == [1, 1, 1]
+    assert store.head("0") == 3 and [store.sets[f"fp/0/{seq}"] for seq in (1, 2, 3)] == [1, 1, 1]
     leader._publish_and_compare(store)
-    assert store.value("head/0") == 3 and store.sets["fp/0/2"] == 1
+    assert store.head("0") == 3 and store.sets["fp/0/2"] == 1
 
 
 def test_a_follower_at_a_new_site_waits_for_what_the_leader_publishes_in_the_background() -> None:
@@ -141,7 +141,7 @@ def test_a_follower_at_a_new_site_waits_for_what_the_leader_publishes_in_the_bac
     ]
     follower._publish_and_compare(store)  # compared once: nothing pending, nothing reported again
     assert len(reports.reports) == 1 and not any(follower._pending.values())
-    assert store.value("head/0") == 2 and store.sets["fp/0/2"] == 1
+    assert store.head("0") == 2 and store.sets["fp/0/2"] == 1
 
 
 def test_a_different_shape_at_a_new_site_is_a_mismatch_before_it_is_issued() -> None:
@@ -168,7 +168,7 @@ def test_first_seen_sites_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     leader, _ = _monitor(0, store)
     for seq, line in enumerate((10, 11, 12, 13), start=1):
         leader.issued(_event(0, seq, line=line))
-    assert store.value("head/0") == 2 and len(leader._new) == 2  # the rest are left asynchronous
+    assert store.head("0") == 2 and len(leader._new) == 2  # the rest are left asynchronous
 
 
 def test_head_never_counts_a_fingerprint_queued_out_of_order() -> None:
@@ -177,10 +177,10 @@ def test_head_never_counts_a_fingerprint_queued_out_of_order() -> None:
     leader, _ = _monitor(0, store)
     leader.issued(_event(0, 1, line=10))
     leader.issued(_event(0, 3, line=11))
-    assert "fp/0/3" in store.data and store.value("head/0") == 1  # #2 is missing: head stays
+    assert "fp/0/3" in store.data and store.head("0") == 1  # #2 is missing: head stays
     leader.issued(_event(0, 2, line=10))
     leader._publish_and_compare(store)
-    assert store.value("head/0") == 3
+    assert store.head("0") == 3
 
 
 def test_a_follower_does_not_wait_for_a_leader_that_degraded_to_recording() -> None:
@@ -610,3 +610,69 @@ def test_a_strict_leader_that_degrades_releases_its_blocked_followers() -> None:
     assert [kind for kind, _, _ in reports.reports] == ["behind"]
     follower.issued(_event(1, 3, line=10))  # no wait at all for a leader that said it degraded
     assert [kind for kind, _, _ in reports.reports] == ["behind"]
+
+
+# ---------------------------------------------------------------------------------------------
+# One rolling hash per channel and tick instead of one record per collective (issue 16)
+
+
+def _lockstep(leader: Monitor, follower: Monitor, seqs: range, follower_numel: int = 4) -> None:
+    for seq in seqs:
+        leader.issued(_event(0, seq, line=10))
+        follower.issued(_event(1, seq, line=10, numel=follower_numel))
+
+
+def test_a_follower_compares_a_ticks_collectives_with_one_read_of_the_chain() -> None:
+    store = FakeStore()
+    leader, _ = _monitor(0, store)
+    follower, reports = _monitor(1, store)
+    _lockstep(leader, follower, range(1, 101))
+    leader._publish_and_compare(store)
+    store.calls.clear()
+    store.reads.clear()
+    follower._publish_and_compare(store)
+    assert dict(store.calls) == {"compare_set": 1}  # rh/0; no record read
+    assert list(store.reads) == ["rh/0"] and reports.reports == []
+    assert not follower._pending["0"] and follower._base["0"] == (100, leader._chain["0"])
+
+
+def test_a_missing_collective_in_the_middle_of_a_tick_is_named_with_both_call_sites() -> None:
+    store = FakeStore()
+    leader, _ = _monitor(0, store)
+    follower, reports = _monitor(1, store)
+    _lockstep(leader, follower, range(1, 30))
+    leader.issued(_event(0, 30, line=20, numel=8))  # one the follower never issues
+    for seq in range(31, 61):
+        leader.issued(_event(0, seq, line=10))
+        follower.issued(_event(1, seq - 1, line=10))
+    leader._publish_and_compare(store)
+    follower._publish_and_compare(store)
+    assert reports.reports[0] == (
+        "mismatch",
+        "error",
+        "collective mismatch: rank 0 all_reduce(float32[8]) at train.py:20 vs rank 1 "
+        "all_reduce(float32[4]) at train.py:10 (group 0, #30)",
+    )
+
+
+def test_a_follower_behind_the_publisher_still_compares_and_resumes_the_chain() -> None:
+    store = FakeStore()
+    leader, _ = _monitor(0, store)
+    follower, reports = _monitor(1, store)
+    for seq in range(1, 21):
+        leader.issued(_event(0, seq, line=10))
+    leader._publish_and_compare(store)  # the chain covers 1..20
+    for seq in range(1, 11):  # the follower is at #10: it cannot fold to #20 yet
+        follower.issued(_event(1, seq, line=10, numel=8 if seq == 10 else 4))
+    follower._publish_and_compare(store)
+    assert [kind for kind, _, _ in reports.reports] == ["mismatch"]  # #10, from its record
+    assert "(group 0, #10)" in str(reports.reports[0][2]) and follower._base["0"] is None
+    for seq in range(11, 21):
+        follower.issued(_event(1, seq, line=10))
+    follower._publish_and_compare(store)  # records again (no known base), then the leader's chain
+    assert follower._base["0"] == (20, leader._chain["0"])
+    _lockstep(leader, follower, range(21, 41))
+    leader._publish_and_compare(store)
+    store.calls.clear()
+    follower._publish_and_compare(store)
+    assert dict(store.calls) == {"compare_set": 1} and len(reports.reports) == 1
