@@ -5,21 +5,28 @@ Protocol (keys live under the `collcheck/` prefix of the job's store; no new ser
 * `fp/<group>/<seq mod RING>`: a constant-size record of collective #seq of a group (hashes of
   its signature and call site, see verify_wire.py), published by the group's leader (its lowest
   global rank) into a fixed ring of slots; `dt/<group>/<i>` holds the readable details of each
-  distinct collective, read only when the hashes differ. `head/<group>` counts how many the
-  leader has published. Every other member compares its own with the leader's, so each pair of
-  ranks is compared through the leader with one small record per collective. A follower that
-  finds its slot already overwritten fell behind, and says so (a `behind` warning).
-* `fp/<group>:p2p/<src>-<dst>/<k mod RING>` and `head/<group>:p2p/<src>-<dst>`: the same for
+  distinct collective, read only when the hashes differ. `rh/<group>` holds how many the leader
+  has published and its rolling hash over their records (see verify_wire.py). Every other member
+  compares its own with the leader's, so each pair of ranks is compared through the leader: in
+  async mode one read of `rh/` per tick covers all the collectives of the tick, and the records
+  are read only when the hashes differ (or a follower is behind); in strict mode each record is
+  waited for (the store's blocking wait) and compared. A follower that finds its slot already
+  overwritten fell behind, and says so (a `behind` warning).
+* `fp/<group>:p2p/<src>-<dst>/<k mod RING>` and `rh/<group>:p2p/<src>-<dst>`: the same for
   sends and recvs (see p2p.py): the sender publishes the k-th send to `dst`, and `dst` compares
   its k-th recv from `src` with it. `pwait/<rank>`: the rank a strict recv is waiting for.
 * `members/<group>`: the group's member list, written once by the first member to claim it.
 * `pos/<rank>`: where a rank is (per-group issued counts, collectives in flight, its last one),
-  refreshed a few times a second while it changes; read only when a stall is reported, and then
-  by one rank (`stall_claim`), not by every rank that timed out.
-* `abort`: the first error report (compare_set, so the first reporter wins); every rank polls it
-  and stops, so one rank's finding ends the whole job instead of leaving the others hanging.
+  refreshed a few times a second while it changes and every few seconds when it does not (see
+  `pacing`); read only when a stall is reported, and then by one rank (`stall_claim`), not by
+  every rank that timed out.
+* `abort`: the first error report (compare_set, so the first reporter wins), and `wake/<rank>`:
+  its first line, set for every rank just before it. Each rank has a thread blocked in the
+  store's wait for its `wake/` key, so one rank's finding ends the whole job at once instead of
+  leaving the others hanging, and an idle rank asks the store nothing.
 
-Asynchronous mode does the store traffic on a background thread, except the first time a
+Asynchronous mode does the store traffic on a background thread (every 50 ms, less often in a
+world of more than 1,000 ranks: `pacing`), except the first time a
 (group, op, call site) is issued on a rank: that collective is agreed on the calling thread before
 it is issued, as in strict mode, so a divergence at a new call site (the usual kind) is caught
 before the backend sees it. Strict mode publishes and compares on the calling thread before every
@@ -356,6 +363,15 @@ def connect_store(address: str | None, timeout_s: float) -> Any:
     return c10d.PrefixStore(PREFIX, client)
 
 
+def blocking_ok(store: Any) -> bool:
+    """Whether a blocking wait on `store` is one request on a connection of our own: a TCPStore
+    client under our prefix (or a test's stand-in). A FileStore or HashStore is the job's own
+    client (see `connect_store`), and a FileStore's wait re-reads the file every 10 ms: those
+    keep polling."""
+    inner = getattr(store, "underlying_store", None)
+    return inner is None or type(inner).__name__ == "TCPStore"
+
+
 def job_store() -> Any:
     """The job's own store client (the default group's), under the collcheck prefix: no new
     connection, for the one message a rank whose own connections failed still owes the others."""
@@ -494,7 +510,7 @@ class Monitor:
                     self.sync_store = self._connect()
             except Exception as error:
                 self._degrade(f"store unreachable ({_short(error)})", loud=True)
-            if self.store is not None and self.config.abort:
+            if self.store is not None and self.config.abort and blocking_ok(self.store):
                 with contextlib.suppress(Exception):  # without it, the tick polls for an abort
                     self.abort_store = self._factory()
         if self.abort_store is not None:
@@ -707,7 +723,7 @@ class Monitor:
             # recording publishes nothing more: waiting for it would end in a false stall.
             if leader in self._gone:
                 return
-            if self._strict:
+            if self._strict and blocking_ok(store):
                 record = self._wait_for_leader(store, event.group, event.seq, fp, leader)
             else:
                 record = self._wait_for(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 from fake_store import FakeStore, ReportWriter
@@ -676,3 +677,47 @@ def test_a_follower_behind_the_publisher_still_compares_and_resumes_the_chain() 
     store.calls.clear()
     follower._publish_and_compare(store)
     assert dict(store.calls) == {"compare_set": 1} and len(reports.reports) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Pacing for large worlds (issue 16: 10,000 ranks ticking every 50 ms overwhelm one store)
+
+
+def test_the_background_pace_keeps_one_stores_request_rate_bounded() -> None:
+    from collcheck.runtime.verify import STORE_REQUESTS_PER_S, pacing
+
+    assert pacing(8).compare_s == 0.05 and pacing(8).position_s == 0.25 and pacing(8).heartbeat_s == 5.0
+    for world in (1_024, 10_000, 100_000):
+        pace = pacing(world)
+        assert world / pace.compare_s <= STORE_REQUESTS_PER_S * 1.03  # one request per rank and tick
+        assert world / pace.position_s <= 5_000 and pace.heartbeat_s >= 4 * pace.position_s
+    assert pacing(10_000).compare_s == 0.5 and pacing(10_000).position_s == 2.0
+
+
+def test_a_rank_of_a_large_world_publishes_at_its_pace() -> None:
+    store = FakeStore()
+    leader, _ = _started(0, store, world=10_000)  # a tick every 0.5 s
+    seq = 0
+    started = time.monotonic()
+    while time.monotonic() - started < 1.6:
+        seq += 1
+        event = _wide_event(0, seq, 4)
+        leader.issued(event)
+        leader.completed("0", seq)
+        time.sleep(0.005)
+    leader.stop(exited=False)
+    # About 3 ticks' publications plus the first-seen one and the flush at stop; 32 at 50 ms.
+    assert 3 <= store.calls["multi_set"] <= 7, store.calls
+    assert store.head("0") == seq
+
+
+def test_blocking_waits_only_on_a_tcp_store_connection_of_our_own() -> None:
+    import torch.distributed as dist
+
+    from collcheck.runtime.verify import blocking_ok
+
+    c10d: Any = dist
+    server = c10d.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    assert blocking_ok(c10d.PrefixStore("collcheck", server))
+    assert not blocking_ok(c10d.PrefixStore("collcheck", c10d.HashStore()))  # the job's own client
+    assert blocking_ok(FakeStore())
