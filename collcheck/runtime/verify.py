@@ -374,12 +374,17 @@ def blocking_ok(store: Any) -> bool:
 
 def job_store() -> Any:
     """The job's own store client (the default group's), under the collcheck prefix: no new
-    connection, for the one message a rank whose own connections failed still owes the others."""
+    connection, for the one message a rank whose own connections failed still owes the others.
+    Unwrapped to the base store, as `connect_store` does: the default store is a PrefixStore of
+    the default group, under which our keys would be invisible to the other ranks' clients."""
     import torch.distributed
     from torch.distributed import distributed_c10d
 
     c10d: Any = torch.distributed
-    return c10d.PrefixStore(PREFIX, distributed_c10d._get_default_store())
+    base: Any = distributed_c10d._get_default_store()
+    while hasattr(base, "underlying_store"):
+        base = base.underlying_store
+    return c10d.PrefixStore(PREFIX, base)
 
 
 @dataclass(frozen=True)
@@ -1023,17 +1028,13 @@ class Monitor:
         waiter = self._waiter
         if waiter is None or not waiter.is_alive():
             return
-        stores = [self.store, self.sync_store]
-        if self._fallback is not None:
-            stores.append(None)  # the job's own client, last
-        for store in stores:
+        fallback = self._fallback
+        for get in (lambda: self.store, lambda: self.sync_store, fallback):  # the job's own, last
             try:
-                if store is None and self._fallback is not None:
-                    store = self._fallback()
-                if store is None:
-                    continue
-                store.set(f"wake/{self.config.rank}", WAKE_STOP)
-                break
+                store = get() if get is not None else None
+                if store is not None:
+                    store.set(f"wake/{self.config.rank}", WAKE_STOP)
+                    break
             except Exception:
                 continue
         waiter.join(timeout=2.0)

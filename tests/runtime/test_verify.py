@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any
@@ -721,3 +722,32 @@ def test_blocking_waits_only_on_a_tcp_store_connection_of_our_own() -> None:
     assert blocking_ok(c10d.PrefixStore("collcheck", server))
     assert not blocking_ok(c10d.PrefixStore("collcheck", c10d.HashStore()))  # the job's own client
     assert blocking_ok(FakeStore())
+
+
+def test_what_the_job_store_client_writes_is_seen_by_our_own_connections() -> None:
+    # `degraded/<rank>` goes through the job's own client when a rank's connections failed; the
+    # default store is a PrefixStore of the default group, which hid it from every follower.
+    import subprocess
+    import sys
+
+    program = (
+        "import torch.distributed as dist\n"
+        "from collcheck.runtime.verify import connect_store, job_store\n"
+        "dist.init_process_group('gloo')\n"
+        "job_store().set('degraded/0', 'why')\n"
+        "print(connect_store(None, 10.0).check(['degraded/0']))\n"
+        "dist.destroy_process_group()\n"
+    )
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1")
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == "True", done.stderr[-2000:]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
