@@ -109,6 +109,7 @@ PREFIX = "collcheck"
 # print c10d warnings, and a blocking one could not notice a leader that degraded), starting
 # this often: the leader usually publishes within a millisecond of the follower's first look.
 LEADER_POLL_S = 0.0002
+LEADER_CHECK_S = 1.0  # a strict follower looks for `degraded/<leader>` before a wait this often
 SWAP_WINDOW = 64  # call-site divergences per group remembered to find a swapped pair's second half
 AHEAD_LIMIT = 1_024  # fingerprints published past a missing number before head/ skips it
 
@@ -495,6 +496,8 @@ class Monitor:
         # None: unknown (a difference or a gap was found), until it adopts the publisher's next
         self._base: dict[str, tuple[int, str] | None] = {}
         self._agreed: set[tuple[str, int]] = set()  # first-seen, compared before issue: queued too
+        self._gone_checked: dict[int, float] = {}  # leader -> when `degraded/` was last looked at
+        self._skip_store: Any = None  # a degraded strict leader's job store client; False: failed
         self._gone: set[int] = set()  # ranks that degraded to recording: they publish nothing more
         self._waiting_since: dict[str, float] = {}  # channel -> since when nothing new came
         self._published_ahead: dict[str, set[int]] = {}  # published beyond a missing number
@@ -707,6 +710,7 @@ class Monitor:
         """Publish (leader) or wait for the leader's fingerprint and compare, before issuing."""
         store = self.sync_store
         if store is None:
+            self._skip_degraded(event)
             return
         fp = blocked_fingerprint(event, members=False)
         leader = self._leader(event)
@@ -736,6 +740,8 @@ class Monitor:
                 )
             if record is not None:
                 self._check_record(store, event.group, fp, record, leader, strict=self._strict)
+                if record.skipped:  # a leader that degraded says so in its slots: stop waiting
+                    self._leader_gone(store, leader)
         except Exception as error:
             what = "strict" if self._strict else "first-seen"
             self._degrade(f"{what} check failed ({_short(error)})", loud=True)
@@ -752,8 +758,11 @@ class Monitor:
         record = self._read_record(store, group, n)
         if record is not None:  # the usual case: the leader is ahead
             return record
-        if self._leader_gone(store, leader):
-            return None
+        now = time.monotonic()
+        if now - self._gone_checked.get(leader, -LEADER_CHECK_S) >= LEADER_CHECK_S:
+            self._gone_checked[leader] = now  # a leader that degrades also fills the slots
+            if self._leader_gone(store, leader):
+                return None
         try:
             store.wait([slot_key(group, n)], timedelta(seconds=max(self.config.timeout_s, 0.001)))
         except Exception as error:
@@ -766,6 +775,23 @@ class Monitor:
         if record is not None:
             return record
         return self._wait_for(store, group, n, fp, lambda: self._leader_gone(store, leader), LEADER_POLL_S)
+
+    def _skip_degraded(self, event: CollectiveEvent) -> None:
+        """A strict leader that degraded to recording: mark each collective it issues as never
+        published, through the job's own store client, so that its followers blocked on the
+        slot wake (and stop waiting for it) instead of waiting for a stall. Given up after one
+        failure (a dead store)."""
+        if not (self._strict and self._degraded and self._fallback is not None and not self.ended):
+            return
+        if self._skip_store is False or event.rank != self._leader(event):
+            return
+        try:
+            if self._skip_store is None:
+                self._skip_store = self._fallback()
+            record = Record(event.seq, SKIPPED, SKIPPED, -1).text()
+            self._skip_store.compare_set(slot_key(event.group, event.seq), "", record)
+        except Exception:
+            self._skip_store = False
 
     def _release_followers(self, store: Any) -> None:
         """A strict leader that degraded: fill the slots of the groups it leads that followers may

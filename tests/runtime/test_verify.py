@@ -751,3 +751,19 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_a_strict_leader_degraded_before_its_first_collective_still_wakes_its_followers() -> None:
+    store = FakeStore()
+    follower, reports = _monitor(1, store, strict=True)
+    waiting = _issue_later(follower, _event(1, 1, line=10))
+    time.sleep(0.3)  # blocked: it looked for degraded/0 before the leader said so
+    config = MonitorConfig(rank=0, verify=True, strict=True, timeout_s=5.0, world_size=2, abort=False)
+    leader = Monitor(config, writer=ReportWriter(), store_factory=None, fallback_store=lambda: store)  # type: ignore[arg-type]
+    leader._degrade("store unreachable (injected)", loud=False)  # no group yet: no slot to fill
+    assert waiting.is_alive()
+    started = time.monotonic()
+    leader.issued(_event(0, 1, line=10))  # through the job's client: #1 was never published
+    waiting.join(5.0)
+    assert not waiting.is_alive() and time.monotonic() - started < 2.0  # not the 5 s stall
+    assert [kind for kind, _, _ in reports.reports] == ["behind"] and follower._gone == {0}
