@@ -292,8 +292,11 @@ def _wide_event(rank: int, seq: int, members: int, line: int = 10, numel: int = 
 def _leader_traffic(members: int, collectives: int) -> tuple[int, int, int]:
     """(bytes written per collective, largest record, requests) of a leader in async mode,
     not counting the member list it writes once."""
+    from collcheck.runtime.verify import Pacing
+
     store = FakeStore()
     leader, _ = _monitor(0, store)
+    leader._pace = Pacing(0.05, 1e9, 1e9)  # one position, the first: not a loaded machine's timing
     for seq in range(1, collectives + 1):
         leader.issued(_wide_event(0, seq, members))
         if seq % 10 == 0:
@@ -553,6 +556,14 @@ def test_an_abort_is_learned_through_the_wait_at_once(monkeypatch: pytest.Monkey
 # Strict followers blocked in the store's wait for their leader's record (issue 16)
 
 
+def _pair(strict: bool = False) -> tuple[FakeStore, Monitor, Monitor, ReportWriter]:
+    """A store, a leader (rank 0), a follower (rank 1) and the follower's reports."""
+    store = FakeStore()
+    leader, _ = _monitor(0, store, strict=strict)
+    follower, reports = _monitor(1, store, strict=strict)
+    return store, leader, follower, reports
+
+
 def _issue_later(monitor: Monitor, event: CollectiveEvent) -> threading.Thread:
     thread = threading.Thread(target=monitor.issued, args=(event,), daemon=True)
     thread.start()
@@ -560,9 +571,7 @@ def _issue_later(monitor: Monitor, event: CollectiveEvent) -> threading.Thread:
 
 
 def test_a_strict_follower_learns_a_late_leader_record_through_one_wait() -> None:
-    store = FakeStore()
-    leader, _ = _monitor(0, store, strict=True)
-    follower, reports = _monitor(1, store, strict=True)
+    store, leader, follower, reports = _pair(strict=True)
     waiting = _issue_later(follower, _event(1, 1, line=10, numel=8))
     time.sleep(0.5)  # polling every 20 ms would have asked ~25 times by now
     assert waiting.is_alive()
@@ -581,9 +590,7 @@ def test_a_strict_leader_empties_the_next_slot_of_the_ring_for_its_waiters(
 
     monkeypatch.setattr(verify_wire, "RING", 4)
     monkeypatch.setattr(verify, "RING", 4)
-    store = FakeStore()
-    leader, _ = _monitor(0, store, strict=True)
-    follower, reports = _monitor(1, store, strict=True)
+    store, leader, follower, reports = _pair(strict=True)
     for seq in range(1, 6):
         leader.issued(_event(0, seq, line=10))
         follower.issued(_event(1, seq, line=10))
@@ -597,9 +604,7 @@ def test_a_strict_leader_empties_the_next_slot_of_the_ring_for_its_waiters(
 
 
 def test_a_strict_leader_that_degrades_releases_its_blocked_followers() -> None:
-    store = FakeStore()
-    leader, _ = _monitor(0, store, strict=True)
-    follower, reports = _monitor(1, store, strict=True)
+    _, leader, follower, reports = _pair(strict=True)
     leader.issued(_event(0, 1, line=10))
     follower.issued(_event(1, 1, line=10))
     leader._issued["0"] = 2  # it issued #2, and its publication failed
@@ -625,9 +630,7 @@ def _lockstep(leader: Monitor, follower: Monitor, seqs: range, follower_numel: i
 
 
 def test_a_follower_compares_a_ticks_collectives_with_one_read_of_the_chain() -> None:
-    store = FakeStore()
-    leader, _ = _monitor(0, store)
-    follower, reports = _monitor(1, store)
+    store, leader, follower, reports = _pair()
     _lockstep(leader, follower, range(1, 101))
     leader._publish_and_compare(store)
     store.calls.clear()
@@ -639,9 +642,7 @@ def test_a_follower_compares_a_ticks_collectives_with_one_read_of_the_chain() ->
 
 
 def test_a_missing_collective_in_the_middle_of_a_tick_is_named_with_both_call_sites() -> None:
-    store = FakeStore()
-    leader, _ = _monitor(0, store)
-    follower, reports = _monitor(1, store)
+    store, leader, follower, reports = _pair()
     _lockstep(leader, follower, range(1, 30))
     leader.issued(_event(0, 30, line=20, numel=8))  # one the follower never issues
     for seq in range(31, 61):
@@ -658,9 +659,7 @@ def test_a_missing_collective_in_the_middle_of_a_tick_is_named_with_both_call_si
 
 
 def test_a_follower_behind_the_publisher_still_compares_and_resumes_the_chain() -> None:
-    store = FakeStore()
-    leader, _ = _monitor(0, store)
-    follower, reports = _monitor(1, store)
+    store, leader, follower, reports = _pair()
     for seq in range(1, 21):
         leader.issued(_event(0, seq, line=10))
     leader._publish_and_compare(store)  # the chain covers 1..20
