@@ -515,7 +515,10 @@ def _started(rank: int, store: FakeStore, world: int = 2) -> tuple[Monitor, Repo
 def test_an_idle_rank_asks_the_store_almost_nothing_and_stops_its_waiter() -> None:
     store = FakeStore()
     monitor, writer = _started(1, store)
-    time.sleep(1.0)  # the waiter is blocked, the first position is out
+    deadline = time.monotonic() + 30.0
+    while not (store.calls["wait"] and "pos/1" in store.data) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the waiter is blocked and the first position is out
+    time.sleep(0.1)
     before = sum(store.calls.values())
     time.sleep(2.0)  # 40 ticks: 40 polls of `abort` before
     assert sum(store.calls.values()) - before == 0
