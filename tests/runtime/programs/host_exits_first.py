@@ -6,6 +6,7 @@ import os
 import sys
 import threading
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -14,7 +15,8 @@ from common import join
 
 def exit_on_abort() -> None:
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-    client = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=120))
+    c10d: Any = dist  # TCPStore is re-exported without type stubs
+    client = c10d.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=120))
     client.wait(["collcheck/abort"], timedelta(seconds=120))
     os._exit(3)
 
