@@ -11,7 +11,10 @@ keys and values in both directions). Printed per rank count, backend and mode:
 * added µs per collective: the traced loop's wall time per op minus the untraced one's (median
   over ranks), and the process CPU time per op added (all threads, median over ranks);
 * store requests and bytes per collective per rank (mean over ranks), and the largest single
-  value one rank wrote during the loop (a per-collective message, or a position).
+  value one rank wrote during the loop (a per-collective message, or a position);
+* idle requests/s: the store requests a rank makes per second while it issues nothing (after
+  the loop, for IDLE_S seconds; mean over ranks): what waiting for an abort and keeping its
+  position fresh cost a rank that computes, or waits in a long collective.
 
 `--inproc`: no processes and no torch job: a leader's and a follower's monitor in one process on
 an in-memory store, fed the same events (groups of 2 to 10,000 members); their CPU time per
@@ -41,6 +44,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 NUMEL = 256
+IDLE_S = 4.0  # seconds of no collectives over which idle requests are counted
 COUNTED = frozenset(
     ("set", "get", "add", "check", "wait", "multi_set", "multi_get", "compare_set", "delete_key")
 )
@@ -247,6 +251,10 @@ def worker(backend: str, mode: str, iters: int, members: int, trace_dir: str, st
     cpu_per = (time.process_time() - cpu) / iters
     time.sleep(0.3)  # what the background thread does for the loop's last tick
     after = counts.snapshot()
+    time.sleep(1.0)  # positions settle after the loop
+    idle_from = counts.snapshot()
+    time.sleep(IDLE_S)
+    idle = (counts.snapshot()[0] - idle_from[0]) / IDLE_S
     result = {
         "rank": rank,
         "us": wall * 1e6,
@@ -254,6 +262,7 @@ def worker(backend: str, mode: str, iters: int, members: int, trace_dir: str, st
         "requests": (after[0] - before[0]) / iters,
         "bytes": (after[1] - before[1]) / iters,
         "largest": counts.largest,
+        "idle": idle,
     }
     print("RESULT " + json.dumps(result), flush=True)
     _sync(store, "done", world)
@@ -345,7 +354,7 @@ def main() -> None:
         return
     print(
         "backend  ranks  members  mode    added us/op  added cpu us/op  requests/op/rank  "
-        "bytes/op/rank  largest value"
+        "bytes/op/rank  largest value  idle requests/s/rank"
     )
     for backend in args.backends.split(","):
         sizes = [0] if backend == "gloo" else [int(m) for m in args.members.split(",")]
@@ -360,7 +369,8 @@ def main() -> None:
                         f"{_median(traced, 'us') - _median(base, 'us'):11.1f}  "
                         f"{_median(traced, 'cpu_us') - _median(base, 'cpu_us'):15.1f}  "
                         f"{_mean(traced, 'requests'):16.2f}  {_mean(traced, 'bytes'):13.0f}  "
-                        f"{max(int(r['largest']) for r in traced):13}",
+                        f"{max(int(r['largest']) for r in traced):13}  "
+                        f"{_mean(traced, 'idle'):20.2f}",
                         flush=True,
                     )
                     for said in sorted({line for r in traced for line in r["said"]}):

@@ -5,21 +5,28 @@ Protocol (keys live under the `collcheck/` prefix of the job's store; no new ser
 * `fp/<group>/<seq mod RING>`: a constant-size record of collective #seq of a group (hashes of
   its signature and call site, see verify_wire.py), published by the group's leader (its lowest
   global rank) into a fixed ring of slots; `dt/<group>/<i>` holds the readable details of each
-  distinct collective, read only when the hashes differ. `head/<group>` counts how many the
-  leader has published. Every other member compares its own with the leader's, so each pair of
-  ranks is compared through the leader with one small record per collective. A follower that
-  finds its slot already overwritten fell behind, and says so (a `behind` warning).
-* `fp/<group>:p2p/<src>-<dst>/<k mod RING>` and `head/<group>:p2p/<src>-<dst>`: the same for
+  distinct collective, read only when the hashes differ. `rh/<group>` holds how many the leader
+  has published and its rolling hash over their records (see verify_wire.py). Every other member
+  compares its own with the leader's, so each pair of ranks is compared through the leader: in
+  async mode one read of `rh/` per tick covers all the collectives of the tick, and the records
+  are read only when the hashes differ (or a follower is behind); in strict mode each record is
+  waited for (the store's blocking wait) and compared. A follower that finds its slot already
+  overwritten fell behind, and says so (a `behind` warning).
+* `fp/<group>:p2p/<src>-<dst>/<k mod RING>` and `rh/<group>:p2p/<src>-<dst>`: the same for
   sends and recvs (see p2p.py): the sender publishes the k-th send to `dst`, and `dst` compares
   its k-th recv from `src` with it. `pwait/<rank>`: the rank a strict recv is waiting for.
 * `members/<group>`: the group's member list, written once by the first member to claim it.
 * `pos/<rank>`: where a rank is (per-group issued counts, collectives in flight, its last one),
-  refreshed a few times a second while it changes; read only when a stall is reported, and then
-  by one rank (`stall_claim`), not by every rank that timed out.
-* `abort`: the first error report (compare_set, so the first reporter wins); every rank polls it
-  and stops, so one rank's finding ends the whole job instead of leaving the others hanging.
+  refreshed a few times a second while it changes and every few seconds when it does not (see
+  `pacing`); read only when a stall is reported, and then by one rank (`stall_claim`), not by
+  every rank that timed out.
+* `abort`: the first error report (compare_set, so the first reporter wins), and `wake/<rank>`:
+  its first line, set for every rank just before it. Each rank has a thread blocked in the
+  store's wait for its `wake/` key, so one rank's finding ends the whole job at once instead of
+  leaving the others hanging, and an idle rank asks the store nothing.
 
-Asynchronous mode does the store traffic on a background thread, except the first time a
+Asynchronous mode does the store traffic on a background thread (every 50 ms, less often in a
+world of more than 1,000 ranks: `pacing`), except the first time a
 (group, op, call site) is issued on a rank: that collective is agreed on the calling thread before
 it is issued, as in strict mode, so a divergence at a new call site (the usual kind) is caught
 before the backend sees it. Strict mode publishes and compares on the calling thread before every
@@ -58,15 +65,21 @@ from collcheck.runtime.p2p import (
 )
 from collcheck.runtime.record import CollectiveEvent, ReportEvent, TraceWriter, trace_file_name
 from collcheck.runtime.verify_wire import (
+    CHAIN_START,
     RING,
     SKIPPED,
     DetailIndex,
     Record,
+    chain_key,
     detail_key,
     differs,
+    fold,
     hashes,
+    link,
     members_key,
+    parse_chain,
     peek,
+    record_link,
     slot_key,
     theirs,
 )
@@ -74,6 +87,13 @@ from collcheck.runtime.verify_wire import (
 ABORT_EXIT_CODE = 86
 TICK_S = 0.05
 POSITION_EVERY_S = 0.25
+HEARTBEAT_S = 5.0  # an unchanged position is republished this often (a live rank's heartbeat)
+# What all ranks' background work may ask of one store per second, together: the comparison
+# tick and the position refresh lengthen with the world to stay within it (see `pacing`).
+STORE_REQUESTS_PER_S = 20_000
+POSITION_REQUESTS_PER_S = 5_000
+ABORT_WAIT = timedelta(days=365)  # a blocked wait for an abort never expires in a job's life
+WAKE_STOP = "\x00collcheck:stop"  # what a rank writes to its own wake key to end its abort waiter
 FLUSH_S = 2.0
 ABORT_GRACE_S = 0.5
 ABORT_LINGER_S = 3.0
@@ -89,6 +109,7 @@ PREFIX = "collcheck"
 # print c10d warnings, and a blocking one could not notice a leader that degraded), starting
 # this often: the leader usually publishes within a millisecond of the follower's first look.
 LEADER_POLL_S = 0.0002
+LEADER_CHECK_S = 1.0  # a strict follower looks for `degraded/<leader>` before a wait this often
 SWAP_WINDOW = 64  # call-site divergences per group remembered to find a swapped pair's second half
 AHEAD_LIMIT = 1_024  # fingerprints published past a missing number before head/ skips it
 
@@ -183,6 +204,7 @@ class Position:
     last: dict[str, Any] | None = None
     last_done: bool = False
     exited: bool = False
+    hb: float = 1.0  # how often the rank republishes an unchanged position (its heartbeat)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, separators=(",", ":"))
@@ -211,7 +233,7 @@ def where(position: Position | None, now: float) -> str:
         parts.append("no collective yet")
     if position.exited:
         parts.append("exited")
-    elif now - position.t > 5 * POSITION_EVERY_S + 1.0:
+    elif now - position.t > 2 * position.hb + 1.0:
         parts.append(f"silent for {now - position.t:.1f}s (dead or stopped?)")
     return "; ".join(parts)
 
@@ -342,14 +364,47 @@ def connect_store(address: str | None, timeout_s: float) -> Any:
     return c10d.PrefixStore(PREFIX, client)
 
 
+def blocking_ok(store: Any) -> bool:
+    """Whether a blocking wait on `store` is one request on a connection of our own: a TCPStore
+    client under our prefix (or a test's stand-in). A FileStore or HashStore is the job's own
+    client (see `connect_store`), and a FileStore's wait re-reads the file every 10 ms: those
+    keep polling."""
+    inner = getattr(store, "underlying_store", None)
+    return inner is None or type(inner).__name__ == "TCPStore"
+
+
 def job_store() -> Any:
     """The job's own store client (the default group's), under the collcheck prefix: no new
-    connection, for the one message a rank whose own connections failed still owes the others."""
+    connection, for the one message a rank whose own connections failed still owes the others.
+    Unwrapped to the base store, as `connect_store` does: the default store is a PrefixStore of
+    the default group, under which our keys would be invisible to the other ranks' clients."""
     import torch.distributed
     from torch.distributed import distributed_c10d
 
     c10d: Any = torch.distributed
-    return c10d.PrefixStore(PREFIX, distributed_c10d._get_default_store())
+    base: Any = distributed_c10d._get_default_store()
+    while hasattr(base, "underlying_store"):
+        base = base.underlying_store
+    return c10d.PrefixStore(PREFIX, base)
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """How often a rank's background work talks to the store, for a world of a given size."""
+
+    compare_s: float  # async mode: publish and compare this often
+    position_s: float  # a changed position is published at most this often
+    heartbeat_s: float  # an unchanged one this often
+
+
+def pacing(world_size: int) -> Pacing:
+    """Every 50 ms up to 1,000 ranks; beyond, as often as keeps the whole world's background
+    requests to one store within STORE_REQUESTS_PER_S (one request per rank and tick) and its
+    positions within POSITION_REQUESTS_PER_S: at 10,000 ranks a tick every 0.5 s and a position
+    at most every 2 s. Abort and strict verdicts do not wait for a tick (blocking waits)."""
+    compare = max(TICK_S, world_size / STORE_REQUESTS_PER_S)
+    position = max(POSITION_EVERY_S, world_size / POSITION_REQUESTS_PER_S)
+    return Pacing(compare, position, max(HEARTBEAT_S, 4 * position))
 
 
 def connect_budget(world_size: int, timeout_s: float) -> float:
@@ -423,12 +478,26 @@ class Monitor:
         self._operand_splits: dict[str, deque[tuple[dict[str, Any], dict[str, Any]]]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._pace = pacing(config.world_size)
+        self._compared = 0.0  # when async mode last published and compared
+        # The abort waiter: its own connection, blocked in a wait for `wake/<rank>` (see
+        # `_await_abort`), so that an abort is learned at once and an idle rank asks nothing.
+        self.abort_store: Any = None
+        self._waiter: threading.Thread | None = None
         self._position_sent = 0.0
         self._position_dirty = True
         self._degraded = False
         self._reporting = False  # this rank set the abort: it must linger, not stop on its own key
         self.ended = False  # the process group is being destroyed: store errors are expected
-        self._head_mark: dict[str, int] = {}  # channel -> what head/<channel> counts
+        self._head_mark: dict[str, int] = {}  # channel -> what rh/<channel> covers (published)
+        self._links: dict[str, dict[int, str]] = {}  # channel -> links published past the mark
+        self._chain: dict[str, str] = {}  # channel -> the publisher's chain at the mark
+        # channel -> (n, chain) where this follower's chain is known equal to its publisher's;
+        # None: unknown (a difference or a gap was found), until it adopts the publisher's next
+        self._base: dict[str, tuple[int, str] | None] = {}
+        self._agreed: set[tuple[str, int]] = set()  # first-seen, compared before issue: queued too
+        self._gone_checked: dict[int, float] = {}  # leader -> when `degraded/` was last looked at
+        self._skip_store: Any = None  # a degraded strict leader's job store client; False: failed
         self._gone: set[int] = set()  # ranks that degraded to recording: they publish nothing more
         self._waiting_since: dict[str, float] = {}  # channel -> since when nothing new came
         self._published_ahead: dict[str, set[int]] = {}  # published beyond a missing number
@@ -449,6 +518,12 @@ class Monitor:
                     self.sync_store = self._connect()
             except Exception as error:
                 self._degrade(f"store unreachable ({_short(error)})", loud=True)
+            if self.store is not None and self.config.abort and blocking_ok(self.store):
+                with contextlib.suppress(Exception):  # without it, the tick polls for an abort
+                    self.abort_store = self._factory()
+        if self.abort_store is not None:
+            self._waiter = threading.Thread(target=self._await_abort, name="collcheck-abort", daemon=True)
+            self._waiter.start()
         self._thread = threading.Thread(target=self._run, name="collcheck-monitor", daemon=True)
         self._thread.start()
 
@@ -472,6 +547,7 @@ class Monitor:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
+        self._stop_waiter()
         if self.store is not None:
             try:
                 self._flush()
@@ -516,9 +592,11 @@ class Monitor:
                 site = event.site
                 key = (event.group, event.op, site.file, site.line)
                 first = key not in self._seen and self._remember_site(key)
-                # A first-seen leader's is queued too, and published below with what precedes it.
-                if not first or event.rank == self._leader(event):
-                    self._new.append(event)
+                # A first-seen one is queued too: a leader publishes it below with what precedes
+                # it; a follower compares it before issue, and folds it into its chain.
+                if first and event.rank != self._leader(event):
+                    self._agreed.add((event.group, event.seq))
+                self._new.append(event)
         if first or (self._strict and check):
             self._agree(event)
 
@@ -595,13 +673,8 @@ class Monitor:
         store = self.store
         if store is None:
             return
-        deadline = time.time() + ABORT_GRACE_S
-        try:
-            while time.time() < deadline:  # the reporter sets the key just before it exits
-                self._check_abort(store)
-                time.sleep(TICK_S / 5)
-        except Exception:
-            pass
+        with contextlib.suppress(Exception):  # the reporter sets the key just before it exits
+            self._sleep_for_abort(store, ABORT_GRACE_S)
 
     def _leader(self, event: CollectiveEvent) -> int:
         """The group's lowest rank, which publishes its records; found once per group, not per
@@ -637,6 +710,7 @@ class Monitor:
         """Publish (leader) or wait for the leader's fingerprint and compare, before issuing."""
         store = self.sync_store
         if store is None:
+            self._skip_degraded(event)
             return
         fp = blocked_fingerprint(event, members=False)
         leader = self._leader(event)
@@ -647,6 +721,8 @@ class Monitor:
                         keys: list[str] = []
                         values: list[str] = []
                         self._add_record(keys, values, event.group, event.seq, fp)
+                        if event.seq + 1 > RING:  # the next slot must be empty for its waiters
+                            store.delete_key(slot_key(event.group, event.seq + 1))
                         store.multi_set(keys, values)
                     else:  # async: ours is queued in issue order; publish the queue, ours included
                         self._publish_queued(store)
@@ -656,14 +732,77 @@ class Monitor:
             # recording publishes nothing more: waiting for it would end in a false stall.
             if leader in self._gone:
                 return
-            record = self._wait_for(
-                store, event.group, event.seq, fp, lambda: self._leader_gone(store, leader), LEADER_POLL_S
-            )
+            if self._strict and blocking_ok(store):
+                record = self._wait_for_leader(store, event.group, event.seq, fp, leader)
+            else:
+                record = self._wait_for(
+                    store, event.group, event.seq, fp, lambda: self._leader_gone(store, leader), LEADER_POLL_S
+                )
             if record is not None:
                 self._check_record(store, event.group, fp, record, leader, strict=self._strict)
+                if record.skipped:  # a leader that degraded says so in its slots: stop waiting
+                    self._leader_gone(store, leader)
         except Exception as error:
             what = "strict" if self._strict else "first-seen"
             self._degrade(f"{what} check failed ({_short(error)})", loud=True)
+
+    def _wait_for_leader(
+        self, store: Any, group: str, n: int, fp: dict[str, Any], leader: int
+    ) -> Record | None:
+        """Strict mode: the leader's record #n, learned through the store's blocking wait on its
+        slot (one request, answered the moment the leader writes it) instead of polls. The slot
+        is empty until then: a strict leader empties the next slot before publishing (after the
+        ring's first lap), and one that degrades fills the slots its followers may be waiting
+        on with a record saying so (`_release_followers`). None after a stall report, or when
+        the leader degraded. A slot still holding an older lap's record falls back to polling."""
+        record = self._read_record(store, group, n)
+        if record is not None:  # the usual case: the leader is ahead
+            return record
+        now = time.monotonic()
+        if now - self._gone_checked.get(leader, -LEADER_CHECK_S) >= LEADER_CHECK_S:
+            self._gone_checked[leader] = now  # a leader that degrades also fills the slots
+            if self._leader_gone(store, leader):
+                return None
+        try:
+            store.wait([slot_key(group, n)], timedelta(seconds=max(self.config.timeout_s, 0.001)))
+        except Exception as error:
+            if "timeout" not in str(error).lower():
+                raise
+            if self._claim_stall(str(fp["g"]), int(fp["n"])):  # the watchdog may have timed out too
+                self._report_stall(fp, store)
+            return None
+        record = self._read_record(store, group, n)
+        if record is not None:
+            return record
+        return self._wait_for(store, group, n, fp, lambda: self._leader_gone(store, leader), LEADER_POLL_S)
+
+    def _skip_degraded(self, event: CollectiveEvent) -> None:
+        """A strict leader that degraded to recording: mark each collective it issues as never
+        published, through the job's own store client, so that its followers blocked on the
+        slot wake (and stop waiting for it) instead of waiting for a stall. Given up after one
+        failure (a dead store)."""
+        if not (self._strict and self._degraded and self._fallback is not None and not self.ended):
+            return
+        if self._skip_store is False or event.rank != self._leader(event):
+            return
+        try:
+            if self._skip_store is None:
+                self._skip_store = self._fallback()
+            record = Record(event.seq, SKIPPED, SKIPPED, -1).text()
+            self._skip_store.compare_set(slot_key(event.group, event.seq), "", record)
+        except Exception:
+            self._skip_store = False
+
+    def _release_followers(self, store: Any) -> None:
+        """A strict leader that degraded: fill the slots of the groups it leads that followers may
+        be blocked on (its current number and the next), if empty, with a record saying that it
+        was never published; they stop waiting for this rank (`degraded/<rank>`)."""
+        with self._lock:
+            rank = self.config.rank
+            current = {group: seq for group, seq in self._issued.items() if self._leaders.get(group) == rank}
+        for group, seq in current.items():
+            for n in (seq, seq + 1):
+                store.compare_set(slot_key(group, n), "", Record(n, SKIPPED, SKIPPED, -1).text())
 
     def _leader_gone(self, store: Any, rank: int) -> bool:
         """Whether `rank` said it degraded to recording only (`degraded/<rank>`), remembered."""
@@ -826,20 +965,27 @@ class Monitor:
 
     def _run(self) -> None:
         while not self._stop.wait(TICK_S):
+            now = time.time()
+            compare = now - self._compared >= self._pace.compare_s  # paced for a large world
+            if compare:
+                self._compared = now
             try:
-                self._tick()
+                self._tick(compare)
             except Exception as error:  # the checker itself failed: keep recording
                 if self.ended:
                     return
                 self._degrade(f"checker failed ({_short(error)})", loud=True)
 
-    def _tick(self) -> None:
+    def _tick(self, compare: bool = True) -> None:
+        """One tick of the background thread: local work every TICK_S; async publication and
+        comparison when `compare` (every `pacing(world).compare_s`)."""
         if self._on_tick is not None:
             self._on_tick()
         store = self.store
         if store is not None:
-            self._check_abort(store)
-            if self._background:
+            if not self._waiting_for_abort():
+                self._check_abort(store)
+            if self._background and compare:
                 self._publish_and_compare(store)
             if self._late:
                 self._check_late(store)
@@ -848,16 +994,85 @@ class Monitor:
         self._check_stalls()
 
     def _check_abort(self, store: Any) -> None:
+        """Poll for an abort (the fallback when the abort waiter is not running)."""
         if self._reporting or not store.check(["abort"]):
             return
-        text = store.get("abort").decode("utf-8", "replace")
+        self._aborted(store, store.get("abort").decode("utf-8", "replace"))
+
+    def _aborted(self, store: Any, text: str) -> None:
+        """Another rank reported an error: acknowledge it and end this process."""
         first = text.splitlines()[0] if text else "an error"
         try:  # tell the reporter we saw it: it may host the store and waits before exiting
             store.add("abort_ack", 1)
-            time.sleep(3 * TICK_S)  # and give it time to read the ack before our store goes away
+            if self.config.rank == 0:  # the usual host of the store: stay until all have seen it
+                self._linger(store)
+            else:
+                time.sleep(3 * TICK_S)  # give the reporter time to read the ack
         except Exception:
             pass
         self._finish("aborted", f"stopping: {first}", echo=True)
+
+    def _waiting_for_abort(self) -> bool:
+        """Whether the abort waiter is blocked in its wait (else the tick polls)."""
+        return self._waiter is not None and self._waiter.is_alive()
+
+    def _await_abort(self) -> None:
+        """The abort waiter's thread. Blocked in the store's wait for `wake/<rank>`, which the
+        first rank to report an error sets for every rank (to its report's first line) and this
+        rank sets itself when it stops: one request per abort, where polling asked the store 20
+        times a second, and the abort is learned the moment it is set, even if the store's host
+        exits right after (the wait's answer is already here). If the connection breaks, the
+        thread ends and the tick polls instead (and finds the store gone, as before)."""
+        store, key = self.abort_store, f"wake/{self.config.rank}"
+        try:
+            if peek(store, key) == WAKE_STOP.encode():  # left by an earlier tracer in this process
+                store.delete_key(key)
+            store.wait([key], ABORT_WAIT)
+        except Exception:
+            return
+        if self._stop.is_set():
+            return
+        try:
+            raw = peek(store, key)
+        except Exception:  # woken, but the store went away before the text could be read
+            raw = b"another rank reported an error (the store closed before its report was read)"
+        text = (raw or b"").decode("utf-8", "replace")
+        if self._stop.is_set() or text == WAKE_STOP or self._reporting:
+            return
+        self._aborted(store, text)
+
+    def _wake_all(self, store: Any, text: str) -> None:
+        """Set every other rank's `wake/<rank>` to the report's first line (one request)."""
+        first = (text.splitlines() or ["an error"])[0][:500]
+        keys = [f"wake/{rank}" for rank in range(self.config.world_size) if rank != self.config.rank]
+        if keys:
+            store.multi_set(keys, [first] * len(keys))
+
+    def _stop_waiter(self) -> None:
+        """Wake this rank's own abort waiter so that its thread ends (it is a daemon thread: a
+        waiter that cannot be woken, its store gone, never keeps the process alive)."""
+        waiter = self._waiter
+        if waiter is None or not waiter.is_alive():
+            return
+        fallback = self._fallback
+        for get in (lambda: self.store, lambda: self.sync_store, fallback):  # the job's own, last
+            try:
+                store = get() if get is not None else None
+                if store is not None:
+                    store.set(f"wake/{self.config.rank}", WAKE_STOP)
+                    break
+            except Exception:
+                continue
+        waiter.join(timeout=2.0)
+
+    def _sleep_for_abort(self, store: Any, seconds: float) -> None:
+        """Give another rank's abort `seconds` to arrive: the waiter ends this process when it
+        does; without a waiter, poll for it."""
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            if not self._waiting_for_abort():
+                self._check_abort(store)
+            time.sleep(TICK_S)
 
     def _publish_and_compare(self, store: Any) -> None:
         with self._publish_lock:
@@ -880,22 +1095,46 @@ class Monitor:
             if publisher == self.config.rank:
                 self._add_record(keys, values, channel, seq, fp)
                 published.setdefault(channel, []).append(seq)
+                self._links.setdefault(channel, {})[seq] = link(seq, fp)
             else:
                 self._publisher_of[channel] = publisher
                 pending = self._pending.setdefault(channel, deque())
                 pending.append((seq, fp))
                 if len(pending) > PENDING_LIMIT:  # the publisher is far behind: bound memory, say so
-                    pending.popleft()
-                    self._not_compared(channel, 1, "too many waiting for the publisher")
+                    dropped, _ = pending.popleft()
+                    self._base[channel] = None  # a gap: the chain cannot be compared across it
+                    if (channel, dropped) in self._agreed:  # compared before issue already
+                        self._agreed.discard((channel, dropped))
+                    else:
+                        self._not_compared(channel, 1, "too many waiting for the publisher")
         if keys:
             advances, skipped = self._head_advances(published)
-            for channel, number in skipped:  # what head/ counts must exist: mark it, never compared
+            for channel, number in skipped:  # what rh/ covers must exist: mark it, never compared
                 keys.append(slot_key(channel, number))
                 values.append(Record(number, SKIPPED, SKIPPED, -1).text())
-            # Records first, then the head: a reader never sees a head ahead of its records.
-            store.multi_set(keys, values)
+            # Records first, then the chain, in one request: a reader never sees a chain ahead of
+            # its records (the store applies a multi_set whole, before the next request).
             for channel, count in advances.items():
-                store.add(f"head/{channel}", count)
+                keys.append(chain_key(channel))
+                values.append(f"{self._head_mark[channel]} {self._advance_chain(channel, count)}")
+            store.multi_set(keys, values)
+
+    def _advance_chain(self, channel: str, count: int) -> str:
+        """Fold the links of the `count` numbers up to the new mark into the channel's chain (a
+        number given up on folds the skipped marker, as its record says)."""
+        mark = self._head_mark[channel]
+        links = self._links.get(channel, {})
+        chain = self._chain.get(channel, CHAIN_START)
+        p2p = is_p2p(channel)
+        for number in range(mark - count + 1, mark + 1):
+            text = links.pop(number, None)
+            if text is None:
+                text = record_link(Record(number, SKIPPED, SKIPPED, -1), p2p)
+            chain = fold(chain, text)
+        for number in [number for number in links if number <= mark]:  # late ones, given up on
+            del links[number]
+        self._chain[channel] = chain
+        return chain
 
     def _outgoing(self, item: CollectiveEvent | P2PSlot) -> tuple[str, int, dict[str, Any], int]:
         """A queued item's channel, number, fingerprint (without the member list), and the rank
@@ -943,9 +1182,14 @@ class Monitor:
                 store.set(members_key(group), json.dumps(list(ranks), separators=(",", ":")))
 
     def _compare_channel(self, store: Any, channel: str, pending: deque[tuple[int, dict[str, Any]]]) -> None:
+        """One tick's comparison of a channel: one read of the publisher's chain `(n, chain)`.
+        When this rank has all of 1..n and its own chain at n is the same, all are compared.
+        Otherwise (a difference, a gap, or this rank behind the publisher) the records are read
+        and compared one by one, as they always were: a difference is never skipped."""
         if not pending:
             return
-        head = int(store.add(f"head/{channel}", 0))
+        published = parse_chain(peek(store, chain_key(channel)))
+        head = published[0] if published is not None else 0
         ready = []
         while pending and pending[0][0] <= head:
             ready.append(pending.popleft())
@@ -953,18 +1197,55 @@ class Monitor:
             self._drop_if_publisher_gone(store, channel, pending)
             return
         self._waiting_since.pop(channel, None)
+        assert published is not None
+        base = self._base.get(channel, (0, CHAIN_START))
+        ready.sort(key=lambda item: item[0])
+        numbers = [seq for seq, _ in ready]
+        behind = not pending and numbers[-1] < head  # the publisher's chain is past this rank's
+        if base is not None and not behind and numbers == list(range(base[0] + 1, head + 1)):
+            chain = base[1]
+            for seq, fp in ready:
+                chain = fold(chain, link(seq, fp))
+            if chain == published[1]:  # all of them compared, in one request
+                for seq, _ in ready:
+                    self._agreed.discard((channel, seq))
+                self._base[channel] = published
+                return
+        same = self._compare_records(store, channel, ready)
+        if not behind:
+            self._base[channel] = published  # adopt the publisher's chain: compare from here on
+        elif base is not None and same and numbers == list(range(base[0] + 1, numbers[-1] + 1)):
+            chain = base[1]  # every record equal: the publisher's chain there is this rank's
+            for seq, fp in ready:
+                chain = fold(chain, link(seq, fp))
+            self._base[channel] = (numbers[-1], chain)
+        else:
+            self._base[channel] = None
+
+    def _compare_records(self, store: Any, channel: str, ready: list[tuple[int, dict[str, Any]]]) -> bool:
+        """Read the records of `ready` and compare each (reports as they are found); whether all
+        were there and equal. First-seen ones were compared before issue: not reported again."""
         values = store.multi_get([slot_key(channel, seq) for seq, _ in ready])
         publisher = self._publisher_of.get(channel)
         records = [Record.parse(raw) for raw in values]
+        agreed = [(channel, seq) in self._agreed for seq, _ in ready]
+        for seq, _ in ready:
+            self._agreed.discard((channel, seq))
         # A slot holding a later number was overwritten before this rank read it: fell behind.
         missed = sum(
-            1 for (seq, _), record in zip(ready, records, strict=False) if not record or record.n != seq
+            1
+            for (seq, _), record, done in zip(ready, records, agreed, strict=False)
+            if not done and (not record or record.n != seq)
         )
         if missed:
             self._not_compared(channel, missed, "overwritten before they were read")
-        for (seq, fp), record in zip(ready, records, strict=False):
-            if record is not None and record.n == seq:
+        same = True
+        for (seq, fp), record, done in zip(ready, records, agreed, strict=False):
+            if record is None or record.n != seq or record.skipped or differs(fp, record):
+                same = False
+            if record is not None and record.n == seq and not done:
                 self._check_record(store, channel, fp, record, publisher, strict=False)
+        return same
 
     def _drop_if_publisher_gone(
         self, store: Any, channel: str, pending: deque[tuple[int, dict[str, Any]]]
@@ -1075,6 +1356,7 @@ class Monitor:
             last=last_fp,
             last_done=last_done,
             exited=exited,
+            hb=self._pace.heartbeat_s,
         )
 
     def _publish_position(self, exited: bool = False) -> None:
@@ -1084,7 +1366,7 @@ class Monitor:
 
     def _maybe_publish_position(self) -> None:
         age = time.time() - self._position_sent
-        if (self._position_dirty and age > POSITION_EVERY_S) or age > 1.0:
+        if (self._position_dirty and age > self._pace.position_s) or age > self._pace.heartbeat_s:
             self._publish_position()
 
     def _check_stalls(self) -> None:
@@ -1151,7 +1433,7 @@ class Monitor:
         if not path:
             return positions
         folder = os.path.dirname(str(path))
-        stale = time.time() - 2 * POSITION_EVERY_S  # a live rank's position is fresher than this
+        stale = time.time() - 2 * self._pace.position_s  # a changing rank's position is fresher
         return {
             rank: position
             if rank == self.config.rank or (position is not None and position.t > stale)
@@ -1165,10 +1447,7 @@ class Monitor:
         for its abort, and report themselves only if none comes (the reporter died meanwhile)."""
         if not self.config.abort or int(store.add("stall_claim", 1)) == 1:
             return True
-        deadline = time.time() + STALL_CLAIM_GRACE_S
-        while time.time() < deadline:
-            self._check_abort(store)  # ends this process once the reporter's abort is there
-            time.sleep(TICK_S)
+        self._sleep_for_abort(store, STALL_CLAIM_GRACE_S)  # ends this process once it is there
         return True
 
     def _peer_positions(self, store: Any, blocked: dict[str, Any]) -> dict[int, Position | None]:
@@ -1245,8 +1524,12 @@ class Monitor:
                 if threading.current_thread() is threading.main_thread() and self.sync_store is not None
                 else self.store
             )
+            report = f"rank {self.config.rank}: {text}"
             try:
-                store.compare_set("abort", "", f"rank {self.config.rank}: {text}")
+                # The other ranks' wake keys first: a host that exits the moment `abort` appears
+                # (it saw it by polling) has then woken every waiter already.
+                self._wake_all(store, report)
+                store.compare_set("abort", "", report)
                 self._linger(store)
             except Exception:
                 pass
@@ -1272,18 +1555,26 @@ class Monitor:
     def _tell_degraded(self, why: str) -> None:
         """Set `degraded/<rank>` so that followers stop waiting for this rank: through our own
         connection (one try each: it may hang until its timeout), else through the job's own store
-        client (a rank whose connections were never made, or broke)."""
+        client (a rank whose connections were never made, or broke). A strict leader also wakes
+        the followers blocked on its next record."""
+        told = None
         for store in (self.store, self.sync_store):
             if store is None:
                 continue
             try:
                 store.set(f"degraded/{self.config.rank}", why)
-                return
+                told = store
+                break
             except Exception:
                 continue
-        if self._fallback is not None and self.config.verify and not self.ended:
+        if told is None and self._fallback is not None and self.config.verify and not self.ended:
             with contextlib.suppress(Exception):
-                self._fallback().set(f"degraded/{self.config.rank}", why)
+                job = self._fallback()
+                job.set(f"degraded/{self.config.rank}", why)
+                told = job
+        if told is not None and self._strict:
+            with contextlib.suppress(Exception):
+                self._release_followers(told)
 
     def _degrade(self, why: str, loud: bool) -> None:
         if self._degraded:

@@ -12,6 +12,12 @@ by the first member to claim it, for stall reports; nothing per collective carri
 
 A reader checks the number in what it reads: a slot that holds a later collective than the one it
 wants was overwritten before it was compared (the reader fell behind), and the caller says so.
+
+Asynchronous comparison reads one key per channel and tick, not the records: `rh/<channel>` holds
+`<n> <chain>`, the publisher's rolling hash over the links (number, signature digest, call-site
+digest) of its collectives 1..n, folded in order. A reader that folds its own links to the same n
+and finds the same chain has compared all of them; only a different chain (or a gap) makes it
+read the records of those collectives, to name the first that differs.
 """
 
 from __future__ import annotations
@@ -78,6 +84,40 @@ def differs(mine: dict[str, Any], record: Record) -> bool:
     lines). Equal digests mean equal texts (a collision is a 1 in 2**64 event)."""
     sig, site = hashes(mine)
     return sig != record.sig or ("c" not in mine and site != record.site)
+
+
+CHAIN_START = "0" * 16  # the chain of no collective
+
+
+def link(n: int, fp: dict[str, Any]) -> str:
+    """What the chain folds for collective (or send) #n: what `differs` compares, nothing more
+    (a send and its recv are always on different lines: no call site)."""
+    sig, site = hashes(fp)
+    return f"{n} {sig} {'-' if 'c' in fp else site}"
+
+
+def record_link(record: Record, p2p: bool) -> str:
+    """The publisher's link for a record it wrote (a skipped number folds its marker)."""
+    return f"{record.n} {record.sig} {'-' if p2p or record.skipped else record.site}"
+
+
+def fold(chain: str, text: str) -> str:
+    """The chain after one more link (not `digest`: chains never repeat, and would fill its cache)."""
+    return hashlib.blake2b(f"{chain} {text}".encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def chain_key(channel: str) -> str:
+    return f"rh/{channel}"
+
+
+def parse_chain(raw: bytes | None) -> tuple[int, str] | None:
+    """(n, chain) of an `rh/` value; None when missing or not one."""
+    if raw is None:
+        return None
+    parts = raw.decode("utf-8", "replace").split(" ")
+    if len(parts) != 2 or not parts[0].isdigit():
+        return None
+    return int(parts[0]), parts[1]
 
 
 def slot_key(channel: str, n: int) -> str:

@@ -93,8 +93,13 @@ class FakeStore:
         with self._changed:
             return self.data.pop(key, None) is not None
 
+    def head(self, channel: str) -> int:
+        """How many of a channel's records the publisher's chain covers (`rh/<channel>`), 0 before."""
+        raw = self.data.get(f"rh/{channel}")
+        return int(raw.split(b" ")[0]) if raw else 0
+
     def value(self, key: str) -> int:
-        """A counter's value (`head/...`), 0 when never added to."""
+        """A counter's value, 0 when never added to."""
         return int(self.data.get(key, b"0"))
 
 

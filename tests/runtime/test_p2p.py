@@ -195,7 +195,7 @@ def test_async_mode_compares_each_recv_with_its_send_in_the_background() -> None
     receiver.issued_p2p(_p2p(1, "recv", 0, seq=2, numel=8, line=15))
     assert not store.data  # nothing on the issuing thread
     sender._publish_and_compare(store)
-    assert store.value("head/0:p2p/0-1") == 2 and store.sets["fp/0:p2p/0-1/2"] == 1
+    assert store.head("0:p2p/0-1") == 2 and store.sets["fp/0:p2p/0-1/2"] == 1
     receiver._publish_and_compare(store)
     assert reports.reports == [MISMATCH]
 

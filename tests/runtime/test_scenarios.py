@@ -351,3 +351,31 @@ def test_unreachable_store_degrades_to_recording_only(tmp_path: Path) -> None:
     assert "store unreachable" in job.stderr and "recording only" in job.stderr
     analysis = analyze(load_dir(str(job.trace_dir)))
     assert not analysis.diverged and [s.collectives for s in analysis.summaries] == [5, 5]
+
+
+@pytest.mark.parametrize("mode", [STRICT, ASYNC], ids=["strict", "async"])
+def test_an_abort_reaches_every_rank_when_the_store_host_exits_first(
+    tmp_path: Path, mode: TraceConfig
+) -> None:
+    # Rank 0 hosts the store and exits the instant rank 2's abort appears; rank 1, blocked in
+    # its all_reduce, learned it through its waiter's blocking wait (woken before the abort key
+    # is even set), not from a poll that would find the store gone.
+    job = run_job("host_exits_first.py", tmp_path, nranks=3, trace=mode)
+    assert job.returncodes[1:] == [ABORT_EXIT_CODE, ABORT_EXIT_CODE], job.stderr
+    assert job.returncodes[0] in (3, ABORT_EXIT_CODE), job.stderr
+    assert "collective mismatch" in job.ranks[2].stderr
+    assert "collcheck: rank 1: stopping: " in job.ranks[1].stderr, job.ranks[1].stderr
+    assert "degraded" not in job.ranks[1].stderr and all("finished" not in r.stdout for r in job.ranks)
+
+
+@pytest.mark.slow
+def test_a_16_rank_strict_job_ends_cleanly_without_a_false_stall(tmp_path: Path) -> None:
+    # Every follower of the world group blocks in the store's wait for rank 0's record before
+    # each of 102 collectives, on two loaded cores: a slow leader is not a stall (60 s timeout).
+    strict = TraceConfig(verify=True, strict=True, timeout_s=60.0)
+    job = run_job_past_teardown_aborts("strict_many.py", tmp_path, nranks=16, trace=strict, timeout=900.0)
+    assert job.returncodes == [0] * 16, job.stderr[-4000:]
+    for rank in job.ranks:
+        total, expected = rank.stdout.split()[3], rank.stdout.split()[5]
+        assert float(total) == float(expected)
+    assert "collcheck:" not in job.stderr, job.stderr[-4000:]  # no stall, degraded or behind line

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from typing import Any
 
 import pytest
 from fake_store import FakeStore, ReportWriter
@@ -95,12 +97,12 @@ def test_a_new_call_site_is_published_before_issue_and_later_ones_in_the_backgro
     store = FakeStore()
     leader, _ = _monitor(0, store)
     leader.issued(_event(0, 1, line=10))
-    assert store.sets["fp/0/1"] == 1 and store.value("head/0") == 1  # before the collective runs
+    assert store.sets["fp/0/1"] == 1 and store.head("0") == 1  # before the collective runs
     for seq in range(2, 6):  # the same call site with other shapes: a loop, not a new site
         leader.issued(_event(0, seq, line=10, numel=seq))
-    assert "fp/0/2" not in store.data and store.value("head/0") == 1
+    assert "fp/0/2" not in store.data and store.head("0") == 1
     leader._publish_and_compare(store)  # the background thread's tick
-    assert store.value("head/0") == 5
+    assert store.head("0") == 5
     assert [store.sets[f"fp/0/{seq}"] for seq in range(1, 6)] == [1] * 5  # each published once
 
 
@@ -110,9 +112,9 @@ def test_a_new_leader_site_publishes_what_was_queued_before_it_in_order() -> Non
     leader.issued(_event(0, 1, line=10))
     leader.issued(_event(0, 2, line=10))  # queued for the background thread
     leader.issued(_event(0, 3, line=11))  # new: #2 must go out first, or head/0 would run ahead
-    assert store.value("head/0") == 3 and [store.sets[f"fp/0/{seq}"] for seq in (1, 2, 3)] == [1, 1, 1]
+    assert store.head("0") == 3 and [store.sets[f"fp/0/{seq}"] for seq in (1, 2, 3)] == [1, 1, 1]
     leader._publish_and_compare(store)
-    assert store.value("head/0") == 3 and store.sets["fp/0/2"] == 1
+    assert store.head("0") == 3 and store.sets["fp/0/2"] == 1
 
 
 def test_a_follower_at_a_new_site_waits_for_what_the_leader_publishes_in_the_background() -> None:
@@ -141,7 +143,7 @@ def test_a_follower_at_a_new_site_waits_for_what_the_leader_publishes_in_the_bac
     ]
     follower._publish_and_compare(store)  # compared once: nothing pending, nothing reported again
     assert len(reports.reports) == 1 and not any(follower._pending.values())
-    assert store.value("head/0") == 2 and store.sets["fp/0/2"] == 1
+    assert store.head("0") == 2 and store.sets["fp/0/2"] == 1
 
 
 def test_a_different_shape_at_a_new_site_is_a_mismatch_before_it_is_issued() -> None:
@@ -168,7 +170,7 @@ def test_first_seen_sites_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     leader, _ = _monitor(0, store)
     for seq, line in enumerate((10, 11, 12, 13), start=1):
         leader.issued(_event(0, seq, line=line))
-    assert store.value("head/0") == 2 and len(leader._new) == 2  # the rest are left asynchronous
+    assert store.head("0") == 2 and len(leader._new) == 2  # the rest are left asynchronous
 
 
 def test_head_never_counts_a_fingerprint_queued_out_of_order() -> None:
@@ -177,10 +179,10 @@ def test_head_never_counts_a_fingerprint_queued_out_of_order() -> None:
     leader, _ = _monitor(0, store)
     leader.issued(_event(0, 1, line=10))
     leader.issued(_event(0, 3, line=11))
-    assert "fp/0/3" in store.data and store.value("head/0") == 1  # #2 is missing: head stays
+    assert "fp/0/3" in store.data and store.head("0") == 1  # #2 is missing: head stays
     leader.issued(_event(0, 2, line=10))
     leader._publish_and_compare(store)
-    assert store.value("head/0") == 3
+    assert store.head("0") == 3
 
 
 def test_a_follower_does_not_wait_for_a_leader_that_degraded_to_recording() -> None:
@@ -290,8 +292,11 @@ def _wide_event(rank: int, seq: int, members: int, line: int = 10, numel: int = 
 def _leader_traffic(members: int, collectives: int) -> tuple[int, int, int]:
     """(bytes written per collective, largest record, requests) of a leader in async mode,
     not counting the member list it writes once."""
+    from collcheck.runtime.verify import Pacing
+
     store = FakeStore()
     leader, _ = _monitor(0, store)
+    leader._pace = Pacing(0.05, 1e9, 1e9)  # one position, the first: not a loaded machine's timing
     for seq in range(1, collectives + 1):
         leader.issued(_wide_event(0, seq, members))
         if seq % 10 == 0:
@@ -493,3 +498,274 @@ def test_the_connect_budget_grows_with_the_world_within_the_stall_timeout() -> N
 
     assert connect_budget(16, 300.0) < connect_budget(1024, 300.0) < connect_budget(10_000, 300.0)
     assert connect_budget(10_000, 60.0) == 30.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Aborts through a blocking wait (issue 16: an idle rank polled the store 20 times a second)
+
+
+def _started(rank: int, store: FakeStore, world: int = 2) -> tuple[Monitor, ReportWriter]:
+    writer = ReportWriter()
+    config = MonitorConfig(rank=rank, verify=True, strict=False, timeout_s=30.0, world_size=world)
+    monitor = Monitor(config, writer=writer, store_factory=lambda: store, fallback_store=None)  # type: ignore[arg-type]
+    monitor.start()
+    return monitor, writer
+
+
+def test_an_idle_rank_asks_the_store_almost_nothing_and_stops_its_waiter() -> None:
+    store = FakeStore()
+    monitor, writer = _started(1, store)
+    deadline = time.monotonic() + 30.0
+    while not (store.calls["wait"] and "pos/1" in store.data) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the waiter is blocked and the first position is out
+    time.sleep(0.1)
+    before = sum(store.calls.values())
+    time.sleep(2.0)  # 40 ticks: 40 polls of `abort` before
+    assert sum(store.calls.values()) - before == 0
+    monitor.stop(exited=False)
+    assert monitor._waiter is not None and not monitor._waiter.is_alive()  # woken by its own key
+    assert not any(thread.name == "collcheck-abort" for thread in threading.enumerate())
+    assert writer.reports == []
+
+
+def test_an_abort_is_learned_through_the_wait_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collcheck.runtime import verify
+
+    ended: list[tuple[float, str | None]] = []
+
+    def finish(self: Monitor, kind: str | None, text: str | None, echo: bool) -> None:
+        ended.append((time.monotonic(), text))
+
+    monkeypatch.setattr(verify.Monitor, "_finish", finish)
+    monkeypatch.setattr(verify, "ABORT_LINGER_S", 0.0)
+    store = FakeStore()
+    follower, _ = _started(2, store, world=3)
+    time.sleep(0.2)
+    reporter, _ = _monitor(1, store)
+    reporter.config.world_size, reporter.config.abort = 3, True
+    reported = time.monotonic()
+    reporter._fail("mismatch", "collective mismatch: rank 0 ... vs rank 1 ...")
+    deadline = time.monotonic() + 5.0
+    while len(ended) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stopping = "stopping: rank 1: collective mismatch: rank 0 ... vs rank 1 ..."
+    assert [text for _, text in ended] == [None, stopping]  # the reporter's, then the follower's
+    assert ended[1][0] - reported < 1.0  # no tick to wait for
+    assert store.data["wake/0"] == store.data["wake/2"] and "wake/1" not in store.data
+    follower.stop(exited=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Strict followers blocked in the store's wait for their leader's record (issue 16)
+
+
+def _pair(strict: bool = False) -> tuple[FakeStore, Monitor, Monitor, ReportWriter]:
+    """A store, a leader (rank 0), a follower (rank 1) and the follower's reports."""
+    store = FakeStore()
+    leader, _ = _monitor(0, store, strict=strict)
+    follower, reports = _monitor(1, store, strict=strict)
+    return store, leader, follower, reports
+
+
+def _issue_later(monitor: Monitor, event: CollectiveEvent) -> threading.Thread:
+    thread = threading.Thread(target=monitor.issued, args=(event,), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_strict_follower_learns_a_late_leader_record_through_one_wait() -> None:
+    store, leader, follower, reports = _pair(strict=True)
+    waiting = _issue_later(follower, _event(1, 1, line=10, numel=8))
+    time.sleep(0.5)  # polling every 20 ms would have asked ~25 times by now
+    assert waiting.is_alive()
+    before = dict(store.calls)
+    leader.issued(_event(0, 1, line=10))
+    waiting.join(5.0)
+    assert not waiting.is_alive()
+    assert before["wait"] == 1 and before["compare_set"] == 1 and sum(before.values()) <= 3
+    assert reports.reports[0][0] == "mismatch" and "float32[8]" in str(reports.reports[0][2])
+
+
+def test_a_strict_leader_empties_the_next_slot_of_the_ring_for_its_waiters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from collcheck.runtime import verify, verify_wire
+
+    monkeypatch.setattr(verify_wire, "RING", 4)
+    monkeypatch.setattr(verify, "RING", 4)
+    store, leader, follower, reports = _pair(strict=True)
+    for seq in range(1, 6):
+        leader.issued(_event(0, seq, line=10))
+        follower.issued(_event(1, seq, line=10))
+    assert "fp/0/2" not in store.data  # #2's slot, #6's next: emptied when #5 was published
+    waiting = _issue_later(follower, _event(1, 6, line=10, numel=8))
+    time.sleep(0.3)
+    assert waiting.is_alive()  # blocked, not reading #2's old record
+    leader.issued(_event(0, 6, line=10))
+    waiting.join(5.0)
+    assert [kind for kind, _, _ in reports.reports] == ["mismatch"]
+
+
+def test_a_strict_leader_that_degrades_releases_its_blocked_followers() -> None:
+    _, leader, follower, reports = _pair(strict=True)
+    leader.issued(_event(0, 1, line=10))
+    follower.issued(_event(1, 1, line=10))
+    leader._issued["0"] = 2  # it issued #2, and its publication failed
+    waiting = _issue_later(follower, _event(1, 2, line=10))
+    time.sleep(0.3)
+    started = time.monotonic()
+    leader._degrade("strict check failed (injected)", loud=False)
+    waiting.join(5.0)
+    assert not waiting.is_alive() and time.monotonic() - started < 2.0  # not the 5 s stall
+    assert [kind for kind, _, _ in reports.reports] == ["behind"]
+    follower.issued(_event(1, 3, line=10))  # no wait at all for a leader that said it degraded
+    assert [kind for kind, _, _ in reports.reports] == ["behind"]
+
+
+# ---------------------------------------------------------------------------------------------
+# One rolling hash per channel and tick instead of one record per collective (issue 16)
+
+
+def _lockstep(leader: Monitor, follower: Monitor, seqs: range, follower_numel: int = 4) -> None:
+    for seq in seqs:
+        leader.issued(_event(0, seq, line=10))
+        follower.issued(_event(1, seq, line=10, numel=follower_numel))
+
+
+def test_a_follower_compares_a_ticks_collectives_with_one_read_of_the_chain() -> None:
+    store, leader, follower, reports = _pair()
+    _lockstep(leader, follower, range(1, 101))
+    leader._publish_and_compare(store)
+    store.calls.clear()
+    store.reads.clear()
+    follower._publish_and_compare(store)
+    assert dict(store.calls) == {"compare_set": 1}  # rh/0; no record read
+    assert list(store.reads) == ["rh/0"] and reports.reports == []
+    assert not follower._pending["0"] and follower._base["0"] == (100, leader._chain["0"])
+
+
+def test_a_missing_collective_in_the_middle_of_a_tick_is_named_with_both_call_sites() -> None:
+    store, leader, follower, reports = _pair()
+    _lockstep(leader, follower, range(1, 30))
+    leader.issued(_event(0, 30, line=20, numel=8))  # one the follower never issues
+    for seq in range(31, 61):
+        leader.issued(_event(0, seq, line=10))
+        follower.issued(_event(1, seq - 1, line=10))
+    leader._publish_and_compare(store)
+    follower._publish_and_compare(store)
+    assert reports.reports[0] == (
+        "mismatch",
+        "error",
+        "collective mismatch: rank 0 all_reduce(float32[8]) at train.py:20 vs rank 1 "
+        "all_reduce(float32[4]) at train.py:10 (group 0, #30)",
+    )
+
+
+def test_a_follower_behind_the_publisher_still_compares_and_resumes_the_chain() -> None:
+    store, leader, follower, reports = _pair()
+    for seq in range(1, 21):
+        leader.issued(_event(0, seq, line=10))
+    leader._publish_and_compare(store)  # the chain covers 1..20
+    for seq in range(1, 11):  # the follower is at #10: it cannot fold to #20 yet
+        follower.issued(_event(1, seq, line=10, numel=8 if seq == 10 else 4))
+    follower._publish_and_compare(store)
+    assert [kind for kind, _, _ in reports.reports] == ["mismatch"]  # #10, from its record
+    assert "(group 0, #10)" in str(reports.reports[0][2]) and follower._base["0"] is None
+    for seq in range(11, 21):
+        follower.issued(_event(1, seq, line=10))
+    follower._publish_and_compare(store)  # records again (no known base), then the leader's chain
+    assert follower._base["0"] == (20, leader._chain["0"])
+    _lockstep(leader, follower, range(21, 41))
+    leader._publish_and_compare(store)
+    store.calls.clear()
+    follower._publish_and_compare(store)
+    assert dict(store.calls) == {"compare_set": 1} and len(reports.reports) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Pacing for large worlds (issue 16: 10,000 ranks ticking every 50 ms overwhelm one store)
+
+
+def test_the_background_pace_keeps_one_stores_request_rate_bounded() -> None:
+    from collcheck.runtime.verify import STORE_REQUESTS_PER_S, pacing
+
+    assert pacing(8).compare_s == 0.05 and pacing(8).position_s == 0.25 and pacing(8).heartbeat_s == 5.0
+    for world in (1_024, 10_000, 100_000):
+        pace = pacing(world)
+        assert world / pace.compare_s <= STORE_REQUESTS_PER_S * 1.03  # one request per rank and tick
+        assert world / pace.position_s <= 5_000 and pace.heartbeat_s >= 4 * pace.position_s
+    assert pacing(10_000).compare_s == 0.5 and pacing(10_000).position_s == 2.0
+
+
+def test_a_rank_of_a_large_world_publishes_at_its_pace() -> None:
+    store = FakeStore()
+    leader, _ = _started(0, store, world=10_000)  # a tick every 0.5 s
+    seq = 0
+    started = time.monotonic()
+    while time.monotonic() - started < 1.6:
+        seq += 1
+        event = _wide_event(0, seq, 4)
+        leader.issued(event)
+        leader.completed("0", seq)
+        time.sleep(0.005)
+    leader.stop(exited=False)
+    # About 3 ticks' publications plus the first-seen one and the flush at stop; 32 at 50 ms.
+    assert 3 <= store.calls["multi_set"] <= 7, store.calls
+    assert store.head("0") == seq
+
+
+def test_blocking_waits_only_on_a_tcp_store_connection_of_our_own() -> None:
+    import torch.distributed as dist
+
+    from collcheck.runtime.verify import blocking_ok
+
+    c10d: Any = dist
+    server = c10d.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    assert blocking_ok(c10d.PrefixStore("collcheck", server))
+    assert not blocking_ok(c10d.PrefixStore("collcheck", c10d.HashStore()))  # the job's own client
+    assert blocking_ok(FakeStore())
+
+
+def test_what_the_job_store_client_writes_is_seen_by_our_own_connections() -> None:
+    # `degraded/<rank>` goes through the job's own client when a rank's connections failed; the
+    # default store is a PrefixStore of the default group, which hid it from every follower.
+    import subprocess
+    import sys
+
+    program = (
+        "import torch.distributed as dist\n"
+        "from collcheck.runtime.verify import connect_store, job_store\n"
+        "dist.init_process_group('gloo')\n"
+        "job_store().set('degraded/0', 'why')\n"
+        "print(connect_store(None, 10.0).check(['degraded/0']))\n"
+        "dist.destroy_process_group()\n"
+    )
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1")
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == "True", done.stderr[-2000:]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_strict_leader_degraded_before_its_first_collective_still_wakes_its_followers() -> None:
+    store = FakeStore()
+    follower, reports = _monitor(1, store, strict=True)
+    waiting = _issue_later(follower, _event(1, 1, line=10))
+    time.sleep(0.3)  # blocked: it looked for degraded/0 before the leader said so
+    config = MonitorConfig(rank=0, verify=True, strict=True, timeout_s=5.0, world_size=2, abort=False)
+    leader = Monitor(config, writer=ReportWriter(), store_factory=None, fallback_store=lambda: store)  # type: ignore[arg-type]
+    leader._degrade("store unreachable (injected)", loud=False)  # no group yet: no slot to fill
+    assert waiting.is_alive()
+    started = time.monotonic()
+    leader.issued(_event(0, 1, line=10))  # through the job's client: #1 was never published
+    waiting.join(5.0)
+    assert not waiting.is_alive() and time.monotonic() - started < 2.0  # not the 5 s stall
+    assert [kind for kind, _, _ in reports.reports] == ["behind"] and follower._gone == {0}
