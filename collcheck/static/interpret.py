@@ -172,6 +172,12 @@ class Interpreter(ExceptionFlow):
         for rest in (args.vararg, args.kwarg):
             if rest is not None:
                 env[rest.arg] = Atom(f"param:{rest.arg}", "shared")
+        launched = self.module.launched.get(node)
+        positional = [*args.posonlyargs, *args.args]
+        if launched is not None and positional:
+            # `mp.spawn(train, ...)` calls `train(i, ...)`: the index is the rank, whatever its name.
+            first = positional[0].arg
+            env[first] = value_from_spec(launched, f"param:{first}")
         return env
 
     def _annotated_type(self, arg: ast.arg) -> Expr | None:
