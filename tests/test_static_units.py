@@ -118,10 +118,16 @@ def _launched(source: str, with_text: bool = True) -> dict[str, str]:
 
 
 def test_launched_functions_are_those_handed_to_a_catalogued_launcher() -> None:
-    spawned = "import torch.multiprocessing as mp\ndef train(gpu, cfg): pass\ndef main(): mp.spawn(train, nprocs=2)\n"
+    spawned = (
+        "import torch.multiprocessing as mp\n"
+        "def train(gpu, cfg): pass\n"
+        "def main(): mp.spawn(train, nprocs=2)\n"
+    )
     assert _launched(spawned) == {"train": "local_rank"}
     assert _launched(spawned, with_text=False) == {"train": "local_rank"}
-    through_torch = "import torch\ndef run(i): pass\ntorch.multiprocessing.start_processes(fn=run, nprocs=2)\n"
+    through_torch = (
+        "import torch\ndef run(i): pass\ntorch.multiprocessing.start_processes(fn=run, nprocs=2)\n"
+    )
     assert _launched(through_torch) == {"run": "local_rank"}
     # Another library's `spawn`, and a function only called directly, are not launched.
     assert _launched("import pexpect\ndef train(gpu): pass\npexpect.spawn(train)\n") == {}
