@@ -146,3 +146,17 @@ def test_a_launched_functions_first_parameter_is_the_local_rank() -> None:
     rank_conds = [c for c in conds if is_rank_dependent(c)]
     assert rank_conds and all("gpu" not in str(c) for c in rank_conds)
     assert any(not is_rank_dependent(c) for c in conds)  # `step` stays the caller's value
+
+
+def test_a_launched_parameter_named_as_a_rank_keeps_its_catalogued_meaning() -> None:
+    # `mp.spawn(run)` with `def run(rank, ...)` passed on to init_process_group(rank=rank): the
+    # code says it is the global rank (single node), not only the index on the node.
+    source = (
+        "import torch.distributed as dist\nimport torch.multiprocessing as mp\n"
+        "def f(rank):\n"
+        "    if rank == 0:\n        dist.barrier()\n"
+        "mp.spawn(f, nprocs=2)\n"
+    )
+    conds = [c for path in regions(source)[0].paths for c in path.conds]
+    assert any(c == Compare("==", RANK, Const(0)) for c in conds)
+    assert not any("local_world" in str(c) for c in conds)

@@ -2,7 +2,8 @@
 
 In: expression nodes and the evaluator that reads them (`ValueEvaluator`: its `pure`, its import
 table, its module). Out: symbolic values — a group (`GroupVal`) however it is reached (a
-parameter, `self.tp_group`, `mesh["tp"].get_group()`, a catalog accessor), a rank's place in a
+parameter, `self.tp_group`, `mesh["tp"].get_group()`, a catalog accessor, `groups[per_rank_key]`
+looked up from a table every rank holds), a rank's place in a
 group (`dist.get_rank(g)`, `g.rank()`, `mesh.get_local_rank("dp")`, `get_process_group_ranks(g)`),
 the catalogued type of an object (`type:` atoms), and module-level values of other files of the
 run (`from .env import RANK`). The facts that tie these values together when two ranks are
@@ -244,14 +245,16 @@ def type_of(
     if state is not None:
         parts = dotted(node)
         if parts:
-            value = _held_value(ev, parts, state)
+            value = state.env.get(".".join(parts))
+            if value is None and parts[0] == "self" and len(parts) == 2:
+                value = _class_attribute(ev, parts[1])
             if isinstance(value, Atom) and value.name.startswith("type:"):
                 type_name, _, where = value.name[5:].partition("@")
                 # `model.module` of a typed `model` is another object (the unwrapped module).
                 return None if "." in where else type_name
             if isinstance(value, GroupVal) and value.type_name:
                 return value.type_name
-            if value is None and len(parts) > 1 and parts[-1] in ev.catalog.typed_attributes:
+            if value is None and parts[-1] in ev.catalog.typed_attributes and len(parts) > 1:
                 return _chained_type(ev, parts, state, class_name)
     if isinstance(node, ast.Call):
         name = qualified_name(node.func, ev.local_imports)
@@ -260,14 +263,16 @@ def type_of(
     return None
 
 
+def _class_attribute(ev: ValueEvaluator, name: str) -> Expr | None:
+    """`self.name` as some class of the module sets it."""
+    return next((c.attributes[name] for c in ev.module.classes.values() if name in c.attributes), None)
+
+
 def _held_value(ev: ValueEvaluator, parts: list[str], state: State) -> Expr | None:
     """The value a dotted name holds on this path, or (`self.x`) as an attribute of some class."""
     value = state.env.get(".".join(parts))
     if value is None and parts[0] == "self" and len(parts) == 2:
-        value = next(
-            (c.attributes[parts[1]] for c in ev.module.classes.values() if parts[1] in c.attributes),
-            None,
-        )
+        value = _class_attribute(ev, parts[1])
     return value
 
 
