@@ -86,6 +86,13 @@ class Catalog:
     group_grids: tuple[tuple[str, ...], ...] = ()
     # functions that run a callable they are handed on another process (RPC) -> what they do
     remote_calls: dict[str, str] = field(default_factory=dict)
+    # "Type.attribute" -> the type of the object a catalogued class keeps in that attribute
+    # (`transformers.Trainer.accelerator` -> `accelerate.Accelerator`), for `self.accelerator` in a
+    # subclass whose base class is not part of the run
+    attribute_types: dict[str, str] = field(default_factory=dict)
+    # functions that start processes running the callable they are handed (`mp.spawn`) -> the value
+    # the callable's first parameter holds (`local_rank`: the process index)
+    launchers: dict[str, str] = field(default_factory=dict)
     names: tuple[str, ...] = ()
     fingerprint: str = ""
 
@@ -111,6 +118,34 @@ class Catalog:
                 words.add(factory.rsplit(".", 1)[-1])
         words.update(name.rsplit(".", 1)[-1] for name in self.types_in_place)
         return frozenset(words)
+
+    @cached_property
+    def typed_attributes(self) -> frozenset[str]:
+        """The attribute names of `attribute_types` (a cheap test before any lookup)."""
+        return frozenset(key.rsplit(".", 1)[1] for key in self.attribute_types)
+
+    def receiver_packages(self, receivers: tuple[str, ...]) -> frozenset[str]:
+        """Top-level packages whose import may put an object of one of `receivers` in reach: the
+        types' own packages, and those of catalogued types that hold one in an attribute
+        (a module that subclasses `transformers.Trainer` reaches `self.accelerator.gather`)."""
+        found = self._receiver_packages.get(receivers)
+        if found is None:
+            types = set(receivers)
+            changed = True
+            while changed:  # owners of owners: `LightningModule.trainer` -> `Trainer.strategy`
+                owners = {
+                    key.rsplit(".", 1)[0] for key, held in self.attribute_types.items() if held in types
+                }
+                changed = not owners <= types
+                types |= owners
+            # ... and every spelling of those types (`trl.GRPOTrainer` is a `transformers.Trainer`)
+            types |= {name for name, type_name in self.types.items() if type_name in types}
+            found = self._receiver_packages[receivers] = frozenset(t.split(".", 1)[0] for t in types)
+        return found
+
+    @cached_property
+    def _receiver_packages(self) -> dict[tuple[str, ...], frozenset[str]]:
+        return {}
 
     def method_specs(self, name: str) -> tuple[MethodSpec, ...]:
         """The entries for a method name, in catalog order (asked for every call evaluated)."""
@@ -280,11 +315,33 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
     builder.table("remote_calls").update(
         _value_table(data.get("remote_calls"), f"{where}: [remote_calls]", "remote call")
     )
+    builder.table("attribute_types").update(_attribute_types(data.get("attribute_types"), where))
+    builder.table("launchers").update(
+        _value_table(data.get("launchers"), f"{where}: [launchers]", "local_rank")
+    )
     grids = data.get("group_grids", {})
     if not isinstance(grids, dict):
         raise CatalogError(f"{where}: [group_grids] must be a table of name = [group, ...]")
     for name in grids:
         builder.grids[f"{where}:{name}"] = _str_tuple(grids, name, f"{where}: [group_grids]")
+
+
+def _attribute_types(data: Any, where: str) -> dict[str, str]:
+    """`"transformers.Trainer" = { accelerator = "accelerate.Accelerator" }` -> the flat
+    `{"transformers.Trainer.accelerator": "accelerate.Accelerator"}`."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise CatalogError(f"{where}: [attribute_types] must be a table of type = {{ attribute = type }}")
+    flat: dict[str, str] = {}
+    for owner, attributes in data.items():
+        if not isinstance(attributes, dict):
+            raise CatalogError(f"{where}: [attribute_types] {owner}: expected a table attribute = type")
+        for attribute, held in attributes.items():
+            if not (attribute.isidentifier() and isinstance(held, str) and held):
+                raise CatalogError(f"{where}: [attribute_types] {owner}.{attribute}: expected a type name")
+            flat[f"{owner}.{attribute}"] = held
+    return flat
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -357,6 +414,8 @@ def _load_catalog(extra_paths: tuple[str, ...]) -> Catalog:
         group_members=tables.get("group_members", {}),
         group_grids=tuple(builder.grids.values()),
         remote_calls=tables.get("remote_calls", {}),
+        attribute_types=tables.get("attribute_types", {}),
+        launchers=tables.get("launchers", {}),
         names=tuple(builder.names),
         fingerprint=fingerprint,
     )

@@ -552,6 +552,7 @@ def _value_tables(data: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows.extend(
         ("[rank_decorators]", name, str(expr)) for name, expr in data.get("rank_decorators", {}).items()
     )
+    rows.extend(("[launchers]", name, str(expr)) for name, expr in data.get("launchers", {}).items())
     return rows
 
 
@@ -772,3 +773,30 @@ def test_disabled_counters_are_keyword_attribute_pairs(tmp_path: Path) -> None:
     bad.write_text('[disabled_counters]\n"mylib.Bar" = "quiet"\n', encoding="utf-8")
     with pytest.raises(CatalogError, match="KEYWORD:ATTRIBUTE"):
         load_catalog([bad])
+
+
+def test_attribute_types_are_flattened_and_checked(tmp_path: Path) -> None:
+    catalog = load_catalog()
+    assert catalog.attribute_types["transformers.Trainer.accelerator"] == "accelerate.Accelerator"
+    assert catalog.types["trl.GRPOTrainer"] == "transformers.Trainer"
+    assert "accelerator" in catalog.typed_attributes and "args" not in catalog.typed_attributes
+    # A module that imports only TRL reaches the Accelerator through its trainer's attribute.
+    assert {"accelerate", "transformers", "trl"} <= catalog.receiver_packages(("accelerate.Accelerator",))
+    # Owners of owners: LightningModule.trainer -> Trainer.strategy -> the Strategy's methods.
+    assert "lightning" in catalog.receiver_packages(("lightning.pytorch.strategies.Strategy",))
+    assert catalog.receiver_packages(("deepspeed.DeepSpeedEngine",)) == {"deepspeed"}
+    user = tmp_path / "mine.toml"
+    user.write_text('[attribute_types]\n"acme.Runner" = { comm = "acme.Comm" }\n', encoding="utf-8")
+    assert load_catalog([user]).attribute_types["acme.Runner.comm"] == "acme.Comm"
+    bad = ['"acme.Runner" = "acme.Comm"', '"acme.Runner" = { comm = 3 }', '"acme.Runner" = { "a b" = "T" }']
+    for index, entry in enumerate(bad):  # one file each: catalogs are cached by path
+        broken = tmp_path / f"broken{index}.toml"
+        broken.write_text(f"[attribute_types]\n{entry}\n", encoding="utf-8")
+        with pytest.raises(CatalogError, match="attribute_types"):
+            load_catalog([broken])
+
+
+def test_launchers_give_the_callables_first_parameter_a_value() -> None:
+    launchers = load_catalog().launchers
+    assert launchers["torch.multiprocessing.spawn"] == "local_rank"
+    assert launchers["torch.multiprocessing.start_processes"] == "local_rank"

@@ -58,11 +58,6 @@ KNOWN_GAPS: dict[str, str] = {
         "the skipped collective is DDP's implicit gradient all-reduce inside loss.backward() of a "
         "loss computed by the wrapped model: backward is not tied to the forward that built the graph"
     ),
-    "reports/ddp_validate_on_rank0_bug.py": (
-        "the forward of a DistributedDataParallel-wrapped model (buffer broadcast) is not modelled as a "
-        "collective; also the mp.spawn index parameter `gpu` is not recognised as the rank (only "
-        "rank/global_rank/local_rank/node_rank names are)"
-    ),
     "reports/dp_idle_rank_skips_moe_forward_bug.py": (
         "`batch is None` is per-rank scheduler state; a `continue` on runtime data (other than a caught "
         "data error) is not a per-rank exit to collcheck"

@@ -104,3 +104,59 @@ def test_a_literal_range_of_ranks_is_its_values_and_a_zero_step_is_no_error() ->
     )
     assert found.error is None
     assert {(f.code, f.location.line) for f in found.findings} == {("CC001", 5), ("CC001", 8)}
+
+
+def _launched(source: str, with_text: bool = True) -> dict[str, str]:
+    from collcheck.static.launchers import launched_functions
+
+    tree = ast.parse(source)
+    module = build_module(tree, "m.py", load_catalog())
+    found = launched_functions(
+        tree, module.imports, module.functions, load_catalog().launchers, source if with_text else None
+    )
+    return {function.name: value for function, value in found.items()}
+
+
+def test_launched_functions_are_those_handed_to_a_catalogued_launcher() -> None:
+    spawned = (
+        "import torch.multiprocessing as mp\n"
+        "def train(gpu, cfg): pass\n"
+        "def main(): mp.spawn(train, nprocs=2)\n"
+    )
+    assert _launched(spawned) == {"train": "local_rank"}
+    assert _launched(spawned, with_text=False) == {"train": "local_rank"}
+    through_torch = (
+        "import torch\ndef run(i): pass\ntorch.multiprocessing.start_processes(fn=run, nprocs=2)\n"
+    )
+    assert _launched(through_torch) == {"run": "local_rank"}
+    # Another library's `spawn`, and a function only called directly, are not launched.
+    assert _launched("import pexpect\ndef train(gpu): pass\npexpect.spawn(train)\n") == {}
+    assert _launched("import torch.multiprocessing as mp\ndef train(gpu): pass\ntrain(0)\n") == {}
+
+
+def test_a_launched_functions_first_parameter_is_the_local_rank() -> None:
+    source = (
+        "import torch.distributed as dist\nimport torch.multiprocessing as mp\n"
+        "def f(gpu, step):\n"
+        "    if gpu == 0:\n        dist.barrier()\n"
+        "    if step == 0:\n        dist.barrier()\n"
+        "mp.spawn(f, nprocs=2)\n"
+    )
+    conds = [c for path in regions(source)[0].paths for c in path.conds]
+    rank_conds = [c for c in conds if is_rank_dependent(c)]
+    assert rank_conds and all("gpu" not in str(c) for c in rank_conds)
+    assert any(not is_rank_dependent(c) for c in conds)  # `step` stays the caller's value
+
+
+def test_a_launched_parameter_named_as_a_rank_keeps_its_catalogued_meaning() -> None:
+    # `mp.spawn(run)` with `def run(rank, ...)` passed on to init_process_group(rank=rank): the
+    # code says it is the global rank (single node), not only the index on the node.
+    source = (
+        "import torch.distributed as dist\nimport torch.multiprocessing as mp\n"
+        "def f(rank):\n"
+        "    if rank == 0:\n        dist.barrier()\n"
+        "mp.spawn(f, nprocs=2)\n"
+    )
+    conds = [c for path in regions(source)[0].paths for c in path.conds]
+    assert any(c == Compare("==", RANK, Const(0)) for c in conds)
+    assert not any("local_world" in str(c) for c in conds)

@@ -157,11 +157,13 @@ class CallResolver(ValueEvaluator):
         if isinstance(call.func, (ast.Name, ast.Attribute)):
             # `model(x)` on a wrapped module: the object itself is the receiver of `__call__`.
             for method in self.catalog.method_specs("__call__"):
-                if self._receiver_matches(call.func, method.receivers, state):
+                if self._receiver_matches(call.func, method.receivers, state, class_name):
                     return method.spec
         if isinstance(call.func, ast.Attribute):
             for method in self.catalog.method_specs(call.func.attr):
-                if method.any_receiver or self._receiver_matches(call.func.value, method.receivers, state):
+                if method.any_receiver or self._receiver_matches(
+                    call.func.value, method.receivers, state, class_name
+                ):
                     return method.spec
         return None
 
@@ -185,27 +187,14 @@ class CallResolver(ValueEvaluator):
             and func.value.id == "self"
         ):
             return None
-        if self._find_method(class_name, func.attr) is not None:
+        specs = [m for m in self.catalog.method_specs(func.attr) if not m.any_receiver]
+        if not specs or self._find_method(class_name, func.attr) is not None:
             return None
-        types = self._framework_bases(class_name)
-        for method in self.catalog.method_specs(func.attr):
-            if not method.any_receiver and types & set(method.receivers):
+        types = self.class_types(class_name)
+        for method in specs:
+            if types & set(method.receivers):
                 return method.spec
         return None
-
-    def _framework_bases(self, class_name: str, depth: int = 0) -> set[str]:
-        """The catalogued types a class of this module derives from (directly or through its bases)."""
-        info = self.module.classes.get(class_name)
-        if info is None or depth > 8:
-            return set()
-        found: set[str] = set()
-        for base in info.node.bases:
-            name = qualified_name(base, self.module.imports)
-            if name is not None:
-                found.add(self.catalog.types.get(name) or name)
-            if isinstance(base, ast.Name) and base.id in self.module.classes:
-                found |= self._framework_bases(base.id, depth + 1)
-        return found
 
     def type_in_place(self, call: ast.Call, state: State) -> None:
         """`fully_shard(model)`: from here on `model` is the wrapped type."""
@@ -228,14 +217,16 @@ class CallResolver(ValueEvaluator):
                     return True
         return False
 
-    def _receiver_matches(self, receiver: ast.expr, types: tuple[str, ...], state: State | None) -> bool:
+    def _receiver_matches(
+        self, receiver: ast.expr, types: tuple[str, ...], state: State | None, class_name: str | None = None
+    ) -> bool:
         if not types:
             return False
-        type_name = self._type_of(receiver, state)
+        type_name = self._type_of(receiver, state, class_name)
         return type_name is not None and type_name in types
 
-    def _type_of(self, node: ast.expr, state: State | None) -> str | None:
-        return type_of(self, node, state)
+    def _type_of(self, node: ast.expr, state: State | None, class_name: str | None = None) -> str | None:
+        return type_of(self, node, state, class_name)
 
     def local_target(self, call: ast.Call, frame: Frame) -> tuple[FunctionNode, str | None, bool] | None:
         func = call.func

@@ -2,7 +2,8 @@
 
 In: expression nodes and the evaluator that reads them (`ValueEvaluator`: its `pure`, its import
 table, its module). Out: symbolic values — a group (`GroupVal`) however it is reached (a
-parameter, `self.tp_group`, `mesh["tp"].get_group()`, a catalog accessor), a rank's place in a
+parameter, `self.tp_group`, `mesh["tp"].get_group()`, a catalog accessor, `groups[per_rank_key]`
+looked up from a table every rank holds), a rank's place in a
 group (`dist.get_rank(g)`, `g.rank()`, `mesh.get_local_rank("dp")`, `get_process_group_ranks(g)`),
 the catalogued type of an object (`type:` atoms), and module-level values of other files of the
 run (`from .env import RANK`). The facts that tie these values together when two ranks are
@@ -16,6 +17,7 @@ from typing import Protocol
 
 from collcheck.catalog import Catalog
 from collcheck.static import groups
+from collcheck.static.framework_types import chain_type
 from collcheck.static.model import ModuleInfo, remote_value
 from collcheck.static.names import ImportTable, dotted, qualified_name
 from collcheck.static.state import Frame, State
@@ -43,6 +45,8 @@ class ValueEvaluator(Protocol):
     def pure(
         self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr] | None = None
     ) -> Expr: ...
+
+    def class_types(self, class_name: str) -> frozenset[str]: ...
 
 
 # Functions that translate a given global rank into a rank inside a group.
@@ -98,7 +102,29 @@ def group_value(
         return value
     if isinstance(value, Const) and value.value is None:
         return None
+    if isinstance(node, ast.Subscript) and is_rank_dependent(value):
+        looked_up = _looked_up_group(ev, node, state, frame, known)
+        if looked_up is not None:
+            return looked_up
     return GroupVal(group_key(value, node), None, per_rank=is_rank_dependent(value))
+
+
+def _looked_up_group(
+    ev: ValueEvaluator, node: ast.Subscript, state: State, frame: Frame, known: dict[int, Expr]
+) -> GroupVal | None:
+    """`groups[f"local_{node_index}"]`: a group looked up from a container the ranks share by a
+    key computed from the rank (DeepSpeed's coalesced collectives). Each rank may hold another
+    group, but the ranks that meet on one hold the same key: a group of unknown membership (at
+    least two members, who are its callers) whose `color` (the key) is equal on the two ranks
+    compared. None when the container itself differs between ranks or the key is a slice."""
+    if isinstance(node.slice, ast.Slice):
+        return None
+    container = ev.pure(node.value, state, frame, known)
+    if is_rank_dependent(container):
+        return None
+    selector = ev.pure(node.slice, state, frame, known)
+    key = f"{group_key(container, node.value)}[{ast.unparse(node.slice)}]"
+    return GroupVal(key, None, color=selector)
 
 
 def rank_function_value(
@@ -210,27 +236,60 @@ def imported_value(ev: ValueEvaluator, qualified: str, cache: dict[str, Expr | N
     return value
 
 
-def type_of(ev: ValueEvaluator, node: ast.expr, state: State | None) -> str | None:
-    """The catalogued type of the object an expression holds (`accelerator`, `self.model`), or None."""
+def type_of(
+    ev: ValueEvaluator, node: ast.expr, state: State | None, class_name: str | None = None
+) -> str | None:
+    """The catalogued type of the object an expression holds (`accelerator`, `self.model`,
+    `self.accelerator` of a Trainer subclass, `self.trainer.strategy`), or None. `class_name`: the
+    class whose method is running (what `self` is)."""
     if state is not None:
         parts = dotted(node)
         if parts:
             value = state.env.get(".".join(parts))
             if value is None and parts[0] == "self" and len(parts) == 2:
-                value = next(
-                    (c.attributes[parts[1]] for c in ev.module.classes.values() if parts[1] in c.attributes),
-                    None,
-                )
+                value = _class_attribute(ev, parts[1])
             if isinstance(value, Atom) and value.name.startswith("type:"):
                 type_name, _, where = value.name[5:].partition("@")
                 # `model.module` of a typed `model` is another object (the unwrapped module).
                 return None if "." in where else type_name
             if isinstance(value, GroupVal) and value.type_name:
                 return value.type_name
+            if value is None and parts[-1] in ev.catalog.typed_attributes and len(parts) > 1:
+                return _chained_type(ev, parts, state, class_name)
     if isinstance(node, ast.Call):
         name = qualified_name(node.func, ev.local_imports)
         if name is not None and name in ev.catalog.types:
             return ev.catalog.types[name] or name
+    return None
+
+
+def _class_attribute(ev: ValueEvaluator, name: str) -> Expr | None:
+    """`self.name` as some class of the module sets it."""
+    return next((c.attributes[name] for c in ev.module.classes.values() if name in c.attributes), None)
+
+
+def _held_value(ev: ValueEvaluator, parts: list[str], state: State) -> Expr | None:
+    """The value a dotted name holds on this path, or (`self.x`) as an attribute of some class."""
+    value = state.env.get(".".join(parts))
+    if value is None and parts[0] == "self" and len(parts) == 2:
+        value = _class_attribute(ev, parts[1])
+    return value
+
+
+def _chained_type(ev: ValueEvaluator, parts: list[str], state: State, class_name: str | None) -> str | None:
+    """`self.trainer.strategy`, `trainer.strategy`: the longest prefix whose type is known (`self`:
+    the framework classes of the running class), then the catalogued attribute types after it."""
+    for cut in range(len(parts) - 1, 0, -1):
+        owners: tuple[str, ...] | frozenset[str] = ()
+        if cut == 1 and parts[0] == "self" and class_name:
+            owners = ev.class_types(class_name)
+        else:
+            value = _held_value(ev, parts[:cut], state)
+            if isinstance(value, Atom) and value.name.startswith("type:"):
+                type_name, _, where = value.name[5:].partition("@")
+                owners = () if "." in where else (type_name,)
+        if owners:
+            return chain_type(ev.catalog, owners, parts[cut:])
     return None
 
 

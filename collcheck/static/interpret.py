@@ -172,6 +172,13 @@ class Interpreter(ExceptionFlow):
         for rest in (args.vararg, args.kwarg):
             if rest is not None:
                 env[rest.arg] = Atom(f"param:{rest.arg}", "shared")
+        launched = self.module.launched.get(node)
+        positional = [*args.posonlyargs, *args.args]
+        if launched is not None and positional and positional[0].arg not in self.catalog.rank_parameters:
+            # `mp.spawn(train, ...)` calls `train(i, ...)`: the index is the rank, whatever its name
+            # (a name the catalog knows, `rank`, keeps its meaning: the code says it is the global rank).
+            first = positional[0].arg
+            env[first] = value_from_spec(launched, f"param:{first}")
         return env
 
     def _annotated_type(self, arg: ast.arg) -> Expr | None:

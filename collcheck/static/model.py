@@ -23,6 +23,7 @@ from collcheck.catalog import Catalog
 from collcheck.config import Settings
 from collcheck.findings import FileError
 from collcheck.source import SourceFile, read_source
+from collcheck.static.launchers import launched_functions
 from collcheck.static.names import ImportTable, add_import, module_imports, nodes_under, qualified_name
 from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
 from collcheck.static.project import Project, own_module_name, realpath_once
@@ -55,6 +56,8 @@ class ModuleInfo:
     globals: dict[str, Expr] = field(default_factory=dict)
     communicating: set[FunctionNode] = field(default_factory=set)
     mutable_globals: set[str] = field(default_factory=set)  # names some function declares `global`
+    # functions a process launcher starts (`mp.spawn(train)`) -> the value of their first parameter
+    launched: dict[FunctionNode, str] = field(default_factory=dict)
 
     @property
     def project(self) -> Project | None:
@@ -126,6 +129,9 @@ def build_module(
         elif isinstance(node, ast.ClassDef):
             _add_class(module, node)
     module.communicating.update(_communicating_functions(module, text))
+    module.launched.update(
+        launched_functions(tree, module.imports, module.functions, catalog.launchers, text)
+    )
     return module
 
 
@@ -293,8 +299,9 @@ def last_names(catalog: Catalog) -> frozenset[str]:
 
 
 def _imports_package_of(module: ModuleInfo, receivers: tuple[str, ...]) -> bool:
-    """A typed method (`Accelerator.gather`) can only be reached where its library is imported."""
-    packages = {receiver.split(".", 1)[0] for receiver in receivers}
+    """A typed method (`Accelerator.gather`) can only be reached where its library is imported, or
+    that of a catalogued class that keeps such an object (`transformers.Trainer.accelerator`)."""
+    packages = module.catalog.receiver_packages(receivers)
     table = module.imports
     return any(qualified.split(".", 1)[0] in packages for qualified in table.names.values())
 

@@ -12,11 +12,14 @@ class Trigger:
     plain words that other libraries use too (`gather`, `reduce`, `save`) count only as a call or
     import (`.gather(`) in a text that also names a distributed library."""
 
-    def __init__(self, distinctive: list[str], plain: list[str]) -> None:
+    def __init__(self, distinctive: list[str], plain: list[str], markers: tuple[str, ...] = ()) -> None:
         # Sets of identifiers, not one big alternation: Python's re has no multi-pattern matcher,
         # and an alternation of a few hundred words costs ~1 ms per file.
         self.distinctive = frozenset(distinctive)
         self.plain = frozenset(plain)
+        # Catalog-driven library markers (`.accelerator.`: a catalogued attribute of a framework
+        # class, `self.accelerator.gather(...)` in a transformers Trainer subclass).
+        self.markers = markers
 
     def positions(self, text: str, words: frozenset[str] | None = None) -> list[int]:
         """Where the text uses a communicating name as code: called, reached through a dot or
@@ -24,7 +27,7 @@ class Trigger:
         count only in a text that also names a distributed library."""
         words = frozenset(IDENTIFIER.findall(text)) if words is None else words
         strong = words & self.distinctive
-        plain = words & self.plain if names_distributed_library(text) else frozenset()
+        plain = words & self.plain if names_distributed_library(text, self.markers) else frozenset()
         if not strong and not plain:
             return []
         # Only the few words this text contains are searched for, as whole words.
@@ -55,7 +58,8 @@ def trigger_pattern(catalog: Catalog) -> Trigger:
     if trigger is None:
         words = sorted(catalog.trigger_words, key=len, reverse=True)
         distinctive = [w for w in words if "_" in w.strip("_") or w in DISTINCTIVE_WORDS]
-        trigger = Trigger(distinctive, [w for w in words if w not in distinctive])
+        markers = tuple(f".{attribute}." for attribute in sorted(catalog.typed_attributes))
+        trigger = Trigger(distinctive, [w for w in words if w not in distinctive], markers)
         _TRIGGERS[catalog.fingerprint] = trigger
     return trigger
 
@@ -128,5 +132,5 @@ _LIBRARY_MARKERS = (
 )
 
 
-def names_distributed_library(text: str) -> bool:
-    return any(marker in text for marker in _LIBRARY_MARKERS)
+def names_distributed_library(text: str, extra: tuple[str, ...] = ()) -> bool:
+    return any(marker in text for marker in _LIBRARY_MARKERS) or any(marker in text for marker in extra)

@@ -133,7 +133,9 @@ class GroupVal:
     membership cannot be computed (then collcheck stays quiet about it).
 
     `color` is set for a creation call that hands each rank a different group of one partition
-    (`new_subgroups`): a term over RANK, equal on two ranks exactly when they hold the same group.
+    (`new_subgroups`): a term over RANK, equal on two ranks exactly when they hold the same group;
+    and for a group of unknown membership looked up by a per-rank key (`groups[f"local_{i}"]`):
+    the key, equal on two ranks that hold the same group.
     `created` marks a group made by a group-creation call of the analysed code, which is never the
     default (world) group object."""
 

@@ -14,6 +14,7 @@ import ast
 from functools import lru_cache
 
 from collcheck.static import groups
+from collcheck.static.framework_types import attribute_type, framework_bases
 from collcheck.static.group_values import (
     group_call_value,
     group_key,
@@ -217,6 +218,14 @@ class ValueEvaluator:
         self.local_imports: ImportTable = module.imports
         self.set_names: set[str] = set()  # variables bound to a set: iterating one is unordered
         self.imported_values: dict[str, Expr | None] = {}  # values of other files, by qualified name
+        self._class_types: dict[str, frozenset[str]] = {}  # class -> framework classes it derives from
+
+    def class_types(self, class_name: str) -> frozenset[str]:
+        """The framework classes (outside the run) a class of this module derives from."""
+        found = self._class_types.get(class_name)
+        if found is None:
+            found = self._class_types[class_name] = framework_bases(self.module, class_name)
+        return found
 
     def pure(
         self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr] | None = None
@@ -262,6 +271,10 @@ class ValueEvaluator:
                 attribute = self._class_attribute(frame.class_name, parts[1])
                 if attribute is not None:
                     return attribute
+                if parts[1] in self.catalog.typed_attributes:  # `self.accelerator` of a Trainer
+                    held = attribute_type(self.catalog, self.class_types(frame.class_name), parts[1])
+                    if held is not None:
+                        return Atom(f"type:{held}@self:{parts[1]}", "shared")
             name = qualified_name(node, self.local_imports)
             if name is not None and name.endswith((".group.WORLD", ".GroupMember.WORLD")):
                 return Const(None)
@@ -279,6 +292,10 @@ class ValueEvaluator:
             return value_from_spec(spec, f"attr:{node.attr}")
         base = self.pure(node.value, state, frame, known)
         if isinstance(base, Atom) and base.name.startswith("type:"):
+            type_name, _, where = base.name[5:].partition("@")
+            held = None if "." in where else attribute_type(self.catalog, (type_name,), node.attr)
+            if held is not None:  # `trainer.strategy`: an object the catalogued type keeps
+                return Atom(f"type:{held}@{where}:{node.attr}", "shared")
             return Atom(f"{base.name}.{node.attr}", "shared")
         if isinstance(base, Atom):
             # Named after the object, not the place it is read: `self.remote` read in two
@@ -401,7 +418,7 @@ class ValueEvaluator:
             on_group = group_method_value(self, node, state, frame, known)
             if on_group is not None:
                 return on_group
-            receiver_type = type_of(self, node.func.value, state)
+            receiver_type = type_of(self, node.func.value, state, frame.class_name)
             produced = self.catalog.types.get(f"{receiver_type}.{method}") if receiver_type else None
             if produced is not None:  # `accelerator.prepare(model)`: a catalogued method's result type
                 return Atom(f"type:{produced or receiver_type}@{where}", "shared")
