@@ -1,0 +1,459 @@
+"""Point-to-point schedules: every rank's blocking sends and receives, run against each other in
+small worlds, to find a wait that never ends.
+
+The pairwise search of `solve` finds two ranks whose first calls towards each other go the same
+way. A wait can also close through three or more ranks (rank 0 sends to the last rank first, the
+last rank receives from rank 1 first, rank 1 receives from rank 0), open only after some
+exchanges have matched (a 1F1B pipeline whose adjacent stages both send first in the steady
+phase), or come from counts that differ (a sender and a receiver that filter one list with
+different predicates). This module finds those.
+
+In: a function `Region`, the loop regions of the same run (to expand its loops), the world size of
+the settings (None: each world from 2 to MAX_WORLD) and the region's `RegionSolver`. Out: at most
+one `Divergence` of kind P2P whose `blocked` lists the waiting ranks (`divergence.Blocked`).
+
+How. For a world size and a rank, the rank's path is the path of the region whose conditions hold
+once the rank, the world size and the loop counts are numbers; when values collcheck cannot
+compute leave several paths open, they must all give the same schedule, else the world is
+skipped. The schedule is the path's blocking sends and receives with their peers as numbers,
+loops expanded (each iteration takes the loop region's one path that holds). The schedules are
+run with rendezvous semantics, the rule's premise (a blocking send may not return before the
+peer posts its receive, as NCCL and gloo do with large messages): a send at the head of one rank
+meets the receive from that rank at the head of its peer, until nothing matches. A rank with calls
+left then waits on the peer of its head call; following those waits ends in a cycle, or at a rank
+that has finished.
+
+Collectives are left out of the schedules: leaving them out only lets more calls match, so a wait
+found without them is also there with them (if a real run cannot pass a collective, it hangs
+there instead). A wait is reported only when each rank waited on uses blocking calls in the
+matching direction towards the waiting rank somewhere in its schedule (so a blocking send met by
+an `irecv`, which is not recorded, stays quiet), and when z3 confirms that the two ranks named
+first take their paths in that world (which also gives the conditions that split them).
+
+Loop counts built from values the same on every rank (`num_microbatches`, `len(items)`) get one
+number per world: world + 1, and for the lengths of lists filtered by different predicates
+(`[t for t in items if t.requires_grad]`, see `values`) a distinct number per predicate, since the
+predicates can select different counts. Limits: loops whose iterations take different paths on one
+rank (a test of the loop variable), loops inside helpers of other files, peers looked up in
+tables or computed by unknown code, and worlds above MAX_WORLD are not simulated; a loop of more
+than MAX_TRIPS iterations or a schedule of more than MAX_CALLS calls gives up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from collcheck.static.divergence import Blocked, Divergence, DivergenceKind, PairQuery, found
+from collcheck.static.program import CommEvent, Element, LoopEvent, Path, Region, Site
+from collcheck.static.smt import RegionSolver, SolveStats
+from collcheck.static.symbolic import (
+    Atom,
+    BinOp,
+    BoolOp,
+    Compare,
+    Const,
+    Expr,
+    IfExp,
+    InRange,
+    Member,
+    Not,
+    TupleVal,
+    Z3Translator,
+    atoms,
+)
+
+MAX_WORLD = 6  # worlds 2..MAX_WORLD are simulated when the settings give none
+MAX_TRIPS = 32  # iterations of one loop
+MAX_CALLS = 256  # blocking calls in one rank's schedule
+FILTERED = "len:filter("  # the length of a filtered comprehension (values._pure_ListComp)
+BLOCKING = ("p2p_send", "p2p_recv")
+
+Value = int | bool | str | None
+Call = tuple[CommEvent, int]  # a blocking send or receive and its peer
+LoopKey = tuple[str, int, tuple[Site, ...]]
+
+
+class _Undecided(Exception):
+    """A value, path or loop count that the numbers given do not decide."""
+
+
+def loop_table(regions: Iterable[Region]) -> dict[LoopKey, Region]:
+    """The loop regions of one run, by the place and call chain of their loop."""
+    return {(r.path_name, r.line, r.chain): r for r in regions if r.kind == "loop"}
+
+
+def has_blocking_p2p(region: Region, loops: dict[LoopKey, Region]) -> bool:
+    """Some path of the region, or of a loop it reaches, issues a blocking send or receive."""
+    return any(_blocking_in(path.events, loops, 0) for path in region.paths)
+
+
+def _blocking_in(events: tuple[Element, ...], loops: dict[LoopKey, Region], depth: int) -> bool:
+    for event in events:
+        if isinstance(event, CommEvent) and event.kind in BLOCKING:
+            return True
+        if isinstance(event, LoopEvent) and depth < 4:
+            inner = loops.get((event.path, event.line, event.chain))
+            if inner is not None and any(_blocking_in(p.events, loops, depth + 1) for p in inner.paths):
+                return True
+    return False
+
+
+# ----------------------------------------------------------------------------- values
+
+
+class _Numbers:
+    """Symbolic values as numbers for one rank of one world (the shared values fixed per world)."""
+
+    def __init__(self, rank: int, world: int, shared: dict[Atom, int]) -> None:
+        self.rank, self.world, self.shared = rank, world, shared
+        self._memo: dict[int, tuple[Expr, Value | _Undecided]] = {}
+
+    def value(self, expr: Expr) -> Value:
+        hit = self._memo.get(id(expr))
+        if hit is None:
+            try:
+                result: Value | _Undecided = self._value(expr)
+            except _Undecided as undecided:
+                result = undecided
+            hit = self._memo[id(expr)] = (expr, result)
+        if isinstance(hit[1], _Undecided):
+            raise hit[1]
+        return hit[1]
+
+    def truth(self, expr: Expr) -> bool | None:
+        """The condition's truth, None when it is undecided."""
+        try:
+            return bool(self.value(expr))
+        except _Undecided:
+            return None
+
+    def integer(self, expr: Expr) -> int:
+        value = self.value(expr)
+        if not isinstance(value, int):
+            raise _Undecided
+        return int(value)
+
+    def _value(self, expr: Expr) -> Value:
+        if isinstance(expr, Const):
+            return expr.value
+        if isinstance(expr, Atom):
+            return self._atom(expr)
+        if isinstance(expr, BinOp):
+            return _arithmetic(expr.op, self.integer(expr.left), self.integer(expr.right))
+        if isinstance(expr, Compare):
+            return _compare(expr.op, self.value(expr.left), self.value(expr.right))
+        if isinstance(expr, BoolOp):
+            return self._boolean(expr)
+        if isinstance(expr, Not):
+            return not self.value(expr.operand)
+        if isinstance(expr, IfExp):
+            return self.value(expr.then) if self.value(expr.test) else self.value(expr.orelse)
+        if isinstance(expr, Member):
+            item = self.value(expr.item)
+            return any(item == self.value(option) for option in expr.options)
+        if isinstance(expr, InRange):
+            item, start, stop = self.integer(expr.item), self.integer(expr.start), self.integer(expr.stop)
+            return start <= item < stop and (item - start) % expr.step == 0
+        if isinstance(expr, TupleVal):
+            return bool(expr.items)  # only its truth is ever asked of a tuple here
+        raise _Undecided  # groups, sized sequences
+
+    def _atom(self, atom: Atom) -> Value:
+        if atom.kind == "rank":
+            return self.rank
+        if atom.kind == "world":
+            return self.world
+        if atom in self.shared:
+            return self.shared[atom]
+        raise _Undecided
+
+    def _boolean(self, expr: BoolOp) -> bool:
+        """Three-valued `and`/`or`: one decided operand can settle it while others are undecided."""
+        settling = expr.op == "or"
+        undecided = False
+        for operand in expr.values:
+            truth = self.truth(operand)
+            if truth is None:
+                undecided = True
+            elif truth is settling:
+                return settling
+        if undecided:
+            raise _Undecided
+        return not settling
+
+
+def _arithmetic(op: str, x: int, y: int) -> int:
+    if op in ("//", "%", "ceildiv") and y == 0:
+        raise _Undecided
+    results = {
+        "+": lambda: x + y,
+        "-": lambda: x - y,
+        "*": lambda: x * y,
+        "//": lambda: x // y,
+        "%": lambda: x % y,
+        "min": lambda: min(x, y),
+        "max": lambda: max(x, y),
+        "ceildiv": lambda: -(-x // y),
+    }
+    if op not in results:
+        raise _Undecided
+    return int(results[op]())
+
+
+def _compare(op: str, x: Value, y: Value) -> bool:
+    if op == "==":
+        return x == y
+    if op == "!=":
+        return x != y
+    if not (isinstance(x, int) and isinstance(y, int)):
+        raise _Undecided
+    return {"<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[op]
+
+
+def shared_counts(region: Region, loops: dict[LoopKey, Region], world: int) -> dict[Atom, int]:
+    """Numbers for the shared values that loop counts read: world + 1 each, and a distinct number
+    for each filtered length (one list filtered by two predicates may give two counts)."""
+    found: dict[Atom, None] = {}
+    for trip in _trips(region, loops):
+        for atom in atoms(trip):
+            if atom.kind == "shared":
+                found[atom] = None
+    filtered = sorted((a for a in found if a.name.startswith(FILTERED)), key=lambda a: a.name)
+    numbers = {atom: world + 1 for atom in found}
+    numbers.update({atom: world + 1 + index for index, atom in enumerate(filtered)})
+    return numbers
+
+
+def _trips(region: Region, loops: dict[LoopKey, Region]) -> list[Expr]:
+    trips: list[Expr] = []
+    stack, seen = [region], {id(region)}
+    while stack:
+        current = stack.pop()
+        for path in current.paths:
+            for event in path.events:
+                if not isinstance(event, LoopEvent):
+                    continue
+                trips.append(event.trip)
+                inner = loops.get((event.path, event.line, event.chain))
+                if inner is not None and id(inner) not in seen:
+                    seen.add(id(inner))
+                    stack.append(inner)
+    return trips
+
+
+# ----------------------------------------------------------------------------- schedules
+
+
+def _schedule(paths: list[Path], numbers: _Numbers, loops: dict[LoopKey, Region]) -> tuple[Path, list[Call]]:
+    """The rank's path among `paths` and its schedule; _Undecided when the numbers leave it open."""
+    open_paths = [p for p in paths if _may_take(p, numbers)]
+    chosen: tuple[Path, list[Call]] | None = None
+    for path in open_paths:
+        calls = _calls(path.events, numbers, loops, 0)
+        if chosen is None:
+            chosen = (path, calls)
+        elif [(id(e), peer) for e, peer in calls] != [(id(e), peer) for e, peer in chosen[1]]:
+            raise _Undecided  # data the numbers do not fix chooses between two schedules
+    if chosen is None:
+        raise _Undecided
+    return chosen
+
+
+def _may_take(path: Path, numbers: _Numbers) -> bool:
+    if path.exit is not None and path.exit.kind == "raise":
+        return False  # a rank that raises crashes: another rule's matter
+    return all(numbers.truth(cond) is not False for cond in path.conds)
+
+
+def _calls(
+    events: tuple[Element, ...], numbers: _Numbers, loops: dict[LoopKey, Region], depth: int
+) -> list[Call]:
+    calls: list[Call] = []
+    for event in events:
+        if isinstance(event, CommEvent):
+            if event.kind in BLOCKING:
+                if event.peer is None:
+                    raise _Undecided
+                calls.append((event, numbers.integer(event.peer)))
+        else:
+            calls.extend(_loop_calls(event, numbers, loops, depth))
+        if len(calls) > MAX_CALLS:
+            raise _Undecided
+    return calls
+
+
+def _loop_calls(loop: LoopEvent, numbers: _Numbers, loops: dict[LoopKey, Region], depth: int) -> list[Call]:
+    region = loops.get((loop.path, loop.line, loop.chain))
+    if region is None or depth >= 4:
+        raise _Undecided
+    trips = numbers.integer(loop.trip)
+    if trips <= 0:
+        return []
+    if trips > MAX_TRIPS:
+        raise _Undecided
+    path, calls = _schedule(region.paths, numbers, loops)
+    if path.exit is not None and path.exit.kind != "continue":
+        raise _Undecided  # an iteration that leaves the loop or the function
+    return calls * trips
+
+
+# ----------------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class _Stuck:
+    """Ranks that wait forever: each waits on the next, the last on the first (a cycle) or, when
+    `finished` is set, the one rank given waits on that rank, which has no calls left."""
+
+    ranks: tuple[int, ...]
+    finished: int | None = None
+
+    def edges(self) -> list[tuple[int, int]]:
+        if self.finished is not None:
+            return [(self.ranks[0], self.finished)]
+        return [(rank, self.ranks[(i + 1) % len(self.ranks)]) for i, rank in enumerate(self.ranks)]
+
+
+def run(schedules: list[list[Call]]) -> tuple[list[int], _Stuck | None]:
+    """Match the schedules with rendezvous semantics. Out: how far each rank got, and the wait
+    that never ends (None when every rank finishes)."""
+    heads = [0] * len(schedules)
+
+    def head(rank: int) -> Call | None:
+        return schedules[rank][heads[rank]] if heads[rank] < len(schedules[rank]) else None
+
+    progress = True
+    while progress:
+        progress = False
+        for sender in range(len(schedules)):
+            while True:
+                call = head(sender)
+                if call is None or call[0].kind != "p2p_send":
+                    break
+                other = head(call[1])
+                if other is None or other[0].kind != "p2p_recv" or other[1] != sender:
+                    break
+                heads[sender] += 1
+                heads[call[1]] += 1
+                progress = True
+    waiting = [rank for rank in range(len(schedules)) if head(rank) is not None]
+    if not waiting:
+        return heads, None
+    return heads, _wait_chain(waiting[0], schedules, heads)
+
+
+def _wait_chain(start: int, schedules: list[list[Call]], heads: list[int]) -> _Stuck:
+    chain: list[int] = []
+    rank = start
+    while rank not in chain:
+        if heads[rank] >= len(schedules[rank]):
+            return _Stuck((chain[-1],), finished=rank)
+        chain.append(rank)
+        rank = schedules[rank][heads[rank]][1]
+    return _Stuck(tuple(chain[chain.index(rank) :]))
+
+
+def _answers(schedule: list[Call], waiting: int, kind: str) -> bool:
+    """The rank waited on issues, somewhere, a blocking call that would answer `kind` from `waiting`."""
+    wanted = "p2p_recv" if kind == "p2p_send" else "p2p_send"
+    return any(event.kind == wanted and peer == waiting for event, peer in schedule)
+
+
+def _believable(stuck: _Stuck, schedules: list[list[Call]], heads: list[int]) -> bool:
+    """Every wait is towards a rank that answers that direction with blocking calls somewhere."""
+    for rank, target in stuck.edges():
+        event, peer = schedules[rank][heads[rank]]
+        if peer != target or not _answers(schedules[target], rank, event.kind):
+            return False
+    return True
+
+
+# ----------------------------------------------------------------------------- the search
+
+
+def schedule_deadlock(
+    region: Region,
+    loops: dict[LoopKey, Region],
+    world_size: int | None,
+    timeout_ms: int,
+    stats: SolveStats,
+    nonblocking: Callable[[str], bool],
+) -> list[Divergence]:
+    """The first wait that never ends in the smallest world where one does (see the module).
+    `nonblocking(path)`: the file names a non-blocking point-to-point call (then nothing is
+    reported: those calls are not recorded, and one of them may be what answers a blocking call)."""
+    paths = [p for p in region.paths if p.events]
+    if region.kind != "function" or not paths or not has_blocking_p2p(region, loops):
+        return []
+    worlds = (world_size,) if world_size else range(2, MAX_WORLD + 1)
+    for world in worlds:
+        shared = shared_counts(region, loops, world)
+        try:
+            chosen = [_schedule(region.paths, _Numbers(rank, world, shared), loops) for rank in range(world)]
+        except _Undecided:
+            continue
+        schedules = [calls for _, calls in chosen]
+        if any(not 0 <= peer < world or peer == rank for rank, s in enumerate(schedules) for _, peer in s):
+            continue  # a peer outside the world: not a schedule collcheck can run
+        heads, stuck = run(schedules)
+        if stuck is None or not _believable(stuck, schedules, heads):
+            continue
+        if any(nonblocking(path) for path in _files(region, schedules)):
+            return []
+        solver = RegionSolver(region, world_size, timeout_ms, stats)
+        divergence = _confirmed(region, solver, world, stuck, chosen, heads)
+        if divergence is not None:
+            return [divergence]
+    return []
+
+
+def _files(region: Region, schedules: list[list[Call]]) -> set[str]:
+    """The analysed file and the files of every call of the schedules and of their call sites."""
+    files = {region.path_name}
+    for schedule in schedules:
+        for event, _ in schedule:
+            files.add(event.path)
+            files.update(site.path for site in event.chain)
+    return files
+
+
+def _confirmed(
+    region: Region,
+    solver: RegionSolver,
+    world: int,
+    stuck: _Stuck,
+    chosen: list[tuple[Path, list[Call]]],
+    heads: list[int],
+) -> Divergence | None:
+    """The divergence for `stuck`, when z3 agrees that the first two ranks named take their paths."""
+    x, y = stuck.edges()[0]
+    blocked = tuple(Blocked(rank, tuple(chosen[rank][1]), heads[rank]) for rank in stuck.ranks)
+    if stuck.finished is not None:
+        blocked += (Blocked(y, tuple(chosen[y][1]), len(chosen[y][1])),)
+
+    def pinned(tr: Z3Translator) -> Any:
+        return tr.z3.And(tr.world == world, tr.rank("a") == x, tr.rank("b") == y)
+
+    seq_x = tuple(e for e, _ in chosen[x][1])
+    seq_y = tuple(e for e, _ in chosen[y][1])
+    query = PairQuery(solver, region, "p2p", None, chosen[x][0], chosen[y][0], seq_x, seq_y)
+    results = found(query, DivergenceKind.P2P, 0, pinned)
+    if not results:
+        return None
+    first, second = blocked[0], blocked[1]
+    return replace(
+        results[0],
+        index=first.at,
+        event_a=first.event,
+        event_b=second.event if not second.finished else _answering(second, first),
+        blocked=blocked,
+    )
+
+
+def _answering(finished: Blocked, waiting: Blocked) -> CommEvent | None:
+    """The finished rank's last call in the direction that would have answered the waiting one."""
+    wanted = "p2p_recv" if waiting.event.kind == "p2p_send" else "p2p_send"
+    matching = [event for event, peer in finished.calls if event.kind == wanted and peer == waiting.rank]
+    return matching[-1] if matching else None
