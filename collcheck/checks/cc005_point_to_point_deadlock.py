@@ -69,8 +69,8 @@ MESSAGE = (
 )
 MESSAGE_CYCLE = "ranks {ranks} wait on each other in a cycle of blocking calls: {cycle} (world size {world})"
 MESSAGE_UNMATCHED = (
-    "rank {rank_x} {verb_x} {count_x} times {towards_x} rank {rank_y} ({where_x}) but rank {rank_y} "
-    "{verb_y} only {count_y} times {towards_y} rank {rank_x} ({where_y}): rank {rank_x} waits forever "
+    "rank {rank_x} {verb_x} {count_x} {towards_x} rank {rank_y} ({where_x}) but rank {rank_y} "
+    "{verb_y} only {count_y} {towards_y} rank {rank_x} ({where_y}): rank {rank_x} waits forever "
     "(world size {world})"
 )
 
@@ -121,9 +121,13 @@ def _describe_schedule(d: Divergence) -> tuple[str, dict[str, str]]:
         "verb_y": "receives" if kind == "p2p_send" else "sends",
         "towards_x": "to" if kind == "p2p_send" else "from",
         "towards_y": "from" if kind == "p2p_send" else "to",
-        "count_x": str(sum(1 for event, peer in x.calls if event.kind == kind and peer == y.rank)),
-        "count_y": str(len(answers)),
+        "count_x": _times(sum(1 for event, peer in x.calls if event.kind == kind and peer == y.rank)),
+        "count_y": _times(len(answers)),
         "where_x": _site(x.event),
         "where_y": _site(answers[-1]) if answers else "nowhere",
         "world": str(d.model.world),
     }
+
+
+def _times(count: int) -> str:
+    return {1: "once", 2: "twice"}.get(count, f"{count} times")

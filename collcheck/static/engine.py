@@ -284,7 +284,7 @@ def _findings_for(
     tells whether a file names a non-blocking point-to-point call; None: no schedule is simulated."""
     results = []
     wanted = rules.wanted
-    pairwise_p2p = False
+    pairwise: list[Divergence] = []  # point-to-point waits found pair by pair (solve)
     for region in regions:
         check_active()  # the file's wall-clock budget (budget.py)
         timeout = settings.z3_timeout_ms
@@ -295,8 +295,10 @@ def _findings_for(
             )
             if not (_behind_unknown_code(divergence) or _may_serve_remote_calls(divergence))
         ]
-        pairwise_p2p = pairwise_p2p or any(d.kind is DivergenceKind.P2P for d in found)
+        pairwise.extend(d for d in found if d.kind is DivergenceKind.P2P)
         for divergence in found:
+            if divergence.kind is DivergenceKind.P2P:
+                continue
             finding = classify(divergence, rules)
             if finding is not None:
                 results.append(finding)
@@ -304,18 +306,35 @@ def _findings_for(
             finding = _region_finding(region, rule, found)
             if finding is not None:
                 results.append(finding)
-    if DivergenceKind.P2P in wanted and not pairwise_p2p and nonblocking is not None:
-        # Waits that close through more ranks, or open after some calls matched (p2p_schedule).
-        loops = loop_table(regions)
-        timeout = settings.z3_timeout_ms
-        for region in regions:
-            for divergence in schedule_deadlock(
-                region, loops, settings.world_size, timeout, stats, nonblocking
-            ):
-                finding = classify(divergence, rules)
-                if finding is not None:
-                    results.append(finding)
+    for divergence in _point_to_point(regions, pairwise, settings, stats, nonblocking):
+        finding = classify(divergence, rules)
+        if finding is not None:
+            results.append(finding)
     return results
+
+
+def _point_to_point(
+    regions: list[Region],
+    pairwise: list[Divergence],
+    settings: Settings,
+    stats: SolveStats,
+    nonblocking: Callable[[str], bool] | None,
+) -> list[Divergence]:
+    """The point-to-point waits to report: those found pair by pair, unless simulating every
+    rank's schedule (p2p_schedule) ran every rank of every world to its end; else the wait the
+    simulation found (a cycle through more ranks, or one that opens after some calls matched)."""
+    if nonblocking is None:
+        return pairwise
+    loops = loop_table(regions)
+    for region in regions:
+        verdict = schedule_deadlock(
+            region, loops, settings.world_size, settings.z3_timeout_ms, stats, nonblocking
+        )
+        if verdict.clean:
+            return []
+        if verdict.found and not pairwise:
+            return list(verdict.found)
+    return pairwise
 
 
 def _behind_unknown_code(divergence: Divergence) -> bool:

@@ -41,10 +41,12 @@ than MAX_TRIPS iterations or a schedule of more than MAX_CALLS calls gives up.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from collcheck.static.comprehensions import FILTERED
 from collcheck.static.divergence import Blocked, Divergence, DivergenceKind, PairQuery, found
 from collcheck.static.program import CommEvent, Element, LoopEvent, Path, Region, Site
 from collcheck.static.smt import RegionSolver, SolveStats
@@ -67,7 +69,7 @@ from collcheck.static.symbolic import (
 MAX_WORLD = 6  # worlds 2..MAX_WORLD are simulated when the settings give none
 MAX_TRIPS = 32  # iterations of one loop
 MAX_CALLS = 256  # blocking calls in one rank's schedule
-FILTERED = "len:filter("  # the length of a filtered comprehension (values._pure_ListComp)
+MAX_DEPTH = 4  # loops inside loops
 BLOCKING = ("p2p_send", "p2p_recv")
 
 Value = int | bool | str | None
@@ -106,9 +108,15 @@ def _blocking_in(events: tuple[Element, ...], loops: dict[LoopKey, Region], dept
 class _Numbers:
     """Symbolic values as numbers for one rank of one world (the shared values fixed per world)."""
 
-    def __init__(self, rank: int, world: int, shared: dict[Atom, int]) -> None:
+    def __init__(
+        self, rank: int, world: int, shared: dict[Atom, int], items: dict[str, int] | None = None
+    ) -> None:
         self.rank, self.world, self.shared = rank, world, shared
+        self.items = items or {}  # loop variables of `for i in range(n)` by atom name: the iteration
         self._memo: dict[int, tuple[Expr, Value | _Undecided]] = {}
+
+    def at_iteration(self, name: str, index: int) -> _Numbers:
+        return _Numbers(self.rank, self.world, self.shared, {**self.items, name: index})
 
     def value(self, expr: Expr) -> Value:
         hit = self._memo.get(id(expr))
@@ -167,6 +175,8 @@ class _Numbers:
             return self.world
         if atom in self.shared:
             return self.shared[atom]
+        if atom.name in self.items:
+            return self.items[atom.name]
         raise _Undecided
 
     def _boolean(self, expr: BoolOp) -> bool:
@@ -226,6 +236,18 @@ def shared_counts(region: Region, loops: dict[LoopKey, Region], world: int) -> d
     return numbers
 
 
+def shown_counts(shared: dict[Atom, int]) -> tuple[tuple[str, str], ...]:
+    """The numbers given to shared loop counts, as the counterexample shows them."""
+    shown = []
+    for atom, number in sorted(shared.items(), key=lambda item: item[0].name):
+        name = atom.name
+        if name.startswith(FILTERED):
+            source, _, predicate = name[len(FILTERED) : -1].partition("|")
+            name = f"len([... for _ in {source} if {predicate}])"
+        shown.append((f"assumed {name}", str(number)))
+    return tuple(shown)
+
+
 def _trips(region: Region, loops: dict[LoopKey, Region]) -> list[Expr]:
     trips: list[Expr] = []
     stack, seen = [region], {id(region)}
@@ -246,12 +268,14 @@ def _trips(region: Region, loops: dict[LoopKey, Region]) -> list[Expr]:
 # ----------------------------------------------------------------------------- schedules
 
 
-def _schedule(paths: list[Path], numbers: _Numbers, loops: dict[LoopKey, Region]) -> tuple[Path, list[Call]]:
+def _schedule(
+    paths: list[Path], numbers: _Numbers, loops: dict[LoopKey, Region], depth: int = 0
+) -> tuple[Path, list[Call]]:
     """The rank's path among `paths` and its schedule; _Undecided when the numbers leave it open."""
     open_paths = [p for p in paths if _may_take(p, numbers)]
     chosen: tuple[Path, list[Call]] | None = None
     for path in open_paths:
-        calls = _calls(path.events, numbers, loops, 0)
+        calls = _calls(path.events, numbers, loops, depth)
         if chosen is None:
             chosen = (path, calls)
         elif [(id(e), peer) for e, peer in calls] != [(id(e), peer) for e, peer in chosen[1]]:
@@ -286,17 +310,48 @@ def _calls(
 
 def _loop_calls(loop: LoopEvent, numbers: _Numbers, loops: dict[LoopKey, Region], depth: int) -> list[Call]:
     region = loops.get((loop.path, loop.line, loop.chain))
-    if region is None or depth >= 4:
+    if region is None or depth >= MAX_DEPTH:
         raise _Undecided
     trips = numbers.integer(loop.trip)
     if trips <= 0:
         return []
     if trips > MAX_TRIPS:
         raise _Undecided
-    path, calls = _schedule(region.paths, numbers, loops)
+    try:
+        return _iteration(region, numbers, loops, depth) * trips
+    except _Undecided:
+        if not _counts_from_zero(loop):
+            raise
+    # `for i in range(n)` whose iterations differ (`if i == n - 1:`): each with its own `i`.
+    name = f"item@{loop.line}:{loop.column}"
+    calls: list[Call] = []
+    for index in range(trips):
+        calls.extend(_iteration(region, numbers.at_iteration(name, index), loops, depth))
+        if len(calls) > MAX_CALLS:
+            raise _Undecided
+    return calls
+
+
+def _iteration(region: Region, numbers: _Numbers, loops: dict[LoopKey, Region], depth: int) -> list[Call]:
+    path, calls = _schedule(region.paths, numbers, loops, depth + 1)
     if path.exit is not None and path.exit.kind != "continue":
         raise _Undecided  # an iteration that leaves the loop or the function
-    return calls * trips
+    return calls
+
+
+def _counts_from_zero(loop: LoopEvent) -> bool:
+    """`for i in range(n)`: the loop variable (interpret's `item@line:column`) is the iteration."""
+    try:
+        node = ast.parse(loop.order, mode="eval").body
+    except SyntaxError:
+        return False
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "range"
+        and len(node.args) == 1
+        and not node.keywords
+    )
 
 
 # ----------------------------------------------------------------------------- running
@@ -373,6 +428,16 @@ def _believable(stuck: _Stuck, schedules: list[list[Call]], heads: list[int]) ->
 # ----------------------------------------------------------------------------- the search
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What the simulation says about one function: the deadlock found (at most one), and whether
+    every rank of every world simulated ran to its end (then the pairwise search of `solve`,
+    which compares loop iterations as if every rank ran the same one, is overruled)."""
+
+    found: tuple[Divergence, ...] = ()
+    clean: bool = False
+
+
 def schedule_deadlock(
     region: Region,
     loops: dict[LoopKey, Region],
@@ -380,33 +445,39 @@ def schedule_deadlock(
     timeout_ms: int,
     stats: SolveStats,
     nonblocking: Callable[[str], bool],
-) -> list[Divergence]:
+) -> Verdict:
     """The first wait that never ends in the smallest world where one does (see the module).
     `nonblocking(path)`: the file names a non-blocking point-to-point call (then nothing is
     reported: those calls are not recorded, and one of them may be what answers a blocking call)."""
     paths = [p for p in region.paths if p.events]
     if region.kind != "function" or not paths or not has_blocking_p2p(region, loops):
-        return []
-    worlds = (world_size,) if world_size else range(2, MAX_WORLD + 1)
-    for world in worlds:
+        return Verdict()
+    clean = True
+    for world in (world_size,) if world_size else range(2, MAX_WORLD + 1):
         shared = shared_counts(region, loops, world)
         try:
             chosen = [_schedule(region.paths, _Numbers(rank, world, shared), loops) for rank in range(world)]
         except _Undecided:
+            clean = False
             continue
         schedules = [calls for _, calls in chosen]
         if any(not 0 <= peer < world or peer == rank for rank, s in enumerate(schedules) for _, peer in s):
+            clean = False
             continue  # a peer outside the world: not a schedule collcheck can run
         heads, stuck = run(schedules)
-        if stuck is None or not _believable(stuck, schedules, heads):
+        if stuck is None:
+            continue
+        clean = False
+        if not _believable(stuck, schedules, heads):
             continue
         if any(nonblocking(path) for path in _files(region, schedules)):
-            return []
+            return Verdict()
         solver = RegionSolver(region, world_size, timeout_ms, stats)
         divergence = _confirmed(region, solver, world, stuck, chosen, heads)
         if divergence is not None:
-            return [divergence]
-    return []
+            model = replace(divergence.model, values=divergence.model.values + shown_counts(shared))
+            return Verdict((replace(divergence, model=model),))
+    return Verdict(clean=clean)
 
 
 def _files(region: Region, schedules: list[list[Call]]) -> set[str]:
