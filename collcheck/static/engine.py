@@ -46,7 +46,7 @@ from collcheck.static.model import (
 )
 from collcheck.static.module_values import complete_loaded_module, complete_module
 from collcheck.static.names import ImportTable, module_imports
-from collcheck.static.p2p_schedule import loop_table, schedule_deadlock
+from collcheck.static.p2p_schedule import Verdict, confirm, loop_table, schedule_deadlock
 from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, Site
 from collcheck.static.project import Project
@@ -284,6 +284,9 @@ def _findings_for(
     tells whether a file names a non-blocking point-to-point call; None: no schedule is simulated."""
     results = []
     wanted = rules.wanted
+    verdict = _simulated(regions, settings, nonblocking) if DivergenceKind.P2P in wanted else Verdict()
+    if verdict.clean:  # every rank of every world simulated ran to its end: no pairwise search
+        wanted = wanted - {DivergenceKind.P2P}
     pairwise: list[Divergence] = []  # point-to-point waits found pair by pair (solve)
     for region in regions:
         check_active()  # the file's wall-clock budget (budget.py)
@@ -306,35 +309,29 @@ def _findings_for(
             finding = _region_finding(region, rule, found)
             if finding is not None:
                 results.append(finding)
-    for divergence in _point_to_point(regions, pairwise, settings, stats, nonblocking):
+    # A wait found pair by pair keeps its message; else the one the simulation found (a cycle
+    # through more ranks, or one that opens after some calls matched).
+    if not pairwise:
+        pairwise = confirm(verdict, settings.world_size, settings.z3_timeout_ms, stats)
+    for divergence in pairwise:
         finding = classify(divergence, rules)
         if finding is not None:
             results.append(finding)
     return results
 
 
-def _point_to_point(
-    regions: list[Region],
-    pairwise: list[Divergence],
-    settings: Settings,
-    stats: SolveStats,
-    nonblocking: Callable[[str], bool] | None,
-) -> list[Divergence]:
-    """The point-to-point waits to report: those found pair by pair, unless simulating every
-    rank's schedule (p2p_schedule) ran every rank of every world to its end; else the wait the
-    simulation found (a cycle through more ranks, or one that opens after some calls matched)."""
+def _simulated(
+    regions: list[Region], settings: Settings, nonblocking: Callable[[str], bool] | None
+) -> Verdict:
+    """What simulating every rank's point-to-point schedule says about the function of `regions`
+    (p2p_schedule); nothing when `nonblocking` is None (a helper run alone, to place a finding)."""
     if nonblocking is None:
-        return pairwise
+        return Verdict()
     loops = loop_table(regions)
     for region in regions:
-        verdict = schedule_deadlock(
-            region, loops, settings.world_size, settings.z3_timeout_ms, stats, nonblocking
-        )
-        if verdict.clean:
-            return []
-        if verdict.found and not pairwise:
-            return list(verdict.found)
-    return pairwise
+        if region.kind == "function":
+            return schedule_deadlock(region, loops, settings.world_size, nonblocking)
+    return Verdict()
 
 
 def _behind_unknown_code(divergence: Divergence) -> bool:

@@ -429,12 +429,26 @@ def _believable(stuck: _Stuck, schedules: list[list[Call]], heads: list[int]) ->
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """What the simulation says about one function: the deadlock found (at most one), and whether
-    every rank of every world simulated ran to its end (then the pairwise search of `solve`,
-    which compares loop iterations as if every rank ran the same one, is overruled)."""
+class Stuck:
+    """A world whose simulation did not finish: each rank's path and schedule, how far each got,
+    the wait found and the numbers the shared loop counts were given."""
 
-    found: tuple[Divergence, ...] = ()
+    world: int
+    chosen: tuple[tuple[Path, list[Call]], ...]
+    heads: tuple[int, ...]
+    stuck: _Stuck
+    shared: dict[Atom, int]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the simulation says about one function: the worlds where a wait never ends (the
+    smallest first; `confirm` turns the first that z3 agrees with into a divergence), and whether
+    every rank of every world simulated ran to its end (then the pairwise search of `solve`,
+    which compares loop iterations as if every rank ran the same one, is not needed)."""
+
+    region: Region | None = None
+    stuck: tuple[Stuck, ...] = ()
     clean: bool = False
 
 
@@ -442,17 +456,16 @@ def schedule_deadlock(
     region: Region,
     loops: dict[LoopKey, Region],
     world_size: int | None,
-    timeout_ms: int,
-    stats: SolveStats,
     nonblocking: Callable[[str], bool],
 ) -> Verdict:
-    """The first wait that never ends in the smallest world where one does (see the module).
-    `nonblocking(path)`: the file names a non-blocking point-to-point call (then nothing is
-    reported: those calls are not recorded, and one of them may be what answers a blocking call)."""
+    """Simulate each world (see the module); asks z3 nothing. `nonblocking(path)`: the file names a
+    non-blocking point-to-point call (then no wait is kept: those calls are not recorded, and one of
+    them may be what answers a blocking call)."""
     paths = [p for p in region.paths if p.events]
     if region.kind != "function" or not paths or not has_blocking_p2p(region, loops):
         return Verdict()
     clean = True
+    found: list[Stuck] = []
     for world in (world_size,) if world_size else range(2, MAX_WORLD + 1):
         shared = shared_counts(region, loops, world)
         try:
@@ -472,12 +485,29 @@ def schedule_deadlock(
             continue
         if any(nonblocking(path) for path in _files(region, schedules)):
             return Verdict()
-        solver = RegionSolver(region, world_size, timeout_ms, stats)
-        divergence = _confirmed(region, solver, world, stuck, chosen, heads)
-        if divergence is not None:
-            model = replace(divergence.model, values=divergence.model.values + shown_counts(shared))
-            return Verdict((replace(divergence, model=model),))
-    return Verdict(clean=clean)
+        found.append(Stuck(world, tuple(chosen), tuple(heads), stuck, shared))
+    return Verdict(region, tuple(found), clean)
+
+
+def confirm(verdict: Verdict, world_size: int | None, timeout_ms: int, stats: SolveStats) -> list[Divergence]:
+    """The divergence of the first stuck world z3 agrees with (the two ranks named first take their
+    paths there). Asked in a z3 context of its own, so that other queries of the file get the
+    counterexamples they would get without it; its queries and notes still count for the file."""
+    if verdict.region is None or not verdict.stuck:
+        return []
+    own = SolveStats()
+    try:
+        solver = RegionSolver(verdict.region, world_size, timeout_ms, own)
+        for candidate in verdict.stuck:
+            divergence = _confirmed(verdict.region, solver, candidate)
+            if divergence is not None:
+                values = divergence.model.values + shown_counts(candidate.shared)
+                return [replace(divergence, model=replace(divergence.model, values=values))]
+        return []
+    finally:
+        stats.queries += own.queries
+        stats.unknown += own.unknown
+        stats.notes.extend(own.notes)
 
 
 def _files(region: Region, schedules: list[list[Call]]) -> set[str]:
@@ -490,15 +520,9 @@ def _files(region: Region, schedules: list[list[Call]]) -> set[str]:
     return files
 
 
-def _confirmed(
-    region: Region,
-    solver: RegionSolver,
-    world: int,
-    stuck: _Stuck,
-    chosen: list[tuple[Path, list[Call]]],
-    heads: list[int],
-) -> Divergence | None:
-    """The divergence for `stuck`, when z3 agrees that the first two ranks named take their paths."""
+def _confirmed(region: Region, solver: RegionSolver, candidate: Stuck) -> Divergence | None:
+    """The divergence for a stuck world, when z3 agrees that the first two ranks named take their paths."""
+    stuck, chosen, heads, world = candidate.stuck, candidate.chosen, candidate.heads, candidate.world
     x, y = stuck.edges()[0]
     blocked = tuple(Blocked(rank, tuple(chosen[rank][1]), heads[rank]) for rank in stuck.ranks)
     if stuck.finished is not None:
