@@ -1,21 +1,28 @@
 """## What it does
 Finds blocking point-to-point calls (`send`/`recv`, `send_object_list`/`recv_object_list`) whose
-order deadlocks: two ranks that each block sending to the other first, or each block receiving
-from the other first; a cycle of waits through three or more ranks (rank 0 sends to the last rank
-while the last rank waits for rank 1, which waits for rank 0); a wait that opens only after some
-calls matched (a 1F1B pipeline schedule, its sends and receives issued by helpers inside stage
-branches and warmup/steady/cooldown loops, whose adjacent stages both send first); and a rank that
-sends more messages to a peer than the peer receives (a sender and a receiver that filter the same
-list with different predicates). Non-blocking `isend`/`irecv` and `batch_isend_irecv` are not
-reported.
+order deadlocks: two ranks that each block sending to (or receiving from) the other first, a cycle
+of waits through three or more ranks, a wait that opens after some calls matched (a 1F1B schedule
+whose adjacent stages both send first), or a rank that sends more messages than its peer receives.
+Non-blocking `isend`/`irecv` and `batch_isend_irecv` are not reported.
 
 Beyond the first calls of two ranks, collcheck runs the blocking calls of every rank of worlds of
 2 to 6 ranks (or the `--world-size` given) against each other: a send returns when its peer posts
-the matching receive. Each rank's branches and loop counts must follow from the rank and the world
-size (values the same on every rank, such as the number of microbatches, get one value per world;
-the lengths of a list filtered by two different predicates get two different values). A function
-whose ranks take paths chosen by other data, whose peers come from tables or unknown code, or
-whose loop iterations differ on one rank is not simulated.
+the matching receive. That finds the cycle where rank 0 sends to the last rank while the last rank
+waits for rank 1, which waits for rank 0; the steady phase of a 1F1B pipeline whose sends and
+receives are issued by helpers inside `is_first_stage`/`is_last_stage` branches and warmup, steady
+and cooldown loops; and a sender and a receiver that filter one list with different predicates
+(`[t for t in items if t.requires_grad]` against `[t for t in items if t is not None]`).
+
+Each rank's branches and loop counts must follow from the rank and the world size (values the same
+on every rank, such as the number of microbatches, get one value per world, shown as `assumed` in
+the counterexample; the lengths of one list filtered by two different predicates get two
+different values; a `for i in range(n)` loop is run iteration by iteration when its body tests
+`i`). A counterexample lists each waiting rank's blocking calls up to the one it waits in. A function
+whose ranks take paths chosen by other data, whose peers come from tables or unknown code, whose
+loops live in helpers of other files, or whose file (or a file of its helpers) names a non-blocking
+call is not simulated; there only the first-call check applies. A function whose ranks all run to
+their end in every world simulated is not reported by the first-call check either, which compares
+loop iterations as if every rank ran the same one.
 
 ## Why is this bad?
 A blocking `send` may not return until the peer posts the matching `recv`. When both peers send

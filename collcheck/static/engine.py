@@ -46,7 +46,7 @@ from collcheck.static.model import (
 )
 from collcheck.static.module_values import complete_loaded_module, complete_module
 from collcheck.static.names import ImportTable, module_imports
-from collcheck.static.p2p_schedule import Verdict, confirm, loop_table, schedule_deadlock
+from collcheck.static.p2p_schedule import Verdict, confirm, files_of, loop_table, schedule_deadlock
 from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, Site
 from collcheck.static.project import Project
@@ -311,6 +311,10 @@ def _findings_for(
                 results.append(finding)
     # A wait found pair by pair keeps its message; else the one the simulation found (a cycle
     # through more ranks, or one that opens after some calls matched).
+    if nonblocking is not None:
+        # An `isend` posted before a blocking `recv` answers the peer's blocking `recv` (a
+        # send_recv helper): non-blocking calls are not recorded, so no wait is claimed near one.
+        pairwise = [d for d in pairwise if not _near_nonblocking(d, nonblocking)]
     if not pairwise:
         pairwise = confirm(verdict, settings.world_size, settings.z3_timeout_ms, stats)
     for divergence in pairwise:
@@ -318,6 +322,12 @@ def _findings_for(
         if finding is not None:
             results.append(finding)
     return results
+
+
+def _near_nonblocking(divergence: Divergence, nonblocking: Callable[[str], bool]) -> bool:
+    """The file of the function, or of a call of either rank's sequence, names a non-blocking call."""
+    events = (*divergence.sequence_a, *divergence.sequence_b)
+    return any(nonblocking(path) for path in files_of(divergence.region, events))
 
 
 def _simulated(

@@ -42,6 +42,7 @@ than MAX_TRIPS iterations or a schedule of more than MAX_CALLS calls gives up.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -236,6 +237,10 @@ def shared_counts(region: Region, loops: dict[LoopKey, Region], world: int) -> d
     return numbers
 
 
+# A parameter's or a global's value as the evaluator names it: `param:items@12:0` is `items`.
+_PARAMETER = re.compile(r"\b(?:param|global):([A-Za-z_][\w.]*)(?:@\d+:\d+)?")
+
+
 def shown_counts(shared: dict[Atom, int]) -> tuple[tuple[str, str], ...]:
     """The numbers given to shared loop counts, as the counterexample shows them."""
     shown = []
@@ -244,7 +249,7 @@ def shown_counts(shared: dict[Atom, int]) -> tuple[tuple[str, str], ...]:
         if name.startswith(FILTERED):
             source, _, predicate = name[len(FILTERED) : -1].partition("|")
             name = f"len([... for _ in {source} if {predicate}])"
-        shown.append((f"assumed {name}", str(number)))
+        shown.append(("assumed " + _PARAMETER.sub(r"\1", name), str(number)))
     return tuple(shown)
 
 
@@ -483,7 +488,7 @@ def schedule_deadlock(
         clean = False
         if not _believable(stuck, schedules, heads):
             continue
-        if any(nonblocking(path) for path in _files(region, schedules)):
+        if any(nonblocking(path) for path in files_of(region, (e for s in schedules for e, _ in s))):
             return Verdict()
         found.append(Stuck(world, tuple(chosen), tuple(heads), stuck, shared))
     return Verdict(region, tuple(found), clean)
@@ -510,13 +515,12 @@ def confirm(verdict: Verdict, world_size: int | None, timeout_ms: int, stats: So
         stats.notes.extend(own.notes)
 
 
-def _files(region: Region, schedules: list[list[Call]]) -> set[str]:
-    """The analysed file and the files of every call of the schedules and of their call sites."""
+def files_of(region: Region, events: Iterable[Element]) -> set[str]:
+    """The analysed file and the files of the events and of their call sites."""
     files = {region.path_name}
-    for schedule in schedules:
-        for event, _ in schedule:
-            files.add(event.path)
-            files.update(site.path for site in event.chain)
+    for event in events:
+        files.add(event.path)
+        files.update(site.path for site in event.chain)
     return files
 
 
