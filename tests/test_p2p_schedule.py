@@ -17,7 +17,7 @@ from collcheck.static.model import build_module
 from collcheck.static.p2p_schedule import Call, run, shown_counts
 from collcheck.static.program import CommEvent
 from collcheck.static.state import Frame, State
-from collcheck.static.symbolic import RANK, WORLD, Atom, BinOp, BoolOp, Compare, Const, Sized
+from collcheck.static.symbolic import RANK, WORLD, Atom, BinOp, BoolOp, Compare, Const, Expr, Sized
 from collcheck.static.values import ValueEvaluator
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -92,7 +92,7 @@ def test_values_as_numbers_decide_what_the_rank_and_world_fix() -> None:
 # ----------------------------------------------------------------------------- filtered lists
 
 
-def _value(text: str) -> object:
+def _value(text: str) -> Expr:
     module = build_module(
         ast.parse("import torch\nimport torch.distributed as dist\n"), "m.py", load_catalog()
     )
@@ -105,7 +105,8 @@ def test_one_list_filtered_by_one_predicate_has_one_length_wherever_it_is_writte
     sent = _value("[p.grad for p in params if p.requires_grad]")
     received = _value("[torch.empty_like(q) for q in params if q.requires_grad]")
     assert isinstance(sent, Sized) and isinstance(received, Sized)
-    assert sent.length == received.length and sent.length.kind == "shared"
+    assert sent.length == received.length
+    assert isinstance(sent.length, Atom) and sent.length.kind == "shared"
 
 
 def test_different_predicates_give_different_lengths() -> None:

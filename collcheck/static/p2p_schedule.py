@@ -9,34 +9,43 @@ phase), or come from counts that differ (a sender and a receiver that filter one
 different predicates). This module finds those.
 
 In: a function `Region`, the loop regions of the same run (to expand its loops), the world size of
-the settings (None: each world from 2 to MAX_WORLD) and the region's `RegionSolver`. Out: at most
-one `Divergence` of kind P2P whose `blocked` lists the waiting ranks (`divergence.Blocked`).
+the settings (None: each world from 2 to MAX_WORLD) and whether a file names a non-blocking call.
+Out (`schedule_deadlock`, no z3): a `Verdict` — the worlds where a wait never ends, and whether
+every rank of every world ran to its end (`clean`: the engine then skips the pairwise search,
+which compares loop iterations as if every rank ran the same one). `confirm` turns the first stuck
+world z3 agrees with into a `Divergence` of kind P2P whose `blocked` lists the waiting ranks.
 
 How. For a world size and a rank, the rank's path is the path of the region whose conditions hold
 once the rank, the world size and the loop counts are numbers; when values collcheck cannot
 compute leave several paths open, they must all give the same schedule, else the world is
 skipped. The schedule is the path's blocking sends and receives with their peers as numbers,
-loops expanded (each iteration takes the loop region's one path that holds). The schedules are
-run with rendezvous semantics, the rule's premise (a blocking send may not return before the
-peer posts its receive, as NCCL and gloo do with large messages): a send at the head of one rank
-meets the receive from that rank at the head of its peer, until nothing matches. A rank with calls
-left then waits on the peer of its head call; following those waits ends in a cycle, or at a rank
-that has finished.
+loops expanded (each iteration takes the loop region's one path that holds; a `for i in range(n)`
+whose body tests `i` is run iteration by iteration with `i` bound). The schedules are run with
+rendezvous semantics, the rule's premise (a blocking send may not return before the peer posts
+its receive, as NCCL and gloo do with large messages): a send at the head of one rank meets the
+receive from that rank at the head of its peer, until nothing matches. A rank with calls left then
+waits on the peer of its head call; following those waits ends in a cycle, or at a rank that has
+finished (it sent or received fewer messages than the waiting rank expects).
 
 Collectives are left out of the schedules: leaving them out only lets more calls match, so a wait
 found without them is also there with them (if a real run cannot pass a collective, it hangs
-there instead). A wait is reported only when each rank waited on uses blocking calls in the
-matching direction towards the waiting rank somewhere in its schedule (so a blocking send met by
-an `irecv`, which is not recorded, stays quiet), and when z3 confirms that the two ranks named
-first take their paths in that world (which also gives the conditions that split them).
+there instead). A wait is kept only when each rank waited on uses blocking calls in the matching
+direction towards the waiting rank somewhere in its schedule, and when no file of the function
+or of its calls names a non-blocking call (`isend`, `irecv`, `batch_isend_irecv`, `P2POp`: they
+are not recorded, and one of them may be what answers a blocking call); it is reported when z3
+confirms that the two ranks named first take their paths in that world (which also gives the
+conditions that split them).
 
 Loop counts built from values the same on every rank (`num_microbatches`, `len(items)`) get one
-number per world: world + 1, and for the lengths of lists filtered by different predicates
-(`[t for t in items if t.requires_grad]`, see `values`) a distinct number per predicate, since the
-predicates can select different counts. Limits: loops whose iterations take different paths on one
-rank (a test of the loop variable), loops inside helpers of other files, peers looked up in
-tables or computed by unknown code, and worlds above MAX_WORLD are not simulated; a loop of more
-than MAX_TRIPS iterations or a schedule of more than MAX_CALLS calls gives up.
+number per world: world + 1, and the lengths of one list filtered by different predicates
+(`[t for t in items if t.requires_grad]`, see `comprehensions`) a distinct number per predicate,
+since the predicates can select different counts; the counterexample shows them as `assumed`.
+Limits: loops whose iterations take different paths on one rank other than through `i` of
+`range(n)`, loops inside helpers of other files (their regions belong to that file's run),
+per-rank predicates, peers looked up in tables or computed by unknown code, and worlds above
+MAX_WORLD are not simulated; a loop of more than MAX_TRIPS iterations or a schedule of more than
+MAX_CALLS calls gives up. A schedule found clean in worlds 2..MAX_WORLD says nothing of larger
+worlds.
 """
 
 from __future__ import annotations
@@ -96,7 +105,7 @@ def _blocking_in(events: tuple[Element, ...], loops: dict[LoopKey, Region], dept
     for event in events:
         if isinstance(event, CommEvent) and event.kind in BLOCKING:
             return True
-        if isinstance(event, LoopEvent) and depth < 4:
+        if isinstance(event, LoopEvent) and depth < MAX_DEPTH:
             inner = loops.get((event.path, event.line, event.chain))
             if inner is not None and any(_blocking_in(p.events, loops, depth + 1) for p in inner.paths):
                 return True
@@ -363,7 +372,7 @@ def _counts_from_zero(loop: LoopEvent) -> bool:
 
 
 @dataclass(frozen=True)
-class _Stuck:
+class Wait:
     """Ranks that wait forever: each waits on the next, the last on the first (a cycle) or, when
     `finished` is set, the one rank given waits on that rank, which has no calls left."""
 
@@ -376,7 +385,7 @@ class _Stuck:
         return [(rank, self.ranks[(i + 1) % len(self.ranks)]) for i, rank in enumerate(self.ranks)]
 
 
-def run(schedules: list[list[Call]]) -> tuple[list[int], _Stuck | None]:
+def run(schedules: list[list[Call]]) -> tuple[list[int], Wait | None]:
     """Match the schedules with rendezvous semantics. Out: how far each rank got, and the wait
     that never ends (None when every rank finishes)."""
     heads = [0] * len(schedules)
@@ -404,15 +413,15 @@ def run(schedules: list[list[Call]]) -> tuple[list[int], _Stuck | None]:
     return heads, _wait_chain(waiting[0], schedules, heads)
 
 
-def _wait_chain(start: int, schedules: list[list[Call]], heads: list[int]) -> _Stuck:
+def _wait_chain(start: int, schedules: list[list[Call]], heads: list[int]) -> Wait:
     chain: list[int] = []
     rank = start
     while rank not in chain:
         if heads[rank] >= len(schedules[rank]):
-            return _Stuck((chain[-1],), finished=rank)
+            return Wait((chain[-1],), finished=rank)
         chain.append(rank)
         rank = schedules[rank][heads[rank]][1]
-    return _Stuck(tuple(chain[chain.index(rank) :]))
+    return Wait(tuple(chain[chain.index(rank) :]))
 
 
 def _answers(schedule: list[Call], waiting: int, kind: str) -> bool:
@@ -421,7 +430,7 @@ def _answers(schedule: list[Call], waiting: int, kind: str) -> bool:
     return any(event.kind == wanted and peer == waiting for event, peer in schedule)
 
 
-def _believable(stuck: _Stuck, schedules: list[list[Call]], heads: list[int]) -> bool:
+def _believable(stuck: Wait, schedules: list[list[Call]], heads: list[int]) -> bool:
     """Every wait is towards a rank that answers that direction with blocking calls somewhere."""
     for rank, target in stuck.edges():
         event, peer = schedules[rank][heads[rank]]
@@ -434,14 +443,14 @@ def _believable(stuck: _Stuck, schedules: list[list[Call]], heads: list[int]) ->
 
 
 @dataclass(frozen=True)
-class Stuck:
+class StuckWorld:
     """A world whose simulation did not finish: each rank's path and schedule, how far each got,
     the wait found and the numbers the shared loop counts were given."""
 
     world: int
     chosen: tuple[tuple[Path, list[Call]], ...]
     heads: tuple[int, ...]
-    stuck: _Stuck
+    wait: Wait
     shared: dict[Atom, int]
 
 
@@ -453,7 +462,7 @@ class Verdict:
     which compares loop iterations as if every rank ran the same one, is not needed)."""
 
     region: Region | None = None
-    stuck: tuple[Stuck, ...] = ()
+    stuck: tuple[StuckWorld, ...] = ()
     clean: bool = False
 
 
@@ -470,7 +479,7 @@ def schedule_deadlock(
     if region.kind != "function" or not paths or not has_blocking_p2p(region, loops):
         return Verdict()
     clean = True
-    found: list[Stuck] = []
+    found: list[StuckWorld] = []
     for world in (world_size,) if world_size else range(2, MAX_WORLD + 1):
         shared = shared_counts(region, loops, world)
         try:
@@ -490,7 +499,7 @@ def schedule_deadlock(
             continue
         if any(nonblocking(path) for path in files_of(region, (e for s in schedules for e, _ in s))):
             return Verdict()
-        found.append(Stuck(world, tuple(chosen), tuple(heads), stuck, shared))
+        found.append(StuckWorld(world, tuple(chosen), tuple(heads), stuck, shared))
     return Verdict(region, tuple(found), clean)
 
 
@@ -524,9 +533,9 @@ def files_of(region: Region, events: Iterable[Element]) -> set[str]:
     return files
 
 
-def _confirmed(region: Region, solver: RegionSolver, candidate: Stuck) -> Divergence | None:
+def _confirmed(region: Region, solver: RegionSolver, candidate: StuckWorld) -> Divergence | None:
     """The divergence for a stuck world, when z3 agrees that the first two ranks named take their paths."""
-    stuck, chosen, heads, world = candidate.stuck, candidate.chosen, candidate.heads, candidate.world
+    stuck, chosen, heads, world = candidate.wait, candidate.chosen, candidate.heads, candidate.world
     x, y = stuck.edges()[0]
     blocked = tuple(Blocked(rank, tuple(chosen[rank][1]), heads[rank]) for rank in stuck.ranks)
     if stuck.finished is not None:
