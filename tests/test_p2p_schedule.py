@@ -178,3 +178,36 @@ def test_a_peer_from_a_table_is_not_simulated(tmp_path: Path) -> None:
         "    dist.send(t, dst=peer)\n"
     )
     assert _findings(unit) == []
+
+
+def test_a_schedule_chosen_by_data_is_not_simulated(tmp_path: Path) -> None:
+    # The three-rank cycle happens only when `targets_first` holds; collcheck does not know it does.
+    source = (FIXTURES / "reports" / "pipeline_target_send_first_bug.py").read_text()
+    chosen = source.replace(
+        "def pipeline_step(stage_module, batch, act_shape, target_shape):",
+        "def pipeline_step(stage_module, batch, act_shape, target_shape, targets_first):",
+    ).replace(
+        "        dist.send(target, dst=last)  # expect: CC005\n        dist.send(stage_module(x), dst=1)\n",
+        "        if targets_first:\n"
+        "            dist.send(target, dst=last)\n"
+        "            dist.send(stage_module(x), dst=1)\n"
+        "        else:\n"
+        "            dist.send(stage_module(x), dst=1)\n"
+        "            dist.send(target, dst=last)\n",
+    )
+    assert chosen.count("targets_first") == 2
+    unit = tmp_path / "chosen.py"
+    unit.write_text(chosen)
+    assert _findings(unit) == []
+
+
+def test_a_clean_simulation_overrules_the_pairwise_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The parity-ordered 1F1B: the pairwise search compares one steady iteration of rank 0 with
+    # the last one of rank 1 (`if i == num_remaining - 1`) and sees both send first; run rank by
+    # rank, iteration by iteration with `i` bound, every call matches.
+    unit = FIXTURES / "CC005" / "one_f_one_b_combined_fixed.py"
+    assert _findings(unit) == []
+    from collcheck.static import p2p_schedule
+
+    monkeypatch.setattr(p2p_schedule, "_counts_from_zero", lambda loop: False)
+    assert [f.code for f in _findings(unit)] == ["CC005"]  # `i` unbound: not simulated, pairwise
