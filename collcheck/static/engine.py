@@ -233,6 +233,9 @@ def _module_checks(
 _GROUP_FACTS: dict[str, groups.GroupFacts] = {}
 
 
+NONBLOCKING = "p2p_nonblocking"  # the catalog kind of `isend`, `irecv`, `batch_isend_irecv`
+
+
 class NonblockingFiles:
     """Whether a file of the run names a non-blocking point-to-point call (`isend`, `irecv`,
     `batch_isend_irecv`, `P2POp`, or one the catalog marks `p2p_nonblocking`), by its tree; a file
@@ -453,7 +456,6 @@ def _step(element: Element, trips: str = "") -> TraceStep:
     return TraceStep(element.op, element.path, element.line, chain, detail)
 
 
-NONBLOCKING = "p2p_nonblocking"
 SHOWN_CALLS = 12  # the last calls of a simulated point-to-point schedule shown per rank
 
 
