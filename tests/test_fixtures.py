@@ -103,11 +103,6 @@ KNOWN_GAPS: dict[str, str] = {
         "megatron.core.dist_checkpointing.load (a whole-world collective) is not in catalogs/megatron.toml; "
         "the is_pipeline_last_stage() guard itself is understood (a dist.barrier() in its place is found)"
     ),
-    "reports/pipeline_target_send_first_bug.py": (
-        "a wait-for cycle through three ranks in distinct branches (rank 0 sends to the last rank first, "
-        "the last rank receives from rank 1 first, rank 1 receives from rank 0) is not found; CC005 finds"
-        " send/send or recv/recv pairs between two peers and uniform rings"
-    ),
     "reports/pp_first_stage_rpc_world_barrier_bug.py": (
         "the PP rank is a constructor argument kept in self.pp_rank, of unknown origin, so `self.pp_rank "
         "== 0` is not a rank guard (with dist.get_rank() == 0 in its place the barrier is found)"

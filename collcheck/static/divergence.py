@@ -35,6 +35,31 @@ class DivergenceKind(Enum):
 
 
 @dataclass(frozen=True)
+class Blocked:
+    """One rank of a simulated point-to-point schedule (`p2p_schedule`) that never finishes.
+
+    `calls` is the rank's whole schedule of blocking sends and receives, each with its concrete
+    peer; `at` is the index of the call it blocks in (`len(calls)`: a rank that finished, which
+    another rank waits on)."""
+
+    rank: int
+    calls: tuple[tuple[CommEvent, int], ...]
+    at: int
+
+    @property
+    def finished(self) -> bool:
+        return self.at >= len(self.calls)
+
+    @property
+    def event(self) -> CommEvent:
+        return self.calls[self.at][0]
+
+    @property
+    def peer(self) -> int:
+        return self.calls[self.at][1]
+
+
+@dataclass(frozen=True)
 class Divergence:
     """Two ranks whose programs disagree, and how."""
 
@@ -55,6 +80,10 @@ class Divergence:
     why: tuple[Reason, ...] = ()  # the conditions that split the two ranks (why.py)
     group: str = ""  # the group both ranks are members of, on a group channel, as written
     local_ranks: tuple[tuple[int, int], ...] = ()  # (rank, its local rank in `group`)
+    # A deadlock found by simulating the ranks' point-to-point schedules: the ranks that wait, in
+    # wait-for order (each waits on the next; the last on the first in a cycle, else on a rank
+    # that has finished).
+    blocked: tuple[Blocked, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import os
+from collections.abc import Callable
 from dataclasses import replace
 
 from collcheck.catalog import Catalog
@@ -29,7 +30,7 @@ from collcheck.static.budget import check_active
 from collcheck.static.calls import CALLBACK_OP, REMOTE_OP
 from collcheck.static.closures import Closure
 from collcheck.static.context import ModuleContext
-from collcheck.static.divergence import Divergence, DivergenceKind
+from collcheck.static.divergence import Blocked, Divergence, DivergenceKind
 from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts
 from collcheck.static.interpret import Interpreter
 from collcheck.static.model import (
@@ -45,6 +46,7 @@ from collcheck.static.model import (
 )
 from collcheck.static.module_values import complete_loaded_module, complete_module
 from collcheck.static.names import ImportTable, module_imports, nodes_under
+from collcheck.static.p2p_schedule import Verdict, confirm, files_of, loop_table, schedule_deadlock
 from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, Site
 from collcheck.static.project import Project
@@ -165,6 +167,7 @@ def _analyze_tree(
         complete_module(module, extractor)
         remember_loaded(module)
     candidates: list[Candidate] = []
+    nonblocking = NonblockingFiles(module, catalog, project)
     roots: list[tuple[FunctionNode, str | None, str, Closure | None]] = [
         (function, class_name, qualname, None) for function, class_name, qualname in _entries(module)
     ]
@@ -180,13 +183,15 @@ def _analyze_tree(
         # Nested functions handed to unknown code are roots of their own (closures.py).
         nested = extractor.nested_roots(function, qualname, closure)
         roots.extend((inner, class_name, name, scope) for inner, name, scope in nested)
-        candidates.extend(_findings_for(regions, rules, settings, stats, catalog_group_facts(catalog)))
+        facts = catalog_group_facts(catalog)
+        candidates.extend(_findings_for(regions, rules, settings, stats, facts, nonblocking))
     if _communicates(setup + main, module):
         try:
             regions = extractor.run_module(setup + main)
             for region in regions:
                 region.conditions = extractor.conditions
-            candidates.extend(_findings_for(regions, rules, settings, stats, catalog_group_facts(catalog)))
+            facts = catalog_group_facts(catalog)
+            candidates.extend(_findings_for(regions, rules, settings, stats, facts, nonblocking))
         except PathLimitExceeded as limit:
             notes.append(f"{source.path}: module body skipped: {limit}")
     notes.extend(stats.notes)
@@ -228,6 +233,37 @@ def _module_checks(
 _GROUP_FACTS: dict[str, groups.GroupFacts] = {}
 
 
+NONBLOCKING = "p2p_nonblocking"  # the catalog kind of `isend`, `irecv`, `batch_isend_irecv`
+
+
+class NonblockingFiles:
+    """Whether a file of the run names a non-blocking point-to-point call (`isend`, `irecv`,
+    `batch_isend_irecv`, `P2POp`, or one the catalog marks `p2p_nonblocking`), by its tree; a file
+    that is not modelled in this process counts as naming one. Each file is walked once."""
+
+    def __init__(self, module: ModuleInfo, catalog: Catalog, project: Project | None) -> None:
+        self.module, self.catalog, self.project = module, catalog, project
+        functions = catalog.functions.items()
+        self.names = frozenset(
+            {"P2POp"}
+            | {name.rsplit(".", 1)[-1] for name, spec in functions if spec.kind == NONBLOCKING}
+            | {method.method for method in catalog.methods if method.spec.kind == NONBLOCKING}
+        )
+        self.known: dict[str, bool] = {}
+
+    def __call__(self, path: str) -> bool:
+        if path not in self.known:
+            module = (
+                self.module if path == self.module.path else already_loaded(path, self.catalog, self.project)
+            )
+            self.known[path] = module is None or any(
+                (isinstance(node, ast.Name) and node.id in self.names)
+                or (isinstance(node, ast.Attribute) and node.attr in self.names)
+                for node in ast.walk(module.tree)
+            )
+        return self.known[path]
+
+
 def catalog_group_facts(catalog: Catalog) -> groups.GroupFacts:
     """The catalogs' group facts as symbolic values, built once per catalog."""
     facts = _GROUP_FACTS.get(catalog.fingerprint)
@@ -245,9 +281,16 @@ def _findings_for(
     settings: Settings,
     stats: SolveStats,
     facts: GroupFacts = NO_GROUP_FACTS,
+    nonblocking: Callable[[str], bool] | None = None,
 ) -> list[Candidate]:
+    """The findings of the rules about `regions` (one run of the interpreter). `nonblocking(path)`
+    tells whether a file names a non-blocking point-to-point call; None: no schedule is simulated."""
     results = []
     wanted = rules.wanted
+    verdict = _simulated(regions, settings, nonblocking) if DivergenceKind.P2P in wanted else Verdict()
+    if verdict.clean:  # every rank of every world simulated ran to its end: no pairwise search
+        wanted = wanted - {DivergenceKind.P2P}
+    pairwise: list[Divergence] = []  # point-to-point waits found pair by pair (solve)
     for region in regions:
         check_active()  # the file's wall-clock budget (budget.py)
         timeout = settings.z3_timeout_ms
@@ -258,7 +301,10 @@ def _findings_for(
             )
             if not (_behind_unknown_code(divergence) or _may_serve_remote_calls(divergence))
         ]
+        pairwise.extend(d for d in found if d.kind is DivergenceKind.P2P)
         for divergence in found:
+            if divergence.kind is DivergenceKind.P2P:
+                continue
             finding = classify(divergence, rules)
             if finding is not None:
                 results.append(finding)
@@ -266,7 +312,39 @@ def _findings_for(
             finding = _region_finding(region, rule, found)
             if finding is not None:
                 results.append(finding)
+    # A wait found pair by pair keeps its message; else the one the simulation found (a cycle
+    # through more ranks, or one that opens after some calls matched).
+    if nonblocking is not None:
+        # An `isend` posted before a blocking `recv` answers the peer's blocking `recv` (a
+        # send_recv helper): non-blocking calls are not recorded, so no wait is claimed near one.
+        pairwise = [d for d in pairwise if not _near_nonblocking(d, nonblocking)]
+    if not pairwise:
+        pairwise = confirm(verdict, settings.world_size, settings.z3_timeout_ms, stats)
+    for divergence in pairwise:
+        finding = classify(divergence, rules)
+        if finding is not None:
+            results.append(finding)
     return results
+
+
+def _near_nonblocking(divergence: Divergence, nonblocking: Callable[[str], bool]) -> bool:
+    """The file of the function, or of a call of either rank's sequence, names a non-blocking call."""
+    events = (*divergence.sequence_a, *divergence.sequence_b)
+    return any(nonblocking(path) for path in files_of(divergence.region, events))
+
+
+def _simulated(
+    regions: list[Region], settings: Settings, nonblocking: Callable[[str], bool] | None
+) -> Verdict:
+    """What simulating every rank's point-to-point schedule says about the function of `regions`
+    (p2p_schedule); nothing when `nonblocking` is None (a helper run alone, to place a finding)."""
+    if nonblocking is None:
+        return Verdict()
+    loops = loop_table(regions)
+    for region in regions:
+        if region.kind == "function":
+            return schedule_deadlock(region, loops, settings.world_size, nonblocking)
+    return Verdict()
 
 
 def _behind_unknown_code(divergence: Divergence) -> bool:
@@ -378,8 +456,29 @@ def _step(element: Element, trips: str = "") -> TraceStep:
     return TraceStep(element.op, element.path, element.line, chain, detail)
 
 
+SHOWN_CALLS = 12  # the last calls of a simulated point-to-point schedule shown per rank
+
+
+def _schedule_steps(blocked: Blocked) -> tuple[TraceStep, ...]:
+    """A rank's simulated blocking calls up to the one it waits in (all of them if it finished)."""
+    end = min(blocked.at + 1, len(blocked.calls))
+    steps = []
+    for index in range(max(0, end - SHOWN_CALLS), end):
+        event, peer = blocked.calls[index]
+        step = _step(event)
+        towards = f"to rank {peer}" if event.kind == "p2p_send" else f"from rank {peer}"
+        waits = ", waits here" if index == blocked.at else ""
+        steps.append(
+            replace(step, detail=f"{step.detail}; {towards}{waits}" if step.detail else towards + waits)
+        )
+    return tuple(steps)
+
+
 def counterexample(d: Divergence) -> Counterexample:
     model = d.model
+    if d.blocked:
+        shown = sorted((b.rank, _schedule_steps(b)) for b in d.blocked)
+        return Counterexample(world_size=model.world, ranks=tuple(shown), values=model.values, why=d.why)
     trips = dict(model.values)
     steps_a = tuple(
         _step(

@@ -521,6 +521,7 @@ class Interpreter(ExceptionFlow):
                 over_set=op.over_set,
                 path_name=self.module.path,
                 loop_range=op.loop_range,
+                chain=op.chain,
             )
             self.loop_regions[key] = region
             self.regions.append(region)

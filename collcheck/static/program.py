@@ -116,6 +116,7 @@ class Region:
     over_set: bool = False
     path_name: str = ""
     loop_range: LoopRange | None = None
+    chain: tuple[Site, ...] = ()  # a loop region: the call sites through which its loop was reached
     # Where the tests of the paths' conditions came from (set by the engine; shown in counterexamples).
     conditions: ConditionSources = NO_SOURCES
 

@@ -14,6 +14,7 @@ import ast
 from functools import lru_cache
 
 from collcheck.static import groups
+from collcheck.static.comprehensions import filtered_list
 from collcheck.static.framework_types import attribute_type, framework_bases
 from collcheck.static.group_values import (
     group_call_value,
@@ -393,6 +394,7 @@ class ValueEvaluator:
         return TupleVal(tuple(self.pure(e, state, frame, known) for e in node.elts))
 
     _pure_List = _pure_Tuple
+    _pure_ListComp = filtered_list
 
     def _pure_NamedExpr(
         self, node: ast.NamedExpr, state: State, frame: Frame, known: dict[int, Expr] | None

@@ -1,0 +1,567 @@
+"""Point-to-point schedules: every rank's blocking sends and receives, run against each other in
+small worlds, to find a wait that never ends.
+
+The pairwise search of `solve` finds two ranks whose first calls towards each other go the same
+way. A wait can also close through three or more ranks (rank 0 sends to the last rank first, the
+last rank receives from rank 1 first, rank 1 receives from rank 0), open only after some
+exchanges have matched (a 1F1B pipeline whose adjacent stages both send first in the steady
+phase), or come from counts that differ (a sender and a receiver that filter one list with
+different predicates). This module finds those.
+
+In: a function `Region`, the loop regions of the same run (to expand its loops), the world size of
+the settings (None: each world from 2 to MAX_WORLD) and whether a file names a non-blocking call.
+Out (`schedule_deadlock`, no z3): a `Verdict` — the worlds where a wait never ends, and whether
+every rank of every world ran to its end (`clean`: the engine then skips the pairwise search,
+which compares loop iterations as if every rank ran the same one). `confirm` turns the first stuck
+world z3 agrees with into a `Divergence` of kind P2P whose `blocked` lists the waiting ranks.
+
+How. For a world size and a rank, the rank's path is the path of the region whose conditions hold
+once the rank, the world size and the loop counts are numbers; when values collcheck cannot
+compute leave several paths open, they must all give the same schedule, else the world is
+skipped. The schedule is the path's blocking sends and receives with their peers as numbers,
+loops expanded (each iteration takes the loop region's one path that holds; a `for i in range(n)`
+whose body tests `i` is run iteration by iteration with `i` bound). The schedules are run with
+rendezvous semantics, the rule's premise (a blocking send may not return before the peer posts
+its receive, as NCCL and gloo do with large messages): a send at the head of one rank meets the
+receive from that rank at the head of its peer, until nothing matches. A rank with calls left then
+waits on the peer of its head call; following those waits ends in a cycle, or at a rank that has
+finished (it sent or received fewer messages than the waiting rank expects).
+
+Collectives are left out of the schedules: leaving them out only lets more calls match, so a wait
+found without them is also there with them (if a real run cannot pass a collective, it hangs
+there instead). A wait is kept only when each rank waited on uses blocking calls in the matching
+direction towards the waiting rank somewhere in its schedule, and when no file of the function
+or of its calls names a non-blocking call (`isend`, `irecv`, `batch_isend_irecv`, `P2POp`: they
+are not recorded, and one of them may be what answers a blocking call); it is reported when z3
+confirms that the two ranks named first take their paths in that world (which also gives the
+conditions that split them).
+
+Loop counts built from values the same on every rank (`num_microbatches`, `len(items)`) get one
+number per world: world + 1, and the lengths of one list filtered by different predicates
+(`[t for t in items if t.requires_grad]`, see `comprehensions`) a distinct number per predicate,
+since the predicates can select different counts; the counterexample shows them as `assumed`.
+Limits: loops whose iterations take different paths on one rank other than through `i` of
+`range(n)`, loops inside helpers of other files (their regions belong to that file's run),
+per-rank predicates, peers looked up in tables or computed by unknown code, and worlds above
+MAX_WORLD are not simulated; a loop of more than MAX_TRIPS iterations or a schedule of more than
+MAX_CALLS calls gives up. A schedule found clean in worlds 2..MAX_WORLD says nothing of larger
+worlds.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from collcheck.static.comprehensions import FILTERED
+from collcheck.static.divergence import Blocked, Divergence, DivergenceKind, PairQuery, found
+from collcheck.static.program import CommEvent, Element, LoopEvent, Path, Region, Site
+from collcheck.static.smt import RegionSolver, SolveStats
+from collcheck.static.symbolic import (
+    Atom,
+    BinOp,
+    BoolOp,
+    Compare,
+    Const,
+    Expr,
+    IfExp,
+    InRange,
+    Member,
+    Not,
+    TupleVal,
+    Z3Translator,
+    atoms,
+)
+
+MAX_WORLD = 6  # worlds 2..MAX_WORLD are simulated when the settings give none
+MAX_TRIPS = 32  # iterations of one loop
+MAX_CALLS = 256  # blocking calls in one rank's schedule
+MAX_DEPTH = 4  # loops inside loops
+BLOCKING = ("p2p_send", "p2p_recv")
+
+Value = int | bool | str | None
+Call = tuple[CommEvent, int]  # a blocking send or receive and its peer
+LoopKey = tuple[str, int, tuple[Site, ...]]
+
+
+class _Undecided(Exception):
+    """A value, path or loop count that the numbers given do not decide."""
+
+
+def loop_table(regions: Iterable[Region]) -> dict[LoopKey, Region]:
+    """The loop regions of one run, by the place and call chain of their loop."""
+    return {(r.path_name, r.line, r.chain): r for r in regions if r.kind == "loop"}
+
+
+def has_blocking_p2p(region: Region, loops: dict[LoopKey, Region]) -> bool:
+    """Some path of the region, or of a loop it reaches, issues a blocking send or receive."""
+    return any(_blocking_in(path.events, loops, 0) for path in region.paths)
+
+
+def _blocking_in(events: tuple[Element, ...], loops: dict[LoopKey, Region], depth: int) -> bool:
+    for event in events:
+        if isinstance(event, CommEvent) and event.kind in BLOCKING:
+            return True
+        if isinstance(event, LoopEvent) and depth < MAX_DEPTH:
+            inner = loops.get((event.path, event.line, event.chain))
+            if inner is not None and any(_blocking_in(p.events, loops, depth + 1) for p in inner.paths):
+                return True
+    return False
+
+
+# ----------------------------------------------------------------------------- values
+
+
+class _Numbers:
+    """Symbolic values as numbers for one rank of one world (the shared values fixed per world)."""
+
+    def __init__(
+        self, rank: int, world: int, shared: dict[Atom, int], items: dict[str, int] | None = None
+    ) -> None:
+        self.rank, self.world, self.shared = rank, world, shared
+        self.items = items or {}  # loop variables of `for i in range(n)` by atom name: the iteration
+        self._memo: dict[int, tuple[Expr, Value | _Undecided]] = {}
+
+    def at_iteration(self, name: str, index: int) -> _Numbers:
+        return _Numbers(self.rank, self.world, self.shared, {**self.items, name: index})
+
+    def value(self, expr: Expr) -> Value:
+        hit = self._memo.get(id(expr))
+        if hit is None:
+            try:
+                result: Value | _Undecided = self._value(expr)
+            except _Undecided as undecided:
+                result = undecided
+            hit = self._memo[id(expr)] = (expr, result)
+        if isinstance(hit[1], _Undecided):
+            raise hit[1]
+        return hit[1]
+
+    def truth(self, expr: Expr) -> bool | None:
+        """The condition's truth, None when it is undecided."""
+        try:
+            return bool(self.value(expr))
+        except _Undecided:
+            return None
+
+    def integer(self, expr: Expr) -> int:
+        value = self.value(expr)
+        if not isinstance(value, int):
+            raise _Undecided
+        return int(value)
+
+    def _value(self, expr: Expr) -> Value:
+        if isinstance(expr, Const):
+            return expr.value
+        if isinstance(expr, Atom):
+            return self._atom(expr)
+        if isinstance(expr, BinOp):
+            return _arithmetic(expr.op, self.integer(expr.left), self.integer(expr.right))
+        if isinstance(expr, Compare):
+            return _compare(expr.op, self.value(expr.left), self.value(expr.right))
+        if isinstance(expr, BoolOp):
+            return self._boolean(expr)
+        if isinstance(expr, Not):
+            return not self.value(expr.operand)
+        if isinstance(expr, IfExp):
+            return self.value(expr.then) if self.value(expr.test) else self.value(expr.orelse)
+        if isinstance(expr, Member):
+            item = self.value(expr.item)
+            return any(item == self.value(option) for option in expr.options)
+        if isinstance(expr, InRange):
+            item, start, stop = self.integer(expr.item), self.integer(expr.start), self.integer(expr.stop)
+            return start <= item < stop and (item - start) % expr.step == 0
+        if isinstance(expr, TupleVal):
+            return bool(expr.items)  # only its truth is ever asked of a tuple here
+        raise _Undecided  # groups, sized sequences
+
+    def _atom(self, atom: Atom) -> Value:
+        if atom.kind == "rank":
+            return self.rank
+        if atom.kind == "world":
+            return self.world
+        if atom in self.shared:
+            return self.shared[atom]
+        if atom.name in self.items:
+            return self.items[atom.name]
+        raise _Undecided
+
+    def _boolean(self, expr: BoolOp) -> bool:
+        """Three-valued `and`/`or`: one decided operand can settle it while others are undecided."""
+        settling = expr.op == "or"
+        undecided = False
+        for operand in expr.values:
+            truth = self.truth(operand)
+            if truth is None:
+                undecided = True
+            elif truth is settling:
+                return settling
+        if undecided:
+            raise _Undecided
+        return not settling
+
+
+def _arithmetic(op: str, x: int, y: int) -> int:
+    if op in ("//", "%", "ceildiv") and y == 0:
+        raise _Undecided
+    results = {
+        "+": lambda: x + y,
+        "-": lambda: x - y,
+        "*": lambda: x * y,
+        "//": lambda: x // y,
+        "%": lambda: x % y,
+        "min": lambda: min(x, y),
+        "max": lambda: max(x, y),
+        "ceildiv": lambda: -(-x // y),
+    }
+    if op not in results:
+        raise _Undecided
+    return int(results[op]())
+
+
+def _compare(op: str, x: Value, y: Value) -> bool:
+    if op == "==":
+        return x == y
+    if op == "!=":
+        return x != y
+    if not (isinstance(x, int) and isinstance(y, int)):
+        raise _Undecided
+    return {"<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[op]
+
+
+def shared_counts(region: Region, loops: dict[LoopKey, Region], world: int) -> dict[Atom, int]:
+    """Numbers for the shared values that loop counts read: world + 1 each, and a distinct number
+    for each filtered length (one list filtered by two predicates may give two counts)."""
+    found: dict[Atom, None] = {}
+    for trip in _trips(region, loops):
+        for atom in atoms(trip):
+            if atom.kind == "shared":
+                found[atom] = None
+    filtered = sorted((a for a in found if a.name.startswith(FILTERED)), key=lambda a: a.name)
+    numbers = {atom: world + 1 for atom in found}
+    numbers.update({atom: world + 1 + index for index, atom in enumerate(filtered)})
+    return numbers
+
+
+# A parameter's or a global's value as the evaluator names it: `param:items@12:0` is `items`.
+_PARAMETER = re.compile(r"\b(?:param|global):([A-Za-z_][\w.]*)(?:@\d+:\d+)?")
+
+
+def shown_counts(shared: dict[Atom, int]) -> tuple[tuple[str, str], ...]:
+    """The numbers given to shared loop counts, as the counterexample shows them."""
+    shown = []
+    for atom, number in sorted(shared.items(), key=lambda item: item[0].name):
+        name = atom.name
+        if name.startswith(FILTERED):
+            source, _, predicate = name[len(FILTERED) : -1].partition("|")
+            name = f"len([... for _ in {source} if {predicate}])"
+        shown.append(("assumed " + _PARAMETER.sub(r"\1", name), str(number)))
+    return tuple(shown)
+
+
+def _trips(region: Region, loops: dict[LoopKey, Region]) -> list[Expr]:
+    trips: list[Expr] = []
+    stack, seen = [region], {id(region)}
+    while stack:
+        current = stack.pop()
+        for path in current.paths:
+            for event in path.events:
+                if not isinstance(event, LoopEvent):
+                    continue
+                trips.append(event.trip)
+                inner = loops.get((event.path, event.line, event.chain))
+                if inner is not None and id(inner) not in seen:
+                    seen.add(id(inner))
+                    stack.append(inner)
+    return trips
+
+
+# ----------------------------------------------------------------------------- schedules
+
+
+def _schedule(
+    paths: list[Path], numbers: _Numbers, loops: dict[LoopKey, Region], depth: int = 0
+) -> tuple[Path, list[Call]]:
+    """The rank's path among `paths` and its schedule; _Undecided when the numbers leave it open."""
+    open_paths = [p for p in paths if _may_take(p, numbers)]
+    chosen: tuple[Path, list[Call]] | None = None
+    for path in open_paths:
+        calls = _calls(path.events, numbers, loops, depth)
+        if chosen is None:
+            chosen = (path, calls)
+        elif [(id(e), peer) for e, peer in calls] != [(id(e), peer) for e, peer in chosen[1]]:
+            raise _Undecided  # data the numbers do not fix chooses between two schedules
+    if chosen is None:
+        raise _Undecided
+    return chosen
+
+
+def _may_take(path: Path, numbers: _Numbers) -> bool:
+    if path.exit is not None and path.exit.kind == "raise":
+        return False  # a rank that raises crashes: another rule's matter
+    return all(numbers.truth(cond) is not False for cond in path.conds)
+
+
+def _calls(
+    events: tuple[Element, ...], numbers: _Numbers, loops: dict[LoopKey, Region], depth: int
+) -> list[Call]:
+    calls: list[Call] = []
+    for event in events:
+        if isinstance(event, CommEvent):
+            if event.kind in BLOCKING:
+                if event.peer is None:
+                    raise _Undecided
+                calls.append((event, numbers.integer(event.peer)))
+        else:
+            calls.extend(_loop_calls(event, numbers, loops, depth))
+        if len(calls) > MAX_CALLS:
+            raise _Undecided
+    return calls
+
+
+def _loop_calls(loop: LoopEvent, numbers: _Numbers, loops: dict[LoopKey, Region], depth: int) -> list[Call]:
+    region = loops.get((loop.path, loop.line, loop.chain))
+    if region is None or depth >= MAX_DEPTH:
+        raise _Undecided
+    trips = numbers.integer(loop.trip)
+    if trips <= 0:
+        return []
+    if trips > MAX_TRIPS:
+        raise _Undecided
+    try:
+        return _iteration(region, numbers, loops, depth) * trips
+    except _Undecided:
+        if not _counts_from_zero(loop):
+            raise
+    # `for i in range(n)` whose iterations differ (`if i == n - 1:`): each with its own `i`.
+    name = f"item@{loop.line}:{loop.column}"
+    calls: list[Call] = []
+    for index in range(trips):
+        calls.extend(_iteration(region, numbers.at_iteration(name, index), loops, depth))
+        if len(calls) > MAX_CALLS:
+            raise _Undecided
+    return calls
+
+
+def _iteration(region: Region, numbers: _Numbers, loops: dict[LoopKey, Region], depth: int) -> list[Call]:
+    path, calls = _schedule(region.paths, numbers, loops, depth + 1)
+    if path.exit is not None and path.exit.kind != "continue":
+        raise _Undecided  # an iteration that leaves the loop or the function
+    return calls
+
+
+def _counts_from_zero(loop: LoopEvent) -> bool:
+    """`for i in range(n)`: the loop variable (interpret's `item@line:column`) is the iteration."""
+    try:
+        node = ast.parse(loop.order, mode="eval").body
+    except SyntaxError:
+        return False
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "range"
+        and len(node.args) == 1
+        and not node.keywords
+    )
+
+
+# ----------------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Ranks that wait forever: each waits on the next, the last on the first (a cycle) or, when
+    `finished` is set, the one rank given waits on that rank, which has no calls left."""
+
+    ranks: tuple[int, ...]
+    finished: int | None = None
+
+    def edges(self) -> list[tuple[int, int]]:
+        if self.finished is not None:
+            return [(self.ranks[0], self.finished)]
+        return [(rank, self.ranks[(i + 1) % len(self.ranks)]) for i, rank in enumerate(self.ranks)]
+
+
+def run(schedules: list[list[Call]]) -> tuple[list[int], Wait | None]:
+    """Match the schedules with rendezvous semantics. Out: how far each rank got, and the wait
+    that never ends (None when every rank finishes)."""
+    heads = [0] * len(schedules)
+
+    def head(rank: int) -> Call | None:
+        return schedules[rank][heads[rank]] if heads[rank] < len(schedules[rank]) else None
+
+    progress = True
+    while progress:
+        progress = False
+        for sender in range(len(schedules)):
+            while True:
+                call = head(sender)
+                if call is None or call[0].kind != "p2p_send":
+                    break
+                other = head(call[1])
+                if other is None or other[0].kind != "p2p_recv" or other[1] != sender:
+                    break
+                heads[sender] += 1
+                heads[call[1]] += 1
+                progress = True
+    waiting = [rank for rank in range(len(schedules)) if head(rank) is not None]
+    if not waiting:
+        return heads, None
+    return heads, _wait_chain(waiting[0], schedules, heads)
+
+
+def _wait_chain(start: int, schedules: list[list[Call]], heads: list[int]) -> Wait:
+    chain: list[int] = []
+    rank = start
+    while rank not in chain:
+        if heads[rank] >= len(schedules[rank]):
+            return Wait((chain[-1],), finished=rank)
+        chain.append(rank)
+        rank = schedules[rank][heads[rank]][1]
+    return Wait(tuple(chain[chain.index(rank) :]))
+
+
+def _answers(schedule: list[Call], waiting: int, kind: str) -> bool:
+    """The rank waited on issues, somewhere, a blocking call that would answer `kind` from `waiting`."""
+    wanted = "p2p_recv" if kind == "p2p_send" else "p2p_send"
+    return any(event.kind == wanted and peer == waiting for event, peer in schedule)
+
+
+def _believable(stuck: Wait, schedules: list[list[Call]], heads: list[int]) -> bool:
+    """Every wait is towards a rank that answers that direction with blocking calls somewhere."""
+    for rank, target in stuck.edges():
+        event, peer = schedules[rank][heads[rank]]
+        if peer != target or not _answers(schedules[target], rank, event.kind):
+            return False
+    return True
+
+
+# ----------------------------------------------------------------------------- the search
+
+
+@dataclass(frozen=True)
+class StuckWorld:
+    """A world whose simulation did not finish: each rank's path and schedule, how far each got,
+    the wait found and the numbers the shared loop counts were given."""
+
+    world: int
+    chosen: tuple[tuple[Path, list[Call]], ...]
+    heads: tuple[int, ...]
+    wait: Wait
+    shared: dict[Atom, int]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the simulation says about one function: the worlds where a wait never ends (the
+    smallest first; `confirm` turns the first that z3 agrees with into a divergence), and whether
+    every rank of every world simulated ran to its end (then the pairwise search of `solve`,
+    which compares loop iterations as if every rank ran the same one, is not needed)."""
+
+    region: Region | None = None
+    stuck: tuple[StuckWorld, ...] = ()
+    clean: bool = False
+
+
+def schedule_deadlock(
+    region: Region,
+    loops: dict[LoopKey, Region],
+    world_size: int | None,
+    nonblocking: Callable[[str], bool],
+) -> Verdict:
+    """Simulate each world (see the module); asks z3 nothing. `nonblocking(path)`: the file names a
+    non-blocking point-to-point call (then no wait is kept: those calls are not recorded, and one of
+    them may be what answers a blocking call)."""
+    paths = [p for p in region.paths if p.events]
+    if region.kind != "function" or not paths or not has_blocking_p2p(region, loops):
+        return Verdict()
+    clean = True
+    found: list[StuckWorld] = []
+    for world in (world_size,) if world_size else range(2, MAX_WORLD + 1):
+        shared = shared_counts(region, loops, world)
+        try:
+            chosen = [_schedule(region.paths, _Numbers(rank, world, shared), loops) for rank in range(world)]
+        except _Undecided:
+            clean = False
+            continue
+        schedules = [calls for _, calls in chosen]
+        if any(not 0 <= peer < world or peer == rank for rank, s in enumerate(schedules) for _, peer in s):
+            clean = False
+            continue  # a peer outside the world: not a schedule collcheck can run
+        heads, stuck = run(schedules)
+        if stuck is None:
+            continue
+        clean = False
+        if not _believable(stuck, schedules, heads):
+            continue
+        if any(nonblocking(path) for path in files_of(region, (e for s in schedules for e, _ in s))):
+            return Verdict()
+        found.append(StuckWorld(world, tuple(chosen), tuple(heads), stuck, shared))
+    return Verdict(region, tuple(found), clean)
+
+
+def confirm(verdict: Verdict, world_size: int | None, timeout_ms: int, stats: SolveStats) -> list[Divergence]:
+    """The divergence of the first stuck world z3 agrees with (the two ranks named first take their
+    paths there). Asked in a z3 context of its own, so that other queries of the file get the
+    counterexamples they would get without it; its queries and notes still count for the file."""
+    if verdict.region is None or not verdict.stuck:
+        return []
+    own = SolveStats()
+    try:
+        solver = RegionSolver(verdict.region, world_size, timeout_ms, own)
+        for candidate in verdict.stuck:
+            divergence = _confirmed(verdict.region, solver, candidate)
+            if divergence is not None:
+                values = divergence.model.values + shown_counts(candidate.shared)
+                return [replace(divergence, model=replace(divergence.model, values=values))]
+        return []
+    finally:
+        stats.queries += own.queries
+        stats.unknown += own.unknown
+        stats.notes.extend(own.notes)
+
+
+def files_of(region: Region, events: Iterable[Element]) -> set[str]:
+    """The analysed file and the files of the events and of their call sites."""
+    files = {region.path_name}
+    for event in events:
+        files.add(event.path)
+        files.update(site.path for site in event.chain)
+    return files
+
+
+def _confirmed(region: Region, solver: RegionSolver, candidate: StuckWorld) -> Divergence | None:
+    """The divergence for a stuck world, when z3 agrees that the first two ranks named take their paths."""
+    stuck, chosen, heads, world = candidate.wait, candidate.chosen, candidate.heads, candidate.world
+    x, y = stuck.edges()[0]
+    blocked = tuple(Blocked(rank, tuple(chosen[rank][1]), heads[rank]) for rank in stuck.ranks)
+    if stuck.finished is not None:
+        blocked += (Blocked(y, tuple(chosen[y][1]), len(chosen[y][1])),)
+
+    def pinned(tr: Z3Translator) -> Any:
+        return tr.z3.And(tr.world == world, tr.rank("a") == x, tr.rank("b") == y)
+
+    seq_x = tuple(e for e, _ in chosen[x][1])
+    seq_y = tuple(e for e, _ in chosen[y][1])
+    query = PairQuery(solver, region, "p2p", None, chosen[x][0], chosen[y][0], seq_x, seq_y)
+    results = found(query, DivergenceKind.P2P, 0, pinned)
+    if not results:
+        return None
+    first, second = blocked[0], blocked[1]
+    return replace(
+        results[0],
+        index=first.at,
+        event_a=first.event,
+        event_b=second.event if not second.finished else _answering(second, first),
+        blocked=blocked,
+    )
+
+
+def _answering(finished: Blocked, waiting: Blocked) -> CommEvent | None:
+    """The finished rank's last call in the direction that would have answered the waiting one."""
+    wanted = "p2p_recv" if waiting.event.kind == "p2p_send" else "p2p_send"
+    matching = [event for event, peer in finished.calls if event.kind == wanted and peer == waiting.rank]
+    return matching[-1] if matching else None
