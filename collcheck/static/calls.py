@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from collcheck.catalog import OpSpec
+from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.group_values import type_of
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
@@ -28,7 +29,7 @@ from collcheck.static.symbolic import (
     Atom,
     Expr,
 )
-from collcheck.static.values import ValueEvaluator, source_text, value_from_spec, where_of
+from collcheck.static.values import ValueEvaluator, source_text, where_of
 from collcheck.static.wrapped import communicating_types
 
 EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})

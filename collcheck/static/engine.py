@@ -28,6 +28,7 @@ from collcheck.static import groups
 from collcheck.static.anchor import Anchor, locate
 from collcheck.static.budget import check_active
 from collcheck.static.calls import CALLBACK_OP, REMOTE_OP
+from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.closures import Closure
 from collcheck.static.context import ModuleContext
 from collcheck.static.divergence import Blocked, Divergence, DivergenceKind
@@ -53,7 +54,6 @@ from collcheck.static.project import Project
 from collcheck.static.smt import SolveStats
 from collcheck.static.solve import solve_region
 from collcheck.static.state import PathLimitExceeded
-from collcheck.static.values import value_from_spec
 from collcheck.suppress import apply_suppressions, build_suppressions, parse_suppressions
 
 # Kinds whose divergence index is a position in the sequences (elements after it are not reached).

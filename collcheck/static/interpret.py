@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from collcheck.config import Settings
 from collcheck.static.budget import check_active
 from collcheck.static.calls import CallKind, callback_event
+from collcheck.static.catalog_values import BIN_OPS, value_from_spec
 from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
 from collcheck.static.conditions import ConditionKind, source_of
 from collcheck.static.group_values import parameters_with_literal_defaults
@@ -61,7 +62,7 @@ from collcheck.static.syntax import (
     memo_lookup,
     mentions,
 )
-from collcheck.static.values import BIN_OPS, source_text, value_from_spec, where_of
+from collcheck.static.values import source_text, where_of
 
 _DEFAULTS = Settings()  # one set of defaults: the bounds a run uses unless configured
 

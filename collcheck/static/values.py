@@ -14,6 +14,7 @@ import ast
 from functools import lru_cache
 
 from collcheck.static import groups
+from collcheck.static.catalog_values import BIN_OPS, COMPARE_OPS, value_from_spec
 from collcheck.static.comprehensions import filtered_list
 from collcheck.static.framework_types import attribute_type, framework_bases
 from collcheck.static.group_values import (
@@ -30,10 +31,8 @@ from collcheck.static.model import ModuleInfo, inherited_attribute
 from collcheck.static.names import ImportTable, dotted, qualified_name
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
-    LOCAL_WORLD,
     MEMBER,
     RANK,
-    WORLD,
     Atom,
     BinOp,
     BoolOp,
@@ -130,70 +129,6 @@ VALUE_METHODS = frozenset(
         "is_dir",
     }
 )
-
-
-def value_from_spec(spec: str, where: str) -> Expr:
-    """Turn a catalog value (`rank`, `local_rank == 0`, `world`) into a symbolic value."""
-    names: dict[str, Expr] = {
-        "rank": RANK,
-        "world": WORLD,
-        "local_world": LOCAL_WORLD,
-        "local_rank": BinOp("%", RANK, LOCAL_WORLD),
-        "node_rank": BinOp("//", RANK, LOCAL_WORLD),
-        "group_rank": Atom(f"group_rank@{where}", "perrank", lower=0, below_world=True),
-        "group_world": Atom(f"group_world@{where}", "shared", lower=1),
-    }
-    try:
-        tree = ast.parse(spec, mode="eval").body
-    except SyntaxError:
-        return Atom(f"{spec}@{where}", "perrank")
-    return _spec_expr(tree, names, where)
-
-
-def _spec_expr(node: ast.expr, names: dict[str, Expr], where: str) -> Expr:
-    if isinstance(node, ast.Name):
-        return names.get(node.id, Atom(node.id, "shared"))
-    if (
-        isinstance(node, ast.Subscript)
-        and isinstance(node.value, ast.Name)
-        and node.value.id in ("group_rank", "group_world")
-        and isinstance(node.slice, ast.Name)
-    ):  # `group_rank[tp]`: the rank inside the catalog group `tp`, tied to collectives on `tp`
-        size = node.value.id == "group_world"
-        return groups.group_size(node.slice.id) if size else groups.local_rank(node.slice.id)
-    if isinstance(node, ast.BoolOp):
-        parts = tuple(_spec_expr(value, names, where) for value in node.values)
-        return BoolOp("and" if isinstance(node.op, ast.And) else "or", parts)
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, str, bool)):
-        return Const(node.value)
-    if isinstance(node, ast.Compare) and len(node.ops) == 1:
-        op = COMPARE_OPS.get(type(node.ops[0]))
-        if op is not None:
-            return Compare(
-                op, _spec_expr(node.left, names, where), _spec_expr(node.comparators[0], names, where)
-            )
-    if isinstance(node, ast.BinOp) and type(node.op) in BIN_OPS:
-        return BinOp(
-            BIN_OPS[type(node.op)], _spec_expr(node.left, names, where), _spec_expr(node.right, names, where)
-        )
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        return Not(_spec_expr(node.operand, names, where))
-    return Atom(f"spec@{where}", "perrank")
-
-
-COMPARE_OPS: dict[type, str] = {
-    ast.Eq: "==",
-    ast.NotEq: "!=",
-    ast.Lt: "<",
-    ast.LtE: "<=",
-    ast.Gt: ">",
-    ast.GtE: ">=",
-    ast.Is: "==",
-    ast.IsNot: "!=",
-}
-
-
-BIN_OPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
 
 
 def where_of(node: ast.AST) -> str:

@@ -1,0 +1,77 @@
+"""Catalog value expressions to symbolic values.
+
+In: the text of a catalog value (`rank`, `local_rank == 0`, `group_rank[tp]`, `world`) and where it
+is used. Out: a `symbolic.Expr` over the rank, the world size and the catalog's groups; text that
+does not parse is one per-rank unknown. Also the operator tables the value evaluator shares.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from collcheck.static import groups
+from collcheck.static.symbolic import LOCAL_WORLD, RANK, WORLD, Atom, BinOp, BoolOp, Compare, Const, Expr, Not
+
+
+def value_from_spec(spec: str, where: str) -> Expr:
+    """Turn a catalog value (`rank`, `local_rank == 0`, `world`) into a symbolic value."""
+    names: dict[str, Expr] = {
+        "rank": RANK,
+        "world": WORLD,
+        "local_world": LOCAL_WORLD,
+        "local_rank": BinOp("%", RANK, LOCAL_WORLD),
+        "node_rank": BinOp("//", RANK, LOCAL_WORLD),
+        "group_rank": Atom(f"group_rank@{where}", "perrank", lower=0, below_world=True),
+        "group_world": Atom(f"group_world@{where}", "shared", lower=1),
+    }
+    try:
+        tree = ast.parse(spec, mode="eval").body
+    except SyntaxError:
+        return Atom(f"{spec}@{where}", "perrank")
+    return _spec_expr(tree, names, where)
+
+
+def _spec_expr(node: ast.expr, names: dict[str, Expr], where: str) -> Expr:
+    if isinstance(node, ast.Name):
+        return names.get(node.id, Atom(node.id, "shared"))
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in ("group_rank", "group_world")
+        and isinstance(node.slice, ast.Name)
+    ):  # `group_rank[tp]`: the rank inside the catalog group `tp`, tied to collectives on `tp`
+        size = node.value.id == "group_world"
+        return groups.group_size(node.slice.id) if size else groups.local_rank(node.slice.id)
+    if isinstance(node, ast.BoolOp):
+        parts = tuple(_spec_expr(value, names, where) for value in node.values)
+        return BoolOp("and" if isinstance(node.op, ast.And) else "or", parts)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, str, bool)):
+        return Const(node.value)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        op = COMPARE_OPS.get(type(node.ops[0]))
+        if op is not None:
+            return Compare(
+                op, _spec_expr(node.left, names, where), _spec_expr(node.comparators[0], names, where)
+            )
+    if isinstance(node, ast.BinOp) and type(node.op) in BIN_OPS:
+        return BinOp(
+            BIN_OPS[type(node.op)], _spec_expr(node.left, names, where), _spec_expr(node.right, names, where)
+        )
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return Not(_spec_expr(node.operand, names, where))
+    return Atom(f"spec@{where}", "perrank")
+
+
+COMPARE_OPS: dict[type, str] = {
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.Is: "==",
+    ast.IsNot: "!=",
+}
+
+
+BIN_OPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
