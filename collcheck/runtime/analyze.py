@@ -499,8 +499,10 @@ class TraceLines:
         write a line writes its group line again) it is nothing new; changed, it is a problem and
         the first definition stays."""
         gid, name, desc, ranks = bounded_int(row["gid"]), row["group"], row.get("desc", ""), row["ranks"]
-        if gid < 0 or not isinstance(name, str) or not isinstance(desc, str) or not isinstance(ranks, list):
-            raise ValueError("gid, group, desc or ranks of the wrong type")
+        if gid < 0:
+            raise ValueError(f"negative group id {gid}")
+        if not isinstance(name, str) or not isinstance(desc, str) or not isinstance(ranks, list):
+            raise ValueError("group, desc or ranks of the wrong type")
         if not all(type(rank) is int and -_INT_LIMIT < rank < _INT_LIMIT for rank in ranks):
             raise ValueError("ranks are not all integers in range")
         known = self.groups.get(gid)

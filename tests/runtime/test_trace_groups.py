@@ -8,11 +8,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from test_stream import _same  # both analyses, checked equal (text, JSON, Perfetto)
 
 from collcheck.cli import main
 from collcheck.runtime import analyze as analyze_module
 from collcheck.runtime import stream
-from collcheck.runtime.analyze import EXIT_INCOMPLETE, Analysis, Problem, analyze, load_dir, render_text
+from collcheck.runtime.analyze import EXIT_INCOMPLETE, load_dir, render_text
 from collcheck.runtime.record import (
     SCHEMA_VERSION,
     CallSite,
@@ -52,15 +53,6 @@ def _write(path: Path, rank: int, events: list[CollectiveEvent]) -> None:
     writer.close()
 
 
-def _both(folder: Path) -> Analysis:
-    """The in-memory and streaming analyses of `folder`, checked equal; the streaming one."""
-    problems: list[Problem] = []
-    in_memory = analyze(load_dir(str(folder), problems), problems)
-    streamed = stream.analyze_dir(str(folder))
-    assert streamed == in_memory and render_text(streamed) == render_text(in_memory)
-    return streamed
-
-
 def _job(folder: Path, seqs: int = 12) -> dict[int, list[CollectiveEvent]]:
     """Two ranks: the world group and a subgroup, every third collective on the subgroup."""
     events = {
@@ -87,7 +79,7 @@ def test_members_and_descriptions_come_back_from_the_group_lines(tmp_path: Path)
     assert rows[0]["schema"] == 2
     assert [row["gid"] for row in rows if row["ev"] == "group"] == [1, 2]  # one line per member list
     assert not any("group_ranks" in row or "group_desc" in row for row in rows)
-    assert _both(tmp_path).groups == (("0", (0, 1), 8), ("1", (0, 1, 5), 4))
+    assert _same(tmp_path).groups == (("0", (0, 1), 8), ("1", (0, 1, 5), 4))
 
 
 def test_bytes_per_coll_line_do_not_grow_with_the_group(tmp_path: Path) -> None:
@@ -141,7 +133,7 @@ BAD = [
     (b'{"ev":"group","gid":1,"group":"0","ranks":[0,1,2],"desc":"default_pg"}', "group id 1 defined again"),
     (_coll(2, gid=1, group="7"), "named with the id of group '0' (line 2)"),
     (_coll(2, extra='"group_ranks":[0,1],'), "both gid and group_ranks"),
-    (b'{"ev":"group","gid":-3,"group":"0","ranks":[0,1],"desc":""}', "of the wrong type"),
+    (b'{"ev":"group","gid":-3,"group":"0","ranks":[0,1],"desc":""}', "negative group id -3"),
     (b'{"ev":"group","gid":' + b"9" * 30 + b',"group":"0","ranks":[0]}', "out of range"),
     (b'{"ev":"group","gid":4,"group":"0","ranks":[0,true]}', "not all integers in range"),
     (b'{"ev":"group","gid":4,"group":"0","ranks":[0,' + b"9" * 25 + b"]}", "not all integers in range"),
@@ -162,7 +154,7 @@ def test_hostile_group_lines_are_named_with_their_line_and_the_rest_analysed(
     folder.mkdir()
     _write(folder / trace_file_name(0), 0, [_event(0, seq) for seq in range(1, 5)])
     (folder / trace_file_name(1)).write_bytes(b"\n".join(rank1) + b"\n")
-    analysis = _both(folder)
+    analysis = _same(folder)
     found = {problem.line: problem.text for problem in analysis.problems}
     first_bad = len(GOOD) + 3  # after the first collective and a group line repeated unchanged
     for offset, (_, says) in enumerate(BAD):
@@ -200,7 +192,7 @@ def test_group_definitions_past_the_bound_are_refused(
     events.append(_event(1, 1, group="big", members=tuple(range(39))))
     path = tmp_path / trace_file_name(1)
     _write(path, 1, [replace(event, seq=1) for event in events])
-    analysis = _both(tmp_path)
+    analysis = _same(tmp_path)
     refused = [p for p in analysis.problems if "more group definitions than a trace may hold" in p.text]
     undefined = [p for p in analysis.problems if "is not defined by an earlier group line" in p.text]
     assert len(refused) == len(undefined) == 3  # g4, g5 (count) and big (members), each skipped
@@ -221,6 +213,6 @@ def test_old_and_new_lines_mixed_in_one_trace_read_as_the_old_ones(tmp_path: Pat
                 else:
                     writer.write_coll(*encoder.coll(event))
             writer.close()
-    old, mixed = _both(tmp_path / "old"), _both(tmp_path / "mixed")
+    old, mixed = _same(tmp_path / "old"), _same(tmp_path / "mixed")
     assert old.groups == mixed.groups == (("0", (0, 1), 8),)
     assert render_text(old).replace("/old/", "/x/") == render_text(mixed).replace("/mixed/", "/x/")
