@@ -426,7 +426,7 @@ class TraceLines:
             self.trace.note(number, f"malformed {str(row.get('ev'))[:20]!r} line ({_short_error(error)})")
 
     def _members(self, line: bytes) -> tuple[tuple[int, ...] | None, bytes]:
-        """A `coll` line as the tracer writes it starts `{"ev":"coll","rank":R,"group":"G",
+        """A schema-1 `coll` line as the tracer wrote it starts `{"ev":"coll","rank":R,"group":"G",
         "group_ranks":[...]`: that list is taken from `member_lists` by its text (parsed and
         checked the first time) and the line is returned with a 0 in its place. Any other line,
         or a list that is not plain integers, comes back unchanged (None: parse it whole)."""
