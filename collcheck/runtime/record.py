@@ -418,10 +418,7 @@ class TraceWriter:
 
     def write_line(self, line: str) -> None:
         with self._lock:
-            if self._deferred:
-                line = "".join(self._deferred) + line
-                self._deferred.clear()
-            self._write(line)
+            self._after_deferred(line)
 
     def write_coll(self, group: GroupLine, line: str) -> None:
         """A `coll` line, preceded in the same `os.write` by the `group` line it names when this
@@ -430,13 +427,15 @@ class TraceWriter:
         the next `coll` line of its group (readers accept a definition repeated unchanged)."""
         with self._lock:
             known = group.gid in self._defined
-            if not known:
-                line = group.text + line
-            if self._deferred:
-                line = "".join(self._deferred) + line
-                self._deferred.clear()
-            if self._write(line) and not known:
+            if self._after_deferred(line if known else group.text + line) and not known:
                 self._defined.add(group.gid)
+
+    def _after_deferred(self, line: str) -> bool:
+        """Write the deferred lines and `line` at once (holding the lock); whether all went out."""
+        if self._deferred:
+            line = "".join(self._deferred) + line
+            self._deferred.clear()
+        return self._write(line)
 
     def fileno(self) -> int:
         return self._fd
