@@ -2,14 +2,14 @@
 
     python bench/fuzz_traces.py [--cases 5000] [--seed 1] [--keep DIR] [--case-limit-s 10]
 
-Each case copies the seed folders (tests/runtime/data: the collcheck traces and the Flight
-Recorder dumps of a real 2-rank gloo job), applies one to four mutations (a line replaced by a
-number, invalid UTF-8, deep nesting, huge numbers, wrong field types, bytes flipped, files
-truncated, emptied, removed or duplicated, dump fields replaced, crafted pickles), then runs
-`collcheck trace` in this process in a random format. A case fails when it raises (a traceback),
-runs past `--case-limit-s`, or exits with a status outside 0-3 (see docs/runtime.md). Failing
-folders are kept under `--keep`. Exits 1 when any case failed. tests/runtime/test_fuzz_traces.py
-runs a few hundred cases of the same generator.
+Each case copies the seed folders (tests/runtime/data: the collcheck traces, in both trace
+schemas, and the Flight Recorder dumps of a real 2-rank gloo job), applies one to four
+mutations (a line replaced by a number, invalid UTF-8, deep nesting, huge numbers, wrong field
+types, bytes flipped, files truncated, emptied, removed or duplicated, dump fields replaced,
+crafted pickles), then runs `collcheck trace` in this process in a random format. A case fails
+when it raises (a traceback), runs past `--case-limit-s`, or exits with a status outside 0-3
+(see docs/runtime.md). Failing folders are kept under `--keep`. Exits 1 when any case failed.
+tests/runtime/test_fuzz_traces.py runs a few hundred cases of the same generator.
 """
 
 from __future__ import annotations
@@ -34,7 +34,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SEEDS = (REPO / "tests" / "runtime" / "data" / "seed_trace", REPO / "tests" / "runtime" / "data" / "seed_fr")
+DATA = REPO / "tests" / "runtime" / "data"
+# The job's traces (schema 1: member lists on every line), its dumps, and the same traces in
+# schema 2 (member lists in `group` lines); the two trace folders hold the same file names.
+SEEDS = (DATA / "seed_trace", DATA / "seed_fr", DATA / "seed_trace_v2")
+CHOICES = (SEEDS[:1], SEEDS[1:2], SEEDS[:2], SEEDS[2:], SEEDS[1:])
 STATUSES = {0, 1, 2, 3}
 FORMATS = ("text", "json", "perfetto")
 
@@ -84,6 +88,18 @@ RAW_LINES: tuple[bytes, ...] = (
     b'{"ev": "report", "text": ' + b'"' + b"x" * 100_000 + b'"}',
     b'{"ev":"coll","rank":0,"group":"0","group_ranks":[0,1],"seq":1,"op":"all_reduce","shapes":'
     b'[[1e400]],"dtypes":["float32"]}',
+    # Group lines and the coll lines that name them (schema 2): undefined, redefined, absurd.
+    b'{"ev":"group","gid":1,"group":"0","ranks":[0,1,2,3],"desc":""}',
+    b'{"ev":"group","gid":1,"group":"9","ranks":[0,1],"desc":"default_pg"}',
+    b'{"ev":"group","gid":-1,"group":"0","ranks":[0,1],"desc":""}',
+    b'{"ev":"group","gid":' + b"9" * 40 + b',"group":"0","ranks":[0,1]}',
+    b'{"ev":"group","gid":7,"group":"0","ranks":[0,true,"1",1e3]}',
+    b'{"ev":"group","gid":8,"group":"0","ranks":' + b"[" + b"1," * 200_000 + b"1]}",
+    b'{"ev":"group","gid":2,"group":"0","ranks":{}}',
+    b'{"ev":"coll","rank":1,"group":"0","gid":99,"seq":2,"op":"all_reduce","shapes":[],"dtypes":[]}',
+    b'{"ev":"coll","rank":1,"group":"0","gid":1,"group_ranks":[0,1],"seq":2,"op":"barrier"}',
+    b'{"ev":"coll","rank":1,"group":"5","gid":1,"seq":2,"op":"barrier","shapes":[],"dtypes":[]}',
+    b'{"ev":"coll","rank":1,"group":"0","gid":"1","seq":4,"op":"barrier","shapes":[],"dtypes":[]}',
 )
 
 
@@ -96,7 +112,7 @@ class Outcome:
 def build_case(rng: random.Random, folder: Path) -> list[str]:
     """Copy the seeds into `folder` (one or both, mixed in one folder or not) and mutate them;
     returns what was done, for the report of a failing case."""
-    chosen = rng.choice([SEEDS[:1], SEEDS[1:], SEEDS])
+    chosen = rng.choice(CHOICES)
     folder.mkdir(parents=True)
     for seed in chosen:
         for item in seed.iterdir():

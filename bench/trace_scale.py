@@ -2,12 +2,14 @@
 
     python bench/trace_scale.py                      # 64 x 10K, 64 x 100K, 1,024 x 1K
     python bench/trace_scale.py --size 256x10000 --size 8x1000 --formats text
-    python bench/trace_scale.py --pythonpath /work/main   # the same figures for another checkout
+    python bench/trace_scale.py --pythonpath /work/main --schema 1   # another checkout, old traces
 
 Each size R x E writes R rank traces of E collectives each into a temporary folder (never inside
 the repository; removed afterwards unless --keep), in the format the tracer writes: a header, the
-reserved `lost` line, one `coll` line with the group's member list and one `done` line per
-collective, an exit line. Every fourth collective is on a second group holding the even ranks
+reserved `lost` line, one `coll` line and one `done` line per collective, an exit line. Schema 2
+(the default, what the tracer writes now) defines each group's member list once, in a `group`
+line before the group's first `coll` line; `--schema 1` puts the member list on every `coll`
+line, as the tracer did before. Every fourth collective is on a second group holding the even ranks
 (the odd ranks issue nothing there), call sites alternate between two lines. Then `collcheck
 trace` runs in a child process for each format; its wall time and peak resident memory (the
 child's own `ru_maxrss`, from wait4) are printed. Exits 1 when a run failed (a status outside
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,7 +61,7 @@ def parse_size(text: str) -> Size:
     return Size(int(ranks), int(events))
 
 
-def write_traces(folder: Path, size: Size) -> int:
+def write_traces(folder: Path, size: Size, schema: int = 2) -> int:
     """Write `size.ranks` traces of `size.events` collectives into `folder`; return the bytes written."""
     world = ",".join(map(str, range(size.ranks)))
     evens = ",".join(map(str, range(0, size.ranks, 2)))
@@ -66,20 +69,36 @@ def write_traces(folder: Path, size: Size) -> int:
     for rank in range(size.ranks):
         path = folder / f"collcheck-rank{rank}.jsonl"
         with open(path, "w", encoding="utf-8") as handle:
-            handle.write(_rank_lines(rank, size, world, evens))
+            for chunk in _rank_lines(rank, size, world, evens, schema):
+                handle.write(chunk)
         total += path.stat().st_size
     return total
 
 
-def _rank_lines(rank: int, size: Size, world: str, evens: str) -> str:
+CHUNK = 10_000  # collectives per write: a 100K-collective trace is never held whole
+
+
+def _rank_lines(rank: int, size: Size, world: str, evens: str, schema: int) -> Iterator[str]:
     lines = [
-        f'{{"ev":"header","schema":1,"rank":{rank},"world_size":{size.ranks},"pid":{1000 + rank},'
+        f'{{"ev":"header","schema":{schema},"rank":{rank},"world_size":{size.ranks},"pid":{1000 + rank},'
         f'"mode":"async","t":1000.0}}\n',
         '{"ev":"lost","n":0,"error":""}\n',
     ]
-    heads = {
-        "0": f'{{"ev":"coll","rank":{rank},"group":"0","group_ranks":[{world}],"seq":',
-        "1": f'{{"ev":"coll","rank":{rank},"group":"1","group_ranks":[{evens}],"seq":',
+    if schema == 1:
+        heads = {
+            "0": f'{{"ev":"coll","rank":{rank},"group":"0","group_ranks":[{world}],"seq":',
+            "1": f'{{"ev":"coll","rank":{rank},"group":"1","group_ranks":[{evens}],"seq":',
+        }
+        tail = ',"group_desc":""}\n'
+    else:
+        heads = {
+            "0": f'{{"ev":"coll","rank":{rank},"group":"0","gid":1,"seq":',
+            "1": f'{{"ev":"coll","rank":{rank},"group":"1","gid":2,"seq":',
+        }
+        tail = "}\n"
+    definitions = {
+        "0": f'{{"ev":"group","gid":1,"group":"0","ranks":[{world}],"desc":""}}\n',
+        "1": f'{{"ev":"group","gid":2,"group":"1","ranks":[{evens}],"desc":""}}\n',
     }
     seqs = {"0": 0, "1": 0}
     t = 1000.0 + rank * 1e-4
@@ -89,17 +108,22 @@ def _rank_lines(rank: int, size: Size, world: str, evens: str) -> str:
             continue
         seqs[group] += 1
         seq = seqs[group]
+        if seq == 1 and schema != 1:
+            lines.append(definitions[group])
         line = 10 + index % 2
         t += 1e-3
         lines.append(
             f'{heads[group]}{seq},"op":"all_reduce","shapes":[[1024]],"dtypes":["float32"],"reduce_op":"sum",'
             f'"root":null,"site":{{"file":"/job/train.py","line":{line},"func":"step",'
             f'"stack":["/job/train.py:{line} in step","/job/train.py:40 in main"],"via":""}},'
-            f'"thread":"MainThread","t_start":{t!r},"group_desc":""}}\n'
+            f'"thread":"MainThread","t_start":{t!r}{tail}'
         )
         lines.append(f'{{"ev":"done","group":"{group}","seq":{seq},"t_end":{t + 5e-4!r},"ok":true}}\n')
+        if len(lines) >= 2 * CHUNK:
+            yield "".join(lines)
+            lines.clear()
     lines.append('{"ev":"exit"}\n')
-    return "".join(lines)
+    yield "".join(lines)
 
 
 def measure(folder: Path, size: Size, output_format: str, pythonpath: str, timeout: float) -> Measured:
@@ -159,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     parser.add_argument("--tmp", default=None, help="where the temporary folders go (default: the system's)")
     parser.add_argument("--keep", action="store_true", help="keep the generated traces")
+    parser.add_argument(
+        "--schema", type=int, choices=(1, 2), default=2, help="trace schema (1: members on each line)"
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)  # a stopped bench still removes its traces
     sizes = [parse_size(text) for text in (args.size or DEFAULT_SIZES)]
@@ -171,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             folder = scratch / "traces"
             folder.mkdir()
-            written = write_traces(folder, size)
+            written = write_traces(folder, size, args.schema)
             for output_format in args.formats.split(","):
                 found = measure(folder, size, output_format, args.pythonpath, args.timeout)
                 failed = failed or found.status not in (0, 1, 3)

@@ -377,7 +377,7 @@ def _record(
         t_start=time.time(),
         group_desc=identity.desc,
     )
-    tracer.writer.write_line(tracer.encoder.coll(event))
+    tracer.writer.write_coll(*tracer.encoder.coll(event))
     # Cross-checked like a c10d collective when the members are known (the leader is the lowest
     # global rank; a send is paired with its peer's recv, as for c10d).
     if identity.ranks:

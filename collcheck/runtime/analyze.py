@@ -25,6 +25,7 @@ from collcheck.runtime.groups import CREATE_SUFFIX, numbered
 from collcheck.runtime.operand import Use, crosses, swap_text
 from collcheck.runtime.p2p import Pair, base_group, pair_text, pairs
 from collcheck.runtime.record import (
+    GROUP_LINE,
     LOST,
     TRACE_PREFIX,
     TRACE_SUFFIX,
@@ -369,20 +370,39 @@ def numbered_lines(handle: Any) -> Any:
             yield number, line
 
 
+@dataclass(frozen=True)
+class DefinedGroup:
+    """What a trace's `group` line says about one gid."""
+
+    name: str
+    members: tuple[int, ...]
+    desc: str
+    line: int  # where it is defined
+
+
 class TraceLines:
     """Turns a collcheck trace's lines into its RankTrace, one line at a time.
 
     The in-memory loader keeps every event in `trace.events`; the streaming analysis (stream.py)
-    overrides `event`, `done` and `unobserved` to pass each one on instead. Member lists are parsed
-    once per distinct text (`member_lists`): a 1,024-rank group's list is most of each line."""
+    overrides `event`, `done` and `unobserved` to pass each one on instead.
+
+    Member lists: a schema-2 trace defines each once, in a `group` line (`{"ev":"group","gid":N,
+    "group":"G","ranks":[...],"desc":"..."}`), and its `coll` lines name it by `gid`; a coll line
+    naming a gid no earlier line defines, a gid defined again differently, or more definitions than
+    MAX_GROUP_LINES (MAX_GROUP_MEMBERS members in all) are problems of their lines. A schema-1 line
+    holds its list (`group_ranks`), parsed once per distinct text (`member_lists`): a 1,024-rank
+    group's list is most of such a line. Both kinds may be mixed in one trace."""
 
     def __init__(self, trace: RankTrace) -> None:
         self.trace = trace
         self.header = False
         self.by_key: dict[tuple[str, int], CollectiveEvent] = {}
         self.member_lists: dict[bytes, tuple[int, ...]] = {}
+        self.groups: dict[int, DefinedGroup] = {}  # gid -> its `group` line
+        self.defined_members = 0  # members of all of `groups` together
         self.number = 0  # the line being read
-        self.pieces: dict[Any, Any] = {}  # call sites and shapes, each kept once (`_shared`)
+        # Call sites, shapes and member lists, each kept once (`_shared`, `_define`).
+        self.pieces: dict[Any, Any] = {}
 
     def take(self, number: int, line: bytes | None) -> None:
         self.number = number
@@ -406,7 +426,7 @@ class TraceLines:
             self.trace.note(number, f"malformed {str(row.get('ev'))[:20]!r} line ({_short_error(error)})")
 
     def _members(self, line: bytes) -> tuple[tuple[int, ...] | None, bytes]:
-        """A `coll` line as the tracer writes it starts `{"ev":"coll","rank":R,"group":"G",
+        """A schema-1 `coll` line as the tracer wrote it starts `{"ev":"coll","rank":R,"group":"G",
         "group_ranks":[...]`: that list is taken from `member_lists` by its text (parsed and
         checked the first time) and the line is returned with a 0 in its place. Any other line,
         or a list that is not plain integers, comes back unchanged (None: parse it whole)."""
@@ -430,14 +450,21 @@ class TraceLines:
             self.header = True
             trace.rank = bounded_int(row.get("rank", trace.rank))
         elif kind == "coll":
-            if members is not None and row.get("group_ranks") != 0:
+            defined = None
+            if "gid" in row:
+                defined = self._named(row)
+            elif members is not None and row.get("group_ranks") != 0:
                 members = None  # a second `group_ranks` key, which JSON readers take: read it whole
-            if members is not None:
+            elif members is not None:
                 del row["group_ranks"]
             event = CollectiveEvent.from_json(row)
+            if defined is not None:
+                members, event.group_desc = defined.members, defined.desc
             if members is not None:
                 event.group_ranks = members
             self.event(self._shared(_checked(event, members_checked=members is not None)))
+        elif kind == GROUP_LINE:
+            self._define(row)
         elif kind == "done":
             self.done((str(row.get("group")), bounded_int(row.get("seq", 0))), row)
         elif kind == "unobserved":
@@ -451,6 +478,54 @@ class TraceLines:
         elif kind == LOST:
             trace.lost = max(trace.lost, bounded_int(row.get("n", 0)))
             trace.lost_error = str(row.get("error", ""))[:200]
+
+    def _named(self, row: dict[str, Any]) -> DefinedGroup:
+        """The group a schema-2 `coll` line names by its `gid`; ValueError if none is defined."""
+        if "group_ranks" in row:
+            raise ValueError("both gid and group_ranks")
+        gid = bounded_int(row["gid"])
+        defined = self.groups.get(gid)
+        if defined is None:
+            raise ValueError(f"group id {gid} is not defined by an earlier group line")
+        if row.get("group") != defined.name:
+            raise ValueError(
+                f"group {str(row.get('group'))[:40]!r} named with the id of group {defined.name[:40]!r} "
+                f"(line {defined.line})"
+            )
+        return defined
+
+    def _define(self, row: dict[str, Any]) -> None:
+        """A `group` line: the member list of one gid. Repeated unchanged (a writer that failed to
+        write a line writes its group line again) it is nothing new; changed, it is a problem and
+        the first definition stays."""
+        gid, name, desc, ranks = bounded_int(row["gid"]), row["group"], row.get("desc", ""), row["ranks"]
+        if gid < 0:
+            raise ValueError(f"negative group id {gid}")
+        if not isinstance(name, str) or not isinstance(desc, str) or not isinstance(ranks, list):
+            raise ValueError("group, desc or ranks of the wrong type")
+        if not all(type(rank) is int and -_INT_LIMIT < rank < _INT_LIMIT for rank in ranks):
+            raise ValueError("ranks are not all integers in range")
+        known = self.groups.get(gid)
+        if known is not None:
+            if (known.name, known.members, known.desc) != (name, tuple(ranks), desc):
+                self.trace.note(
+                    self.number,
+                    f"group id {gid} defined again differently (first defined at line {known.line}); "
+                    "this definition is ignored",
+                )
+            return
+        if len(self.groups) >= MAX_GROUP_LINES or self.defined_members + len(ranks) > MAX_GROUP_MEMBERS:
+            self.trace.note(
+                self.number,
+                f"more group definitions than a trace may hold ({MAX_GROUP_LINES} groups, "
+                f"{MAX_GROUP_MEMBERS} members in all); ignored",
+            )
+            return
+        members = tuple(ranks)
+        if len(self.pieces) < PIECES_SHARED:  # one tuple per distinct list, across ranks too
+            members = self.pieces.setdefault(members, members)
+        self.defined_members += len(members)
+        self.groups[gid] = DefinedGroup(name, members, desc, self.number)
 
     def _shared(self, event: CollectiveEvent) -> CollectiveEvent:
         """`event` holding the same call site and shapes objects as earlier events with equal
@@ -485,6 +560,8 @@ _COLL_PREFIX = re.compile(
     % (_JSON_INT, _JSON_INT)
 )
 MEMBER_LISTS_CACHED = 4096  # distinct member lists kept per trace (a job has a few groups)
+MAX_GROUP_LINES = 1 << 16  # gids one trace may define (its groups, and a send's peers)
+MAX_GROUP_MEMBERS = 1 << 20  # members of one trace's group lines together (at most ~40 MiB)
 PIECES_SHARED = 4096  # distinct call sites and shapes shared per trace
 
 

@@ -32,6 +32,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import CodeType, ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collcheck.runtime.record import CollectiveEncoder
 
 SOURCE = Path(__file__).resolve().parent / "native" / "recorder.cpp"
 ENV_NATIVE_DIR = "COLLCHECK_NATIVE_DIR"  # where builds live (default: the user's cache folder)
@@ -292,16 +296,25 @@ class NativeRecorder:
     """The Python side of the native kernel: answers its questions about groups, code objects,
     call sites and threads (once each), and reads back what is in flight for the monitor."""
 
-    def __init__(self, module: ModuleType, rank: int, main_thread_ident: int | None) -> None:
+    def __init__(
+        self, module: ModuleType, rank: int, main_thread_ident: int | None, encoder: CollectiveEncoder
+    ) -> None:
         self.module = module
         self.rank = rank
         self._main = main_thread_ident
+        self._encoder = encoder  # the Python kernel's, writing the same file: one numbering of gids
 
     def start(self, fd: int) -> None:
         self.module.configure(
-            self.rank, json.dumps(self.rank), _group_info, _skip_code, self._site_json, _thread_piece
+            self.rank, json.dumps(self.rank), self._group_info, _skip_code, self._site_json, _thread_piece
         )
         self.module.start(fd)
+
+    def _group_info(self, name: str) -> tuple[list[int], str, int, str]:
+        """(global ranks, name as JSON, gid, `group` line) of the c10d group `name`."""
+        ranks, desc = _group_members(name)
+        group = self._encoder.group(name, tuple(ranks), desc)
+        return ranks, json.dumps(name), group.gid, group.text
 
     def _site_json(self) -> str:
         from collcheck.runtime.hook import call_site
@@ -324,7 +337,8 @@ class NativeRecorder:
         self.module.stop()
 
 
-def _group_info(name: str) -> tuple[list[int], str, str]:
+def _group_members(name: str) -> tuple[list[int], str]:
+    """(global ranks, description) of the c10d group `name`."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
@@ -334,7 +348,7 @@ def _group_info(name: str) -> tuple[list[int], str, str]:
         desc = str(getattr(group, "group_desc", "") or "")
     except Exception:  # a group c10d does not know: the world's ranks
         ranks, desc = list(range(dist.get_world_size())), ""
-    return ranks, json.dumps(name), json.dumps(desc)
+    return ranks, desc
 
 
 def _skip_code(code: CodeType) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import itertools
 import json
 import os
 import stat
@@ -20,7 +21,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
+# 2: each member list is written once per trace, in a `group` line, and `coll` lines name it by
+# its `gid`; version 1 put `group_ranks` and `group_desc` on every `coll` line. Readers take both.
+SCHEMA_VERSION = 2
+GROUP_LINE = "group"  # `{"ev":"group","gid":N,"group":"G","ranks":[...],"desc":"..."}`
 TRACE_PREFIX = "collcheck-rank"
 TRACE_SUFFIX = ".jsonl"
 
@@ -186,26 +190,31 @@ class CollectiveEvent:
             extras.append(f"tag={self.tag}")
         return f"{self.op}({', '.join(filter(None, [tensors, *extras]))})"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, gid: int | None = None) -> dict[str, Any]:
+        """The `coll` line: naming its `group` line by `gid`, or (schema 1, gid None) holding the
+        member list and description itself."""
         # Built by hand: dataclasses.asdict deep-copies and is several times slower on the hot path.
         site = self.site
-        data: dict[str, Any] = {
-            "ev": "coll",
-            "rank": self.rank,
-            "group": self.group,
-            "group_ranks": self.group_ranks,
-            "seq": self.seq,
-            "op": self.op,
-            "shapes": self.shapes,
-            "dtypes": self.dtypes,
-            "reduce_op": self.reduce_op,
-            "root": self.root,
-        }
+        data: dict[str, Any] = {"ev": "coll", "rank": self.rank, "group": self.group}
+        if gid is None:
+            data["group_ranks"] = self.group_ranks
+        else:
+            data["gid"] = gid
+        data.update(
+            seq=self.seq,
+            op=self.op,
+            shapes=self.shapes,
+            dtypes=self.dtypes,
+            reduce_op=self.reduce_op,
+            root=self.root,
+        )
         if self.tag is not None:
             data["tag"] = self.tag
         if self.args is not None:
             data["args"] = self.args
-        data.update(site=site.to_json(), thread=self.thread, t_start=self.t_start, group_desc=self.group_desc)
+        data.update(site=site.to_json(), thread=self.thread, t_start=self.t_start)
+        if gid is None:
+            data["group_desc"] = self.group_desc
         return data
 
     @classmethod
@@ -268,23 +277,50 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+@dataclass(frozen=True)
+class GroupLine:
+    """A member list as a trace names it: its `gid` and its `group` line (newline included),
+    which a writer puts before the first `coll` line that names the gid."""
+
+    gid: int
+    text: str
+
+
+def group_line(gid: int, name: str, ranks: tuple[int, ...], desc: str) -> str:
+    """The `group` line of one member list, as `json.dumps` of its fields would write it."""
+    fields = f'"group":{_dumps(name)},"ranks":{_dumps(ranks)},"desc":{_dumps(desc)}'
+    return f'{{"ev":"{GROUP_LINE}","gid":{gid},{fields}}}\n'
+
+
 class CollectiveEncoder:
-    """Encodes `coll` and `done` lines exactly as `json.dumps(event.to_json())` would, from pieces
-    cached per group, per (op, shapes, dtypes, reduce op, root), per call site and per thread: a
-    training loop repeats the same few collectives, so only seq and t_start are encoded per event.
+    """Encodes `coll` and `done` lines exactly as `json.dumps(event.to_json(gid))` would, from pieces
+    cached per member list, per (op, shapes, dtypes, reduce op, root), per call site and per thread:
+    a training loop repeats the same few collectives, so only seq and t_start are encoded per event.
+
+    Each distinct (group, members, description) gets a `gid`, numbered from 1 per trace, and one
+    `group` line (`coll`). The native kernel writes into the same file and takes its gids from
+    here too (`group`), so a gid never means two things in one trace. `next(itertools.count)` is
+    atomic under the GIL; two threads meeting a new group at once may number it twice, which only
+    costs one more `group` line.
     """
 
     def __init__(self, rank: int) -> None:
         self._rank = _dumps(rank)
-        # group name -> (ranks, desc, head, tail); ranks are compared by identity first, since the
-        # tracer passes the same tuple for every collective of a group.
-        self._groups: dict[str, tuple[tuple[int, ...], str, str, str]] = {}
+        # group name -> (ranks, desc, its GroupLine, head): the fast path compares ranks by identity
+        # first, since the tracer passes the same tuple for every collective of a group.
+        self._groups: dict[str, tuple[tuple[int, ...], str, GroupLine, str]] = {}
+        # (name, ranks, desc) -> GroupLine: every list met (a send's members change with its peer)
+        self._lines: dict[tuple[str, tuple[int, ...], str], GroupLine] = {}
+        self._members: dict[int, tuple[tuple[int, ...], str]] = {}  # gid -> (ranks, desc)
+        self._gids = itertools.count(1)
         self._ops: dict[tuple[Any, ...], str] = {}
         self._threads: dict[str, str] = {}
         self._names: dict[str, str] = {}
 
-    def coll(self, event: CollectiveEvent) -> str:
-        head, tail = self._group_pieces(event.group, event.group_ranks, event.group_desc)
+    def coll(self, event: CollectiveEvent) -> tuple[GroupLine, str]:
+        """The `coll` line of `event`, and the `group` line it names (TraceWriter.write_coll writes
+        that first if the trace does not have it yet)."""
+        group, head = self._group_pieces(event.group, event.group_ranks, event.group_desc)
         key = (event.op, event.shapes, event.dtypes, event.reduce_op, event.root, event.tag, event.args)
         middle = self._ops.get(key)
         if middle is None:
@@ -292,7 +328,21 @@ class CollectiveEncoder:
         thread = self._threads.get(event.thread)
         if thread is None:
             thread = self._threads[event.thread] = f',"thread":{_dumps(event.thread)},"t_start":'
-        return f"{head}{event.seq}{middle}{event.site.encoded}{thread}{event.t_start!r}{tail}"
+        return group, f"{head}{event.seq}{middle}{event.site.encoded}{thread}{event.t_start!r}}}\n"
+
+    def group(self, name: str, ranks: tuple[int, ...], desc: str) -> GroupLine:
+        """The GroupLine of a member list, numbered the first time it is met."""
+        key = (name, ranks, desc)
+        found = self._lines.get(key)
+        if found is None:
+            gid = next(self._gids)
+            found = self._lines[key] = GroupLine(gid, group_line(gid, name, ranks, desc))
+            self._members[gid] = (ranks, desc)
+        return found
+
+    def members(self, gid: int) -> tuple[tuple[int, ...], str] | None:
+        """(ranks, description) of a gid this encoder gave out; None for any other."""
+        return self._members.get(gid)
 
     def done(self, group: str, seq: int, t_end: float, ok: bool) -> str:
         name = self._names.get(group)
@@ -301,16 +351,14 @@ class CollectiveEncoder:
         status = "true" if ok else "false"
         return f'{{"ev":"done","group":{name},"seq":{seq},"t_end":{t_end!r},"ok":{status}}}\n'
 
-    def _group_pieces(self, group: str, ranks: tuple[int, ...], desc: str) -> tuple[str, str]:
-        cached = self._groups.get(group)
+    def _group_pieces(self, name: str, ranks: tuple[int, ...], desc: str) -> tuple[GroupLine, str]:
+        cached = self._groups.get(name)
         if cached is not None and (cached[0] is ranks or cached[0] == ranks) and cached[1] == desc:
             return cached[2], cached[3]
-        head = (
-            f'{{"ev":"coll","rank":{self._rank},"group":{_dumps(group)},"group_ranks":{_dumps(ranks)},"seq":'
-        )
-        tail = f',"group_desc":{_dumps(desc)}}}\n'
-        self._groups[group] = (ranks, desc, head, tail)
-        return head, tail
+        group = self.group(name, ranks, desc)
+        head = f'{{"ev":"coll","rank":{self._rank},"group":{_dumps(name)},"gid":{group.gid},"seq":'
+        self._groups[name] = (ranks, desc, group, head)
+        return group, head
 
     @staticmethod
     def _middle(event: CollectiveEvent) -> str:
@@ -358,6 +406,7 @@ class TraceWriter:
         self._fd = open_output(path, allow_shared)
         self._lock = threading.Lock()  # lines from the issuing, monitor and backend threads never interleave
         self._deferred: list[str] = []
+        self._defined: set[int] = set()  # gids whose `group` line this writer has written
         self._status_at = -1  # file offset of the `lost` line; -1 until written whole
         self._started = False
         self._torn = False  # a failed write left half a line at the end of the file
@@ -369,10 +418,24 @@ class TraceWriter:
 
     def write_line(self, line: str) -> None:
         with self._lock:
-            if self._deferred:
-                line = "".join(self._deferred) + line
-                self._deferred.clear()
-            self._write(line)
+            self._after_deferred(line)
+
+    def write_coll(self, group: GroupLine, line: str) -> None:
+        """A `coll` line, preceded in the same `os.write` by the `group` line it names when this
+        file does not have that yet: a rank killed at any point leaves no `coll` line naming a
+        gid its trace does not define. After a failed write the `group` line goes out again with
+        the next `coll` line of its group (readers accept a definition repeated unchanged)."""
+        with self._lock:
+            known = group.gid in self._defined
+            if self._after_deferred(line if known else group.text + line) and not known:
+                self._defined.add(group.gid)
+
+    def _after_deferred(self, line: str) -> bool:
+        """Write the deferred lines and `line` at once (holding the lock); whether all went out."""
+        if self._deferred:
+            line = "".join(self._deferred) + line
+            self._deferred.clear()
+        return self._write(line)
 
     def fileno(self) -> int:
         return self._fd
@@ -389,10 +452,10 @@ class TraceWriter:
             self._deferred.clear()
             self._write(line)
 
-    def _write(self, line: str) -> None:
-        """Holding the lock."""
+    def _write(self, line: str) -> bool:
+        """Holding the lock; whether all of `line` was written."""
         if self._fd < 0:  # closed: the tracer stopped or the monitor is ending the process
-            return
+            return False
         lines = line.encode("utf-8")
         prefix = b"\n" if self._torn else b""  # end a half-written line first: only it is unreadable
         status = b""
@@ -412,10 +475,11 @@ class TraceWriter:
                 self._torn = data[sent - 1 : sent] != b"\n"
             start = max(sent - len(prefix), 0)
             self._lost_lines(lines[start:].count(b"\n"), error)
-            return
+            return False
         self._torn = False
         if status:
             self._status_at = len(prefix) + len(lines)
+        return True
 
     def lost_elsewhere(self, total: int) -> None:
         """`total` lines lost so far by another writer of this file (the native kernel's)."""

@@ -175,7 +175,7 @@ class Tracer:
         module = self._native_module() if self.config.uses_native else None
         self.mechanism = install(_FORWARD, native=module)
         if self.mechanism == "native" and module is not None:
-            self.native = NativeRecorder(module, self.rank, self._main)
+            self.native = NativeRecorder(module, self.rank, self._main, self.encoder)
         _FORWARD.route(self)  # with the native kernel, sends and recvs still come here
         _patch_existing_backends()
         self.writer.write(self._header())
@@ -292,7 +292,7 @@ class Tracer:
             group_desc=info.desc,
             tag=tag,
         )
-        self.writer.write_line(self.encoder.coll(event))
+        self.writer.write_coll(*self.encoder.coll(event))
         if spec.p2p:  # paired with its peer's recv/send, not with the group's collectives
             self.monitor.issued_p2p(event, check=info.known)
         else:
@@ -373,7 +373,7 @@ class Tracer:
             group_desc="group creation",
             args=asked,
         )
-        self.writer.write_line(self.encoder.coll(event))
+        self.writer.write_coll(*self.encoder.coll(event))
         self.monitor.issued(event, check=info.known and self.rank in ranks)
         return event
 
@@ -471,14 +471,23 @@ class Tracer:
         self.native.flush()
         self.writer.lost_elsewhere(self.native.lost())
         issued, inflight, last, last_done = self.native.snapshot()
-        events = {line: self._native_events.get(line) or _event_of(line) for line in inflight}
+        events = {line: self._native_events.get(line) or self._event_of(line) for line in inflight}
         self._native_events = events
         last_event = events.get(last)
         if last_event is None and last:
             if self._native_last is None or self._native_last[0] != last:
-                self._native_last = (last, _event_of(last))
+                self._native_last = (last, self._event_of(last))
             last_event = self._native_last[1]
         self.monitor.sync_collectives(issued, list(events.values()), last_event, last_done)
+
+    def _event_of(self, line: str) -> CollectiveEvent:
+        """The event of one of the native kernel's `coll` lines, with the members its gid names."""
+        row = json.loads(line)
+        event = CollectiveEvent.from_json(row)
+        known = self.encoder.members(int(row["gid"]))
+        if known is not None:
+            event.group_ranks, event.group_desc = known
+        return event
 
     def _flush_native(self) -> None:
         """Before the monitor ends the process: the native kernel's deferred `done` lines."""
@@ -543,10 +552,6 @@ def _backend_of(group: Any, device: Any) -> Any:
         return group._get_backend(device)
     except Exception:
         return None
-
-
-def _event_of(line: str) -> CollectiveEvent:
-    return CollectiveEvent.from_json(json.loads(line))
 
 
 def _is_fake(tensor: Any, plain: Any) -> bool:

@@ -332,8 +332,14 @@ def test_events_match_the_c10d_format(
     first = colls[0]
     assert (first["shapes"], first["dtypes"], first["reduce_op"]) == ([[2, 3]], ["float32"], "max")
     assert first["site"]["file"] == __file__ and first["site"]["func"] == "test_events_match_the_c10d_format"
-    assert colls[2]["root"] == -1 and first["group_desc"] == "Comm" and first["group_ranks"] == []
-    ends = [(row["ev"], row["seq"], row.get("ok")) for row in rows if row["ev"] != "coll"]
+    groups = [row for row in rows if row["ev"] == "group"]  # one per member list, before its first use
+    assert [(row["gid"], row["group"], row["ranks"], row["desc"]) for row in groups] == [
+        (1, "testcomm:object", [], "Comm"),
+        (2, "testcomm:object:p2p", [], "Comm"),
+    ]
+    assert rows.index(groups[0]) < rows.index(first) and [row["gid"] for row in colls] == [1, 1, 1, 1, 2]
+    assert colls[2]["root"] == -1
+    ends = [(row["ev"], row["seq"], row.get("ok")) for row in rows if row["ev"] in ("done", "unobserved")]
     assert ends == [
         ("done", 1, True),
         ("done", 2, True),

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 from conftest import REPO
 
 from collcheck.runtime.analyze import EXIT_INCOMPLETE, analyze, load_dir, render_text
@@ -29,15 +30,16 @@ def test_mutated_trace_folders_never_crash_hang_or_exit_outside_0_to_3() -> None
     assert len(statuses) >= 3  # the mutations reach consistent, diverged and incomplete results
 
 
-def test_each_malformed_line_is_skipped_and_named_and_the_rest_analysed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("schema", [1, 2])
+def test_each_malformed_line_is_skipped_and_named_and_the_rest_analysed(tmp_path: Path, schema: int) -> None:
     fuzz = _fuzzer()
-    seed = fuzz.SEEDS[0]
+    seed = fuzz.SEEDS[0] if schema == 1 else fuzz.SEEDS[2]
     bad = [b"42", b"\xff\xfe", b'{"ev": "coll", "seq": "x"}', b"[" * 100_000 + b"]" * 100_000]
     bad += [b'{"ev": "coll", "rank": 1e999}', b'{"ev":"done","group":"0","seq":' + b"9" * 5000 + b"}"]
     for source in seed.iterdir():
         lines = source.read_bytes().split(b"\n")
         if source.name.endswith("rank1.jsonl"):
-            lines[3:3] = bad  # after the header, the lost line and the first collective
+            lines[3:3] = bad  # after the header, the lost line and the first collective (or group) line
         (tmp_path / source.name).write_bytes(b"\n".join(lines))
     analysis = analyze(load_dir(str(tmp_path)))
     clean = analyze(load_dir(str(seed)))

@@ -33,12 +33,22 @@ def traces(job_dir: Path, ranks: int) -> list[list[dict[str, Any]]]:
 
 
 def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Collective and unobserved lines without their clocks; `done` lines as (group, seq, ok)."""
-    kept = [
-        {k: v for k, v in row.items() if k not in TIMES}
-        for row in rows
-        if row["ev"] in ("coll", "unobserved")
-    ]
+    """Collective and unobserved lines without their clocks, each `coll` line with the members and
+    description of the `group` line its gid names (the gids themselves may be numbered in another
+    order); `done` lines as (group, seq, ok)."""
+    groups: dict[int, dict[str, Any]] = {}
+    kept = []
+    for row in rows:
+        if row["ev"] == "group":
+            assert row["gid"] not in groups, row  # each written once, before the first line naming it
+            groups[row["gid"]] = row
+        elif row["ev"] in ("coll", "unobserved"):
+            line = {k: v for k, v in row.items() if k not in TIMES}
+            if row["ev"] == "coll":
+                group = groups[line.pop("gid")]
+                assert group["group"] == row["group"] and "group_ranks" not in row
+                line.update(ranks=group["ranks"], desc=group["desc"])
+            kept.append(line)
     done = sorted((row["group"], row["seq"], row["ok"]) for row in rows if row["ev"] == "done")
     return [*kept, {"done": done}]
 
@@ -55,6 +65,7 @@ def test_native_kernel_writes_the_lines_the_python_kernel_writes(
     for rank in range(ranks):
         assert native_rows[rank][0]["hook"] == "native"
         assert python_rows[rank][0]["hook"] == "dispatcher"
+        assert native_rows[rank][0]["schema"] == python_rows[rank][0]["schema"] == 2
         assert comparable(native_rows[rank]) == comparable(python_rows[rank])
         assert all(row["t_end"] >= 0 for row in native_rows[rank] if row["ev"] == "done")
     assert "UserWarning" not in fast.stderr  # the tracer adds nothing to the program's output

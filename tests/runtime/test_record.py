@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,30 +61,85 @@ EVENTS = [
 def test_encoded_lines_equal_json_dumps_of_the_event(event: CollectiveEvent) -> None:
     encoder = CollectiveEncoder(event.rank)
     for _ in range(2):  # cold, then from the cached pieces
-        assert encoder.coll(event) == _dumps(event.to_json())
+        group, line = encoder.coll(event)
+        assert line == _dumps(event.to_json(group.gid))
+        assert "group_ranks" not in line and "group_desc" not in line
+        definition = {"gid": group.gid, "group": event.group, "ranks": list(event.group_ranks)}
+        assert group.text == _dumps({"ev": "group", **definition, "desc": event.group_desc})
     done = DoneEvent(event.group, event.seq, 1795965684.5, ok=False)
     assert encoder.done(done.group, done.seq, done.t_end, done.ok) == _dumps(done.to_json())
 
 
-def test_encoder_notices_a_group_whose_members_change() -> None:
+def test_encoder_numbers_each_member_list_once() -> None:
     encoder = CollectiveEncoder(0)
     first = CollectiveEvent(0, "0:p2p", (0, 1), 1, "send", (), ())
     second = CollectiveEvent(0, "0:p2p", (0, 2), 2, "send", (), ())
-    encoder.coll(first)
-    assert json.loads(encoder.coll(second))["group_ranks"] == [0, 2]
+    third = CollectiveEvent(0, "0:p2p", (0, 1), 3, "recv", (), ())
+    gids = [encoder.coll(event)[0].gid for event in (first, second, third)]
+    assert gids == [1, 2, 1]  # a send's members change with its peer; a list met again keeps its gid
+    assert json.loads(encoder.coll(second)[0].text)["ranks"] == [0, 2]
+    assert encoder.members(2) == ((0, 2), "") and encoder.members(3) is None
+    # The native kernel asks for the gid of its groups here: one numbering for the whole file.
+    assert encoder.group("1", (0, 1, 2), "tp").gid == 3 and encoder.group("1", (0, 1, 2), "tp").gid == 3
 
 
 def test_writer_writes_whole_lines_and_ignores_writes_after_close(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "trace.jsonl"
     writer = TraceWriter(str(path))
     writer.write({"ev": "header", "argv": ["ünï"]})
-    writer.write_line(CollectiveEncoder(0).coll(EVENTS[2]))
+    writer.write_coll(*CollectiveEncoder(0).coll(EVENTS[2]))
     writer.close()
     writer.write({"ev": "late"})
     writer.close()
     rows = read_trace(str(path))
-    assert [row["ev"] for row in rows] == ["header", "coll"]
+    assert [row["ev"] for row in rows] == ["header", "group", "coll"]
     assert rows[0]["argv"] == ["ünï"]
+
+
+def test_writer_puts_each_group_line_once_before_the_first_line_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    writer, encoder = TraceWriter(str(path)), CollectiveEncoder(3)
+    writer.defer_line('{"ev":"done","group":"0","seq":6}\n')
+    for event in (EVENTS[0], EVENTS[1], replace(EVENTS[0], seq=8), EVENTS[1]):
+        writer.write_coll(*encoder.coll(event))
+    writer.close()
+    rows = read_trace(str(path))
+    assert [(row["ev"], row.get("gid")) for row in rows] == [
+        ("done", None),  # a deferred line still goes first
+        ("group", 1),
+        ("coll", 1),
+        ("group", 2),
+        ("coll", 2),
+        ("coll", 1),
+        ("coll", 2),
+    ]
+
+
+def test_a_group_line_whose_write_failed_goes_out_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "trace.jsonl"
+    writer, encoder = TraceWriter(str(path)), CollectiveEncoder(3)
+    writer.write({"ev": "header"})
+    real_write, failures = os.write, [1]
+
+    def full_once(fd: int, data: bytes) -> int:
+        if failures:
+            failures.pop()
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_once)  # the writer's only os.write here
+    writer.write_coll(*encoder.coll(EVENTS[0]))  # lost, with its group line
+    writer.write_coll(*encoder.coll(replace(EVENTS[0], seq=8)))
+    writer.close()
+    rows = read_trace(str(path))
+    assert [(row["ev"], row.get("seq")) for row in rows if row["ev"] != "lost"] == [
+        ("header", None),
+        ("group", None),
+        ("coll", 8),
+    ]
+    assert writer.lost == 2
 
 
 def _site_here() -> CallSite:

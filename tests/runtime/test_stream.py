@@ -22,7 +22,14 @@ from collcheck.runtime import analyze as analyze_module
 from collcheck.runtime import stream
 from collcheck.runtime.analyze import Analysis, Problem, TraceError, analyze, load_dir, render_text, to_json
 from collcheck.runtime.perfetto import to_perfetto, write_perfetto
-from collcheck.runtime.record import CallSite, CollectiveEvent, DoneEvent, TraceWriter, trace_file_name
+from collcheck.runtime.record import (
+    CallSite,
+    CollectiveEncoder,
+    CollectiveEvent,
+    DoneEvent,
+    TraceWriter,
+    trace_file_name,
+)
 
 DATA = REPO / "tests" / "runtime" / "data"
 
@@ -54,14 +61,28 @@ def _event(rank: int, seq: int, numel: int = 4, line: int = 10, **changes: Any) 
     return event
 
 
+FORMATS = ("schema 1", "schema 2", "mixed")  # member lists on each line, in group lines, both
+
+
 def _write(
-    folder: Path, rank: int, events: list[CollectiveEvent], name: str = "", exited: bool = True
+    folder: Path,
+    rank: int,
+    events: list[CollectiveEvent],
+    name: str = "",
+    exited: bool = True,
+    trace_format: str = FORMATS[1],
 ) -> None:
+    """A trace as the tracer writes it: `schema 2` (group lines, by the tracer's encoder),
+    `schema 1` (each line holding its member list) or `mixed` (every other line of each)."""
     folder.mkdir(parents=True, exist_ok=True)
     writer = TraceWriter(str(folder / (name or trace_file_name(rank))))
+    encoder = CollectiveEncoder(rank)
     writer.write({"ev": "header", "rank": rank})
-    for event in events:
-        writer.write(event.to_json())
+    for index, event in enumerate(events):
+        if trace_format == "schema 1" or (trace_format == "mixed" and index % 2):
+            writer.write(event.to_json())
+        else:
+            writer.write_coll(*encoder.coll(event))
         if event.seq % 3:  # some collectives never complete
             writer.write(DoneEvent(event.group, event.seq, event.t_start + 0.01).to_json())
     if exited:
@@ -84,14 +105,15 @@ def _same(folder: Path) -> Analysis:
     return streamed
 
 
-def _scenarios(root: Path) -> dict[str, Path]:
+def _scenarios(root: Path, trace_format: str = FORMATS[1]) -> dict[str, Path]:
     """Folders with each kind of finding, written as the tracer writes traces."""
     built: dict[str, Path] = {}
 
     def make(name: str, ranks: dict[int, list[CollectiveEvent]], **options: bool) -> None:
         built[name] = root / name
         for rank, events in ranks.items():
-            _write(built[name], rank, events, exited=options.get("exited", True) or rank != 2)
+            exited = options.get("exited", True) or rank != 2
+            _write(built[name], rank, events, exited=exited, trace_format=trace_format)
 
     same = {rank: [_event(rank, seq) for seq in range(1, 40)] for rank in range(3)}
     make("consistent", same)
@@ -134,12 +156,16 @@ def _scenarios(root: Path) -> dict[str, Path]:
         },
     )
     make("twice", same)
-    _write(built["twice"], 1, same[1][:10], name="collcheck-rank7.jsonl")  # a copy: its header says rank 1
+    # A copy: its header says rank 1.
+    _write(built["twice"], 1, same[1][:10], name="collcheck-rank7.jsonl", trace_format=trace_format)
     return built
 
 
-def test_streaming_gives_the_in_memory_findings_on_every_kind_of_folder(tmp_path: Path) -> None:
-    found = {name: _same(folder) for name, folder in _scenarios(tmp_path).items()}
+@pytest.mark.parametrize("trace_format", FORMATS)
+def test_streaming_gives_the_in_memory_findings_on_every_kind_of_folder(
+    tmp_path: Path, trace_format: str
+) -> None:
+    found = {name: _same(folder) for name, folder in _scenarios(tmp_path, trace_format).items()}
     for folder in (DATA / "seed_trace", DATA / "seed_fr"):
         _same(folder)
     assert not found["consistent"].diverged and found["consistent"].exit_code() == 0
@@ -152,6 +178,15 @@ def test_streaming_gives_the_in_memory_findings_on_every_kind_of_folder(tmp_path
     assert [f.kind for f in found["p2p unmatched"].p2p] == ["unmatched"]
     assert [(d.group, d.seq) for d in found["subgroups"].mismatches] == [("1", 21)]
     assert [s.path.endswith("rank7.jsonl") for s in found["twice"].summaries if s.rank == 1] == [False, True]
+    if trace_format != "schema 1":  # every format reads as the member lists on each line read
+        older = _scenarios(tmp_path / "schema 1", "schema 1")
+        for name, folder in _scenarios(tmp_path / "again", trace_format).items():
+            assert _as_text(folder) == _as_text(older[name])
+
+
+def _as_text(folder: Path) -> str:
+    """The JSON report of `folder`'s analysis with the folder's path taken out."""
+    return json.dumps(to_json(stream.analyze_dir(str(folder)))).replace(str(folder), "<folder>")
 
 
 def test_fuzzed_folders_give_the_same_findings_or_name_the_lines_not_compared(tmp_path: Path) -> None:
@@ -185,8 +220,9 @@ def test_a_collective_far_out_of_order_is_named_not_silently_dropped(tmp_path: P
     _write(tmp_path, 1, [*events[1], late])
     _write(tmp_path, 2, events[2])
     streamed = stream.analyze_dir(str(tmp_path))
+    # header, lost line, group line, 59 coll lines with 40 done lines, then the late one
     assert [p.line for p in streamed.problems if "collective #3 of group 0" in p.text] == [
-        2 + 2 * 59 - 59 // 3 + 1
+        3 + 2 * 59 - 59 // 3 + 1
     ]
     assert streamed.exit_code() == 3 and "not compared" in render_text(streamed)
 

@@ -3,8 +3,8 @@
 // The Python kernel of hook.py costs every collective a round trip through Python (boxing the
 // arguments into Python objects, redispatching from Python). This kernel is registered for the
 // collectives' c10d operators at the same key (BackendSelect; sends and recvs keep the Python
-// kernel, see hook._install_native) and writes the same JSON line as
-// CollectiveEncoder.coll, but it only enters Python to walk the caller's frames, and calls back
+// kernel, see hook._install_native) and writes the same JSON lines as
+// CollectiveEncoder.coll (a group's `group` line before its first `coll` line), but it only enters Python to walk the caller's frames, and calls back
 // into Python only for what it has not seen before: a process group, a code object, a chain of
 // call sites, a thread. Completion is noted by a C++ callback on the Work's future (no GIL), and
 // the `done` line goes out with the next line or at the monitor's next flush.
@@ -36,6 +36,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -76,8 +77,9 @@ struct OpInfo {
 struct GroupInfo {
   std::vector<int64_t> ranks;
   std::string name_json;
-  std::string head;  // {"ev":"coll","rank":R,"group":G,"group_ranks":[..],"seq":
-  std::string tail;  // ,"group_desc":D}\n
+  int64_t gid = 0;  // numbered by the Python encoder, which writes the same file
+  std::string definition;  // its `group` line, written before the first `coll` line naming gid
+  std::string head;  // {"ev":"coll","rank":R,"group":G,"gid":N,"seq":
 };
 
 // Everything touched without the GIL (the issuing thread after the frame walk, the backend's
@@ -91,6 +93,7 @@ struct State {
   int64_t session = 0;  // one per start(): a late callback of an earlier tracer is ignored
   std::string deferred;
   std::unordered_map<std::string, int64_t> seq;
+  std::unordered_set<int64_t> defined;  // gids whose `group` line this kernel has written
   std::map<std::pair<std::string, int64_t>, std::string> inflight;
   std::unordered_map<std::string, bool> observable;  // group + op -> the backend gives futures
   std::string last_group;
@@ -98,23 +101,26 @@ struct State {
   std::string last_line;
   bool last_done = false;
 
-  void write_locked(std::string line) {
+  // Whether all of `line` (after the deferred lines) was written.
+  bool write_locked(std::string line) {
     if (!deferred.empty()) {
       line.insert(0, deferred);
       deferred.clear();
     }
     const char* data = line.data();
     size_t left = line.size();
-    while (left > 0 && fd >= 0) {
+    if (fd < 0) return false;
+    while (left > 0) {
       ssize_t written = ::write(fd, data, left);
       if (written < 0 && errno == EINTR) continue;
       if (written <= 0) {  // a full disk: counted (tracer.py says so in the trace), the program goes on
         lost += std::count(data, data + left, '\n');
-        return;
+        return false;
       }
       data += written;
       left -= static_cast<size_t>(written);
     }
+    return true;
   }
 
   void completed_locked(const std::string& group, int64_t seq_done) {
@@ -146,7 +152,7 @@ std::shared_ptr<State> g_state = std::make_shared<State>();
 
 // Caches below are only touched with the GIL held.
 struct PythonSide {
-  py::object group_info;  // name -> (ranks, name_json, desc_json)
+  py::object group_info;  // name -> (ranks, name_json, gid, group line)
   py::object skip_code;  // code -> bool
   py::object site_json;  // () -> str, the encoded site of the current frames
   py::object thread_piece;  // () -> ',"thread":"...","t_start":'
@@ -229,15 +235,10 @@ const GroupInfo& group_of(PythonSide& side, const std::string& name) {
   GroupInfo group;
   for (auto rank : info[0].cast<py::list>()) group.ranks.push_back(rank.cast<int64_t>());
   group.name_json = info[1].cast<std::string>();
-  std::string ranks_json = "[";
-  for (size_t i = 0; i < group.ranks.size(); ++i) {
-    if (i) ranks_json += ",";
-    ranks_json += std::to_string(group.ranks[i]);
-  }
-  ranks_json += "]";
+  group.gid = info[2].cast<int64_t>();
+  group.definition = info[3].cast<std::string>();
   group.head = "{\"ev\":\"coll\",\"rank\":" + side.rank_json + ",\"group\":" + group.name_json +
-      ",\"group_ranks\":" + ranks_json + ",\"seq\":";
-  group.tail = ",\"group_desc\":" + info[2].cast<std::string>() + "}\n";
+      ",\"gid\":" + std::to_string(group.gid) + ",\"seq\":";
   return side.groups.emplace(name, std::move(group)).first->second;
 }
 
@@ -334,7 +335,8 @@ class RecorderKernel final : public c10::OperatorKernel {
     bool has_root = info_.root_at >= 0 && arg(info_.root_at).isInt();
     int64_t root = has_root ? arg(info_.root_at).toInt() : -1;
 
-    std::string head, site, thread, tail, group_json;
+    std::string head, site, thread, definition, group_json;
+    int64_t gid = 0;
     std::vector<std::string> dtypes;
     {
       py::gil_scoped_acquire gil;
@@ -345,7 +347,8 @@ class RecorderKernel final : public c10::OperatorKernel {
         if (has_root && root >= 0 && root < static_cast<int64_t>(info.ranks.size())) root = info.ranks[root];
         group_json = info.name_json;
         head = info.head;
-        tail = info.tail;
+        gid = info.gid;
+        definition = info.definition;
         site = site_of_current_frames(side);
         thread = thread_of(side);
         for (const at::Tensor& tensor : tensors) dtypes.push_back(dtype_json(side, tensor.scalar_type()));
@@ -400,13 +403,18 @@ class RecorderKernel final : public c10::OperatorKernel {
     result->session = state.session;
     std::string line = head + std::to_string(seq) + middle + site + thread;
     append_double(line, now_seconds());
-    line += tail;
+    line += "}\n";
     state.inflight[{name, seq}] = line;
     state.last_group = name;
     state.last_seq = seq;
     state.last_line = line;
     state.last_done = false;
-    state.write_locked(std::move(line));
+    // The group's `group` line goes out in the same write as its first `coll` line, so a rank
+    // killed at any point leaves no `coll` line naming a gid its trace does not define; after a
+    // failed write it goes out again with the next one (readers accept an unchanged repeat).
+    bool known = state.defined.count(gid) > 0;
+    if (!known) line.insert(0, definition);
+    if (state.write_locked(std::move(line)) && !known) state.defined.insert(gid);
     return result;
   }
 
@@ -508,6 +516,7 @@ void start(int fd) {
   state.fd = own;
   state.deferred.clear();
   state.seq.clear();
+  state.defined.clear();
   state.inflight.clear();
   state.observable.clear();
   state.last_group.clear();
