@@ -170,17 +170,19 @@ def _analyze_tree(
     ]
     while roots:
         function, class_name, qualname, closure = roots.pop(0)
-        try:
-            regions = extractor.run_function(function, class_name, qualname, closure)
-        except PathLimitExceeded as limit:
-            notes.append(f"{source.path}:{function.lineno}: {qualname} skipped: {limit}")
+        run = _run_within_budget(extractor, function, class_name, qualname, closure, notes)
+        if run is None:
             continue
+        regions, reduced = run
         for region in regions:
             region.conditions = extractor.conditions
         # Nested functions handed to unknown code are roots of their own (closures.py).
         nested = extractor.nested_roots(function, qualname, closure)
         roots.extend((inner, class_name, name, scope) for inner, name, scope in nested)
-        candidates.extend(_findings_for(regions, rules, settings, stats, catalog_group_facts(catalog)))
+        found = _findings_for(regions, rules, settings, stats, catalog_group_facts(catalog))
+        if reduced:
+            found = [c for c in found if _decided_in(c[0], module.path, function)]
+        candidates.extend(found)
     if _communicates(setup + main, module):
         try:
             regions = extractor.run_module(setup + main)
@@ -196,6 +198,58 @@ def _analyze_tree(
     findings = _deduplicate(_one_root_cause(candidates))
     findings.extend(_module_checks(tree, source, catalog, settings, module.imports))
     return sorted(findings, key=Finding.sort_key)
+
+
+REDUCED_NOTE = "analysed in the reduced mode"  # -v counts the notes with these words
+SKIPPED_NOTE = "skipped"
+
+
+def _run_within_budget(
+    extractor: Interpreter,
+    function: FunctionNode,
+    class_name: str | None,
+    qualname: str,
+    closure: Closure | None,
+    notes: list[str],
+) -> tuple[list[Region], bool] | None:
+    """The function's regions and whether they come from the reduced mode (fallback.py), which
+    runs when the full analysis goes over its budget; None (and a note) when both go over."""
+    where = f"{extractor.module.path}:{function.lineno}: {qualname}"
+    try:
+        return extractor.run_function(function, class_name, qualname, closure), False
+    except PathLimitExceeded as limit:
+        first = limit
+    extractor.reduced = True
+    try:
+        regions = extractor.run_function(function, class_name, qualname, closure)
+    except PathLimitExceeded as limit:
+        notes.append(f"{where} {SKIPPED_NOTE}: {first}; in the reduced mode too: {limit}")
+        return None
+    finally:
+        extractor.reduced = False
+    notes.append(f"{where} {REDUCED_NOTE}: {first}")
+    return regions, True
+
+
+def _decided_in(finding: Finding, path: str, function: FunctionNode) -> bool:
+    """A finding of the reduced mode is kept when the function itself parts the ranks: every
+    condition that splits them is in its own body (a region finding: the region is). Divergences
+    decided in the helpers it calls are left to those helpers, which are roots of their own and
+    analysed in full: deep helper chains are where the joined values are least precise."""
+    end = function.end_lineno or function.lineno
+    example = finding.counterexample
+    if example is None:
+        return finding.location.path == path and function.lineno <= finding.location.line <= end
+    return bool(example.why) and all(
+        reason.path == path and function.lineno <= reason.line <= end for reason in example.why
+    )
+
+
+def budget_counts(notes: list[str]) -> tuple[int, int]:
+    """How many functions the notes say were analysed in the reduced mode, and how many skipped."""
+    reduced = sum(1 for note in notes if f" {REDUCED_NOTE}: " in note)
+    skipped = sum(1 for note in notes if f" {SKIPPED_NOTE}: " in note)
+    return reduced, skipped
 
 
 def _communicates(body: list[ast.stmt], module: ModuleInfo) -> bool:

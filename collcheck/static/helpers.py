@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collcheck.static.collectives import CollectiveEvents
+from collcheck.static.fallback import INERT_PER_STEP
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable
 from collcheck.static.program import (
@@ -146,11 +147,19 @@ class HelperInliner(CollectiveEvents):
         self.max_depth = max_depth
         self.max_steps = max_steps
         self.steps = 0
+        # The reduced mode of a function over the budget (fallback.py): paths joined, inert
+        # statements cheap. Steps then count in units of 1/INERT_PER_STEP.
+        self.reduced = False
         self.children: dict[str, HelperInliner] = {}  # the runners of other files' helpers
         self.summaries = Summaries()
 
     def exec_block(self, body: Sequence[ast.stmt], states: list[State], frame: Frame) -> list[State]:
         raise NotImplementedError
+
+    @property
+    def step_limit(self) -> int:
+        """`max_steps`, in the units the current mode counts steps in."""
+        return self.max_steps * INERT_PER_STEP if self.reduced else self.max_steps
 
     def function_imports(self, node: FunctionNode) -> ImportTable:
         raise NotImplementedError
@@ -226,7 +235,7 @@ class HelperInliner(CollectiveEvents):
         """The helper's final states: from a summary that holds here, or by running its body once
         (and keeping the run as a summary for the next call that agrees on what it read)."""
         summaries = self.summaries
-        key = _summary_key(function, inner, bound_self, start.env, runner.record_events)
+        key = _summary_key(function, inner, bound_self, start.env, (runner.record_events, self.reduced))
         if key is not None and summaries.enabled:
             for summary in summaries.entries.get(key, ()):
                 if _summary_holds(summary, caller, frame):
@@ -260,6 +269,7 @@ class HelperInliner(CollectiveEvents):
         saved_imports = runner.local_imports
         runner.local_imports = runner.function_imports(function)
         runner.steps = self.steps  # one work budget for the whole analysed function
+        runner.reduced = self.reduced
         try:
             return runner.exec_block(function.body, [start], inner)
         finally:
@@ -270,7 +280,7 @@ class HelperInliner(CollectiveEvents):
         """Replay a recorded helper run at this call: its work, the dependencies it passes on to
         helper runs being recorded around this call, its loop regions and its final states."""
         self.steps += summary.steps
-        if self.steps > self.max_steps:
+        if self.steps > self.step_limit:
             raise PathLimitExceeded(f"more than {self.max_steps} statements executed")
         rebase = Rebase(summary.chain, inner.chain, summary.conds, caller.conds)
         loops = tuple(op.rebased(rebase) for op in summary.loops)
@@ -374,11 +384,13 @@ def _small(value: Expr, limit: int = MAX_KEY_NODES) -> bool:
 
 
 def _summary_key(
-    function: FunctionNode, inner: Frame, bound_self: bool, env: dict[str, Expr], record_events: bool
+    function: FunctionNode, inner: Frame, bound_self: bool, env: dict[str, Expr], mode: tuple[bool, bool]
 ) -> tuple[Any, ...] | None:
+    """`mode`: whether events are recorded, whether the reduced mode runs (its steps and paths
+    are counted differently, so its runs are reused only by itself)."""
     if not all(_small(value) for value in env.values()):
         return None
-    return (function, inner.class_name, bound_self, inner.depth, tuple(env.items()), record_events)
+    return (function, inner.class_name, bound_self, inner.depth, tuple(env.items()), mode)
 
 
 def _snapshot(runner: HelperInliner) -> Snapshot:

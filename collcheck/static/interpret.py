@@ -24,6 +24,7 @@ from collcheck.static.budget import check_active
 from collcheck.static.calls import CallKind, callback_event
 from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
 from collcheck.static.conditions import ConditionKind, source_of
+from collcheck.static.fallback import INERT_PER_STEP, is_simple, join_paths
 from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.helpers import LoopOp
@@ -210,14 +211,16 @@ class Interpreter(ExceptionFlow):
             for state in live:
                 produced.extend(self.exec_stmt(stmt, state, frame))
             states = finished + produced
+            if self.reduced and len(produced) > 1:
+                states = join_paths(states)
             if len(states) > self.max_paths:
                 raise PathLimitExceeded(f"more than {self.max_paths} paths")
         return states
 
     def exec_stmt(self, stmt: ast.stmt, state: State, frame: Frame) -> list[State]:
         check_active()  # the file's wall-clock budget (budget.py)
-        self.steps += 1
-        if self.steps > self.max_steps:
+        self.steps += self._cost(stmt, state, frame) if self.reduced else 1
+        if self.steps > self.step_limit:
             # A bound on work, not only on paths: inlining can make a few paths very expensive.
             raise PathLimitExceeded(f"more than {self.max_steps} statements executed")
         handler = getattr(self, f"_stmt_{type(stmt).__name__}", None)
@@ -225,6 +228,18 @@ class Interpreter(ExceptionFlow):
             return self._stmt_generic(stmt, state, frame)
         result: list[State] = handler(stmt, state, frame)
         return result
+
+    def _cost(self, stmt: ast.stmt, state: State, frame: Frame) -> int:
+        """In the reduced mode: a full step, or one part in INERT_PER_STEP for a simple statement
+        that calls nothing the interpreter must run (fallback.py)."""
+        if not is_simple(stmt):
+            return INERT_PER_STEP
+        for child in ast.iter_child_nodes(stmt):
+            if isinstance(child, ast.expr) and any(
+                self.has_effect(call, frame, state) for call in calls_in_order(child)
+            ):
+                return INERT_PER_STEP
+        return 1
 
     def _stmt_generic(self, stmt: ast.stmt, state: State, frame: Frame) -> list[State]:
         # Statements without control flow of interest: evaluate their calls for effects.
