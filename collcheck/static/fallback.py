@@ -32,7 +32,7 @@ from __future__ import annotations
 import ast
 
 from collcheck.static.state import State, common_prefix
-from collcheck.static.symbolic import TRUE, BoolOp, Expr, IfExp, conjoin, is_rank_dependent, opaque
+from collcheck.static.symbolic import TRUE, BoolOp, Expr, IfExp, conjoin, is_rank_dependent, negate, opaque
 
 INERT_PER_STEP = 16  # inert statements executed per step of the budget, in the reduced mode
 
@@ -96,7 +96,7 @@ def join(states: list[State], ranked: dict[int, bool]) -> State:
     decided = tuple(c for c in rests[0] if _ranked(c, ranked))
     guards = [conjoin(tuple(c for c in rest if not _ranked(c, ranked))) for rest in rests]
     conds = (*prefix, *decided)
-    if all(guard != TRUE for guard in guards):
+    if not _exhaustive(guards):
         conds = (*conds, BoolOp("or", tuple(guards)))
     env: dict[str, Expr] = {}
     for key in dict.fromkeys(name for state in states for name in state.env):
@@ -107,6 +107,14 @@ def join(states: list[State], ranked: dict[int, bool]) -> State:
             continue
         env[key] = _select(key, guards, values)
     return State(env, conds, states[0].events)
+
+
+def _exhaustive(guards: list[Expr]) -> bool:
+    """The disjunction of `guards` is plainly true: one of them is, or they are `d` and `not d`
+    (the two arms of one test)."""
+    if any(guard == TRUE for guard in guards):
+        return True
+    return any(negate(guard) in guards for guard in guards)
 
 
 def _select(key: str, guards: list[Expr], values: list[Expr | None]) -> Expr:
