@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import ast
 import os
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 from collcheck.catalog import Catalog
 from collcheck.checks import Rule, StaticRules, all_rules, rule_selection, static_rules
@@ -170,7 +172,10 @@ def _analyze_tree(
     ]
     while roots:
         function, class_name, qualname, closure = roots.pop(0)
-        run = _run_within_budget(extractor, function, class_name, qualname, closure, notes)
+        where = f"{source.path}:{function.lineno}: {qualname}"
+        run = _run_within_budget(
+            extractor, partial(extractor.run_function, function, class_name, qualname, closure), where, notes
+        )
         if run is None:
             continue
         regions, reduced = run
@@ -181,16 +186,21 @@ def _analyze_tree(
         roots.extend((inner, class_name, name, scope) for inner, name, scope in nested)
         found = _findings_for(regions, rules, settings, stats, catalog_group_facts(catalog))
         if reduced:
-            found = [c for c in found if _decided_in(c[0], module.path, function)]
+            found = [c for c in found if _decided_in(c[0], source.path, _lines(function))]
         candidates.extend(found)
-    if _communicates(setup + main, module):
-        try:
-            regions = extractor.run_module(setup + main)
-            for region in regions:
-                region.conditions = extractor.conditions
-            candidates.extend(_findings_for(regions, rules, settings, stats, catalog_group_facts(catalog)))
-        except PathLimitExceeded as limit:
-            notes.append(f"{source.path}: module body skipped: {limit}")
+    body = setup + main
+    ran = None
+    if _communicates(body, module):
+        ran = _run_within_budget(
+            extractor, partial(extractor.run_module, body), f"{source.path}: module body", notes
+        )
+    if ran is not None:
+        for region in ran[0]:
+            region.conditions = extractor.conditions
+        found = _findings_for(ran[0], rules, settings, stats, catalog_group_facts(catalog))
+        if ran[1]:
+            found = [c for c in found if _decided_in(c[0], source.path, (1, len(source.text.splitlines())))]
+        candidates.extend(found)
     notes.extend(stats.notes)
     candidates = [
         c for c in candidates if not _reported_in_callee(c, source.path, catalog, settings, project)
@@ -205,23 +215,18 @@ SKIPPED_NOTE = "skipped"
 
 
 def _run_within_budget(
-    extractor: Interpreter,
-    function: FunctionNode,
-    class_name: str | None,
-    qualname: str,
-    closure: Closure | None,
-    notes: list[str],
+    extractor: Interpreter, run: Callable[[], list[Region]], where: str, notes: list[str]
 ) -> tuple[list[Region], bool] | None:
-    """The function's regions and whether they come from the reduced mode (fallback.py), which
-    runs when the full analysis goes over its budget; None (and a note) when both go over."""
-    where = f"{extractor.module.path}:{function.lineno}: {qualname}"
+    """The regions of `run` (a function or the module body, `where` in the notes) and whether they
+    come from the reduced mode (fallback.py), which runs when the full analysis goes over its
+    budget; None (and a note) when both go over."""
     try:
-        return extractor.run_function(function, class_name, qualname, closure), False
+        return run(), False
     except PathLimitExceeded as limit:
         first = limit
     extractor.reduced = True
     try:
-        regions = extractor.run_function(function, class_name, qualname, closure)
+        regions = run()
     except PathLimitExceeded as limit:
         notes.append(f"{where} {SKIPPED_NOTE}: {first}; in the reduced mode too: {limit}")
         return None
@@ -231,17 +236,21 @@ def _run_within_budget(
     return regions, True
 
 
-def _decided_in(finding: Finding, path: str, function: FunctionNode) -> bool:
-    """A finding of the reduced mode is kept when the function itself parts the ranks: every
-    condition that splits them is in its own body (a region finding: the region is). Divergences
-    decided in the helpers it calls are left to those helpers, which are roots of their own and
-    analysed in full: deep helper chains are where the joined values are least precise."""
-    end = function.end_lineno or function.lineno
+def _lines(function: FunctionNode) -> tuple[int, int]:
+    return function.lineno, function.end_lineno or function.lineno
+
+
+def _decided_in(finding: Finding, path: str, lines: tuple[int, int]) -> bool:
+    """A finding of the reduced mode is kept when the function (or module body) itself parts the
+    ranks: every condition that splits them is in its own `lines` (a region finding: the region
+    is). Divergences decided in the helpers it calls are left to those helpers, which are roots of
+    their own and analysed in full: deep helper chains are where joined values are least precise."""
+    first, last = lines
     example = finding.counterexample
     if example is None:
-        return finding.location.path == path and function.lineno <= finding.location.line <= end
+        return finding.location.path == path and first <= finding.location.line <= last
     return bool(example.why) and all(
-        reason.path == path and function.lineno <= reason.line <= end for reason in example.why
+        reason.path == path and first <= reason.line <= last for reason in example.why
     )
 
 
