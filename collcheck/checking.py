@@ -111,7 +111,7 @@ def run_check(paths: list[Path], options: CheckOptions) -> int:
             "settled without z3 (files read from the cache ask nothing)",
             file=sys.stderr,
         )
-        from collcheck.static.engine import budget_counts  # only under -v: the engine is heavy
+        from collcheck.static.over_budget import budget_counts  # only under -v: the engine is heavy
 
         reduced, skipped = budget_counts(result.notes)
         print(

@@ -15,8 +15,8 @@ from collcheck.api import check_paths
 from collcheck.config import Settings, load_settings
 from collcheck.findings import RunResult
 from collcheck.static import interpret
-from collcheck.static.engine import budget_counts
 from collcheck.static.fallback import join_paths
+from collcheck.static.over_budget import budget_counts
 from collcheck.static.state import State
 from collcheck.static.symbolic import RANK, Atom, BoolOp, Compare, Const, IfExp, negate
 

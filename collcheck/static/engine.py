@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
@@ -47,6 +46,7 @@ from collcheck.static.model import (
 )
 from collcheck.static.module_values import complete_loaded_module, complete_module
 from collcheck.static.names import ImportTable, module_imports
+from collcheck.static.over_budget import decided_in, lines_of, owning_a_split, run_within_budget
 from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, Site
 from collcheck.static.project import Project
@@ -173,7 +173,7 @@ def _analyze_tree(
     while roots:
         function, class_name, qualname, closure = roots.pop(0)
         where = f"{source.path}:{function.lineno}: {qualname}"
-        run = _run_within_budget(
+        run = run_within_budget(
             extractor, partial(extractor.run_function, function, class_name, qualname, closure), where, notes
         )
         if run is None:
@@ -184,22 +184,26 @@ def _analyze_tree(
         # Nested functions handed to unknown code are roots of their own (closures.py).
         nested = extractor.nested_roots(function, qualname, closure)
         roots.extend((inner, class_name, name, scope) for inner, name, scope in nested)
+        if reduced:
+            regions = owning_a_split(regions, extractor.conditions, source.path, lines_of(function))
         found = _findings_for(regions, rules, settings, stats, catalog_group_facts(catalog))
         if reduced:
-            found = [c for c in found if _decided_in(c[0], source.path, _lines(function))]
+            found = [c for c in found if decided_in(c[0], source.path, lines_of(function))]
         candidates.extend(found)
     body = setup + main
     ran = None
     if _communicates(body, module):
-        ran = _run_within_budget(
+        ran = run_within_budget(
             extractor, partial(extractor.run_module, body), f"{source.path}: module body", notes
         )
     if ran is not None:
         for region in ran[0]:
             region.conditions = extractor.conditions
-        found = _findings_for(ran[0], rules, settings, stats, catalog_group_facts(catalog))
+        whole = (1, len(source.text.splitlines()))
+        regions = owning_a_split(ran[0], extractor.conditions, source.path, whole) if ran[1] else ran[0]
+        found = _findings_for(regions, rules, settings, stats, catalog_group_facts(catalog))
         if ran[1]:
-            found = [c for c in found if _decided_in(c[0], source.path, (1, len(source.text.splitlines())))]
+            found = [c for c in found if decided_in(c[0], source.path, whole)]
         candidates.extend(found)
     notes.extend(stats.notes)
     candidates = [
@@ -208,57 +212,6 @@ def _analyze_tree(
     findings = _deduplicate(_one_root_cause(candidates))
     findings.extend(_module_checks(tree, source, catalog, settings, module.imports))
     return sorted(findings, key=Finding.sort_key)
-
-
-REDUCED_NOTE = "analysed in the reduced mode"  # -v counts the notes with these words
-SKIPPED_NOTE = "skipped"
-
-
-def _run_within_budget(
-    extractor: Interpreter, run: Callable[[], list[Region]], where: str, notes: list[str]
-) -> tuple[list[Region], bool] | None:
-    """The regions of `run` (a function or the module body, `where` in the notes) and whether they
-    come from the reduced mode (fallback.py), which runs when the full analysis goes over its
-    budget; None (and a note) when both go over."""
-    try:
-        return run(), False
-    except PathLimitExceeded as limit:
-        first = limit
-    extractor.reduced = True
-    try:
-        regions = run()
-    except PathLimitExceeded as limit:
-        notes.append(f"{where} {SKIPPED_NOTE}: {first}; in the reduced mode too: {limit}")
-        return None
-    finally:
-        extractor.reduced = False
-    notes.append(f"{where} {REDUCED_NOTE}: {first}")
-    return regions, True
-
-
-def _lines(function: FunctionNode) -> tuple[int, int]:
-    return function.lineno, function.end_lineno or function.lineno
-
-
-def _decided_in(finding: Finding, path: str, lines: tuple[int, int]) -> bool:
-    """A finding of the reduced mode is kept when the function (or module body) itself parts the
-    ranks: every condition that splits them is in its own `lines` (a region finding: the region
-    is). Divergences decided in the helpers it calls are left to those helpers, which are roots of
-    their own and analysed in full: deep helper chains are where joined values are least precise."""
-    first, last = lines
-    example = finding.counterexample
-    if example is None:
-        return finding.location.path == path and first <= finding.location.line <= last
-    return bool(example.why) and all(
-        reason.path == path and first <= reason.line <= last for reason in example.why
-    )
-
-
-def budget_counts(notes: list[str]) -> tuple[int, int]:
-    """How many functions the notes say were analysed in the reduced mode, and how many skipped."""
-    reduced = sum(1 for note in notes if f" {REDUCED_NOTE}: " in note)
-    skipped = sum(1 for note in notes if f" {SKIPPED_NOTE}: " in note)
-    return reduced, skipped
 
 
 def _communicates(body: list[ast.stmt], module: ModuleInfo) -> bool:
