@@ -15,7 +15,7 @@ from collcheck.api import check_paths
 from collcheck.config import Settings, load_settings
 from collcheck.findings import RunResult
 from collcheck.static import interpret
-from collcheck.static.fallback import join_paths
+from collcheck.static.fallback import RankedConditions, join_paths
 from collcheck.static.over_budget import budget_counts
 from collcheck.static.state import State
 from collcheck.static.symbolic import RANK, Atom, BoolOp, Compare, Const, IfExp, negate
@@ -96,7 +96,7 @@ def test_join_paths_joins_paths_that_differ_in_data_decisions_only() -> None:
     start = State({"x": Const(0)}, (IS_ZERO,))
     then, orelse = start.fork(SHARED), start.fork(negate(SHARED))
     then.env["x"] = Const(1)
-    joined = join_paths([then, orelse])
+    joined = join_paths([then, orelse], RankedConditions())
     assert len(joined) == 1
     assert joined[0].conds == (IS_ZERO,)  # flag or not flag: nothing left to require
     assert joined[0].env["x"] == IfExp(SHARED, Const(1), Const(0))
@@ -105,18 +105,18 @@ def test_join_paths_joins_paths_that_differ_in_data_decisions_only() -> None:
 def test_join_paths_keeps_the_disjunction_of_partial_data_decisions() -> None:
     a = State({}, (SHARED, OTHER))
     b = State({}, (negate(SHARED),))
-    joined = join_paths([a, b])
+    joined = join_paths([a, b], RankedConditions())
     assert len(joined) == 1
     assert joined[0].conds == (BoolOp("or", (BoolOp("and", (SHARED, OTHER)), negate(SHARED))),)
 
 
 def test_join_paths_never_joins_rank_decisions_or_ended_paths() -> None:
     rank0, others = State({}, (IS_ZERO,)), State({}, (negate(IS_ZERO),))
-    assert join_paths([rank0, others]) == [rank0, others]
+    assert join_paths([rank0, others], RankedConditions()) == [rank0, others]
     ended = State({}, (SHARED,))
     ended.exit = object()  # type: ignore[assignment]
     live = State({}, (negate(SHARED),))
-    assert join_paths([ended, live]) == [ended, live]
+    assert join_paths([ended, live], RankedConditions()) == [ended, live]
 
 
 def _force_reduced_mode(patch: pytest.MonkeyPatch) -> None:

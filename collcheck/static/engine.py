@@ -174,7 +174,11 @@ def _analyze_tree(
         function, class_name, qualname, closure = roots.pop(0)
         where = f"{source.path}:{function.lineno}: {qualname}"
         run = run_within_budget(
-            extractor, partial(extractor.run_function, function, class_name, qualname, closure), where, notes
+            extractor,
+            partial(extractor.run_function, function, class_name, qualname, closure),
+            where,
+            notes,
+            function,
         )
         if run is None:
             continue

@@ -53,20 +53,33 @@ def is_simple(stmt: ast.stmt) -> bool:
     return isinstance(stmt, SIMPLE_STATEMENTS)
 
 
-def join_paths(states: list[State]) -> list[State]:
+class RankedConditions:
+    """Whether each path condition depends on the rank, judged once per condition for one run
+    (conditions are shared between paths; the condition is kept so that its id stays its own)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[Expr, bool]] = {}
+
+    def __call__(self, cond: Expr) -> bool:
+        hit = self._seen.get(id(cond))
+        if hit is None:
+            hit = self._seen[id(cond)] = (cond, is_rank_dependent(cond))
+        return hit[1]
+
+
+def join_paths(states: list[State], ranked: RankedConditions) -> list[State]:
     """The live states that issued the same elements so far and took the same rank-dependent
     decisions, joined into one each (in the order of their first member); ended states are kept
     as they are, in place."""
     groups: dict[tuple[object, ...], list[State]] = {}
     order: list[State | tuple[object, ...]] = []
-    ranked: dict[int, bool] = {}  # conditions are shared between paths: each is judged once
     live = 0
     for state in states:
         if state.exit is not None:
             order.append(state)
             continue
         live += 1
-        key = (state.events, tuple(c for c in state.conds if _ranked(c, ranked)))
+        key = (state.events, tuple(c for c in state.conds if ranked(c)))
         group = groups.get(key)
         if group is None:
             groups[key] = [state]
@@ -78,14 +91,7 @@ def join_paths(states: list[State]) -> list[State]:
     return [item if isinstance(item, State) else join(groups[item], ranked) for item in order]
 
 
-def _ranked(cond: Expr, seen: dict[int, bool]) -> bool:
-    hit = seen.get(id(cond))
-    if hit is None:
-        hit = seen[id(cond)] = is_rank_dependent(cond)
-    return hit
-
-
-def join(states: list[State], ranked: dict[int, bool]) -> State:
+def join(states: list[State], ranked: RankedConditions) -> State:
     """One state taken by the ranks that take any of `states` (live, with the same events and the
     same rank-dependent conditions): the conditions they share, then the rank-dependent ones, then
     the disjunction of the rest (data decisions alike on every rank)."""
@@ -93,8 +99,8 @@ def join(states: list[State], ranked: dict[int, bool]) -> State:
         return states[0]
     prefix = common_prefix([state.conds for state in states])
     rests = [state.conds[len(prefix) :] for state in states]
-    decided = tuple(c for c in rests[0] if _ranked(c, ranked))
-    guards = [conjoin(tuple(c for c in rest if not _ranked(c, ranked))) for rest in rests]
+    decided = tuple(c for c in rests[0] if ranked(c))
+    guards = [conjoin(tuple(c for c in rest if not ranked(c))) for rest in rests]
     conds = (*prefix, *decided)
     if not _exhaustive(guards):
         conds = (*conds, BoolOp("or", tuple(guards)))

@@ -126,6 +126,9 @@ class Summaries:
     recordings: list[Recording] = field(default_factory=list)
     executions: Counter[FunctionNode] = field(default_factory=Counter)  # helper bodies run
     reused: int = 0
+    # Roots of the file whose full analysis went over the work budget: a later root that calls
+    # one would go over it too (the budget covers what it inlines), so it gives up at the call.
+    over_budget: set[FunctionNode] = field(default_factory=set)
 
 
 MAX_RECURSION = 3  # levels of one function on a call stack: recursion is unrolled this far
@@ -181,6 +184,8 @@ class HelperInliner(CollectiveEvents):
             return [(state, self.pure(call, state, frame, known))]
         if self.summaries.recordings:
             self._note_recursion(function, frame)
+        if function in self.summaries.over_budget and not self.reduced:
+            raise PathLimitExceeded(f"calls {function.name}, itself over the budget")
         if frame.stack.count(function) >= MAX_RECURSION:
             # Bounded: deeper levels are not followed (their collectives are not seen).
             return [(state, self.pure(call, state, frame, known))]

@@ -30,15 +30,22 @@ SKIPPED_NOTE = "skipped"
 
 
 def run_within_budget(
-    extractor: Interpreter, run: Callable[[], list[Region]], where: str, notes: list[str]
+    extractor: Interpreter,
+    run: Callable[[], list[Region]],
+    where: str,
+    notes: list[str],
+    function: FunctionNode | None = None,
 ) -> tuple[list[Region], bool] | None:
-    """The regions of `run` (a function or the module body, `where` in the notes) and whether they
-    come from the reduced mode (fallback.py), which runs when the full analysis goes over its
-    budget; None (and a note) when both go over."""
+    """The regions of `run` (`function`, or the module body when None; `where` in the notes) and
+    whether they come from the reduced mode (fallback.py), which runs when the full analysis goes
+    over its budget; None (and a note) when both go over. A function over the budget is
+    remembered: the full analysis of a later root gives up at a call to it (helpers.py)."""
     try:
         return run(), False
     except PathLimitExceeded as limit:
         first = limit
+    if function is not None:
+        extractor.summaries.over_budget.add(function)
     extractor.reduced = True
     try:
         regions = run()
