@@ -16,7 +16,7 @@ from collcheck.config import Settings, load_settings
 from collcheck.findings import RunResult
 from collcheck.static import interpret
 from collcheck.static.fallback import RankedConditions, join_paths
-from collcheck.static.over_budget import budget_counts
+from collcheck.static.over_budget import budget_counts, decided_in
 from collcheck.static.state import State
 from collcheck.static.symbolic import RANK, Atom, BoolOp, Compare, Const, IfExp, negate
 
@@ -158,3 +158,42 @@ def test_verbose_counts_the_reduced_and_skipped_functions(capsys: pytest.Capture
     assert "analysed in the reduced mode: more than" in out
     _, _, quiet = run(capsys, "check", str(bug), "--no-cache", "-j", "1")
     assert "budget:" not in quiet
+
+
+def _many_checks(name: str, checks: int) -> str:
+    """A function whose independent checks, each able to stop it, go over the path budget."""
+    body = "".join(
+        f"    if cfg[{i}]:\n        if cfg[{i + 100}]:\n            raise ValueError({i})\n"
+        for i in range(checks)
+    )
+    return f"def {name}(cfg, t):\n{body}    dist.all_reduce(t)\n"
+
+
+def test_a_later_root_calling_a_root_over_the_budget_gives_up_at_the_call(tmp_path: Path) -> None:
+    """`caller` alone fits, but the helper it calls went over the budget as a root: its full
+    analysis stops at the call (it would go over too) and the reduced mode runs at once."""
+    source = tmp_path / "calls_big.py"
+    source.write_text(
+        "import torch.distributed as dist\n\n\n"
+        + _many_checks("big", 10)
+        + "\n\ndef caller(cfg, t):\n    big(cfg, t)\n",
+        encoding="utf-8",
+    )
+    notes = _check(source).notes
+    assert budget_counts(notes) == (2, 0), notes
+    assert any("caller analysed in the reduced mode: calls big, itself over the budget" in n for n in notes)
+
+
+def test_reduced_mode_findings_are_those_the_function_decides(tmp_path: Path) -> None:
+    """`decided_in` keeps a finding for a function when every condition that parts the ranks is
+    in its lines: the helper's own finding is decided in the helper, not in a caller."""
+    source = tmp_path / "helper.py"
+    source.write_text(
+        "import torch.distributed as dist\n\n\ndef sync(t):\n    if dist.get_rank() == 0:\n"
+        "        dist.barrier()\n    dist.all_reduce(t)\n\n\ndef caller(t):\n    sync(t)\n",
+        encoding="utf-8",
+    )
+    findings = [f for f in _check(source).findings if f.function == "sync"]
+    assert len(findings) == 1
+    assert decided_in(findings[0], str(source), (4, 7))  # sync's lines
+    assert not decided_in(findings[0], str(source), (10, 11))  # caller's lines
