@@ -197,3 +197,24 @@ def test_reduced_mode_findings_are_those_the_function_decides(tmp_path: Path) ->
     assert len(findings) == 1
     assert decided_in(findings[0], str(source), (4, 7))  # sync's lines
     assert not decided_in(findings[0], str(source), (10, 11))  # caller's lines
+
+
+def test_over_the_reduced_budget_too_helpers_become_unknown_collectives(tmp_path: Path) -> None:
+    """`heavy` parts its paths on the rank at every test, over the path budget in both modes, and
+    is skipped; `train` calls it, so it goes over too, and is analysed last with its communicating
+    helpers taken as unknown collectives: the barrier only rank 0 issues before the call is found."""
+    tests = "".join(f"    if dist.get_rank() == {i}:\n        dist.barrier()\n" for i in range(9))
+    source = tmp_path / "heavy_helper.py"
+    source.write_text(
+        "import torch.distributed as dist\n\n\n"
+        f"def heavy(t):\n{tests}\n\n"
+        "def train(t):\n    if dist.get_rank() == 0:\n        dist.barrier()\n"
+        "    dist.all_reduce(t)\n    heavy(t)\n    dist.all_reduce(t)\n",
+        encoding="utf-8",
+    )
+    result = _check(source)
+    lines = source.read_text(encoding="utf-8").splitlines()
+    barrier = lines.index("def train(t):") + 3  # the barrier under `if dist.get_rank() == 0:`
+    assert [(f.code, f.function, f.location.line) for f in result.findings] == [("CC001", "train", barrier)]
+    assert budget_counts(result.notes) == (1, 1), result.notes
+    assert any("train analysed in the reduced mode" in n and "unknown collectives" in n for n in result.notes)

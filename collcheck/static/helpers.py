@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from collcheck.static.calls import callback_event
 from collcheck.static.collectives import CollectiveEvents
 from collcheck.static.fallback import INERT_PER_STEP
 from collcheck.static.model import FunctionNode, ModuleInfo
@@ -153,6 +154,8 @@ class HelperInliner(CollectiveEvents):
         # The reduced mode of a function over the budget (fallback.py): paths joined, inert
         # statements cheap. Steps then count in units of 1/INERT_PER_STEP.
         self.reduced = False
+        # The last resort: calls into communicating helpers are unknown collectives, not inlined.
+        self.opaque_helpers = False
         self.children: dict[str, HelperInliner] = {}  # the runners of other files' helpers
         self.summaries = Summaries()
 
@@ -197,6 +200,12 @@ class HelperInliner(CollectiveEvents):
         )
         if not communicates and not self.returns_matter(function, owner_module):
             return [(state, self.pure(call, state, frame, known))]
+        if communicates and self.opaque_helpers:
+            # The last resort over the budget (over_budget.py): the helper is a root of its own;
+            # here it issues unknown collectives, and nothing at or after it is compared.
+            if self.record_events:
+                state.events = (*state.events, callback_event(call, self.module.path, frame))
+            return [(state, self.pure(call, state, frame, known))]
         env = self._bind_call_arguments(call, function, bound_self, state, frame, known)
         site = Site(
             frame.function, function.name, self.module.path, call.lineno, call.col_offset, owner_module.path
@@ -240,7 +249,8 @@ class HelperInliner(CollectiveEvents):
         """The helper's final states: from a summary that holds here, or by running its body once
         (and keeping the run as a summary for the next call that agrees on what it read)."""
         summaries = self.summaries
-        key = _summary_key(function, inner, bound_self, start.env, (runner.record_events, self.reduced))
+        mode = (runner.record_events, self.reduced, self.opaque_helpers)
+        key = _summary_key(function, inner, bound_self, start.env, mode)
         if key is not None and summaries.enabled:
             for summary in summaries.entries.get(key, ()):
                 if _summary_holds(summary, caller, frame):
@@ -275,6 +285,7 @@ class HelperInliner(CollectiveEvents):
         runner.local_imports = runner.function_imports(function)
         runner.steps = self.steps  # one work budget for the whole analysed function
         runner.reduced = self.reduced
+        runner.opaque_helpers = self.opaque_helpers
         try:
             return runner.exec_block(function.body, [start], inner)
         finally:
@@ -389,10 +400,10 @@ def _small(value: Expr, limit: int = MAX_KEY_NODES) -> bool:
 
 
 def _summary_key(
-    function: FunctionNode, inner: Frame, bound_self: bool, env: dict[str, Expr], mode: tuple[bool, bool]
+    function: FunctionNode, inner: Frame, bound_self: bool, env: dict[str, Expr], mode: tuple[bool, ...]
 ) -> tuple[Any, ...] | None:
-    """`mode`: whether events are recorded, whether the reduced mode runs (its steps and paths
-    are counted differently, so its runs are reused only by itself)."""
+    """`mode`: whether events are recorded, whether the reduced mode runs and whether helpers are
+    opaque there (steps and paths are counted differently, so its runs are reused only by itself)."""
     if not all(_small(value) for value in env.values()):
         return None
     return (function, inner.class_name, bound_self, inner.depth, tuple(env.items()), mode)

@@ -2,7 +2,9 @@
 
 In: the interpreter, a call that runs the function in it, where it is (for the notes). Out: its
 regions, from the full analysis or, when that goes over `max_steps`/`max_paths`, from the reduced
-mode (`fallback.py`: paths joined, inert statements cheap), or None when both go over; then,
+mode (`fallback.py`: paths joined, inert statements cheap), or, over that too, from the reduced
+mode with its communicating helpers taken as unknown collectives (`opaque_helpers`: they are roots
+of their own; what precedes the first of them is still compared), or None when all go over; then,
 for a reduced-mode run, the regions worth solving (`owning_a_split`) and the findings kept
 (`decided_in`): those the function itself decides, every condition that parts the ranks in its
 own lines. A divergence decided inside a helper is left to the helper, a root of its own that
@@ -46,16 +48,24 @@ def run_within_budget(
         first = limit
     if function is not None:
         extractor.summaries.over_budget.add(function)
-    extractor.reduced = True
-    try:
-        regions = run()
-    except PathLimitExceeded as limit:
-        notes.append(f"{where} {SKIPPED_NOTE}: {first}; in the reduced mode too: {limit}")
-        return None
-    finally:
-        extractor.reduced = False
-    notes.append(f"{where} {REDUCED_NOTE}: {first}")
-    return regions, True
+    note = f"{where} {REDUCED_NOTE}: {first}"
+    for opaque_helpers in (False, True):
+        # The last resort (opaque_helpers): the function's own body, its communicating helpers
+        # (roots of their own) taken as unknown collectives: what precedes them is still compared.
+        extractor.reduced, extractor.opaque_helpers = True, opaque_helpers
+        try:
+            regions = run()
+        except PathLimitExceeded as limit:
+            last = limit
+            continue
+        finally:
+            extractor.reduced = extractor.opaque_helpers = False
+        if opaque_helpers:
+            note += "; over it there too, so its communicating helpers were taken as unknown collectives"
+        notes.append(note)
+        return regions, True
+    notes.append(f"{where} {SKIPPED_NOTE}: {first}; in the reduced mode too: {last}")
+    return None
 
 
 def lines_of(function: FunctionNode) -> tuple[int, int]:
