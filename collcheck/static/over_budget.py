@@ -17,9 +17,11 @@ follow). Notes say which functions ran reduced or were skipped; `budget_counts` 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from collcheck.findings import Finding
+from collcheck.static.budget import SliceExceeded, active, time_slice
 from collcheck.static.conditions import ConditionSources
 from collcheck.static.interpret import Interpreter
 from collcheck.static.model import FunctionNode
@@ -49,23 +51,42 @@ def run_within_budget(
     if function is not None:
         extractor.summaries.over_budget.add(function)
     note = f"{where} {REDUCED_NOTE}: {first}"
+    last: Exception | None = None
     for opaque_helpers in (False, True):
         # The last resort (opaque_helpers): the function's own body, its communicating helpers
         # (roots of their own) taken as unknown collectives: what precedes them is still compared.
         extractor.reduced, extractor.opaque_helpers = True, opaque_helpers
+        started = time.monotonic()
         try:
-            regions = run()
-        except PathLimitExceeded as limit:
+            with time_slice(_share_left(extractor)):
+                regions = run()
+        except (PathLimitExceeded, SliceExceeded) as limit:
             last = limit
+            if isinstance(limit, SliceExceeded):
+                break
             continue
         finally:
             extractor.reduced = extractor.opaque_helpers = False
+            extractor.fallback_seconds += time.monotonic() - started
         if opaque_helpers:
             note += "; over it there too, so its communicating helpers were taken as unknown collectives"
         notes.append(note)
         return regions, True
     notes.append(f"{where} {SKIPPED_NOTE}: {first}; in the reduced mode too: {last}")
     return None
+
+
+FALLBACK_SHARE = 0.25  # of a file's time budget, for the reduced mode of all its functions
+
+
+def _share_left(extractor: Interpreter) -> float:
+    """What is left of the file's share for the reduced mode (meaningful under a file budget only:
+    outside one, `time_slice` sets no limit). The full analysis of the functions that fit keeps
+    the rest: a file analysed before this fallback existed is not stopped by it."""
+    deadline = active()
+    if deadline is None:
+        return 0.0
+    return max(0.0, deadline.seconds * FALLBACK_SHARE - extractor.fallback_seconds)
 
 
 def lines_of(function: FunctionNode) -> tuple[int, int]:
