@@ -111,6 +111,14 @@ def run_check(paths: list[Path], options: CheckOptions) -> int:
             "settled without z3 (files read from the cache ask nothing)",
             file=sys.stderr,
         )
+        from collcheck.static.over_budget import budget_counts  # only under -v: the engine is heavy
+
+        reduced, skipped = budget_counts(result.notes)
+        print(
+            f"budget: {reduced} functions over the work budget analysed in the reduced mode, "
+            f"{skipped} skipped (over it there too)",
+            file=sys.stderr,
+        )
     if options.output is not None:
         options.output.write_text(report + "\n", encoding="utf-8")
     else:

@@ -103,6 +103,32 @@ class BoundedSolver:
         return getattr(self._solver, name)
 
 
+class SliceExceeded(Exception):
+    """A part of a file's analysis ran past the share of the file's budget it was given; the rest
+    of the file goes on."""
+
+
+@contextmanager
+def time_slice(seconds: float) -> Iterator[None]:
+    """Run the body under a stricter deadline: `seconds`, or what the file has left if less.
+    Past it, `SliceExceeded` (the file's own deadline, if that is what passed, still raises
+    `BudgetExceeded`). Outside a file budget: no limit."""
+    outer = _ACTIVE.get()
+    if outer is None:
+        yield
+        return
+    inner = Deadline(max(0.0, min(seconds, outer.remaining())), time.monotonic(), outer.solvers)
+    token = _ACTIVE.set(inner)
+    try:
+        yield
+    except BudgetExceeded:
+        if outer.expired():
+            raise
+        raise SliceExceeded(f"over its {seconds:.2g} s share of the file's time budget") from None
+    finally:
+        _ACTIVE.reset(token)
+
+
 def bounded_solver(solver: Any, per_query_ms: int) -> BoundedSolver:
     return BoundedSolver(solver, per_query_ms)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from collcheck.static.model import FunctionNode
 from collcheck.static.names import nodes_under
-from collcheck.static.state import State, merge_envs
+from collcheck.static.state import State, common_prefix, merge_envs
 from collcheck.static.symbolic import Expr
 
 MAX_NESTING = 3  # functions nested deeper than this in an analysed function are not roots
@@ -109,17 +109,4 @@ def closure_of(
     for name in late_bound_names(outer, inner):
         env.pop(name, None)
     env.pop(inner.name, None)
-    return Closure(outer, env, _common_prefix([state.conds for state in states]), dict(siblings), depth)
-
-
-def _common_prefix(conds: list[tuple[Expr, ...]]) -> tuple[Expr, ...]:
-    """The conditions every path shares (a weaker condition than each path's: sound)."""
-    first = conds[0]
-    length = len(first)
-    for other in conds[1:]:
-        length = min(length, len(other))
-        for index in range(length):
-            if other[index] != first[index]:
-                length = index
-                break
-    return first[:length]
+    return Closure(outer, env, common_prefix([state.conds for state in states]), dict(siblings), depth)

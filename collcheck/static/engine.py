@@ -10,6 +10,7 @@ import ast
 import os
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 from collcheck.catalog import Catalog
 from collcheck.checks import Rule, StaticRules, all_rules, rule_selection, static_rules
@@ -47,6 +48,7 @@ from collcheck.static.model import (
 )
 from collcheck.static.module_values import complete_loaded_module, complete_module
 from collcheck.static.names import ImportTable, module_imports, nodes_under
+from collcheck.static.over_budget import decided_in, lines_of, owning_a_split, run_within_budget
 from collcheck.static.p2p_schedule import Verdict, confirm, files_of, loop_table, schedule_deadlock
 from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, Site
@@ -173,27 +175,43 @@ def _analyze_tree(
     ]
     while roots:
         function, class_name, qualname, closure = roots.pop(0)
-        try:
-            regions = extractor.run_function(function, class_name, qualname, closure)
-        except PathLimitExceeded as limit:
-            notes.append(f"{source.path}:{function.lineno}: {qualname} skipped: {limit}")
+        where = f"{source.path}:{function.lineno}: {qualname}"
+        run = run_within_budget(
+            extractor,
+            partial(extractor.run_function, function, class_name, qualname, closure),
+            where,
+            notes,
+            function,
+        )
+        if run is None:
             continue
+        regions, reduced = run
         for region in regions:
             region.conditions = extractor.conditions
         # Nested functions handed to unknown code are roots of their own (closures.py).
         nested = extractor.nested_roots(function, qualname, closure)
         roots.extend((inner, class_name, name, scope) for inner, name, scope in nested)
-        facts = catalog_group_facts(catalog)
-        candidates.extend(_findings_for(regions, rules, settings, stats, facts, nonblocking))
-    if _communicates(setup + main, module):
-        try:
-            regions = extractor.run_module(setup + main)
-            for region in regions:
-                region.conditions = extractor.conditions
-            facts = catalog_group_facts(catalog)
-            candidates.extend(_findings_for(regions, rules, settings, stats, facts, nonblocking))
-        except PathLimitExceeded as limit:
-            notes.append(f"{source.path}: module body skipped: {limit}")
+        if reduced:
+            regions = owning_a_split(regions, extractor.conditions, source.path, lines_of(function))
+        found = _findings_for(regions, rules, settings, stats, catalog_group_facts(catalog), nonblocking)
+        if reduced:
+            found = [c for c in found if decided_in(c[0], source.path, lines_of(function))]
+        candidates.extend(found)
+    body = setup + main
+    ran = None
+    if _communicates(body, module):
+        ran = run_within_budget(
+            extractor, partial(extractor.run_module, body), f"{source.path}: module body", notes
+        )
+    if ran is not None:
+        for region in ran[0]:
+            region.conditions = extractor.conditions
+        whole = (1, len(source.text.splitlines()))
+        regions = owning_a_split(ran[0], extractor.conditions, source.path, whole) if ran[1] else ran[0]
+        found = _findings_for(regions, rules, settings, stats, catalog_group_facts(catalog), nonblocking)
+        if ran[1]:
+            found = [c for c in found if decided_in(c[0], source.path, whole)]
+        candidates.extend(found)
     notes.extend(stats.notes)
     candidates = [
         c for c in candidates if not _reported_in_callee(c, source.path, catalog, settings, project)

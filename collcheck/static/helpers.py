@@ -28,7 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from collcheck.static.calls import callback_event
 from collcheck.static.collectives import CollectiveEvents
+from collcheck.static.fallback import INERT_PER_STEP
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable
 from collcheck.static.program import (
@@ -125,6 +127,9 @@ class Summaries:
     recordings: list[Recording] = field(default_factory=list)
     executions: Counter[FunctionNode] = field(default_factory=Counter)  # helper bodies run
     reused: int = 0
+    # Roots of the file whose full analysis went over the work budget: a later root that calls
+    # one would go over it too (the budget covers what it inlines), so it gives up at the call.
+    over_budget: set[FunctionNode] = field(default_factory=set)
 
 
 MAX_RECURSION = 3  # levels of one function on a call stack: recursion is unrolled this far
@@ -146,11 +151,22 @@ class HelperInliner(CollectiveEvents):
         self.max_depth = max_depth
         self.max_steps = max_steps
         self.steps = 0
+        # The reduced mode of a function over the budget (fallback.py): paths joined, inert
+        # statements cheap. Steps then count in units of 1/INERT_PER_STEP.
+        self.reduced = False
+        # The last resort: calls into communicating helpers are unknown collectives, not inlined.
+        self.opaque_helpers = False
+        self.fallback_seconds = 0.0  # wall-clock time the file's reduced-mode runs took so far
         self.children: dict[str, HelperInliner] = {}  # the runners of other files' helpers
         self.summaries = Summaries()
 
     def exec_block(self, body: Sequence[ast.stmt], states: list[State], frame: Frame) -> list[State]:
         raise NotImplementedError
+
+    @property
+    def step_limit(self) -> int:
+        """`max_steps`, in the units the current mode counts steps in."""
+        return self.max_steps * INERT_PER_STEP if self.reduced else self.max_steps
 
     def function_imports(self, node: FunctionNode) -> ImportTable:
         raise NotImplementedError
@@ -172,6 +188,8 @@ class HelperInliner(CollectiveEvents):
             return [(state, self.pure(call, state, frame, known))]
         if self.summaries.recordings:
             self._note_recursion(function, frame)
+        if function in self.summaries.over_budget and not self.reduced:
+            raise PathLimitExceeded(f"calls {function.name}, itself over the budget")
         if frame.stack.count(function) >= MAX_RECURSION:
             # Bounded: deeper levels are not followed (their collectives are not seen).
             return [(state, self.pure(call, state, frame, known))]
@@ -182,6 +200,12 @@ class HelperInliner(CollectiveEvents):
             or self.passes_typed_object(call, state)
         )
         if not communicates and not self.returns_matter(function, owner_module):
+            return [(state, self.pure(call, state, frame, known))]
+        if communicates and self.opaque_helpers:
+            # The last resort over the budget (over_budget.py): the helper is a root of its own;
+            # here it issues unknown collectives, and nothing at or after it is compared.
+            if self.record_events:
+                state.events = (*state.events, callback_event(call, self.module.path, frame))
             return [(state, self.pure(call, state, frame, known))]
         env = self._bind_call_arguments(call, function, bound_self, state, frame, known)
         site = Site(
@@ -226,7 +250,8 @@ class HelperInliner(CollectiveEvents):
         """The helper's final states: from a summary that holds here, or by running its body once
         (and keeping the run as a summary for the next call that agrees on what it read)."""
         summaries = self.summaries
-        key = _summary_key(function, inner, bound_self, start.env, runner.record_events)
+        mode = (runner.record_events, self.reduced, self.opaque_helpers)
+        key = _summary_key(function, inner, bound_self, start.env, mode)
         if key is not None and summaries.enabled:
             for summary in summaries.entries.get(key, ()):
                 if _summary_holds(summary, caller, frame):
@@ -260,6 +285,8 @@ class HelperInliner(CollectiveEvents):
         saved_imports = runner.local_imports
         runner.local_imports = runner.function_imports(function)
         runner.steps = self.steps  # one work budget for the whole analysed function
+        runner.reduced = self.reduced
+        runner.opaque_helpers = self.opaque_helpers
         try:
             return runner.exec_block(function.body, [start], inner)
         finally:
@@ -270,7 +297,7 @@ class HelperInliner(CollectiveEvents):
         """Replay a recorded helper run at this call: its work, the dependencies it passes on to
         helper runs being recorded around this call, its loop regions and its final states."""
         self.steps += summary.steps
-        if self.steps > self.max_steps:
+        if self.steps > self.step_limit:
             raise PathLimitExceeded(f"more than {self.max_steps} statements executed")
         rebase = Rebase(summary.chain, inner.chain, summary.conds, caller.conds)
         loops = tuple(op.rebased(rebase) for op in summary.loops)
@@ -374,11 +401,13 @@ def _small(value: Expr, limit: int = MAX_KEY_NODES) -> bool:
 
 
 def _summary_key(
-    function: FunctionNode, inner: Frame, bound_self: bool, env: dict[str, Expr], record_events: bool
+    function: FunctionNode, inner: Frame, bound_self: bool, env: dict[str, Expr], mode: tuple[bool, ...]
 ) -> tuple[Any, ...] | None:
+    """`mode`: whether events are recorded, whether the reduced mode runs and whether helpers are
+    opaque there (steps and paths are counted differently, so its runs are reused only by itself)."""
     if not all(_small(value) for value in env.values()):
         return None
-    return (function, inner.class_name, bound_self, inner.depth, tuple(env.items()), record_events)
+    return (function, inner.class_name, bound_self, inner.depth, tuple(env.items()), mode)
 
 
 def _snapshot(runner: HelperInliner) -> Snapshot:

@@ -25,6 +25,7 @@ from collcheck.static.calls import CallKind, callback_event
 from collcheck.static.catalog_values import BIN_OPS, value_from_spec
 from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
 from collcheck.static.conditions import ConditionKind, source_of
+from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simple, join_paths
 from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.helpers import LoopOp
@@ -83,6 +84,8 @@ class Interpreter(ExceptionFlow):
         self._import_tables: dict[FunctionNode, ImportTable] = {}
         # The states that reached each `def` in the root's own body (not in helpers it inlined).
         self.definitions: dict[FunctionNode, list[State]] = {}
+        self.ranked = RankedConditions()  # the reduced mode's judgements, one run at a time
+        self.effects = 0  # expressions evaluated that ran a call (the reduced mode's step count)
 
     def run_function(
         self, node: FunctionNode, class_name: str | None, qualname: str, closure: Closure | None = None
@@ -94,6 +97,7 @@ class Interpreter(ExceptionFlow):
         self.definitions = {}
         self.set_names = set()
         self.steps = 0
+        self.ranked = RankedConditions()
         self.local_imports = self.function_imports(closure.outer if closure is not None else node)
         env = self.entry_parameters(node)
         if closure is not None:
@@ -131,6 +135,7 @@ class Interpreter(ExceptionFlow):
         self.regions = []
         self.loop_regions = {}
         self.steps = 0
+        self.ranked = RankedConditions()
         frame = Frame("<module>", None, (), 0, ())
         states = self.exec_block(body, [State(dict(self.module.globals))], frame)
         paths = [Path(s.conds, s.events, s.exit) for s in states]
@@ -218,21 +223,30 @@ class Interpreter(ExceptionFlow):
             for state in live:
                 produced.extend(self.exec_stmt(stmt, state, frame))
             states = finished + produced
+            if self.reduced and len(produced) > 1:
+                states = join_paths(states, self.ranked)
             if len(states) > self.max_paths:
                 raise PathLimitExceeded(f"more than {self.max_paths} paths")
         return states
 
     def exec_stmt(self, stmt: ast.stmt, state: State, frame: Frame) -> list[State]:
         check_active()  # the file's wall-clock budget (budget.py)
-        self.steps += 1
-        if self.steps > self.max_steps:
-            # A bound on work, not only on paths: inlining can make a few paths very expensive.
-            raise PathLimitExceeded(f"more than {self.max_steps} statements executed")
-        handler = getattr(self, f"_stmt_{type(stmt).__name__}", None)
-        if handler is None:
-            return self._stmt_generic(stmt, state, frame)
-        result: list[State] = handler(stmt, state, frame)
+        handler = getattr(self, f"_stmt_{type(stmt).__name__}", self._stmt_generic)
+        if self.reduced and is_simple(stmt):
+            # Counted once run: a full step if it ran a call that may communicate (fallback.py).
+            before = self.effects
+            result: list[State] = handler(stmt, state, frame)
+            self._count(1 if self.effects == before else INERT_PER_STEP)
+            return result
+        # A bound on work, not only on paths: inlining can make a few paths very expensive.
+        self._count(INERT_PER_STEP if self.reduced else 1)
+        result = handler(stmt, state, frame)
         return result
+
+    def _count(self, steps: int) -> None:
+        self.steps += steps
+        if self.steps > self.step_limit:
+            raise PathLimitExceeded(f"more than {self.max_steps} statements executed")
 
     def _stmt_generic(self, stmt: ast.stmt, state: State, frame: Frame) -> list[State]:
         # Statements without control flow of interest: evaluate their calls for effects.
@@ -566,6 +580,7 @@ class Interpreter(ExceptionFlow):
         calls = [n for n in calls_in_order(node) if self.has_effect(n, frame, state)]
         if not calls:
             return [(state, self.pure(node, state, frame))]
+        self.effects += 1
         pending: list[tuple[State, dict[int, Expr]]] = [(state, {})]
         for call in calls:
             advanced: list[tuple[State, dict[int, Expr]]] = []

@@ -2,7 +2,7 @@
 
 In: nothing of its own (plain data). Out: `State` (a path's variables, condition, events, exit),
 `Frame` (the function being executed and the calls that led to it), `PathLimitExceeded`, and the
-joins that keep paths few: `merge_branches`, `merge_envs`, `collapse_returns`.
+joins that keep paths few: `merge_branches`, `merge_envs`, `common_prefix`, `collapse_returns`.
 """
 
 from __future__ import annotations
@@ -81,6 +81,19 @@ def merge_branches(
         else:
             merged.env[key] = opaque(f"maybe:{key}", (test, a or b or Const(None)))
     return [merged]
+
+
+def common_prefix(conds: list[tuple[Expr, ...]]) -> tuple[Expr, ...]:
+    """The conditions every one of `conds` starts with (their conjunction is implied by each)."""
+    first = conds[0]
+    length = len(first)
+    for other in conds[1:]:
+        length = min(length, len(other))
+        for index in range(length):
+            if other[index] != first[index]:
+                length = index
+                break
+    return first[:length]
 
 
 def collapse_returns(caller: State, results: list[tuple[State, Expr]]) -> list[tuple[State, Expr]]:

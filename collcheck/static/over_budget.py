@@ -1,0 +1,134 @@
+"""What the engine does with a function (or module body) over the work budget.
+
+In: the interpreter, a call that runs the function in it, where it is (for the notes). Out: its
+regions, from the full analysis or, when that goes over `max_steps`/`max_paths`, from the reduced
+mode (`fallback.py`: paths joined, inert statements cheap), or, over that too, from the reduced
+mode with its communicating helpers taken as unknown collectives (`opaque_helpers`: they are roots
+of their own; what precedes the first of them is still compared), or None when all go over; then,
+for a reduced-mode run, the regions worth solving (`owning_a_split`) and the findings kept
+(`decided_in`): those the function itself decides, every condition that parts the ranks in its
+own lines. A divergence decided inside a helper is left to the helper, a root of its own that
+fits in the full analysis: deep helper chains are where the joined values are least precise
+(on torch's `distributed_c10d.py`, `new_group` and its callers would otherwise report the
+barrier of `_new_group_with_tag` under conditions on per-rank values the interpreter cannot
+follow). Notes say which functions ran reduced or were skipped; `budget_counts` counts them for
+`-v`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from collcheck.findings import Finding
+from collcheck.static.budget import SliceExceeded, active, time_slice
+from collcheck.static.conditions import ConditionSources
+from collcheck.static.interpret import Interpreter
+from collcheck.static.model import FunctionNode
+from collcheck.static.program import Region
+from collcheck.static.state import PathLimitExceeded
+from collcheck.static.symbolic import Expr, is_rank_dependent
+
+REDUCED_NOTE = "analysed in the reduced mode"  # -v counts the notes with these words
+SKIPPED_NOTE = "skipped"
+
+
+def run_within_budget(
+    extractor: Interpreter,
+    run: Callable[[], list[Region]],
+    where: str,
+    notes: list[str],
+    function: FunctionNode | None = None,
+) -> tuple[list[Region], bool] | None:
+    """The regions of `run` (`function`, or the module body when None; `where` in the notes) and
+    whether they come from the reduced mode (fallback.py), which runs when the full analysis goes
+    over its budget; None (and a note) when both go over. A function over the budget is
+    remembered: the full analysis of a later root gives up at a call to it (helpers.py)."""
+    try:
+        return run(), False
+    except PathLimitExceeded as limit:
+        first = limit
+    if function is not None:
+        extractor.summaries.over_budget.add(function)
+    note = f"{where} {REDUCED_NOTE}: {first}"
+    last: Exception | None = None
+    for opaque_helpers in (False, True):
+        # The last resort (opaque_helpers): the function's own body, its communicating helpers
+        # (roots of their own) taken as unknown collectives: what precedes them is still compared.
+        extractor.reduced, extractor.opaque_helpers = True, opaque_helpers
+        started = time.monotonic()
+        try:
+            with time_slice(_share_left(extractor)):
+                regions = run()
+        except (PathLimitExceeded, SliceExceeded) as limit:
+            last = limit
+            if isinstance(limit, SliceExceeded):
+                break
+            continue
+        finally:
+            extractor.reduced = extractor.opaque_helpers = False
+            extractor.fallback_seconds += time.monotonic() - started
+        if opaque_helpers:
+            note += "; over it there too, so its communicating helpers were taken as unknown collectives"
+        notes.append(note)
+        return regions, True
+    notes.append(f"{where} {SKIPPED_NOTE}: {first}; in the reduced mode too: {last}")
+    return None
+
+
+FALLBACK_SHARE = 0.25  # of a file's time budget, for the reduced mode of all its functions
+
+
+def _share_left(extractor: Interpreter) -> float:
+    """What is left of the file's share for the reduced mode (meaningful under a file budget only:
+    outside one, `time_slice` sets no limit). The full analysis of the functions that fit keeps
+    the rest: a file analysed before this fallback existed is not stopped by it."""
+    deadline = active()
+    if deadline is None:
+        return 0.0
+    return max(0.0, deadline.seconds * FALLBACK_SHARE - extractor.fallback_seconds)
+
+
+def lines_of(function: FunctionNode) -> tuple[int, int]:
+    return function.lineno, function.end_lineno or function.lineno
+
+
+def decided_in(finding: Finding, path: str, lines: tuple[int, int]) -> bool:
+    """A finding of the reduced mode is kept when the function (or module body) itself parts the
+    ranks: every condition that splits them is in its own `lines` (a region finding: the region
+    is). Divergences decided in the helpers it calls are left to those helpers, which are roots of
+    their own and analysed in full: deep helper chains are where joined values are least precise."""
+    first, last = lines
+    example = finding.counterexample
+    if example is None:
+        return finding.location.path == path and first <= finding.location.line <= last
+    return bool(example.why) and all(
+        reason.path == path and first <= reason.line <= last for reason in example.why
+    )
+
+
+def owning_a_split(
+    regions: list[Region], sources: ConditionSources, path: str, lines: tuple[int, int]
+) -> list[Region]:
+    """The regions of a reduced-mode run that can yield a finding `decided_in` keeps: a loop of the
+    function's own body, or a region some path of which takes a rank-dependent test written in the
+    function's `lines`. The others are not solved (their divergences would all be dropped)."""
+    first, last = lines
+
+    def own(condition: Expr) -> bool:
+        hit = sources.lookup(condition)
+        return hit is not None and hit[0].path == path and first <= hit[0].line <= last
+
+    def wanted(region: Region) -> bool:
+        if region.kind == "loop" and first <= region.line <= last:
+            return True
+        return any(own(c) and is_rank_dependent(c) for p in region.paths for c in p.conds)
+
+    return [region for region in regions if wanted(region)]
+
+
+def budget_counts(notes: list[str]) -> tuple[int, int]:
+    """How many functions the notes say were analysed in the reduced mode, and how many skipped."""
+    reduced = sum(1 for note in notes if f" {REDUCED_NOTE}: " in note)
+    skipped = sum(1 for note in notes if f" {SKIPPED_NOTE}: " in note)
+    return reduced, skipped
