@@ -234,41 +234,6 @@ def test_the_index_and_the_engine_bind_imports_alike() -> None:
     # Not compared: a name bound by two imports (the readers visit statements in different orders).
 
 
-LIBRARY_SELF_CALL = """\
-import torch.distributed as dist
-
-
-def new_group(ranks=None):
-    return _make(ranks)  # the library's own body: no collective named in it
-
-
-def barrier(group=None):
-    return _native_barrier(group)
-
-
-def shard(world):
-    if dist.get_rank() == 0:
-        barrier()
-"""
-
-
-def test_a_module_calling_its_own_catalogued_function_issues_that_collective(
-    tmp_path: Path, settings: Settings
-) -> None:
-    """Inside torch/distributed/distributed_c10d.py, `barrier()` is the catalogued
-    `torch.distributed.distributed_c10d.barrier`, whatever its body says; the same text in a
-    module of another name is a plain helper without a collective."""
-    library = {
-        "torch/__init__.py": "",
-        "torch/distributed/__init__.py": "",
-        "torch/distributed/distributed_c10d.py": LIBRARY_SELF_CALL,
-    }
-    write(tmp_path / "lib", library)
-    assert codes(tmp_path / "lib", settings) == [("distributed_c10d.py", "CC001", 14)]
-    write(tmp_path / "other", {"mylib/__init__.py": "", "mylib/c10d.py": LIBRARY_SELF_CALL})
-    assert codes(tmp_path / "other", settings) == []
-
-
 def test_reachable_sets_agree_with_a_walk_from_each_node() -> None:
     """`_reach_bits` (one pass over strongly connected components) against a plain walk from every
     node, on random graphs with cycles, self-contained components and isolated nodes."""

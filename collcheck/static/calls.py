@@ -23,7 +23,6 @@ from collcheck.static.names import dotted, nodes_under, qualified_name
 from collcheck.static.program import (
     CommEvent,
 )
-from collcheck.static.project import own_module_name
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
     Atom,
@@ -149,7 +148,7 @@ class CallResolver(ValueEvaluator):
         return known
 
     def op_spec(self, call: ast.Call, state: State | None, class_name: str | None = None) -> OpSpec | None:
-        name = qualified_name(call.func, self.local_imports) or self._own_function_name(call.func)
+        name = qualified_name(call.func, self.local_imports)
         if name is not None and name in self.catalog.functions:
             return self.catalog.functions[name]
         inherited_method = self._inherited_framework_method(call, class_name)
@@ -167,15 +166,6 @@ class CallResolver(ValueEvaluator):
                 ):
                     return method.spec
         return None
-
-    def _own_function_name(self, func: ast.expr) -> str | None:
-        """`new_group(...)` inside torch's distributed_c10d.py is the catalogued
-        `torch.distributed.distributed_c10d.new_group`: a module's call of its own top-level
-        function is the API it implements, not a body to run again (running the library's
-        internals adds no collective the catalog does not already say, at a high cost)."""
-        if not isinstance(func, ast.Name) or func.id not in self.module.functions or func.id in self.nested:
-            return None
-        return f"{own_module_name(self.module.path)}.{func.id}"
 
     def _inherited_framework_method(self, call: ast.Call, class_name: str | None) -> OpSpec | None:
         """`self.all_gather(x)` in a subclass of a catalogued class (a LightningModule): the method

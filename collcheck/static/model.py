@@ -26,7 +26,7 @@ from collcheck.source import SourceFile, read_source
 from collcheck.static.launchers import launched_functions
 from collcheck.static.names import ImportTable, add_import, module_imports, nodes_under, qualified_name
 from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
-from collcheck.static.project import Project, own_module_name, realpath_once
+from collcheck.static.project import Project, realpath_once
 from collcheck.static.symbolic import Const, Expr
 from collcheck.static.wrapped import uses_wrapped, wrapped_names
 
@@ -280,11 +280,9 @@ def is_catalog_call(node: ast.Call, module: ModuleInfo, imports: ImportTable | N
             spec.any_receiver or _imports_package_of(module, spec.receivers)
             for spec in catalog.method_specs(node.func.attr)
         )
-    if isinstance(node.func, ast.Name) and node.func.id in last_names(catalog):
-        if node.func.id in module.functions:  # the module's own catalogued function (calls.py)
-            return f"{own_module_name(module.path)}.{node.func.id}" in catalog.functions
+    if isinstance(node.func, ast.Name):
         # A function-level import (`from torch.distributed import barrier` inside the function).
-        return True
+        return node.func.id in last_names(catalog) and node.func.id not in module.functions
     return False
 
 

@@ -278,13 +278,6 @@ def _dotted_name(path: Path, is_package: Callable[[Path], bool]) -> str:
     return ".".join(parts)
 
 
-@lru_cache(maxsize=4096)
-def own_module_name(path: str) -> str:
-    """The dotted name a file is imported by, from the `__init__.py` files above it
-    (`torch/distributed/distributed_c10d.py` -> `torch.distributed.distributed_c10d`)."""
-    return _dotted_name(Path(path), lambda folder: (folder / "__init__.py").exists())
-
-
 Function = tuple[str, str]  # (path, top-level function name)
 
 
