@@ -74,6 +74,7 @@ from collcheck.static.symbolic import (
     TupleVal,
     Z3Translator,
     atoms,
+    integer_arithmetic,
 )
 
 MAX_WORLD = 6  # worlds 2..MAX_WORLD are simulated when the settings give none
@@ -205,21 +206,10 @@ class _Numbers:
 
 
 def _arithmetic(op: str, x: int, y: int) -> int:
-    if op in ("//", "%", "ceildiv") and y == 0:
+    value = integer_arithmetic(op, x, y)
+    if value is None:
         raise _Undecided
-    results = {
-        "+": lambda: x + y,
-        "-": lambda: x - y,
-        "*": lambda: x * y,
-        "//": lambda: x // y,
-        "%": lambda: x % y,
-        "min": lambda: min(x, y),
-        "max": lambda: max(x, y),
-        "ceildiv": lambda: -(-x // y),
-    }
-    if op not in results:
-        raise _Undecided
-    return int(results[op]())
+    return value
 
 
 def _compare(op: str, x: Value, y: Value) -> bool:

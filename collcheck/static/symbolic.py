@@ -277,19 +277,28 @@ def fold(expr: Expr) -> Expr:
     x, y = left.value, right.value
     if not (isinstance(x, int) and isinstance(y, int)) or isinstance(x, bool) or isinstance(y, bool):
         return BinOp(expr.op, left, right)
-    if expr.op in ("//", "%", "ceildiv") and y == 0:
-        return BinOp(expr.op, left, right)
-    results = {
-        "+": lambda: x + y,
-        "-": lambda: x - y,
-        "*": lambda: x * y,
-        "//": lambda: x // y,
-        "%": lambda: x % y,
-        "min": lambda: min(x, y),
-        "max": lambda: max(x, y),
-        "ceildiv": lambda: -(-x // y),
-    }
-    return Const(results[expr.op]())
+    value = integer_arithmetic(expr.op, x, y)
+    return BinOp(expr.op, left, right) if value is None else Const(value)
+
+
+_INTEGER_OPS: dict[str, Callable[[int, int], int]] = {
+    "+": lambda x, y: x + y,
+    "-": lambda x, y: x - y,
+    "*": lambda x, y: x * y,
+    "//": lambda x, y: x // y,
+    "%": lambda x, y: x % y,
+    "min": min,
+    "max": max,
+    "ceildiv": lambda x, y: -(-x // y),
+}
+
+
+def integer_arithmetic(op: str, x: int, y: int) -> int | None:
+    """`x op y` for the integer operators of `BinOp`; None for a division by zero or another op."""
+    if op in ("//", "%", "ceildiv") and y == 0:
+        return None
+    compute = _INTEGER_OPS.get(op)
+    return None if compute is None else compute(x, y)
 
 
 # --------------------------------------------------------------------------- z3 translation
