@@ -19,7 +19,7 @@ from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.group_values import type_of
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
-from collcheck.static.names import dotted, nodes_under, qualified_name
+from collcheck.static.names import dotted, nodes_under, qualified_name, source_text
 from collcheck.static.program import (
     CommEvent,
 )
@@ -28,7 +28,7 @@ from collcheck.static.symbolic import (
     Atom,
     Expr,
 )
-from collcheck.static.values import ValueEvaluator, source_text, where_of
+from collcheck.static.values import ValueEvaluator, where_of
 from collcheck.static.wrapped import communicating_types
 
 EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})

@@ -15,7 +15,7 @@ from collcheck.static import groups
 from collcheck.static.calls import CallResolver
 from collcheck.static.group_values import group_value
 from collcheck.static.model import ModuleInfo
-from collcheck.static.names import qualified_name
+from collcheck.static.names import qualified_name, source_text
 from collcheck.static.program import (
     CommEvent,
 )
@@ -38,7 +38,7 @@ from collcheck.static.symbolic import (
     conjoin,
     is_rank_dependent,
 )
-from collcheck.static.values import source_text, where_of
+from collcheck.static.values import where_of
 
 # Implicit collectives of a wrapped model's forward that DDP's Join context shadows for ranks
 # whose inputs ran out (catalogs: torch_wrappers.toml, accelerate.toml).

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from collcheck.static.names import source_text
 from collcheck.static.symbolic import Expr, Not
 
 MAX_TEXT = 72  # a condition longer than this is shortened in messages
@@ -47,7 +48,7 @@ class ConditionSource:
 
     @property
     def text(self) -> str:
-        return shorten(self.written or _unparsed(self.node))
+        return shorten(self.written or source_text(self.node, "<condition>"))
 
 
 def shorten(text: str, limit: int = MAX_TEXT) -> str:
@@ -60,13 +61,6 @@ def source_of(node: ast.AST, path: str, kind: str = ConditionKind.TEST, text: st
     """The source of a condition read at `node` of the file `path` (`text`: shown instead of the
     node's own source)."""
     return ConditionSource(node, path, kind, text)
-
-
-def _unparsed(node: ast.AST) -> str:
-    try:
-        return ast.unparse(node)
-    except (ValueError, RecursionError):  # pragma: no cover - malformed synthetic trees
-        return "<condition>"
 
 
 class ConditionSources:

@@ -27,11 +27,11 @@ import ast
 
 from collcheck.static.conditions import ConditionKind, source_of
 from collcheck.static.helpers import HelperInliner
-from collcheck.static.names import nodes_under
+from collcheck.static.names import nodes_under, source_text
 from collcheck.static.state import Frame, State, merge_envs
 from collcheck.static.symbolic import Atom, negate
 from collcheck.static.syntax import assigned_names, catches_data_errors, may_leave
-from collcheck.static.values import source_text, where_of
+from collcheck.static.values import where_of
 
 
 class ExceptionFlow(HelperInliner):

@@ -30,7 +30,7 @@ from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.helpers import LoopOp
 from collcheck.static.model import FunctionNode, ModuleInfo
-from collcheck.static.names import ImportTable, add_import, nodes_under, qualified_name
+from collcheck.static.names import ImportTable, add_import, nodes_under, qualified_name, source_text
 from collcheck.static.object_values import record_keyword_attributes
 from collcheck.static.program import (
     CommEvent,
@@ -63,7 +63,7 @@ from collcheck.static.syntax import (
     memo_lookup,
     mentions,
 )
-from collcheck.static.values import source_text, where_of
+from collcheck.static.values import where_of
 
 _DEFAULTS = Settings()  # one set of defaults: the bounds a run uses unless configured
 

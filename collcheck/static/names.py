@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 Alias = tuple[str, str | None]  # (the imported name, its `as` name or None)
 
@@ -97,6 +98,16 @@ def nodes_under(node: ast.AST) -> tuple[ast.AST, ...]:
         found = tuple(ast.walk(node))
         setattr(node, _NODES, found)
     return found
+
+
+@lru_cache(maxsize=65536)
+def source_text(node: ast.AST, unreadable: str = "<expr>") -> str:
+    """Source text of a node (cached: the same nodes are named again on every path), or
+    `unreadable` for a tree `ast.unparse` cannot print."""
+    try:
+        return ast.unparse(node)
+    except (ValueError, RecursionError):  # pragma: no cover - malformed synthetic trees
+        return unreadable
 
 
 def dotted(node: ast.expr) -> list[str] | None:

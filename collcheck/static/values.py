@@ -11,7 +11,6 @@ effects (collectives, helpers) are the interpreter's, and reach here as `known` 
 from __future__ import annotations
 
 import ast
-from functools import lru_cache
 
 from collcheck.static import groups
 from collcheck.static.catalog_values import BIN_OPS, COMPARE_OPS, value_from_spec
@@ -28,7 +27,7 @@ from collcheck.static.group_values import (
     type_of,
 )
 from collcheck.static.model import ModuleInfo, inherited_attribute
-from collcheck.static.names import ImportTable, dotted, qualified_name
+from collcheck.static.names import ImportTable, dotted, qualified_name, source_text
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
     MEMBER,
@@ -133,15 +132,6 @@ VALUE_METHODS = frozenset(
 
 def where_of(node: ast.AST) -> str:
     return f"{getattr(node, 'lineno', 0)}:{getattr(node, 'col_offset', 0)}"
-
-
-@lru_cache(maxsize=65536)
-def source_text(node: ast.AST) -> str:
-    """Source text of a node (cached: the same nodes are named again on every path)."""
-    try:
-        return ast.unparse(node)
-    except (ValueError, RecursionError):  # pragma: no cover - malformed synthetic trees
-        return "<expr>"
 
 
 class ValueEvaluator:
