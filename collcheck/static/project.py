@@ -17,7 +17,7 @@ import bisect
 import hashlib
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -266,16 +266,15 @@ def module_names(paths: Iterable[Path]) -> list[tuple[str, str]]:
             packages[folder] = (folder / "__init__.py").exists()
         return packages[folder]
 
-    return [(_dotted_name(path, is_package), str(path)) for path in paths]
-
-
-def _dotted_name(path: Path, is_package: Callable[[Path], bool]) -> str:
-    parts = [] if path.stem == "__init__" else [path.stem]
-    folder = path.parent
-    while is_package(folder) and folder.parent != folder:
-        parts.insert(0, folder.name)
-        folder = folder.parent
-    return ".".join(parts)
+    names: list[tuple[str, str]] = []
+    for path in paths:
+        parts = [] if path.stem == "__init__" else [path.stem]
+        folder = path.parent
+        while is_package(folder) and folder.parent != folder:
+            parts.insert(0, folder.name)
+            folder = folder.parent
+        names.append((".".join(parts), str(path)))
+    return names
 
 
 Function = tuple[str, str]  # (path, top-level function name)
@@ -388,15 +387,32 @@ def _dependency_digests(
 
 def _reach_bits(successors: list[list[int]]) -> list[int]:
     """For each node, the nodes reachable from it through one edge or more, as a bit set: one
-    pass over the strongly connected components (Tarjan's, iterative), each component's set the
-    union of its successors' — instead of a walk per selected file (quadratic on a large tree)."""
+    pass over the strongly connected components, each component's set the union of its
+    successors' — instead of a walk per selected file (quadratic on a large tree)."""
+    component, components = _strong_components(successors)
+    reach_of_component = [0] * len(components)
+    for which, members in enumerate(components):
+        bits = 0
+        for member in members:
+            for nxt in successors[member]:
+                other = component[nxt]
+                if other != which:
+                    bits |= reach_of_component[other]
+                bits |= 1 << nxt  # a member of this component too, when the edge stays inside it
+        reach_of_component[which] = bits
+    return [reach_of_component[component[node]] for node in range(len(successors))]
+
+
+def _strong_components(successors: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Tarjan's strongly connected components, iterative: each node's component number, and the
+    components' members in reverse topological order (a component's successors come first)."""
     count = len(successors)
     low = [0] * count
     number = [-1] * count
     component = [-1] * count
     stack: list[int] = []
     on_stack = [False] * count
-    components: list[list[int]] = []  # in reverse topological order: successors come first
+    components: list[list[int]] = []
     counter = 0
     for root in range(count):
         if number[root] != -1:
@@ -434,17 +450,7 @@ def _reach_bits(successors: list[list[int]]) -> list[int]:
                     if member == node:
                         break
                 components.append(members)
-    reach_of_component = [0] * len(components)
-    for which, members in enumerate(components):
-        bits = 0
-        for member in members:
-            for nxt in successors[member]:
-                other = component[nxt]
-                if other != which:
-                    bits |= reach_of_component[other]
-                bits |= 1 << nxt  # a member of this component too, when the edge stays inside it
-        reach_of_component[which] = bits
-    return [reach_of_component[component[node]] for node in range(count)]
+    return component, components
 
 
 def _bits(value: int) -> list[int]:
