@@ -39,10 +39,6 @@ class ImportTable:
         return ImportTable(parent=self)
 
 
-def package_of(module_name: str, is_package: bool) -> str:
-    return module_name if is_package else module_name.rpartition(".")[0]
-
-
 def resolve_relative(module: str | None, level: int, current_package: str) -> str:
     if level == 0:
         return module or ""
