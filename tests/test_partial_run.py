@@ -70,6 +70,29 @@ def test_one_file_reports_what_the_whole_tree_reports(tmp_path: Path) -> None:
     assert _found([train], tmp_path) == whole
 
 
+def test_a_partial_run_indexes_only_the_files_its_files_reach(tmp_path: Path, monkeypatch) -> None:
+    """train.py reaches env.py, comm.py and (through `from . import env`) nothing else: a file of
+    the project that no import of theirs names, at any depth, is never read for the index, and
+    a file reached two imports away is."""
+    train = _project(tmp_path)
+    package = tmp_path / "pkg"
+    (package / "comm.py").write_text("from .deep import send\ndef sync(t):\n    send(t)\n", encoding="utf-8")
+    (package / "deep.py").write_text(COMM.replace("sync", "send"), encoding="utf-8")
+    (package / "unrelated.py").write_text(COMM + "def other(t):\n    sync(t)\n", encoding="utf-8")
+    read: list[str] = []
+    facts_of = api._facts_of
+
+    def recording(path: str, catalog: object) -> object:
+        read.append(Path(path).name)
+        return facts_of(path, catalog)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(api, "_facts_of", recording)
+    found = _found([train], tmp_path)
+    assert ("train.py", 13, "CC001") in found  # sync() of deep.py, two files away, is followed
+    assert "unrelated.py" not in read
+    assert {"train.py", "env.py", "comm.py", "deep.py"} <= set(read)
+
+
 def test_without_project_context_only_the_given_file_is_read(tmp_path: Path) -> None:
     train = _project(tmp_path)
     assert _found([train], tmp_path, project_context=False) == set()

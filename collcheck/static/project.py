@@ -485,6 +485,31 @@ def _value_sources(
     return sources
 
 
+def files_reached(
+    path: str, facts: FileFacts, module_table: Mapping[str, str], paths: frozenset[str]
+) -> set[str]:
+    """The other files of the run that `build_project` may follow from the file at `path`: where
+    its called names land (`_resolved_calls`) and every file its imports name (a superset of
+    `_value_sources`, which also asks the target's facts). A file no chain of these reaches
+    cannot change a verdict in `path`, so a partial run indexes only what its files reach."""
+    folder = os.path.dirname(path)
+    found: set[str] = set()
+    for _, remote, _ in facts.references:
+        for qualified in remote:
+            target = _lookup(qualified, folder, module_table, paths)
+            if target is not None and "." not in target[1]:
+                found.add(target[0])
+    for qualified in facts.imports:
+        module = _module_file(qualified, folder, module_table, paths)
+        if module is None:
+            named = _lookup(qualified, folder, module_table, paths)
+            module = named[0] if named is not None else None
+        if module is not None:
+            found.add(module)
+    found.discard(path)
+    return found
+
+
 def _module_file(
     qualified: str, importer_dir: str, table: Mapping[str, str], paths: frozenset[str]
 ) -> str | None:
