@@ -378,10 +378,9 @@ def _reached_facts(
     paths: list[str], checked: list[str], modules: list[tuple[str, str]], read: _FactsRounds
 ) -> dict[str, FileFacts]:
     """The facts of `checked` and of every file they reach, one round per step of the reach."""
-    from collcheck.static.project import files_reached
+    from collcheck.static.project import Resolver, files_reached
 
-    table = dict(modules)
-    everything = frozenset(paths)
+    resolver = Resolver(dict(modules), frozenset(paths))
     seen = set(checked)
     frontier = list(dict.fromkeys(checked))
     facts: dict[str, FileFacts] = {}
@@ -390,7 +389,7 @@ def _reached_facts(
         facts.update(found)
         frontier = []
         for path, item in found.items():
-            for other in sorted(files_reached(path, item, table, everything)):
+            for other in sorted(files_reached(path, item, resolver)):
                 if other not in seen:
                     seen.add(other)
                     frontier.append(other)

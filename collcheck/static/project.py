@@ -232,6 +232,29 @@ def _lookup(
     return None
 
 
+class Resolver:
+    """`_lookup` and `_module_file` over one run's files, each answer kept per (name, importer's
+    folder): the same imports recur in thousands of files, and each look tries a path per cut."""
+
+    def __init__(self, table: Mapping[str, str], paths: frozenset[str]) -> None:
+        self.table = table
+        self.paths = paths
+        self._found: dict[tuple[str, str], tuple[str, str] | None] = {}
+        self._modules: dict[tuple[str, str], str | None] = {}
+
+    def lookup(self, qualified: str, folder: str) -> tuple[str, str] | None:
+        key = (qualified, folder)
+        if key not in self._found:
+            self._found[key] = _lookup(qualified, folder, self.table, self.paths)
+        return self._found[key]
+
+    def module_file(self, qualified: str, folder: str) -> str | None:
+        key = (qualified, folder)
+        if key not in self._modules:
+            self._modules[key] = _module_file(qualified, folder, self.table, self.paths)
+        return self._modules[key]
+
+
 _TABLES: dict[tuple[str, int], tuple[dict[str, str], frozenset[str]]] = {}
 
 
@@ -291,7 +314,8 @@ def build_project(files: Mapping[str, FileFacts], modules: Iterable[tuple[str, s
     ordered = tuple(sorted(modules))
     module_table = dict(ordered)  # as `Project.lookup` sees it
     paths = frozenset(files)
-    calls = _resolved_calls(files, module_table, paths)
+    resolver = Resolver(module_table, paths)
+    calls = _resolved_calls(files, resolver)
     communicating = _closure({(path, name) for path, facts in files.items() for name in facts.hits}, calls)
     ranked = _closure({(path, name) for path, facts in files.items() for name in facts.rank_hits}, calls)
     # An unreadable file goes to the engine, which reports why.
@@ -300,7 +324,7 @@ def build_project(files: Mapping[str, FileFacts], modules: Iterable[tuple[str, s
         if path not in selected and not callees.isdisjoint(communicating):
             selected.add(path)
     helpers = communicating | ranked
-    values = _value_sources(files, module_table, paths)
+    values = _value_sources(files, resolver)
     contributing = sorted(
         {path for path, _ in helpers} | {path for found in values.values() for path in found}
     )
@@ -319,7 +343,7 @@ def build_project(files: Mapping[str, FileFacts], modules: Iterable[tuple[str, s
 
 
 def _resolved_calls(
-    files: Mapping[str, FileFacts], module_table: Mapping[str, str], paths: frozenset[str]
+    files: Mapping[str, FileFacts], resolver: Resolver
 ) -> dict[Function, frozenset[Function]]:
     """Each scope's named functions of the run, as (path, name): imports resolved the way the
     engine resolves them (only a module-level function of another file can be followed)."""
@@ -329,7 +353,7 @@ def _resolved_calls(
         for name, remote, same_file in facts.references:
             targets = {(path, callee) for callee in same_file}
             for qualified in remote:
-                found = _lookup(qualified, folder, module_table, paths)
+                found = resolver.lookup(qualified, folder)
                 if found is not None and "." not in found[1]:
                     targets.add(found)
             if targets:
@@ -464,9 +488,7 @@ def _bits(value: int) -> list[int]:
     return found
 
 
-def _value_sources(
-    files: Mapping[str, FileFacts], module_table: Mapping[str, str], paths: frozenset[str]
-) -> dict[str, set[str]]:
+def _value_sources(files: Mapping[str, FileFacts], resolver: Resolver) -> dict[str, set[str]]:
     """Each file's files of the run whose module-level values it imports: a module imported whole
     (`from . import env`, `import pkg.env as env`) or a name that module binds at module level
     (`from .env import RANK`). A constant there can decide a verdict here, so its edit must
@@ -475,9 +497,9 @@ def _value_sources(
     for path, facts in files.items():
         folder = os.path.dirname(path)
         for qualified in facts.imports:
-            found = _module_file(qualified, folder, module_table, paths)
+            found = resolver.module_file(qualified, folder)
             if found is None:
-                named = _lookup(qualified, folder, module_table, paths)
+                named = resolver.lookup(qualified, folder)
                 if named is not None and named[1].split(".")[0] in files[named[0]].assigned:
                     found = named[0]
             if found is not None and found != path:
@@ -485,9 +507,7 @@ def _value_sources(
     return sources
 
 
-def files_reached(
-    path: str, facts: FileFacts, module_table: Mapping[str, str], paths: frozenset[str]
-) -> set[str]:
+def files_reached(path: str, facts: FileFacts, resolver: Resolver) -> set[str]:
     """The other files of the run that `build_project` may follow from the file at `path`: where
     its called names land (`_resolved_calls`) and every file its imports name (a superset of
     `_value_sources`, which also asks the target's facts). A file no chain of these reaches
@@ -496,13 +516,13 @@ def files_reached(
     found: set[str] = set()
     for _, remote, _ in facts.references:
         for qualified in remote:
-            target = _lookup(qualified, folder, module_table, paths)
+            target = resolver.lookup(qualified, folder)
             if target is not None and "." not in target[1]:
                 found.add(target[0])
     for qualified in facts.imports:
-        module = _module_file(qualified, folder, module_table, paths)
+        module = resolver.module_file(qualified, folder)
         if module is None:
-            named = _lookup(qualified, folder, module_table, paths)
+            named = resolver.lookup(qualified, folder)
             module = named[0] if named is not None else None
         if module is not None:
             found.add(module)
