@@ -156,15 +156,29 @@ class CallResolver(ValueEvaluator):
             return inherited_method
         if isinstance(call.func, (ast.Name, ast.Attribute)):
             # `model(x)` on a wrapped module: the object itself is the receiver of `__call__`.
-            for method in self.catalog.method_specs("__call__"):
-                if self._receiver_matches(call.func, method.receivers, state, class_name):
-                    return method.spec
+            spec = self._method_of(call.func, "__call__", state, class_name)
+            if spec is not None:
+                return spec
         if isinstance(call.func, ast.Attribute):
-            for method in self.catalog.method_specs(call.func.attr):
-                if method.any_receiver or self._receiver_matches(
-                    call.func.value, method.receivers, state, class_name
-                ):
-                    return method.spec
+            return self._method_of(call.func.value, call.func.attr, state, class_name)
+        return None
+
+    def _method_of(
+        self, receiver: ast.expr, method_name: str, state: State | None, class_name: str | None
+    ) -> OpSpec | None:
+        """The catalogued method `method_name` of what `receiver` holds. Its type is asked once,
+        not once per catalogued method of that name (every call of every path asks this)."""
+        unasked = object()
+        type_name: object = unasked
+        for method in self.catalog.method_specs(method_name):
+            if method.any_receiver:
+                return method.spec
+            if not method.receivers:
+                continue
+            if type_name is unasked:
+                type_name = self._type_of(receiver, state, class_name)
+            if type_name is not None and type_name in method.receivers:
+                return method.spec
         return None
 
     def _inherited_framework_method(self, call: ast.Call, class_name: str | None) -> OpSpec | None:
@@ -207,14 +221,6 @@ class CallResolver(ValueEvaluator):
                 if type_name is not None and type_name in receivers:
                     return True
         return False
-
-    def _receiver_matches(
-        self, receiver: ast.expr, types: tuple[str, ...], state: State | None, class_name: str | None = None
-    ) -> bool:
-        if not types:
-            return False
-        type_name = self._type_of(receiver, state, class_name)
-        return type_name is not None and type_name in types
 
     def _type_of(self, node: ast.expr, state: State | None, class_name: str | None = None) -> str | None:
         return type_of(self, node, state, class_name)
