@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from collcheck.static.calls import CALLBACK_OP
 from collcheck.static.divergence import Divergence
 from collcheck.static.program import Element, LoopEvent
 
@@ -17,6 +18,9 @@ def describe_element(element: Element | None) -> str:
         return "nothing"
     if isinstance(element, LoopEvent):
         return f"a loop of {', '.join(element.body_ops)} at {where(element)}"
+    if element.op == CALLBACK_OP:
+        ops = " or ".join(sorted(element.callback_ops)) if element.callback_ops else "collectives"
+        return f"{ops}, if anything, through the callable handed to unknown code at {where(element)}"
     return f"{element.op} at {where(element)}"
 
 
