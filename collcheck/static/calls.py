@@ -90,7 +90,7 @@ class CallResolver(ValueEvaluator):
         self.remote_modules: dict[FunctionNode, ModuleInfo] = {}  # helpers of other files: their module
         self._callback_communicates: dict[FunctionNode, bool] = {}
         self._handed_ops: dict[tuple[FunctionNode, str | None], frozenset[str] | None] = {}
-        self._lambda_ops: dict[ast.Lambda, _Ops] = {}
+        self._lambda_ops: dict[tuple[ast.Lambda, str | None], _Ops] = {}
         self._returns: dict[FunctionNode, bool] = {}
         self._owners: dict[FunctionNode, str] | None = None
         self.conditions = ConditionSources()  # where each branch test came from (counterexamples)
@@ -149,9 +149,10 @@ class CallResolver(ValueEvaluator):
     def _handed(self, argument: ast.expr, call: ast.Call, frame: Frame, depth: int) -> Handoff | None:
         """The communicating callable `argument` is, if it is one (see `handoff`)."""
         if isinstance(argument, ast.Lambda):
-            found = self._lambda_ops.get(argument)
+            key = (argument, frame.class_name)
+            found = self._lambda_ops.get(key)
             if found is None:  # asked for every evaluation of the call: walked once
-                found = self._lambda_ops[argument] = self._ops_under(argument, frame.class_name, frozenset())
+                found = self._lambda_ops[key] = self._ops_under(argument, frame.class_name, frozenset())
             return Handoff(found.ops if not found.unknown else None) if found.communicates else None
         if isinstance(argument, ast.Call):
             partial_of = qualified_name(argument.func, self.local_imports) in PARTIAL_CALLS
