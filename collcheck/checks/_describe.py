@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from collcheck.static.calls import CALLBACK_OP
 from collcheck.static.divergence import Divergence
-from collcheck.static.program import Element, LoopEvent
+from collcheck.static.program import CommEvent, Element, LoopEvent
+
+HANDED = "through the callable handed to unknown code"
+HANDED_IN_LOOP = "through the callable a loop hands to unknown code"
 
 
 def where(element: Element) -> str:
@@ -16,8 +20,18 @@ def describe_element(element: Element | None) -> str:
     if element is None:
         return "nothing"
     if isinstance(element, LoopEvent):
+        first = element.first
+        if element.body_ops == (CALLBACK_OP,) and first is not None:  # a hook registered per item
+            return f"{_handed(first)}, if anything, {HANDED_IN_LOOP} at {where(element)}"
         return f"a loop of {', '.join(element.body_ops)} at {where(element)}"
+    if element.op == CALLBACK_OP:
+        return f"{_handed(element)}, if anything, {HANDED} at {where(element)}"
     return f"{element.op} at {where(element)}"
+
+
+def _handed(callback: CommEvent) -> str:
+    """What a callable handed on to unknown code issues, in words."""
+    return " or ".join(sorted(callback.callback_ops)) if callback.callback_ops else "collectives"
 
 
 def op_name(element: Element | None) -> str:

@@ -46,6 +46,30 @@ class CallKind(Enum):
     UNKNOWN = "unknown"  # anything else: only its value matters
 
 
+PARTIAL_CALLS = frozenset({"functools.partial", "functools.partialmethod"})
+MAX_HANDED_DEPTH = 4  # helpers followed to learn what a handed callable issues
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """Unknown code handed a communicating callable; `ops`: the collectives it may issue (None:
+    not all known, so it may issue anything)."""
+
+    ops: frozenset[str] | None
+
+    def joined(self, other: Handoff) -> Handoff:
+        if self.ops is None or other.ops is None:
+            return Handoff(None)
+        return Handoff(self.ops | other.ops)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ops:
+    ops: frozenset[str]
+    communicates: bool  # a catalogued collective or a communicating helper is called
+    unknown: bool  # some of what it issues is not known
+
+
 # A helper to inline: the function, the class it is looked up in, and whether `self` is bound.
 Target = tuple[FunctionNode, str | None, bool]
 
@@ -65,6 +89,8 @@ class CallResolver(ValueEvaluator):
         self.nested: dict[str, FunctionNode] = {}  # functions defined inside the one being executed
         self.remote_modules: dict[FunctionNode, ModuleInfo] = {}  # helpers of other files: their module
         self._callback_communicates: dict[FunctionNode, bool] = {}
+        self._handed_ops: dict[tuple[FunctionNode, str | None], frozenset[str] | None] = {}
+        self._lambda_ops: dict[tuple[ast.Lambda, str | None], _Ops] = {}
         self._returns: dict[FunctionNode, bool] = {}
         self._owners: dict[FunctionNode, str] | None = None
         self.conditions = ConditionSources()  # where each branch test came from (counterexamples)
@@ -105,22 +131,102 @@ class CallResolver(ValueEvaluator):
     def passes_communicating_callback(self, call: ast.Call, frame: Frame) -> bool:
         """`study.optimize(objective)`, `pool.submit(sync)`: unknown code receives a function that
         communicates and may call it any number of times."""
+        return self.handoff(call, frame) is not None
+
+    def handoff(self, call: ast.Call, frame: Frame) -> Handoff | None:
+        """What `call` hands unknown code that communicates: a function of the run by name (or
+        `self.method`, `Class.method`), a lambda, a `functools.partial` of one, or a catalogued
+        collective itself (`apply(dist.all_reduce, xs)`); None when it hands nothing such."""
+        if qualified_name(call.func, self.local_imports) in PARTIAL_CALLS:
+            return None  # binding arguments runs nothing: the partial is handed on (or called) later
+        found: Handoff | None = None
         for argument in [*call.args, *(keyword.value for keyword in call.keywords)]:
-            function: FunctionNode | None = None
-            if isinstance(argument, ast.Name):
-                function = self.nested.get(argument.id) or self.module.functions.get(argument.id)
-            elif (
-                isinstance(argument, ast.Attribute)
-                and isinstance(argument.value, ast.Name)
-                and argument.value.id in ("self", "cls")
-                and frame.class_name
-            ):
-                function = self._find_method(frame.class_name, argument.attr)
-            if function is None and self.remote_call(call):
-                function = self._remote_callable(argument)
-            if function is not None and self._communicates(function):
-                return True
-        return False
+            handed = self._handed(argument, call, frame, 0)
+            if handed is not None:
+                found = handed if found is None else found.joined(handed)
+        return found
+
+    def _handed(self, argument: ast.expr, call: ast.Call, frame: Frame, depth: int) -> Handoff | None:
+        """The communicating callable `argument` is, if it is one (see `handoff`)."""
+        if isinstance(argument, ast.Lambda):
+            key = (argument, frame.class_name)
+            found = self._lambda_ops.get(key)
+            if found is None:  # asked for every evaluation of the call: walked once
+                found = self._lambda_ops[key] = self._ops_under(argument, frame.class_name, frozenset())
+            return Handoff(found.ops if not found.unknown else None) if found.communicates else None
+        if isinstance(argument, ast.Call):
+            partial_of = qualified_name(argument.func, self.local_imports) in PARTIAL_CALLS
+            if partial_of and argument.args and depth < 3:
+                return self._handed(argument.args[0], call, frame, depth + 1)
+            return None
+        if not isinstance(argument, (ast.Name, ast.Attribute)):
+            return None
+        function, class_name = self._named_callable(argument, frame.class_name)
+        if function is None and self.remote_call(call):
+            function = self._remote_callable(argument)
+        if function is not None:
+            return Handoff(self._function_ops(function, class_name)) if self._communicates(function) else None
+        name = qualified_name(argument, self.local_imports)
+        spec = self.catalog.functions.get(name) if name is not None else None
+        return Handoff(frozenset({spec.op})) if spec is not None else None
+
+    def _named_callable(
+        self, argument: ast.Name | ast.Attribute, class_name: str | None
+    ) -> tuple[FunctionNode | None, str | None]:
+        """The function of this file `argument` names (in a method of `class_name`), and the class
+        its `self` is then an instance of."""
+        if isinstance(argument, ast.Name):
+            return self.nested.get(argument.id) or self.module.functions.get(argument.id), class_name
+        receiver = argument.value
+        if not isinstance(receiver, ast.Name):
+            return None, None
+        if receiver.id in ("self", "cls") and class_name:
+            return self._find_method(class_name, argument.attr), class_name
+        if receiver.id in self.module.classes:  # `Trainer.step`
+            return self._find_method(receiver.id, argument.attr), receiver.id
+        return None, None
+
+    def _function_ops(self, function: FunctionNode, class_name: str | None) -> frozenset[str] | None:
+        """The collectives a communicating `function` may issue; None when not all are known."""
+        key = (function, class_name)
+        if key not in self._handed_ops:
+            found = self._ops_under(function, class_name, frozenset({function}))
+            known = found.ops if found.ops and not found.unknown else None
+            self._handed_ops[key] = known
+        return self._handed_ops[key]
+
+    def _ops_under(self, node: ast.AST, class_name: str | None, seen: frozenset[FunctionNode]) -> _Ops:
+        """The catalogued collectives called under `node`, through the communicating helpers of
+        this file it calls by name (`helper()`, `self.helper()`). Unknown: a helper that cannot be
+        followed (of another file, recursive, too deep), or a call named like a communicating
+        function of the project."""
+        names = {f.name for f in self.module.communicating}
+        project = self.module.project
+        elsewhere = project.communicating_names if project is not None else frozenset()
+        ops: set[str] = set()
+        communicates = unknown = False
+        for call in (n for n in nodes_under(node) if isinstance(n, ast.Call)):
+            spec = self.op_spec(call, None, class_name)
+            if spec is not None:
+                ops.add(spec.op)
+                communicates = True
+                continue
+            func = call.func
+            if not isinstance(func, (ast.Name, ast.Attribute)):
+                continue
+            callee = func.id if isinstance(func, ast.Name) else func.attr
+            if callee in names:
+                communicates = True
+                helper, owner = self._named_callable(func, class_name)
+                if helper is None or helper in seen or len(seen) > MAX_HANDED_DEPTH:
+                    unknown = True
+                    continue
+                inner = self._ops_under(helper, owner, seen | {helper})
+                ops |= inner.ops
+                unknown = unknown or inner.unknown
+            elif callee in elsewhere:
+                unknown = True
+        return _Ops(frozenset(ops), communicates, unknown)
 
     def remote_call(self, call: ast.Call) -> bool:
         """`rpc.remote(worker, Trainer, args=...)`: a catalogued function that runs the callable it
@@ -362,11 +468,14 @@ class CallResolver(ValueEvaluator):
         return None
 
 
-def callback_event(call: ast.Call, path: str, frame: Frame, remote: bool = False) -> CommEvent:
+def callback_event(
+    call: ast.Call, path: str, frame: Frame, remote: bool = False, ops: frozenset[str] | None = None
+) -> CommEvent:
     """A call into unknown code with a communicating callback: what it issues, and how often,
-    is unknown (an `opaque` event; divergences at or after it are not reported). `remote`: the
-    callable runs on another process: a `remote` event, on no channel (the sender's own sequence
-    is known; see the engine for the destination's)."""
+    is unknown (an `opaque` event: a divergence it may absorb is not reported, see handoff.py).
+    `ops`: the collectives the callable may issue (None: not all known). `remote`: the callable
+    runs on another process: a `remote` event, on no channel (the sender's own sequence is known;
+    see the engine for the destination's)."""
     return CommEvent(
         op=REMOTE_OP if remote else CALLBACK_OP,
         kind="remote" if remote else "opaque",
@@ -376,4 +485,5 @@ def callback_event(call: ast.Call, path: str, frame: Frame, remote: bool = False
         end_line=call.end_lineno or call.lineno,
         end_column=call.end_col_offset or call.col_offset,
         chain=frame.chain,
+        callback_ops=ops,
     )

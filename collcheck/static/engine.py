@@ -28,12 +28,13 @@ from collcheck.source import SourceFile
 from collcheck.static import groups
 from collcheck.static.anchor import Anchor, locate
 from collcheck.static.budget import check_active
-from collcheck.static.calls import CALLBACK_OP, REMOTE_OP
+from collcheck.static.calls import REMOTE_OP
 from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.closures import Closure
 from collcheck.static.context import ModuleContext
 from collcheck.static.divergence import Blocked, Divergence, DivergenceKind
 from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts
+from collcheck.static.handoff import behind_unknown_code
 from collcheck.static.interpret import Interpreter
 from collcheck.static.model import (
     FunctionNode,
@@ -59,7 +60,6 @@ from collcheck.static.state import PathLimitExceeded
 from collcheck.suppress import apply_suppressions, build_suppressions, parse_suppressions
 
 # Kinds whose divergence index is a position in the sequences (elements after it are not reached).
-ORDERED_KINDS = frozenset({DivergenceKind.SEQUENCE, DivergenceKind.SWAP, DivergenceKind.LOOP_EXIT})
 
 # The codes of an early exit and of a sequence difference (one root cause, one finding).
 EXIT_CODE, SEQUENCE_CODE = "CC003", "CC001"
@@ -317,7 +317,7 @@ def _findings_for(
             for divergence in solve_region(
                 region, settings.world_size, timeout, stats, wanted, group_facts=facts
             )
-            if not (_behind_unknown_code(divergence) or _may_serve_remote_calls(divergence))
+            if not (behind_unknown_code(divergence) or _may_serve_remote_calls(divergence))
         ]
         pairwise.extend(d for d in found if d.kind is DivergenceKind.P2P)
         for divergence in found:
@@ -363,24 +363,6 @@ def _simulated(
         if region.kind == "function":
             return schedule_deadlock(region, loops, settings.world_size, nonblocking)
     return Verdict()
-
-
-def _behind_unknown_code(divergence: Divergence) -> bool:
-    """A rank handed a communicating callback to unknown code (`study.optimize(objective)`) at or
-    before the point of divergence: what it issued there, and how often, is unknown."""
-    for sequence in (divergence.sequence_a, divergence.sequence_b):
-        for index, element in enumerate(sequence):
-            if index > divergence.index and divergence.kind in ORDERED_KINDS:
-                break
-            if _is_callback(element):
-                return True
-    return _is_callback(divergence.event_a) or _is_callback(divergence.event_b)
-
-
-def _is_callback(element: Element | None) -> bool:
-    if isinstance(element, LoopEvent):
-        return CALLBACK_OP in element.body_ops
-    return element is not None and element.op == CALLBACK_OP
 
 
 def _may_serve_remote_calls(divergence: Divergence) -> bool:

@@ -41,6 +41,9 @@ class ValueEvaluator(Protocol):
     module: ModuleInfo
     catalog: Catalog
     local_imports: ImportTable
+    # The value of a per-rank lookup (`groups[key]`, by its atom's name) -> the group it is when
+    # used as one (`looked_up_group`); None when its paths looked up different keys.
+    held_groups: dict[str, GroupVal | None]
 
     def pure(
         self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr] | None = None
@@ -103,26 +106,28 @@ def group_value(
     if isinstance(value, Const) and value.value is None:
         return None
     if isinstance(node, ast.Subscript) and is_rank_dependent(value):
-        looked_up = _looked_up_group(ev, node, state, frame, known)
+        if isinstance(node.slice, ast.Slice):
+            return GroupVal(group_key(value, node), None, per_rank=True)
+        container = ev.pure(node.value, state, frame, known)
+        looked_up = looked_up_group(container, ev.pure(node.slice, state, frame, known), node)
         if looked_up is not None:
             return looked_up
+    elif isinstance(value, Atom) and value.kind == "perrank":
+        held = ev.held_groups.get(value.name)  # `g = groups[key]` earlier, `group=g` here
+        if held is not None:
+            return held
     return GroupVal(group_key(value, node), None, per_rank=is_rank_dependent(value))
 
 
-def _looked_up_group(
-    ev: ValueEvaluator, node: ast.Subscript, state: State, frame: Frame, known: dict[int, Expr]
-) -> GroupVal | None:
+def looked_up_group(container: Expr, selector: Expr, node: ast.Subscript) -> GroupVal | None:
     """`groups[f"local_{node_index}"]`: a group looked up from a container the ranks share by a
     key computed from the rank (DeepSpeed's coalesced collectives). Each rank may hold another
     group, but the ranks that meet on one hold the same key: a group of unknown membership (at
-    least two members, who are its callers) whose `color` (the key) is equal on the two ranks
-    compared. None when the container itself differs between ranks or the key is a slice."""
-    if isinstance(node.slice, ast.Slice):
+    least two members, who are its callers) whose `color` (the key, `selector`) is equal on the
+    two ranks compared. None when the container itself differs between ranks or the key is a
+    slice."""
+    if isinstance(node.slice, ast.Slice) or is_rank_dependent(container):
         return None
-    container = ev.pure(node.value, state, frame, known)
-    if is_rank_dependent(container):
-        return None
-    selector = ev.pure(node.slice, state, frame, known)
     key = f"{group_key(container, node.value)}[{ast.unparse(node.slice)}]"
     return GroupVal(key, None, color=selector)
 

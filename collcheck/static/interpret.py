@@ -604,7 +604,9 @@ class Interpreter(ExceptionFlow):
         self.type_in_place(call, state)
         if resolved.target is None:
             if self.record_events and resolved.kind is CallKind.CALLBACK:
-                sent = callback_event(call, self.module.path, frame, self.remote_call(call))
+                handed = self.handoff(call, frame)
+                ops = handed.ops if handed is not None else None
+                sent = callback_event(call, self.module.path, frame, self.remote_call(call), ops)
                 state.events = (*state.events, sent)
             return [(state, self.pure(call, state, frame, known))]
         function, class_name, bound_self = resolved.target

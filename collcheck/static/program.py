@@ -44,6 +44,9 @@ class CommEvent:
     # g`): `group` is then an unknown per-rank group, and this term says which group each rank uses.
     group_term: Expr | None = None
     group_text: str = ""  # the group argument as written (`tp_mesh.get_group()`), for messages
+    # A callback event (unknown code handed a communicating callable): the collectives the
+    # callable may issue; None when they are not all known (see handoff.py).
+    callback_ops: frozenset[str] | None = None
 
     def signature(self) -> tuple[str, ...]:
         return (self.op,)

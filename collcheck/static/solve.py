@@ -25,6 +25,7 @@ from collcheck.static.divergence import (
     terms,
 )
 from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts
+from collcheck.static.handoff import is_callback
 from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, LoopRange, Path, Region
 from collcheck.static.roots import raises_on_named_ranks, unreported_root
 from collcheck.static.smt import RegionSolver, SolveStats
@@ -66,6 +67,11 @@ def _channel_key(event: Element) -> str | None:
 
 
 def channel_sequence(events: tuple[Element, ...], channel: str) -> tuple[Element, ...]:
+    """The elements of `events` on `channel`. A hand-off of a communicating callable to unknown
+    code is on the world channel and on every group channel: which groups the callable issues
+    its collectives on is not known (handoff.py decides what it may absorb)."""
+    if channel.startswith("group:"):
+        return tuple(e for e in events if _channel_key(e) == channel or is_callback(e))
     return tuple(e for e in events if _channel_key(e) == channel)
 
 

@@ -21,6 +21,7 @@ from collcheck.static.group_values import (
     group_key,
     group_method_value,
     imported_value,
+    looked_up_group,
     none_or_not,
     rank_function_value,
     subscript_value,
@@ -144,6 +145,7 @@ class ValueEvaluator:
         self.local_imports: ImportTable = module.imports
         self.set_names: set[str] = set()  # variables bound to a set: iterating one is unordered
         self.imported_values: dict[str, Expr | None] = {}  # values of other files, by qualified name
+        self.held_groups: dict[str, GroupVal | None] = {}  # per-rank lookups as groups (group_values)
         self._class_types: dict[str, frozenset[str]] = {}  # class -> framework classes it derives from
 
     def class_types(self, class_name: str) -> frozenset[str]:
@@ -256,7 +258,19 @@ class ValueEvaluator:
         inputs = [base, *(self.pure(c, state, frame, known) for c in _value_children(node.slice))]
         if index is not None:
             inputs.append(index)
-        return opaque(f"item:{source_text(node)}@{where_of(node)}", tuple(inputs))
+        value = opaque(f"item:{source_text(node)}@{where_of(node)}", tuple(inputs))
+        if value.kind == "perrank" and is_rank_dependent(index):
+            self._hold_lookup(value, looked_up_group(base, index, node))
+        return value
+
+    def _hold_lookup(self, value: Atom, group: GroupVal | None) -> None:
+        """Remember what a per-rank lookup `groups[key]` is as a group, for when the variable it
+        is stored in is passed as one (`g = groups[key]; dist.all_reduce(t, group=g)`). The
+        value is named after the place of the lookup, so paths that computed the key differently
+        share it: then it is no group the ranks are known to meet on."""
+        if value.name in self.held_groups and self.held_groups[value.name] != group:
+            group = None
+        self.held_groups[value.name] = group
 
     def _pure_BinOp(self, node: ast.BinOp, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
         left, right = self.pure(node.left, state, frame, known), self.pure(node.right, state, frame, known)
