@@ -88,6 +88,12 @@ class FakeStore:
             self.reads[key] += 1
             return current
 
+    def append(self, key: str, value: str) -> None:
+        self.calls["append"] += 1
+        with self._changed:
+            self._put(key, self.data.get(key, b"") + value.encode())
+            self._changed.notify_all()
+
     def delete_key(self, key: str) -> bool:
         self.calls["delete_key"] += 1
         with self._changed:

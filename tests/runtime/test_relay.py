@@ -1,0 +1,205 @@
+"""Node relays for async verification's rolling hashes (issue 16: two-level reads).
+
+In-process: monitors of 4 ranks on 2 simulated nodes share one in-memory job store, and each node
+an in-memory node store; the background work is driven tick by tick. The real jobs (4 gloo ranks,
+2 simulated nodes) are in test_relay_jobs.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fake_store import FakeStore, ReportWriter
+
+from collcheck.runtime.record import CallSite, CollectiveEvent
+from collcheck.runtime.relay import NodeRelay, RelaySettings, RelayState, relay_settings
+from collcheck.runtime.verify import Monitor, MonitorConfig, relayed_compare_s
+
+RANKS = (0, 1, 2, 3)
+NODE_OF = {0: "a", 1: "a", 2: "b", 3: "b"}
+
+
+def _event(rank: int, seq: int, line: int = 10, numel: int = 4) -> CollectiveEvent:
+    return CollectiveEvent(
+        rank=rank,
+        group="0",
+        group_ranks=RANKS,
+        seq=seq,
+        op="all_reduce",
+        shapes=((numel,),),
+        dtypes=("float32",),
+        reduce_op="sum",
+        site=CallSite("train.py", line),
+    )
+
+
+class Job:
+    """4 monitors (ranks 0-3, nodes a and b) on one job store; with relays unless `relays=False`."""
+
+    def __init__(self, relays: bool = True, serve_fails: bool = False, stale_s: float = 10.0) -> None:
+        self.store = FakeStore()
+        self.nodes = {"a": FakeStore(), "b": FakeStore()}
+        self.writers = {rank: ReportWriter() for rank in RANKS}
+        self.monitors: dict[int, Monitor] = {}
+        for rank in RANKS:
+            config = MonitorConfig(rank=rank, verify=True, strict=False, timeout_s=5.0, world_size=4, abort=False)
+            relay = self._relay(rank, serve_fails, stale_s) if relays else None
+            monitor = Monitor(config, self.writers[rank], store_factory=None, relay=relay)  # type: ignore[arg-type]
+            monitor.store = monitor.sync_store = self.store
+            if relay is not None:
+                relay.start(self.store)
+                monitor._say_relay()
+            self.monitors[rank] = monitor
+
+    def _relay(self, rank: int, serve_fails: bool, stale_s: float) -> NodeRelay:
+        node = self.nodes[NODE_OF[rank]]
+
+        def serve(port: int) -> Any:
+            if serve_fails:
+                raise OSError("Address already in use")
+            return node
+
+        return NodeRelay(rank, RelaySettings(NODE_OF[rank], stale_s=stale_s), serve, lambda port: node)
+
+    def issue(self, seqs: range, odd: tuple[int, int] | None = None) -> None:
+        """Every rank issues `seqs` at train.py:10 (#1 at line 20: both sites are known to all, no
+        first-seen check later); `odd` = (rank, seq) issues that one at line 20."""
+        for seq in seqs:
+            for rank, monitor in self.monitors.items():
+                line = 20 if odd == (rank, seq) or seq == 1 else 10
+                monitor.issued(_event(rank, seq, line))
+                monitor.completed("0", seq)
+
+    def tick(self, rounds: int = 1, ranks: tuple[int, ...] = RANKS) -> None:
+        for _ in range(rounds):
+            for rank in ranks:
+                self.monitors[rank]._tick()
+
+    def reports(self, rank: int) -> list[tuple[object, object, object]]:
+        return self.writers[rank].reports
+
+    def rh_reads(self) -> int:
+        return self.store.reads["rh/0"]
+
+
+def _all_compared(job: Job) -> bool:
+    return all(not any(job.monitors[rank]._pending.values()) for rank in (1, 2, 3))
+
+
+def test_followers_read_the_rolling_hash_through_one_relay_per_node() -> None:
+    direct = Job(relays=False)
+    relayed = Job()
+    assert [relayed.monitors[r]._relay.state for r in RANKS] == [  # type: ignore[union-attr]
+        RelayState.HOST,
+        RelayState.PENDING,
+        RelayState.HOST,
+        RelayState.PENDING,
+    ]
+    for job in (direct, relayed):
+        job.issue(range(1, 3))
+        job.tick(2)  # the readers find their relay; the first collectives are compared
+        job.store.reads.clear()
+        for step in range(10):
+            job.issue(range(3 + 5 * step, 8 + 5 * step))
+            job.tick()
+        job.tick(2)  # a relayed chain arrives a tick later
+        assert _all_compared(job)
+        assert all(job.reports(rank) == [] for rank in RANKS)
+    # Three followers read rh/0 at every tick; with relays, one read per node (and tick with demand).
+    assert direct.rh_reads() == 3 * 10  # the ticks with something to compare
+    assert 2 * 10 <= relayed.rh_reads() <= 2 * 12
+    assert "rh/0" in relayed.nodes["a"].data and "rh/0" in relayed.nodes["b"].data
+
+
+def test_a_divergence_read_through_the_relay_names_both_call_sites() -> None:
+    job = Job()
+    job.issue(range(1, 3))
+    job.tick(2)
+    job.issue(range(3, 40), odd=(3, 25))  # a site rank 3 has used before: no first-seen check
+    job.tick(3)
+    (kind, severity, text), *_ = job.reports(3)
+    assert (kind, severity) == ("callsite", "warning")
+    assert "rank 0 all_reduce(float32[4]) at train.py:10 vs rank 3 all_reduce(float32[4]) at train.py:20" in str(
+        text
+    )
+    assert "(group 0, #25)" in str(text)
+    assert job.monitors[3]._relay.state is RelayState.CLIENT  # type: ignore[union-attr]
+
+
+def test_a_relay_that_fails_to_start_is_said_and_every_rank_still_compares() -> None:
+    job = Job(serve_fails=True)
+    job.issue(range(1, 3))
+    job.tick(2)
+    job.issue(range(3, 20), odd=(1, 12))
+    job.tick(2)
+    for rank in RANKS:
+        assert job.monitors[rank]._relay.state is RelayState.DIRECT  # type: ignore[union-attr]
+        relay = [text for kind, _, text in job.reports(rank) if kind == "relay"]
+        assert len(relay) == 1 and "node relay unavailable" in str(relay[0]) and "still comparing" in str(relay[0])
+    assert "Address already in use" in str(job.reports(0)[0][2])
+    assert [kind for kind, _, _ in job.reports(1)] == ["relay", "callsite"]
+    assert "rank 1 all_reduce(float32[4]) at train.py:20" in str(job.reports(1)[1][2])
+
+
+def test_a_relay_that_stops_refreshing_is_said_and_its_readers_read_the_job_store() -> None:
+    job = Job(stale_s=0.3)
+    job.issue(range(1, 3))
+    job.tick(2)
+    assert job.monitors[3]._relay.state is RelayState.CLIENT  # type: ignore[union-attr]
+    import time
+
+    time.sleep(0.5)  # node b's relay (rank 2) stops: its beat goes stale
+    job.issue(range(3, 20), odd=(3, 12))
+    job.tick(2, ranks=(0, 1, 3))
+    assert job.monitors[3]._relay.state is RelayState.DIRECT  # type: ignore[union-attr]
+    kinds = [kind for kind, _, _ in job.reports(3)]
+    assert kinds == ["relay", "callsite"], job.reports(3)
+    assert "has not refreshed" in str(job.reports(3)[0][2])
+
+
+def test_a_relay_whose_rank_ended_is_left_without_a_warning() -> None:
+    job = Job()
+    job.issue(range(1, 3))
+    job.tick(2)
+    job.monitors[2]._relay.close(job.store)  # type: ignore[union-attr]
+    job.nodes["b"].data.clear()  # its server went with its process
+
+    def gone(*args: object) -> None:
+        raise ConnectionResetError("Connection reset by peer")
+
+    job.nodes["b"].add = gone  # type: ignore[method-assign]
+    job.issue(range(3, 10))
+    job.tick(2, ranks=(0, 1, 3))
+    assert job.monitors[3]._relay.state is RelayState.DIRECT  # type: ignore[union-attr]
+    assert job.reports(3) == [] and not job.monitors[3]._pending["0"]
+
+
+def test_an_idle_node_asks_the_job_store_nothing() -> None:
+    job = Job()
+    job.issue(range(1, 3))
+    job.tick(3)
+    host = job.monitors[0]._relay
+    assert host is not None
+    before = sum(job.store.calls.values())
+    for _ in range(20):
+        host.tick(job.store)
+    assert sum(job.store.calls.values()) == before
+    assert job.nodes["a"].data["beat"]  # still beating for its readers
+
+
+def test_the_pace_counts_relays_and_publishers_not_ranks() -> None:
+    job = Job()
+    job.issue(range(1, 3))
+    job.tick(3)
+    # Two relays and one publisher (rank 0, the group's leader): 3 job-store clients per tick.
+    assert [job.monitors[rank]._relay.requesters() for rank in RANKS] == [3, 3, 3, 3]  # type: ignore[union-attr]
+    assert job.monitors[1]._compare_every() == 0.05
+    assert relayed_compare_s(1_000) == 0.05
+    assert relayed_compare_s(10_000 // 8 + 1) == pytest.approx(0.06255)  # 10,000 ranks, 8 a node
+
+
+def test_relay_settings_come_from_the_environment() -> None:
+    assert relay_settings(5, {"COLLCHECK_RANKS_PER_NODE": "2"}) == RelaySettings("simulated-2")
+    assert relay_settings(5, {"COLLCHECK_NODE": "n7", "COLLCHECK_RELAY_PORT": "4242"}) == RelaySettings("n7", 4242)
+    assert relay_settings(5, {"COLLCHECK_RELAY": "0"}) is None
