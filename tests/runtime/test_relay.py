@@ -7,6 +7,7 @@ an in-memory node store; the background work is driven tick by tick. The real jo
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -43,7 +44,7 @@ class Job:
         self.writers = {rank: ReportWriter() for rank in RANKS}
         self.monitors: dict[int, Monitor] = {}
         for rank in RANKS:
-            config = MonitorConfig(rank=rank, verify=True, strict=False, timeout_s=5.0, world_size=4, abort=False)
+            config = MonitorConfig(rank, verify=True, strict=False, timeout_s=5.0, world_size=4, abort=False)
             relay = self._relay(rank, serve_fails, stale_s) if relays else None
             monitor = Monitor(config, self.writers[rank], store_factory=None, relay=relay)  # type: ignore[arg-type]
             monitor.store = monitor.sync_store = self.store
@@ -83,6 +84,16 @@ class Job:
         return self.store.reads["rh/0"]
 
 
+def _relay(job: Job, rank: int) -> NodeRelay:
+    relay = job.monitors[rank]._relay
+    assert relay is not None
+    return relay
+
+
+def _state(job: Job, rank: int) -> RelayState:
+    return _relay(job, rank).state
+
+
 def _all_compared(job: Job) -> bool:
     return all(not any(job.monitors[rank]._pending.values()) for rank in (1, 2, 3))
 
@@ -90,7 +101,7 @@ def _all_compared(job: Job) -> bool:
 def test_followers_read_the_rolling_hash_through_one_relay_per_node() -> None:
     direct = Job(relays=False)
     relayed = Job()
-    assert [relayed.monitors[r]._relay.state for r in RANKS] == [  # type: ignore[union-attr]
+    assert [_state(relayed, r) for r in RANKS] == [
         RelayState.HOST,
         RelayState.PENDING,
         RelayState.HOST,
@@ -120,11 +131,10 @@ def test_a_divergence_read_through_the_relay_names_both_call_sites() -> None:
     job.tick(3)
     (kind, severity, text), *_ = job.reports(3)
     assert (kind, severity) == ("callsite", "warning")
-    assert "rank 0 all_reduce(float32[4]) at train.py:10 vs rank 3 all_reduce(float32[4]) at train.py:20" in str(
-        text
-    )
+    both = "rank 0 all_reduce(float32[4]) at train.py:10 vs rank 3 all_reduce(float32[4]) at train.py:20"
+    assert both in str(text)
     assert "(group 0, #25)" in str(text)
-    assert job.monitors[3]._relay.state is RelayState.CLIENT  # type: ignore[union-attr]
+    assert _state(job, 3) is RelayState.CLIENT
 
 
 def test_a_relay_that_fails_to_start_is_said_and_every_rank_still_compares() -> None:
@@ -134,9 +144,10 @@ def test_a_relay_that_fails_to_start_is_said_and_every_rank_still_compares() -> 
     job.issue(range(3, 20), odd=(1, 12))
     job.tick(2)
     for rank in RANKS:
-        assert job.monitors[rank]._relay.state is RelayState.DIRECT  # type: ignore[union-attr]
+        assert _state(job, rank) is RelayState.DIRECT
         relay = [text for kind, _, text in job.reports(rank) if kind == "relay"]
-        assert len(relay) == 1 and "node relay unavailable" in str(relay[0]) and "still comparing" in str(relay[0])
+        assert len(relay) == 1 and "node relay unavailable" in str(relay[0])
+        assert "still comparing" in str(relay[0])
     assert "Address already in use" in str(job.reports(0)[0][2])
     assert [kind for kind, _, _ in job.reports(1)] == ["relay", "callsite"]
     assert "rank 1 all_reduce(float32[4]) at train.py:20" in str(job.reports(1)[1][2])
@@ -146,13 +157,11 @@ def test_a_relay_that_stops_refreshing_is_said_and_its_readers_read_the_job_stor
     job = Job(stale_s=0.3)
     job.issue(range(1, 3))
     job.tick(2)
-    assert job.monitors[3]._relay.state is RelayState.CLIENT  # type: ignore[union-attr]
-    import time
-
+    assert _state(job, 3) is RelayState.CLIENT
     time.sleep(0.5)  # node b's relay (rank 2) stops: its beat goes stale
     job.issue(range(3, 20), odd=(3, 12))
     job.tick(2, ranks=(0, 1, 3))
-    assert job.monitors[3]._relay.state is RelayState.DIRECT  # type: ignore[union-attr]
+    assert _state(job, 3) is RelayState.DIRECT
     kinds = [kind for kind, _, _ in job.reports(3)]
     assert kinds == ["relay", "callsite"], job.reports(3)
     assert "has not refreshed" in str(job.reports(3)[0][2])
@@ -162,16 +171,16 @@ def test_a_relay_whose_rank_ended_is_left_without_a_warning() -> None:
     job = Job()
     job.issue(range(1, 3))
     job.tick(2)
-    job.monitors[2]._relay.close(job.store)  # type: ignore[union-attr]
+    _relay(job, 2).close(job.store)
     job.nodes["b"].data.clear()  # its server went with its process
 
     def gone(*args: object) -> None:
         raise ConnectionResetError("Connection reset by peer")
 
-    job.nodes["b"].add = gone  # type: ignore[method-assign]
+    job.nodes["b"].add = gone  # type: ignore[method-assign,assignment]
     job.issue(range(3, 10))
     job.tick(2, ranks=(0, 1, 3))
-    assert job.monitors[3]._relay.state is RelayState.DIRECT  # type: ignore[union-attr]
+    assert _state(job, 3) is RelayState.DIRECT
     assert job.reports(3) == [] and not job.monitors[3]._pending["0"]
 
 
@@ -193,7 +202,7 @@ def test_the_pace_counts_relays_and_publishers_not_ranks() -> None:
     job.issue(range(1, 3))
     job.tick(3)
     # Two relays and one publisher (rank 0, the group's leader): 3 job-store clients per tick.
-    assert [job.monitors[rank]._relay.requesters() for rank in RANKS] == [3, 3, 3, 3]  # type: ignore[union-attr]
+    assert [_relay(job, rank).requesters() for rank in RANKS] == [3, 3, 3, 3]
     assert job.monitors[1]._compare_every() == 0.05
     assert relayed_compare_s(1_000) == 0.05
     assert relayed_compare_s(10_000 // 8 + 1) == pytest.approx(0.06255)  # 10,000 ranks, 8 a node
@@ -201,5 +210,6 @@ def test_the_pace_counts_relays_and_publishers_not_ranks() -> None:
 
 def test_relay_settings_come_from_the_environment() -> None:
     assert relay_settings(5, {"COLLCHECK_RANKS_PER_NODE": "2"}) == RelaySettings("simulated-2")
-    assert relay_settings(5, {"COLLCHECK_NODE": "n7", "COLLCHECK_RELAY_PORT": "4242"}) == RelaySettings("n7", 4242)
+    named = {"COLLCHECK_NODE": "n7", "COLLCHECK_RELAY_PORT": "4242"}
+    assert relay_settings(5, named) == RelaySettings("n7", 4242)
     assert relay_settings(5, {"COLLCHECK_RELAY": "0"}) is None
