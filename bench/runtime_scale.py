@@ -58,6 +58,7 @@ class Counts:
         self.requests = 0
         self.bytes = 0
         self.largest = 0  # the largest value written in one request
+        self.chain_reads = 0  # requests that read a rolling hash (`rh/`)
 
     def snapshot(self) -> tuple[int, int]:
         with self.lock:
@@ -99,13 +100,21 @@ class CountingStore:
             result = attr(*args)
             size = _size(args) + _size(result)
             written = _largest_value(name, args)
+            chain = name in ("get", "multi_get", "compare_set") and _reads_chain(args[0])
             with counts.lock:
+                counts.chain_reads += chain
                 counts.requests += 1
                 counts.bytes += size
                 counts.largest = max(counts.largest, written)
             return result
 
         return counted
+
+
+def _reads_chain(keys: Any) -> bool:
+    """Whether a read's key (or one of its keys) is a rolling hash, `rh/<channel>`."""
+    names = [keys] if isinstance(keys, str) else list(keys)
+    return any(str(name).startswith("rh/") for name in names)
 
 
 class DictStore:
