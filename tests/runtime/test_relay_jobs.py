@@ -17,8 +17,8 @@ TIMEOUT_S = 180.0
 
 
 def _run(tmp_path: Path, how: str, env: dict[str, str]) -> Job:
-    trace_dir = str(tmp_path / "trace")
-    return run_job("relay_loop.py", tmp_path, nranks=4, args=(trace_dir, how), extra_env=env, timeout=TIMEOUT_S)
+    args = (str(tmp_path / "trace"), how)
+    return run_job("relay_loop.py", tmp_path, nranks=4, args=args, extra_env=env, timeout=TIMEOUT_S)
 
 
 def _chain_reads(job: Job) -> list[int]:
