@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ SETUP_S = 10.0  # a rank waits this long for its node's relay to say where it is
 STALE_S = 10.0  # a relay that has not refreshed for this long (or 20 ticks) is taken for dead
 LOOK_S = 0.25  # how often a rank waiting for its relay's address looks for it
 CONNECT_S = 5.0  # the node store's connection timeout (it is on this machine)
+CHECK_S = 1.0  # a reader that is not asked still reads its relay's beat this often
 COUNTERS = ("relays", "publishers", "direct")  # job-store clients that read or write per tick
 # What all ranks' background work may ask of one store per second, together (see verify.pacing).
 STORE_REQUESTS_PER_S = 20_000
@@ -94,6 +96,72 @@ def connect_node_store(port: int) -> Any:
     return c10d.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout, wait_for_workers=False)
 
 
+class NodeReader:
+    """A reader's connection to its node's store, on a thread of its own: a relay whose process
+    is stopped (SIGSTOP, a debugger) leaves requests unanswered, and the monitor's thread, which
+    also watches for stalls, must never wait for it. The monitor asks (`ask`) and looks at what
+    the thread read last (`values`, `beat`, `read_at`, `failed`); the thread wakes when asked,
+    and every CHECK_S to read the beat."""
+
+    def __init__(self, connect: Callable[[int], Any], port: int) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self.idle = threading.Event()  # waiting to be asked (tests wait for it)
+        self._wanted: list[str] = []  # channels this rank follows, in the order it named them
+        self._named = 0  # how many of them are named in the node's `want`
+        self._demand = False
+        self._closed = False
+        self.values: dict[str, bytes | None] = {}  # rh/ key -> what the node's store held
+        self.beat: bytes | None = None
+        self.read_at = time.monotonic()
+        self.failed: str | None = None
+        args = (connect, port)
+        threading.Thread(target=self._run, args=args, name="collcheck-relay", daemon=True).start()
+
+    def ask(self, channel: str) -> None:
+        """Read `channel`'s rolling hash (naming it to the relay the first time) and ask the
+        relay to refresh: the answer is in `values` after the thread's next round."""
+        with self._lock:
+            if channel not in self._wanted:
+                self._wanted.append(channel)
+            self._demand = True
+        self._wake.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+
+    def _run(self, connect: Callable[[int], Any], port: int) -> None:
+        try:
+            node = connect(port)
+            while not self._closed:
+                self.idle.set()
+                self._wake.wait(CHECK_S)
+                self.idle.clear()
+                self._wake.clear()
+                self._round(node)
+        except Exception as error:
+            self.failed = short_error(error)
+        finally:
+            self.idle.set()
+
+    def _round(self, node: Any) -> None:
+        with self._lock:
+            new = self._wanted[self._named :]
+            self._named = len(self._wanted)
+            keys = [chain_key(channel) for channel in self._wanted]
+            demand, self._demand = self._demand, False
+        for channel in new:
+            node.append("want", channel + "\n")
+        values = self.values
+        if demand:
+            node.add("demand", 1)  # the relay reads the job store at its next tick
+            values = {key: peek(node, key) for key in keys}
+        beat = peek(node, "beat")
+        with self._lock:
+            self.values, self.beat, self.read_at = values, beat, time.monotonic()
+
+
 class NodeRelay:
     """One rank's side of its node's relay: the relay itself on the node's first rank (HOST), a
     reader of the node's store on the others (CLIENT). Used by the monitor's background thread
@@ -122,6 +190,7 @@ class NodeRelay:
         self._requesters: int | None = None
         self._demand = 0  # host: the node's demand counter at the last refresh
         self._asked = 0  # host: its own reads since then
+        self._reader: NodeReader | None = None  # a reader's connection to the node's store
 
     # -- set-up and the per-tick work ----------------------------------------------------------
 
@@ -157,7 +226,7 @@ class NodeRelay:
             elif self.state is RelayState.PENDING:
                 self._resolve(job)
             elif self.state is RelayState.CLIENT:
-                self._check_beat(job)
+                self._check_reader(job)
         except Exception as error:
             if self.state is RelayState.HOST:
                 raise  # the job store failed: the monitor degrades, followers see the beat stop
@@ -180,13 +249,20 @@ class NodeRelay:
             return self._values.get(key) or None
         if self.state is RelayState.PENDING:
             return None  # compared once the relay is there (or this rank gave up on it)
-        try:
-            return self._read(channel, key)
-        except _Unrelayed as why:
-            self._fall_back(job, str(why))
-        except Exception as error:
-            self._fall_back(job, f"its store failed: {short_error(error)}")
-        return peek(job, key)
+        reader = self._reader
+        assert reader is not None
+        asked = self._wanted.setdefault(channel, time.monotonic())
+        reader.ask(channel)
+        self._check_reader(job)
+        raw = reader.values.get(key)
+        if raw is None and time.monotonic() - asked > self._stale_s():
+            self._fall_back(job, f"it did not relay {channel} for {self._stale_s():.0f} s")
+        if self._direct():
+            return peek(job, key)
+        return raw or None  # None: not relayed yet, b"": relayed, nothing published
+
+    def _direct(self) -> bool:
+        return self.state is RelayState.DIRECT
 
     def requesters(self) -> int | None:
         """How many clients read or write the job store per tick, as the relay last counted
@@ -201,6 +277,8 @@ class NodeRelay:
         if self.state is RelayState.HOST:
             with contextlib.suppress(Exception):
                 job.set(self._key, "ended")
+        if self._reader is not None:
+            self._reader.close()
 
     # -- the relay -----------------------------------------------------------------------------
 
@@ -249,38 +327,30 @@ class NodeRelay:
         elif said == "ended":
             self._fall_back(job, "its relay had already stopped")
         elif said and not said.startswith("claimed "):
-            port = int(said.split(" ")[-1])
-            try:
-                self._node = self._connect(port)
-            except Exception as error:
-                self._fall_back(job, f"connecting to its relay on port {port} failed: {short_error(error)}")
-                return
+            self._reader = NodeReader(self._connect, int(said.split(" ")[-1]))
             self.state = RelayState.CLIENT
         elif now - self._since > self.settings.setup_s:
             self._fall_back(job, f"its relay did not start within {self.settings.setup_s:.0f} s")
 
-    def _read(self, channel: str, key: str) -> bytes | None:
-        if channel not in self._wanted:
-            self._node.append("want", channel + "\n")
-            self._wanted[channel] = time.monotonic()
-        self._node.add("demand", 1)  # the relay reads the job store at its next tick
-        raw = peek(self._node, key)
-        if raw is None:  # not relayed yet: after the relay's next refresh
-            if time.monotonic() - self._wanted[channel] > self._stale_s():
-                raise _Unrelayed(f"its relay did not relay {channel} for {self._stale_s():.0f} s")
-            return None
-        return raw or None
-
-    def _check_beat(self, job: Any) -> None:
-        raw = peek(self._node, "beat")
-        if raw is None:
-            if time.monotonic() - self._since > self._stale_s():
-                self._fall_back(job, "its relay never refreshed")
-            return
-        when, _, requesters = _text(raw).partition(" ")
-        self._requesters = int(requesters) if requesters.isdigit() else None
-        if time.time() - float(when) > self._stale_s():
-            self._fall_back(job, f"its relay has not refreshed for {time.time() - float(when):.0f} s")
+    def _check_reader(self, job: Any) -> None:
+        """Fall back when the reader's connection failed, stopped answering, or reads a beat that
+        the relay no longer refreshes; else take the relay's count of job-store clients."""
+        reader = self._reader
+        assert reader is not None
+        now, stale = time.monotonic(), self._stale_s()
+        if reader.failed is not None:
+            self._fall_back(job, f"its store failed: {reader.failed}")
+        elif now - reader.read_at > stale + CHECK_S:  # an idle reader reads every CHECK_S
+            self._fall_back(job, f"its store did not answer for {now - reader.read_at:.1f} s")
+        elif reader.beat is None:
+            if now - self._since > stale:
+                self._fall_back(job, "it never refreshed")
+        else:
+            when, _, requesters = _text(reader.beat).partition(" ")
+            self._requesters = int(requesters) if requesters.isdigit() else None
+            age = time.time() - float(when)
+            if age > stale:
+                self._fall_back(job, f"it has not refreshed for {age:.1f} s")
 
     def _stale_s(self) -> float:
         every = (self._requesters or 0) / STORE_REQUESTS_PER_S  # the relay's pace
@@ -293,6 +363,8 @@ class NodeRelay:
         ended = self.state is RelayState.CLIENT and _said(job, self._key) == "ended"
         self.state = RelayState.DIRECT
         self._node = None
+        if self._reader is not None:
+            self._reader.close()
         with contextlib.suppress(Exception):
             job.add("direct", 1)  # one more client that reads the job store every tick
         if not ended:
@@ -300,10 +372,6 @@ class NodeRelay:
                 f"node relay unavailable on node {self.settings.node} ({why}): reading the "
                 "leaders' rolling hashes from the job store directly; still comparing"
             )
-
-
-class _Unrelayed(Exception):
-    """A channel the relay has not relayed for too long (it may have stopped)."""
 
 
 def node_relay(

@@ -7,6 +7,7 @@ an in-memory node store; the background work is driven tick by tick. The real jo
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -76,6 +77,17 @@ class Job:
         for _ in range(rounds):
             for rank in ranks:
                 self.monitors[rank]._tick()
+                self.settle()
+
+    def settle(self) -> None:
+        """Until every reader's thread has read what its monitor asked for."""
+        for monitor in self.monitors.values():
+            reader = monitor._relay._reader if monitor._relay is not None else None
+            deadline = time.monotonic() + 10.0
+            while reader is not None and time.monotonic() < deadline:
+                if reader.idle.is_set() and not reader._wake.is_set():
+                    break
+                time.sleep(0.001)
 
     def reports(self, rank: int) -> list[tuple[object, object, object]]:
         return self.writers[rank].reports
@@ -188,8 +200,8 @@ def test_an_idle_node_asks_the_job_store_nothing() -> None:
     job = Job()
     job.issue(range(1, 3))
     job.tick(3)
-    host = job.monitors[0]._relay
-    assert host is not None
+    host = _relay(job, 0)
+    host.tick(job.store)  # what the readers asked for at the last tick
     before = sum(job.store.calls.values())
     for _ in range(20):
         host.tick(job.store)
@@ -213,3 +225,29 @@ def test_relay_settings_come_from_the_environment() -> None:
     named = {"COLLCHECK_NODE": "n7", "COLLCHECK_RELAY_PORT": "4242"}
     assert relay_settings(5, named) == RelaySettings("n7", 4242)
     assert relay_settings(5, {"COLLCHECK_RELAY": "0"}) is None
+
+
+def test_a_stopped_relay_never_blocks_a_readers_monitor_thread() -> None:
+    # A relay's process stopped (SIGSTOP): requests to its store are never answered. The reader's
+    # thread waits for it; the monitor's thread (stall watchdog) goes on and falls back.
+    job = Job(stale_s=0.3)
+    job.issue(range(1, 3))
+    job.tick(2)
+    stopped = threading.Event()
+
+    def unanswered(*args: object) -> bytes:
+        stopped.wait(30.0)
+        return b""
+
+    job.nodes["b"].compare_set = unanswered  # type: ignore[method-assign,assignment]
+    job.issue(range(3, 20), odd=(3, 12))
+    started = time.monotonic()
+    for _ in range(15):
+        job.monitors[0]._tick()  # the leader publishes
+        job.monitors[3]._tick()
+        time.sleep(0.1)
+    assert time.monotonic() - started < 5.0
+    assert _state(job, 3) is RelayState.DIRECT
+    assert [kind for kind, _, _ in job.reports(3)] == ["relay", "callsite"], job.reports(3)
+    assert "node b" in str(job.reports(3)[0][2])
+    stopped.set()
