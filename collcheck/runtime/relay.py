@@ -4,9 +4,11 @@ In async verification every follower reads its publisher's `rh/<channel>` (see v
 once per tick. Read from the job's store, that is one request per follower and tick at one store,
 which is why the tick had to lengthen with the world. With a relay, the first rank of each node to
 start (a claim in the job store) serves a small TCPStore on 127.0.0.1; the node's ranks name there
-the channels they follow, and once per tick the relay reads all of them from the job store in one
-`multi_get` and writes them to the node's store in one `multi_set`. The job store then sees one
-read per node and tick, however many ranks a node has. Only `rh/` goes through the relay: records
+the channels they follow, and at each tick in which one of them asked, the relay reads all of
+them from the job store in one `multi_get` and writes them to the node's store in one `multi_set`.
+The job store then sees one read per node and tick, however many ranks a node has, and none from
+an idle node. A reader's requests to the node's store go through a thread of its own
+(`NodeReader`): a relay whose process is stopped never blocks a rank's stall watchdog. Only `rh/` goes through the relay: records
 and details (read on a difference, or by a follower that is behind) still come from the job store
 directly, and so does every read of a follower's final flush.
 
@@ -21,8 +23,9 @@ makes its ranks read the job store directly, and each says so once: no rank stop
 Keys in the job store (under collcheck's prefix): `relay/<node>` (`claimed <rank>`, then `<rank>
 <port>`, or `failed <why>`, or `ended` once the relay's rank stopped); the counters `relays`,
 `publishers` and `direct` (ranks without a relay). In a node's store: `want` (channels, one a line,
-appended by the ranks that follow them), `rh/<channel>` (as in the job store, "" while the
-publisher has published nothing) and `beat` (`<time> <requesters>`, written with every refresh).
+appended by the ranks that follow them), `demand` (added to by a reader that wants a refresh),
+`rh/<channel>` (as in the job store, "" while the publisher has published nothing) and `beat`
+(`<time> <requesters>`, written at every tick of the relay).
 """
 
 from __future__ import annotations
