@@ -8,9 +8,9 @@ the channels they follow, and at each tick in which one of them asked, the relay
 them from the job store in one `multi_get` and writes them to the node's store in one `multi_set`.
 The job store then sees one read per node and tick, however many ranks a node has, and none from
 an idle node. A reader's requests to the node's store go through a thread of its own
-(`NodeReader`): a relay whose process is stopped never blocks a rank's stall watchdog. Only `rh/` goes through the relay: records
-and details (read on a difference, or by a follower that is behind) still come from the job store
-directly, and so does every read of a follower's final flush.
+(`NodeReader`): a relay whose process is stopped never blocks a rank's stall watchdog. Only `rh/`
+goes through the relay: records and details (read on a difference, or by a follower that is
+behind) still come from the job store directly, and so does every read of a rank's final flush.
 
 Comes in: this rank, its node's name and the node store's port (`RelaySettings`, from the
 environment: `relay_settings`), and the job-store client of the monitor's background thread

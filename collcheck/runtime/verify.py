@@ -620,6 +620,8 @@ class Monitor:
                 self._new.append(event)
         if first or (self._strict and check):
             self._agree(event)
+        elif self._degraded and check:  # its followers may be blocked on this one's slot
+            self._skip_degraded(event)
 
     def issued_p2p(self, event: CollectiveEvent, check: bool = True) -> None:
         """A send or recv: in flight and in positions like a collective, and paired on its channel
@@ -753,7 +755,7 @@ class Monitor:
             # recording publishes nothing more: waiting for it would end in a false stall.
             if leader in self._gone:
                 return
-            if self._strict and blocking_ok(store):
+            if blocking_ok(store):  # strict mode, and async mode's first-seen checks
                 record = self._wait_for_leader(store, event.group, event.seq, fp, leader)
             else:
                 record = self._wait_for(
@@ -770,12 +772,14 @@ class Monitor:
     def _wait_for_leader(
         self, store: Any, group: str, n: int, fp: dict[str, Any], leader: int
     ) -> Record | None:
-        """Strict mode: the leader's record #n, learned through the store's blocking wait on its
-        slot (one request, answered the moment the leader writes it) instead of polls. The slot
-        is empty until then: a strict leader empties the next slot before publishing (after the
-        ring's first lap), and one that degrades fills the slots its followers may be waiting
-        on with a record saying so (`_release_followers`). None after a stall report, or when
-        the leader degraded. A slot still holding an older lap's record falls back to polling."""
+        """Strict mode, and async mode's first-seen checks: the leader's record #n, learned through
+        the store's blocking wait on its slot (one request, answered the moment the leader
+        writes it) instead of polls. The slot is empty until then: a strict leader empties the
+        next slot before publishing (after the ring's first lap), and a leader that degrades
+        fills the slots its followers may be waiting on with a record saying so
+        (`_release_followers`, `_skip_degraded`). None after a stall report, or when the leader
+        degraded. A slot still holding an older lap's record (an async leader empties none)
+        falls back to polling."""
         record = self._read_record(store, group, n)
         if record is not None:  # the usual case: the leader is ahead
             return record
@@ -798,11 +802,11 @@ class Monitor:
         return self._wait_for(store, group, n, fp, lambda: self._leader_gone(store, leader), LEADER_POLL_S)
 
     def _skip_degraded(self, event: CollectiveEvent) -> None:
-        """A strict leader that degraded to recording: mark each collective it issues as never
-        published, through the job's own store client, so that its followers blocked on the
+        """A leader that degraded to recording (either verify mode): mark each collective it
+        issues as never published, through the job's own store client, so that its followers blocked on the
         slot wake (and stop waiting for it) instead of waiting for a stall. Given up after one
         failure (a dead store)."""
-        if not (self._strict and self._degraded and self._fallback is not None and not self.ended):
+        if not (self.config.verify and self._degraded and self._fallback is not None and not self.ended):
             return
         if self._skip_store is False or event.rank != self._leader(event):
             return
@@ -815,9 +819,10 @@ class Monitor:
             self._skip_store = False
 
     def _release_followers(self, store: Any) -> None:
-        """A strict leader that degraded: fill the slots of the groups it leads that followers may
-        be blocked on (its current number and the next), if empty, with a record saying that it
-        was never published; they stop waiting for this rank (`degraded/<rank>`)."""
+        """A leader that degraded (either verify mode): fill the slots of the groups it leads
+        that followers may be blocked on (its current number and the next), if empty, with a
+        record saying that it was never published; they stop waiting for this rank
+        (`degraded/<rank>`)."""
         with self._lock:
             rank = self.config.rank
             current = {group: seq for group, seq in self._issued.items() if self._leaders.get(group) == rank}
@@ -1618,7 +1623,7 @@ class Monitor:
                 job = self._fallback()
                 job.set(f"degraded/{self.config.rank}", why)
                 told = job
-        if told is not None and self._strict:
+        if told is not None and self.config.verify:
             with contextlib.suppress(Exception):
                 self._release_followers(told)
 

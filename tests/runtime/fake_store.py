@@ -82,6 +82,7 @@ class FakeStore:
             if (current is None and expected == "") or current == expected.encode():
                 if current != desired.encode():
                     self._put(key, desired)
+                    self._changed.notify_all()  # a real store wakes the key's waiters too
                 return desired.encode()
             if current is None:
                 return expected.encode()
