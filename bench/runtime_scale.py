@@ -15,10 +15,10 @@ keys and values in both directions). Printed per rank count, backend and mode:
 * idle requests/s: the store requests a rank makes per second while it issues nothing (after
   the loop, for IDLE_S seconds; mean over ranks): what waiting for an abort and keeping its
   position fresh cost a rank that computes, or waits in a long collective.
-* rh reads/op/rank: how often a rank read a leader's rolling hash (`rh/`) from the job store per
-  collective (mean over ranks). `--nodes N` splits the ranks into N simulated nodes (as
-  COLLCHECK_RANKS_PER_NODE does), each with its node relay in async mode: only the relays read
-  `rh/` from the job store, one read per node and tick.
+* rh reads/op/rank and rh reads/s/rank: how often a rank read a leader's rolling hash (`rh/`)
+  from the job store, per collective and per second of the loop (mean over ranks). `--nodes N`
+  splits the ranks into N simulated nodes (as COLLCHECK_RANKS_PER_NODE does), each with its
+  node relay in async mode: only the relays read `rh/` from the job store, once per tick.
 
 `--inproc`: no processes and no torch job: a leader's and a follower's monitor in one process on
 an in-memory store, fed the same events (groups of 2 to 10,000 members); their CPU time per
@@ -256,7 +256,7 @@ def worker(backend: str, mode: str, iters: int, members: int, trace_dir: str, st
         dist.all_reduce(tensor)
     _sync(store, "warm", world)
     time.sleep(0.3)  # the background thread catches up with the warm-up
-    before = counts.snapshot()
+    before, window = counts.snapshot(), time.perf_counter()
     counts.largest = 0
     started, cpu = time.perf_counter(), time.process_time()
     for _ in range(iters):
@@ -264,7 +264,7 @@ def worker(backend: str, mode: str, iters: int, members: int, trace_dir: str, st
     wall = (time.perf_counter() - started) / iters
     cpu_per = (time.process_time() - cpu) / iters
     time.sleep(0.3)  # what the background thread does for the loop's last tick
-    after = counts.snapshot()
+    after, window = counts.snapshot(), time.perf_counter() - window
     time.sleep(1.0)  # positions settle after the loop
     idle_from = counts.snapshot()
     time.sleep(IDLE_S)
@@ -276,6 +276,7 @@ def worker(backend: str, mode: str, iters: int, members: int, trace_dir: str, st
         "requests": (after[0] - before[0]) / iters,
         "bytes": (after[1] - before[1]) / iters,
         "chain_reads": (after[2] - before[2]) / iters,
+        "chain_per_s": (after[2] - before[2]) / window,
         "largest": counts.largest,
         "idle": idle,
     }
@@ -372,7 +373,7 @@ def main() -> None:
         return
     print(
         "backend  ranks  members  mode    added us/op  added cpu us/op  requests/op/rank  "
-        "bytes/op/rank  largest value  idle requests/s/rank  nodes  rh reads/op/rank"
+        "bytes/op/rank  largest value  idle requests/s/rank  nodes  rh reads/op/rank  rh reads/s/rank"
     )
     runs = [(mode, int(nodes)) for mode in args.modes.split(",") for nodes in args.nodes.split(",")]
     for backend in args.backends.split(","):
@@ -390,7 +391,7 @@ def main() -> None:
                         f"{_mean(traced, 'requests'):16.2f}  {_mean(traced, 'bytes'):13.0f}  "
                         f"{max(int(r['largest']) for r in traced):13}  "
                         f"{_mean(traced, 'idle'):20.2f}  {nodes:5}  "
-                        f"{_mean(traced, 'chain_reads'):16.3f}",
+                        f"{_mean(traced, 'chain_reads'):16.3f}  {_mean(traced, 'chain_per_s'):15.2f}",
                         flush=True,
                     )
                     for said in sorted({line for r in traced for line in r["said"]}):
