@@ -119,7 +119,8 @@ class NodeReader:
         self.read_at = time.monotonic()
         self.failed: str | None = None
         args = (connect, port)
-        threading.Thread(target=self._run, args=args, name="collcheck-relay", daemon=True).start()
+        self._thread = threading.Thread(target=self._run, args=args, name="collcheck-relay", daemon=True)
+        self._thread.start()
 
     def ask(self, channel: str) -> None:
         """Read `channel`'s rolling hash (naming it to the relay the first time) and ask the
@@ -130,9 +131,13 @@ class NodeReader:
             self._demand = True
         self._wake.set()
 
-    def close(self) -> None:
+    def close(self, wait: bool) -> None:
+        """End the thread; `wait`: a little for it (at exit: a daemon thread still inside a store
+        call when the interpreter exits can abort the process)."""
         self._closed = True
         self._wake.set()
+        if wait and self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0)
 
     def _run(self, connect: Callable[[int], Any], port: int) -> None:
         try:
@@ -281,7 +286,7 @@ class NodeRelay:
             with contextlib.suppress(Exception):
                 job.set(self._key, "ended")
         if self._reader is not None:
-            self._reader.close()
+            self._reader.close(wait=True)
 
     # -- the relay -----------------------------------------------------------------------------
 
@@ -367,7 +372,7 @@ class NodeRelay:
         self.state = RelayState.DIRECT
         self._node = None
         if self._reader is not None:
-            self._reader.close()
+            self._reader.close(wait=False)  # on the monitor's thread: never wait for a hung store
         with contextlib.suppress(Exception):
             job.add("direct", 1)  # one more client that reads the job store every tick
         if not ended:
