@@ -235,9 +235,7 @@ class NodeRelay:
                 self._resolve(job)
             elif self.state is RelayState.CLIENT:
                 self._check_reader(job)
-        except Exception as error:
-            if self.state is RelayState.HOST:
-                raise  # the job store failed: the monitor degrades, followers see the beat stop
+        except Exception as error:  # a relay that fails stops beating: its readers fall back too
             self._fall_back(job, f"its store failed: {short_error(error)}")
 
     def chain(self, job: Any, channel: str) -> bytes | None:

@@ -803,9 +803,9 @@ class Monitor:
 
     def _skip_degraded(self, event: CollectiveEvent) -> None:
         """A leader that degraded to recording (either verify mode): mark each collective it
-        issues as never published, through the job's own store client, so that its followers blocked on the
-        slot wake (and stop waiting for it) instead of waiting for a stall. Given up after one
-        failure (a dead store)."""
+        issues as never published, through the job's own store client, so that its followers
+        blocked on the slot wake (and stop waiting for it) instead of waiting for a stall. Given
+        up after one failure (a dead store)."""
         if not (self.config.verify and self._degraded and self._fallback is not None and not self.ended):
             return
         if self._skip_store is False or event.rank != self._leader(event):
