@@ -45,7 +45,11 @@ from collcheck.runtime.verify_wire import chain_key, peek
 ENV_NODE = "COLLCHECK_NODE"  # this rank's node (default: the host name)
 ENV_RANKS_PER_NODE = "COLLCHECK_RANKS_PER_NODE"  # tests and benches: ranks r // k share node k
 ENV_PORT = "COLLCHECK_RELAY_PORT"  # the node store's port (default: any free one)
-ENV_RELAY = "COLLCHECK_RELAY"  # 0: no relay, every rank reads the job store (as before)
+ENV_RELAY = "COLLCHECK_RELAY"  # 0: no relay (every rank reads the job store); 1: relays at any size
+# Below this world size (and unless asked for, by ENV_RELAY=1 or by naming nodes), every follower
+# reads the job store itself: 20 requests a second per follower cost one store little, and a
+# direct read is a tick or two fresher than a relayed one.
+RELAY_MIN_WORLD = 256
 SETUP_S = 10.0  # a rank waits this long for its node's relay to say where it is
 STALE_S = 10.0  # a relay that has not refreshed for this long (or 20 ticks) is taken for dead
 LOOK_S = 0.25  # how often a rank waiting for its relay's address looks for it
@@ -73,7 +77,7 @@ class RelaySettings:
 
 def relay_settings(rank: int, environ: Mapping[str, str]) -> RelaySettings | None:
     """This rank's node and the relay's port, from the environment; None when switched off."""
-    if environ.get(ENV_RELAY, "1").strip().lower() in ("0", "false", "no", "off"):
+    if environ.get(ENV_RELAY, "").strip().lower() in ("0", "false", "no", "off"):
         return None
     node = environ.get(ENV_NODE, "").strip()
     per_node = environ.get(ENV_RANKS_PER_NODE, "").strip()
@@ -383,9 +387,14 @@ class NodeRelay:
 def node_relay(
     rank: int, world_size: int, async_verify: bool, environ: Mapping[str, str]
 ) -> NodeRelay | None:
-    """The relay side of a rank of an async-verifying job of more than one rank, unless the
-    environment switches relays off."""
+    """The relay side of a rank of an async-verifying job of RELAY_MIN_WORLD ranks or more, or
+    of any size when the environment asks for relays (COLLCHECK_RELAY=1, or nodes named by
+    COLLCHECK_NODE or COLLCHECK_RANKS_PER_NODE); None when it switches them off."""
     if not async_verify or world_size < 2:
+        return None
+    asked = environ.get(ENV_RELAY, "").strip().lower() in ("1", "true", "yes", "on")
+    named = bool(environ.get(ENV_NODE, "").strip() or environ.get(ENV_RANKS_PER_NODE, "").strip())
+    if world_size < RELAY_MIN_WORLD and not (asked or named):
         return None
     settings = relay_settings(rank, environ)
     return NodeRelay(rank, settings) if settings is not None else None

@@ -15,7 +15,7 @@ import pytest
 from fake_store import FakeStore, ReportWriter
 
 from collcheck.runtime.record import CallSite, CollectiveEvent
-from collcheck.runtime.relay import NodeRelay, RelaySettings, RelayState, relay_settings
+from collcheck.runtime.relay import NodeRelay, RelaySettings, RelayState, node_relay, relay_settings
 from collcheck.runtime.verify import Monitor, MonitorConfig, relayed_compare_s
 
 RANKS = (0, 1, 2, 3)
@@ -225,6 +225,16 @@ def test_relay_settings_come_from_the_environment() -> None:
     named = {"COLLCHECK_NODE": "n7", "COLLCHECK_RELAY_PORT": "4242"}
     assert relay_settings(5, named) == RelaySettings("n7", 4242)
     assert relay_settings(5, {"COLLCHECK_RELAY": "0"}) is None
+
+
+def test_relays_are_used_in_large_worlds_or_when_asked_for() -> None:
+    def relayed(world: int, environ: dict[str, str], async_verify: bool = True) -> bool:
+        return node_relay(1, world, async_verify, environ) is not None
+
+    assert not relayed(8, {}) and relayed(256, {}) and relayed(10_000, {})
+    assert relayed(8, {"COLLCHECK_RELAY": "1"}) and relayed(4, {"COLLCHECK_RANKS_PER_NODE": "2"})
+    assert relayed(4, {"COLLCHECK_NODE": "n1"})
+    assert not relayed(10_000, {"COLLCHECK_RELAY": "0"}) and not relayed(10_000, {}, async_verify=False)
 
 
 def test_a_stopped_relay_never_blocks_a_readers_monitor_thread() -> None:
