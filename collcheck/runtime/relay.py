@@ -358,7 +358,7 @@ class NodeRelay:
         else:
             when, _, requesters = _text(reader.beat).partition(" ")
             self._requesters = int(requesters) if requesters.isdigit() else None
-            age = time.time() - float(when)
+            age = time.time() - _seconds(when)
             if age > stale:
                 self._fall_back(job, f"it has not refreshed for {age:.1f} s")
 
@@ -405,6 +405,14 @@ def _said(job: Any, key: str) -> str:
         return _text(peek(job, key) or b"")
     except Exception:
         return ""
+
+
+def _seconds(text: str) -> float:
+    """A beat's time; 0 (long ago) when it is not one: a garbled beat counts as a stale one."""
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
 
 
 def _count(raw: bytes | None) -> int:
