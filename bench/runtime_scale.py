@@ -1,7 +1,7 @@
 """What cross-rank verification costs per collective as jobs and groups grow (issue 16).
 
     python bench/runtime_scale.py [--ranks 2,4,8,16] [--members 16,128,1024] [--iters 1000]
-                                   [--modes async,strict] [--backends gloo,fake]
+                                   [--modes async,strict] [--backends gloo,fake] [--nodes 1,2]
 
 Every rank is a process on this machine. Each runs `--iters` all_reduces of 256 floats on the
 world group, untraced and under `collcheck run --verify` (async) and `--verify --strict`, with a
@@ -15,6 +15,10 @@ keys and values in both directions). Printed per rank count, backend and mode:
 * idle requests/s: the store requests a rank makes per second while it issues nothing (after
   the loop, for IDLE_S seconds; mean over ranks): what waiting for an abort and keeping its
   position fresh cost a rank that computes, or waits in a long collective.
+* rh reads/op/rank and rh reads/s/rank: how often a rank read a leader's rolling hash (`rh/`)
+  from the job store, per collective and per second of the loop (mean over ranks). `--nodes N`
+  splits the ranks into N simulated nodes (as COLLCHECK_RANKS_PER_NODE does), each with its
+  node relay in async mode: only the relays read `rh/` from the job store, once per tick.
 
 `--inproc`: no processes and no torch job: a leader's and a follower's monitor in one process on
 an in-memory store, fed the same events (groups of 2 to 10,000 members); their CPU time per
@@ -58,10 +62,12 @@ class Counts:
         self.requests = 0
         self.bytes = 0
         self.largest = 0  # the largest value written in one request
+        self.chain_reads = 0  # requests that read a rolling hash (`rh/`)
 
-    def snapshot(self) -> tuple[int, int]:
+    def snapshot(self) -> tuple[int, int, int]:
+        """(requests, bytes, rolling-hash reads) so far."""
         with self.lock:
-            return self.requests, self.bytes
+            return self.requests, self.bytes, self.chain_reads
 
 
 def _size(value: Any) -> int:
@@ -99,13 +105,21 @@ class CountingStore:
             result = attr(*args)
             size = _size(args) + _size(result)
             written = _largest_value(name, args)
+            chain = name in ("get", "multi_get", "compare_set") and _reads_chain(args[0])
             with counts.lock:
+                counts.chain_reads += chain
                 counts.requests += 1
                 counts.bytes += size
                 counts.largest = max(counts.largest, written)
             return result
 
         return counted
+
+
+def _reads_chain(keys: Any) -> bool:
+    """Whether a read's key (or one of its keys) is a rolling hash, `rh/<channel>`."""
+    names = [keys] if isinstance(keys, str) else list(keys)
+    return any(str(name).startswith("rh/") for name in names)
 
 
 class DictStore:
@@ -242,7 +256,7 @@ def worker(backend: str, mode: str, iters: int, members: int, trace_dir: str, st
         dist.all_reduce(tensor)
     _sync(store, "warm", world)
     time.sleep(0.3)  # the background thread catches up with the warm-up
-    before = counts.snapshot()
+    before, window = counts.snapshot(), time.perf_counter()
     counts.largest = 0
     started, cpu = time.perf_counter(), time.process_time()
     for _ in range(iters):
@@ -250,7 +264,7 @@ def worker(backend: str, mode: str, iters: int, members: int, trace_dir: str, st
     wall = (time.perf_counter() - started) / iters
     cpu_per = (time.process_time() - cpu) / iters
     time.sleep(0.3)  # what the background thread does for the loop's last tick
-    after = counts.snapshot()
+    after, window = counts.snapshot(), time.perf_counter() - window
     time.sleep(1.0)  # positions settle after the loop
     idle_from = counts.snapshot()
     time.sleep(IDLE_S)
@@ -261,6 +275,8 @@ def worker(backend: str, mode: str, iters: int, members: int, trace_dir: str, st
         "cpu_us": cpu_per * 1e6,
         "requests": (after[0] - before[0]) / iters,
         "bytes": (after[1] - before[1]) / iters,
+        "chain_reads": (after[2] - before[2]) / iters,
+        "chain_per_s": (after[2] - before[2]) / window,
         "largest": counts.largest,
         "idle": idle,
     }
@@ -283,9 +299,10 @@ def _sync(store: Any, name: str, world: int) -> None:
 
 
 def run(
-    backend: str, mode: str, ranks: int, members: int, iters: int, stall_s: float
+    backend: str, mode: str, ranks: int, members: int, iters: int, stall_s: float, nodes: int = 1
 ) -> list[dict[str, Any]]:
-    """One job; each rank's RESULT, with the collcheck lines it wrote to stderr (warnings)."""
+    """One job; each rank's RESULT, with the collcheck lines it wrote to stderr (warnings). Its
+    ranks are split into `nodes` simulated nodes (one node relay each, in async mode)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COLLCHECK_", "TORCH_DISTRIBUTED"))}
     env.update(
         MASTER_ADDR="127.0.0.1",
@@ -293,6 +310,7 @@ def run(
         WORLD_SIZE=str(ranks),
         OMP_NUM_THREADS="1",
         PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
+        COLLCHECK_RANKS_PER_NODE=str(max(ranks // max(nodes, 1), 1)),
     )
     trace_dir = tempfile.mkdtemp(prefix="collcheck-scale-")
     command = [sys.executable, __file__, "--worker", backend, mode, str(iters), str(members), trace_dir]
@@ -340,6 +358,7 @@ def main() -> None:
     parser.add_argument("--backends", default="gloo,fake")
     parser.add_argument("--inproc", action="store_true", help="only the in-process measurement")
     parser.add_argument("--stall-timeout", type=float, default=600.0, help="collcheck's --timeout")
+    parser.add_argument("--nodes", default="1", help="simulated nodes the ranks are split into (relays)")
     args = parser.parse_args()
     if args.worker:
         backend, mode, iters, members, trace_dir, stall_s = args.worker
@@ -354,23 +373,25 @@ def main() -> None:
         return
     print(
         "backend  ranks  members  mode    added us/op  added cpu us/op  requests/op/rank  "
-        "bytes/op/rank  largest value  idle requests/s/rank"
+        "bytes/op/rank  largest value  idle requests/s/rank  nodes  rh reads/op/rank  rh reads/s/rank"
     )
+    runs = [(mode, int(nodes)) for mode in args.modes.split(",") for nodes in args.nodes.split(",")]
     for backend in args.backends.split(","):
         sizes = [0] if backend == "gloo" else [int(m) for m in args.members.split(",")]
         for ranks in (int(r) for r in args.ranks.split(",")):
             for members in sizes:
                 world = members or ranks
                 base = run(backend, "untraced", ranks, world, args.iters, args.stall_timeout)
-                for mode in args.modes.split(","):
-                    traced = run(backend, mode, ranks, world, args.iters, args.stall_timeout)
+                for mode, nodes in runs:
+                    traced = run(backend, mode, ranks, world, args.iters, args.stall_timeout, nodes)
                     print(
                         f"{backend:7}  {ranks:5}  {world:7}  {mode:6}  "
                         f"{_median(traced, 'us') - _median(base, 'us'):11.1f}  "
                         f"{_median(traced, 'cpu_us') - _median(base, 'cpu_us'):15.1f}  "
                         f"{_mean(traced, 'requests'):16.2f}  {_mean(traced, 'bytes'):13.0f}  "
                         f"{max(int(r['largest']) for r in traced):13}  "
-                        f"{_mean(traced, 'idle'):20.2f}",
+                        f"{_mean(traced, 'idle'):20.2f}  {nodes:5}  "
+                        f"{_mean(traced, 'chain_reads'):16.3f}  {_mean(traced, 'chain_per_s'):15.2f}",
                         flush=True,
                     )
                     for said in sorted({line for r in traced for line in r["said"]}):

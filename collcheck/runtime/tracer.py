@@ -29,6 +29,7 @@ from collcheck.runtime.record import (
     shared_dir_allowed,
     trace_file_name,
 )
+from collcheck.runtime.relay import node_relay
 from collcheck.runtime.verify import Monitor, MonitorConfig, connect_store
 
 DEFAULT_TRACE_DIR = "collcheck-trace"
@@ -165,6 +166,7 @@ class Tracer:
             lambda: connect_store(config.store_address, STORE_CONNECT_TIMEOUT_S),
             on_tick=self._record_tick if self._poll_completion else None,
             before_exit=self._flush_native,
+            relay=node_relay(rank, world_size, config.verify and not config.strict, os.environ),
         )
         self.mechanism = ""
 

@@ -64,6 +64,8 @@ from collcheck.runtime.p2p import (
     payload,
 )
 from collcheck.runtime.record import CollectiveEvent, ReportEvent, TraceWriter, trace_file_name
+from collcheck.runtime.relay import STORE_REQUESTS_PER_S, NodeRelay
+from collcheck.runtime.relay import short_error as _short
 from collcheck.runtime.verify_wire import (
     CHAIN_START,
     RING,
@@ -88,9 +90,9 @@ ABORT_EXIT_CODE = 86
 TICK_S = 0.05
 POSITION_EVERY_S = 0.25
 HEARTBEAT_S = 5.0  # an unchanged position is republished this often (a live rank's heartbeat)
-# What all ranks' background work may ask of one store per second, together: the comparison
-# tick and the position refresh lengthen with the world to stay within it (see `pacing`).
-STORE_REQUESTS_PER_S = 20_000
+# What all ranks' background work may ask of one store per second, together (STORE_REQUESTS_PER_S,
+# see relay.py): the comparison tick and the position refresh lengthen with the world to stay
+# within it (see `pacing`).
 POSITION_REQUESTS_PER_S = 5_000
 ABORT_WAIT = timedelta(days=365)  # a blocked wait for an abort never expires in a job's life
 WAKE_STOP = "\x00collcheck:stop"  # what a rank writes to its own wake key to end its abort waiter
@@ -407,6 +409,13 @@ def pacing(world_size: int) -> Pacing:
     return Pacing(compare, position, max(HEARTBEAT_S, 4 * position))
 
 
+def relayed_compare_s(requesters: int) -> float:
+    """Async mode's tick when followers read through node relays (relay.py): per tick the job
+    store sees one read per relay, one write per rank that publishes, and one read per rank
+    without a relay (`requesters`), not one per rank: 50 ms up to 1,000 of those."""
+    return max(TICK_S, requesters / STORE_REQUESTS_PER_S)
+
+
 def connect_budget(world_size: int, timeout_s: float) -> float:
     """How long to keep trying to connect: longer for a large world (its ranks all connect at
     once), but at most half the stall timeout, so that followers waiting for a leader that is
@@ -440,8 +449,14 @@ class Monitor:
         on_tick: Callable[[], None] | None = None,
         before_exit: Callable[[], None] | None = None,
         fallback_store: Callable[[], Any] | None = job_store,
+        relay: NodeRelay | None = None,
     ) -> None:
         self.config = config
+        # Async mode: the node's relay, through which this rank reads its publishers' `rh/`
+        # keys (the job store sees one read per node and tick, not one per rank)
+        self._relay = relay if config.verify and not config.strict else None
+        self._flushing = False  # the final flush reads the job store itself: no tick is left
+        self._counted_publisher = False  # this rank is counted in `publishers` (relays' pace)
         self._fallback = fallback_store  # says `degraded/<rank>` when no connection of ours works
         self.writer = writer
         self._factory = store_factory
@@ -518,6 +533,9 @@ class Monitor:
                     self.sync_store = self._connect()
             except Exception as error:
                 self._degrade(f"store unreachable ({_short(error)})", loud=True)
+            if self.store is not None and self._relay is not None:
+                self._relay.start(self.store)
+                self._say_relay()
             if self.store is not None and self.config.abort and blocking_ok(self.store):
                 with contextlib.suppress(Exception):  # without it, the tick polls for an abort
                     self.abort_store = self._factory()
@@ -551,6 +569,8 @@ class Monitor:
         if self.store is not None:
             try:
                 self._flush()
+                if self._relay is not None:
+                    self._relay.close(self.store)
                 if exited:
                     self._publish_position(exited=True)
             except Exception:  # the store may already be gone at exit; the trace has everything
@@ -562,6 +582,7 @@ class Monitor:
         if not self.config.verify:
             return
         deadline = time.time() + wait_s
+        self._flushing = True
         while True:
             if self._background:
                 self._publish_and_compare(self.store)
@@ -599,6 +620,8 @@ class Monitor:
                 self._new.append(event)
         if first or (self._strict and check):
             self._agree(event)
+        elif self._degraded and check:  # its followers may be blocked on this one's slot
+            self._skip_degraded(event)
 
     def issued_p2p(self, event: CollectiveEvent, check: bool = True) -> None:
         """A send or recv: in flight and in positions like a collective, and paired on its channel
@@ -732,7 +755,7 @@ class Monitor:
             # recording publishes nothing more: waiting for it would end in a false stall.
             if leader in self._gone:
                 return
-            if self._strict and blocking_ok(store):
+            if blocking_ok(store):  # strict mode, and async mode's first-seen checks
                 record = self._wait_for_leader(store, event.group, event.seq, fp, leader)
             else:
                 record = self._wait_for(
@@ -749,12 +772,14 @@ class Monitor:
     def _wait_for_leader(
         self, store: Any, group: str, n: int, fp: dict[str, Any], leader: int
     ) -> Record | None:
-        """Strict mode: the leader's record #n, learned through the store's blocking wait on its
-        slot (one request, answered the moment the leader writes it) instead of polls. The slot
-        is empty until then: a strict leader empties the next slot before publishing (after the
-        ring's first lap), and one that degrades fills the slots its followers may be waiting
-        on with a record saying so (`_release_followers`). None after a stall report, or when
-        the leader degraded. A slot still holding an older lap's record falls back to polling."""
+        """Strict mode, and async mode's first-seen checks: the leader's record #n, learned through
+        the store's blocking wait on its slot (one request, answered the moment the leader
+        writes it) instead of polls. The slot is empty until then: a strict leader empties the
+        next slot before publishing (after the ring's first lap), and a leader that degrades
+        fills the slots its followers may be waiting on with a record saying so
+        (`_release_followers`, `_skip_degraded`). None after a stall report, or when the leader
+        degraded. A slot still holding an older lap's record (an async leader empties none)
+        falls back to polling."""
         record = self._read_record(store, group, n)
         if record is not None:  # the usual case: the leader is ahead
             return record
@@ -777,11 +802,11 @@ class Monitor:
         return self._wait_for(store, group, n, fp, lambda: self._leader_gone(store, leader), LEADER_POLL_S)
 
     def _skip_degraded(self, event: CollectiveEvent) -> None:
-        """A strict leader that degraded to recording: mark each collective it issues as never
-        published, through the job's own store client, so that its followers blocked on the
-        slot wake (and stop waiting for it) instead of waiting for a stall. Given up after one
-        failure (a dead store)."""
-        if not (self._strict and self._degraded and self._fallback is not None and not self.ended):
+        """A leader that degraded to recording (either verify mode): mark each collective it
+        issues as never published, through the job's own store client, so that its followers
+        blocked on the slot wake (and stop waiting for it) instead of waiting for a stall. Given
+        up after one failure (a dead store)."""
+        if not (self.config.verify and self._degraded and self._fallback is not None and not self.ended):
             return
         if self._skip_store is False or event.rank != self._leader(event):
             return
@@ -794,9 +819,10 @@ class Monitor:
             self._skip_store = False
 
     def _release_followers(self, store: Any) -> None:
-        """A strict leader that degraded: fill the slots of the groups it leads that followers may
-        be blocked on (its current number and the next), if empty, with a record saying that it
-        was never published; they stop waiting for this rank (`degraded/<rank>`)."""
+        """A leader that degraded (either verify mode): fill the slots of the groups it leads
+        that followers may be blocked on (its current number and the next), if empty, with a
+        record saying that it was never published; they stop waiting for this rank
+        (`degraded/<rank>`)."""
         with self._lock:
             rank = self.config.rank
             current = {group: seq for group, seq in self._issued.items() if self._leaders.get(group) == rank}
@@ -966,7 +992,7 @@ class Monitor:
     def _run(self) -> None:
         while not self._stop.wait(TICK_S):
             now = time.time()
-            compare = now - self._compared >= self._pace.compare_s  # paced for a large world
+            compare = now - self._compared >= self._compare_every()  # paced for a large world
             if compare:
                 self._compared = now
             try:
@@ -986,12 +1012,34 @@ class Monitor:
             if not self._waiting_for_abort():
                 self._check_abort(store)
             if self._background and compare:
+                if self._relay is not None:
+                    self._relay.tick(store)
+                    self._say_relay()
                 self._publish_and_compare(store)
             if self._late:
                 self._check_late(store)
             self._publish_members(store)
             self._maybe_publish_position()
         self._check_stalls()
+
+    def _compare_every(self) -> float:
+        """Seconds between async publications and comparisons: `pacing` of the world, or, when
+        this rank reads through a node relay, of the job store's clients the relay counted."""
+        requesters = self._relay.requesters() if self._relay is not None else None
+        return relayed_compare_s(requesters) if requesters is not None else self._pace.compare_s
+
+    def _say_relay(self) -> None:
+        """Report what the relay noted (it fell back to the job store): once, as a warning."""
+        assert self._relay is not None
+        while self._relay.notes:
+            self._report("relay", "warning", self._relay.notes.pop(0), echo=True)
+
+    def _chain_of(self, store: Any, channel: str) -> bytes | None:
+        """The publisher's `rh/<channel>`: through the node's relay in the ticks, from the job
+        store itself in the final flush (the relay may have stopped) or without a relay."""
+        if self._relay is None or self._flushing:
+            return peek(store, chain_key(channel))
+        return self._relay.chain(store, channel)
 
     def _check_abort(self, store: Any) -> None:
         """Poll for an abort (the fallback when the abort waiter is not running)."""
@@ -1118,6 +1166,9 @@ class Monitor:
                 keys.append(chain_key(channel))
                 values.append(f"{self._head_mark[channel]} {self._advance_chain(channel, count)}")
             store.multi_set(keys, values)
+            if self._relay is not None and not self._counted_publisher:
+                self._counted_publisher = True  # one more writer per tick: the relays' pace counts it
+                store.add("publishers", 1)
 
     def _advance_chain(self, channel: str, count: int) -> str:
         """Fold the links of the `count` numbers up to the new mark into the channel's chain (a
@@ -1188,7 +1239,7 @@ class Monitor:
         and compared one by one, as they always were: a difference is never skipped."""
         if not pending:
             return
-        published = parse_chain(peek(store, chain_key(channel)))
+        published = parse_chain(self._chain_of(store, channel))
         head = published[0] if published is not None else 0
         ready = []
         while pending and pending[0][0] <= head:
@@ -1572,7 +1623,7 @@ class Monitor:
                 job = self._fallback()
                 job.set(f"degraded/{self.config.rank}", why)
                 told = job
-        if told is not None and self._strict:
+        if told is not None and self.config.verify:
             with contextlib.suppress(Exception):
                 self._release_followers(told)
 
@@ -1682,11 +1733,6 @@ def _rank_list(raw: bytes) -> tuple[int, ...] | None:
     if not isinstance(data, list) or not all(isinstance(rank, int) for rank in data):
         return None
     return tuple(data)
-
-
-def _short(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}"[:200]
 
 
 def _echo(text: str) -> None:

@@ -82,11 +82,18 @@ class FakeStore:
             if (current is None and expected == "") or current == expected.encode():
                 if current != desired.encode():
                     self._put(key, desired)
+                    self._changed.notify_all()  # a real store wakes the key's waiters too
                 return desired.encode()
             if current is None:
                 return expected.encode()
             self.reads[key] += 1
             return current
+
+    def append(self, key: str, value: str) -> None:
+        self.calls["append"] += 1
+        with self._changed:
+            self._put(key, self.data.get(key, b"") + value.encode())
+            self._changed.notify_all()
 
     def delete_key(self, key: str) -> bool:
         self.calls["delete_key"] += 1

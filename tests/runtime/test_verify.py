@@ -769,3 +769,56 @@ def test_a_strict_leader_degraded_before_its_first_collective_still_wakes_its_fo
     waiting.join(5.0)
     assert not waiting.is_alive() and time.monotonic() - started < 2.0  # not the 5 s stall
     assert [kind for kind, _, _ in reports.reports] == ["behind"] and follower._gone == {0}
+
+
+# ---------------------------------------------------------------------------------------------
+# Async mode's first-seen checks through one blocking wait (issue 16: they polled the store)
+
+
+def test_an_async_follower_at_a_new_site_learns_a_late_leader_record_through_one_wait() -> None:
+    store, leader, follower, reports = _pair()
+    leader.issued(_event(0, 1, line=10))
+    follower.issued(_event(1, 1, line=10))
+    leader.issued(_event(0, 2, line=10))  # not new on the leader: published by its next tick
+    store.calls.clear()
+    waiting = _issue_later(follower, _event(1, 2, line=12, numel=8))  # new on the follower
+    time.sleep(0.5)  # polling from 0.2 ms up to every 20 ms would have asked ~30 times by now
+    assert waiting.is_alive()
+    before = dict(store.calls)
+    leader._publish_and_compare(store)
+    waiting.join(5.0)
+    assert not waiting.is_alive()
+    # The slot (empty), `degraded/0`, then the wait: no poll.
+    assert before == {"compare_set": 1, "check": 1, "wait": 1}, before
+    assert [kind for kind, _, _ in reports.reports] == ["mismatch"]
+
+
+def test_an_async_leader_that_degrades_releases_a_follower_blocked_at_a_new_site() -> None:
+    store = FakeStore()
+    config = MonitorConfig(rank=0, verify=True, strict=False, timeout_s=5.0, world_size=2, abort=False)
+    leader = Monitor(config, writer=ReportWriter(), store_factory=None, fallback_store=lambda: store)  # type: ignore[arg-type]
+    leader.store = leader.sync_store = store
+    follower, reports = _monitor(1, store)
+    leader.issued(_event(0, 1, line=10))
+    follower.issued(_event(1, 1, line=10))
+    leader.issued(_event(0, 2, line=10))  # queued for its background thread, never published
+    waiting = _issue_later(follower, _event(1, 2, line=12))
+    time.sleep(0.3)  # blocked: it looked for degraded/0 before the leader said so
+    started = time.monotonic()
+    leader._degrade("checker failed (injected)", loud=False)
+    waiting.join(5.0)
+    assert not waiting.is_alive() and time.monotonic() - started < 2.0  # not the 5 s stall
+    assert [kind for kind, _, _ in reports.reports] == ["behind"]  # said, not a stall
+    # A follower that looked a moment before the leader degraded, blocked on a collective the
+    # degraded leader issues later (not new to it): that collective's slot wakes it.
+    other, said = _monitor(1, store)
+    other._gone_checked[0] = time.monotonic()
+    waiting = _issue_later(other, _event(1, 4, line=14))
+    time.sleep(0.3)
+    assert waiting.is_alive()
+    started = time.monotonic()
+    leader.issued(_event(0, 3, line=10))
+    leader.issued(_event(0, 4, line=10))
+    waiting.join(5.0)
+    assert not waiting.is_alive() and time.monotonic() - started < 2.0
+    assert [kind for kind, _, _ in said.reports] == ["behind"]
