@@ -9,7 +9,6 @@ import re
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from collcheck.cache import cached_analyze, load_manifest, store_manifest
 from collcheck.cache_guard import cache_folder
@@ -17,10 +16,7 @@ from collcheck.catalog import Catalog, catalog_fingerprint, load_catalog
 from collcheck.config import Settings
 from collcheck.findings import FileError, FileResult, RunResult
 from collcheck.source import MAX_SOURCE_BYTES, SourceFile, read_source, real_path
-from collcheck.static.project import FileFacts, Project
-
-if TYPE_CHECKING:
-    from concurrent.futures import Executor
+from collcheck.static.project import Project
 
 MAX_FILE_BYTES = MAX_SOURCE_BYTES
 
@@ -261,141 +257,6 @@ def _analyze_job(path: str) -> FileResult:
     return analyze_file(path, settings, project=project if isinstance(project, Project) else None)
 
 
-_RANK_WORDS: dict[str, frozenset[str]] = {}
-
-
-def _rank_words(catalog: Catalog) -> frozenset[str]:
-    """Words that mark a function as computing something from the rank (catalog-driven)."""
-    words = _RANK_WORDS.get(catalog.fingerprint)
-    if words is None:
-        found = {name.rsplit(".", 1)[-1] for name in catalog.rank_functions}
-        found |= set(catalog.rank_env) | set(catalog.rank_attributes) | set(catalog.rank_methods)
-        found |= {name.rsplit(".", 1)[-1] for name in catalog.rank_decorators}
-        # `x.size()` is everywhere and says nothing about a rank.
-        words = _RANK_WORDS[catalog.fingerprint] = frozenset(found - {"size"})
-    return words
-
-
-def _facts_of(path: str, catalog: Catalog) -> FileFacts:
-    from collcheck.static.prefilter import trigger_pattern
-    from collcheck.static.project import file_facts, unreadable_facts
-
-    source = read_source(Path(path), MAX_FILE_BYTES)
-    if isinstance(source, FileError):
-        return unreadable_facts()
-    return file_facts(source.text, trigger_pattern(catalog), _rank_words(catalog))
-
-
-def _facts_job(args: tuple[list[str], tuple[str, ...]]) -> list[FileFacts]:
-    paths, catalog_paths = args
-    catalog = load_catalog(Path(p) for p in catalog_paths)
-    return [_facts_of(path, catalog) for path in paths]
-
-
-def _load_the_engine() -> None:
-    """Import the engine and z3 in this process, which otherwise waits for the index workers:
-    each analysis worker forked later then starts with them (about 0.3 s of imports a worker)."""
-    import z3  # noqa: F401
-
-    import collcheck.static.engine  # noqa: F401
-
-
-_PARALLEL_FACTS_FROM = 200  # below this, starting worker processes costs more than it saves
-_PARALLEL_ROUND_FROM = 16  # a round of the reach below this is read in this process
-
-
-def _all_facts(
-    paths: list[str],
-    catalog: Catalog,
-    settings: Settings,
-    jobs: int,
-    modules: list[tuple[str, str]] | None = None,
-    checked: list[str] | None = None,
-) -> dict[str, FileFacts]:
-    """Each file's index facts: from the cache where its size and modification time are unchanged.
-    With `checked` (the files a partial run checks, among `paths`, whose `modules` are given), only
-    the files they reach through any number of imports and calls (`files_reached`): pre-commit on
-    two files of a large project, or one folder of it, reads what those files reach, not the tree."""
-    from collcheck.cache import load_facts, store_facts
-
-    known, stored = load_facts(settings, catalog.fingerprint, paths)
-    parallel = jobs > 1 and len(paths) - len(known) >= _PARALLEL_FACTS_FROM
-    pool = _facts_pool(jobs) if parallel else None
-    try:
-        read = _FactsRounds(known, catalog, settings, pool, jobs)
-        if checked is None or modules is None:
-            facts = read.round(paths)
-        else:
-            facts = _reached_facts(paths, checked, modules, read)
-    finally:
-        if pool is not None:
-            pool.shutdown()
-    if read.fresh:
-        store_facts(settings, catalog.fingerprint, read.fresh, stored)
-    return facts
-
-
-def _facts_pool(jobs: int) -> Executor:
-    from concurrent.futures import ProcessPoolExecutor
-
-    return ProcessPoolExecutor(max_workers=jobs)
-
-
-class _FactsRounds:
-    """Facts of a list of files at a time: cached ones as they are, the others computed (by the
-    pool's workers when the list is long enough); `fresh` collects what was computed."""
-
-    def __init__(
-        self,
-        known: dict[str, FileFacts],
-        catalog: Catalog,
-        settings: Settings,
-        pool: Executor | None,
-        jobs: int,
-    ) -> None:
-        self.known = known
-        self.jobs = jobs
-        self.catalog = catalog
-        self.catalogs = tuple(settings.catalogs)
-        self.pool = pool
-        self.fresh: dict[str, FileFacts] = {}
-
-    def round(self, paths: list[str]) -> dict[str, FileFacts]:
-        missing = [path for path in paths if path not in self.known]
-        if self.pool is not None and len(missing) >= _PARALLEL_ROUND_FROM:
-            size = min(64, -(-len(missing) // (4 * self.jobs)))  # a few batches a worker, for balance
-            batches = [missing[index : index + size] for index in range(0, len(missing), size)]
-            done = self.pool.map(_facts_job, [(batch, self.catalogs) for batch in batches])
-            _load_the_engine()  # while the workers read: the analysis workers are forked from here
-            computed = [facts for batch in done for facts in batch]
-        else:
-            computed = [_facts_of(path, self.catalog) for path in missing]
-        self.fresh.update(zip(missing, computed, strict=True))
-        return {path: self.known.get(path) or self.fresh[path] for path in paths}
-
-
-def _reached_facts(
-    paths: list[str], checked: list[str], modules: list[tuple[str, str]], read: _FactsRounds
-) -> dict[str, FileFacts]:
-    """The facts of `checked` and of every file they reach, one round per step of the reach."""
-    from collcheck.static.project import Resolver, files_reached
-
-    resolver = Resolver(dict(modules), frozenset(paths))
-    seen = set(checked)
-    frontier = list(dict.fromkeys(checked))
-    facts: dict[str, FileFacts] = {}
-    while frontier:
-        found = read.round(frontier)
-        facts.update(found)
-        frontier = []
-        for path, item in found.items():
-            for other in sorted(files_reached(path, item, resolver)):
-                if other not in seen:
-                    seen.add(other)
-                    frontier.append(other)
-    return facts
-
-
 def _project(
     files: list[Path], fingerprint: str, settings: Settings, jobs: int = 1, checked: list[Path] | None = None
 ) -> Project:
@@ -403,6 +264,7 @@ def _project(
     (same paths, sizes and modification times), and after an edit only the edited files are read.
     `checked`: the files a partial run checks, when `files` also holds the project around them."""
     from collcheck.cache import load_project, store_project
+    from collcheck.index_facts import read_facts
     from collcheck.static.project import build_project, module_names
 
     if settings.cache:
@@ -413,7 +275,7 @@ def _project(
     paths = list(dict.fromkeys(str(real_path(path)) for path in files))
     modules = module_names(Path(path) for path in paths)
     reached_from = None if checked is None else [str(real_path(path)) for path in checked]
-    facts = _all_facts(paths, catalog, settings, jobs, modules, reached_from)
+    facts = read_facts(paths, catalog, settings, jobs, modules, reached_from)
     project = build_project(facts, modules)
     if settings.cache:
         store_project(files, catalog.fingerprint, settings, project)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from collcheck import api
+from collcheck import api, index_facts
 from collcheck.api import check_paths, project_root
 from collcheck.cli import light_check
 from collcheck.config import load_settings
@@ -80,13 +80,13 @@ def test_a_partial_run_indexes_only_the_files_its_files_reach(tmp_path: Path, mo
     (package / "deep.py").write_text(COMM.replace("sync", "send"), encoding="utf-8")
     (package / "unrelated.py").write_text(COMM + "def other(t):\n    sync(t)\n", encoding="utf-8")
     read: list[str] = []
-    facts_of = api._facts_of
+    facts_of = index_facts.facts_of
 
     def recording(path: str, catalog: object) -> object:
         read.append(Path(path).name)
         return facts_of(path, catalog)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(api, "_facts_of", recording)
+    monkeypatch.setattr(index_facts, "facts_of", recording)
     found = _found([train], tmp_path)
     assert ("train.py", 13, "CC001") in found  # sync() of deep.py, two files away, is followed
     assert "unrelated.py" not in read

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collcheck import api
+from collcheck import api, index_facts
 from collcheck.catalog import load_catalog
 from collcheck.config import Settings
 
@@ -107,13 +107,13 @@ def test_only_edited_files_are_read_again_for_the_index(
     project = tmp_path / "project"
     write(project, {"comm_utils.py": HELPER_BARRIER, "train.py": TRAIN, "quiet.py": "x = 1\n"})
     read: list[str] = []
-    real_facts_of = api._facts_of
+    real_facts_of = index_facts.facts_of
 
     def counting(path: str, catalog: object) -> object:
         read.append(Path(path).name)
         return real_facts_of(path, catalog)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(api, "_facts_of", counting)
+    monkeypatch.setattr(index_facts, "facts_of", counting)
     codes(project, settings)
     assert sorted(read) == ["comm_utils.py", "quiet.py", "train.py"]
     read.clear()
@@ -151,7 +151,7 @@ def test_selection_does_not_depend_on_the_number_of_jobs(
     write(tmp_path, SELECTION)
     files = sorted(tmp_path.iterdir())
     catalog = load_catalog()
-    monkeypatch.setattr(api, "_PARALLEL_FACTS_FROM", 100)
+    monkeypatch.setattr(index_facts, "PARALLEL_FACTS_FROM", 100)
     serial = api._project(files, catalog, Settings(cache=False), jobs=1)
     parallel = api._project(files, catalog, Settings(cache=False), jobs=2)
     assert serial == parallel
