@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import fixture_run
 
 from collcheck.api import check_paths
 from collcheck.checks import all_rules
@@ -75,11 +76,14 @@ def _finding(finding: Finding) -> dict[str, Any]:
 
 
 def _run(unit: Path, project_context: bool = False) -> list[Finding]:
-    """A unit's findings. Without the project context by default: the fixtures lie inside this
-    repository, whose ~700 other files were otherwise indexed again for each of the ~450 units
-    (most of this module's time); `test_the_repository_around_a_fixture_changes_no_message`
-    checks that the context changes nothing where it could: the multi-file fixtures."""
-    settings = load_settings([unit]).with_overrides(jobs=1, cache=False, project_context=project_context)
+    """A unit's findings. Without the project context by default (the run test_fixtures.py
+    reads too, made once): the fixtures lie inside this repository, whose ~700 other files were
+    otherwise indexed again for each of the ~450 units (most of this module's time);
+    `test_the_repository_around_a_fixture_changes_no_message` checks that the context changes
+    nothing where it could: the multi-file fixtures."""
+    if not project_context:
+        return fixture_run(unit).findings
+    settings = load_settings([unit]).with_overrides(jobs=1, cache=False, project_context=True)
     return check_paths([unit], settings).findings
 
 
