@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -355,3 +356,29 @@ def test_the_alarm_waits_for_an_import_to_end(tmp_path: Path, monkeypatch: pytes
 
     assert sys.modules["slow_to_import"].complete is True
     monkeypatch.delitem(sys.modules, "slow_to_import")
+
+
+def test_the_engine_keeps_a_stopped_files_z3_contexts_and_frees_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import z3
+
+    from collcheck.api import analyze_text
+
+    created: list[Any] = []
+    make = z3.Context.__init__
+
+    def remembered(context: Any, *args: Any, **kwargs: Any) -> None:
+        make(context, *args, **kwargs)
+        created.append(context)
+
+    monkeypatch.setattr(z3.Context, "__init__", remembered)
+    stopped = analyze_text(NONLINEAR, "mix.py", Settings(cache=False, world_size=1024, file_timeout=0.5))
+    assert stopped.error is not None and created
+    assert all(context.owner is False for context in created)
+
+    created.clear()
+    bug = (REPO / "fixtures" / "CC001" / "barrier_rank0_bug.py").read_text(encoding="utf-8")
+    finished = analyze_text(bug, "bug.py", Settings(cache=False, file_timeout=10.0))
+    assert finished.error is None and finished.findings and created
+    assert all(context.owner is True for context in created)
