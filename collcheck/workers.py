@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent import futures
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +62,7 @@ class Pool:
     limit: float | None
 
 
-Running = dict["Future[FileResult]", tuple[str, float]]  # each file in flight, and when it started
+Running = dict["futures.Future[FileResult]", tuple[str, float]]  # each file in flight, and when it started
 
 
 def run_in_workers(paths: list[str], pool: Pool) -> dict[str, FileResult]:
@@ -76,18 +76,21 @@ def run_in_workers(paths: list[str], pool: Pool) -> dict[str, FileResult]:
 def _run_one_pool(work: _Work, pool: Pool) -> None:
     """Hand files to one pool of workers until all are done or the pool is lost (a worker hung or
     died); what was in flight then is put back in `work` for the next pool."""
-    with ProcessPoolExecutor(pool.jobs, initializer=pool.initializer, initargs=pool.initargs) as executor:
+    # Looked up at each call, not imported by name: a test counts the pools through the module.
+    pool_class = futures.ProcessPoolExecutor
+    with pool_class(pool.jobs, initializer=pool.initializer, initargs=pool.initargs) as executor:
         running: Running = {}
         while True:
             _hand_out(executor, work, running, pool)
             if not running:
                 return
-            done, _ = wait(running, timeout=_time_left(running, pool.limit), return_when=FIRST_COMPLETED)
+            left = _time_left(running, pool.limit)
+            done, _ = futures.wait(running, timeout=left, return_when=futures.FIRST_COMPLETED)
             if _collect(done, running, work) or _stop_the_late(executor, running, work, pool.limit):
                 return
 
 
-def _hand_out(executor: ProcessPoolExecutor, work: _Work, running: Running, pool: Pool) -> None:
+def _hand_out(executor: futures.ProcessPoolExecutor, work: _Work, running: Running, pool: Pool) -> None:
     """Start files while a worker is free; the suspects of a dead worker first, one at a time."""
     if work.alone:
         if not running:
@@ -107,7 +110,7 @@ def _time_left(running: Running, limit: float | None) -> float | None:
     return max(0.0, oldest + limit - time.monotonic())
 
 
-def _collect(done: set[Future[FileResult]], running: Running, work: _Work) -> bool:
+def _collect(done: set[futures.Future[FileResult]], running: Running, work: _Work) -> bool:
     """Take the answers in `done`; True when a worker died, which loses the pool: the files in
     flight are suspects, run again alone, and a suspect that was alone is reported."""
     for future in done:
@@ -125,7 +128,9 @@ def _collect(done: set[Future[FileResult]], running: Running, work: _Work) -> bo
     return False
 
 
-def _stop_the_late(executor: ProcessPoolExecutor, running: Running, work: _Work, limit: float | None) -> bool:
+def _stop_the_late(
+    executor: futures.ProcessPoolExecutor, running: Running, work: _Work, limit: float | None
+) -> bool:
     """Report each file in flight past `limit` and kill the pool's workers (True); the other files
     in flight start again first in the next pool. False when none is late."""
     if limit is None:
