@@ -13,7 +13,10 @@ kernel's out-of-memory killer) ended the whole run with `BrokenProcessPool`. Her
   takes it; a file with no answer past its limit is reported as stopped, the pool's workers are
   killed, and the files the other workers had are started again in a fresh pool;
 * when a worker dies, every file in flight fails with it and none can be blamed: those files
-  are run again one at a time, and a file whose worker dies while it is alone is reported.
+  are run again one at a time, and a file whose worker dies while it is alone is reported;
+* a pool whose workers stopped `RETIRE_AFTER_STOPS` files at their budget takes no more files and
+  a fresh one goes on: each stopped file's z3 context is kept, never deleted (static/budget.py),
+  about 16 MiB for the pathological file of the tests, and the workers' exit frees them.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from collcheck.findings import FileError, FileResult
 
 # Past a file's budget and the backstop's grace: the worker's start, reading the file, the cache.
 ANSWER_MARGIN_S = 30.0
+RETIRE_AFTER_STOPS = 8  # files stopped at their budget in one pool before its workers are replaced
 
 
 def answer_limit(file_timeout: float | None) -> float | None:
@@ -49,6 +53,7 @@ class _Work:
     alone: deque[str] = field(default_factory=deque)  # suspects, to run again one at a time
     suspected: set[str] = field(default_factory=set)
     results: dict[str, FileResult] = field(default_factory=dict)
+    stopped: int = 0  # answers that are a stop (a transient error: the budget)
 
 
 @dataclass(frozen=True)
@@ -74,14 +79,17 @@ def run_in_workers(paths: list[str], pool: Pool) -> dict[str, FileResult]:
 
 
 def _run_one_pool(work: _Work, pool: Pool) -> None:
-    """Hand files to one pool of workers until all are done or the pool is lost (a worker hung or
-    died); what was in flight then is put back in `work` for the next pool."""
+    """Hand files to one pool of workers until all are done, the pool is lost (a worker hung or
+    died: what was in flight then is put back in `work` for the next pool), or its workers
+    stopped enough files to be replaced."""
     # Looked up at each call, not imported by name: a test counts the pools through the module.
     pool_class = futures.ProcessPoolExecutor
     with pool_class(pool.jobs, initializer=pool.initializer, initargs=pool.initargs) as executor:
         running: Running = {}
+        stopped_before = work.stopped
         while True:
-            _hand_out(executor, work, running, pool)
+            if work.stopped - stopped_before < RETIRE_AFTER_STOPS:
+                _hand_out(executor, work, running, pool)
             if not running:
                 return
             left = _time_left(running, pool.limit)
@@ -116,7 +124,9 @@ def _collect(done: set[futures.Future[FileResult]], running: Running, work: _Wor
     for future in done:
         path, _ = running.pop(future)
         try:
-            work.results[path] = future.result()
+            result = work.results[path] = future.result()
+            if result.error is not None and result.error.transient:
+                work.stopped += 1
         except BrokenProcessPool:
             if path in work.suspected:  # it ran alone
                 work.results[path] = FileResult(path=path, error=died_error(path))

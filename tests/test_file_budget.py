@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -252,6 +253,13 @@ def _job_that_dies(path: str) -> FileResult:
     return _ANALYZE_JOB(path)
 
 
+def _job_that_stops_three(path: str) -> FileResult:
+    """In a worker: the first three bug files are stopped at their budget."""
+    if Path(path).name in ("bug_0.py", "bug_1.py", "bug_2.py"):
+        return FileResult(path=path, error=api.budget_error(path, 1.0))
+    return _ANALYZE_JOB(path)
+
+
 def _buggy_files(folder: Path, special: str) -> None:
     """Nine copies of a CC001 bug (so that the run uses worker processes) and `special`, a tenth."""
     text = (REPO / "fixtures" / "CC001" / "barrier_rank0_bug.py").read_text(encoding="utf-8")
@@ -311,6 +319,28 @@ def test_a_worker_that_dies_costs_only_its_file(tmp_path: Path, monkeypatch: pyt
 
     _only_the_bugs_found(result, "dies.py")
     assert "died" in result.errors[0].message
+
+
+def test_workers_that_stopped_files_are_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stopped file's z3 context is never freed (budget.py): workers that stopped enough files
+    make way for fresh ones, whose exit frees them."""
+    _buggy_files(tmp_path, "extra.py")
+    _in_workers(monkeypatch, _job_that_stops_three)
+    monkeypatch.setattr(workers, "RETIRE_AFTER_STOPS", 1)
+    pools: list[int] = []
+
+    class CountingPool(futures.ProcessPoolExecutor):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pools.append(len(pools))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(futures, "ProcessPoolExecutor", CountingPool)
+
+    result = _check_within(90, [tmp_path], Settings(cache=False, jobs=2, file_timeout=10.0))
+
+    assert sorted(Path(error.path).name for error in result.errors) == ["bug_0.py", "bug_1.py", "bug_2.py"]
+    assert len(result.findings) == 7
+    assert len(pools) >= 2
 
 
 def test_no_budget_means_no_limit_on_a_worker() -> None:
