@@ -75,13 +75,16 @@ def _finding(finding: Finding) -> dict[str, Any]:
     }
 
 
-def _run(unit: Path) -> list[Finding]:
-    """A unit's findings, without the project context (the run test_fixtures.py reads too, made
-    once): the fixtures lie inside this repository, whose ~700 other files were otherwise indexed
-    again for each of the ~450 units (most of this module's time);
+def _run(unit: Path, project_context: bool = False) -> list[Finding]:
+    """A unit's findings. Without the project context by default (the run test_fixtures.py
+    reads too, made once): the fixtures lie inside this repository, whose ~700 other files were
+    otherwise indexed again for each of the ~450 units (most of this module's time);
     `test_the_repository_around_a_fixture_changes_no_message` checks that the context changes
     nothing where it could: the multi-file fixtures."""
-    return fixture_run(unit).findings
+    if not project_context:
+        return fixture_run(unit).findings
+    settings = load_settings([unit]).with_overrides(jobs=1, cache=False, project_context=True)
+    return check_paths([unit], settings).findings
 
 
 def _compare(name: str, actual: Any) -> None:
@@ -127,14 +130,9 @@ def test_every_template_is_shown_by_some_fixture(fixture_findings: dict[str, lis
 def test_the_repository_around_a_fixture_changes_no_message(
     fixture_findings: dict[str, list[Finding]],
 ) -> None:
-    """The multi-file fixtures, checked in the repository's context, say what they say alone. One
-    run for all of them: its index is the one each would get alone, every file of the repository."""
     folders = [unit for unit in _units() if unit.is_dir()]
     assert folders
-    settings = load_settings(folders).with_overrides(jobs=1, cache=False, project_context=True)
-    result = check_paths(folders, settings)
-    assert result.findings and not result.errors
     for folder in folders:
         name = folder.relative_to(FIXTURES).as_posix()
-        in_context = [_finding(f) for f in result.findings if folder in Path(f.location.path).parents]
+        in_context = [_finding(f) for f in _run(folder, project_context=True)]
         assert in_context == [_finding(f) for f in fixture_findings[name]], name
