@@ -403,15 +403,13 @@ def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     }
     misses = [name for name in names if hits[name] is None]
     if jobs > 1 and len(misses) > 8:
-        from concurrent.futures import ProcessPoolExecutor
+        from collcheck.workers import Pool, answer_limit, run_in_workers
 
         # Largest first, one file a task: the longest file then starts at once instead of
         # last, and the workers finish together (sizes stand in for analysis times).
         order = sorted(misses, key=_size_or_zero, reverse=True)
-        with ProcessPoolExecutor(
-            max_workers=jobs, initializer=_start_worker, initargs=(settings, project)
-        ) as pool:
-            computed = dict(zip(order, pool.map(_analyze_job, order), strict=True))
+        limit = answer_limit(settings.file_timeout)
+        computed = run_in_workers(order, Pool(jobs, _analyze_job, _start_worker, (settings, project), limit))
     else:
         computed = {name: analyze_file(name, settings, catalog, project) for name in misses}
     results = [hits[name] or computed[name] for name in names]

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from collcheck.api import check_paths
 from collcheck.cli import main
+from collcheck.config import load_settings
+from collcheck.findings import RunResult
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
@@ -39,3 +43,12 @@ def run_json(
 
 def located(data: dict[str, Any]) -> list[tuple[str, str, int]]:
     return [(Path(f["path"]).name, f["code"], f["line"]) for f in data["findings"]]
+
+
+@functools.cache
+def fixture_run(unit: Path) -> RunResult:
+    """One fixture unit (a file, or a `__fixture__` folder) checked on its own: one job, no cache,
+    no project context. Run once per session: the fixture markers (test_fixtures.py) and the
+    message snapshots (test_message_snapshots.py) are both read from it. Read it, never change it."""
+    settings = load_settings([unit]).with_overrides(jobs=1, cache=False, project_context=False)
+    return check_paths([unit], settings)

@@ -7,9 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from collcheck.api import check_paths
-from collcheck.config import load_settings
+from cli_support import fixture_run
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 MARKER = re.compile(r"#\s*expect:\s*(?P<codes>CC\d{3}(?:\s*,\s*CC\d{3})*)")
@@ -151,8 +149,7 @@ def _param(unit: Path) -> object:
 
 @pytest.mark.parametrize("unit", [_param(u) for u in UNITS])
 def test_fixture(unit: Path) -> None:
-    settings = load_settings([unit]).with_overrides(jobs=1, cache=False, project_context=False)
-    result = check_paths([unit], settings)
+    result = fixture_run(unit)
     assert not result.errors, result.errors
     found = {(Path(f.location.path).name, f.location.line, f.code) for f in result.findings}
     assert found == expected_findings(unit)

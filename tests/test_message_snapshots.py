@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import fixture_run
 
 from collcheck.api import check_paths
 from collcheck.checks import all_rules
@@ -74,8 +75,15 @@ def _finding(finding: Finding) -> dict[str, Any]:
     }
 
 
-def _run(unit: Path) -> list[Finding]:
-    settings = load_settings([unit]).with_overrides(jobs=1, cache=False)
+def _run(unit: Path, project_context: bool = False) -> list[Finding]:
+    """A unit's findings. Without the project context by default (the run test_fixtures.py
+    reads too, made once): the fixtures lie inside this repository, whose ~700 other files were
+    otherwise indexed again for each of the ~450 units (most of this module's time);
+    `test_the_repository_around_a_fixture_changes_no_message` checks that the context changes
+    nothing where it could: the multi-file fixtures."""
+    if not project_context:
+        return fixture_run(unit).findings
+    settings = load_settings([unit]).with_overrides(jobs=1, cache=False, project_context=True)
     return check_paths([unit], settings).findings
 
 
@@ -117,3 +125,14 @@ def test_every_template_is_shown_by_some_fixture(fixture_findings: dict[str, lis
         if (code, template) not in used
     }
     assert missing == UNREACHED
+
+
+def test_the_repository_around_a_fixture_changes_no_message(
+    fixture_findings: dict[str, list[Finding]],
+) -> None:
+    folders = [unit for unit in _units() if unit.is_dir()]
+    assert folders
+    for folder in folders:
+        name = folder.relative_to(FIXTURES).as_posix()
+        in_context = [_finding(f) for f in _run(folder, project_context=True)]
+        assert in_context == [_finding(f) for f in fixture_findings[name]], name

@@ -10,6 +10,11 @@ The caller opens `file_budget(seconds)` around one file's analysis. Inside it:
   where both `-j 1` runs and worker processes analyse files) raises `BudgetExceeded` wherever the
   Python code happens to be, and a timer thread interrupts every z3 solver the file created (z3's
   own cross-thread cancellation), since a signal handler cannot run while z3's native code does.
+  The alarm never raises inside an import (a module cut off half-way stays broken for every later
+  file of the process: z3 was seen losing `is_expr`); it waits for the import to end.
+* the z3 contexts a stopped file created are never deleted (`track_context`): z3's destructor of
+  such a context was seen looping forever in a worker, after the budget, where nothing bounds it
+  (the run then hung on that worker); the process's exit frees their memory.
 
 The deadline is held in a context variable rather than passed through every stage, so that the
 engine's signatures stay as they are; it carries no setting that changes what a file yields.
@@ -42,12 +47,14 @@ class BudgetExceeded(Exception):
 
 @dataclass(frozen=True)
 class Deadline:
-    """`seconds` of wall-clock time, counted from `started` (time.monotonic()), and the solvers
-    working under it (for the backstop's interrupt)."""
+    """`seconds` of wall-clock time, counted from `started` (time.monotonic()), the solvers
+    working under it (for the backstop's interrupt) and the z3 contexts created under it (kept
+    from deletion if the file is stopped)."""
 
     seconds: float
     started: float
     solvers: list[Any] = field(default_factory=list, compare=False, repr=False)
+    contexts: list[Any] = field(default_factory=list, compare=False, repr=False)
 
     def remaining(self) -> float:
         return self.seconds - (time.monotonic() - self.started)
@@ -117,7 +124,9 @@ def time_slice(seconds: float) -> Iterator[None]:
     if outer is None:
         yield
         return
-    inner = Deadline(max(0.0, min(seconds, outer.remaining())), time.monotonic(), outer.solvers)
+    inner = Deadline(
+        max(0.0, min(seconds, outer.remaining())), time.monotonic(), outer.solvers, outer.contexts
+    )
     token = _ACTIVE.set(inner)
     try:
         yield
@@ -131,6 +140,23 @@ def time_slice(seconds: float) -> Iterator[None]:
 
 def bounded_solver(solver: Any, per_query_ms: int) -> BoundedSolver:
     return BoundedSolver(solver, per_query_ms)
+
+
+def track_context(context: Any) -> None:
+    """Register a z3 context created for the current file: if the file is stopped, the context
+    is disowned (`_disown`) instead of deleted. Outside a budget: nothing."""
+    deadline = _ACTIVE.get()
+    if deadline is not None:
+        deadline.contexts.append(context)
+
+
+def _disown(contexts: list[Any]) -> None:
+    """Never delete these z3 contexts (z3py deletes a context it `owner`s when the last object
+    of it goes): the analysis that used them was cut off at an arbitrary point, and z3's
+    destructor of such a context was seen looping forever."""
+    for context in contexts:
+        context.owner = False
+    contexts.clear()
 
 
 def _interrupt_solvers(deadline: Deadline) -> None:
@@ -147,6 +173,19 @@ def _alarm_usable() -> bool:
     return signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
+_IMPORT_MACHINERY = "<frozen importlib"  # the file names of importlib's own frames
+_IMPORT_WAIT_S = 0.05  # how soon the alarm comes back when it found an import in progress
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether `frame` or a caller of it is executing an import."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_IMPORT_MACHINERY):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextmanager
 def file_budget(seconds: float | None, grace: float = BACKSTOP_GRACE_S) -> Iterator[Deadline | None]:
     """Run the body under a budget of `seconds` (None or 0: unbounded)."""
@@ -160,18 +199,29 @@ def file_budget(seconds: float | None, grace: float = BACKSTOP_GRACE_S) -> Itera
     interrupter.start()
     backstop = _alarm_usable()
     previous: Any = None
+    ended = False  # an alarm already due when the body ends is ignored, not raised in the cleanup
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if ended:
+            return
+        if _importing(frame):
+            signal.setitimer(signal.ITIMER_REAL, _IMPORT_WAIT_S)
+            return
+        raise BudgetExceeded(deadline.seconds)
+
     if backstop:
-
-        def interrupt(signum: int, frame: FrameType | None) -> None:
-            raise BudgetExceeded(deadline.seconds)
-
         previous = signal.signal(signal.SIGALRM, interrupt)
         signal.setitimer(signal.ITIMER_REAL, float(seconds) + grace)
     try:
         yield deadline
+    except BudgetExceeded:
+        ended = True
+        _disown(deadline.contexts)
+        raise
     finally:
-        interrupter.cancel()
+        ended = True
         if backstop:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+        interrupter.cancel()
         _ACTIVE.reset(token)

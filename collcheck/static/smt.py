@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from collcheck.static.budget import bounded_solver
+from collcheck.static.budget import bounded_solver, track_context
 from collcheck.static.groups import (
     NO_GROUP_FACTS,
     GroupFacts,
@@ -62,7 +62,9 @@ class SolveStats:
         if self.z3 is None:
             import z3  # deferred: most files never need the solver
 
-            self.z3 = _ContextZ3(z3, z3.Context())
+            context = z3.Context()
+            track_context(context)  # never deleted if the file is stopped (budget.py)
+            self.z3 = _ContextZ3(z3, context)
         return self.z3
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_job, run_job_past_teardown_aborts
+from conftest import Job, run_job, run_job_past_teardown_aborts
 
 from collcheck.runtime import native
 from collcheck.runtime.record import read_trace
@@ -26,6 +27,25 @@ def built() -> None:
         failed = native.cache_root() / native.module_name() / native.FAILED_MARKER
         reason = failed.read_text()[-2000:] if failed.exists() else "see stderr"
         pytest.skip(f"the native recorder cannot be built here: {reason}")
+
+
+KernelJob = Callable[[str, int, TraceConfig], Job]
+
+
+@pytest.fixture(scope="module")
+def kernel_job(built: None, tmp_path_factory: pytest.TempPathFactory) -> KernelJob:
+    """`(program, ranks, trace)` -> its job, each run once for the module: the mixed program's
+    native trace serves both the comparison with the Python kernel and the check of its content."""
+    done: dict[tuple[str, int, TraceConfig], Job] = {}
+
+    def job(program: str, ranks: int, trace: TraceConfig) -> Job:
+        key = (program, ranks, trace)
+        if key not in done:
+            folder = tmp_path_factory.mktemp(f"{Path(program).stem}-{'native' if trace.native else 'python'}")
+            done[key] = run_job_past_teardown_aborts(program, folder, nranks=ranks, trace=trace)
+        return done[key]
+
+    return job
 
 
 def traces(job_dir: Path, ranks: int) -> list[list[dict[str, Any]]]:
@@ -55,10 +75,10 @@ def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(("program", "ranks"), [("ops_single.py", 1), ("mixed_groups.py", 2)])
 def test_native_kernel_writes_the_lines_the_python_kernel_writes(
-    built: None, tmp_path: Path, program: str, ranks: int
+    kernel_job: KernelJob, program: str, ranks: int
 ) -> None:
-    fast = run_job_past_teardown_aborts(program, tmp_path / "native", nranks=ranks, trace=NATIVE)
-    slow = run_job_past_teardown_aborts(program, tmp_path / "python", nranks=ranks, trace=PYTHON)
+    fast = kernel_job(program, ranks, NATIVE)
+    slow = kernel_job(program, ranks, PYTHON)
     assert fast.returncodes == [0] * ranks, fast.stderr
     assert slow.returncodes == [0] * ranks, slow.stderr
     native_rows, python_rows = traces(fast.trace_dir, ranks), traces(slow.trace_dir, ranks)
@@ -71,8 +91,8 @@ def test_native_kernel_writes_the_lines_the_python_kernel_writes(
     assert "UserWarning" not in fast.stderr  # the tracer adds nothing to the program's output
 
 
-def test_mixed_program_trace_has_what_the_comparison_relies_on(built: None, tmp_path: Path) -> None:
-    job = run_job_past_teardown_aborts("mixed_groups.py", tmp_path, nranks=2, trace=NATIVE)
+def test_mixed_program_trace_has_what_the_comparison_relies_on(kernel_job: KernelJob) -> None:
+    job = kernel_job("mixed_groups.py", 2, NATIVE)
     assert job.returncodes == [0, 0], job.stderr
     rows = [row for row in traces(job.trace_dir, 2)[1] if row["ev"] == "coll"]
     assert rows[0]["op"] == "new_group" and rows[0]["group"] == "0:create"  # the subgroup's creation
