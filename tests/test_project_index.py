@@ -257,3 +257,25 @@ def test_reachable_sets_agree_with_a_walk_from_each_node() -> None:
                     seen.add(other)
                     pending.extend(successors[other])
             assert _bits(bits) == sorted(seen)
+
+
+def test_two_projects_with_one_digest_keep_their_own_tables_and_loaded_modules(tmp_path: Path) -> None:
+    """One process may check two projects whose digests agree (neither has a helper or value
+    file) while their module tables differ (an editor, a test run): lookups and modules loaded
+    as helpers must answer for the project asked, not the one met first."""
+    from collcheck.static.model import Loader, already_loaded
+    from collcheck.static.module_values import complete_loaded_module
+    from collcheck.static.project import Project
+
+    helper = tmp_path / "helper.py"
+    helper.write_text(HELPER_BARRIER, encoding="utf-8")
+    importer = str(tmp_path / "train.py")
+    first = Project(modules=(("comm", str(helper)),), digest="same")
+    second = Project(modules=(("other.comm", str(helper)),), digest="same")
+    assert first.lookup("comm.synchronize", importer) == (str(helper), "synchronize")
+    assert second.lookup("other.comm.synchronize", importer) == (str(helper), "synchronize")
+    assert second.lookup("comm.synchronize", importer) is None
+    catalog = load_catalog()
+    loaded = Loader(catalog, first, Settings(cache=False), complete_loaded_module).load(str(helper))
+    assert loaded is not None and already_loaded(str(helper), catalog, first) is loaded
+    assert already_loaded(str(helper), catalog, second) is None

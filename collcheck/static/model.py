@@ -27,6 +27,7 @@ from collcheck.static.launchers import launched_functions
 from collcheck.static.names import ImportTable, add_import, module_imports, nodes_under, qualified_name
 from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
 from collcheck.static.project import Project, realpath_once
+from collcheck.static.project import identity as project_identity
 from collcheck.static.symbolic import Const, Expr
 from collcheck.static.wrapped import uses_wrapped, wrapped_names
 
@@ -331,7 +332,7 @@ _LOADED: dict[str, ModuleInfo | None] = {}
 
 
 def _loaded_key(path: str, catalog: Catalog, project: Project) -> str:
-    return f"{catalog.fingerprint}:{project.digest}:{realpath_once(path)}"
+    return f"{catalog.fingerprint}:{project_identity(project)}:{realpath_once(path)}"
 
 
 def already_loaded(path: str, catalog: Catalog, project: Project | None) -> ModuleInfo | None:

@@ -255,23 +255,50 @@ class Resolver:
         return self._modules[key]
 
 
-_TABLES: dict[tuple[str, int], tuple[dict[str, str], frozenset[str]]] = {}
+_IDENTITIES: dict[int, tuple[Project, str]] = {}
+
+
+def identity(project: Project) -> str:
+    """A name for this project's whole content, for the caches of one process (tables, modules
+    loaded as helpers). `digest` alone is not one: it covers only the files with helpers or values
+    to follow, so two runs over different module tables may share it (a test process, an editor
+    that checks two folders). Computed once per project object; the object is held so that its
+    `id` is not reused while it is a key."""
+    entry = _IDENTITIES.get(id(project))
+    if entry is None or entry[0] is not project:
+        if len(_IDENTITIES) >= 64:
+            _IDENTITIES.clear()
+        text = repr(
+            (
+                project.modules,
+                project.digest,
+                project.dependencies,
+                sorted(project.selected),
+                sorted(project.communicating_names),
+                sorted(project.rank_names),
+            )
+        )
+        entry = _IDENTITIES[id(project)] = (project, hashlib.sha256(text.encode()).hexdigest()[:16])
+    return entry[1]
+
+
+_TABLES: dict[str, tuple[dict[str, str], frozenset[str]]] = {}
 
 
 def _tables(project: Project) -> tuple[dict[str, str], frozenset[str]]:
     """Module name -> path, and the set of paths (built once per project, not per lookup)."""
-    key = (project.digest, len(project.modules))
+    key = identity(project)
     tables = _TABLES.get(key)
     if tables is None:
         tables = _TABLES[key] = (dict(project.modules), frozenset(path for _, path in project.modules))
     return tables
 
 
-_DEPENDENCIES: dict[tuple[str, int], dict[str, str]] = {}
+_DEPENDENCIES: dict[str, dict[str, str]] = {}
 
 
 def dependency_table(project: Project) -> dict[str, str]:
-    key = (project.digest, len(project.dependencies))
+    key = identity(project)
     table = _DEPENDENCIES.get(key)
     if table is None:
         table = _DEPENDENCIES[key] = dict(project.dependencies)
