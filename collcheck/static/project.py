@@ -254,6 +254,18 @@ class Resolver:
             self._modules[key] = _module_file(qualified, folder, self.table, self.paths)
         return self._modules[key]
 
+    def called_function(self, qualified: str, folder: str) -> tuple[str, str] | None:
+        """The module-level function of a file of the run a called name lands on (the engine
+        follows no other), as (path, name)."""
+        found = self.lookup(qualified, folder)
+        return found if found is not None and "." not in found[1] else None
+
+    def imported(self, qualified: str, folder: str) -> tuple[str, str | None] | None:
+        """Where an imported name lands: (path, None) for a module of the run imported whole,
+        else (path, attribute) for a name in one."""
+        module = self.module_file(qualified, folder)
+        return (module, None) if module is not None else self.lookup(qualified, folder)
+
 
 _IDENTITIES: dict[int, tuple[Project, str]] = {}
 
@@ -380,8 +392,8 @@ def _resolved_calls(
         for name, remote, same_file in facts.references:
             targets = {(path, callee) for callee in same_file}
             for qualified in remote:
-                found = resolver.lookup(qualified, folder)
-                if found is not None and "." not in found[1]:
+                found = resolver.called_function(qualified, folder)
+                if found is not None:
                     targets.add(found)
             if targets:
                 calls[(path, name)] = frozenset(targets)
@@ -524,12 +536,11 @@ def _value_sources(files: Mapping[str, FileFacts], resolver: Resolver) -> dict[s
     for path, facts in files.items():
         folder = os.path.dirname(path)
         for qualified in facts.imports:
-            found = resolver.module_file(qualified, folder)
-            if found is None:
-                named = resolver.lookup(qualified, folder)
-                if named is not None and named[1].split(".")[0] in files[named[0]].assigned:
-                    found = named[0]
-            if found is not None and found != path:
+            target = resolver.imported(qualified, folder)
+            if target is None or target[0] == path:
+                continue
+            found, attribute = target
+            if attribute is None or attribute.split(".")[0] in files[found].assigned:
                 sources.setdefault(path, set()).add(found)
     return sources
 
@@ -540,19 +551,9 @@ def files_reached(path: str, facts: FileFacts, resolver: Resolver) -> set[str]:
     `_value_sources`, which also asks the target's facts). A file no chain of these reaches
     cannot change a verdict in `path`, so a partial run indexes only what its files reach."""
     folder = os.path.dirname(path)
-    found: set[str] = set()
-    for _, remote, _ in facts.references:
-        for qualified in remote:
-            target = resolver.lookup(qualified, folder)
-            if target is not None and "." not in target[1]:
-                found.add(target[0])
-    for qualified in facts.imports:
-        module = resolver.module_file(qualified, folder)
-        if module is None:
-            named = resolver.lookup(qualified, folder)
-            module = named[0] if named is not None else None
-        if module is not None:
-            found.add(module)
+    called = (resolver.called_function(q, folder) for _, remote, _ in facts.references for q in remote)
+    imported = (resolver.imported(q, folder) for q in facts.imports)
+    found = {target[0] for target in (*called, *imported) if target is not None}
     found.discard(path)
     return found
 
