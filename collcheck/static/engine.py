@@ -59,8 +59,6 @@ from collcheck.static.solve import solve_region
 from collcheck.static.state import PathLimitExceeded
 from collcheck.suppress import apply_suppressions, build_suppressions, parse_suppressions
 
-# Kinds whose divergence index is a position in the sequences (elements after it are not reached).
-
 # The codes of an early exit and of a sequence difference (one root cause, one finding).
 EXIT_CODE, SEQUENCE_CODE = "CC003", "CC001"
 

@@ -20,6 +20,7 @@ from collcheck.static.calls import CALLBACK_OP
 from collcheck.static.divergence import Divergence, DivergenceKind
 from collcheck.static.program import CommEvent, Element, LoopEvent
 
+# Kinds whose divergence index is a position in the sequences (elements after it are not reached).
 ORDERED_KINDS = frozenset({DivergenceKind.SEQUENCE, DivergenceKind.SWAP, DivergenceKind.LOOP_EXIT})
 MAX_CELLS = 40_000  # sequence pairs larger than this are not matched: assume they may be absorbed
 
@@ -31,13 +32,11 @@ def behind_unknown_code(divergence: Divergence) -> bool:
     root, a trip count, a group), any callback in either sequence takes part, and it may."""
     seq_a, seq_b = divergence.sequence_a, divergence.sequence_b
     ordered = divergence.kind in ORDERED_KINDS
-    involved = [
-        element
+    involved = any(
+        (index <= divergence.index or not ordered) and is_callback(element)
         for sequence in (seq_a, seq_b)
         for index, element in enumerate(sequence)
-        if (index <= divergence.index or not ordered) and is_callback(element)
-    ]
-    involved += [e for e in (divergence.event_a, divergence.event_b) if e is not None and is_callback(e)]
+    ) or any(e is not None and is_callback(e) for e in (divergence.event_a, divergence.event_b))
     if not involved:
         return False
     if not ordered:
