@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from collcheck import api, index_facts
+from collcheck import api
 from collcheck.api import check_paths, project_root
 from collcheck.cli import light_check
 from collcheck.config import load_settings
@@ -70,7 +70,7 @@ def test_one_file_reports_what_the_whole_tree_reports(tmp_path: Path) -> None:
     assert _found([train], tmp_path) == whole
 
 
-def test_a_partial_run_indexes_only_the_files_its_files_reach(tmp_path: Path, monkeypatch) -> None:
+def test_a_partial_run_indexes_only_the_files_its_files_reach(tmp_path: Path, facts_reads: list[str]) -> None:
     """train.py reaches env.py, comm.py and (through `from . import env`) nothing else: a file of
     the project that no import of theirs names, at any depth, is never read for the index, and
     a file reached two imports away is."""
@@ -79,18 +79,10 @@ def test_a_partial_run_indexes_only_the_files_its_files_reach(tmp_path: Path, mo
     (package / "comm.py").write_text("from .deep import send\ndef sync(t):\n    send(t)\n", encoding="utf-8")
     (package / "deep.py").write_text(COMM.replace("sync", "send"), encoding="utf-8")
     (package / "unrelated.py").write_text(COMM + "def other(t):\n    sync(t)\n", encoding="utf-8")
-    read: list[str] = []
-    facts_of = index_facts.facts_of
-
-    def recording(path: str, catalog: object) -> object:
-        read.append(Path(path).name)
-        return facts_of(path, catalog)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(index_facts, "facts_of", recording)
     found = _found([train], tmp_path)
     assert ("train.py", 13, "CC001") in found  # sync() of deep.py, two files away, is followed
-    assert "unrelated.py" not in read
-    assert {"train.py", "env.py", "comm.py", "deep.py"} <= set(read)
+    assert "unrelated.py" not in facts_reads
+    assert {"train.py", "env.py", "comm.py", "deep.py"} <= set(facts_reads)
 
 
 def test_without_project_context_only_the_given_file_is_read(tmp_path: Path) -> None:

@@ -102,18 +102,11 @@ def test_relative_import_of_a_helper_in_a_package(tmp_path: Path, settings: Sett
 
 
 def test_only_edited_files_are_read_again_for_the_index(
-    tmp_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, settings: Settings, facts_reads: list[str]
 ) -> None:
     project = tmp_path / "project"
     write(project, {"comm_utils.py": HELPER_BARRIER, "train.py": TRAIN, "quiet.py": "x = 1\n"})
-    read: list[str] = []
-    real_facts_of = index_facts.facts_of
-
-    def counting(path: str, catalog: object) -> object:
-        read.append(Path(path).name)
-        return real_facts_of(path, catalog)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(index_facts, "facts_of", counting)
+    read = facts_reads
     codes(project, settings)
     assert sorted(read) == ["comm_utils.py", "quiet.py", "train.py"]
     read.clear()
@@ -137,7 +130,7 @@ SELECTION = {
 def test_the_index_selects_files_that_use_communication_as_code(tmp_path: Path) -> None:
     write(tmp_path, SELECTION)
     settings = Settings(cache=False)
-    project = api._project(sorted(tmp_path.iterdir()), load_catalog(), settings)
+    project = api._project(sorted(tmp_path.iterdir()), load_catalog().fingerprint, settings)
     selected = sorted(Path(path).name for path in project.selected)
     assert selected == ["calls_collective.py", "calls_helper.py", "comm_utils.py"]
     assert project.communicating_names == frozenset({"f", "g", "synchronize"})
@@ -150,10 +143,10 @@ def test_selection_does_not_depend_on_the_number_of_jobs(
         write(tmp_path, {f"filler_{index}.py": f"V = {index}\n"})
     write(tmp_path, SELECTION)
     files = sorted(tmp_path.iterdir())
-    catalog = load_catalog()
+    fingerprint = load_catalog().fingerprint
     monkeypatch.setattr(index_facts, "PARALLEL_FACTS_FROM", 100)
-    serial = api._project(files, catalog, Settings(cache=False), jobs=1)
-    parallel = api._project(files, catalog, Settings(cache=False), jobs=2)
+    serial = api._project(files, fingerprint, Settings(cache=False), jobs=1)
+    parallel = api._project(files, fingerprint, Settings(cache=False), jobs=2)
     assert serial == parallel
 
 
