@@ -64,8 +64,7 @@ from collcheck.runtime.p2p import (
     payload,
 )
 from collcheck.runtime.record import CollectiveEvent, ReportEvent, TraceWriter, trace_file_name
-from collcheck.runtime.relay import STORE_REQUESTS_PER_S, NodeRelay
-from collcheck.runtime.relay import short_error as _short
+from collcheck.runtime.relay import STORE_REQUESTS_PER_S, NodeRelay, short_error
 from collcheck.runtime.verify_wire import (
     CHAIN_START,
     RING,
@@ -532,7 +531,7 @@ class Monitor:
                 if self.config.verify:
                     self.sync_store = self._connect()
             except Exception as error:
-                self._degrade(f"store unreachable ({_short(error)})", loud=True)
+                self._degrade(f"store unreachable ({short_error(error)})", loud=True)
             if self.store is not None and self._relay is not None:
                 self._relay.start(self.store)
                 self._say_relay()
@@ -767,7 +766,7 @@ class Monitor:
                     self._leader_gone(store, leader)
         except Exception as error:
             what = "strict" if self._strict else "first-seen"
-            self._degrade(f"{what} check failed ({_short(error)})", loud=True)
+            self._degrade(f"{what} check failed ({short_error(error)})", loud=True)
 
     def _wait_for_leader(
         self, store: Any, group: str, n: int, fp: dict[str, Any], leader: int
@@ -864,7 +863,7 @@ class Monitor:
                 return
             self._check_record(store, channel, fp, record, sender, strict=True)
         except Exception as error:
-            self._degrade(f"strict check failed ({_short(error)})", loud=True)
+            self._degrade(f"strict check failed ({short_error(error)})", loud=True)
 
     def _wait_for_send(
         self, store: Any, channel: str, k: int, fp: dict[str, Any], sender: int
@@ -1000,7 +999,7 @@ class Monitor:
             except Exception as error:  # the checker itself failed: keep recording
                 if self.ended:
                     return
-                self._degrade(f"checker failed ({_short(error)})", loud=True)
+                self._degrade(f"checker failed ({short_error(error)})", loud=True)
 
     def _tick(self, compare: bool = True) -> None:
         """One tick of the background thread: local work every TICK_S; async publication and
@@ -1460,7 +1459,7 @@ class Monitor:
                 positions[self.config.rank] = self._position()
             except Exception as error:
                 positions = {self.config.rank: self._position()}
-                self._degrade(f"could not read positions ({_short(error)})", loud=False)
+                self._degrade(f"could not read positions ({short_error(error)})", loud=False)
         positions = self._caught_up(positions)
         if peer_finished(self.config.rank, blocked, positions):
             self.completed(str(blocked["g"]), int(blocked["n"]))  # a Work nobody waits for
