@@ -11,6 +11,7 @@ error.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -142,5 +143,18 @@ def _run_commands(args: list[str]) -> int:
     return int(code or 0)
 
 
+# What a shell reports for a program killed by SIGPIPE (`yes | head`): the reader closed the pipe.
+BROKEN_PIPE_EXIT = 141
+
+
 def run_main() -> None:
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `collcheck check src | head`: the reader is gone; say nothing more, and keep Python from
+        # failing again when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = BROKEN_PIPE_EXIT
+    sys.exit(code)

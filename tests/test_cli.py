@@ -300,3 +300,20 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: tuple[str
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "--version") == (0, f"collcheck {__version__}\n", "")
     assert run(capsys, "version") == (0, f"collcheck {__version__}\n", "")
+
+
+def test_a_reader_that_closes_the_pipe_gets_no_traceback() -> None:
+    """`collcheck check src | head`: the reader is gone before the report is written."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [sys.executable, "-m", "collcheck", "check", str(BUG), "--no-cache"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # before anything is written: the first write meets a closed pipe
+    errors = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 141
+    assert "Traceback" not in errors and "BrokenPipe" not in errors

@@ -224,12 +224,21 @@ def _lookup(
     parts = qualified.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         module, attribute = ".".join(parts[:cut]), ".".join(parts[cut:])
-        sibling = os.path.join(importer_dir, module.replace(".", os.sep) + ".py")
+        sibling = _beside(importer_dir, module)
         if sibling in paths:
             return sibling, attribute
         if module in table:
             return table[module], attribute
     return None
+
+
+def _beside(folder: str, module: str) -> str:
+    """`os.path.join(folder, "a/b.py")` for module `a.b`: asked for every cut of every name a
+    partial run's reach looks up (tens of thousands), where `os.path.join` was a third of the time."""
+    relative = module.replace(".", os.sep) + ".py"
+    if not folder:
+        return relative
+    return folder + relative if folder.endswith(os.sep) else folder + os.sep + relative
 
 
 class Resolver:
@@ -561,5 +570,5 @@ def files_reached(path: str, facts: FileFacts, resolver: Resolver) -> set[str]:
 def _module_file(
     qualified: str, importer_dir: str, table: Mapping[str, str], paths: frozenset[str]
 ) -> str | None:
-    sibling = os.path.join(importer_dir, qualified.replace(".", os.sep) + ".py")
+    sibling = _beside(importer_dir, qualified)
     return sibling if sibling in paths else table.get(qualified)
