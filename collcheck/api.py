@@ -316,23 +316,24 @@ def _index_files(paths: Sequence[Path | str], files: list[Path], settings: Setti
     if _inside_excluded_folder(Path(os.path.abspath(paths[0])), root, settings):
         return files  # a venv or build folder inside a project: not that project's code
     around = _project_files(root, settings)
-    checked = {real_path(path) for path in files}
-    others = [path for path, real in around.items() if real not in checked]
+    checked = {str(real_path(path)) for path in files}
+    others = [Path(path) for path, real in around.items() if real not in checked]
     if len(others) == len(around):
         return files  # the files are not part of that project (an excluded folder, a venv)
     return [*files, *others]
 
 
-def _project_files(root: Path, settings: Settings) -> dict[Path, Path]:
+def _project_files(root: Path, settings: Settings) -> dict[str, str]:
     """Every file of the project at `root` with its real path; from the cache when no folder
-    walked and no ignore file changed since the last walk (a warm partial run never walks)."""
+    walked and no ignore file changed since the last walk (a warm partial run never walks).
+    Text, not `Path`s: a warm run reads thousands of them and uses a few."""
     from collcheck.cache import load_walk, store_walk
 
     known = load_walk(settings, root)
     if known is not None:
         return known
     folders: list[str] = []
-    files = {path: real_path(path) for path in collect_files([root], settings, folders)}
+    files = {str(path): str(real_path(path)) for path in collect_files([root], settings, folders)}
     if settings.cache:
         # A cache folder inside the project changes with every run that writes: never a stamp.
         cache = os.path.realpath(cache_folder(settings))

@@ -506,7 +506,7 @@ def _walk_stamps(root: Path, folders: list[str]) -> list[Any]:
     return stamps
 
 
-def load_walk(settings: Settings, root: Path) -> dict[Path, Path] | None:
+def load_walk(settings: Settings, root: Path) -> dict[str, str] | None:
     """The project's files (each with its real path) as the last walk of `root` found them, when
     no folder walked and no ignore file changed since; None otherwise."""
     if not settings.cache:
@@ -515,17 +515,17 @@ def load_walk(settings: Settings, root: Path) -> dict[Path, Path] | None:
     try:
         if data["stamps"] != _walk_stamps(root, data["folders"]):
             return None
-        return {Path(path): Path(real) for path, real in data["files"]}
+        return {str(path): str(real) for path, real in data["files"]}
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def store_walk(settings: Settings, root: Path, folders: list[str], files: dict[Path, Path]) -> None:
+def store_walk(settings: Settings, root: Path, folders: list[str], files: dict[str, str]) -> None:
     if not settings.cache:
         return
     stamps = _walk_stamps(root, folders)
     newest = max((stamp for stamp in stamps if stamp is not None), default=0)
     if newest / 1e9 > time.time() - _RACY_SECONDS:
         return
-    payload = {"folders": folders, "stamps": stamps, "files": [[str(a), str(b)] for a, b in files.items()]}
+    payload = {"folders": folders, "stamps": stamps, "files": [[a, b] for a, b in files.items()]}
     _store_json(cache_folder(settings), _walk_path(settings, root), payload)

@@ -126,7 +126,7 @@ def test_an_unchanged_project_is_not_walked_again(tmp_path: Path, monkeypatch: p
     (tmp_path / "cache").mkdir()  # not a default exclusion: the walk enters it, but never stamps it
     _age(tmp_path)
     first = api._project_files(tmp_path, settings)
-    assert {path.name for path in first} == {"__init__.py", "env.py", "comm.py", "train.py"}
+    assert {Path(path).name for path in first} == {"__init__.py", "env.py", "comm.py", "train.py"}
 
     def no_walk(*args: object, **kwargs: object) -> list[Path]:
         raise AssertionError("walked again")
