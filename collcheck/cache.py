@@ -41,7 +41,7 @@ from collcheck.findings import (
 )
 from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 
-CACHE_FORMAT = 2  # bump when the stored layout changes; old entries then simply miss
+CACHE_FORMAT = 3  # bump when the stored layout changes; old entries then simply miss
 
 # Settings that choose which files are read or how the run is scheduled, not what a file yields.
 _KEY_IGNORED_SETTINGS = frozenset(
@@ -381,7 +381,7 @@ def load_facts(
         if not entry or entry[0] != _file_stamp(path):
             continue
         try:
-            digest, readable, triggered, hits, rank_hits, references, imports, assigned = entry[1]
+            digest, readable, triggered, hits, rank_hits, references, imports, assigned, functions = entry[1]
             found[path] = FileFacts(
                 str(digest),
                 bool(readable),
@@ -391,6 +391,7 @@ def load_facts(
                 tuple((str(name), tuple(remote), tuple(local)) for name, remote, local in references),
                 tuple(imports),
                 tuple(assigned),
+                tuple(functions),
             )
         except (ValueError, TypeError):
             continue

@@ -113,6 +113,31 @@ def test_an_edited_rank_constant_rechecks_its_importers_on_a_warm_cache(tmp_path
     assert {f.location.line for f in check_paths([train], settings).findings} == {7, 10, 13}
 
 
+@pytest.mark.parametrize(
+    ("env", "env_edited"),
+    [
+        (  # bound inside `try:`, out of the index's column-0 pattern
+            "import os\ntry:\n    RANK = int(os.environ['RANK'])\nexcept KeyError:\n    RANK = 0\n",
+            "try:\n    RANK = 0\nexcept KeyError:\n    RANK = 0\n",
+        ),
+        ("import os\nRANK, WORLD = int(os.environ['RANK']), 8\n", "RANK, WORLD = 0, 8\n"),  # a tuple target
+    ],
+    ids=["try-block", "tuple-target"],
+)
+def test_an_edited_value_bound_out_of_column_zero_rechecks_its_importers(
+    tmp_path: Path, env: str, env_edited: str
+) -> None:
+    train = _project(tmp_path)
+    package = tmp_path / "pkg"
+    (package / "env.py").write_text(env, encoding="utf-8")
+    guarded = "def a(t):\n    if RANK == 0:\n        dist.barrier()\n"
+    train.write_text(f"import torch.distributed as dist\nfrom .env import RANK\n{guarded}", encoding="utf-8")
+    settings = load_settings([train]).with_overrides(jobs=1, cache_dir=str(tmp_path / ".cache"))
+    assert {f.location.line for f in check_paths([train], settings).findings} == {5}
+    (package / "env.py").write_text(env_edited, encoding="utf-8")
+    assert {f.location.line for f in check_paths([train], settings).findings} == set()
+
+
 def _age(root: Path, seconds: float = 60.0) -> None:
     """Folders walked more than the racy window ago (a fresh tmp_path is never cached)."""
     past = time.time() - seconds

@@ -55,6 +55,9 @@ class FileFacts:
     references: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]
     imports: tuple[str, ...] = ()  # qualified names of everything the text imports
     assigned: tuple[str, ...] = ()  # names bound at module level (constants, classes): values to follow
+    # Top-level `def` names. A name imported from this file that is none of these may be a value
+    # bound where `assigned` does not look (inside `try:`/`if`, a tuple target, an import).
+    functions: tuple[str, ...] = ()
 
 
 def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileFacts:
@@ -72,7 +75,17 @@ def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileF
     local = frozenset(name for name in names if name)
     references = _references(text, starts, names, imports, local, words)
     assigned = tuple(sorted(set(_ASSIGNED.findall(text))))
-    return FileFacts(digest, True, bool(uses), hits, rank_hits, references, tuple(imports.values()), assigned)
+    return FileFacts(
+        digest,
+        True,
+        bool(uses),
+        hits,
+        rank_hits,
+        references,
+        tuple(imports.values()),
+        assigned,
+        tuple(sorted(local)),
+    )
 
 
 def unreadable_facts() -> FileFacts:
@@ -549,9 +562,17 @@ def _value_sources(files: Mapping[str, FileFacts], resolver: Resolver) -> dict[s
             if target is None or target[0] == path:
                 continue
             found, attribute = target
-            if attribute is None or attribute.split(".")[0] in files[found].assigned:
+            if attribute is None or _may_be_value(attribute.split(".")[0], files[found]):
                 sources.setdefault(path, set()).add(found)
     return sources
+
+
+def _may_be_value(name: str, facts: FileFacts) -> bool:
+    """Whether a name imported from a file may be one of its module-level values: anything but a
+    top-level function there (a helper is followed through the calls instead). `assigned` alone
+    misses a value bound inside `try:` or `if`, in a tuple target or by an import, and then an
+    edit of it left its importers' cached verdicts in place."""
+    return name in facts.assigned or name not in facts.functions
 
 
 def files_reached(path: str, facts: FileFacts, resolver: Resolver) -> set[str]:
