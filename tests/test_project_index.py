@@ -272,3 +272,35 @@ def test_two_projects_with_one_digest_keep_their_own_tables_and_loaded_modules(t
     loaded = Loader(catalog, first, Settings(cache=False), complete_loaded_module).load(str(helper))
     assert loaded is not None and already_loaded(str(helper), catalog, first) is loaded
     assert already_loaded(str(helper), catalog, second) is None
+
+
+def test_line_anchored_facts_are_found_at_line_starts_only() -> None:
+    """The index's patterns start with a keyword or a newline, not `^`: what they find must be
+    what `^` would find (the text's first line, indented imports, prose that names a keyword)."""
+    from collcheck.static.project import _ASSIGNED_PATTERNS, _column_zero_matches, _import_table, _segments
+
+    text = (
+        "def first():\n"
+        '    """Copied from a import (see below) and reimport b."""\n'
+        "    from .comm import (\n"
+        "        sync,\n"
+        "    )\n"
+        "RANK = 0\n"
+        "  import torch.distributed as dist\n"
+        "x = 1  # from nowhere import nothing\n"
+        "class Holder:\n"
+        "    inner = 2\n"
+    )
+    starts, names = _segments(text)
+    assert names[:2] == ["", "first"] and starts[1] == 0
+    assert _import_table(text) == {"sync": "comm.sync", "dist": "torch.distributed"}
+    assigned = {match.group(1) for _, match in _column_zero_matches(text, *_ASSIGNED_PATTERNS)}
+    assert assigned == {"RANK", "x", "Holder"}
+
+
+def test_whole_words_skips_words_inside_other_words() -> None:
+    from collcheck.static.prefilter import whole_words, word_pattern
+
+    text = "xall_reduce(t); all_reduce(t); _barrier(); barrier_fn(); barrier()"
+    found = [(m.start(), m.group()) for m in whole_words(word_pattern({"all_reduce", "barrier"}), text)]
+    assert found == [(16, "all_reduce"), (57, "barrier")]

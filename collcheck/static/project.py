@@ -17,28 +17,33 @@ import bisect
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from collcheck.static.names import Alias, bind_from, bind_import
-from collcheck.static.prefilter import IDENTIFIER, Trigger
+from collcheck.static.prefilter import IDENTIFIER, Trigger, whole_words, word_pattern
 
 # A called name, plain or dotted (`sync(`, `comm.sync (`): a word in prose or passed as a value
-# is not followed (the engine would rarely follow it either).
-_CALLED = re.compile(r"(?<![\w.])(?=([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*))\1(?=[ \t]*\()")
+# is not followed (the engine would rarely follow it either). Its first letter, then the rest:
+# starting with a character class lets the regex engine skip to candidates (the lookbehind then
+# checks the character before that letter); `(?=(...))\2` matches the rest without backtracking.
+_CALLED = re.compile(r"([A-Za-z_])(?<![\w.].)(?=([A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*))\2(?=[ \t]*\()")
+# Line-anchored constructs are not written with `^` and re.MULTILINE: such a pattern is tried at
+# every character of the text, four to six times slower than one that starts with a literal,
+# which the regex engine finds with a fast scan. A column-0 construct is searched as a newline
+# followed by it (and once at the start of the text); an import, which may be indented, from its
+# keyword, kept where only blanks precede it on its line (`_line_start_matches`).
 # Where a top-level statement starts: each top-level function's own text runs from its `def` to
 # the next of these (a column-0 line inside a multi-line string ends it early: rare, and only
 # loses that function's cross-file reach).
-_TOP_LEVEL = re.compile(r"^(?:(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)|[A-Za-z_@])", re.MULTILINE)
-_FROM_IMPORT = re.compile(
-    r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(?:\(([^)]*)\)|([^\n(#;]+))", re.MULTILINE
-)
-_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#;(]+)", re.MULTILINE)
-_ASSIGNED = re.compile(
-    r"^(?:class[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?::[^=\n]*)?(?:=(?!=)|[(:])", re.MULTILINE
-)
+_TOP_LEVEL = r"(?:(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)|[A-Za-z_@])"
+_ASSIGNED = r"(?:class[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?::[^=\n]*)?(?:=(?!=)|[(:])"
+_TOP_LEVEL_FIRST, _TOP_LEVEL_NEXT = re.compile(_TOP_LEVEL), re.compile("\n" + _TOP_LEVEL)
+_ASSIGNED_FIRST, _ASSIGNED_NEXT = re.compile(_ASSIGNED), re.compile("\n" + _ASSIGNED)
+_FROM_IMPORT = re.compile(r"from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(?:\(([^)]*)\)|([^\n(#;]+))")
+_IMPORT = re.compile(r"import[ \t]+([^\n#;(]+)")
 MODULE_CODE = ""  # the segment key for text outside top-level functions (classes, module body)
 
 
@@ -69,12 +74,11 @@ def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileF
     rank_found = words & rank_words
     rank_hits: tuple[str, ...] = ()
     if rank_found:
-        pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(rank_found))) + r")\b")
-        rank_hits = _segments_matching(pattern, text, starts, names)
+        rank_hits = _segments_matching(word_pattern(rank_found), text, starts, names)
     imports = _import_table(text) if "import" in words else {}
     local = frozenset(name for name in names if name)
     references = _references(text, starts, names, imports, local, words)
-    assigned = tuple(sorted(set(_ASSIGNED.findall(text))))
+    assigned = tuple(sorted({match.group(1) for _, match in _column_zero_matches(text, *_ASSIGNED_PATTERNS)}))
     return FileFacts(
         digest,
         True,
@@ -96,14 +100,44 @@ def _segments(text: str) -> tuple[list[int], list[str]]:
     """Start of each top-level scope and its function name (MODULE_CODE for classes, decorators
     and the text before the first one)."""
     starts, names = [0], [MODULE_CODE]
-    for match in _TOP_LEVEL.finditer(text):
-        starts.append(match.start())
+    for start, match in _column_zero_matches(text, _TOP_LEVEL_FIRST, _TOP_LEVEL_NEXT):
+        starts.append(start)
         names.append(match.group(1) or MODULE_CODE)
     # A decorator belongs to the function below it: `@dist_only\ndef f` is f's text.
     for index in range(len(names) - 2, 0, -1):
         if text.startswith("@", starts[index]) and names[index + 1]:
             names[index] = names[index + 1]
     return starts, names
+
+
+_ASSIGNED_PATTERNS = (_ASSIGNED_FIRST, _ASSIGNED_NEXT)
+
+
+def _column_zero_matches(
+    text: str, first: re.Pattern[str], after_newline: re.Pattern[str]
+) -> Iterator[tuple[int, re.Match[str]]]:
+    """Each match of a construct at the start of a line, with where the construct starts: `first`
+    tried at the start of the text, `after_newline` (a newline, then the construct) after it."""
+    match = first.match(text)
+    if match is not None:
+        yield 0, match
+    for match in after_newline.finditer(text):
+        yield match.start() + 1, match
+
+
+def _line_start_matches(pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
+    """Matches of `pattern` (which starts with a keyword) where only blanks precede them on their
+    line. A match elsewhere (the keyword in prose) is dropped and the search goes on from the
+    character after its start, not its end: it may span the lines of a real match."""
+    position = 0
+    while (match := pattern.search(text, position)) is not None:
+        start = match.start()
+        line_start = text.rfind("\n", 0, start) + 1
+        if start == line_start or text[line_start:start].isspace():
+            yield match
+            position = match.end()
+        else:
+            position = start + 1
 
 
 def _segments_hit(
@@ -123,7 +157,7 @@ def _segments_matching(
     ends = [*starts[1:], len(text)]
     found: set[str] = set()
     for start, end, name in zip(starts, ends, names, strict=True):
-        if name != MODULE_CODE and name not in found and pattern.search(text, start, end):
+        if name != MODULE_CODE and name not in found and next(whole_words(pattern, text, start, end), None):
             found.add(name)
     return tuple(sorted(found))
 
@@ -143,7 +177,7 @@ def _references(
     ends = [*starts[1:], len(text)]
     for start, end, name in zip(starts, ends, names, strict=True):
         remote, same_file = by_segment.setdefault(name, (set(), set()))
-        for token in set(_CALLED.findall(text, start, end)):
+        for token in {first + rest for first, rest in _CALLED.findall(text, start, end)}:
             head, _, rest = token.partition(".")
             if head not in heads:
                 continue
@@ -167,7 +201,7 @@ def _import_table(text: str) -> dict[str, str]:
     text, bound by `names.bind_import` / `names.bind_from` (relative imports by their module
     part, which the index then finds beside the importer)."""
     table: dict[str, str] = {}
-    for match in _IMPORT.finditer(text):
+    for match in _line_start_matches(_IMPORT, text):
         aliases: list[Alias] = []
         for part in match.group(1).replace("\\", " ").split(","):
             pieces = part.split()
@@ -176,7 +210,7 @@ def _import_table(text: str) -> dict[str, str]:
             elif len(pieces) == 1:
                 aliases.append((pieces[0], None))
         bind_import(table, aliases)
-    for match in _FROM_IMPORT.finditer(text):
+    for match in _line_start_matches(_FROM_IMPORT, text):
         module = match.group(1).lstrip(".")
         listed = match.group(2) if match.group(2) is not None else match.group(3)
         if "#" in listed:
