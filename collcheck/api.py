@@ -268,7 +268,7 @@ def _project(
     `checked`: the files a partial run checks, when `files` also holds the project around them."""
     from collcheck.cache import load_project, store_project
     from collcheck.index_facts import read_facts
-    from collcheck.static.project import build_project, module_names
+    from collcheck.static.project import build_project, module_names, resolver_for
 
     if settings.cache:
         cached = load_project(files, fingerprint, settings)
@@ -276,10 +276,12 @@ def _project(
             return cached
     catalog = load_catalog(Path(p) for p in settings.catalogs)
     paths = list(dict.fromkeys(str(real_path(path)) for path in files))
-    modules = module_names(Path(path) for path in paths)
+    modules = module_names(paths)
     reached_from = None if checked is None else [str(real_path(path)) for path in checked]
-    facts = read_facts(paths, catalog, settings, jobs, modules, reached_from)
-    project = build_project(facts, modules)
+    # A partial run's reach and the index ask the same names of one resolver, which keeps answers.
+    resolver = resolver_for(modules, paths) if reached_from is not None else None
+    facts = read_facts(paths, catalog, settings, jobs, modules, reached_from, resolver)
+    project = build_project(facts, modules, resolver)
     if settings.cache:
         store_project(files, catalog.fingerprint, settings, project)
     return project

@@ -19,7 +19,7 @@ from collcheck.catalog import Catalog, load_catalog
 from collcheck.config import Settings
 from collcheck.findings import FileError
 from collcheck.source import MAX_SOURCE_BYTES, read_source
-from collcheck.static.project import FileFacts
+from collcheck.static.project import FileFacts, Resolver, resolver_for
 
 PARALLEL_FACTS_FROM = 200  # below this, starting worker processes costs more than it saves
 REACH_BATCH = 16  # files a worker reads at a time while the reach is followed
@@ -71,10 +71,12 @@ def read_facts(
     jobs: int,
     modules: list[tuple[str, str]] | None = None,
     checked: list[str] | None = None,
+    resolver: Resolver | None = None,
 ) -> dict[str, FileFacts]:
     """Each file's facts, or with `checked` (among `paths`; `modules` given) those of the checked
     files and of every file they reach through imports and calls: pre-commit on two files of a
-    large project, or one folder of it, reads what those files reach, not the whole tree."""
+    large project, or one folder of it, reads what those files reach, not the whole tree.
+    `resolver` (`project.resolver_for` the paths): the reach's, to hand on to `build_project`."""
     from collcheck.cache import load_facts, store_facts
 
     known, stored = load_facts(settings, catalog.fingerprint, paths)
@@ -86,7 +88,8 @@ def read_facts(
             size = max(1, min(64, -(-(len(paths) - len(known)) // (4 * jobs))))  # a few batches a worker
             found = reader.read(paths, lambda path, facts: (), size)
         else:
-            found = reader.read(list(dict.fromkeys(checked)), _reach(paths, modules), REACH_BATCH)
+            reach = _reach(resolver or resolver_for(modules, paths))
+            found = reader.read(list(dict.fromkeys(checked)), reach, REACH_BATCH)
     finally:
         if pool is not None:
             pool.shutdown()
@@ -101,10 +104,9 @@ def _pool(jobs: int) -> Executor:
     return concurrent.futures.ProcessPoolExecutor(max_workers=jobs)
 
 
-def _reach(paths: list[str], modules: list[tuple[str, str]]) -> Successors:
-    from collcheck.static.project import Resolver, files_reached
+def _reach(resolver: Resolver) -> Successors:
+    from collcheck.static.project import files_reached
 
-    resolver = Resolver(dict(modules), frozenset(paths))
     return lambda path, facts: sorted(files_reached(path, facts, resolver))
 
 

@@ -373,43 +373,52 @@ def dependency_table(project: Project) -> dict[str, str]:
     return table
 
 
-def module_names(paths: Iterable[Path]) -> list[tuple[str, str]]:
+def module_names(paths: Iterable[Path | str]) -> list[tuple[str, str]]:
     """(module name, path) of every file (one `__init__.py` check per folder, not per file).
     Two files may share a name (scripts in different folders): both are kept, as each is found
-    beside its importers."""
-    packages: dict[Path, bool] = {}
+    beside its importers. Text, not `Path`s: it runs before the index's workers start."""
+    prefixes: dict[str, list[str]] = {}
 
-    def is_package(folder: Path) -> bool:
-        if folder not in packages:
-            packages[folder] = (folder / "__init__.py").exists()
-        return packages[folder]
+    def package_parts(folder: str) -> list[str]:
+        """The dotted package names down to `folder` ([] when it is no package)."""
+        found = prefixes.get(folder)
+        if found is None:
+            parent = os.path.dirname(folder)
+            is_package = parent != folder and os.path.exists(os.path.join(folder, "__init__.py"))
+            found = [*package_parts(parent), os.path.basename(folder)] if is_package else []
+            prefixes[folder] = found
+        return found
 
     names: list[tuple[str, str]] = []
-    for path in paths:
-        parts = [] if path.stem == "__init__" else [path.stem]
-        folder = path.parent
-        while is_package(folder) and folder.parent != folder:
-            parts.insert(0, folder.name)
-            folder = folder.parent
-        names.append((".".join(parts), str(path)))
+    for path in map(str, paths):
+        stem = os.path.splitext(os.path.basename(path))[0]
+        parts = package_parts(os.path.dirname(path))
+        names.append((".".join(parts if stem == "__init__" else [*parts, stem]), path))
     return names
 
 
 Function = tuple[str, str]  # (path, top-level function name)
 
 
-def build_project(files: Mapping[str, FileFacts], modules: Iterable[tuple[str, str]]) -> Project:
+def resolver_for(modules: Iterable[tuple[str, str]], paths: Iterable[str]) -> Resolver:
+    """Where names land among `paths`, with the module table as `Project.lookup` sees it."""
+    return Resolver(dict(sorted(modules)), frozenset(paths))
+
+
+def build_project(
+    files: Mapping[str, FileFacts], modules: Iterable[tuple[str, str]], resolver: Resolver | None = None
+) -> Project:
     """The run's index from each file's facts (`files`: real path -> facts).
 
     A top-level function may communicate when its own text names a collective, or a function of
     the run that may communicate (imported from another file, or defined in the same one); the
     same fixed point gives the functions that compute a rank value. A file is selected when it
-    names a collective or refers to a function that may communicate.
+    names a collective or refers to a function that may communicate. `resolver`: the one a partial
+    run's reach asked the same questions of (`resolver_for` the whole project); every name it
+    answered lands in a file the reach read, and its answers are kept.
     """
     ordered = tuple(sorted(modules))
-    module_table = dict(ordered)  # as `Project.lookup` sees it
-    paths = frozenset(files)
-    resolver = Resolver(module_table, paths)
+    resolver = resolver or resolver_for(ordered, files)
     calls = _resolved_calls(files, resolver)
     communicating = _closure({(path, name) for path, facts in files.items() for name in facts.hits}, calls)
     ranked = _closure({(path, name) for path, facts in files.items() for name in facts.rank_hits}, calls)
