@@ -42,6 +42,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -166,13 +167,18 @@ def compile_collcheck(executable: str) -> str:
         first = Path(executable).read_text(encoding="utf-8", errors="replace").splitlines()[0]
     except (OSError, IndexError):
         return "collcheck's bytecode not compiled (its executable is unreadable)"
-    python = first[2:].strip() if first.startswith("#!") else sys.executable
-    locate = [python, "-c", "import collcheck, os; print(os.path.dirname(collcheck.__file__))"]
-    found = subprocess.run(locate, capture_output=True, text=True, timeout=60)
-    if found.returncode != 0 or not found.stdout.strip():
-        return "collcheck's bytecode not compiled (its package was not found)"
-    package = found.stdout.strip()
-    done = subprocess.run([python, "-m", "compileall", "-q", package], capture_output=True, timeout=300)
+    python = (
+        shlex.split(first[2:]) if first.startswith("#!") else [sys.executable]
+    )  # `#!/usr/bin/env python3`
+    locate = [*python, "-c", "import collcheck, os; print(os.path.dirname(collcheck.__file__))"]
+    try:
+        found = subprocess.run(locate, capture_output=True, text=True, timeout=60)
+        if found.returncode != 0 or not found.stdout.strip():
+            return "collcheck's bytecode not compiled (its package was not found)"
+        package = found.stdout.strip()
+        done = subprocess.run([*python, "-m", "compileall", "-q", package], capture_output=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"collcheck's bytecode not compiled ({error})"
     outcome = "compiled" if done.returncode == 0 else f"compileall exited {done.returncode} for"
     return f"{outcome} the bytecode of {package} (as pip install does)"
 

@@ -133,6 +133,8 @@ def _run_commands(args: list[str]) -> int:
     except typer.Abort:
         return 130
     except SystemExit as done:
+        if _typer_met_a_closed_pipe():
+            return BROKEN_PIPE_EXIT
         return int(done.code or 0)
     except Exception as error:
         show = getattr(error, "show", None)
@@ -147,13 +149,40 @@ def _run_commands(args: list[str]) -> int:
 BROKEN_PIPE_EXIT = 141
 
 
+def _typer_met_a_closed_pipe() -> bool:
+    """Typer answers a closed stdout itself: it wraps the stream in click's PacifyFlushWrapper and
+    exits 1, which here means "findings". The wrapper is how to tell (an internal name: without
+    it the exit stays 1, as before)."""
+    vendored = sys.modules.get("typer._click.utils")
+    wrapper = getattr(vendored, "PacifyFlushWrapper", None)
+    return wrapper is not None and isinstance(sys.stdout, wrapper)
+
+
+def _stdout_is_closed() -> bool:
+    """Whether standard output is a pipe whose reader is gone (where `poll` can tell; else yes)."""
+    import select
+
+    try:
+        descriptor = sys.stdout.fileno()
+    except (OSError, ValueError):
+        return True
+    if not hasattr(select, "poll"):
+        return True
+    poller = select.poll()
+    poller.register(descriptor, select.POLLOUT)
+    return any(mask & (select.POLLERR | select.POLLHUP) for _, mask in poller.poll(0))
+
+
 def run_main() -> None:
     try:
         code = main()
         sys.stdout.flush()
     except BrokenPipeError:
         # `collcheck check src | head`: the reader is gone; say nothing more, and keep Python from
-        # failing again when it flushes stdout at exit.
+        # failing again when it flushes stdout at exit. A broken pipe of another stream (a worker's)
+        # is an error like any other.
+        if not _stdout_is_closed():
+            raise
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         code = BROKEN_PIPE_EXIT

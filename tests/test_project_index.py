@@ -304,3 +304,26 @@ def test_whole_words_skips_words_inside_other_words() -> None:
     text = "xall_reduce(t); all_reduce(t); _barrier(); barrier_fn(); barrier()"
     found = [(m.start(), m.group()) for m in whole_words(word_pattern({"all_reduce", "barrier"}), text)]
     assert found == [(16, "all_reduce"), (57, "barrier")]
+
+
+def test_only_spaces_and_tabs_may_precede_an_import() -> None:
+    """As `^[ \\t]*import` meant: a form feed or another space character is not a blank here."""
+    from collcheck.static.project import _import_table
+
+    assert _import_table("\x0cimport os\n\xa0from torch import distributed as dist\n") == {}
+    assert _import_table("\t import os\n") == {"os": "os"}
+
+
+def test_a_pattern_of_no_words_finds_nothing_and_ends() -> None:
+    from collcheck.static.prefilter import whole_words, word_pattern
+
+    assert list(whole_words(word_pattern([]), "all_reduce(t)")) == []
+
+
+def test_module_names_normalise_paths_as_path_does(tmp_path: Path) -> None:
+    from collcheck.static.project import module_names
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("", encoding="utf-8")
+    inside = str(tmp_path / "pkg" / "." / "x.py")
+    assert module_names([inside]) == [("pkg.x", str(tmp_path / "pkg" / "x.py"))]

@@ -72,7 +72,10 @@ def word_pattern(words: Iterable[str]) -> re.Pattern[str]:
     """Any of `words` ending a word; `whole_words` keeps those that also start one. Without a
     leading `\b` the regex engine skips to the words' first letters instead of trying every
     character (about 2.5 times faster on the torch tree)."""
-    return re.compile("(?:" + "|".join(map(re.escape, sorted(words))) + r")\b")
+    listed = sorted(words)
+    if not listed:
+        return re.compile(r"(?!)")  # no word: never a match (an empty alternation matches anywhere)
+    return re.compile("(?:" + "|".join(map(re.escape, listed)) + r")\b")
 
 
 def whole_words(
@@ -86,7 +89,7 @@ def whole_words(
         at = match.start()
         if at == 0 or not (text[at - 1].isalnum() or text[at - 1] == "_"):
             yield match
-        position = match.end()
+        position = max(match.end(), at + 1)  # never stuck on an empty match
 
 
 def _used_as_code(text: str, start: int, end: int) -> bool:

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from collcheck.static.names import Alias, bind_from, bind_import
 from collcheck.static.prefilter import IDENTIFIER, Trigger, whole_words, word_pattern
@@ -133,7 +133,7 @@ def _line_start_matches(pattern: re.Pattern[str], text: str) -> Iterator[re.Matc
     while (match := pattern.search(text, position)) is not None:
         start = match.start()
         line_start = text.rfind("\n", 0, start) + 1
-        if start == line_start or text[line_start:start].isspace():
+        if not text[line_start:start].strip(" \t"):  # blanks as `^[ \t]*` means them, no other space
             yield match
             position = match.end()
         else:
@@ -390,7 +390,7 @@ def module_names(paths: Iterable[Path | str]) -> list[tuple[str, str]]:
         return found
 
     names: list[tuple[str, str]] = []
-    for path in map(str, paths):
+    for path in (str(PurePath(p)) for p in paths):  # normalised as a `Path` is (`./x.py` -> `x.py`)
         stem = os.path.splitext(os.path.basename(path))[0]
         parts = package_parts(os.path.dirname(path))
         names.append((".".join(parts if stem == "__init__" else [*parts, stem]), path))
