@@ -287,7 +287,13 @@ def test_a_stall_report_names_a_stopped_ranks_real_last_collective(tmp_path: Pat
         f"in all_reduce(float32[8]) at stopped.py:{blocked} (group 0, #202)\n  not issued by: rank 1\n"
         in report
     )
-    assert f"  rank 1: last all_reduce(float32[2]) at stopped.py:{last} (group 0, #201), " in report
+    last_of_rank1 = f"all_reduce(float32[2]) at stopped.py:{last} (group 0, #201)"
+    if mode is ASYNC and f"  rank 1: blocked in {last_of_rank1} for " in report:
+        # In async mode rank 1 can be stopped after #201 returned but before its completion was
+        # recorded, so its trace shows #201 started and not finished. The report still names its
+        # real last collective, not the position it last published (seen once in about ten runs).
+        return
+    assert f"  rank 1: last {last_of_rank1}, " in report
 
 
 def test_cross_group_wait_cycle_is_detected(tmp_path: Path) -> None:
