@@ -242,7 +242,7 @@ def _start_worker(settings: Settings, project: Project | None) -> None:
 # the default thresholds the cycle collector runs constantly over them (measured: a third of the
 # analysis time on the torch tree) while finding next to nothing to free. Most die by reference
 # count when their file is done; a young generation of a million objects lets them die before a
-# scan sees them (at 50,000, a worker spent about a tenth of its time in the collector on
+# scan sees them (at 50,000, a worker spent about a seventh of its time in the collector on
 # torch/distributed), and bounds what cyclic garbage waits for one (measured: 20-30 MiB a worker).
 _GC_THRESHOLDS = (1_000_000, 10, 10)
 

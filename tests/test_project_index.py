@@ -277,7 +277,7 @@ def test_two_projects_with_one_digest_keep_their_own_tables_and_loaded_modules(t
 def test_line_anchored_facts_are_found_at_line_starts_only() -> None:
     """The index's patterns start with a keyword or a newline, not `^`: what they find must be
     what `^` would find (the text's first line, indented imports, prose that names a keyword)."""
-    from collcheck.static.project import _ASSIGNED_PATTERNS, _column_zero_matches, _import_table, _segments
+    from collcheck.static.project import _ASSIGNED, _column_zero_matches, _import_table, _segments
 
     text = (
         "def first():\n"
@@ -294,7 +294,7 @@ def test_line_anchored_facts_are_found_at_line_starts_only() -> None:
     starts, names = _segments(text)
     assert names[:2] == ["", "first"] and starts[1] == 0
     assert _import_table(text) == {"sync": "comm.sync", "dist": "torch.distributed"}
-    assigned = {match.group(1) for _, match in _column_zero_matches(text, *_ASSIGNED_PATTERNS)}
+    assigned = {match.group(1) for _, match in _column_zero_matches(text, _ASSIGNED)}
     assert assigned == {"RANK", "x", "Holder"}
 
 

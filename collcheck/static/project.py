@@ -38,10 +38,15 @@ _CALLED = re.compile(r"([A-Za-z_])(?<![\w.].)(?=([A-Za-z0-9_]*(?:\.[A-Za-z_][A-Z
 # Where a top-level statement starts: each top-level function's own text runs from its `def` to
 # the next of these (a column-0 line inside a multi-line string ends it early: rare, and only
 # loses that function's cross-file reach).
-_TOP_LEVEL = r"(?:(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)|[A-Za-z_@])"
-_ASSIGNED = r"(?:class[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?::[^=\n]*)?(?:=(?!=)|[(:])"
-_TOP_LEVEL_FIRST, _TOP_LEVEL_NEXT = re.compile(_TOP_LEVEL), re.compile("\n" + _TOP_LEVEL)
-_ASSIGNED_FIRST, _ASSIGNED_NEXT = re.compile(_ASSIGNED), re.compile("\n" + _ASSIGNED)
+ColumnZero = tuple[re.Pattern[str], re.Pattern[str]]  # (at the start of the text, after a newline)
+
+
+def _column_zero(construct: str) -> ColumnZero:
+    return re.compile(construct), re.compile("\n" + construct)
+
+
+_TOP_LEVEL = _column_zero(r"(?:(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)|[A-Za-z_@])")
+_ASSIGNED = _column_zero(r"(?:class[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?::[^=\n]*)?(?:=(?!=)|[(:])")
 _FROM_IMPORT = re.compile(r"from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(?:\(([^)]*)\)|([^\n(#;]+))")
 _IMPORT = re.compile(r"import[ \t]+([^\n#;(]+)")
 MODULE_CODE = ""  # the segment key for text outside top-level functions (classes, module body)
@@ -78,7 +83,7 @@ def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileF
     imports = _import_table(text) if "import" in words else {}
     local = frozenset(name for name in names if name)
     references = _references(text, starts, names, imports, local, words)
-    assigned = tuple(sorted({match.group(1) for _, match in _column_zero_matches(text, *_ASSIGNED_PATTERNS)}))
+    assigned = tuple(sorted({match.group(1) for _, match in _column_zero_matches(text, _ASSIGNED)}))
     return FileFacts(
         digest,
         True,
@@ -100,7 +105,7 @@ def _segments(text: str) -> tuple[list[int], list[str]]:
     """Start of each top-level scope and its function name (MODULE_CODE for classes, decorators
     and the text before the first one)."""
     starts, names = [0], [MODULE_CODE]
-    for start, match in _column_zero_matches(text, _TOP_LEVEL_FIRST, _TOP_LEVEL_NEXT):
+    for start, match in _column_zero_matches(text, _TOP_LEVEL):
         starts.append(start)
         names.append(match.group(1) or MODULE_CODE)
     # A decorator belongs to the function below it: `@dist_only\ndef f` is f's text.
@@ -110,14 +115,10 @@ def _segments(text: str) -> tuple[list[int], list[str]]:
     return starts, names
 
 
-_ASSIGNED_PATTERNS = (_ASSIGNED_FIRST, _ASSIGNED_NEXT)
-
-
-def _column_zero_matches(
-    text: str, first: re.Pattern[str], after_newline: re.Pattern[str]
-) -> Iterator[tuple[int, re.Match[str]]]:
-    """Each match of a construct at the start of a line, with where the construct starts: `first`
-    tried at the start of the text, `after_newline` (a newline, then the construct) after it."""
+def _column_zero_matches(text: str, patterns: ColumnZero) -> Iterator[tuple[int, re.Match[str]]]:
+    """Each match of a `_column_zero` construct at the start of a line, with where the construct
+    starts: tried once at the start of the text, then as a newline followed by it."""
+    first, after_newline = patterns
     match = first.match(text)
     if match is not None:
         yield 0, match
@@ -376,7 +377,8 @@ def dependency_table(project: Project) -> dict[str, str]:
 def module_names(paths: Iterable[Path | str]) -> list[tuple[str, str]]:
     """(module name, path) of every file (one `__init__.py` check per folder, not per file).
     Two files may share a name (scripts in different folders): both are kept, as each is found
-    beside its importers. Text, not `Path`s: it runs before the index's workers start."""
+    beside its importers. Each folder's `__init__.py` is asked for once (it runs before the
+    index's workers start)."""
     prefixes: dict[str, list[str]] = {}
 
     def package_parts(folder: str) -> list[str]:
