@@ -327,3 +327,35 @@ def test_module_names_normalise_paths_as_path_does(tmp_path: Path) -> None:
     (tmp_path / "pkg" / "__init__.py").write_text("", encoding="utf-8")
     inside = str(tmp_path / "pkg" / "." / "x.py")
     assert module_names([inside]) == [("pkg.x", str(tmp_path / "pkg" / "x.py"))]
+
+
+def test_import_before_a_position_is_what_the_line_says() -> None:
+    from collcheck.static.prefilter import _ImportBefore
+
+    text = "from m import gather, reduce\nx.gather(y) import\n  import a; gather\nimpo\nrt gather"
+    carried = _ImportBefore(text)
+    for position in range(len(text) + 1):
+        line = text[text.rfind("\n", 0, position) + 1 : position]
+        assert carried(position) == ("import" in line), position
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "xall_reduce all_reduce " * 90_000,  # many matches on one 2 MB line
+        "y = 1; from a import (b\n" * 80_000,  # parenthesised lists that never close
+        "x import a " * 200_000,  # the keyword in prose
+    ],
+    ids=["trigger words on one line", "unclosed from-imports", "prose imports"],
+)
+def test_hostile_texts_cost_one_pass(text: str) -> None:
+    """Each was a scan per match to a line's start or the text's end: 47 s for the first."""
+    import time
+
+    from collcheck.static.prefilter import trigger_pattern
+    from collcheck.static.project import file_facts
+
+    catalog = load_catalog()
+    started = time.perf_counter()
+    file_facts(text, trigger_pattern(catalog), index_facts.rank_words(catalog))
+    assert time.perf_counter() - started < 10

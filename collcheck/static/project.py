@@ -17,10 +17,11 @@ import bisect
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePath
+from typing import TypeVar
 
 from collcheck.static.names import Alias, bind_from, bind_import
 from collcheck.static.prefilter import IDENTIFIER, Trigger, whole_words, word_pattern
@@ -47,8 +48,11 @@ def _column_zero(construct: str) -> ColumnZero:
 
 _TOP_LEVEL = _column_zero(r"(?:(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)|[A-Za-z_@])")
 _ASSIGNED = _column_zero(r"(?:class[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?::[^=\n]*)?(?:=(?!=)|[(:])")
-_FROM_IMPORT = re.compile(r"from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(?:\(([^)]*)\)|([^\n(#;]+))")
+# `from m import a, b` / `from m import (a,\n b)`: the head, then the names (`_from_import_at`).
+_FROM_HEAD = re.compile(r"from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+")
+_FROM_NAMES = re.compile(r"[^\n(#;]+")
 _IMPORT = re.compile(r"import[ \t]+([^\n#;(]+)")
+_T = TypeVar("_T")
 MODULE_CODE = ""  # the segment key for text outside top-level functions (classes, module body)
 
 
@@ -126,19 +130,67 @@ def _column_zero_matches(text: str, patterns: ColumnZero) -> Iterator[tuple[int,
         yield match.start() + 1, match
 
 
-def _line_start_matches(pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
-    """Matches of `pattern` (which starts with a keyword) where only blanks precede them on their
-    line. A match elsewhere (the keyword in prose) is dropped and the search goes on from the
-    character after its start, not its end: it may span the lines of a real match."""
-    position = 0
-    while (match := pattern.search(text, position)) is not None:
-        start = match.start()
-        line_start = text.rfind("\n", 0, start) + 1
-        if not text[line_start:start].strip(" \t"):  # blanks as `^[ \t]*` means them, no other space
-            yield match
-            position = match.end()
-        else:
+def _line_start_matches(
+    keyword: str, match_at: Callable[[int], tuple[int, _T] | None], text: str
+) -> Iterator[_T]:
+    """What `match_at(position)` (-> where the match ends, what it found) finds at each `keyword`
+    that only spaces and tabs precede on its line, as `^[ \t]*` meant; the scan goes on after a
+    match. The keyword is found with a plain scan and matched only there, so a text of many
+    keywords in prose costs one pass, and the start of the line is carried along the scan."""
+    position = scanned = line_start = 0
+    while (start := text.find(keyword, position)) != -1:
+        newline = text.rfind("\n", scanned, start)
+        if newline != -1:
+            line_start = newline + 1
+        scanned = start
+        found = match_at(start) if _only_blanks_before(text, line_start, start) else None
+        if found is None:
             position = start + 1
+            continue
+        position, value = found
+        yield value
+
+
+def _import_at(text: str) -> Callable[[int], tuple[int, str] | None]:
+    """`import a.b as c, d` at a position: the text of the names."""
+
+    def at(start: int) -> tuple[int, str] | None:
+        match = _IMPORT.match(text, start)
+        return None if match is None else (match.end(), match.group(1))
+
+    return at
+
+
+def _from_import_at(text: str) -> Callable[[int], tuple[int, tuple[str, str]] | None]:
+    """`from m import ...` at a position: (the module as written, the text of the names). A
+    parenthesised list runs to the next `)`, found once for every list it closes: a text of
+    unclosed `from m import (` lines costs one scan, not one to the end of the text for each."""
+    next_close = -2  # not looked for yet; -1: there is none after the last list
+
+    def at(start: int) -> tuple[int, tuple[str, str]] | None:
+        nonlocal next_close
+        head = _FROM_HEAD.match(text, start)
+        if head is None:
+            return None
+        after = head.end()
+        if text.startswith("(", after):
+            if next_close != -1 and next_close < after:
+                next_close = text.find(")", after)
+            if next_close == -1:
+                return None
+            return next_close + 1, (head.group(1), text[after + 1 : next_close])
+        names = _FROM_NAMES.match(text, after)
+        return None if names is None else (names.end(), (head.group(1), names.group()))
+
+    return at
+
+
+def _only_blanks_before(text: str, line_start: int, start: int) -> bool:
+    """Whether text[line_start:start] is spaces and tabs, read backwards: a word stops it at once."""
+    index = start - 1
+    while index >= line_start and text[index] in " \t":
+        index -= 1
+    return index < line_start
 
 
 def _segments_hit(
@@ -202,18 +254,17 @@ def _import_table(text: str) -> dict[str, str]:
     text, bound by `names.bind_import` / `names.bind_from` (relative imports by their module
     part, which the index then finds beside the importer)."""
     table: dict[str, str] = {}
-    for match in _line_start_matches(_IMPORT, text):
+    for listed_imports in _line_start_matches("import", _import_at(text), text):
         aliases: list[Alias] = []
-        for part in match.group(1).replace("\\", " ").split(","):
+        for part in listed_imports.replace("\\", " ").split(","):
             pieces = part.split()
             if len(pieces) == 3 and pieces[1] == "as":
                 aliases.append((pieces[0], pieces[2]))
             elif len(pieces) == 1:
                 aliases.append((pieces[0], None))
         bind_import(table, aliases)
-    for match in _line_start_matches(_FROM_IMPORT, text):
-        module = match.group(1).lstrip(".")
-        listed = match.group(2) if match.group(2) is not None else match.group(3)
+    for written, listed in _line_start_matches("from", _from_import_at(text), text):
+        module = written.lstrip(".")
         if "#" in listed:
             listed = re.sub(r"#[^\n]*", "", listed)
         aliases = []
@@ -224,7 +275,7 @@ def _import_table(text: str) -> dict[str, str]:
             local = pieces[2] if len(pieces) == 3 and pieces[1] == "as" else pieces[0]
             if pieces[0].isidentifier() and local.isidentifier():
                 aliases.append((pieces[0], local))
-        bind_from(table, module or None, len(match.group(1)) - len(module), aliases)
+        bind_from(table, module or None, len(written) - len(module), aliases)
     return table
 
 
