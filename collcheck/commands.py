@@ -167,7 +167,8 @@ def rules_command(
         return
     for rule in rules:
         flag = "" if rule.default_enabled else " (off by default)"
-        typer.echo(f"{rule.code}  {rule.name:<42} {rule.severity.value:<8}{flag}")
+        typer.echo(f"{rule.code}  {rule.name:<42} {rule.severity.value:<8}{rule.status}{flag}")
+        typer.echo(f"       {rule.summary}")
 
 
 @app.command("version")

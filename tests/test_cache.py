@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -323,10 +322,6 @@ def test_warm_path_loads_no_engine(source_file: Path, settings: Settings, fake_e
     assert cold.findings
 
 
-ENGINE_PRESENT = importlib.util.find_spec("collcheck.static.engine") is not None
-
-
-@pytest.mark.xfail(not ENGINE_PRESENT, reason="collcheck.static.engine has not landed yet", strict=False)
 def test_warm_run_of_the_real_engine_skips_z3(source_file: Path, settings: Settings) -> None:
     cold = run_api(source_file, settings.cache_dir)
     warm = run_api(source_file, settings.cache_dir)

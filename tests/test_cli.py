@@ -257,8 +257,12 @@ def test_rules_lists_every_code(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "rules")
 
     assert code == 0
-    listed = [line.split()[0] for line in out.splitlines() if line.strip()]
-    assert listed == [rule.code for rule in all_rules()]
+    listed = [line.split() for line in out.splitlines() if line.strip() and not line.startswith(" ")]
+    assert [fields[0] for fields in listed] == [rule.code for rule in all_rules()]
+    # what --help promises: each rule's status, and its summary on the next line
+    assert all(fields[3] == rule.status for fields, rule in zip(listed, all_rules(), strict=True))
+    summaries = [line.strip() for line in out.splitlines() if line.startswith(" ")]
+    assert summaries == [rule.summary for rule in all_rules()]
 
 
 def test_rules_as_json(capsys: pytest.CaptureFixture[str]) -> None:
