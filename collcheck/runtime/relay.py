@@ -3,8 +3,8 @@
 In async verification every follower reads its publisher's `rh/<channel>` (see verify_wire.py)
 once per tick. Read from the job's store, that is one request per follower and tick at one store,
 which is why the tick had to lengthen with the world. With a relay, the first rank of each node to
-start (a claim in the job store) serves a small TCPStore listening on 127.0.0.1 only; the node's ranks name there
-the channels they follow, and at each tick in which one of them asked, the relay reads all of
+start (a claim in the job store) serves a small TCPStore listening on 127.0.0.1 only; the node's
+ranks name there the channels they follow, and at each tick in which one of them asked, the relay reads all of
 them from the job store in one `multi_get` and writes them to the node's store in one `multi_set`.
 The job store then sees one read per node and tick, however many ranks a node has, and none from
 an idle node. A reader's requests to the node's store go through a thread of its own

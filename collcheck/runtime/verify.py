@@ -249,7 +249,8 @@ def _readable_fp(fp: object, since: bool) -> bool:
     if not isinstance(fp, dict) or not all(isinstance(fp.get(name), str) for name in FP_TEXT_FIELDS):
         return False
     numbers = ("r", "n", "since") if since else ("r", "n")
-    return all(isinstance(fp.get(name), (int, float)) and not isinstance(fp.get(name), bool) for name in numbers)
+    values = [fp.get(name) for name in numbers]
+    return all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values)
 
 
 def where(position: Position | None, now: float) -> str:
