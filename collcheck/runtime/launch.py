@@ -130,7 +130,10 @@ def run(
     """
     started = time.monotonic()
     jobtree.become_subreaper()
-    process = subprocess.Popen(command, env=env, start_new_session=True)
+    # The launcher gets SIGTERM if `collcheck run` dies unhandled (SIGKILL, the OOM killer):
+    # torchrun then stops its workers, as on any SIGTERM, and the job never outlives the tool.
+    arm = jobtree.parent_death_signal(signal.SIGTERM)
+    process = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=arm)
     watcher = _TraceWatcher(trace_dir) if trace_dir and hang_after_s else None
     try:
         with _terminations_raise():
