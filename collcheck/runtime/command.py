@@ -94,8 +94,8 @@ def run_command(
         typer.echo(f"collcheck: warning: {why}; running the job UNTRACED", err=True)
         raise typer.Exit(launch.run(command, dict(os.environ)).exit_status)
     exits.clear(str(trace_dir))
-    if config.uses_native:
-        launch.prebuild_native()
+    # No build here: a job never waits for a compiler. Without a build, the ranks record with the
+    # Python kernel and local rank 0 starts a detached build for later runs (tracer.py).
     outcome = launch.run(
         command,
         launch.tracing_env(dict(os.environ), config_to_env(config)),

@@ -196,8 +196,8 @@ class Tracer:
         if status == "started":
             native.warn(
                 "record mode uses the Python kernel in this run; the native kernel is being built "
-                "in the background for later runs (`collcheck run` and "
-                "`python -m collcheck.runtime.native build` build it before the job starts)"
+                "in the background for later runs (`python -m collcheck.runtime.native build` "
+                "builds it ahead of time, e.g. as a step of a container image build)"
             )
         elif status != "unavailable":
             native.warn(
