@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from collcheck.runtime import liveline
 from collcheck.runtime.groups import is_creation, numbered
 from collcheck.runtime.operand import Use, crosses, swap_text
 from collcheck.runtime.p2p import (
@@ -471,6 +472,7 @@ class MonitorConfig:
     timeout_s: float
     world_size: int = 1
     abort: bool = True
+    report_socket: str | None = None  # `collcheck run`'s listener (liveline.py), if any
 
 
 class Monitor:
@@ -1604,6 +1606,8 @@ class Monitor:
 
     def _report(self, kind: str, severity: str, text: str, echo: bool) -> None:
         self.writer.write(ReportEvent(kind, severity, text, time.time(), self.config.rank).to_json())
+        if severity == "error":  # a copy that a full trace folder cannot lose
+            liveline.send(self.config.report_socket, self.config.rank, kind, text)
         if echo:
             _echo(f"collcheck: rank {self.config.rank}: {text}")
 
