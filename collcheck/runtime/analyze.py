@@ -678,9 +678,11 @@ def _read_dump(path: str) -> Any:
         raise DumpRefused(f"more than {MAX_DUMP_BYTES} bytes; not read")
     if kind == "json":
         try:
-            return json.loads(data)
+            loaded = json.loads(data)
         except (ValueError, RecursionError):
             return None
+        check_dump_shape(loaded)
+        return loaded
     return _plain_unpickle(data)
 
 
@@ -712,11 +714,57 @@ class _PlainDataUnpickler(pickle.Unpickler):
 
 def _plain_unpickle(data: bytes) -> Any:
     try:
-        return _PlainDataUnpickler(io.BytesIO(data)).load()
+        loaded = _PlainDataUnpickler(io.BytesIO(data)).load()
     except DumpRefused:
         raise
     except Exception:  # truncated or corrupt: not a dump we can read
         return None
+    check_dump_shape(loaded)
+    return loaded
+
+
+# A pickle's memo lets one container stand in many places: 600 bytes of lists that share one inner
+# list spell out 2**60 leaves once anything formats them. What a dump may hold is bounded as if
+# every shared container were copied where it stands (FR's ring holds 2,000 entries of a few dozen
+# values each by default; MAX_DUMP_ENTRIES of them would still fit), and its nesting too.
+MAX_DUMP_NODES = 50_000_000
+MAX_DUMP_DEPTH = 64
+
+
+def check_dump_shape(data: Any) -> None:
+    """DumpRefused when `data`, with shared containers counted at each place they stand, has more
+    than MAX_DUMP_NODES values, nests deeper than MAX_DUMP_DEPTH, or contains itself. Linear in
+    the distinct containers: each one's expanded size is computed once."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    work: list[tuple[Any, int, bool]] = [(data, 0, False)]
+    while work:
+        value, depth, children_done = work.pop()
+        if not isinstance(value, (list, tuple, dict)):
+            continue
+        key = id(value)
+        if children_done:
+            on_path.discard(key)
+            size = 1 + sum(sizes.get(id(child), 1) for child in _children(value))
+            if size > MAX_DUMP_NODES:
+                raise DumpRefused(
+                    f"holds more than {MAX_DUMP_NODES} values with its shared parts spelled out"
+                )
+            sizes[key] = size
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise DumpRefused("contains itself; not a Flight Recorder dump")
+        if depth >= MAX_DUMP_DEPTH:
+            raise DumpRefused(f"nests deeper than {MAX_DUMP_DEPTH} levels; not a Flight Recorder dump")
+        on_path.add(key)
+        work.append((value, depth, True))
+        work.extend((child, depth + 1, False) for child in _children(value))
+
+
+def _children(value: list[Any] | tuple[Any, ...] | dict[Any, Any]) -> list[Any]:
+    return [*value.keys(), *value.values()] if isinstance(value, dict) else list(value)
 
 
 def _dump_rank(dump: dict[str, Any], path: str) -> int | None:
@@ -745,7 +793,7 @@ def _fr_event(
     entry: dict[str, Any], rank: int, configs: dict[str, tuple[int, ...]]
 ) -> CollectiveEvent | None:
     group_field = entry.get("process_group") or ("", "")
-    group = str(group_field[0]) if isinstance(group_field, (list, tuple)) else str(group_field)
+    group = _text(group_field[0] if isinstance(group_field, (list, tuple)) and group_field else group_field)
     p2p = bool(entry.get("is_p2p"))
     seq = int(entry.get("p2p_seq_id" if p2p else "collective_seq_id") or 0)
     if seq <= 0:
@@ -760,29 +808,44 @@ def _fr_event(
         group=f"{group}:p2p" if p2p else group,
         group_ranks=ranks,
         seq=seq,
-        op=str(entry.get("profiling_name", "?")).split(":")[-1],
+        op=_text(entry.get("profiling_name"), "?").split(":")[-1],
         shapes=tuple(tuple(int(d) for d in size) for size in entry.get("input_sizes") or ()),
-        dtypes=tuple(_FR_DTYPES.get(str(d), str(d)) for d in entry.get("input_dtypes") or ()),
+        dtypes=tuple(_FR_DTYPES.get(_text(d), _text(d)) for d in entry.get("input_dtypes") or ()),
         site=_fr_site(entry.get("frames") or ()),
-        thread=str(entry.get("thread_name", "")),
+        thread=_text(entry.get("thread_name")),
         t_start=created,
         t_end=(float(completed_ns) / 1e9 if completed_ns else created) if done else None,
-        group_desc=str(group_field[1])
-        if isinstance(group_field, (list, tuple)) and len(group_field) > 1
-        else "",
+        group_desc=_text(
+            group_field[1] if isinstance(group_field, (list, tuple)) and len(group_field) > 1 else ""
+        ),
     )
 
 
 def _fr_site(frames: Any) -> CallSite:
     """The first frame outside torch (FR frames are innermost first)."""
-    user = [f for f in frames if isinstance(f, dict) and not _TORCH_FILE.search(str(f.get("filename", "")))]
+    if not isinstance(frames, (list, tuple)):
+        return CallSite()
+    user = [f for f in frames if isinstance(f, dict) and not _TORCH_FILE.search(_text(f.get("filename")))]
     if not user:
         return CallSite()
     first = user[0]
-    stack = tuple(f"{f.get('filename')}:{f.get('line')} in {f.get('name')}" for f in user[:4])
-    return CallSite(
-        str(first.get("filename", "")), int(first.get("line", 0)), str(first.get("name", "")), stack
+    stack = tuple(
+        f"{_text(f.get('filename'))}:{_text(f.get('line'))} in {_text(f.get('name'))}" for f in user[:4]
     )
+    return CallSite(_text(first.get("filename")), int(first.get("line", 0)), _text(first.get("name")), stack)
+
+
+FIELD_CHARS = 4096  # a name, file or description longer than this is cut: it is damage, not a name
+
+
+def _text(value: Any, default: str = "") -> str:
+    """A dump's text field: a string or a number as text; anything else (a nest of lists) is the
+    default, never formatted."""
+    if isinstance(value, str):
+        return value[:FIELD_CHARS]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)[:FIELD_CHARS]
+    return default
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from collcheck.runtime.analyze import (
     render_text,
     to_json,
 )
+from collcheck.runtime.liveline import LiveReport
 from collcheck.runtime.perfetto import Window
 from collcheck.runtime.record import open_output, shared_dir_allowed, write_output
 from collcheck.runtime.stream import analyze_dir
@@ -65,7 +66,7 @@ def run_command(
     ] = False,
 ) -> None:
     """Run COMMAND (python script.py, torchrun ...) with the collective tracer in every process."""
-    from collcheck.runtime import exits, launch
+    from collcheck.runtime import exits, launch, liveline
     from collcheck.runtime.tracer import TraceConfig, config_to_env
 
     config = TraceConfig(
@@ -94,15 +95,19 @@ def run_command(
         typer.echo(f"collcheck: warning: {why}; running the job UNTRACED", err=True)
         raise typer.Exit(launch.run(command, dict(os.environ)).exit_status)
     exits.clear(str(trace_dir))
-    if config.uses_native:
-        launch.prebuild_native()
-    outcome = launch.run(
-        command,
-        launch.tracing_env(dict(os.environ), config_to_env(config)),
-        trace_dir=str(trace_dir),
-        hang_after_s=timeout + HANG_GRACE_S,
-    )
-    raise typer.Exit(_finish(outcome, str(trace_dir), strict))
+    # No build here: a job never waits for a compiler. Without a build, the ranks record with the
+    # Python kernel and local rank 0 starts a detached build for later runs (tracer.py).
+    listener = liveline.Listener()  # error reports that a full trace folder cannot lose
+    try:
+        outcome = launch.run(
+            command,
+            launch.tracing_env(dict(os.environ), {**config_to_env(config), **listener.env()}),
+            trace_dir=str(trace_dir),
+            hang_after_s=timeout + HANG_GRACE_S,
+        )
+    finally:
+        live = listener.close()
+    raise typer.Exit(_finish(outcome, str(trace_dir), strict, live))
 
 
 def _shell_value(key: str, value: str) -> str:
@@ -113,7 +118,7 @@ def _shell_value(key: str, value: str) -> str:
     return shlex.quote(value)
 
 
-def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
+def _finish(outcome: object, trace_dir: str, strict: bool, live: list[LiveReport]) -> int:
     """Print the cross-rank analysis when the job failed, hung, was interrupted or diverged, then
     the one-paragraph verdict, last; return the verdict's status (verdict.py)."""
     from collcheck.runtime import exits, verdict
@@ -130,20 +135,18 @@ def _finish(outcome: object, trace_dir: str, strict: bool) -> int:
                 f"collcheck: no traces in {trace_dir} (the command never used torch.distributed)", err=True
             )
             return 0
-        found = verdict.no_traces(trace_dir, outcome.returncode)
+        found = verdict.no_traces(trace_dir, outcome.returncode, outcome.interrupted, outcome.exit_status)
         typer.echo(found.paragraph, err=True)
-        return int(found.status)
+        return found.code
     failed = outcome.returncode != 0 or outcome.hung or outcome.interrupted
     if failed or analysis.diverged or analysis.warnings or analysis.incomplete:
         typer.echo(_headline(outcome), err=True)
         typer.echo(render_text(analysis), err=True)
     codes = verdict.rank_exit_codes(trace_dir, exits.read(trace_dir), outcome.returncode)
-    end = verdict.JobEnd(outcome.returncode, outcome.hung, outcome.interrupted)
-    found = verdict.decide(analysis, end, codes, strict)
+    end = verdict.JobEnd(outcome.returncode, outcome.hung, outcome.interrupted, outcome.exit_status)
+    found = verdict.decide(analysis, end, codes, strict, live)
     typer.echo(f"\n{found.paragraph}" + ("" if found.status else f"; traces in {trace_dir}"), err=True)
-    if outcome.interrupted:  # Ctrl-C, or SIGTERM/SIGHUP sent to collcheck run: 128 + N, as a shell
-        return outcome.exit_status
-    return int(found.status)
+    return found.code  # interrupted (Ctrl-C, SIGTERM/SIGHUP to collcheck run): 128 + N, as a shell
 
 
 def _headline(outcome: object) -> str:

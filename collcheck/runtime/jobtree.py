@@ -14,9 +14,11 @@ import contextlib
 import ctypes
 import os
 import signal
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 POLL_S = 0.05
 
@@ -28,6 +30,27 @@ def become_subreaper() -> bool:
         return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
+
+
+def parent_death_signal(sig: signal.Signals) -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child receive `sig` when this process dies, however it dies
+    (Linux `PR_SET_PDEATHSIG`): a SIGKILL of `collcheck run` cannot be handled, and without this
+    it left the launcher and every worker running. None where unsupported, or off the main
+    thread (the signal comes when the forking *thread* ends)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not in the child
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died between the fork and the prctl
+            os.kill(os.getpid(), sig)
+
+    return arm
 
 
 def _stat(pid: int) -> tuple[int, str] | None:

@@ -9,13 +9,11 @@ imports torch.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import math
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,7 +28,6 @@ PACKAGE_HOME = str(Path(__file__).resolve().parents[2])
 INTERRUPTED = 130
 GRACE_S = 5.0
 POLL_S = 1.0
-NATIVE_BUILD_WAIT_S = 1200.0  # the build itself times out after 900 s
 
 
 def signal_name(number: int) -> str:
@@ -67,20 +64,6 @@ def tracing_env(base: dict[str, str], settings: dict[str, str]) -> dict[str, str
     existing = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + existing if existing else "")
     return env
-
-
-def prebuild_native() -> None:
-    """Build the native recorder before the job starts, if this interpreter has torch and no
-    build yet, so its message comes before the job's output. Traced processes never build it
-    themselves (a process running another interpreter uses the Python kernel and starts a
-    background build). Never fatal."""
-    from collcheck.runtime import native
-
-    if importlib.util.find_spec("torch") is None or native.is_built():
-        return
-    command = [sys.executable, "-m", "collcheck.runtime.native", "build"]
-    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-        subprocess.run(command, env=native.build_env(), timeout=NATIVE_BUILD_WAIT_S, check=False)
 
 
 def prepare_trace_dir(trace_dir: str, allow_shared: bool) -> str | None:
@@ -130,7 +113,10 @@ def run(
     """
     started = time.monotonic()
     jobtree.become_subreaper()
-    process = subprocess.Popen(command, env=env, start_new_session=True)
+    # The launcher gets SIGTERM if `collcheck run` dies unhandled (SIGKILL, the OOM killer):
+    # torchrun then stops its workers, as on any SIGTERM, and the job never outlives the tool.
+    arm = jobtree.parent_death_signal(signal.SIGTERM)
+    process = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=arm)
     watcher = _TraceWatcher(trace_dir) if trace_dir and hang_after_s else None
     try:
         with _terminations_raise():

@@ -174,7 +174,7 @@ def _import(name: str, directory: Path) -> ModuleType | None:
 
 def _build_and_import(name: str, directory: Path, quiet: bool) -> ModuleType | None:
     failed = directory / FAILED_MARKER
-    with _exclusive(directory / "collcheck.lock"):
+    with _exclusive(directory / "collcheck.lock") as lock:
         module = _import(name, directory)  # another rank built it while we waited
         if module is not None:
             return module
@@ -184,7 +184,11 @@ def _build_and_import(name: str, directory: Path, quiet: bool) -> ModuleType | N
         if not quiet:
             warn(f"building the native recorder once for this torch (about a minute) in {directory}")
         started = time.monotonic()
-        done = _run_build(name, directory)
+        discard_interrupted_build(directory)
+        done = _run_build(name, directory, lock)
+        if interrupted(done):
+            warn("native recorder: the build was interrupted; the next run builds it again")
+            return None
         if done.returncode != 0:
             failed.write_text(done.stdout + done.stderr)
             warn(f"native recorder: build failed (see {failed}); using the Python kernel")
@@ -233,11 +237,40 @@ def build_env() -> dict[str, str]:
     return env
 
 
-def _run_build(name: str, directory: Path) -> subprocess.CompletedProcess[str]:
+# torch.utils.cpp_extension's own lock (a FileBaton: a file it creates, and removes when done).
+# A build killed mid-way (SIGTERM from `timeout`, a job scheduler) leaves it behind, and every later
+# cpp_extension.load in that folder then waits for it forever.
+TORCH_BATON = "lock"
+INTERRUPT_EXITS = (130, 143)  # 128 + SIGINT, 128 + SIGTERM: how shells and Python report them
+
+
+def discard_interrupted_build(directory: Path) -> None:
+    """What an interrupted build left in the staging folder: torch's lock file. Called only under
+    collcheck's flock, which every builder, and the compiler process itself, holds (the compile
+    subprocess inherits it): a baton found here belongs to no live build."""
+    with contextlib.suppress(FileNotFoundError):
+        (directory / "staging" / TORCH_BATON).unlink()
+
+
+def interrupted(done: subprocess.CompletedProcess[str]) -> bool:
+    """Whether the compile subprocess was stopped (a signal, Ctrl-C) rather than failing: an
+    interrupted build is no reason to give up the native recorder until someone deletes a marker."""
+    if done.returncode < 0 or done.returncode in INTERRUPT_EXITS:
+        return True
+    text = done.stdout + done.stderr
+    return "KeyboardInterrupt" in text or "interrupted by user" in text  # ninja's own words
+
+
+def _run_build(name: str, directory: Path, lock: int) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "collcheck.runtime.native", "compile", name, str(directory)]
     try:
         return subprocess.run(
-            command, env=build_env(), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
+            command,
+            env=build_env(),
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+            pass_fds=(lock,),  # the compiler holds the flock too: its lock outlives a killed parent
         )
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(command, 1, "", f"build timed out after {BUILD_TIMEOUT_S:.0f} s\n")
@@ -265,8 +298,9 @@ def _compile(name: str, directory: str) -> None:
 
 
 @contextlib.contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
-    """flock: released by the kernel when the holder dies, so a killed build never blocks a rank."""
+def _exclusive(path: Path) -> Iterator[int]:
+    """flock: released by the kernel when the holders die, so a killed build never blocks a rank.
+    Yields the locked descriptor, for a subprocess that must hold the lock as well."""
     handle = open(path, "a+")  # noqa: SIM115  (held for the duration of the block)
     try:
         deadline = time.monotonic() + LOCK_TIMEOUT_S
@@ -278,7 +312,7 @@ def _exclusive(path: Path) -> Iterator[None]:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{path} held for {LOCK_TIMEOUT_S:.0f} s") from None
                 time.sleep(0.2)
-        yield
+        yield handle.fileno()
     finally:
         handle.close()
 

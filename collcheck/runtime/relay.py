@@ -3,8 +3,8 @@
 In async verification every follower reads its publisher's `rh/<channel>` (see verify_wire.py)
 once per tick. Read from the job's store, that is one request per follower and tick at one store,
 which is why the tick had to lengthen with the world. With a relay, the first rank of each node to
-start (a claim in the job store) serves a small TCPStore on 127.0.0.1; the node's ranks name there
-the channels they follow, and at each tick in which one of them asked, the relay reads all of
+start (a claim in the job store) serves a small TCPStore listening on 127.0.0.1 only; the node's
+ranks name there the channels they follow, and at each tick in which one of them asked, the relay reads all of
 them from the job store in one `multi_get` and writes them to the node's store in one `multi_set`.
 The job store then sees one read per node and tick, however many ranks a node has, and none from
 an idle node. A reader's requests to the node's store go through a thread of its own
@@ -87,12 +87,32 @@ def relay_settings(rank: int, environ: Mapping[str, str]) -> RelaySettings | Non
 
 
 def serve_node_store(port: int) -> Any:
-    """The node's store: a TCPStore server on this machine (also its host's client)."""
+    """The node's store: a TCPStore server on this machine's loopback only (also its host's
+    client). A TCPStore server given only a port listens on every interface, where any host of
+    the network could read `beat` and write `rh/` keys; so the listening socket is made here,
+    bound to 127.0.0.1, and handed over (`master_listen_fd`): only the node's own ranks reach it."""
     import torch.distributed
 
     c10d: Any = torch.distributed  # TCPStore is re-exported without type stubs
     timeout = timedelta(seconds=CONNECT_S)
-    return c10d.TCPStore("127.0.0.1", port, is_master=True, timeout=timeout, wait_for_workers=False)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.bind(("127.0.0.1", port))
+        listener.listen(socket.SOMAXCONN)
+        bound = listener.getsockname()[1]
+        store = c10d.TCPStore(
+            "127.0.0.1",
+            bound,
+            is_master=True,
+            timeout=timeout,
+            wait_for_workers=False,
+            master_listen_fd=listener.fileno(),
+        )
+    except BaseException:
+        listener.close()
+        raise
+    listener.detach()  # the store's server owns the descriptor now and closes it
+    return store
 
 
 def connect_node_store(port: int) -> Any:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from collcheck.runtime import native
+from collcheck.runtime import liveline, native
 from collcheck.runtime.hook import OpSpec, _reduce_code, call_site, install
 from collcheck.runtime.native import NativeRecorder
 from collcheck.runtime.record import (
@@ -161,7 +161,15 @@ class Tracer:
         self._native_events: dict[str, CollectiveEvent] = {}  # in-flight line -> its event
         self._native_last: tuple[str, CollectiveEvent] | None = None
         self.monitor = Monitor(
-            MonitorConfig(rank, config.verify, config.strict, config.timeout_s, world_size, config.abort),
+            MonitorConfig(
+                rank,
+                config.verify,
+                config.strict,
+                config.timeout_s,
+                world_size,
+                config.abort,
+                os.environ.get(liveline.ENV_SOCKET) or None,
+            ),
             self.writer,
             lambda: connect_store(config.store_address, STORE_CONNECT_TIMEOUT_S),
             on_tick=self._record_tick if self._poll_completion else None,
@@ -196,8 +204,8 @@ class Tracer:
         if status == "started":
             native.warn(
                 "record mode uses the Python kernel in this run; the native kernel is being built "
-                "in the background for later runs (`collcheck run` and "
-                "`python -m collcheck.runtime.native build` build it before the job starts)"
+                "in the background for later runs (`python -m collcheck.runtime.native build` "
+                "builds it ahead of time, e.g. as a step of a container image build)"
             )
         elif status != "unavailable":
             native.warn(

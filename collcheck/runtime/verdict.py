@@ -10,7 +10,8 @@ analysis; the verdict comes after all of them, where the eye lands, and names th
 * a stall (a collective that some rank never issued, reported at run time or found by the
   launcher's backstop): status 4;
 * no usable trace (the tracer never started, or its traces cannot be read): status 6;
-* an interrupted run: 130; a consistent run of a successful job: 0.
+* an interrupted run: 128 + the signal `collcheck run` received (130 for Ctrl-C, 143 for
+  SIGTERM), as a shell reports it; a consistent run of a successful job: 0.
 
 Pure functions over the analysis; no torch.
 """
@@ -20,10 +21,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
 from collcheck.runtime.analyze import Analysis, undiverged_verdict
+from collcheck.runtime.liveline import LiveReport
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
 
 
@@ -40,10 +43,15 @@ class Status(IntEnum):
 class Verdict:
     status: Status
     text: str
+    exit_status: int | None = None  # what `collcheck run` exits with, where not `status` (128 + N)
+
+    @property
+    def code(self) -> int:
+        return int(self.status) if self.exit_status is None else self.exit_status
 
     @property
     def paragraph(self) -> str:
-        return f"collcheck: verdict: {self.text} [exit status {int(self.status)}: {_MEANING[self.status]}]"
+        return f"collcheck: verdict: {self.text} [exit status {self.code}: {_MEANING[self.status]}]"
 
 
 _MEANING = {
@@ -64,15 +72,30 @@ class JobEnd:
     returncode: int
     hung: bool = False
     interrupted: bool = False
+    exit_status: int = 0  # collcheck run's own status when interrupted: 128 + the signal it got
 
 
-def decide(analysis: Analysis, end: JobEnd, exit_codes: dict[int, int], strict: bool = False) -> Verdict:
-    """The verdict. `exit_codes`: rank -> its process's exit code where known (negative: signal)."""
+def decide(
+    analysis: Analysis,
+    end: JobEnd,
+    exit_codes: dict[int, int],
+    strict: bool = False,
+    live: Sequence[LiveReport] = (),
+) -> Verdict:
+    """The verdict. `exit_codes`: rank -> its process's exit code where known (negative: signal).
+    `live`: the error reports ranks sent to `collcheck run` as they made them (liveline.py), which
+    stand where their trace lines were lost (a full disk)."""
     if end.interrupted:
         return Verdict(
-            Status.INTERRUPTED, "the run was interrupted; the analysis above shows where each rank was"
+            Status.INTERRUPTED,
+            f"the run was interrupted ({_received(end.exit_status)}); "
+            "the analysis above shows where each rank was",
+            end.exit_status or int(Status.INTERRUPTED),
         )
+    unseen = _unseen(analysis, live)
     mismatch = _mismatch(analysis, strict)
+    if mismatch is None:
+        mismatch = next((r.text.splitlines()[0] for r in unseen if r.kind in _MISMATCH_REPORTS), None)
     if mismatch is not None:
         return Verdict(Status.MISMATCH, mismatch)
     if end.hung:  # collcheck run stopped every process itself: their signals say nothing
@@ -80,12 +103,14 @@ def decide(analysis: Analysis, end: JobEnd, exit_codes: dict[int, int], strict: 
     if analysis.incomplete and end.returncode == 0:
         # Every process exited cleanly: a trace without its exit record lost its last lines.
         return Verdict(Status.TRACER_ERROR, undiverged_verdict(analysis))
-    died = _died(analysis, exit_codes)
-    if died:  # ahead of the stall reports its peers made while waiting for it
+    died = _died(analysis, exit_codes, frozenset(report.rank for report in live))
+    stalls = [r.text for r in analysis.runtime_errors if r.kind == "stall"]
+    stalls += [r.text for r in unseen if r.kind == "stall"]
+    causes = [death for death in died if death[1] != -signal.SIGTERM]
+    if causes or (died and not stalls):  # ahead of the stall reports its peers made while waiting for it
         return Verdict(Status.RANK_DIED, _deaths_text(died))
-    stalls = [r for r in analysis.runtime_errors if r.kind == "stall"]
-    if stalls:
-        return Verdict(Status.STALL, stalls[0].text.splitlines()[0])
+    if stalls:  # ranks the launcher stopped (SIGTERM) after a stall was reported were not its cause
+        return Verdict(Status.STALL, stalls[0].splitlines()[0] + _stopped_clause(died))
     if analysis.missing:
         return Verdict(Status.STALL, analysis.missing[0].text)
     if end.returncode != 0:
@@ -98,7 +123,14 @@ def decide(analysis: Analysis, end: JobEnd, exit_codes: dict[int, int], strict: 
     return Verdict(Status.OK, f"{len(analysis.ranks)} ranks traced, consistent{warnings}")
 
 
-def no_traces(trace_dir: str, returncode: int) -> Verdict:
+def no_traces(trace_dir: str, returncode: int, interrupted: bool = False, exit_status: int = 0) -> Verdict:
+    if interrupted:
+        return Verdict(
+            Status.INTERRUPTED,
+            f"the run was interrupted ({_received(exit_status)}) "
+            f"before any rank wrote a trace to {trace_dir}",
+            exit_status or int(Status.INTERRUPTED),
+        )
     return Verdict(
         Status.TRACER_ERROR,
         f"no traces in {trace_dir} (did the command initialise torch.distributed?); "
@@ -122,12 +154,20 @@ def _mismatch(analysis: Analysis, strict: bool) -> str | None:
     return None
 
 
-def _died(analysis: Analysis, exit_codes: dict[int, int]) -> list[tuple[int, int | None, str]]:
+def _unseen(analysis: Analysis, live: Sequence[LiveReport]) -> list[LiveReport]:
+    """Live reports whose trace line is missing (same rank, kind and first line)."""
+    seen = {(r.rank, r.kind, r.text.splitlines()[0] if r.text else "") for r in analysis.reports}
+    return [r for r in live if (r.rank, r.kind, r.text.splitlines()[0] if r.text else "") not in seen]
+
+
+def _died(
+    analysis: Analysis, exit_codes: dict[int, int], live_reporters: frozenset[int] = frozenset()
+) -> list[tuple[int, int | None, str]]:
     """(rank, exit code or None, `rank 1 died at #103 (signal 9 SIGKILL): last all_reduce(...) at
     x.py:12 (group 0, #103), completed`) for every rank that ended without collcheck stopping it:
     killed by a signal, exited with an error status, or (status unknown) whose trace stops without
     an exit record or any report of its own."""
-    reporters = {report.rank for report in analysis.reports if report.severity == "error"}
+    reporters = {report.rank for report in analysis.reports if report.severity == "error"} | live_reporters
     found = []
     for summary in analysis.summaries:
         code = exit_codes.get(summary.rank)
@@ -157,14 +197,19 @@ def _died(analysis: Analysis, exit_codes: dict[int, int]) -> list[tuple[int, int
 def _deaths_text(died: list[tuple[int, int | None, str]]) -> str:
     """The deaths that caused the others first: a launcher (torchrun) stops the remaining workers
     with SIGTERM once one failed, so those are mentioned after the cause, in one clause."""
-    stopped = [rank for rank, code, _ in died if code == -signal.SIGTERM]
     causes = [text for _, code, text in died if code != -signal.SIGTERM]
     if not causes:
         return "; ".join(text for _, _, text in died)
+    return "; ".join(causes) + _stopped_clause(died)
+
+
+def _stopped_clause(died: list[tuple[int, int | None, str]]) -> str:
+    """`; then the launcher stopped rank 1 (SIGTERM)`, or "" when it stopped none."""
+    stopped = [rank for rank, code, _ in died if code == -signal.SIGTERM]
     if not stopped:
-        return "; ".join(causes)
+        return ""
     who = ("ranks " if len(stopped) > 1 else "rank ") + ", ".join(map(str, stopped))
-    return f"{'; '.join(causes)}; then the launcher stopped {who} (SIGTERM)"
+    return f"; then the launcher stopped {who} (SIGTERM)"
 
 
 ABORTED = 86  # verify.ABORT_EXIT_CODE: collcheck itself stopped the rank, after a report
@@ -181,6 +226,13 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return ""
+
+
+def _received(exit_status: int) -> str:
+    """`SIGTERM received` for collcheck run's status 143."""
+    if exit_status <= 128:
+        return "interrupt received"
+    return f"{_signal_name(exit_status - 128) or f'signal {exit_status - 128}'} received"
 
 
 def rank_exit_codes(trace_dir: str, by_pid: dict[int, int], single: int | None) -> dict[int, int]:

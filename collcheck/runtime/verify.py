@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from collcheck.runtime import liveline
 from collcheck.runtime.groups import is_creation, numbered
 from collcheck.runtime.operand import Use, crosses, swap_text
 from collcheck.runtime.p2p import (
@@ -212,8 +213,45 @@ class Position:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Position:
+        """The position another process published; ValueError for anything that is not one (a
+        damaged or foreign value). Unknown keys are ignored: a newer writer may add some."""
         data = json.loads(text)
-        return cls(**data)
+        if not isinstance(data, dict):
+            raise ValueError("a position is a JSON object")
+        try:
+            issued = data.get("issued", {})
+            if not isinstance(issued, dict):
+                raise ValueError("issued is not an object")
+            inflight = data.get("inflight", [])
+            last = data.get("last")
+            if not isinstance(inflight, list) or not all(_readable_fp(fp, since=True) for fp in inflight):
+                raise ValueError("inflight is not a list of collectives")
+            if last is not None and not _readable_fp(last, since=False):
+                raise ValueError("last is not a collective")
+            return cls(
+                rank=int(data["rank"]),
+                t=float(data["t"]),
+                issued={str(group): int(seq) for group, seq in issued.items()},
+                inflight=inflight,
+                last=last,
+                last_done=bool(data.get("last_done", False)),
+                exited=bool(data.get("exited", False)),
+                hb=float(data.get("hb", 1.0)),
+            )
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"not a position: {error!r}") from error
+
+
+FP_TEXT_FIELDS = ("g", "d", "site")  # what reports format from another rank's fingerprint
+
+
+def _readable_fp(fp: object, since: bool) -> bool:
+    """Whether another process's fingerprint has what a report reads from it, with usable types."""
+    if not isinstance(fp, dict) or not all(isinstance(fp.get(name), str) for name in FP_TEXT_FIELDS):
+        return False
+    numbers = ("r", "n", "since") if since else ("r", "n")
+    values = [fp.get(name) for name in numbers]
+    return all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values)
 
 
 def where(position: Position | None, now: float) -> str:
@@ -434,6 +472,7 @@ class MonitorConfig:
     timeout_s: float
     world_size: int = 1
     abort: bool = True
+    report_socket: str | None = None  # `collcheck run`'s listener (liveline.py), if any
 
 
 class Monitor:
@@ -1460,7 +1499,11 @@ class Monitor:
             except Exception as error:
                 positions = {self.config.rank: self._position()}
                 self._degrade(f"could not read positions ({short_error(error)})", loud=False)
-        positions = self._caught_up(positions)
+        try:
+            positions = self._caught_up(positions)
+        except Exception as error:  # other ranks' traces: report with what the store said
+            note = f"could not bring positions up to date from other ranks' traces ({short_error(error)})"
+            self._report("note", "warning", note, echo=False)
         if peer_finished(self.config.rank, blocked, positions):
             self.completed(str(blocked["g"]), int(blocked["n"]))  # a Work nobody waits for
             return
@@ -1514,7 +1557,10 @@ class Monitor:
         raw = peek(store, f"pos/{rank}")
         if raw is None:
             return None
-        position = Position.from_json(raw)
+        try:
+            position = Position.from_json(raw)
+        except ValueError:  # damaged or foreign: as if the rank had published nothing
+            return None
         position.inflight = [self._with_members(fp, store) for fp in position.inflight]
         if position.last is not None:
             position.last = self._with_members(position.last, store)
@@ -1560,6 +1606,8 @@ class Monitor:
 
     def _report(self, kind: str, severity: str, text: str, echo: bool) -> None:
         self.writer.write(ReportEvent(kind, severity, text, time.time(), self.config.rank).to_json())
+        if severity == "error":  # a copy that a full trace folder cannot lose
+            liveline.send(self.config.report_socket, self.config.rank, kind, text)
         if echo:
             _echo(f"collcheck: rank {self.config.rank}: {text}")
 
@@ -1645,6 +1693,7 @@ def _use(fp: dict[str, Any]) -> Use:
     return Use(int(fp["r"]), int(fp["n"]), str(fp["d"]), str(fp.get("x") or ""), str(fp["site"]))
 
 
+PEER_INT_LIMIT = 1 << 62  # a rank or number beyond this in another rank's trace is damage, not a count
 TRACE_TAIL = 1 << 18  # bytes of another rank's trace read to bring its position up to date
 
 
@@ -1653,10 +1702,10 @@ def caught_up(rank: int, position: Position | None, path: str) -> Position | Non
     counters, its last collective (completed if its `done` line is there), and in flight only what
     the trace does not show completed. Unchanged when the trace is unreadable or not newer."""
     rows = _tail_rows(path)
-    events = [CollectiveEvent.from_json(row) for row in rows if row.get("ev") == "coll"]
+    events = [event for event in map(_event_or_none, rows) if event is not None]
     if not events:
         return position
-    done = {(str(row.get("group")), int(row.get("seq", 0))) for row in rows if row.get("ev") == "done"}
+    done = {key for key in map(_done_or_none, rows) if key is not None}
     base = position if position is not None else Position(rank, events[-1].t_start)
     issued = dict(base.issued)
     for event in events:
@@ -1677,6 +1726,28 @@ def caught_up(rank: int, position: Position | None, path: str) -> Position | Non
         last_done=(last.group, last.seq) in done,
         exited=base.exited or any(row.get("ev") == "exit" for row in rows),
     )
+
+
+def _event_or_none(row: dict[str, Any]) -> CollectiveEvent | None:
+    """A `coll` line of another rank's trace, or None for any other line or a malformed one."""
+    if row.get("ev") != "coll":
+        return None
+    try:
+        event = CollectiveEvent.from_json(row)
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+    return event if 0 <= event.seq < PEER_INT_LIMIT and 0 <= event.rank < PEER_INT_LIMIT else None
+
+
+def _done_or_none(row: dict[str, Any]) -> tuple[str, int] | None:
+    """(group, seq) of a `done` line of another rank's trace, or None."""
+    if row.get("ev") != "done":
+        return None
+    try:
+        seq = int(row.get("seq", 0))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return (str(row.get("group")), seq) if 0 <= seq < PEER_INT_LIMIT else None
 
 
 def _still_open(blocked: dict[str, Any], latest: dict[str, int], done: set[tuple[str, int]]) -> bool:

@@ -106,6 +106,9 @@ def test_a_mismatch_still_stops_the_job_when_the_trace_folder_is_full(tmp_path: 
     assert "TRACE_STATUS=3" in out or "TRACE_STATUS=1" in out
     analysis = json.loads((tmp_path / "analysis.json").read_text())
     assert analysis["incomplete"] and analysis["problems"]
+    # The verdict is the mismatch reported at run time, though its trace line was lost (it said a
+    # rank died): liveline.py carries the report to collcheck run.
+    assert "RUN_STATUS=3" in out and "verdict: collective mismatch" in done.stderr, done.stderr[-3000:]
 
 
 @pytest.mark.multirank

@@ -134,3 +134,26 @@ def test_sigterm_to_collcheck_run_ends_the_whole_job(
     assert "SIGTERM received" in err
     assert not [pid for pid in workers if _running(pid)]
     assert _marked(tag) == []
+
+
+@pytest.mark.parametrize("ignore_sigterm", [None, 0])
+def test_sigkill_of_collcheck_run_still_ends_the_whole_job(
+    tmp_path: Path, tag: str, ignore_sigterm: int | None
+) -> None:
+    """SIGKILL cannot be handled: the launcher's parent-death signal ends the job instead (before,
+    torchrun and both workers kept running, re-parented to init)."""
+    run = _start(tmp_path, tag, ignore_sigterm)
+    try:
+        workers = _wait_for_headers(tmp_path / "t", time.monotonic() + 120)
+        time.sleep(2.0)
+        assert len(_marked(tag)) >= 4  # collcheck run, torchrun, two workers
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+        deadline = time.monotonic() + 90  # torchrun gives workers that ignore SIGTERM 30 s
+        while _marked(tag) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        if run.poll() is None:
+            _stop(run, tag)
+    assert not [pid for pid in workers if _running(pid)]
+    assert _marked(tag) == []
