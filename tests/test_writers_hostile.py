@@ -309,3 +309,21 @@ def test_a_cache_folder_that_already_holds_code_gets_no_gitignore(
     monkeypatch.chdir(fresh)
     assert run(capsys, "check", "src")[0] == 1
     assert "*" in (fresh / "build" / "cc" / ".gitignore").read_text().split()
+
+
+def test_a_link_to_a_file_of_the_tree_reports_and_fixes_under_each_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`alias.py -> own.py`: each name carries its own finding (the alias's model was reused under
+    the alias's name before), and --fix rewrites own.py, never the link."""
+    (tmp_path / "own.py").write_text(SET_LOOP)
+    (tmp_path / "alias.py").symlink_to("own.py")
+    code, out, _ = run(capsys, "check", "--no-cache", "--format", "concise", str(tmp_path))
+    assert code == 1
+    assert sorted(line.split(":")[0].rsplit("/", 1)[-1] for line in out.splitlines() if "CC007" in line) == [
+        "alias.py",
+        "own.py",
+    ]
+    code, _, err = run(capsys, "check", "--no-cache", "--fix", str(tmp_path))
+    assert code == 0 and "symbolic link" in err
+    assert (tmp_path / "own.py").read_text() == FIXED_LOOP and (tmp_path / "alias.py").is_symlink()

@@ -85,6 +85,8 @@ def analyze_source(
     if not mentions_communication(source.text, catalog, project, source.path):
         return result
     loaded = already_loaded(source.path, catalog, project)
+    if loaded is not None and loaded.path != source.path:
+        loaded = None  # the same file under another name (a link): its findings carry this name
     tree = loaded.tree if loaded is not None else parse(source)
     if isinstance(tree, FileError):
         result.error = tree
