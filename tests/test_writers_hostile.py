@@ -327,3 +327,36 @@ def test_a_link_to_a_file_of_the_tree_reports_and_fixes_under_each_name(
     code, _, err = run(capsys, "check", "--no-cache", "--fix", str(tmp_path))
     assert code == 0 and "symbolic link" in err
     assert (tmp_path / "own.py").read_text() == FIXED_LOOP and (tmp_path / "alias.py").is_symlink()
+
+
+def test_the_memory_plot_never_writes_through_a_link(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    from tests.test_memory_cli import MODELS
+
+    outside = tmp_path / "outside.png"
+    outside.write_bytes(SECRET)
+    target = tmp_path / "peak.png"
+    target.symlink_to(outside)
+    model = str(MODELS / "llama-3-8b.json")
+    args = ["--model", model, "--seq-len", "131072", "--tp", "8", "--budget", "16GiB", "--plot", str(target)]
+    code, _, err = run(capsys, "estimate", *args)
+    assert code == 2 and "symbolic link" in err and "Traceback" not in err
+    assert outside.read_bytes() == SECRET and target.is_symlink()
+
+
+def test_the_launcher_s_exit_record_never_appends_through_a_link(tmp_path: Path) -> None:
+    from collcheck.runtime import exits
+
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(SECRET)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / exits.EXITS_FILE).symlink_to(outside)
+    with pytest.raises(OSError):
+        exits.record(str(traces), 4242, 1, 0)
+    assert outside.read_bytes() == SECRET
+    (traces / exits.EXITS_FILE).unlink()
+    exits.record(str(traces), 4242, 1, 0)
+    assert exits.read(str(traces)) == {4242: 1}
