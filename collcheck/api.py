@@ -15,6 +15,7 @@ from collcheck.cache_guard import cache_folder
 from collcheck.catalog import Catalog, catalog_fingerprint, load_catalog
 from collcheck.config import Settings
 from collcheck.findings import FileError, FileResult, RunResult
+from collcheck.lines import with_newlines
 from collcheck.source import MAX_SOURCE_BYTES, SourceFile, read_source, real_path
 from collcheck.static.project import Project
 
@@ -208,7 +209,8 @@ def analyze_text(text: str, path: str = "<string>", settings: Settings | None = 
     """Analyse source text directly (tests, editors), within the same per-file budget."""
     settings = settings or Settings()
     catalog = load_catalog(Path(p) for p in settings.catalogs)
-    return _filter(_analyze_in_budget(SourceFile(path=path, text=text), catalog, settings), settings)
+    source = SourceFile(path=path, text=with_newlines(text))
+    return _filter(_analyze_in_budget(source, catalog, settings), settings)
 
 
 def usable_cores() -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from collcheck.findings import BaselineEntry, Finding, RunResult
 from collcheck.fix.flow import AdoptionError
+from collcheck.safe_write import WriteRefused, WriteRoots, write_output
 from collcheck.source import MAX_CONFIG_BYTES, FileRefused, read_regular_file
 
 FORMAT_KEY = "collcheck_baseline"
@@ -57,8 +58,9 @@ def _with_path(finding: Finding, path: str) -> Finding:
     return replace(finding, location=replace(finding.location, path=path))
 
 
-def write_baseline(result: RunResult, baseline: Path) -> int:
-    """Write every finding of `result` to `baseline`; returns the number of entries."""
+def write_baseline(result: RunResult, baseline: Path, roots: WriteRoots) -> int:
+    """Write every finding of `result` to `baseline` (an output file: collcheck.safe_write, never
+    through a link); returns the number of entries."""
     entries = _entries(result.findings, _root(baseline))
     data = {
         FORMAT_KEY: FORMAT_VERSION,
@@ -67,7 +69,12 @@ def write_baseline(result: RunResult, baseline: Path) -> int:
             for e in entries
         ],
     }
-    baseline.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    try:
+        write_output(baseline, (json.dumps(data, indent=2) + "\n").encode("utf-8"), roots)
+    except WriteRefused as refused:
+        raise BaselineError(f"cannot write baseline: {refused}") from None
+    except OSError as error:
+        raise BaselineError(f"cannot write baseline {baseline}: {error.strerror or error}") from None
     return len(entries)
 
 
@@ -76,7 +83,8 @@ def read_baseline(baseline: Path) -> list[BaselineEntry]:
         data = json.loads(read_regular_file(baseline, MAX_CONFIG_BYTES * 16).decode("utf-8"))
     except (OSError, ValueError, RecursionError, FileRefused) as error:
         raise BaselineError(f"cannot read baseline {baseline}: {error}") from error
-    if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT_VERSION:
+    version = data.get(FORMAT_KEY) if isinstance(data, dict) else None
+    if type(version) is not int or version != FORMAT_VERSION:  # `true` == 1 in Python: not a version
         raise BaselineError(f"{baseline} is not a collcheck baseline (version {FORMAT_VERSION})")
     entries = data.get("entries")
     if not isinstance(entries, list):

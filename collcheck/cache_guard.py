@@ -56,6 +56,13 @@ def _inside(path: Path, folder: Path) -> bool:
 def check_configured_cache_dir(value: str, root: Path) -> str:
     """`cache-dir` as a pyproject may set it: inside the project or the user's cache folder."""
     folder = Path(value) if os.path.isabs(value) else root / value
+    if _inside(root, folder):
+        # The project itself, or a folder above it: the cache's `.gitignore` (`*`) would hide the
+        # whole project from git, and its entries would be written among the project's files.
+        raise ConfigError(
+            f"[tool.collcheck] 'cache-dir' = {value!r} is the project folder ({root}) or a folder "
+            "above it; give the cache a folder of its own"
+        )
     if _inside(folder, root) or _inside(folder, user_cache_root()):
         return value
     raise ConfigError(
@@ -194,27 +201,26 @@ def write_entry(folder: Path, target: Path, payload: str) -> bool:
             return False
         data = payload.encode("utf-8")
         sealed = _mac(secret, _name(folder, target), data) + b"\n" + data
-        _write_atomically(target, sealed)
+        _write_atomically(folder, target, sealed)
     except (OSError, ValueError):
         return False
     return True
 
 
 def _ensure_folder(folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    ignore = folder / ".gitignore"
-    if not os.path.lexists(ignore):
-        _write_atomically(ignore, b"# Automatically created by collcheck.\n*\n")
-
-
-def _write_atomically(target: Path, data: bytes) -> None:
-    import tempfile
-
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".json")
+    """Create the cache folder; the `.gitignore` (`*`) goes only into a folder made here, so it
+    never lands in a folder that holds anything but the cache (a source folder named as cache-dir)."""
     try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.replace(temporary, target)  # replaces a link itself, never what it points to
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+        folder.mkdir(parents=True)
+    except FileExistsError:
+        return
+    _write_atomically(folder, folder / ".gitignore", b"# Automatically created by collcheck.\n*\n")
+
+
+def _write_atomically(folder: Path, target: Path, data: bytes) -> None:
+    from collcheck.safe_write import WriteRefused, replace_below  # only when writing
+
+    try:
+        replace_below(folder, target, data)  # a link in the entry's place is replaced, never followed
+    except WriteRefused as refused:
+        raise OSError(str(refused)) from None

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from collcheck.fix.flow import Adoption
+from collcheck.safe_write import WriteRoots
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,15 @@ def _error(message: str) -> int:
     return 2
 
 
+def write_roots(targets: list[Path], options: CheckOptions) -> WriteRoots:
+    """Where this run may write (collcheck.safe_write): the folder of the pyproject.toml that
+    configured it, and each path it checks."""
+    from collcheck.config import find_pyproject
+
+    pyproject = options.config or find_pyproject(targets)
+    return WriteRoots.of(pyproject.parent if pyproject is not None else None, targets)
+
+
 def run_check(paths: list[Path], options: CheckOptions) -> int:
     """Check `paths` (the current folder when empty), write the report; the exit code."""
     from collcheck.api import check_paths
@@ -94,7 +104,8 @@ def run_check(paths: list[Path], options: CheckOptions) -> int:
         request = options.adoption
         if request.baseline is None:
             request = replace(request, baseline=baseline_path(None, settings))
-        outcome = adopt(result, settings, request, lambda: check_paths(targets, settings))
+        roots = write_roots(targets, options) if request.writes or options.output else WriteRoots(())
+        outcome = adopt(result, settings, request, lambda: check_paths(targets, settings), roots)
     except (ConfigError, CatalogError, AdoptionError) as error:
         return _error(str(error))
     for message in outcome.messages:
@@ -120,7 +131,14 @@ def run_check(paths: list[Path], options: CheckOptions) -> int:
             file=sys.stderr,
         )
     if options.output is not None:
-        options.output.write_text(report + "\n", encoding="utf-8")
+        from collcheck.safe_write import WriteRefused, write_output
+
+        try:
+            write_output(options.output, (report + "\n").encode("utf-8"), roots)
+        except WriteRefused as refused:
+            return _error(f"cannot write the report: {refused}")
+        except OSError as error:
+            return _error(f"cannot write the report to {options.output}: {error.strerror or error}")
     else:
         print(report)
     return 0 if options.exit_zero else result.exit_code

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collcheck.findings import FileError
+from collcheck.lines import line_texts, with_newlines
 
 MAX_SOURCE_BYTES = 8 * 1024 * 1024  # generated files beyond this are reported, not parsed
 MAX_CONFIG_BYTES = 16 * 1024 * 1024  # pyproject.toml, catalogs, model configs
@@ -26,7 +27,7 @@ class SourceFile:
     text: str
 
     def line(self, number: int) -> str:
-        lines = self.text.splitlines()
+        lines = line_texts(self.text)
         return lines[number - 1] if 0 < number <= len(lines) else ""
 
 
@@ -93,4 +94,4 @@ def read_source(path: Path, max_bytes: int) -> SourceFile | FileError:
         return FileError(name, f"cannot decode file: {error}")
     if text.startswith("\ufeff"):
         text = text[1:]
-    return SourceFile(path=name, text=text)
+    return SourceFile(path=name, text=with_newlines(text))

@@ -9,12 +9,12 @@ Suppressions that no longer suppress anything are reported (like ruff's RUF100).
 
 from __future__ import annotations
 
-import io
 import re
 import tokenize
 from dataclasses import dataclass, field
 
 from collcheck.findings import Finding, Location, UnusedSuppression
+from collcheck.lines import physical_lines
 
 _PATTERN = re.compile(r"#\s*collcheck:\s*ignore(?:\[(?P<codes>[A-Za-z0-9_,\s]*)\])?", re.IGNORECASE)
 
@@ -36,7 +36,8 @@ def parse_suppressions(source: str) -> dict[int, tuple[str, ...]]:
     if "collcheck" not in source.lower():
         return found
     try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+        # Line by line as the tokenizer splits them (io.StringIO splits at "\n" only).
+        tokens = list(tokenize.generate_tokens(iter(physical_lines(source)).__next__))
     except (tokenize.TokenError, SyntaxError, IndentationError):
         return found
     for token in tokens:

@@ -6,12 +6,11 @@ import bisect
 from collections.abc import Iterable
 
 from collcheck.findings import Edit
+from collcheck.lines import line_starts
 
 
 def _line_starts(text: str) -> list[int]:
-    starts = [0]
-    starts.extend(index + 1 for index, char in enumerate(text) if char == "\n")
-    return starts
+    return line_starts(text)  # the tokenizer's lines: "\r" alone ends one too
 
 
 def position(text: str, offset: int, starts: list[int] | None = None) -> tuple[int, int]:

@@ -27,7 +27,9 @@ from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, Posi
 from collcheck.config import Settings
 from collcheck.findings import Applicability, Finding, Fix, RunResult
 from collcheck.fix.edits import minimal_edit
-from collcheck.fix.textio import Document, physical_lines, read_document, write_document
+from collcheck.fix.textio import Document, read_document, write_document
+from collcheck.lines import physical_lines
+from collcheck.safe_write import WriteRefused, WriteRoots
 
 MAX_FIXES_PER_FILE = 100  # each applied fix removes one finding, so this is only a guard
 
@@ -83,7 +85,16 @@ class Source:
     def replaced(self, old: cst.CSTNode, new: cst.CSTNode) -> str:
         """The file's text with `old` replaced by `new`; every other byte is kept."""
         module = self.module.deep_replace(old, new)
-        return module.code if isinstance(module, cst.Module) else self.text
+        if not isinstance(module, cst.Module):
+            return self.text
+        return module.code + self._lost_tail
+
+    @cached_property
+    def _lost_tail(self) -> str:
+        """What libcst's own round trip drops from the end of the text: the last line break of a
+        file of "\\r" line endings. Put back, so that every byte outside the edit is kept."""
+        kept = self.module.code
+        return self.text[len(kept) :] if self.text.startswith(kept) else ""
 
 
 Fixer = Callable[[Source, Finding], Rewrite | None]
@@ -218,11 +229,13 @@ class FileChange:
         after = physical_lines(self.after)
         lines = difflib.unified_diff(before, after, f"a/{self.document.path}", f"b/{self.document.path}")
         return "".join(
-            line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+            line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n"
+            for line in lines
         )
 
-    def write(self) -> bool:
-        return write_document(self.document, self.after)
+    def write(self, roots: WriteRoots) -> WriteRefused | None:
+        """Write the fixed text (collcheck.fix.textio.write_document); None when written."""
+        return write_document(self.document, self.after, roots)
 
 
 def fix_files(paths: list[str], settings: Settings, allowed: frozenset[Applicability]) -> list[FileChange]:

@@ -11,14 +11,13 @@ any other comment is kept and the suppression follows it.
 from __future__ import annotations
 
 import ast
-import io
 import re
 import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from collcheck.findings import Finding
-from collcheck.fix.textio import physical_lines
+from collcheck.lines import physical_lines
 
 _CODES = re.compile(r"(#\s*collcheck:\s*ignore\[)([A-Za-z0-9_,\s]*)(\])", re.IGNORECASE)
 
@@ -34,7 +33,9 @@ class LineFacts:
 
 def _line_facts(text: str, tree: ast.Module) -> LineFacts | None:
     try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+        # Fed line by line as the tokenizer splits them: io.StringIO's readline splits at "\n"
+        # only, so a file of "\r" endings would be one line and every comment on line 1.
+        tokens = list(tokenize.generate_tokens(iter(physical_lines(text)).__next__))
     except (tokenize.TokenError, SyntaxError):
         return None
     blocked: set[int] = set()

@@ -1,8 +1,8 @@
 """A source file as text that goes back to disk byte for byte.
 
 `collcheck.source.read_source` drops a BOM and is for reading only; a fix must write back the
-same encoding, BOM and line endings (`\\r\\n` stays `\\r\\n`: bytes are decoded without newline
-translation), so that nothing outside an edited span changes.
+same encoding, BOM and line endings (`\\r\\n` stays `\\r\\n`, a lone `\\r` stays `\\r`: bytes are
+decoded without newline translation), so that nothing outside an edited span changes.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import codecs
 import io
 import tokenize
 from dataclasses import dataclass
-from pathlib import Path
 
+from collcheck.lines import LINE_BREAK
+from collcheck.safe_write import WriteRefused, WriteRoots, rewrite_in_place
 from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 
 MAX_FILE_BYTES = MAX_SOURCE_BYTES  # larger files are never analysed, so never fixed
@@ -24,11 +25,12 @@ class Document:
     text: str
     encoding: str
     bom: bool
+    raw: bytes  # as read: the file is written back only if it still holds exactly these bytes
 
     def newline(self) -> str:
         """The file's own line ending, from its first line ("\\n" when it has none)."""
-        end = self.text.find("\n")
-        return "\r\n" if end > 0 and self.text[end - 1] == "\r" else "\n"
+        first = LINE_BREAK.search(self.text)
+        return first.group() if first is not None else "\n"
 
     def encoded(self, text: str) -> bytes:
         return (codecs.BOM_UTF8 if self.bom else b"") + text.encode(self.encoding)
@@ -53,22 +55,19 @@ def read_document(path: str) -> Document | None:
         text = raw[len(codecs.BOM_UTF8) if bom else 0 :].decode(encoding)
     except (LookupError, UnicodeDecodeError):
         return None
-    return Document(path=path, text=text, encoding=encoding, bom=bom)
+    return Document(path=path, text=text, encoding=encoding, bom=bom, raw=raw)
 
 
-def write_document(document: Document, text: str) -> bool:
-    """Write `text` back in the document's encoding; False when it cannot be encoded or written."""
+def write_document(document: Document, text: str, roots: WriteRoots) -> WriteRefused | None:
+    """Write `text` back in the document's encoding (collcheck.safe_write.rewrite_in_place: inside
+    `roots`, never through a link, only if the file is unchanged since it was read); None when
+    written, else why not (`ChangedOnDisk` when an edit was saved meanwhile)."""
     try:
-        data = document.encoded(text)
-        Path(document.path).write_bytes(data)
-    except (OSError, UnicodeEncodeError):
-        return False
-    return True
-
-
-def physical_lines(text: str) -> list[str]:
-    """Lines as the tokenizer counts them (split after each "\\n" only; `str.splitlines` also
-    splits at form feeds and other characters), each with its line ending."""
-    lines = text.split("\n")
-    ended = [line + "\n" for line in lines[:-1]]
-    return [*ended, lines[-1]] if lines[-1] else ended
+        rewrite_in_place(document.path, document.encoded(text), roots, document.raw)
+    except WriteRefused as refused:
+        return refused
+    except UnicodeEncodeError as error:
+        return WriteRefused(f"{document.path}: the new text cannot be encoded ({document.encoding}): {error}")
+    except OSError as error:
+        return WriteRefused(f"{document.path}: cannot write: {error.strerror or error}")
+    return None

@@ -54,8 +54,18 @@ def write_plot(est: Estimate, path: Path) -> None:
     axes.set_ylabel("peak per rank (GiB)")
     axes.set_title(f"KV all-gather peak: {est.layout.model.name}")
     axes.legend()
+    # Drawn in memory, then written as every collcheck output is (collcheck.safe_write): never
+    # through a link, replaced atomically. The format follows the name, as savefig(path) would.
+    import io
+
+    from collcheck.safe_write import WriteRefused, WriteRoots, write_output
+
+    buffer = io.BytesIO()
     try:
-        figure.savefig(path, dpi=100)
+        figure.savefig(buffer, dpi=100, format=path.suffix.lstrip(".").lower() or "png")
+        write_output(path, buffer.getvalue(), WriteRoots.of(None, [Path(".")]))
+    except (ValueError, WriteRefused) as error:
+        raise PlotError(f"cannot write {path}: {error}") from error
     except OSError as error:
         raise PlotError(f"cannot write {path}: {error.strerror or error}") from error
     finally:

@@ -7,14 +7,19 @@ from functools import lru_cache
 from pathlib import Path
 
 from collcheck.findings import Applicability, Counterexample, Finding, Fix, Reason, RunResult, TraceStep
+from collcheck.lines import line_texts
+from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 
 
 @lru_cache(maxsize=64)
 def _lines(path: str) -> tuple[str, ...]:
+    """The file's lines as the analysis numbered them (the tokenizer's line breaks only)."""
     try:
-        return tuple(Path(path).read_text(encoding="utf-8", errors="replace").splitlines())
-    except OSError:
+        raw = read_regular_file(path, MAX_SOURCE_BYTES)
+    except (OSError, FileRefused):
         return ()
+    text = raw.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    return tuple(line_texts(text))
 
 
 def code_frame(path: str, line: int, column: int, context: int = 1) -> list[str]:

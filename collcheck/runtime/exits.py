@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import stat
 import sys
 from types import ModuleType
 from typing import Any
@@ -45,8 +46,13 @@ def record(trace_dir: str, pid: int, exitcode: int, local_rank: int) -> None:
         return
     os.makedirs(trace_dir, exist_ok=True)
     line = f"{pid} {exitcode} {local_rank}\n".encode()
-    descriptor = os.open(os.path.join(trace_dir, EXITS_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    # Appended to, not replaced (several agents add lines), so never through a planted link nor
+    # into a FIFO: O_NOFOLLOW, O_NONBLOCK and a regular-file check on the descriptor.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+    descriptor = os.open(os.path.join(trace_dir, EXITS_FILE), flags, 0o666)
     try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return
         os.write(descriptor, line)  # one short append: lines from several agents never interleave
     finally:
         os.close(descriptor)

@@ -190,7 +190,10 @@ def _build_and_import(name: str, directory: Path, quiet: bool) -> ModuleType | N
             warn("native recorder: the build was interrupted; the next run builds it again")
             return None
         if done.returncode != 0:
-            failed.write_text(done.stdout + done.stderr)
+            from collcheck.safe_write import WriteRefused, replace_below
+
+            with contextlib.suppress(OSError, WriteRefused):
+                replace_below(directory, failed, (done.stdout + done.stderr).encode("utf-8", "replace"))
             warn(f"native recorder: build failed (see {failed}); using the Python kernel")
             return None
         if not quiet:

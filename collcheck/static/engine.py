@@ -24,6 +24,7 @@ from collcheck.findings import (
     TraceStep,
     UnusedSuppression,
 )
+from collcheck.lines import line_texts
 from collcheck.source import SourceFile
 from collcheck.static import groups
 from collcheck.static.anchor import Anchor, locate
@@ -84,6 +85,8 @@ def analyze_source(
     if not mentions_communication(source.text, catalog, project, source.path):
         return result
     loaded = already_loaded(source.path, catalog, project)
+    if loaded is not None and loaded.path != source.path:
+        loaded = None  # the same file under another name (a link): its findings carry this name
     tree = loaded.tree if loaded is not None else parse(source)
     if isinstance(tree, FileError):
         result.error = tree
@@ -204,7 +207,7 @@ def _analyze_tree(
     if ran is not None:
         for region in ran[0]:
             region.conditions = extractor.conditions
-        whole = (1, len(source.text.splitlines()))
+        whole = (1, len(line_texts(source.text)))
         regions = owning_a_split(ran[0], extractor.conditions, source.path, whole) if ran[1] else ran[0]
         found = _findings_for(regions, rules, settings, stats, catalog_group_facts(catalog), nonblocking)
         if ran[1]:

@@ -22,6 +22,7 @@ from typing import TypeVar
 from collcheck.catalog import Catalog
 from collcheck.config import Settings
 from collcheck.findings import FileError
+from collcheck.lines import line_starts
 from collcheck.source import SourceFile, read_source
 from collcheck.static.launchers import launched_functions
 from collcheck.static.names import ImportTable, add_import, module_imports, nodes_under, qualified_name
@@ -231,9 +232,7 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
 
 def _function_words(functions: list[FunctionNode], text: str) -> dict[FunctionNode, frozenset[str]]:
     """The identifiers of each function's own source lines."""
-    starts = [0]
-    for line in text.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
+    starts = line_starts(text)  # not str.splitlines: a U+2028 in a string is no line break
     words: dict[FunctionNode, frozenset[str]] = {}
     for function in functions:
         first = min([function.lineno, *(d.lineno for d in function.decorator_list)])
