@@ -493,7 +493,7 @@ def schedule_deadlock(
     return Verdict(region, tuple(found), clean)
 
 
-def confirm(verdict: Verdict, world_size: int | None, timeout_ms: int, stats: SolveStats) -> list[Divergence]:
+def confirm(verdict: Verdict, world_size: int | None, rlimit: int, stats: SolveStats) -> list[Divergence]:
     """The divergence of the first stuck world z3 agrees with (the two ranks named first take their
     paths there). Asked in a z3 context of its own, so that other queries of the file get the
     counterexamples they would get without it; its queries and notes still count for the file."""
@@ -501,7 +501,7 @@ def confirm(verdict: Verdict, world_size: int | None, timeout_ms: int, stats: So
         return []
     own = SolveStats()
     try:
-        solver = RegionSolver(verdict.region, world_size, timeout_ms, own)
+        solver = RegionSolver(verdict.region, world_size, rlimit, own)
         for candidate in verdict.stuck:
             divergence = _confirmed(verdict.region, solver, candidate)
             if divergence is not None:
@@ -512,6 +512,7 @@ def confirm(verdict: Verdict, world_size: int | None, timeout_ms: int, stats: So
         stats.queries += own.queries
         stats.unknown += own.unknown
         stats.notes.extend(own.notes)
+        stats.cuts.extend(cut for cut in own.cuts if cut not in stats.cuts)
 
 
 def files_of(region: Region, events: Iterable[Element]) -> set[str]:
