@@ -278,7 +278,7 @@ def _transient(result: FileResult) -> bool:
 
 def store(folder: Path, key: str, result: FileResult) -> bool:
     """Write an entry; False when the cache cannot be written (read-only tree, full disk) or the
-    result belongs to this run only (a file stopped by the time budget)."""
+    result belongs to this run only (a file stopped by the safety clock)."""
     if _transient(result):
         return False
     return _store_json(folder, _entry_path(folder, key), {"key": key, "result": result_to_json(result)})

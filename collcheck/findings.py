@@ -159,7 +159,7 @@ class FileError:
     path: str
     message: str
     line: int | None = None
-    # Caused by this run rather than by the file (the time budget ran out): never cached.
+    # Caused by this run rather than by the file (the safety clock ran out, a worker died): never cached.
     transient: bool = False
 
 
