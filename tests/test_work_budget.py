@@ -122,6 +122,22 @@ def test_budget_exceeded_error_makes_a_cut_fail_the_run(
     assert code == 2 and "--budget-exceeded" in err
 
 
+def test_a_cut_read_from_the_cache_is_still_reported_and_still_fails_the_gate(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A cut is part of the file's result: a warm run (the cache, then the run's manifest) reports
+    it as the cold run did, so `--budget-exceeded error` gives the same exit code."""
+    src = _project(tmp_path / "src")
+    (src / "exploding.py").write_text(EXPLODING, encoding="utf-8")
+    command = ("check", "--format", "json", "--budget-exceeded", "error", str(src))
+
+    runs = [run(capsys, *command) for _ in range(3)]
+
+    assert [code for code, _, _ in runs] == [1, 1, 1]
+    cuts = [json.loads(out)["budget_cuts"] for _, out, _ in runs]
+    assert cuts[0] == cuts[1] == cuts[2] and [cut["function"] for cut in cuts[0]] == ["exploding"]
+
+
 def test_a_function_over_its_solver_allowance_is_a_note_naming_it(tmp_path: Path) -> None:
     """`z3-function-rlimit`: the queries of `mix` together spend more than 3 million z3 resource
     units; the function is cut with a note at its line, nothing else breaks."""
