@@ -183,6 +183,7 @@ def _analyze_tree(
         remember_loaded(module)
     candidates: list[Candidate] = []
     nonblocking = NonblockingFiles(module, catalog, project)
+    facts = catalog_group_facts(catalog)
     roots: list[tuple[FunctionNode, str | None, str, Closure | None]] = [
         (function, class_name, qualname, None) for function, class_name, qualname in _entries(module)
     ]
@@ -207,31 +208,21 @@ def _analyze_tree(
         roots.extend((inner, class_name, name, scope) for inner, name, scope in nested)
         if reduced:
             regions = owning_a_split(regions, extractor.conditions, source.path, lines_of(function))
-        facts = catalog_group_facts(catalog)
         found = _allowed(place, regions, rules, settings, stats, facts, nonblocking, cuts)
         if reduced:
             found = [c for c in found if decided_in(c[0], source.path, lines_of(function))]
         candidates.extend(found)
     body = setup + main
     ran = None
+    module_place = Place(source.path, 1, MODULE_BODY)
     if _communicates(body, module):
-        module_place = Place(source.path, 1, MODULE_BODY)
         ran = run_within_budget(extractor, partial(extractor.run_module, body), module_place, notes, cuts)
     if ran is not None:
         for region in ran[0]:
             region.conditions = extractor.conditions
         whole = (1, len(source.text.splitlines()))
         regions = owning_a_split(ran[0], extractor.conditions, source.path, whole) if ran[1] else ran[0]
-        found = _allowed(
-            Place(source.path, 1, MODULE_BODY),
-            regions,
-            rules,
-            settings,
-            stats,
-            catalog_group_facts(catalog),
-            nonblocking,
-            cuts,
-        )
+        found = _allowed(module_place, regions, rules, settings, stats, facts, nonblocking, cuts)
         if ran[1]:
             found = [c for c in found if decided_in(c[0], source.path, whole)]
         candidates.extend(found)
