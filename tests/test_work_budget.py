@@ -207,6 +207,20 @@ def test_a_hostile_table_of_huge_bounds_exits_2(capsys: pytest.CaptureFixture[st
     assert code == 2 and "'max-steps'" in err and "100,000" in err
 
 
+def test_a_huge_world_size_from_a_repository_is_not_simulated_rank_by_rank() -> None:
+    """`world-size = 100000000`: the point-to-point simulation would step through every rank (about
+    0.5 ms each); above MAX_SIMULATED_WORLD it leaves the world to the pairwise search, which
+    still finds the 1F1B deadlock, in seconds."""
+    bug = FIXTURES / "CC005" / "one_f_one_b_combined_bug.py"
+    settings = Settings(cache=False, jobs=1, project_context=False, world_size=10**8, file_timeout=30)
+
+    started = time.monotonic()
+    result = check_paths([bug], settings)
+
+    assert result.errors == [] and [f.code for f in result.findings] == ["CC005"]
+    assert time.monotonic() - started < 30
+
+
 def test_the_command_line_may_go_further_than_a_repository(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
