@@ -65,6 +65,9 @@ CAPS: dict[str, float] = {
     "z3-function-rlimit": 300_000_000,
     "file-timeout": 1_000.0,
 }
+# The smallest value of a bound, where it is not 1: 0 helpers deep is a choice (follow none), not
+# an absence of bound.
+_LEAST = {"max-inline-depth": 0}
 COMMAND_LINE_MAX_FILE_TIMEOUT = 86_400.0  # --file-timeout: a day, or 0 for no clock at all
 
 
@@ -147,11 +150,11 @@ def _check_type(key: str, value: Any) -> Any:
             raise ConfigError(f"[tool.collcheck] '{key}' must be a non-negative integer")
         return value
     if expected == "bound":
-        cap = int(CAPS[key])
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= cap:
+        cap, least = int(CAPS[key]), _LEAST.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= cap:
             raise ConfigError(
-                f"[tool.collcheck] '{key}' must be an integer from 1 to {cap:,} (the cap a repository's "
-                f"configuration may set; got {value!r})"
+                f"[tool.collcheck] '{key}' must be an integer from {least} to {cap:,} (the cap a "
+                f"repository's configuration may set; got {value!r})"
             )
         return value
     if expected == "seconds":

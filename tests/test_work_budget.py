@@ -180,8 +180,10 @@ def test_the_solver_budgets_give_the_same_answer_in_every_process(tmp_path: Path
 def test_a_bound_over_its_cap_is_a_config_error_naming_key_and_cap(tmp_path: Path, key: str) -> None:
     cap = int(CAPS[key])
     assert settings_from_table({key: cap}, tmp_path)  # the cap itself is allowed
-    for value in (cap + 1, 10**12, 0, -1):
-        with pytest.raises(ConfigError, match=f"'{key}' must be an integer from 1 to {cap:,}"):
+    least = 0 if key == "max-inline-depth" else 1  # following no helper is a choice, not unbounded
+    assert settings_from_table({key: least}, tmp_path)
+    for value in (cap + 1, 10**12, least - 1, True, "5", 2.5):
+        with pytest.raises(ConfigError, match=f"'{key}' must be an integer from {least} to {cap:,}"):
             settings_from_table({key: value}, tmp_path)
 
 
