@@ -141,12 +141,8 @@ def resource_count(solver: Any) -> int:
     return int(statistics.get_key_value(RESOURCE_COUNTER))
 
 
-def active() -> Deadline | None:
-    return _ACTIVE.get()
-
-
 def check_active() -> None:
-    """Raise `BudgetExceeded` if the current file's budget is spent; nothing outside a budget."""
+    """Raise `BudgetExceeded` if the current file's safety clock has run out; nothing outside one."""
     deadline = _ACTIVE.get()
     if deadline is not None:
         deadline.check()
