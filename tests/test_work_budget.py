@@ -61,7 +61,8 @@ def test_a_slow_machine_gives_the_same_findings_notes_and_exit_code(
     src = _project(tmp_path / "src")
     (src / "trainer.py").write_bytes((FIXTURES / "budget" / "many_ifs_trainer_bug.py").read_bytes())
     (src / "exploding.py").write_text(EXPLODING, encoding="utf-8")
-    settings = Settings(cache=False, jobs=1, project_context=False)
+    # No git subprocess: its timeout reads the same clock and is not what this test is about.
+    settings = Settings(cache=False, jobs=1, project_context=False, respect_gitignore=False)
 
     counting = FastClock(0.0)
     monkeypatch.setattr(time, "monotonic", counting)
