@@ -184,7 +184,8 @@ def analyze_file(
 def _analyze_in_budget(
     source: SourceFile, catalog: Catalog, settings: Settings, project: Project | None = None
 ) -> FileResult:
-    """The engine's result for one source, or an error once `settings.file_timeout` is spent."""
+    """The engine's result for one source, or an error once its safety clock (`settings.file_timeout`)
+    is spent; the work budgets inside the engine normally end a file long before."""
     # Imported only on a cache miss, so that a warm run never loads z3 or the engine.
     from collcheck.static.budget import BudgetExceeded, file_budget
     from collcheck.static.engine import analyze_source
@@ -199,8 +200,9 @@ def _analyze_in_budget(
 def budget_error(path: str, seconds: float) -> FileError:
     return FileError(
         path,
-        f"analysis stopped: over the per-file time budget of {seconds:g} s "
-        "(raise `file-timeout` / --file-timeout, 0 for none)",
+        f"analysis stopped: over the per-file safety clock of {seconds:g} s, although the work budgets "
+        "bound it (a machine far slower than usual, or a file they do not bound: raise "
+        "`file-timeout` / --file-timeout)",
         transient=True,
     )
 

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 from collcheck.cache_guard import cache_folder, read_entry, write_entry
 from collcheck.config import Settings
 from collcheck.findings import (
+    Budget,
+    BudgetCut,
     Counterexample,
     FileError,
     FileResult,
@@ -41,7 +43,7 @@ from collcheck.findings import (
 )
 from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 
-CACHE_FORMAT = 3  # bump when the stored layout changes; old entries then simply miss
+CACHE_FORMAT = 4  # bump when the stored layout changes; old entries then simply miss
 
 # Settings that choose which files are read or how the run is scheduled, not what a file yields.
 _KEY_IGNORED_SETTINGS = frozenset(
@@ -55,6 +57,7 @@ _KEY_IGNORED_SETTINGS = frozenset(
         "root",
         "baseline",
         "file_timeout",
+        "budget_exceeded",  # the exit code's policy: the cuts themselves are stored either way
     }
 )
 
@@ -188,12 +191,28 @@ def _finding_from_json(data: dict[str, Any]) -> Finding:
     )
 
 
+def _cut_to_json(cut: BudgetCut) -> dict[str, Any]:
+    return {
+        "path": cut.path,
+        "line": cut.line,
+        "function": cut.function,
+        "budget": cut.budget.value,
+        "limit": cut.limit,
+    }
+
+
+def _cut_from_json(data: dict[str, Any]) -> BudgetCut:
+    budget = Budget(data["budget"])
+    return BudgetCut(str(data["path"]), int(data["line"]), str(data["function"]), budget, int(data["limit"]))
+
+
 def result_to_json(result: FileResult) -> dict[str, Any]:
     return {
         "path": result.path,
         "findings": [_finding_to_json(finding) for finding in result.findings],
         "error": None if result.error is None else dataclasses.asdict(result.error),
         "notes": list(result.notes),
+        "budget_cuts": [_cut_to_json(cut) for cut in result.budget_cuts],
         "unused_suppressions": [
             {"location": _location_to_json(item.location), "codes": list(item.codes)}
             for item in result.unused_suppressions
@@ -208,6 +227,7 @@ def result_from_json(data: dict[str, Any]) -> FileResult:
         findings=[_finding_from_json(item) for item in data["findings"]],
         error=None if error is None else FileError(**error),
         notes=[str(note) for note in data["notes"]],
+        budget_cuts=[_cut_from_json(cut) for cut in data["budget_cuts"]],
         unused_suppressions=[
             UnusedSuppression(location=_location_from_json(item["location"]), codes=tuple(item["codes"]))
             for item in data["unused_suppressions"]
@@ -258,7 +278,7 @@ def _transient(result: FileResult) -> bool:
 
 def store(folder: Path, key: str, result: FileResult) -> bool:
     """Write an entry; False when the cache cannot be written (read-only tree, full disk) or the
-    result belongs to this run only (a file stopped by the time budget)."""
+    result belongs to this run only (a file stopped by the safety clock)."""
     if _transient(result):
         return False
     return _store_json(folder, _entry_path(folder, key), {"key": key, "result": result_to_json(result)})

@@ -11,9 +11,13 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from collcheck.fix.flow import Adoption
 from collcheck.safe_write import WriteRoots
+
+if TYPE_CHECKING:
+    from collcheck.config import BudgetPolicy
 
 
 @dataclass(frozen=True)
@@ -28,8 +32,10 @@ class CheckOptions:
     jobs: int | None = None
     no_cache: bool = False
     config: Path | None = None
-    z3_timeout: int | None = None
+    z3_rlimit: int | None = None
+    z3_function_rlimit: int | None = None
     file_timeout: float | None = None
+    budget_exceeded: str | None = None  # "note" or "error" (config.BudgetPolicy)
     statistics: bool = False
     exit_zero: bool = False
     verbose: bool = False
@@ -74,7 +80,7 @@ def run_check(paths: list[Path], options: CheckOptions) -> int:
     """Check `paths` (the current folder when empty), write the report; the exit code."""
     from collcheck.api import check_paths
     from collcheck.catalog import CatalogError
-    from collcheck.config import ConfigError, load_settings
+    from collcheck.config import BudgetPolicy, ConfigError, load_settings
     from collcheck.fix.flow import AdoptionError, adopt, baseline_path
     from collcheck.report import FORMATS, render
 
@@ -83,6 +89,7 @@ def run_check(paths: list[Path], options: CheckOptions) -> int:
     targets = paths or [Path(".")]
     try:
         configured = load_settings(targets, options.config)
+        policy = None if options.budget_exceeded is None else _policy(options.budget_exceeded)
         selected = codes(options.select)
         ignored = codes(options.ignore)
         if selected is not None and ignored is None:
@@ -95,8 +102,10 @@ def run_check(paths: list[Path], options: CheckOptions) -> int:
             ignore=ignored,
             world_size=options.world_size,
             jobs=options.jobs,
-            z3_timeout_ms=options.z3_timeout,
+            z3_rlimit=options.z3_rlimit,
+            z3_function_rlimit=options.z3_function_rlimit,
             file_timeout=options.file_timeout,
+            budget_exceeded=policy,
             cache=False if options.no_cache else None,
         )
         validate_codes(settings)
@@ -141,4 +150,14 @@ def run_check(paths: list[Path], options: CheckOptions) -> int:
             return _error(f"cannot write the report to {options.output}: {error.strerror or error}")
     else:
         print(report)
-    return 0 if options.exit_zero else result.exit_code
+    return 0 if options.exit_zero else result.gate(settings.budget_exceeded is BudgetPolicy.ERROR)
+
+
+def _policy(value: str) -> BudgetPolicy:
+    from collcheck.config import BudgetPolicy, ConfigError
+
+    try:
+        return BudgetPolicy(value)
+    except ValueError:
+        choices = ", ".join(policy.value for policy in BudgetPolicy)
+        raise ConfigError(f"--budget-exceeded must be one of {choices} (got '{value}')") from None

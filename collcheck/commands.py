@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from collcheck import __version__
+from collcheck.config import CAPS, COMMAND_LINE_MAX_FILE_TIMEOUT
 from collcheck.memory.command import EPILOG as ESTIMATE_EPILOG
 from collcheck.memory.command import estimate_command
 from collcheck.runtime.command import run_command, trace_command
@@ -51,10 +52,31 @@ def check_command(
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
     config: Annotated[Path | None, typer.Option(help="Use this pyproject.toml instead of searching.")] = None,
-    z3_timeout: Annotated[int | None, typer.Option(min=1, help="Milliseconds per solver query.")] = None,
+    z3_rlimit: Annotated[
+        int | None,
+        typer.Option(min=1, max=int(CAPS["z3-rlimit"]), help="z3 resource units per solver query."),
+    ] = None,
+    z3_function_rlimit: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=int(CAPS["z3-function-rlimit"]),
+            help="z3 resource units for all the solver queries of one function.",
+        ),
+    ] = None,
     file_timeout: Annotated[
         float | None,
-        typer.Option(min=0, max=86_400, help="Seconds of analysis per file before it is stopped (0: none)."),
+        typer.Option(
+            min=0,
+            max=COMMAND_LINE_MAX_FILE_TIMEOUT,
+            help="Safety clock: seconds per file before it is stopped as an error (0: none).",
+        ),
+    ] = None,
+    budget_exceeded: Annotated[
+        str | None,
+        typer.Option(
+            help="A function cut short by a work budget is a 'note' (default) or an 'error' (exit 1)."
+        ),
     ] = None,
     statistics: Annotated[bool, typer.Option("--statistics", help="Count findings per code.")] = False,
     exit_zero: Annotated[
@@ -111,8 +133,10 @@ def check_command(
         jobs=jobs,
         no_cache=no_cache,
         config=config,
-        z3_timeout=z3_timeout,
+        z3_rlimit=z3_rlimit,
+        z3_function_rlimit=z3_function_rlimit,
         file_timeout=file_timeout,
+        budget_exceeded=budget_exceeded,
         statistics=statistics,
         exit_zero=exit_zero,
         verbose=verbose,

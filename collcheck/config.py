@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +42,33 @@ DEFAULT_EXCLUDE: tuple[str, ...] = (
 )
 
 
-MAX_FILE_TIMEOUT = 86_400.0  # a day: beyond it a per-file budget means nothing
-
-
 class ConfigError(ValueError):
     """A configuration problem; the CLI reports it and exits with code 2."""
+
+
+class BudgetPolicy(str, Enum):
+    """What a function cut short by a work budget does to the exit code (`budget-exceeded`)."""
+
+    NOTE = "note"  # reported as a note; the exit code is the findings' and errors' alone
+    ERROR = "error"  # fails the run like a finding
+
+
+# The largest value a repository's `[tool.collcheck]` may give each bound, about ten times its
+# default: the configuration comes with the code being checked (a pull request can change it), so
+# it may tune the bounds but never lift them; above a cap is a configuration error (exit 2). The
+# command line is the invoker's own: it may go further (COMMAND_LINE_MAX_FILE_TIMEOUT).
+CAPS: dict[str, float] = {
+    "max-steps": 100_000,
+    "max-paths": 4_096,
+    "max-inline-depth": 16,
+    "z3-rlimit": 20_000_000,
+    "z3-function-rlimit": 300_000_000,
+    "file-timeout": 1_000.0,
+}
+# The smallest value of a bound, where it is not 1: 0 helpers deep is a choice (follow none), not
+# an absence of bound.
+_LEAST = {"max-inline-depth": 0}
+COMMAND_LINE_MAX_FILE_TIMEOUT = 86_400.0  # --file-timeout: a day, or 0 for no clock at all
 
 
 @dataclass(frozen=True)
@@ -58,12 +81,17 @@ class Settings:
     extend_exclude: tuple[str, ...] = ()
     world_size: int | None = None
     catalogs: tuple[str, ...] = ()
-    z3_timeout_ms: int = 2000
+    # Work budgets: they count work, not time, so a file's result is the same on every machine.
     max_paths: int = 256
     max_inline_depth: int = 4
     max_steps: int = 5000  # statements executed per analysed function, helpers included
+    z3_rlimit: int = 2_000_000  # z3 resource units per solver query
+    z3_function_rlimit: int = 30_000_000  # z3 resource units for all the queries of one function
+    budget_exceeded: BudgetPolicy = BudgetPolicy.NOTE
     jobs: int = 0  # 0: all cores; never more than the cores this process may use
-    file_timeout: float = 10.0  # wall-clock seconds per analysed file; 0: no limit
+    # The safety clock: wall-clock seconds per analysed file, about ten times what the slowest
+    # file of the measured corpora takes; a file past it is an error. 0 (command line only): none.
+    file_timeout: float = 100.0
     cache: bool = True
     cache_dir: str = ".collcheck_cache"
     respect_gitignore: bool = True
@@ -90,10 +118,12 @@ _KEY_TYPES: dict[str, str] = {
     "extend-exclude": "strings",
     "world-size": "int",
     "catalogs": "strings",
-    "z3-timeout": "int",
-    "max-paths": "int",
-    "max-inline-depth": "int",
-    "max-steps": "int",
+    "z3-rlimit": "bound",
+    "z3-function-rlimit": "bound",
+    "max-paths": "bound",
+    "max-inline-depth": "bound",
+    "max-steps": "bound",
+    "budget-exceeded": "policy",
     "jobs": "int",
     "file-timeout": "seconds",
     "cache": "bool",
@@ -119,11 +149,28 @@ def _check_type(key: str, value: Any) -> Any:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ConfigError(f"[tool.collcheck] '{key}' must be a non-negative integer")
         return value
+    if expected == "bound":
+        cap, least = int(CAPS[key]), _LEAST.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= cap:
+            raise ConfigError(
+                f"[tool.collcheck] '{key}' must be an integer from {least} to {cap:,} (the cap a "
+                f"repository's configuration may set; got {value!r})"
+            )
+        return value
     if expected == "seconds":
+        seconds = CAPS[key]
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or not 0 <= value <= MAX_FILE_TIMEOUT:  # NaN fails the comparison too
-            raise ConfigError(f"[tool.collcheck] '{key}' must be from 0 to {MAX_FILE_TIMEOUT:g} seconds")
+        if not number or not 0 < value <= seconds:  # NaN fails the comparison too
+            raise ConfigError(
+                f"[tool.collcheck] '{key}' must be more than 0 and at most {seconds:g} seconds (the cap a "
+                f"repository's configuration may set; got {value!r})"
+            )
         return float(value)
+    if expected == "policy":
+        choices = ", ".join(f'"{policy.value}"' for policy in BudgetPolicy)
+        if not isinstance(value, str) or value not in {policy.value for policy in BudgetPolicy}:
+            raise ConfigError(f"[tool.collcheck] '{key}' must be one of {choices}")
+        return BudgetPolicy(value)
     if expected == "bool":
         if not isinstance(value, bool):
             raise ConfigError(f"[tool.collcheck] '{key}' must be true or false")
@@ -149,16 +196,23 @@ def _check_type(key: str, value: Any) -> Any:
     return tuple(pairs)
 
 
+# Keys that bounded time and are gone: a configuration naming one says what replaced it.
+_REPLACED_KEYS = {
+    "z3-timeout": "solver queries are bounded by 'z3-rlimit' (z3 resource units per query) and "
+    "'z3-function-rlimit' (per function), which count work and give the same result on every machine",
+}
+
+
 def settings_from_table(table: Mapping[str, Any], root: Path) -> Settings:
     values: dict[str, Any] = {}
     for raw_key, value in table.items():
         key = raw_key.replace("_", "-")
+        if key in _REPLACED_KEYS:
+            raise ConfigError(f"[tool.collcheck] '{raw_key}' is no longer read: {_REPLACED_KEYS[key]}")
         if key not in _KEY_TYPES:
             known = ", ".join(sorted(_KEY_TYPES))
             raise ConfigError(f"[tool.collcheck] unknown key '{raw_key}' (known keys: {known})")
         values[key.replace("-", "_")] = _check_type(key, value)
-    if "z3_timeout" in values:
-        values["z3_timeout_ms"] = values.pop("z3_timeout")
     if values.get("world_size") is not None and values["world_size"] < 2:
         raise ConfigError("[tool.collcheck] 'world-size' must be at least 2")
     if "catalogs" in values:

@@ -159,8 +159,37 @@ class FileError:
     path: str
     message: str
     line: int | None = None
-    # Caused by this run rather than by the file (the time budget ran out): never cached.
+    # Caused by this run rather than by the file (the safety clock ran out, a worker died): never cached.
     transient: bool = False
+
+
+class Budget(str, Enum):
+    """The work budgets that can cut a function's analysis short (config keys in parentheses)."""
+
+    STEPS = "max-steps"  # statements executed by the interpreter, helpers included
+    PATHS = "max-paths"  # paths followed at once
+    Z3_QUERY = "z3-rlimit"  # z3 resource units of one solver query
+    Z3_FUNCTION = "z3-function-rlimit"  # z3 resource units of all the queries of one function
+
+
+@dataclass(frozen=True)
+class BudgetCut:
+    """A function (or module body: `function` is "module body") whose analysis a work budget cut
+    short: part of it, or all of it, went unchecked. Work budgets count work, not time, so the
+    same file cuts the same functions on every machine; a cut is a note, not an error, unless the
+    run asks otherwise (`budget-exceeded = "error"`)."""
+
+    path: str
+    line: int
+    function: str
+    budget: Budget
+    limit: int
+
+    def message(self) -> str:
+        return (
+            f"{self.path}:{self.line}: {self.function}: analysis cut short by the work budget "
+            f"`{self.budget.value}` ({self.limit:,}); what it left unchecked is not reported"
+        )
 
 
 @dataclass(frozen=True)
@@ -216,7 +245,8 @@ class FileResult:
     path: str
     findings: list[Finding] = field(default_factory=list)
     error: FileError | None = None
-    notes: list[str] = field(default_factory=list)  # verbose-only remarks (z3 unknowns, path limits)
+    notes: list[str] = field(default_factory=list)  # verbose-only remarks (the reduced mode, z3 unknowns)
+    budget_cuts: list[BudgetCut] = field(default_factory=list)  # functions a work budget cut short
     unused_suppressions: list[UnusedSuppression] = field(default_factory=list)
     # Work of this run (a result read from the cache asked nothing): z3 queries, and pairs of paths
     # the solver stage decided in Python without asking z3. Shown by `-v`, never stored.
@@ -259,5 +289,16 @@ class RunResult:
         return [item for result in self.files for item in result.unused_suppressions]
 
     @property
+    def budget_cuts(self) -> list[BudgetCut]:
+        cuts = [cut for result in self.files for cut in result.budget_cuts]
+        return sorted(cuts, key=lambda cut: (cut.path, cut.line, cut.function, cut.budget.value))
+
+    @property
     def exit_code(self) -> int:
+        """1 for findings or files that could not be analysed; budget cuts are notes (`gate`)."""
         return 1 if self.findings or self.errors else 0
+
+    def gate(self, budget_cuts_fail: bool) -> int:
+        """The exit code of a check; with `budget_cuts_fail`, a function a work budget cut short
+        fails it too (`budget-exceeded = "error"`)."""
+        return 1 if self.exit_code or (budget_cuts_fail and self.budget_cuts) else 0

@@ -4,7 +4,7 @@ In: the files in the order to start them, the worker count, the job (one file in
 out, in a worker), the workers' initializer, and the longest a file may go without an answer
 (`answer_limit`; None: no limit). Out: every file's result.
 
-Why: the per-file budget (static/budget.py) is enforced inside the worker, which cannot stop
+Why: the per-file safety clock (static/budget.py) is enforced inside the worker, which cannot stop
 native code that ignores it (z3's destructor of a stopped file's context was seen looping
 forever), and `pool.map` then waited for that file for ever; a worker killed from outside (the
 kernel's out-of-memory killer) ended the whole run with `BrokenProcessPool`. Here:
@@ -31,7 +31,7 @@ from typing import Any
 
 from collcheck.findings import FileError, FileResult
 
-# Past a file's budget and the backstop's grace: the worker's start, reading the file, the cache.
+# Past a file's safety clock and the backstop's grace: the worker's start, reading the file, the cache.
 ANSWER_MARGIN_S = 30.0
 RETIRE_AFTER_STOPS = 8  # files stopped at their budget in one pool before its workers are replaced
 
@@ -165,8 +165,8 @@ def _stop_the_late(
 def late_error(path: str, limit: float) -> FileError:
     return FileError(
         path,
-        f"analysis stopped: its worker process gave no answer within {limit:g} s (the per-file time "
-        "budget, its backstop and a margin); the worker was killed",
+        f"analysis stopped: its worker process gave no answer within {limit:g} s (the per-file safety "
+        "clock, its backstop and a margin); the worker was killed",
         transient=True,
     )
 

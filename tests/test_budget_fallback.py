@@ -14,7 +14,7 @@ from cli_support import run
 from collcheck.api import check_paths
 from collcheck.config import Settings, load_settings
 from collcheck.findings import RunResult
-from collcheck.static import interpret, over_budget
+from collcheck.static import interpret
 from collcheck.static.fallback import RankedConditions, join_paths
 from collcheck.static.over_budget import budget_counts, decided_in
 from collcheck.static.state import State
@@ -27,10 +27,10 @@ OTHER = Atom("cfg.other", "shared")
 IS_ZERO = Compare("==", RANK, Const(0))
 
 
-def _check(path: Path, file_timeout: float = 0) -> RunResult:
-    """No per-file time budget unless asked: the reduced mode's share of it is wall-clock time."""
+def _check(path: Path) -> RunResult:
+    """No safety clock: only the work budgets (they count work, not time) bound the run."""
     settings = load_settings([path]).with_overrides(
-        jobs=1, cache=False, project_context=False, file_timeout=file_timeout
+        jobs=1, cache=False, project_context=False, file_timeout=0
     )
     return check_paths([path], settings)
 
@@ -221,14 +221,3 @@ def test_over_the_reduced_budget_too_helpers_become_unknown_collectives(tmp_path
     assert [(f.code, f.function, f.location.line) for f in result.findings] == [("CC001", "train", barrier)]
     assert budget_counts(result.notes) == (1, 1), result.notes
     assert any("train analysed in the reduced mode" in n and "unknown collectives" in n for n in result.notes)
-
-
-def test_the_reduced_mode_keeps_to_its_share_of_the_file_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under a per-file time budget the reduced mode of all the file's functions gets a share of it
-    (over_budget.FALLBACK_SHARE): past it, the function is skipped with a note and the rest of the
-    file goes on, so a file that fit in its budget before the fallback existed still does."""
-    monkeypatch.setattr(over_budget, "FALLBACK_SHARE", 0.0)
-    result = _check(FIXTURES / "budget" / "many_ifs_trainer_bug.py", file_timeout=30)
-    assert result.findings == [] and not result.errors
-    assert budget_counts(result.notes) == (0, 1), result.notes
-    assert "share of the file's time budget" in result.notes[0]

@@ -16,6 +16,8 @@ from collcheck import api, cache
 from collcheck.catalog import load_catalog
 from collcheck.config import Settings
 from collcheck.findings import (
+    Budget,
+    BudgetCut,
     Counterexample,
     FileError,
     FileResult,
@@ -50,6 +52,7 @@ def rich_result(path: str) -> FileResult:
         path=path,
         findings=[finding],
         notes=["z3 returned unknown once"],
+        budget_cuts=[BudgetCut(path, 3, "f", Budget.Z3_FUNCTION, 30_000_000)],
         unused_suppressions=[UnusedSuppression(Location(path, 2), ("CC003",))],
     )
 
@@ -123,7 +126,9 @@ def test_content_change_is_a_miss(source_file: Path, settings: Settings) -> None
 @pytest.mark.parametrize(
     "change",
     [
-        {"z3_timeout_ms": 10},
+        {"z3_rlimit": 10},
+        {"z3_function_rlimit": 10},
+        {"max_steps": 10},
         {"world_size": 4},
         {"select": ("CC001",)},
         {"max_inline_depth": 1},

@@ -76,9 +76,15 @@ def test_json_contract(capsys: pytest.CaptureFixture[str], bug: Path) -> None:
     code, data = run_json(capsys, str(bug))
 
     assert code == 1
-    assert {"findings", "errors", "unused_suppressions", "summary"} <= set(data)
+    assert {"findings", "errors", "unused_suppressions", "budget_cuts", "summary"} <= set(data)
     assert data["errors"] == [] and data["unused_suppressions"] == []
-    assert data["summary"] == {"files": 1, "findings": 1, "errors": 0, "by_code": {"CC001": 1}}
+    assert data["summary"] == {
+        "files": 1,
+        "findings": 1,
+        "errors": 0,
+        "budget_cuts": 0,
+        "by_code": {"CC001": 1},
+    }
     (finding,) = data["findings"]
     assert {"code", "severity", "path", "line", "column", "end_line", "end_column", "message"} <= set(finding)
     assert finding["code"] == "CC001"
@@ -287,7 +293,7 @@ def test_rules_as_json(capsys: pytest.CaptureFixture[str]) -> None:
         ("--format", "xml", "x.py"),
         ("--jobs", "0", "x.py"),
         ("-j", "many", "x.py"),
-        ("--z3-timeout", "soon", "x.py"),
+        ("--z3-rlimit", "soon", "x.py"),
         ("rules", "--bogus"),
         ("rule",),
     ],

@@ -228,11 +228,11 @@ def test_world_size(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
 
 
 def test_keys_with_underscores(tmp_path: Path) -> None:
-    write_config(tmp_path, 'world_size = 4\nextend_exclude = ["gen"]\nz3_timeout = 50\n')
+    write_config(tmp_path, 'world_size = 4\nextend_exclude = ["gen"]\nz3_rlimit = 50\n')
 
     settings = load_settings([tmp_path])
 
-    assert (settings.world_size, settings.extend_exclude, settings.z3_timeout_ms) == (4, ("gen",), 50)
+    assert (settings.world_size, settings.extend_exclude, settings.z3_rlimit) == (4, ("gen",), 50)
 
 
 def test_settings_from_a_full_table(tmp_path: Path) -> None:
@@ -273,7 +273,8 @@ def test_settings_from_a_full_table(tmp_path: Path) -> None:
         ('world-size = "8"\n', "world-size"),
         ("world-size = true\n", "world-size"),
         ("world-size = 1\n", "world-size"),
-        ("z3-timeout = -5\n", "z3-timeout"),
+        ("z3-rlimit = -5\n", "z3-rlimit"),
+        ("z3-timeout = 50\n", "z3-timeout"),
         ("select = [1]\n", "select"),
         ("ignore = 3\n", "ignore"),
         ('per-file-ignores = ["tests/*"]\n', "per-file-ignores"),

@@ -1,5 +1,6 @@
-"""The per-file wall-clock budget (`file-timeout`): pathological files stop with a per-file error,
-serially and in worker processes, and the stop is never cached."""
+"""The per-file safety clock (`file-timeout`): a file the work budgets fail to bound stops with a
+per-file error, serially and in worker processes, and the stop is never cached. (The work budgets
+themselves, which make the result the same on every machine: test_work_budget.py.)"""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ from collcheck.findings import FileResult, RunResult
 from collcheck.static.budget import (
     BoundedSolver,
     BudgetExceeded,
-    Deadline,
     check_active,
     file_budget,
     track_context,
@@ -85,7 +85,7 @@ def test_a_pathological_file_stops_at_its_budget(tmp_path: Path) -> None:
 
     [error] = result.errors
     assert error.path == str(path) and error.transient
-    assert "time budget of 1 s" in error.message
+    assert "safety clock of 1 s" in error.message
     assert result.exit_code == 1
     # Without the budget this file ran for minutes; the budget plus the backstop's grace bounds it.
     assert elapsed < 30, elapsed
@@ -101,7 +101,7 @@ def test_the_budget_holds_in_worker_processes(tmp_path: Path) -> None:
     assert completed.returncode == 1, completed.stderr
     data = json.loads(completed.stdout)
     assert sorted(Path(e["path"]).name for e in data["errors"]) == [f"nonlinear_{i}.py" for i in range(9)]
-    assert all("time budget" in e["message"] for e in data["errors"])
+    assert all("safety clock" in e["message"] for e in data["errors"])
     assert "Traceback" not in completed.stderr
 
 
@@ -152,14 +152,6 @@ def test_check_active_raises_only_after_the_deadline() -> None:
             check_active()
 
 
-def test_query_timeout_is_cut_to_what_is_left() -> None:
-    deadline = Deadline(seconds=1.0, started=time.monotonic())
-    assert 900 <= deadline.query_timeout_ms(2000) <= 1000
-    assert deadline.query_timeout_ms(50) == 50
-    spent = Deadline(seconds=1.0, started=time.monotonic() - 10)
-    assert spent.query_timeout_ms(2000) == 1
-
-
 def test_no_budget_means_unbounded() -> None:
     with file_budget(0) as deadline:
         assert deadline is None
@@ -171,11 +163,10 @@ def test_no_budget_means_unbounded() -> None:
 
 def test_file_timeout_is_read_from_pyproject(tmp_path: Path) -> None:
     assert settings_from_table({"file-timeout": 2.5}, tmp_path).file_timeout == 2.5
-    assert settings_from_table({"file-timeout": 0}, tmp_path).file_timeout == 0.0
-    assert Settings().file_timeout == 10.0
+    assert Settings().file_timeout == 100.0
 
 
-@pytest.mark.parametrize("value", [-1, "10", True, float("nan"), float("inf"), 10**9])
+@pytest.mark.parametrize("value", [-1, 0, "10", True, float("nan"), float("inf"), 1001, 10**9])
 def test_bad_file_timeout_is_a_config_error(tmp_path: Path, value: object) -> None:
     with pytest.raises(ConfigError, match="file-timeout"):
         settings_from_table({"file-timeout": value}, tmp_path)
@@ -216,7 +207,7 @@ def test_the_backstop_interrupts_a_solver_stuck_in_native_code() -> None:
         started = time.monotonic()
         try:
             with file_budget(0.2, grace=0.2):
-                BoundedSolver(solver, per_query_ms=60_000).check()
+                BoundedSolver(solver).check()
         except BudgetExceeded as stopped:
             outcome.append(stopped)
         outcome.append(solver.interrupted.is_set())

@@ -14,6 +14,8 @@ import pytest
 
 from collcheck.checks import Rule, all_rules
 from collcheck.findings import (
+    Budget,
+    BudgetCut,
     Counterexample,
     FileError,
     FileResult,
@@ -383,8 +385,16 @@ def test_sarif_uris_relative_to_root(tmp_path: Path, fake_registry: tuple[Rule, 
 
 def test_json_contract_keys() -> None:
     data = json.loads(render(make_result(), "json"))
-    assert set(data) == {"findings", "errors", "notes", "unused_suppressions", "stale_baseline", "summary"}
-    assert set(data["summary"]) == {"files", "findings", "errors", "by_code"}
+    assert set(data) == {
+        "findings",
+        "errors",
+        "notes",
+        "budget_cuts",
+        "unused_suppressions",
+        "stale_baseline",
+        "summary",
+    }
+    assert set(data["summary"]) == {"files", "findings", "errors", "budget_cuts", "by_code"}
     first = data["findings"][0]
     assert {
         "code",
@@ -506,3 +516,26 @@ def test_every_format_renders(fmt: str) -> None:
     text = render(make_result(), fmt)
     assert isinstance(text, str) and text
     assert render(RunResult(), fmt) is not None
+
+
+# --- functions cut short by a work budget --------------------------------------------------------
+
+
+def test_a_budget_cut_is_a_note_in_every_report_and_fails_nothing() -> None:
+    cut = BudgetCut("src/big.py", 12, "Trainer.step", Budget.PATHS, 256)
+    result = RunResult(files=[FileResult(path="src/big.py", budget_cuts=[cut])])
+    expected = "src/big.py:12: Trainer.step: analysis cut short by the work budget `max-paths` (256)"
+
+    text = render(result, "text")
+    assert f"note: {expected}" in text and "All checks passed (1 file)." in text
+    assert "1 function cut short by a work budget" in text
+    data = json.loads(render(result, "json"))
+    assert data["budget_cuts"] == [
+        {"path": "src/big.py", "line": 12, "function": "Trainer.step", "budget": "max-paths", "limit": 256}
+    ]
+    [note] = [
+        n for n in sarif_log(result, Path("."))["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    ]
+    assert note["level"] == "note" and note["descriptor"]["id"] == "collcheck/budget-cut"
+    assert render_github(result).startswith("::notice file=src/big.py,line=12,")
+    assert result.exit_code == 0 and result.gate(False) == 0 and result.gate(True) == 1

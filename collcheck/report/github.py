@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from collcheck.checks import rule_by_code
-from collcheck.findings import FileError, Finding, Fix, RunResult, Severity, UnusedSuppression
+from collcheck.findings import BudgetCut, FileError, Finding, Fix, RunResult, Severity, UnusedSuppression
 from collcheck.report.text import describe_counterexample, fix_note
 
 COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
@@ -71,8 +71,18 @@ def _unused_command(unused: UnusedSuppression) -> str:
     return workflow_command("notice", f"'collcheck: ignore' ({codes}) suppresses nothing here", properties)
 
 
+def _cut_command(cut: BudgetCut) -> str:
+    properties: dict[str, str | int] = {
+        "file": _path(cut.path),
+        "line": cut.line,
+        "title": "collcheck: cut short by a work budget",
+    }
+    return workflow_command("notice", cut.message(), properties)
+
+
 def render_github(result: RunResult) -> str:
     lines = [_finding_command(finding, result.fixes.get(finding)) for finding in result.findings]
     lines.extend(_error_command(error) for error in result.errors)
     lines.extend(_unused_command(unused) for unused in result.unused_suppressions)
+    lines.extend(_cut_command(cut) for cut in result.budget_cuts)
     return "\n".join(lines)

@@ -67,6 +67,16 @@ def result_to_json(result: RunResult) -> dict[str, Any]:
             for error in result.errors
         ],
         "notes": result.notes,
+        "budget_cuts": [
+            {
+                "path": c.path,
+                "line": c.line,
+                "function": c.function,
+                "budget": c.budget.value,
+                "limit": c.limit,
+            }
+            for c in result.budget_cuts
+        ],
         "unused_suppressions": [
             {"path": item.location.path, "line": item.location.line, "codes": list(item.codes)}
             for item in result.unused_suppressions
@@ -79,6 +89,7 @@ def result_to_json(result: RunResult) -> dict[str, Any]:
             "files": len(result.files),
             "findings": len(findings),
             "errors": len(result.errors),
+            "budget_cuts": len(result.budget_cuts),
             "by_code": dict(sorted(Counter(finding.code for finding in findings).items())),
         },
     }

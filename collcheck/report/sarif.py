@@ -277,6 +277,15 @@ def _notifications(result: RunResult, root: Path) -> list[dict[str, Any]]:
                 "descriptor": {"id": "collcheck/unused-suppression"},
             }
         )
+    for cut in result.budget_cuts:
+        notes.append(
+            {
+                "level": "note",
+                "message": {"text": cut.message()},
+                "locations": [_physical(cut.path, root, {"startLine": cut.line})],
+                "descriptor": {"id": "collcheck/budget-cut"},
+            }
+        )
     return notes
 
 

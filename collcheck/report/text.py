@@ -110,6 +110,10 @@ def render_text(
         )
     for entry in result.stale_baseline:
         out.append(f"{entry.path}: baseline entry no longer found: {entry.code} {entry.message}")
+    cuts = result.budget_cuts
+    # Shown without -v: a function left partly unchecked is worth knowing about even when it
+    # does not fail the run (budget-exceeded = "note", the default).
+    out.extend(f"note: {cut.message()}" for cut in cuts)
     if verbose:
         out.extend(f"note: {note}" for note in result.notes)
     if statistics:
@@ -124,4 +128,8 @@ def render_text(
         out.append(f"{' and '.join(parts)} in {checked} file{'s' if checked != 1 else ''}.")
     else:
         out.append(f"All checks passed ({checked} file{'s' if checked != 1 else ''}).")
+    functions = len({(cut.path, cut.line, cut.function) for cut in cuts})
+    if functions:
+        plural = "s" if functions != 1 else ""
+        out.append(f"{functions} function{plural} cut short by a work budget (notes above).")
     return "\n".join(out)

@@ -1,11 +1,23 @@
-"""A wall-clock budget per analysed file (`file-timeout`).
+"""Bounds on one file's analysis: work budgets that count work, and a far-off safety clock.
 
-The caller opens `file_budget(seconds)` around one file's analysis. Inside it:
+Work budgets make the result a function of the file alone: the same file yields the same findings,
+notes and exit code on an idle laptop and on a loaded CI runner. The interpreter counts statements
+and paths (`max-steps`, `max-paths`: interpret.py, over_budget.py); the solver side counts z3's own
+resource units (`rlimit`), which z3 increments deterministically as it works:
+
+* every query gets `z3-rlimit` units (smt.py sets it on the solver; z3 counts it per check);
+* every function's queries together get `z3-function-rlimit` units (`solver_allowance`): each query
+  costs what z3 counted for it plus `QUERY_UNITS` for the work around it (building the facts, the
+  call itself), so that a function of very many cheap queries is bounded too. Past it,
+  `SolverBudgetSpent`: the engine cuts that function short with a note and goes on with the next.
+
+The safety clock (`file_budget(seconds)`, `file-timeout`) is far off, about ten times what the
+slowest file of the measured corpora takes: only a file the work budgets fail to bound (a hostile
+one, or a bug) reaches it, and that file is an error (`BudgetExceeded`). Inside it:
 
 * the engine's loops call `check_active()`, which raises `BudgetExceeded` once the time is spent;
-* every z3 solver is wrapped by `bounded_solver`, so each query's timeout is the smaller of the
-  per-query timeout and the time the file has left, and a query that ends after the deadline
-  stops the file instead of becoming a silent "unknown";
+* every z3 solver is wrapped by `bounded_solver`: a query that ends after the deadline stops the
+  file instead of becoming a silent "unknown";
 * a hard backstop, a little after the deadline: a SIGALRM (only in a main thread on POSIX, which is
   where both `-j 1` runs and worker processes analyse files) raises `BudgetExceeded` wherever the
   Python code happens to be, and a timer thread interrupts every z3 solver the file created (z3's
@@ -16,14 +28,13 @@ The caller opens `file_budget(seconds)` around one file's analysis. Inside it:
   such a context was seen looping forever in a worker, after the budget, where nothing bounds it
   (the run then hung on that worker); the process's exit frees their memory.
 
-The deadline is held in a context variable rather than passed through every stage, so that the
-engine's signatures stay as they are; it carries no setting that changes what a file yields.
+The deadline and the allowance are held in context variables rather than passed through every
+stage, so that the engine's signatures stay as they are.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import signal
 import threading
 import time
@@ -35,14 +46,27 @@ from types import FrameType
 from typing import Any
 
 BACKSTOP_GRACE_S = 2.0  # after the deadline, how long the cooperative checks get before the alarm
+# What a query costs besides z3's own count: about the time of building its facts and of the call,
+# in resource units (measured on torch/distributed and megatron-core: 0.3-0.5 ms a query, against
+# 2-5 million units a second in queries that work hard).
+QUERY_UNITS = 1_000
+RESOURCE_COUNTER = "rlimit count"  # z3's statistic of the resource units its context spent
 
 
 class BudgetExceeded(Exception):
-    """A file's analysis ran past its wall-clock budget."""
+    """A file's analysis ran past its wall-clock safety clock."""
 
     def __init__(self, seconds: float) -> None:
-        super().__init__(f"over the per-file time budget of {seconds:g} s")
+        super().__init__(f"over the per-file safety clock of {seconds:g} s")
         self.seconds = seconds
+
+
+class SolverBudgetSpent(Exception):
+    """One function's queries spent their `z3-function-rlimit`; the rest of its queries are not asked."""
+
+    def __init__(self, units: int) -> None:
+        super().__init__(f"its solver queries spent {units:,} z3 resource units")
+        self.units = units
 
 
 @dataclass(frozen=True)
@@ -66,80 +90,95 @@ class Deadline:
         if self.expired():
             raise BudgetExceeded(self.seconds)
 
-    def query_timeout_ms(self, per_query_ms: int) -> int:
-        """The per-query timeout, shortened to what is left of the file's budget (at least 1 ms)."""
-        left_ms = math.ceil(self.remaining() * 1000)
-        return max(1, min(per_query_ms, left_ms))
-
 
 _ACTIVE: ContextVar[Deadline | None] = ContextVar("collcheck_file_deadline", default=None)
 
 
-def active() -> Deadline | None:
-    return _ACTIVE.get()
+class SolverAllowance:
+    """The z3 resource units one function's queries may spend: what z3 counted (its counter is one
+    per z3 context, read after each check) plus `QUERY_UNITS` a query."""
+
+    def __init__(self, units: int) -> None:
+        self.units = units
+        self.spent = 0
+        self._last: dict[int, tuple[Any, int]] = {}  # id of a z3 context -> it, its count last read
+
+    def before(self, solver: Any) -> None:
+        if self.spent > self.units:
+            raise SolverBudgetSpent(self.units)
+        context = solver.ctx
+        if id(context) not in self._last:
+            self._last[id(context)] = (context, resource_count(solver))
+
+    def after(self, solver: Any) -> None:
+        context = solver.ctx
+        count = resource_count(solver)
+        self.spent += QUERY_UNITS + max(0, count - self._last[id(context)][1])
+        self._last[id(context)] = (context, count)
+        if self.spent > self.units:
+            raise SolverBudgetSpent(self.units)
+
+
+_ALLOWANCE: ContextVar[SolverAllowance | None] = ContextVar("collcheck_solver_allowance", default=None)
+
+
+@contextmanager
+def solver_allowance(units: int) -> Iterator[SolverAllowance]:
+    """Charge the z3 queries of the body to one allowance of `units` (one function's)."""
+    allowance = SolverAllowance(units)
+    token = _ALLOWANCE.set(allowance)
+    try:
+        yield allowance
+    finally:
+        _ALLOWANCE.reset(token)
+
+
+def resource_count(solver: Any) -> int:
+    """z3's resource counter of the solver's context (0 before it counted anything)."""
+    statistics = solver.statistics()
+    if RESOURCE_COUNTER not in list(statistics.keys()):
+        return 0
+    return int(statistics.get_key_value(RESOURCE_COUNTER))
 
 
 def check_active() -> None:
-    """Raise `BudgetExceeded` if the current file's budget is spent; nothing outside a budget."""
+    """Raise `BudgetExceeded` if the current file's safety clock has run out; nothing outside one."""
     deadline = _ACTIVE.get()
     if deadline is not None:
         deadline.check()
 
 
 class BoundedSolver:
-    """A z3 Solver whose `check` respects the current file's deadline; everything else passes through."""
+    """A z3 Solver whose `check` is charged to the current function's allowance and respects the
+    file's safety clock; everything else passes through."""
 
-    def __init__(self, solver: Any, per_query_ms: int) -> None:
+    def __init__(self, solver: Any) -> None:
         self._solver = solver
-        self._per_query_ms = per_query_ms
 
     def check(self, *assumptions: Any) -> Any:
         deadline = _ACTIVE.get()
-        if deadline is None:
-            return self._solver.check(*assumptions)
-        deadline.check()
-        if not any(solver is self._solver for solver in deadline.solvers):
-            deadline.solvers.append(self._solver)
-        self._solver.set("timeout", deadline.query_timeout_ms(self._per_query_ms))
+        allowance = _ALLOWANCE.get()
+        if deadline is not None:
+            deadline.check()
+            if not any(solver is self._solver for solver in deadline.solvers):
+                deadline.solvers.append(self._solver)
+        if allowance is not None:
+            allowance.before(self._solver)
         verdict = self._solver.check(*assumptions)
-        # An "unknown" because the budget ran out is not the solver's answer: stop the file.
-        deadline.check()
+        # An "unknown" because the clock ran out (the backstop's interrupt) is not the solver's
+        # answer: stop the file.
+        if deadline is not None:
+            deadline.check()
+        if allowance is not None:
+            allowance.after(self._solver)
         return verdict
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._solver, name)
 
 
-class SliceExceeded(Exception):
-    """A part of a file's analysis ran past the share of the file's budget it was given; the rest
-    of the file goes on."""
-
-
-@contextmanager
-def time_slice(seconds: float) -> Iterator[None]:
-    """Run the body under a stricter deadline: `seconds`, or what the file has left if less.
-    Past it, `SliceExceeded` (the file's own deadline, if that is what passed, still raises
-    `BudgetExceeded`). Outside a file budget: no limit."""
-    outer = _ACTIVE.get()
-    if outer is None:
-        yield
-        return
-    inner = Deadline(
-        max(0.0, min(seconds, outer.remaining())), time.monotonic(), outer.solvers, outer.contexts
-    )
-    token = _ACTIVE.set(inner)
-    try:
-        yield
-    except BudgetExceeded:
-        if outer.expired():
-            raise
-        raise SliceExceeded(f"over its {seconds:.2g} s share of the file's time budget") from None
-    finally:
-        _ACTIVE.reset(token)
-
-
-def bounded_solver(solver: Any, per_query_ms: int) -> BoundedSolver:
-    return BoundedSolver(solver, per_query_ms)
+def bounded_solver(solver: Any) -> BoundedSolver:
+    return BoundedSolver(solver)
 
 
 def track_context(context: Any) -> None:
@@ -188,7 +227,7 @@ def _importing(frame: FrameType | None) -> bool:
 
 @contextmanager
 def file_budget(seconds: float | None, grace: float = BACKSTOP_GRACE_S) -> Iterator[Deadline | None]:
-    """Run the body under a budget of `seconds` (None or 0: unbounded)."""
+    """Run the body under a safety clock of `seconds` (None or 0: none, from the command line only)."""
     if not seconds:
         yield None
         return

@@ -1,7 +1,8 @@
 """One file through the static pipeline: parse -> module model -> extract -> solve -> checks.
 
-The engine never prints. A file that cannot be parsed becomes a FileError; a function that is
-too large for the path budget becomes a note.
+The engine never prints. A file that cannot be parsed becomes a FileError; a function that a
+work budget cuts short (statements, paths, z3 resource units: budget.py, over_budget.py) becomes a
+`BudgetCut`, a note that names it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collcheck.catalog import Catalog
 from collcheck.checks import Rule, StaticRules, all_rules, rule_selection, static_rules
 from collcheck.config import Settings
 from collcheck.findings import (
+    Budget,
+    BudgetCut,
     Counterexample,
     FileError,
     FileResult,
@@ -28,7 +31,7 @@ from collcheck.lines import line_texts
 from collcheck.source import SourceFile
 from collcheck.static import groups
 from collcheck.static.anchor import Anchor, locate
-from collcheck.static.budget import check_active
+from collcheck.static.budget import SolverBudgetSpent, check_active, solver_allowance
 from collcheck.static.calls import REMOTE_OP
 from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.closures import Closure
@@ -50,7 +53,14 @@ from collcheck.static.model import (
 )
 from collcheck.static.module_values import complete_loaded_module, complete_module
 from collcheck.static.names import ImportTable, module_imports, nodes_under
-from collcheck.static.over_budget import decided_in, lines_of, owning_a_split, run_within_budget
+from collcheck.static.over_budget import (
+    MODULE_BODY,
+    Place,
+    decided_in,
+    lines_of,
+    owning_a_split,
+    run_within_budget,
+)
 from collcheck.static.p2p_schedule import Verdict, confirm, files_of, loop_table, schedule_deadlock
 from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, Site
@@ -94,12 +104,15 @@ def analyze_source(
     stats = SolveStats()
     rules = static_rules(settings)
     try:
-        findings = _analyze_tree(tree, source, catalog, settings, rules, result.notes, stats, project)
+        findings = _analyze_tree(
+            tree, source, catalog, settings, rules, (result.notes, result.budget_cuts), stats, project
+        )
     except RecursionError:
         result.error = FileError(source.path, "too deeply nested to analyse")
         return result
     finally:
         result.z3_queries, result.settled_pairs = stats.queries, stats.settled
+    result.budget_cuts.extend(cut for cut in stats.cuts if cut not in result.budget_cuts)
     comments = parse_suppressions(source.text)
     suppressions = build_suppressions(comments, _def_spans(tree) if comments else {})
     result.findings, unused = apply_suppressions(findings, suppressions, source.path)
@@ -149,11 +162,13 @@ def _analyze_tree(
     catalog: Catalog,
     settings: Settings,
     rules: StaticRules,
-    notes: list[str],
+    remarks: tuple[list[str], list[BudgetCut]],
     stats: SolveStats,
     project: Project | None = None,
 ) -> list[Finding]:
-    """The file's findings; `notes` gets the functions skipped, then the solver's notes."""
+    """The file's findings; `remarks` gets the notes (functions reduced or skipped, then the
+    solver's notes) and the functions a work budget cut short."""
+    notes, cuts = remarks
     if not rules.any:  # only module checks are selected: no extraction, no solver
         return sorted(
             _module_checks(tree, source, catalog, settings, module_imports(tree)), key=Finding.sort_key
@@ -171,17 +186,19 @@ def _analyze_tree(
         remember_loaded(module)
     candidates: list[Candidate] = []
     nonblocking = NonblockingFiles(module, catalog, project)
+    facts = catalog_group_facts(catalog)
     roots: list[tuple[FunctionNode, str | None, str, Closure | None]] = [
         (function, class_name, qualname, None) for function, class_name, qualname in _entries(module)
     ]
     while roots:
         function, class_name, qualname, closure = roots.pop(0)
-        where = f"{source.path}:{function.lineno}: {qualname}"
+        place = Place(source.path, function.lineno, qualname)
         run = run_within_budget(
             extractor,
             partial(extractor.run_function, function, class_name, qualname, closure),
-            where,
+            place,
             notes,
+            cuts,
             function,
         )
         if run is None:
@@ -194,22 +211,21 @@ def _analyze_tree(
         roots.extend((inner, class_name, name, scope) for inner, name, scope in nested)
         if reduced:
             regions = owning_a_split(regions, extractor.conditions, source.path, lines_of(function))
-        found = _findings_for(regions, rules, settings, stats, catalog_group_facts(catalog), nonblocking)
+        found = _allowed(place, regions, rules, settings, stats, facts, nonblocking, cuts)
         if reduced:
             found = [c for c in found if decided_in(c[0], source.path, lines_of(function))]
         candidates.extend(found)
     body = setup + main
     ran = None
+    module_place = Place(source.path, 1, MODULE_BODY)
     if _communicates(body, module):
-        ran = run_within_budget(
-            extractor, partial(extractor.run_module, body), f"{source.path}: module body", notes
-        )
+        ran = run_within_budget(extractor, partial(extractor.run_module, body), module_place, notes, cuts)
     if ran is not None:
         for region in ran[0]:
             region.conditions = extractor.conditions
         whole = (1, len(line_texts(source.text)))
         regions = owning_a_split(ran[0], extractor.conditions, source.path, whole) if ran[1] else ran[0]
-        found = _findings_for(regions, rules, settings, stats, catalog_group_facts(catalog), nonblocking)
+        found = _allowed(module_place, regions, rules, settings, stats, facts, nonblocking, cuts)
         if ran[1]:
             found = [c for c in found if decided_in(c[0], source.path, whole)]
         candidates.extend(found)
@@ -294,6 +310,26 @@ def catalog_group_facts(catalog: Catalog) -> groups.GroupFacts:
     return facts
 
 
+def _allowed(
+    place: Place,
+    regions: list[Region],
+    rules: StaticRules,
+    settings: Settings,
+    stats: SolveStats,
+    facts: GroupFacts,
+    nonblocking: Callable[[str], bool],
+    cuts: list[BudgetCut],
+) -> list[Candidate]:
+    """`_findings_for` the regions of one function (at `place`) within its solver allowance
+    (`z3-function-rlimit`); past it, none of its findings and a cut that names it."""
+    try:
+        with solver_allowance(settings.z3_function_rlimit):
+            return _findings_for(regions, rules, settings, stats, facts, nonblocking)
+    except SolverBudgetSpent as spent:
+        cuts.append(BudgetCut(place.path, place.line, place.name, Budget.Z3_FUNCTION, spent.units))
+        return []
+
+
 def _findings_for(
     regions: list[Region],
     rules: StaticRules,
@@ -311,12 +347,11 @@ def _findings_for(
         wanted = wanted - {DivergenceKind.P2P}
     pairwise: list[Divergence] = []  # point-to-point waits found pair by pair (solve)
     for region in regions:
-        check_active()  # the file's wall-clock budget (budget.py)
-        timeout = settings.z3_timeout_ms
+        check_active()  # the file's safety clock (budget.py)
         found = [
             divergence
             for divergence in solve_region(
-                region, settings.world_size, timeout, stats, wanted, group_facts=facts
+                region, settings.world_size, settings.z3_rlimit, stats, wanted, group_facts=facts
             )
             if not (behind_unknown_code(divergence) or _may_serve_remote_calls(divergence))
         ]
@@ -338,7 +373,7 @@ def _findings_for(
         # send_recv helper): non-blocking calls are not recorded, so no wait is claimed near one.
         pairwise = [d for d in pairwise if not _near_nonblocking(d, nonblocking)]
     if not pairwise:
-        pairwise = confirm(verdict, settings.world_size, settings.z3_timeout_ms, stats)
+        pairwise = confirm(verdict, settings.world_size, settings.z3_rlimit, stats)
     for divergence in pairwise:
         finding = classify(divergence, rules)
         if finding is not None:
@@ -580,9 +615,13 @@ def _standalone_origins(
             regions = []
         for region in regions:
             region.conditions = extractor.conditions
-        found = _findings_for(
-            regions, static_rules(None), settings, SolveStats(), catalog_group_facts(catalog)
-        )
+        try:  # bounded like any function's queries; over the allowance it places nothing
+            with solver_allowance(settings.z3_function_rlimit):
+                found = _findings_for(
+                    regions, static_rules(None), settings, SolveStats(), catalog_group_facts(catalog)
+                )
+        except SolverBudgetSpent:
+            found = []
         _STANDALONE[key] = {origin for _, origin, _ in found}
         _STANDALONE_EXITS[(path, function_name)] = frozenset(
             condition

@@ -156,7 +156,6 @@ class HelperInliner(CollectiveEvents):
         self.reduced = False
         # The last resort: calls into communicating helpers are unknown collectives, not inlined.
         self.opaque_helpers = False
-        self.fallback_seconds = 0.0  # wall-clock time the file's reduced-mode runs took so far
         self.children: dict[str, HelperInliner] = {}  # the runners of other files' helpers
         self.summaries = Summaries()
 

@@ -20,6 +20,7 @@ import ast
 from collections.abc import Sequence
 
 from collcheck.config import Settings
+from collcheck.findings import Budget
 from collcheck.static.budget import check_active
 from collcheck.static.calls import CallKind, callback_event
 from collcheck.static.catalog_values import BIN_OPS, value_from_spec
@@ -226,11 +227,11 @@ class Interpreter(ExceptionFlow):
             if self.reduced and len(produced) > 1:
                 states = join_paths(states, self.ranked)
             if len(states) > self.max_paths:
-                raise PathLimitExceeded(f"more than {self.max_paths} paths")
+                raise PathLimitExceeded(f"more than {self.max_paths} paths", Budget.PATHS)
         return states
 
     def exec_stmt(self, stmt: ast.stmt, state: State, frame: Frame) -> list[State]:
-        check_active()  # the file's wall-clock budget (budget.py)
+        check_active()  # the file's safety clock (budget.py)
         handler = getattr(self, f"_stmt_{type(stmt).__name__}", self._stmt_generic)
         if self.reduced and is_simple(stmt):
             # Counted once run: a full step if it ran a call that may communicate (fallback.py).
@@ -589,7 +590,7 @@ class Interpreter(ExceptionFlow):
                     advanced.append((after, {**known, id(call): value}))
             pending = advanced
             if len(pending) > self.max_paths:
-                raise PathLimitExceeded(f"more than {self.max_paths} paths")
+                raise PathLimitExceeded(f"more than {self.max_paths} paths", Budget.PATHS)
         return [(current, self.pure(node, current, frame, known)) for current, known in pending]
 
     def eval_call(

@@ -1,7 +1,7 @@
 """What the engine does with a function (or module body) over the work budget.
 
-In: the interpreter, a call that runs the function in it, where it is (for the notes). Out: its
-regions, from the full analysis or, when that goes over `max_steps`/`max_paths`, from the reduced
+In: the interpreter, a call that runs the function in it, where it is (for the notes and cuts).
+Out: its regions, from the full analysis or, when that goes over `max_steps`/`max_paths`, from the reduced
 mode (`fallback.py`: paths joined, inert statements cheap), or, over that too, from the reduced
 mode with its communicating helpers taken as unknown collectives (`opaque_helpers`: they are roots
 of their own; what precedes the first of them is still compared), or None when all go over; then,
@@ -12,16 +12,17 @@ fits in the full analysis: deep helper chains are where the joined values are le
 (on torch's `distributed_c10d.py`, `new_group` and its callers would otherwise report the
 barrier of `_new_group_with_tag` under conditions on per-rank values the interpreter cannot
 follow). Notes say which functions ran reduced or were skipped; `budget_counts` counts them for
-`-v`.
+`-v`; a skipped function is also a `BudgetCut` (reported without `-v`; `budget-exceeded`). Every
+bound here counts work (statements, paths), never time: the same file gives the same answer on
+every machine.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from collcheck.findings import Finding
-from collcheck.static.budget import SliceExceeded, active, time_slice
+from collcheck.findings import Budget, BudgetCut, Finding
 from collcheck.static.conditions import ConditionSources
 from collcheck.static.interpret import Interpreter
 from collcheck.static.model import FunctionNode
@@ -33,60 +34,63 @@ REDUCED_NOTE = "analysed in the reduced mode"  # -v counts the notes with these 
 SKIPPED_NOTE = "skipped"
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where an analysed function is: its file, the line of its `def` (1 for a module body), and
+    its name as the notes give it (`Class.method`, or "module body")."""
+
+    path: str
+    line: int
+    name: str
+
+    def __str__(self) -> str:
+        if self.name == MODULE_BODY:
+            return f"{self.path}: {MODULE_BODY}"
+        return f"{self.path}:{self.line}: {self.name}"
+
+
+MODULE_BODY = "module body"
+
+
 def run_within_budget(
     extractor: Interpreter,
     run: Callable[[], list[Region]],
-    where: str,
+    place: Place,
     notes: list[str],
+    cuts: list[BudgetCut],
     function: FunctionNode | None = None,
 ) -> tuple[list[Region], bool] | None:
-    """The regions of `run` (`function`, or the module body when None; `where` in the notes) and
-    whether they come from the reduced mode (fallback.py), which runs when the full analysis goes
-    over its budget; None (and a note) when both go over. A function over the budget is
-    remembered: the full analysis of a later root gives up at a call to it (helpers.py)."""
+    """The regions of `run` (`function`, or the module body when None; at `place`) and whether
+    they come from the reduced mode (fallback.py), which runs when the full analysis goes over its
+    budget; None (a note, and a cut naming the budget) when both go over. A function over the
+    budget is remembered: the full analysis of a later root gives up at a call to it (helpers.py)."""
     try:
         return run(), False
     except PathLimitExceeded as limit:
         first = limit
     if function is not None:
         extractor.summaries.over_budget.add(function)
-    note = f"{where} {REDUCED_NOTE}: {first}"
-    last: Exception | None = None
+    note = f"{place} {REDUCED_NOTE}: {first}"
+    last = first
     for opaque_helpers in (False, True):
         # The last resort (opaque_helpers): the function's own body, its communicating helpers
         # (roots of their own) taken as unknown collectives: what precedes them is still compared.
         extractor.reduced, extractor.opaque_helpers = True, opaque_helpers
-        started = time.monotonic()
         try:
-            with time_slice(_share_left(extractor)):
-                regions = run()
-        except (PathLimitExceeded, SliceExceeded) as limit:
+            regions = run()
+        except PathLimitExceeded as limit:
             last = limit
-            if isinstance(limit, SliceExceeded):
-                break
             continue
         finally:
             extractor.reduced = extractor.opaque_helpers = False
-            extractor.fallback_seconds += time.monotonic() - started
         if opaque_helpers:
             note += "; over it there too, so its communicating helpers were taken as unknown collectives"
         notes.append(note)
         return regions, True
-    notes.append(f"{where} {SKIPPED_NOTE}: {first}; in the reduced mode too: {last}")
+    notes.append(f"{place} {SKIPPED_NOTE}: {first}; in the reduced mode too: {last}")
+    limit_value = extractor.max_paths if last.budget is Budget.PATHS else extractor.max_steps
+    cuts.append(BudgetCut(place.path, place.line, place.name, last.budget, limit_value))
     return None
-
-
-FALLBACK_SHARE = 0.25  # of a file's time budget, for the reduced mode of all its functions
-
-
-def _share_left(extractor: Interpreter) -> float:
-    """What is left of the file's share for the reduced mode (meaningful under a file budget only:
-    outside one, `time_slice` sets no limit). The full analysis of the functions that fit keeps
-    the rest: a file analysed before this fallback existed is not stopped by it."""
-    deadline = active()
-    if deadline is None:
-        return 0.0
-    return max(0.0, deadline.seconds * FALLBACK_SHARE - extractor.fallback_seconds)
 
 
 def lines_of(function: FunctionNode) -> tuple[int, int]:

@@ -3,7 +3,8 @@
 In: a `Region` and the two paths of a query, with an optional extra fact built from a
 `Z3Translator`. Out: a verdict (`sat` / `unsat` / `unknown`), and for `sat` a small `Model`
 (world size and the two ranks, smallest first) with the raw z3 model to read values from.
-`SolveStats` counts the queries and keeps the notes (timeouts) of one file.
+`SolveStats` counts the queries and keeps the notes and the budget cuts (a query over its
+`z3-rlimit`) of one file.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from collcheck.findings import Budget, BudgetCut
 from collcheck.static.budget import bounded_solver, track_context
 from collcheck.static.groups import (
     NO_GROUP_FACTS,
@@ -34,9 +36,8 @@ from collcheck.static.symbolic import (
     substitute,
 )
 
-RESOURCE_LIMIT = (
-    2_000_000  # z3 resource units per query (bounds nonlinear arithmetic, which ignores the timeout)
-)
+# z3's reasons for an "unknown" when a check ran out of its resource units (`rlimit`).
+_OUT_OF_UNITS = ("max. resources exceeded", "canceled", "resource limits reached")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class SolveStats:
     settled: int = 0  # pairs of paths (per channel) decided without a z3 query
     unknown: int = 0
     notes: list[str] = field(default_factory=list)
+    cuts: list[BudgetCut] = field(default_factory=list)  # regions with a query over `z3-rlimit`
     z3: Any = None
 
     def z3_in_context(self) -> Any:
@@ -101,7 +103,7 @@ class RegionSolver:
         self,
         region: Region,
         world_size: int | None,
-        timeout_ms: int,
+        rlimit: int,
         stats: SolveStats,
         group_facts: GroupFacts = NO_GROUP_FACTS,
     ) -> None:
@@ -109,18 +111,17 @@ class RegionSolver:
         self.z3 = z3
         self.region = region
         self.world_size = world_size
-        self.timeout_ms = timeout_ms
+        self.rlimit = rlimit
         self.stats = stats
         self.group_facts = group_facts
         self._path_atoms: dict[int, tuple[Path, frozenset[Atom]]] = {}
         self._uniform: dict[int, tuple[Path, bool, bool]] = {}
         self._decisions: dict[int, tuple[Path, frozenset[Expr]]] = {}
         self._predicates: dict[tuple[int, str], tuple[Expr, bool]] = {}
-        # Each check's timeout is also cut to what is left of the file's budget (budget.py).
-        self.solver = bounded_solver(z3.Solver(), timeout_ms)
-        self.solver.set("timeout", timeout_ms)
-        # The timeout is not polled inside some nonlinear arithmetic; a resource limit is.
-        self.solver.set("rlimit", RESOURCE_LIMIT)
+        # Each check is also charged to its function's allowance (budget.py). A resource limit,
+        # not a timeout: z3 counts its units the same way on every machine (z3 counts it per check).
+        self.solver = bounded_solver(z3.Solver())
+        self.solver.set("rlimit", rlimit)
         self.strings: dict[str, int] = {}
         # One translator per region: the same conditions appear in many pair queries.
         self.translator = Z3Translator(z3, self.strings)
@@ -257,17 +258,20 @@ class RegionSolver:
             verdict = self.solver.check()
             if verdict == self.z3.unknown:
                 self.stats.unknown += 1
+                reason = self.solver.reason_unknown()
                 self.stats.notes.append(
-                    f"{self.region.path_name}:{self.region.line}: solver gave up "
-                    f"({self.solver.reason_unknown()}) "
+                    f"{self.region.path_name}:{self.region.line}: solver gave up ({reason}) "
                     f"in {self.region.function}; no finding reported for that query"
                 )
+                if reason in _OUT_OF_UNITS:
+                    self._cut()
                 return "unknown", None, None
             if verdict == self.z3.unsat:
                 return "unsat", None, None
             small = self._small_model(tr, membership)
             if small is None:
                 self.stats.unknown += 1
+                self._cut()
                 self.stats.notes.append(
                     f"{self.region.path_name}:{self.region.line}: solver gave up while building a "
                     f"counterexample in {self.region.function}; no finding reported for that query"
@@ -278,8 +282,15 @@ class RegionSolver:
         finally:
             self.solver.pop()
 
+    def _cut(self) -> None:
+        """Record that a query of the region went over `z3-rlimit` (once per region)."""
+        region = self.region
+        cut = BudgetCut(region.path_name, region.line, region.function, Budget.Z3_QUERY, self.rlimit)
+        if cut not in self.stats.cuts:
+            self.stats.cuts.append(cut)
+
     def never(self, facts_of: Any) -> bool:
-        """The facts (over one rank, side "a") cannot hold together; a timeout counts as "may"."""
+        """The facts (over one rank, side "a") cannot hold together; an "unknown" counts as "may"."""
         tr = self.translator
         facts = list(facts_of(tr))
         rank, world = tr.rank("a"), tr.world

@@ -4,7 +4,7 @@ For every pair of paths of a region (a function body or a loop iteration), the s
 compared per channel (the world group, and each group whose membership is known). A structural
 difference, a reordering of the same operands, or a term that must agree across ranks (root,
 reduce op, loop trip count, group-creation ranks) becomes one z3 query over two rank instances
-of the path conditions. A satisfying model is the counterexample; `unknown` (timeout) is a note,
+of the path conditions. A satisfying model is the counterexample; `unknown` (out of `z3-rlimit`) is a note,
 never a finding.
 """
 
@@ -233,7 +233,7 @@ def _compared(path: Path) -> bool:
 def solve_region(
     region: Region,
     world_size: int | None,
-    timeout_ms: int,
+    rlimit: int,
     stats: SolveStats,
     wanted: frozenset[DivergenceKind] = frozenset(DivergenceKind),
     max_findings: int = 8,
@@ -247,7 +247,7 @@ def solve_region(
         )
         stats.settled += live * (live + 1) // 2  # every rank takes the same path (as `_pairs` pairs them)
         return []
-    solver = RegionSolver(region, world_size, timeout_ms, stats, group_facts)
+    solver = RegionSolver(region, world_size, rlimit, stats, group_facts)
     found: list[Divergence] = []
     seen: set[tuple[DivergenceKind, int, int]] = set()
     # Two ranks that issue the same collectives but one of them on the default group: that pair is

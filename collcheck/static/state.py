@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collcheck.findings import Budget
 from collcheck.static.model import FunctionNode
 from collcheck.static.program import (
     Element,
@@ -26,7 +27,12 @@ from collcheck.static.symbolic import (
 
 
 class PathLimitExceeded(Exception):
-    """Too many paths: the function is skipped (and noted) rather than analysed slowly."""
+    """Over a work budget (too many paths, or statements): the function is analysed in the reduced
+    mode, or skipped (and noted), rather than slowly. `budget` says which."""
+
+    def __init__(self, message: str, budget: Budget = Budget.STEPS) -> None:
+        super().__init__(message)
+        self.budget = budget
 
 
 @dataclass
