@@ -205,6 +205,28 @@ def member_facts(tr: Any, group: GroupVal, found: frozenset[Atom], known: GroupF
         for atom in sorted(opaque_rank_atoms(found), key=_atom_order):
             facts.append(tr.as_bool(atom, "a") == tr.as_bool(atom, "b"))
             facts.append(tr.as_int(atom, "a") == tr.as_int(atom, "b"))
-    for other in sorted(shared_positions(group.key, _local_rank_keys(found), known.grids)):
+    mentioned = _local_rank_keys(found)
+    same = shared_positions(group.key, mentioned, known.grids)
+    if group.members is None and group.color is None:
+        same |= other_axes(group.key, mentioned, known)
+    for other in sorted(same):
         facts.append(tr.as_int(local_rank(other), "a") == tr.as_int(local_rank(other), "b"))
     return facts
+
+
+def _catalogued(key: str, known: GroupFacts) -> bool:
+    return key in known.members or any(key in grid for grid in known.grids)
+
+
+def other_axes(key: str, mentioned: set[str], known: GroupFacts) -> set[str]:
+    """Groups, among those whose local ranks the conditions mention, taken to be other axes of one
+    grid with `key` (two members of `key` hold the same position in each): groups of unknown
+    membership that no catalog fact relates. Code that holds several such groups at once (a data-,
+    a pipeline- and a tensor-parallel group handed to a constructor) lays the ranks out on a grid,
+    and `if dp_rank != 0: return` before a pipeline-group barrier lets whole pipeline groups through
+    or none. A group nested in another (a node's ranks inside a larger group) breaks that
+    assumption; its hangs are given up for precision, as for the opaque per-rank values above. What
+    the catalogs say about their groups (`[group_grids]`, `[group_members]`) is kept as it is."""
+    if _catalogued(key, known):
+        return set()
+    return {other for other in mentioned if other != key and not _catalogued(other, known)}
