@@ -11,11 +11,11 @@ from __future__ import annotations
 import ast
 
 from collcheck.config import Settings
+from collcheck.static.groups import LOCAL_RANK_PREFIX, SIZE_PREFIX
 from collcheck.static.interpret import Interpreter
 from collcheck.static.model import ModuleInfo, module_body
 from collcheck.static.names import nodes_under
 from collcheck.static.state import Frame, State
-from collcheck.static.groups import LOCAL_RANK_PREFIX, SIZE_PREFIX
 from collcheck.static.symbolic import Atom, Expr, GroupVal, atoms, is_rank_dependent, opaque
 
 
