@@ -28,7 +28,7 @@ from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts
 from collcheck.static.handoff import is_callback
 from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, LoopRange, Path, Region
 from collcheck.static.roots import raises_on_named_ranks, unreported_root
-from collcheck.static.smt import RegionSolver, SolveStats
+from collcheck.static.smt import RegionSolver, SolveStats, produced_at
 from collcheck.static.symbolic import (
     MEMBER,
     RANK,
@@ -166,6 +166,27 @@ def _term_pairs(
         if creates and not (_singleton(x.ranks_arg) and _singleton(y.ranks_arg)):  # type: ignore[arg-type]
             pairs.append((DivergenceKind.GROUP_ARGS, index, x.ranks_arg, y.ranks_arg))  # type: ignore[arg-type]
     return [p for p in pairs if p[2] != p[3] or is_rank_dependent(p[2])]
+
+
+def _counted_from_source(
+    seq_x: tuple[Element, ...], seq_y: tuple[Element, ...], index: int, trip_x: Expr, trip_y: Expr
+) -> bool:
+    """The loop of one rank counts what it received from a rooted collective (a broadcast of the
+    metadata), and the other rank, in the other arm of the code, issued the matching call: the
+    source described what it sends, and the receivers loop over that description (the
+    `broadcast_tensor_dict` protocol). The counts are then taken to agree, unless the source's own
+    count depends on the rank. A receiver that loops over a list of its own is still compared."""
+    if is_rank_dependent(trip_y):
+        return False
+    received = produced_at(atoms(trip_x)) - produced_at(atoms(trip_y))
+    for position, event in enumerate(seq_x[:index]):
+        partner = seq_y[position]
+        if not (isinstance(event, CommEvent) and isinstance(partner, CommEvent)) or event.root is None:
+            continue
+        here, there = (event.path, event.line, event.column), (partner.path, partner.line, partner.column)
+        if (event.line, event.column) in received and here != there:
+            return True
+    return False
 
 
 def _singleton(ranks: Expr) -> bool:
@@ -342,6 +363,10 @@ def _compare(
     results: list[Divergence] = []
     for kind, index, x, y in pairs:
         if not (is_rank_dependent(x) or is_rank_dependent(y) or not same_path):
+            continue
+        if kind is DivergenceKind.TRIP and (
+            _counted_from_source(seq_a, seq_b, index, x, y) or _counted_from_source(seq_b, seq_a, index, y, x)
+        ):
             continue
         if kind is DivergenceKind.ROOT and unreported_root(x, y, a, b, membership):
             continue
