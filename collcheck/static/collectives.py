@@ -82,6 +82,9 @@ class CollectiveEvents(CallResolver):
         root = value(spec.root)
         if root is None and spec.group_root is not None:
             root = value(spec.group_root)
+        peer = value(spec.peer)
+        if peer is None and spec.group_peer is not None:
+            peer = _global_peer(value(spec.group_peer), group)
         event = CommEvent(
             op=spec.op,
             kind=spec.kind,
@@ -94,7 +97,7 @@ class CollectiveEvents(CallResolver):
             group=group,
             root=root,
             reduce_op=reduce_op,
-            peer=value(spec.peer),
+            peer=peer,
             ranks_arg=value(spec.ranks),
             operands=tuple(source_text(args[name]) for name in spec.operands if name in args),
             group_term=group_term,
@@ -231,6 +234,17 @@ def _map_arguments(call: ast.Call, spec: OpSpec) -> dict[str, ast.expr]:
         if keyword.arg is not None:
             args[keyword.arg] = keyword.value
     return args
+
+
+def _global_peer(local: Expr | None, group: GroupVal | None) -> Expr | None:
+    """`send(t, group_dst=1, group=g)`: the global rank of the member of `g` at local rank 1
+    (`groups.global_rank_of`, tied to the local ranks when two ranks are compared); None when the
+    local rank is computed (`(me + 1) % size`), which collcheck does not translate."""
+    if group is None or local is None:
+        return local
+    if isinstance(local, Const) and type(local.value) is int:
+        return groups.global_rank_of(group.key, local.value)
+    return None
 
 
 def _group_choice(value: Expr) -> bool:

@@ -56,6 +56,10 @@ class ValueEvaluator(Protocol):
 GROUP_RANK_TRANSLATORS = frozenset(
     {"torch.distributed.get_group_rank", "torch.distributed.distributed_c10d.get_group_rank"}
 )
+# get_global_rank(group, i): the global rank of the member at local rank i.
+GLOBAL_RANK_TRANSLATORS = frozenset(
+    {"torch.distributed.get_global_rank", "torch.distributed.distributed_c10d.get_global_rank"}
+)
 GROUP_RANK_LISTS = frozenset(
     {
         "torch.distributed.get_process_group_ranks",
@@ -160,11 +164,16 @@ def group_call_value(
     frame: Frame,
     known: dict[int, Expr] | None,
 ) -> Expr | None:
-    """Calls about groups that are not rank functions: get_group_rank(g, rank), a catalog group
-    accessor, get_process_group_ranks(g)."""
+    """Calls about groups that are not rank functions: get_group_rank(g, rank), get_global_rank(g,
+    i), a catalog group accessor, get_process_group_ranks(g)."""
     if name in GROUP_RANK_TRANSLATORS and len(node.args) == 2 and args[1] == RANK:
         value = group_value(ev, node.args[0], state, frame, known or {})
         return RANK if value is None else groups.local_rank(value.key)
+    if name in GLOBAL_RANK_TRANSLATORS and len(node.args) == 2:
+        index = args[1]
+        if isinstance(index, Const) and type(index.value) is int:
+            value = group_value(ev, node.args[0], state, frame, known or {})
+            return index if value is None else groups.global_rank_of(value.key, index.value)
     if name in ev.catalog.groups:
         return catalog_group(ev.catalog.groups[name], ev.catalog.types.get(name, ""))
     if name in GROUP_RANK_LISTS and len(node.args) == 1:
