@@ -73,10 +73,6 @@ KNOWN_GAPS: dict[str, str] = {
         "stopper.should_stop, which a later `while` condition reads; attribute writes inside called "
         "methods do not make the attribute rank-dependent"
     ),
-    "reports/gloo_group_from_own_tp_ranks_bug.py": (
-        "dist.get_process_group_ranks(tp_group) (the members of the caller's own group) is not known to "
-        "differ between ranks, so new_group's ranks argument is not seen as rank-dependent"
-    ),
     "reports/hf_trainer_save_model_fsdp_main_bug.py": (
         "transformers Trainer.save_model is left out of catalogs/conventions.toml on purpose (it gathers "
         "only under DeepSpeed ZeRO-3 / FSDP, which collcheck cannot see); the RANK-env guard itself is "

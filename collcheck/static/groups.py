@@ -49,8 +49,15 @@ def group_size(key: str) -> Atom:
 
 
 def member_ranks(key: str) -> Atom:
-    """`dist.get_process_group_ranks(group)`: the group's global ranks, in local-rank order."""
-    return Atom(RANKS_PREFIX + key, "shared")
+    """`dist.get_process_group_ranks(group)`: the group's global ranks, in local-rank order. The
+    same on every member of the group (`member_facts`), but a rank of another group of the same
+    name holds another list (`new_group(ranks=get_process_group_ranks(tp_group))` is called with
+    a different list on each tensor-parallel block); the world's list is the same everywhere."""
+    return Atom(RANKS_PREFIX + key, "shared" if key == "world" else "perrank")
+
+
+def is_member_list(value: Expr) -> bool:
+    return isinstance(value, Atom) and value.name.startswith(RANKS_PREFIX)
 
 
 def global_rank_of(key: str, index: int) -> Atom:
@@ -190,6 +197,9 @@ def member_facts(tr: Any, group: GroupVal, found: frozenset[Atom], known: GroupF
     rank_a, rank_b = tr.as_int(local_rank(group.key), "a"), tr.as_int(local_rank(group.key), "b")
     facts = [size >= 2, size <= tr.world, rank_a >= 0, rank_b >= 0, rank_a < size, rank_b < size]
     facts.append(rank_a != rank_b)
+    listed = member_ranks(group.key)
+    if listed in found:  # the group's own rank list: the same on its members
+        facts.append(tr.as_int(listed, "a") == tr.as_int(listed, "b"))
     declared = known.members.get(group.key)
     if declared is not None:
         facts.extend((tr.as_bool(declared, "a"), tr.as_bool(declared, "b")))
