@@ -30,6 +30,7 @@ from collcheck.static.symbolic import (
     Expr,
     GroupVal,
     IfExp,
+    Sized,
     atoms,
     is_rank_dependent,
 )
@@ -77,6 +78,9 @@ TENSOR_FACTORIES = tuple(
     )
 )
 NOT_NONE = Const("<object>")
+NEVER_NONE = ("slice:", *TENSOR_FACTORIES)
+# Methods that cut a tensor into a sequence of tensors: an item of their result is a tensor.
+TENSOR_SPLITTERS = tuple(f".{name}(" for name in ("chunk", "split", "tensor_split", "unbind"))
 
 
 def group_key(value: Expr, node: ast.expr) -> str:
@@ -308,9 +312,11 @@ def _chained_type(ev: ValueEvaluator, parts: list[str], state: State, class_name
 
 
 def none_or_not(value: Expr) -> Expr:
-    """A value compared with `is None`: a tensor made by a factory is never None (keep None itself,
-    and unknowns, as they are)."""
-    if isinstance(value, Atom) and value.name.startswith(TENSOR_FACTORIES):
+    """A value compared with `is None`: a tensor made by a factory, a slice (`full[lo:hi]`, even
+    with bounds computed from the rank) and a piece of a split tensor (`full.chunk(n)[rank]`) are
+    never None (keep None itself, and unknowns, as they are)."""
+    tensor = isinstance(value, Atom) and (value.name.startswith(NEVER_NONE) or _piece_of_split(value.name))
+    if tensor or isinstance(value, Sized):
         return NOT_NONE
     if isinstance(value, IfExp):
         then, orelse = none_or_not(value.then), none_or_not(value.orelse)
@@ -327,3 +333,12 @@ def parameters_with_literal_defaults(args: ast.arguments) -> set[str]:
     return {
         arg.arg for arg, default in pairs if isinstance(default, ast.Constant) and type(default.value) is int
     }
+
+
+def _piece_of_split(name: str) -> bool:
+    """`item:<text>[index]@where` of an item read from the result of a tensor-splitting method."""
+    if not name.startswith("item:"):
+        return False
+    text = name[len("item:") :].rpartition("@")[0]
+    base = text.rpartition("[")[0]
+    return base.endswith(")") and any(splitter in base for splitter in TENSOR_SPLITTERS)
