@@ -56,13 +56,19 @@ def member_ranks(key: str) -> Atom:
     return Atom(RANKS_PREFIX + key, "shared" if key == "world" else "perrank")
 
 
+def is_listed_member(atom: Atom) -> bool:
+    """`global_rank_of`: a group's member at a given local rank."""
+    return atom.name.startswith(GLOBAL_OF_PREFIX)
+
+
 def is_member_list(value: Expr) -> bool:
     return isinstance(value, Atom) and value.name.startswith(RANKS_PREFIX)
 
 
 def global_rank_of(key: str, index: int) -> Atom:
-    """`get_process_group_ranks(group)[index]`: the global rank of the member at that local rank."""
-    return Atom(f"{GLOBAL_OF_PREFIX}{key}[{index}]", "shared")
+    """`get_process_group_ranks(group)[index]`: the global rank of the member at that local rank;
+    like the list, the same on the group's members and another one on a rank of another block."""
+    return Atom(f"{GLOBAL_OF_PREFIX}{key}[{index}]", "shared" if key == "world" else "perrank")
 
 
 def membership(container: str) -> Atom:
@@ -147,7 +153,8 @@ def shared_positions(key: str, mentioned: set[str], grids: Iterable[tuple[str, .
 
 def local_rank_bounds(tr: Any, found: frozenset[Atom]) -> list[Any]:
     """A local rank is below its group's size, on both ranks (a group of one has local rank 0);
-    a rank is the member listed at index i exactly when its local rank is i."""
+    a rank is the member listed at index i of its group (or of the other rank's) exactly when its
+    local rank is i; a listed member is a rank of the world."""
     facts = []
     listed = _listed_members(found)
     # Sorted: the order of z3's facts steers the model it picks, and counterexamples must not
@@ -159,15 +166,25 @@ def local_rank_bounds(tr: Any, found: frozenset[Atom]) -> list[Any]:
     for key, index in sorted(listed):
         size = tr.as_int(group_size(key), "a")
         position = index if index >= 0 else size + index
-        member = tr.as_int(global_rank_of(key, index), "a")
-        for side in ("a", "b"):
-            is_member = tr.rank(side) == member
-            facts.append(is_member == (tr.as_int(local_rank(key), side) == position))
+        for side, other in (("a", "b"), ("b", "a")):
+            member = tr.as_int(global_rank_of(key, index), side)
+            facts.extend((member >= 0, member < tr.world))
+            facts.append((tr.rank(side) == member) == (tr.as_int(local_rank(key), side) == position))
+            # The other rank, if it is that member of this rank's group, holds that local rank in
+            # it (a rank belongs to one group of each name).
+            at = tr.as_int(local_rank(key), other) == position
+            facts.append(tr.z3.Implies(tr.rank(other) == member, at))
     return facts
 
 
 def _atom_order(atom: Atom) -> tuple[str, str]:
     return atom.name, atom.kind
+
+
+def _own_lists(found: frozenset[Atom], key: str) -> set[Atom]:
+    """The group's rank list and the members read from it (`ranks[0]`) among the atoms."""
+    listed = f"{GLOBAL_OF_PREFIX}{key}["
+    return {atom for atom in found if atom.name == RANKS_PREFIX + key or atom.name.startswith(listed)}
 
 
 def _listed_members(found: frozenset[Atom]) -> set[tuple[str, int]]:
@@ -197,9 +214,8 @@ def member_facts(tr: Any, group: GroupVal, found: frozenset[Atom], known: GroupF
     rank_a, rank_b = tr.as_int(local_rank(group.key), "a"), tr.as_int(local_rank(group.key), "b")
     facts = [size >= 2, size <= tr.world, rank_a >= 0, rank_b >= 0, rank_a < size, rank_b < size]
     facts.append(rank_a != rank_b)
-    listed = member_ranks(group.key)
-    if listed in found:  # the group's own rank list: the same on its members
-        facts.append(tr.as_int(listed, "a") == tr.as_int(listed, "b"))
+    for atom in sorted(_own_lists(found, group.key), key=_atom_order):
+        facts.append(tr.as_int(atom, "a") == tr.as_int(atom, "b"))  # the same list on its members
     declared = known.members.get(group.key)
     if declared is not None:
         facts.extend((tr.as_bool(declared, "a"), tr.as_bool(declared, "b")))

@@ -24,7 +24,7 @@ from collcheck.static.divergence import (
     is_world,
     terms,
 )
-from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts
+from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts, is_listed_member
 from collcheck.static.handoff import is_callback
 from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, LoopRange, Path, Region
 from collcheck.static.roots import raises_on_named_ranks, unreported_root
@@ -577,8 +577,11 @@ def _structural(query: PairQuery, index: int, extra: Any = None) -> list[Diverge
 
 def _modelled_peer(peer: Expr | None) -> bool:
     """A peer whose relation to the rank is known (`rank + 1`, `1 - rank`, a constant), not one
-    looked up in a table or computed by a black box: only those can prove a deadlock."""
-    return peer is not None and not any(atom.kind in ("perrank", "nondet") for atom in atoms(peer))
+    looked up in a table or computed by a black box: only those can prove a deadlock. A group's
+    member at a local rank (`get_global_rank(g, 1)`) is tied to the ranks' local ranks."""
+    return peer is not None and not any(
+        atom.kind in ("perrank", "nondet") and not is_listed_member(atom) for atom in atoms(peer)
+    )
 
 
 def _compare_p2p(solver: RegionSolver, region: Region, a: Path, b: Path) -> list[Divergence]:
