@@ -104,7 +104,10 @@ class CollectiveEvents(CallResolver):
             group_text=source_text(group_node) if group_node is not None else "",
         )
         joined = self.joined and spec.op in JOINABLE_OPS  # shadowed by the Join context (interpret.py)
-        if self.record_events and spec.kind != "p2p_nonblocking" and not joined:
+        # `new_group(ranks, use_local_synchronization=True)` waits only for the ranks it lists, each
+        # block for its own list (`get_process_group_ranks(tp_group)`): not a call of the world.
+        local = spec.kind == "group_create" and _is_true(args.get("use_local_synchronization"))
+        if self.record_events and spec.kind != "p2p_nonblocking" and not joined and not local:
             state.events = (*state.events, event)
         for name in spec.uniform_after:
             if name in args:
@@ -245,6 +248,10 @@ def _global_peer(local: Expr | None, group: GroupVal | None) -> Expr | None:
     if isinstance(local, Const) and type(local.value) is int:
         return groups.global_rank_of(group.key, local.value)
     return None
+
+
+def _is_true(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
 
 
 def _group_choice(value: Expr) -> bool:
