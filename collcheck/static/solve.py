@@ -119,15 +119,21 @@ def _first_structural_difference(seq_a: tuple[Element, ...], seq_b: tuple[Elemen
 
 def _operand_permutation(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]) -> int | None:
     """Index of the first operand that differs when both sequences reduce the same operands in another
-    order (the seed's swapped all_reduce pair); None when they do not."""
-    ops_a = [(e.op, e.operands) for e in seq_a if isinstance(e, CommEvent)]
-    ops_b = [(e.op, e.operands) for e in seq_b if isinstance(e, CommEvent)]
+    order (the seed's swapped all_reduce pair); None when they do not. A rooted collective (a
+    broadcast from `src`) is left out: the source's buffer sends and the others' receive, whatever
+    each rank calls them (`broadcast(mine, src=r0); broadcast(theirs, src=r1)` on rank 0 against
+    `broadcast(theirs, src=r0); broadcast(mine, src=r1)` on rank 1 is an exchange); its roots
+    are compared on their own."""
+    ops_a = [(e.op, e.operands) for e in seq_a if isinstance(e, CommEvent) and e.root is None]
+    ops_b = [(e.op, e.operands) for e in seq_b if isinstance(e, CommEvent) and e.root is None]
     if ops_a == ops_b or sorted(ops_a) != sorted(ops_b):
         return _reordered_loop(seq_a, seq_b)
     if any(not operands for _, operands in ops_a):
         return None
     for index, (x, y) in enumerate(zip(seq_a, seq_b, strict=False)):
-        if isinstance(x, CommEvent) and isinstance(y, CommEvent) and x.operands != y.operands:
+        if not (isinstance(x, CommEvent) and isinstance(y, CommEvent)) or x.root is not None:
+            continue
+        if x.operands != y.operands:
             return index
     return None
 
