@@ -180,7 +180,8 @@ def _counted_from_source(
     """The loop of one rank counts what it received from a rooted collective (a broadcast of the
     metadata), and the other rank, in the other arm of the code, issued the matching call: the
     source described what it sends, and the receivers loop over that description (the
-    `broadcast_tensor_dict` protocol). The counts are then taken to agree, unless the source's own
+    `broadcast_tensor_dict` protocol). Another call: another place, or the same helper's call
+    reached from another place. The counts are then taken to agree, unless the source's own
     count depends on the rank. A receiver that loops over a list of its own is still compared."""
     if is_rank_dependent(trip_y):
         return False
@@ -189,7 +190,8 @@ def _counted_from_source(
         partner = seq_y[position]
         if not (isinstance(event, CommEvent) and isinstance(partner, CommEvent)) or event.root is None:
             continue
-        here, there = (event.path, event.line, event.column), (partner.path, partner.line, partner.column)
+        here = (event.path, event.line, event.column, event.chain)
+        there = (partner.path, partner.line, partner.column, partner.chain)
         if (event.line, event.column) in received and here != there:
             return True
     return False
