@@ -246,8 +246,8 @@ def _catalogued(key: str, known: GroupFacts) -> bool:
 
 def other_axes(key: str, mentioned: set[str], known: GroupFacts) -> set[str]:
     """Groups, among those whose local ranks the conditions mention, taken to be other axes of one
-    grid with `key` (two members of `key` hold the same position in each): groups of unknown
-    membership that no catalog fact relates. Code that holds several such groups at once (a data-,
+    grid with `key`, a group of unknown membership (two members of `key` hold the same position in
+    each): the groups no catalog fact relates to it. Code that holds several groups at once (a data-,
     a pipeline- and a tensor-parallel group handed to a constructor) lays the ranks out on a grid,
     and `if dp_rank != 0: return` before a pipeline-group barrier lets whole pipeline groups through
     or none. A group nested in another (a node's ranks inside a larger group) breaks that
