@@ -217,7 +217,8 @@ class Interpreter(ExceptionFlow):
             finished = [state for state in states if state.exit is not None]
             produced: list[State] = []
             for state in live:
-                cached = self._cached_after_first_call(stmt, body[index + 1 :], state, frame)
+                shaped = frame.loop.even and isinstance(stmt, ast.If)  # cheap tests first
+                cached = self._cached_after_first_call(body, index, state, frame) if shaped else None
                 produced.extend(self.exec_stmt(stmt, state, frame) if cached is None else cached)
             states = finished + produced
             if self.reduced and len(produced) > 1:
@@ -369,15 +370,16 @@ class Interpreter(ExceptionFlow):
         return results
 
     def _cached_after_first_call(
-        self, stmt: ast.stmt, rest: Sequence[ast.stmt], state: State, frame: Frame
+        self, body: Sequence[ast.stmt], index: int, state: State, frame: Frame
     ) -> list[State] | None:
-        """`if CACHE is not None: return CACHE[key]` before a `rest` that fills CACHE, inside loops:
-        as in `_lazy_initialisation`, the cached return alone when the rest is alike on every rank."""
-        if not (frame.loop.even and cached_return(stmt, rest, self.module.mutable_globals)):
+        """`if CACHE is not None: return CACHE[key]` (`body[index]`) before the rest of the body,
+        which fills CACHE, inside loops: the cached return alone when the rest is alike on every
+        rank (as in `_lazy_initialisation`)."""
+        stmt, rest = body[index], body[index + 1 :]
+        if not (isinstance(stmt, ast.If) and cached_return(stmt, rest, self.module.mutable_globals)):
             return None
         if len(kept_sequences(self.exec_block(rest, [state.fork()], frame))) > 1:
             return None
-        assert isinstance(stmt, ast.If)
         return self.exec_block(stmt.body, [state], frame)
 
     def _branch(
