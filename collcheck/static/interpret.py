@@ -58,6 +58,7 @@ from collcheck.static.syntax import (
     loop_variant_names,
     memo_lookup,
     mentions,
+    mutated_names,
 )
 from collcheck.static.values import where_of
 
@@ -491,7 +492,7 @@ class Interpreter(ExceptionFlow):
         loop_range: LoopRange | None = None,
     ) -> list[State]:
         body_states = self.exec_block(stmt.body, [body_start], replace(frame, loop=frame.loop.inside(trip)))
-        changed = assigned_names(stmt.body)
+        changed = assigned_names(stmt.body) | mutated_names(stmt.body)  # `items.append(x)` too
         if trip is None:  # while: the trip count depends on the test and what the body changes
             test_names = (
                 {n.id for n in nodes_under(stmt.test) if isinstance(n, ast.Name)}

@@ -61,6 +61,31 @@ def _assigned_under(root: ast.AST) -> frozenset[str]:
     return frozenset(names)
 
 
+# Methods that change a container in place: `items.append(x)` in a loop body changes `items`.
+MUTATING_METHODS = frozenset(
+    {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard", "setdefault"}
+)
+
+
+def mutated_names(nodes: Iterable[ast.AST]) -> set[str]:
+    """Names and dotted attributes whose container some call under `nodes` changes in place."""
+    names: set[str] = set()
+    for root in nodes:
+        names |= _mutated_under(root)
+    return names
+
+
+@lru_cache(maxsize=65536)
+def _mutated_under(root: ast.AST) -> frozenset[str]:
+    names: set[str] = set()
+    for node in nodes_under(root):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            parts = dotted(node.func.value) if node.func.attr in MUTATING_METHODS else None
+            if parts:
+                names.add(".".join(parts))
+    return frozenset(names)
+
+
 @lru_cache(maxsize=4096)
 def global_names(function: FunctionNode) -> frozenset[str]:
     return frozenset(
