@@ -41,6 +41,7 @@ class OpSpec:
     root: str | None = None
     group_root: str | None = None
     peer: str | None = None
+    group_peer: str | None = None  # the peer as a rank inside `group` (`group_dst=`)
     reduce_op: str | None = None
     ranks: str | None = None
     operands: tuple[str, ...] = ()
@@ -205,6 +206,7 @@ def _op_spec(entry: dict[str, Any], where: str) -> OpSpec:
         root=_optional_str(entry, "root", where),
         group_root=_optional_str(entry, "group_root", where),
         peer=_optional_str(entry, "peer", where),
+        group_peer=_optional_str(entry, "group_peer", where),
         reduce_op=_optional_str(entry, "reduce_op", where),
         ranks=_optional_str(entry, "ranks", where),
         operands=_str_tuple(entry, "operands", where),

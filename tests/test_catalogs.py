@@ -27,7 +27,10 @@ LIST_ROLE_KEYS = ("operands", "uniform_after")
 # Names a value expression may use (docs/catalog-format.md, "Value expressions").
 # torch's own APIs: checked against the installed torch (tests/test_wrapped_models.py), not recorded here.
 TORCH_CATALOGS = ("torch.toml", "torch_wrappers.toml")
-VALUE_NAMES = {"rank", "world", "local_rank", "node_rank", "local_world", "group_rank", "group_world"}
+VALUE_NAMES = {
+    *("rank", "world", "local_rank", "node_rank", "local_world"),
+    *("group_rank", "group_world", "group_ranks"),
+}
 # Method names allowed to match on any receiver: distinctive enough that a call by that name is a
 # collective whatever the object. Adding one needs the same argument in its catalog comment.
 ANY_RECEIVER_OK = {

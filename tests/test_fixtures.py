@@ -47,11 +47,6 @@ KNOWN_GAPS: dict[str, str] = {
         "collective only under the DeepSpeed/FSDP plugins, and collcheck does not read the accelerate "
         "launch config)"
     ),
-    "reports/broadcast_tensor_dict_missing_group_bug.py": (
-        "the world broadcast's src comes from get_tensor_model_parallel_src_rank(), which is left out of "
-        "catalogs/megatron.toml (a global rank that differs between TP groups: no value expression for it), "
-        "so src is not seen to differ between ranks (with src = dist.get_rank() the call is reported)"
-    ),
     "reports/ddp_skip_batch_no_anchor_bug.py": (
         "the skipped collective is DDP's implicit gradient all-reduce inside loss.backward() of a "
         "loss computed by the wrapped model: backward is not tied to the forward that built the graph"
@@ -72,10 +67,6 @@ KNOWN_GAPS: dict[str, str] = {
         "state written under a rank guard is not tracked: stopper.update() runs on rank 0 only and sets "
         "stopper.should_stop, which a later `while` condition reads; attribute writes inside called "
         "methods do not make the attribute rank-dependent"
-    ),
-    "reports/gloo_group_from_own_tp_ranks_bug.py": (
-        "dist.get_process_group_ranks(tp_group) (the members of the caller's own group) is not known to "
-        "differ between ranks, so new_group's ranks argument is not seen as rank-dependent"
     ),
     "reports/hf_trainer_save_model_fsdp_main_bug.py": (
         "transformers Trainer.save_model is left out of catalogs/conventions.toml on purpose (it gathers "

@@ -88,3 +88,42 @@ def test_has_effect_agrees_with_resolve() -> None:
         call = _call(text)
         resolved = resolver.resolve(call, frame).kind
         assert resolver.has_effect(call, frame) == (resolved is not CallKind.UNKNOWN), text
+
+
+def test_a_catalog_value_names_a_groups_listed_member() -> None:
+    from collcheck.static import groups
+    from collcheck.static.catalog_values import value_from_spec
+
+    assert value_from_spec("group_ranks[tp][0]", "here") == groups.global_rank_of("tp", 0)
+    assert value_from_spec("group_ranks[pp][-1]", "here") == groups.global_rank_of("pp", -1)
+    assert is_rank_dependent(groups.global_rank_of("tp", 0))  # another block, another member
+    assert not is_rank_dependent(groups.global_rank_of("world", 0))
+
+
+def test_a_cached_return_is_told_from_an_ordinary_early_return() -> None:
+    from collcheck.static.syntax import cached_return
+
+    tree = ast.parse(
+        "def probe(k):\n"
+        "    global CACHE\n"
+        "    if CACHE is not None:\n"
+        "        return CACHE[k]\n"
+        "    CACHE = {}\n"
+        "    return CACHE[k]\n"
+    )
+    function = tree.body[0]
+    assert isinstance(function, ast.FunctionDef)
+    test, rest = function.body[1], function.body[2:]
+    assert cached_return(test, rest, {"CACHE"})
+    assert not cached_return(test, rest, set())  # not a global any function rebinds
+    assert not cached_return(test, rest[1:], {"CACHE"})  # the rest never fills it
+
+
+def test_loops_whose_trip_count_depends_on_the_rank_are_uneven_inside() -> None:
+    from collcheck.static.state import Enclosing
+    from collcheck.static.symbolic import Const
+
+    assert Enclosing.NO_LOOP.inside(Const(4)) is Enclosing.EVEN_LOOPS
+    assert Enclosing.EVEN_LOOPS.inside(RANK) is Enclosing.UNEVEN_LOOP
+    assert Enclosing.UNEVEN_LOOP.inside(Const(4)) is Enclosing.UNEVEN_LOOP
+    assert Enclosing.EVEN_LOOPS.inside(None) is Enclosing.UNEVEN_LOOP  # a `while`

@@ -42,6 +42,9 @@ def _spec_expr(node: ast.expr, names: dict[str, Expr], where: str) -> Expr:
     ):  # `group_rank[tp]`: the rank inside the catalog group `tp`, tied to collectives on `tp`
         size = node.value.id == "group_world"
         return groups.group_size(node.slice.id) if size else groups.local_rank(node.slice.id)
+    listed = _listed_member(node)
+    if listed is not None:  # `group_ranks[pp][-1]`: the global rank of the group's last member
+        return groups.global_rank_of(*listed)
     if isinstance(node, ast.BoolOp):
         parts = tuple(_spec_expr(value, names, where) for value in node.values)
         return BoolOp("and" if isinstance(node.op, ast.And) else "or", parts)
@@ -60,6 +63,21 @@ def _spec_expr(node: ast.expr, names: dict[str, Expr], where: str) -> Expr:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         return Not(_spec_expr(node.operand, names, where))
     return Atom(f"spec@{where}", "perrank")
+
+
+def _listed_member(node: ast.expr) -> tuple[str, int] | None:
+    """`group_ranks[g][i]` (i a literal, negative from the end): the group and the index."""
+    if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Subscript)):
+        return None
+    inner, index = node.value, node.slice
+    sign = 1
+    if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub):
+        index, sign = index.operand, -1
+    named = isinstance(inner.value, ast.Name) and inner.value.id == "group_ranks"
+    if not (named and isinstance(inner.slice, ast.Name) and isinstance(index, ast.Constant)):
+        return None
+    value = index.value
+    return (inner.slice.id, sign * value) if type(value) is int else None
 
 
 COMPARE_OPS: dict[type, str] = {

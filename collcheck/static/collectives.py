@@ -82,6 +82,9 @@ class CollectiveEvents(CallResolver):
         root = value(spec.root)
         if root is None and spec.group_root is not None:
             root = value(spec.group_root)
+        peer = value(spec.peer)
+        if peer is None and spec.group_peer is not None:
+            peer = _global_peer(value(spec.group_peer), group)
         event = CommEvent(
             op=spec.op,
             kind=spec.kind,
@@ -94,14 +97,17 @@ class CollectiveEvents(CallResolver):
             group=group,
             root=root,
             reduce_op=reduce_op,
-            peer=value(spec.peer),
+            peer=peer,
             ranks_arg=value(spec.ranks),
             operands=tuple(source_text(args[name]) for name in spec.operands if name in args),
             group_term=group_term,
             group_text=source_text(group_node) if group_node is not None else "",
         )
         joined = self.joined and spec.op in JOINABLE_OPS  # shadowed by the Join context (interpret.py)
-        if self.record_events and spec.kind != "p2p_nonblocking" and not joined:
+        # `new_group(ranks, use_local_synchronization=True)` waits only for the ranks it lists, each
+        # block for its own list (`get_process_group_ranks(tp_group)`): not a call of the world.
+        local = spec.kind == "group_create" and _is_true(args.get("use_local_synchronization"))
+        if self.record_events and spec.kind != "p2p_nonblocking" and not joined and not local:
             state.events = (*state.events, event)
         for name in spec.uniform_after:
             if name in args:
@@ -231,6 +237,21 @@ def _map_arguments(call: ast.Call, spec: OpSpec) -> dict[str, ast.expr]:
         if keyword.arg is not None:
             args[keyword.arg] = keyword.value
     return args
+
+
+def _global_peer(local: Expr | None, group: GroupVal | None) -> Expr | None:
+    """`send(t, group_dst=1, group=g)`: the global rank of the member of `g` at local rank 1
+    (`groups.global_rank_of`, tied to the local ranks when two ranks are compared); None when the
+    local rank is computed (`(me + 1) % size`), which collcheck does not translate."""
+    if group is None or local is None:
+        return local
+    if isinstance(local, Const) and type(local.value) is int:
+        return groups.global_rank_of(group.key, local.value)
+    return None
+
+
+def _is_true(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
 
 
 def _group_choice(value: Expr) -> bool:

@@ -30,6 +30,7 @@ from collcheck.static.symbolic import (
     Expr,
     GroupVal,
     IfExp,
+    Sized,
     atoms,
     is_rank_dependent,
 )
@@ -56,6 +57,10 @@ class ValueEvaluator(Protocol):
 GROUP_RANK_TRANSLATORS = frozenset(
     {"torch.distributed.get_group_rank", "torch.distributed.distributed_c10d.get_group_rank"}
 )
+# get_global_rank(group, i): the global rank of the member at local rank i.
+GLOBAL_RANK_TRANSLATORS = frozenset(
+    {"torch.distributed.get_global_rank", "torch.distributed.distributed_c10d.get_global_rank"}
+)
 GROUP_RANK_LISTS = frozenset(
     {
         "torch.distributed.get_process_group_ranks",
@@ -73,6 +78,9 @@ TENSOR_FACTORIES = tuple(
     )
 )
 NOT_NONE = Const("<object>")
+NEVER_NONE = ("slice:", *TENSOR_FACTORIES)
+# Methods that cut a tensor into a sequence of tensors: an item of their result is a tensor.
+TENSOR_SPLITTERS = tuple(f".{name}(" for name in ("chunk", "split", "tensor_split", "unbind"))
 
 
 def group_key(value: Expr, node: ast.expr) -> str:
@@ -160,11 +168,16 @@ def group_call_value(
     frame: Frame,
     known: dict[int, Expr] | None,
 ) -> Expr | None:
-    """Calls about groups that are not rank functions: get_group_rank(g, rank), a catalog group
-    accessor, get_process_group_ranks(g)."""
+    """Calls about groups that are not rank functions: get_group_rank(g, rank), get_global_rank(g,
+    i), a catalog group accessor, get_process_group_ranks(g)."""
     if name in GROUP_RANK_TRANSLATORS and len(node.args) == 2 and args[1] == RANK:
         value = group_value(ev, node.args[0], state, frame, known or {})
         return RANK if value is None else groups.local_rank(value.key)
+    if name in GLOBAL_RANK_TRANSLATORS and len(node.args) == 2:
+        index = args[1]
+        if isinstance(index, Const) and type(index.value) is int:
+            value = group_value(ev, node.args[0], state, frame, known or {})
+            return index if value is None else groups.global_rank_of(value.key, index.value)
     if name in ev.catalog.groups:
         return catalog_group(ev.catalog.groups[name], ev.catalog.types.get(name, ""))
     if name in GROUP_RANK_LISTS and len(node.args) == 1:
@@ -299,9 +312,11 @@ def _chained_type(ev: ValueEvaluator, parts: list[str], state: State, class_name
 
 
 def none_or_not(value: Expr) -> Expr:
-    """A value compared with `is None`: a tensor made by a factory is never None (keep None itself,
-    and unknowns, as they are)."""
-    if isinstance(value, Atom) and value.name.startswith(TENSOR_FACTORIES):
+    """A value compared with `is None`: a tensor made by a factory, a slice (`full[lo:hi]`, even
+    with bounds computed from the rank) and a piece of a split tensor (`full.chunk(n)[rank]`) are
+    never None (keep None itself, and unknowns, as they are)."""
+    tensor = isinstance(value, Atom) and (value.name.startswith(NEVER_NONE) or _piece_of_split(value.name))
+    if tensor or isinstance(value, Sized):
         return NOT_NONE
     if isinstance(value, IfExp):
         then, orelse = none_or_not(value.then), none_or_not(value.orelse)
@@ -318,3 +333,12 @@ def parameters_with_literal_defaults(args: ast.arguments) -> set[str]:
     return {
         arg.arg for arg, default in pairs if isinstance(default, ast.Constant) and type(default.value) is int
     }
+
+
+def _piece_of_split(name: str) -> bool:
+    """`item:<text>[index]@where` of an item read from the result of a tensor-splitting method."""
+    if not name.startswith("item:"):
+        return False
+    text = name[len("item:") :].rpartition("@")[0]
+    base = text.rpartition("[")[0]
+    return base.endswith(")") and any(splitter in base for splitter in TENSOR_SPLITTERS)

@@ -49,13 +49,26 @@ def group_size(key: str) -> Atom:
 
 
 def member_ranks(key: str) -> Atom:
-    """`dist.get_process_group_ranks(group)`: the group's global ranks, in local-rank order."""
-    return Atom(RANKS_PREFIX + key, "shared")
+    """`dist.get_process_group_ranks(group)`: the group's global ranks, in local-rank order. The
+    same on every member of the group (`member_facts`), but a rank of another group of the same
+    name holds another list (`new_group(ranks=get_process_group_ranks(tp_group))` is called with
+    a different list on each tensor-parallel block); the world's list is the same everywhere."""
+    return Atom(RANKS_PREFIX + key, "shared" if key == "world" else "perrank")
+
+
+def is_listed_member(atom: Atom) -> bool:
+    """`global_rank_of`: a group's member at a given local rank."""
+    return atom.name.startswith(GLOBAL_OF_PREFIX)
+
+
+def is_member_list(value: Expr) -> bool:
+    return isinstance(value, Atom) and value.name.startswith(RANKS_PREFIX)
 
 
 def global_rank_of(key: str, index: int) -> Atom:
-    """`get_process_group_ranks(group)[index]`: the global rank of the member at that local rank."""
-    return Atom(f"{GLOBAL_OF_PREFIX}{key}[{index}]", "shared")
+    """`get_process_group_ranks(group)[index]`: the global rank of the member at that local rank;
+    like the list, the same on the group's members and another one on a rank of another block."""
+    return Atom(f"{GLOBAL_OF_PREFIX}{key}[{index}]", "shared" if key == "world" else "perrank")
 
 
 def membership(container: str) -> Atom:
@@ -140,7 +153,8 @@ def shared_positions(key: str, mentioned: set[str], grids: Iterable[tuple[str, .
 
 def local_rank_bounds(tr: Any, found: frozenset[Atom]) -> list[Any]:
     """A local rank is below its group's size, on both ranks (a group of one has local rank 0);
-    a rank is the member listed at index i exactly when its local rank is i."""
+    a rank is the member listed at index i of its group (or of the other rank's) exactly when its
+    local rank is i; a listed member is a rank of the world."""
     facts = []
     listed = _listed_members(found)
     # Sorted: the order of z3's facts steers the model it picks, and counterexamples must not
@@ -152,15 +166,25 @@ def local_rank_bounds(tr: Any, found: frozenset[Atom]) -> list[Any]:
     for key, index in sorted(listed):
         size = tr.as_int(group_size(key), "a")
         position = index if index >= 0 else size + index
-        member = tr.as_int(global_rank_of(key, index), "a")
-        for side in ("a", "b"):
-            is_member = tr.rank(side) == member
-            facts.append(is_member == (tr.as_int(local_rank(key), side) == position))
+        for side, other in (("a", "b"), ("b", "a")):
+            member = tr.as_int(global_rank_of(key, index), side)
+            facts.extend((member >= 0, member < tr.world))
+            facts.append((tr.rank(side) == member) == (tr.as_int(local_rank(key), side) == position))
+            # The other rank, if it is that member of this rank's group, holds that local rank in
+            # it (a rank belongs to one group of each name).
+            at = tr.as_int(local_rank(key), other) == position
+            facts.append(tr.z3.Implies(tr.rank(other) == member, at))
     return facts
 
 
 def _atom_order(atom: Atom) -> tuple[str, str]:
     return atom.name, atom.kind
+
+
+def _own_lists(found: frozenset[Atom], key: str) -> set[Atom]:
+    """The group's rank list and the members read from it (`ranks[0]`) among the atoms."""
+    listed = f"{GLOBAL_OF_PREFIX}{key}["
+    return {atom for atom in found if atom.name == RANKS_PREFIX + key or atom.name.startswith(listed)}
 
 
 def _listed_members(found: frozenset[Atom]) -> set[tuple[str, int]]:
@@ -190,6 +214,8 @@ def member_facts(tr: Any, group: GroupVal, found: frozenset[Atom], known: GroupF
     rank_a, rank_b = tr.as_int(local_rank(group.key), "a"), tr.as_int(local_rank(group.key), "b")
     facts = [size >= 2, size <= tr.world, rank_a >= 0, rank_b >= 0, rank_a < size, rank_b < size]
     facts.append(rank_a != rank_b)
+    for atom in sorted(_own_lists(found, group.key), key=_atom_order):
+        facts.append(tr.as_int(atom, "a") == tr.as_int(atom, "b"))  # the same list on its members
     declared = known.members.get(group.key)
     if declared is not None:
         facts.extend((tr.as_bool(declared, "a"), tr.as_bool(declared, "b")))
@@ -205,6 +231,28 @@ def member_facts(tr: Any, group: GroupVal, found: frozenset[Atom], known: GroupF
         for atom in sorted(opaque_rank_atoms(found), key=_atom_order):
             facts.append(tr.as_bool(atom, "a") == tr.as_bool(atom, "b"))
             facts.append(tr.as_int(atom, "a") == tr.as_int(atom, "b"))
-    for other in sorted(shared_positions(group.key, _local_rank_keys(found), known.grids)):
+    mentioned = _local_rank_keys(found)
+    same = shared_positions(group.key, mentioned, known.grids)
+    if group.members is None and group.color is None:
+        same |= other_axes(group.key, mentioned, known)
+    for other in sorted(same):
         facts.append(tr.as_int(local_rank(other), "a") == tr.as_int(local_rank(other), "b"))
     return facts
+
+
+def _catalogued(key: str, known: GroupFacts) -> bool:
+    return key in known.members or any(key in grid for grid in known.grids)
+
+
+def other_axes(key: str, mentioned: set[str], known: GroupFacts) -> set[str]:
+    """Groups, among those whose local ranks the conditions mention, taken to be other axes of one
+    grid with `key`, a group of unknown membership (two members of `key` hold the same position in
+    each): the groups no catalog fact relates to it. Code that holds several groups at once (a data-,
+    a pipeline- and a tensor-parallel group handed to a constructor) lays the ranks out on a grid,
+    and `if dp_rank != 0: return` before a pipeline-group barrier lets whole pipeline groups through
+    or none. A group nested in another (a node's ranks inside a larger group) breaks that
+    assumption; its hangs are given up for precision, as for the opaque per-rank values above. What
+    the catalogs say about their groups (`[group_grids]`, `[group_members]`) is kept as it is."""
+    if _catalogued(key, known):
+        return set()
+    return {other for other in mentioned if other != key and not _catalogued(other, known)}

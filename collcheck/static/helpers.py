@@ -50,7 +50,7 @@ from collcheck.static.symbolic import (
     children,
     negate,
 )
-from collcheck.static.syntax import global_names
+from collcheck.static.syntax import global_names, is_filled_key
 from collcheck.static.values import where_of
 
 Snapshot = tuple[frozenset[tuple[str, FunctionNode]], frozenset[str]]
@@ -211,8 +211,11 @@ class HelperInliner(CollectiveEvents):
             frame.function, function.name, self.module.path, call.lineno, call.col_offset, owner_module.path
         )
         owner = self.owner_class(function, class_name)
-        inner = Frame(function.name, owner, (*frame.chain, site), frame.depth + 1, (*frame.stack, function))
-        declared = global_names(function)
+        chain, stack = (*frame.chain, site), (*frame.stack, function)
+        inner = Frame(function.name, owner, chain, frame.depth + 1, stack, loop=frame.loop)
+        # `global` names, and the caches some path filled (interpret._lazy_initialisation): those
+        # are the process's, whichever function reads them.
+        declared = global_names(function) | {key for key in state.env if is_filled_key(key)}
         for name in declared & set(state.env):
             env[name] = state.env[name]  # module state as the caller last left it
         start = State(env, state.conds, state.events)
@@ -227,7 +230,7 @@ class HelperInliner(CollectiveEvents):
         for final in finals:
             resumed = State(dict(state.env), final.conds, final.events)
             for key, value in final.env.items():
-                if (key.startswith("self.") and bound_self) or key in declared:
+                if (key.startswith("self.") and bound_self) or key in declared or is_filled_key(key):
                     resumed.env[key] = value  # attribute and `global` writes outlive the call
             if final.exit is not None and final.exit.kind in ("raise", "exit"):
                 resumed.exit = final.exit
@@ -249,7 +252,7 @@ class HelperInliner(CollectiveEvents):
         """The helper's final states: from a summary that holds here, or by running its body once
         (and keeping the run as a summary for the next call that agrees on what it read)."""
         summaries = self.summaries
-        mode = (runner.record_events, self.reduced, self.opaque_helpers)
+        mode = (runner.record_events, self.reduced, self.opaque_helpers, inner.loop)
         key = _summary_key(function, inner, bound_self, start.env, mode)
         if key is not None and summaries.enabled:
             for summary in summaries.entries.get(key, ()):
@@ -400,10 +403,11 @@ def _small(value: Expr, limit: int = MAX_KEY_NODES) -> bool:
 
 
 def _summary_key(
-    function: FunctionNode, inner: Frame, bound_self: bool, env: dict[str, Expr], mode: tuple[bool, ...]
+    function: FunctionNode, inner: Frame, bound_self: bool, env: dict[str, Expr], mode: tuple[object, ...]
 ) -> tuple[Any, ...] | None:
     """`mode`: whether events are recorded, whether the reduced mode runs and whether helpers are
-    opaque there (steps and paths are counted differently, so its runs are reused only by itself)."""
+    opaque there (steps and paths are counted differently, so its runs are reused only by itself),
+    and the loops around the call (a cached first call is followed differently inside them)."""
     if not all(_small(value) for value in env.values()):
         return None
     return (function, inner.class_name, bound_self, inner.depth, tuple(env.items()), mode)
@@ -481,7 +485,7 @@ def _summarise(
             tuple(
                 (name, value)
                 for name, value in final.env.items()
-                if (name.startswith("self.") and bound_self) or name in declared
+                if (name.startswith("self.") and bound_self) or name in declared or is_filled_key(name)
             ),
         )
         for final in finals

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
+from dataclasses import replace
 
 from collcheck.config import Settings
 from collcheck.findings import Budget
@@ -33,17 +34,10 @@ from collcheck.static.helpers import LoopOp
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable, add_import, nodes_under, qualified_name, source_text
 from collcheck.static.object_values import record_keyword_attributes
-from collcheck.static.program import (
-    CommEvent,
-    Exit,
-    LoopEvent,
-    LoopRange,
-    Path,
-    Region,
-    Site,
-)
-from collcheck.static.state import Frame, PathLimitExceeded, State, merge_branches, merge_envs
+from collcheck.static.program import CommEvent, Exit, LoopEvent, LoopRange, Path, Region, Site
+from collcheck.static.state import Frame, PathLimitExceeded, State, kept_sequences, merge_branches, merge_envs
 from collcheck.static.symbolic import (
+    TRUE,
     Atom,
     BinOp,
     Compare,
@@ -57,12 +51,15 @@ from collcheck.static.symbolic import (
 )
 from collcheck.static.syntax import (
     assigned_names,
+    cached_return,
     calls_in_order,
+    filled_key,
     is_set_expr,
     lazy_initialisation,
     loop_variant_names,
     memo_lookup,
     mentions,
+    mutated_names,
 )
 from collcheck.static.values import where_of
 
@@ -215,14 +212,16 @@ class Interpreter(ExceptionFlow):
         return Atom(f"param:{name}@{where_of(node)}", "shared")
 
     def exec_block(self, body: Sequence[ast.stmt], states: list[State], frame: Frame) -> list[State]:
-        for stmt in body:
+        for index, stmt in enumerate(body):
             live = [state for state in states if state.exit is None]
             if not live:
                 break
             finished = [state for state in states if state.exit is not None]
             produced: list[State] = []
             for state in live:
-                produced.extend(self.exec_stmt(stmt, state, frame))
+                shaped = frame.loop.even and isinstance(stmt, ast.If)  # cheap tests first
+                cached = self._cached_after_first_call(body, index, state, frame) if shaped else None
+                produced.extend(self.exec_stmt(stmt, state, frame) if cached is None else cached)
             states = finished + produced
             if self.reduced and len(produced) > 1:
                 states = join_paths(states, self.ranked)
@@ -330,8 +329,9 @@ class Interpreter(ExceptionFlow):
     _stmt_Nonlocal = _stmt_Import
 
     def _stmt_If(self, stmt: ast.If, state: State, frame: Frame) -> list[State]:
-        if lazy_initialisation(stmt, self.module.mutable_globals):
-            return self._lazy_initialisation(stmt, state, frame)
+        cache = lazy_initialisation(stmt, self.module.mutable_globals)
+        if cache is not None:
+            return self._lazy_initialisation(stmt, cache, state, frame)
         if memo_lookup(stmt):
             # `if key in cache: return cache[key]`: a per-process memo, filled the same way on
             # every rank, even when the key is rank-dependent (each rank's own group).
@@ -342,26 +342,47 @@ class Interpreter(ExceptionFlow):
             results.extend(self._branch(test, stmt.body, stmt.orelse, current, frame))
         return results
 
-    def _lazy_initialisation(self, stmt: ast.If, state: State, frame: Frame) -> list[State]:
-        """`if self._group is None: self._group = new_group(...)` creates once per process, normally
-        on the first call, which every rank makes alike: later calls (perhaps on some ranks only)
-        take the cached path. That holds when the creation itself is the same on every rank (the
-        body's paths issue the same events, whatever else they choose by rank: "create every
-        group, keep mine"). A body that decides by rank what to create (`if rank == 0:` around the
-        `new_group`, a `return` on some ranks before it) splits the ranks on that first call: its
-        paths are kept, under the cache test as a condition like any other."""
+    def _lazy_initialisation(self, stmt: ast.If, cache: str, state: State, frame: Frame) -> list[State]:
+        """`if self._group is None: self._group = new_group(...)` creates once per process, on the
+        first call; once a path filled the cache (`filled_key`), later tests on it take the cached
+        path. The cache test is alike on every rank: outside loops it is an `if` like any other (a
+        first call made by some ranks only creates on those alone). Inside loops that run alike on
+        every rank (`Frame.loop`), the first call may come in different iterations on different
+        ranks (`if peer == rank: continue`): when the creation is the same on every rank (its paths
+        issue the same events: "create every group, keep mine"), each rank makes it once in the
+        loop, and only the cached path is followed; a body that decides by rank what to create
+        splits the ranks on that first call, and its paths are kept under the cache test."""
+        filled = filled_key(cache)
+        if state.env.get(filled) == TRUE:
+            return self.exec_block(stmt.orelse, [state], frame)
         results: list[State] = []
         for current, test in self.eval(stmt.test, state, frame):
-            if constant_truth(test) is not None:
-                results.extend(self._branch(test, stmt.body, stmt.orelse, current, frame))
+            if constant_truth(test) is not None or not frame.loop.even:
+                for after in self._branch(test, stmt.body, stmt.orelse, current, frame):
+                    if constant_truth(test) is True or test in after.conds:
+                        after.env[filled] = TRUE
+                    results.append(after)
                 continue
             created = self.exec_block(stmt.body, [current.fork(test)], frame)
-            if len({after.events for after in created}) <= 1:
+            if len(kept_sequences(created)) <= 1:
                 results.extend(self.exec_block(stmt.orelse, [current], frame))
                 continue
             results.extend(created)
             results.extend(self.exec_block(stmt.orelse, [current.fork(negate(test))], frame))
         return results
+
+    def _cached_after_first_call(
+        self, body: Sequence[ast.stmt], index: int, state: State, frame: Frame
+    ) -> list[State] | None:
+        """`if CACHE is not None: return CACHE[key]` (`body[index]`) before the rest of the body,
+        which fills CACHE, inside loops: the cached return alone when the rest is alike on every
+        rank (as in `_lazy_initialisation`)."""
+        stmt, rest = body[index], body[index + 1 :]
+        if not (isinstance(stmt, ast.If) and cached_return(stmt, rest, self.module.mutable_globals)):
+            return None
+        if len(kept_sequences(self.exec_block(rest, [state.fork()], frame))) > 1:
+            return None
+        return self.exec_block(stmt.body, [state], frame)
 
     def _branch(
         self, test: Expr, body: Sequence[ast.stmt], orelse: Sequence[ast.stmt], state: State, frame: Frame
@@ -471,8 +492,8 @@ class Interpreter(ExceptionFlow):
         inputs: tuple[Expr, ...],
         loop_range: LoopRange | None = None,
     ) -> list[State]:
-        body_states = self.exec_block(stmt.body, [body_start], frame)
-        changed = assigned_names(stmt.body)
+        body_states = self.exec_block(stmt.body, [body_start], replace(frame, loop=frame.loop.inside(trip)))
+        changed = assigned_names(stmt.body) | mutated_names(stmt.body)  # `items.append(x)` too
         if trip is None:  # while: the trip count depends on the test and what the body changes
             test_names = (
                 {n.id for n in nodes_under(stmt.test) if isinstance(n, ast.Name)}

@@ -11,11 +11,12 @@ from __future__ import annotations
 import ast
 
 from collcheck.config import Settings
+from collcheck.static.groups import LOCAL_RANK_PREFIX, SIZE_PREFIX
 from collcheck.static.interpret import Interpreter
 from collcheck.static.model import ModuleInfo, module_body
 from collcheck.static.names import nodes_under
 from collcheck.static.state import Frame, State
-from collcheck.static.symbolic import Atom, Expr, GroupVal, is_rank_dependent, opaque
+from collcheck.static.symbolic import Atom, Expr, GroupVal, atoms, is_rank_dependent, opaque
 
 
 def complete_module(module: ModuleInfo, interpreter: Interpreter) -> None:
@@ -58,13 +59,14 @@ def _class_attributes(module: ModuleInfo, interpreter: Interpreter) -> None:
                     ):
                         # `pure` runs no call, so no event is recorded here.
                         seen.setdefault(target.attr, []).append(interpreter.pure(node.value, state, frame))
+        held = _groups_asked_about(seen)
         for attribute, values in seen.items():
             interesting = [
                 v
                 for v in values
                 if is_rank_dependent(v)
                 or isinstance(v, GroupVal)
-                or (isinstance(v, Atom) and v.name.startswith("type:"))
+                or (isinstance(v, Atom) and (v.name.startswith("type:") or v.name in held))
             ]
             if not interesting:
                 continue
@@ -72,3 +74,18 @@ def _class_attributes(module: ModuleInfo, interpreter: Interpreter) -> None:
                 info.attributes[attribute] = values[0]
             else:
                 info.attributes[attribute] = opaque(f"self.{attribute}@{class_name}", tuple(values))
+
+
+def _groups_asked_about(seen: dict[str, list[Expr]]) -> set[str]:
+    """The keys of the groups whose local rank or size some attribute holds: `self.pp_rank =
+    dist.get_rank(pp_group)` next to `self.pp_group = pp_group` makes the attribute that group (one
+    key), so that `dist.barrier(self.pp_group)` after `if self.pp_rank != 0: return` is seen to be
+    guarded by the rank inside its own group."""
+    keys: set[str] = set()
+    for values in seen.values():
+        for value in values:
+            for atom in atoms(value):
+                for prefix in (LOCAL_RANK_PREFIX, SIZE_PREFIX):
+                    if atom.name.startswith(prefix):
+                        keys.add(atom.name[len(prefix) :])
+    return keys

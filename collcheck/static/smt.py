@@ -10,6 +10,7 @@ In: a `Region` and the two paths of a query, with an optional extra fact built f
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -366,11 +367,13 @@ _PRODUCED = re.compile(r"(?:uniform|result):[^@]*@(\d+):(\d+)")
 
 
 def _produced_by(found: frozenset[Atom], spots: set[tuple[int, int]]) -> bool:
-    for atom in found:
-        for match in _PRODUCED.finditer(atom.name):
-            if (int(match.group(1)), int(match.group(2))) in spots:
-                return True
-    return False
+    return bool(produced_at(found) & spots)
+
+
+def produced_at(found: Iterable[Atom]) -> set[tuple[int, int]]:
+    """The (line, column) of the collective calls whose results the atoms read."""
+    spots = (match for atom in found for match in _PRODUCED.finditer(atom.name))
+    return {(int(match.group(1)), int(match.group(2))) for match in spots}
 
 
 def _ranked(found: frozenset[Atom]) -> bool:

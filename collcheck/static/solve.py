@@ -24,11 +24,11 @@ from collcheck.static.divergence import (
     is_world,
     terms,
 )
-from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts
+from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts, is_listed_member
 from collcheck.static.handoff import is_callback
 from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, LoopRange, Path, Region
 from collcheck.static.roots import raises_on_named_ranks, unreported_root
-from collcheck.static.smt import RegionSolver, SolveStats
+from collcheck.static.smt import RegionSolver, SolveStats, produced_at
 from collcheck.static.symbolic import (
     MEMBER,
     RANK,
@@ -119,15 +119,21 @@ def _first_structural_difference(seq_a: tuple[Element, ...], seq_b: tuple[Elemen
 
 def _operand_permutation(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]) -> int | None:
     """Index of the first operand that differs when both sequences reduce the same operands in another
-    order (the seed's swapped all_reduce pair); None when they do not."""
-    ops_a = [(e.op, e.operands) for e in seq_a if isinstance(e, CommEvent)]
-    ops_b = [(e.op, e.operands) for e in seq_b if isinstance(e, CommEvent)]
+    order (the seed's swapped all_reduce pair); None when they do not. A rooted collective (a
+    broadcast from `src`) is left out: the source's buffer sends and the others' receive, whatever
+    each rank calls them (`broadcast(mine, src=r0); broadcast(theirs, src=r1)` on rank 0 against
+    `broadcast(theirs, src=r0); broadcast(mine, src=r1)` on rank 1 is an exchange); its roots
+    are compared on their own."""
+    ops_a = [(e.op, e.operands) for e in seq_a if isinstance(e, CommEvent) and e.root is None]
+    ops_b = [(e.op, e.operands) for e in seq_b if isinstance(e, CommEvent) and e.root is None]
     if ops_a == ops_b or sorted(ops_a) != sorted(ops_b):
         return _reordered_loop(seq_a, seq_b)
     if any(not operands for _, operands in ops_a):
         return None
     for index, (x, y) in enumerate(zip(seq_a, seq_b, strict=False)):
-        if isinstance(x, CommEvent) and isinstance(y, CommEvent) and x.operands != y.operands:
+        if not (isinstance(x, CommEvent) and isinstance(y, CommEvent)) or x.root is not None:
+            continue
+        if x.operands != y.operands:
             return index
     return None
 
@@ -166,6 +172,29 @@ def _term_pairs(
         if creates and not (_singleton(x.ranks_arg) and _singleton(y.ranks_arg)):  # type: ignore[arg-type]
             pairs.append((DivergenceKind.GROUP_ARGS, index, x.ranks_arg, y.ranks_arg))  # type: ignore[arg-type]
     return [p for p in pairs if p[2] != p[3] or is_rank_dependent(p[2])]
+
+
+def _counted_from_source(
+    seq_x: tuple[Element, ...], seq_y: tuple[Element, ...], index: int, trip_x: Expr, trip_y: Expr
+) -> bool:
+    """The loop of one rank counts what it received from a rooted collective (a broadcast of the
+    metadata), and the other rank, in the other arm of the code, issued the matching call: the
+    source described what it sends, and the receivers loop over that description (the
+    `broadcast_tensor_dict` protocol). Another call: another place, or the same helper's call
+    reached from another place. The counts are then taken to agree, unless the source's own
+    count depends on the rank. A receiver that loops over a list of its own is still compared."""
+    if is_rank_dependent(trip_y):
+        return False
+    received = produced_at(atoms(trip_x)) - produced_at(atoms(trip_y))
+    for position, event in enumerate(seq_x[:index]):
+        partner = seq_y[position]
+        if not (isinstance(event, CommEvent) and isinstance(partner, CommEvent)) or event.root is None:
+            continue
+        here = (event.path, event.line, event.column, event.chain)
+        there = (partner.path, partner.line, partner.column, partner.chain)
+        if (event.line, event.column) in received and here != there:
+            return True
+    return False
 
 
 def _singleton(ranks: Expr) -> bool:
@@ -342,6 +371,10 @@ def _compare(
     results: list[Divergence] = []
     for kind, index, x, y in pairs:
         if not (is_rank_dependent(x) or is_rank_dependent(y) or not same_path):
+            continue
+        if kind is DivergenceKind.TRIP and (
+            _counted_from_source(seq_a, seq_b, index, x, y) or _counted_from_source(seq_b, seq_a, index, y, x)
+        ):
             continue
         if kind is DivergenceKind.ROOT and unreported_root(x, y, a, b, membership):
             continue
@@ -552,8 +585,11 @@ def _structural(query: PairQuery, index: int, extra: Any = None) -> list[Diverge
 
 def _modelled_peer(peer: Expr | None) -> bool:
     """A peer whose relation to the rank is known (`rank + 1`, `1 - rank`, a constant), not one
-    looked up in a table or computed by a black box: only those can prove a deadlock."""
-    return peer is not None and not any(atom.kind in ("perrank", "nondet") for atom in atoms(peer))
+    looked up in a table or computed by a black box: only those can prove a deadlock. A group's
+    member at a local rank (`get_global_rank(g, 1)`) is tied to the ranks' local ranks."""
+    return peer is not None and not any(
+        atom.kind in ("perrank", "nondet") and not is_listed_member(atom) for atom in atoms(peer)
+    )
 
 
 def _compare_p2p(solver: RegionSolver, region: Region, a: Path, b: Path) -> list[Divergence]:

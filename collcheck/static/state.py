@@ -8,6 +8,7 @@ joins that keep paths few: `merge_branches`, `merge_envs`, `common_prefix`, `col
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from collcheck.findings import Budget
 from collcheck.static.model import FunctionNode
@@ -22,6 +23,7 @@ from collcheck.static.symbolic import (
     Expr,
     IfExp,
     conjoin,
+    is_rank_dependent,
     opaque,
 )
 
@@ -48,6 +50,24 @@ class State:
         return State(dict(self.env), conds, self.events, self.exit, self.returned)
 
 
+class Enclosing(Enum):
+    """The loops around the statements being run, in this function and its callers."""
+
+    NO_LOOP = "no loop"
+    EVEN_LOOPS = "loops that run alike on every rank"  # trip counts the same on every rank
+    UNEVEN_LOOP = "a loop whose trip count may depend on the rank"
+
+    @property
+    def even(self) -> bool:
+        return self is Enclosing.EVEN_LOOPS
+
+    def inside(self, trip: Expr | None) -> Enclosing:
+        """The loops around the body of a loop of `trip` iterations (None: a `while`) inside these."""
+        if self is Enclosing.UNEVEN_LOOP or trip is None or is_rank_dependent(trip):
+            return Enclosing.UNEVEN_LOOP
+        return Enclosing.EVEN_LOOPS
+
+
 @dataclass(frozen=True)
 class Frame:
     function: str
@@ -55,6 +75,9 @@ class Frame:
     chain: tuple[Site, ...]
     depth: int
     stack: tuple[FunctionNode, ...]
+    # Inside the body of a loop (of this function or of a caller): a value cached on the first
+    # call (`interpret._lazy_initialisation`) is then made in some iteration of every rank's loop.
+    loop: Enclosing = Enclosing.NO_LOOP
 
 
 def merge_envs(states: list[State]) -> dict[str, Expr]:
@@ -114,3 +137,8 @@ def collapse_returns(caller: State, results: list[tuple[State, Expr]]) -> list[t
         value = IfExp(conjoin(extra), returned, value) if extra else returned
     merged = caller.fork()
     return [(merged, value)]
+
+
+def kept_sequences(states: list[State]) -> set[tuple[Element, ...]]:
+    """The event sequences of the states that do not end in a `raise` (a crash, not a choice)."""
+    return {after.events for after in states if after.exit is None or after.exit.kind != "raise"}

@@ -61,6 +61,31 @@ def _assigned_under(root: ast.AST) -> frozenset[str]:
     return frozenset(names)
 
 
+# Methods that change a container in place: `items.append(x)` in a loop body changes `items`.
+MUTATING_METHODS = frozenset(
+    {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard", "setdefault"}
+)
+
+
+def mutated_names(nodes: Iterable[ast.AST]) -> set[str]:
+    """Names and dotted attributes whose container some call under `nodes` changes in place."""
+    names: set[str] = set()
+    for root in nodes:
+        names |= _mutated_under(root)
+    return names
+
+
+@lru_cache(maxsize=65536)
+def _mutated_under(root: ast.AST) -> frozenset[str]:
+    names: set[str] = set()
+    for node in nodes_under(root):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            parts = dotted(node.func.value) if node.func.attr in MUTATING_METHODS else None
+            if parts:
+                names.add(".".join(parts))
+    return frozenset(names)
+
+
 @lru_cache(maxsize=4096)
 def global_names(function: FunctionNode) -> frozenset[str]:
     return frozenset(
@@ -210,25 +235,63 @@ def mentions(node: ast.AST, names: set[str]) -> bool:
     return False
 
 
-def lazy_initialisation(stmt: ast.If, mutable_globals: set[str]) -> bool:
+def lazy_initialisation(stmt: ast.If, mutable_globals: set[str]) -> str | None:
     """`if X is None:` (or `if not X:`) whose body assigns X, X a module global that functions
-    rebind or an attribute of `self`: a value created on first use and cached."""
+    rebind or an attribute of `self`: a value created on first use and cached. Its name, X."""
     test = stmt.test
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is):
-        right = test.comparators[0]
-        if not (isinstance(right, ast.Constant) and right.value is None):
-            return False
-        target = test.left
+        target = test.left if _is_none(test.comparators[0]) else None
     elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         target = test.operand
     else:
+        target = None
+    wanted = _cache_name(target, mutable_globals)
+    return wanted if wanted is not None and _assigns(stmt.body, wanted) else None
+
+
+def cached_return(stmt: ast.stmt, rest: Sequence[ast.stmt], mutable_globals: set[str]) -> bool:
+    """`if X is not None: return X[key]` (or `if X:`) whose body ends in a `return`, before a `rest`
+    of the function that assigns X, X a module global that functions rebind or an attribute of
+    `self`: a value computed on the first call and returned from the cache afterwards."""
+    if not isinstance(stmt, ast.If):
         return False
-    wanted = _cached_name(target)
+    test = stmt.test
+    target: ast.expr | None = test
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot):
+        target = test.left if _is_none(test.comparators[0]) else None
+    if stmt.orelse or not stmt.body or not isinstance(stmt.body[-1], ast.Return):
+        return False
+    wanted = _cache_name(target, mutable_globals)
+    return wanted is not None and _assigns(rest, wanted)
+
+
+FILLED = "@filled"
+
+
+def filled_key(name: str) -> str:
+    """The path-state key that says the cache `name` (`self.x`, a global X) was filled on this path."""
+    return name + FILLED
+
+
+def is_filled_key(key: str) -> bool:
+    return key.endswith(FILLED)
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _cache_name(target: ast.expr | None, mutable_globals: set[str]) -> str | None:
+    wanted = _cached_name(target) if target is not None else None
     if wanted is None or (not wanted.startswith("self.") and wanted not in mutable_globals):
-        return False
+        return None
+    return wanted
+
+
+def _assigns(body: Sequence[ast.stmt], wanted: str) -> bool:
     return any(
         isinstance(node, ast.Assign) and any(_cached_name(t) == wanted for t in node.targets)
-        for statement in stmt.body
+        for statement in body
         for node in nodes_under(statement)
     )
 

@@ -436,7 +436,7 @@ class ValueEvaluator:
                 same = Compare("==", substitute(container.color, {RANK: item}), container.color)
                 return conjoin((inside, same))
             return inside
-        if item == RANK and not is_rank_dependent(container):
+        if item == RANK and (not is_rank_dependent(container) or groups.is_member_list(container)):
             # `rank in self.ranks`: a membership test, the same atom wherever that collection is read.
             return groups.membership(group_key(container, node))
         return opaque(f"in@{where_of(node)}", (item, container))

@@ -15,7 +15,14 @@ from typing import Any
 
 from collcheck.findings import RankValue, Reason
 from collcheck.static.conditions import ConditionKind, ConditionSources
-from collcheck.static.groups import ANONYMOUS_LOCAL_RANK_PREFIX, LOCAL_RANK_PREFIX, SIZE_PREFIX, local_rank
+from collcheck.static.groups import (
+    ANONYMOUS_LOCAL_RANK_PREFIX,
+    GLOBAL_OF_PREFIX,
+    LOCAL_RANK_PREFIX,
+    RANKS_PREFIX,
+    SIZE_PREFIX,
+    local_rank,
+)
 from collcheck.static.program import Path
 from collcheck.static.symbolic import LOCAL_WORLD, PER_RANK_KINDS, Atom, Expr, GroupVal, Z3Translator, atoms
 
@@ -181,6 +188,12 @@ def quantity(atom: Atom) -> str | None:
         return "local rank in its group"
     if name.startswith(SIZE_PREFIX):
         return f"size of `{group_label(name[len(SIZE_PREFIX) :])}`"
+    if name.startswith(GLOBAL_OF_PREFIX):  # `global_of:<key>[i]`
+        key, _, index = name[len(GLOBAL_OF_PREFIX) : -1].rpartition("[")
+        member = "the last member" if index == "-1" else f"member {index}"
+        return f"global rank of {member} of `{group_label(key)}`"
+    if name.startswith(RANKS_PREFIX):
+        return f"ranks of `{group_label(name[len(RANKS_PREFIX) :])}`"
     if name.startswith("env:"):
         return f"${name[4:]}"
     if atom.kind == "nondet":  # `time.time()@14:11`: the call, and the line it is read at
