@@ -278,6 +278,8 @@ class CallResolver(ValueEvaluator):
         type_name: object = unasked
         for method in self.catalog.method_specs(method_name):
             if method.any_receiver:
+                if self._names_no_object(receiver):
+                    continue
                 return method.spec
             if not method.receivers:
                 continue
@@ -286,6 +288,19 @@ class CallResolver(ValueEvaluator):
             if type_name is not None and type_name in method.receivers:
                 return method.spec
         return None
+
+    def _names_no_object(self, receiver: ast.expr) -> bool:
+        """A method matched by its name alone (`any_receiver`) needs an object of unknown type.
+        Not one: a module reached through an import (`cute.arch.barrier()`, `gpu.barrier()`: the
+        call's qualified name is known, and only `[[op]]` names make it a collective), and `self`
+        or `cls` (the class's own method is a helper; one it inherits from a catalogued framework
+        class is found by `_inherited_framework_method`; any other is unknown code)."""
+        parts = dotted(receiver)
+        if not parts:
+            return False
+        if len(parts) == 1 and parts[0] in ("self", "cls"):
+            return True
+        return self.local_imports.lookup(parts[0]) is not None
 
     def _inherited_framework_method(self, call: ast.Call, class_name: str | None) -> OpSpec | None:
         """`self.all_gather(x)` in a subclass of a catalogued class (a LightningModule): the method
