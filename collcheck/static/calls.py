@@ -433,8 +433,9 @@ class CallResolver(ValueEvaluator):
         return False
 
     def returns_matter(self, function: FunctionNode, owner: ModuleInfo | None = None, depth: int = 0) -> bool:
-        """Inline a quiet helper only if what it returns may depend on the rank (directly, or
-        through another helper of the run that does)."""
+        """Inline a quiet helper if what it returns may depend on the rank whatever its arguments
+        (it reads a per-rank source itself, or through another helper of the run that does).
+        Cached per function."""
         owner = owner or self.module
         if depth == 0 and function in self._returns:
             return self._returns[function]
@@ -462,7 +463,9 @@ class CallResolver(ValueEvaluator):
                 return True
             if isinstance(node, ast.Constant) and node.value in self.catalog.rank_env:
                 return True
-        return any(arg.arg in self.catalog.rank_parameters for arg in function.args.args)
+        # What the caller passes is judged at the call (`HelperInliner.inline`), by its value:
+        # a parameter named `rank` holds whatever the caller hands it.
+        return False
 
     def decorator_condition(self, function: FunctionNode, owner: ModuleInfo) -> Expr | None:
         for decorator in function.decorator_list:

@@ -75,3 +75,17 @@ COMPARE_OPS: dict[type, str] = {
 
 
 BIN_OPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+
+
+# `math.ceil(a / b)` and `math.floor(a / b)`: integer division, rounded up or down; of anything
+# else, the value itself (the solver's values are integers).
+ROUNDING = {"math.ceil": "ceildiv", "math.floor": "//", "math.trunc": "//"}
+
+
+# Functions of `math` that compute a value from their arguments: it varies exactly when they do.
+MATH_FUNCTIONS = frozenset(
+    {
+        "math.sqrt", "math.isqrt", "math.log", "math.log2", "math.log10", "math.exp", "math.pow",
+        "math.prod", "math.gcd", "math.lcm", "math.comb", "math.perm", "math.fsum", "math.fabs",
+    }
+)  # fmt: skip

@@ -29,6 +29,7 @@ from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simpl
 from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.helpers import LoopOp
+from collcheck.static.loop_values import is_collection, loop_carried, unrolled_loop
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable, add_import, nodes_under, qualified_name, source_text
 from collcheck.static.object_values import record_keyword_attributes
@@ -49,19 +50,20 @@ from collcheck.static.symbolic import (
     Const,
     Expr,
     constant_truth,
-    fold,
     is_rank_dependent,
     negate,
     opaque,
 )
 from collcheck.static.syntax import (
     assigned_names,
+    called_names,
     calls_in_order,
     is_set_expr,
     lazy_initialisation,
     loop_variant_names,
     memo_lookup,
     mentions,
+    mutated_name,
 )
 from collcheck.static.values import where_of
 
@@ -207,9 +209,13 @@ class Interpreter(ExceptionFlow):
             return Atom(f"type:{self.catalog.types.get(name) or name}@param:{arg.arg}", "shared")
         return None
 
-    def _parameter_value(self, name: str, node: ast.AST) -> Expr:
+    def _parameter_value(self, name: str, node: FunctionNode) -> Expr:
+        """A parameter's value where the function is analysed on its own. A name the catalog
+        knows (`rank`, `world_size`) is taken at its word only when no call of the function is
+        visible in its file: where callers are, they are analysed with the function inlined, and
+        what they pass decides (`publish(t, 0)` hands it no rank)."""
         spec = self.catalog.rank_parameters.get(name)
-        if spec is not None:
+        if spec is not None and node.name not in called_names(self.module.tree):
             return value_from_spec(spec, f"param:{name}")
         return Atom(f"param:{name}@{where_of(node)}", "shared")
 
@@ -260,7 +266,17 @@ class Interpreter(ExceptionFlow):
         return [state]
 
     def _stmt_Expr(self, stmt: ast.Expr, state: State, frame: Frame) -> list[State]:
-        return [s for s, _ in self.eval(stmt.value, state, frame)]
+        grown = mutated_name(stmt)
+        if grown is None or not is_collection(state.env.get(grown)):
+            return [s for s, _ in self.eval(stmt.value, state, frame)]
+        # `xs.append(v)`: a new value of `xs`, from the old one and what was added, so that a list
+        # filled on some paths only (or in some iterations) is not the list left as it was.
+        results = []
+        assert isinstance(stmt.value, ast.Call)
+        for current, _ in self.eval(stmt.value, state, frame):
+            current.env[grown] = self.mutated(current.env[grown], stmt.value, current, frame, grown)
+            results.append(current)
+        return results
 
     def _stmt_Assign(self, stmt: ast.Assign, state: State, frame: Frame) -> list[State]:
         results = []
@@ -422,8 +438,8 @@ class Interpreter(ExceptionFlow):
 
     def _stmt_For(self, stmt: ast.For | ast.AsyncFor, state: State, frame: Frame) -> list[State]:
         results: list[State] = []
-        for current, iterable in self.eval(stmt.iter, state, frame):
-            trip = self.trip_count(stmt.iter, iterable, current, frame)
+        for current, iterable, known in self.eval_with_calls(stmt.iter, state, frame):
+            trip = self.trip_count(stmt.iter, iterable, current, frame, known)
             over_set = is_set_expr(stmt.iter, self.set_names)
             element = opaque(f"item@{where_of(stmt)}", (iterable,))
             runs = Compare(">=", trip, Const(1))
@@ -482,14 +498,23 @@ class Interpreter(ExceptionFlow):
             trip = opaque(f"trips@{where_of(stmt)}", (*inputs, *feeding))
             trip = Atom(trip.name, trip.kind, trip.why, lower=0)
         after = outer.fork()
-        for name in changed:
-            values = [s.env[name] for s in body_states if name in s.env]
-            if values:
-                after.env[name] = opaque(f"{name}@loop{where_of(stmt)}", (*values, trip, *inputs))
+        after.env.update(
+            loop_carried(
+                changed,
+                outer.env,
+                body_states,
+                len(body_start.conds),
+                trip,
+                inputs,
+                where_of(stmt),
+                self.length_of,
+                stmt,
+            )
+        )
         events = [e for s in body_states for e in s.events]
         if not events:
             return [after]
-        unrolled = _unroll(trip, body_states, outer, after, self.record_events)
+        unrolled = unrolled_loop(trip, body_states, outer, after, self.record_events)
         if unrolled is not None:
             return unrolled
         body_paths = [Path(s.conds, s.events, s.exit) for s in body_states]
@@ -575,11 +600,18 @@ class Interpreter(ExceptionFlow):
 
     def eval(self, node: ast.expr | None, state: State, frame: Frame) -> list[tuple[State, Expr]]:
         """Evaluate, running the calls that communicate or may (helpers); may fork the state."""
+        return [(current, value) for current, value, _ in self.eval_with_calls(node, state, frame)]
+
+    def eval_with_calls(
+        self, node: ast.expr | None, state: State, frame: Frame
+    ) -> list[tuple[State, Expr, dict[int, Expr]]]:
+        """`eval`, with the values of the calls it ran (by node id): a part of `node` evaluated
+        again (a `range(...)` argument for the trip count) reads them instead of a black box."""
         if node is None:
-            return [(state, Const(None))]
+            return [(state, Const(None), {})]
         calls = [n for n in calls_in_order(node) if self.has_effect(n, frame, state)]
         if not calls:
-            return [(state, self.pure(node, state, frame))]
+            return [(state, self.pure(node, state, frame), {})]
         self.effects += 1
         pending: list[tuple[State, dict[int, Expr]]] = [(state, {})]
         for call in calls:
@@ -590,7 +622,7 @@ class Interpreter(ExceptionFlow):
             pending = advanced
             if len(pending) > self.max_paths:
                 raise PathLimitExceeded(f"more than {self.max_paths} paths")
-        return [(current, self.pure(node, current, frame, known)) for current, known in pending]
+        return [(current, self.pure(node, current, frame, known), known) for current, known in pending]
 
     def eval_call(
         self, call: ast.Call, state: State, frame: Frame, known: dict[int, Expr]
@@ -665,15 +697,3 @@ def _fixed_arguments(event: CommEvent, variant: set[str]) -> bool:
     if not all(term is None or isinstance(term, Const) for term in terms):
         return False
     return event.group is None or event.group.created
-
-
-def _unroll(trip: Expr, body: list[State], outer: State, after: State, record: bool) -> list[State] | None:
-    """`for _ in range(2): barrier()` is two barriers: unroll short constant loops with one path."""
-    count = fold(trip)
-    if not isinstance(count, Const) or not isinstance(count.value, int) or count.value > 8:
-        return None
-    if len(body) != 1 or body[0].exit is not None:
-        return None
-    if record:
-        after.events = (*outer.events, *(body[0].events * count.value))
-    return [after]

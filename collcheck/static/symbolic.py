@@ -121,10 +121,13 @@ class TupleVal:
 
 @dataclass(frozen=True)
 class Sized:
-    """A sequence whose contents are unknown but whose length is known (`items[rank::world]`)."""
+    """A sequence whose contents are unknown but whose length is known (`items[rank::world]`).
+    `content`: what its entries are computed from, apart from the length (`[torch.randn(3) for _ in
+    range(4)]` has random entries and four of them)."""
 
     name: str
     length: Expr
+    content: Expr = Const(None)
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,7 @@ def children(expr: Expr) -> tuple[Expr, ...]:
     if isinstance(expr, TupleVal):
         return expr.items
     if isinstance(expr, Sized):
-        return (expr.length,)
+        return (expr.length, expr.content)
     return ()
 
 
@@ -236,7 +239,7 @@ def substitute(expr: Expr, mapping: dict[Atom, Expr]) -> Expr:
     if isinstance(expr, TupleVal):
         return TupleVal(tuple(substitute(item, mapping) for item in expr.items))
     if isinstance(expr, Sized):
-        return Sized(expr.name, substitute(expr.length, mapping))
+        return Sized(expr.name, substitute(expr.length, mapping), substitute(expr.content, mapping))
     return expr
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 
 from collcheck.static import groups
-from collcheck.static.catalog_values import BIN_OPS, COMPARE_OPS, value_from_spec
+from collcheck.static.catalog_values import BIN_OPS, COMPARE_OPS, MATH_FUNCTIONS, ROUNDING, value_from_spec
 from collcheck.static.comprehensions import filtered_list
 from collcheck.static.framework_types import attribute_type, framework_bases
 from collcheck.static.group_values import (
@@ -27,6 +27,7 @@ from collcheck.static.group_values import (
     subscript_value,
     type_of,
 )
+from collcheck.static.loop_values import grown_collection
 from collcheck.static.model import ModuleInfo, inherited_attribute
 from collcheck.static.names import ImportTable, dotted, qualified_name, source_text
 from collcheck.static.state import Frame, State
@@ -461,6 +462,17 @@ class ValueEvaluator:
             return about_groups
         if name in catalog.nondeterministic:
             return Atom(f"{name}()@{where}", "nondet", why=catalog.nondeterministic[name])
+        if name in ROUNDING and len(args) == 1 and not node.keywords:
+            division = node.args[0]
+            if isinstance(division, ast.BinOp) and isinstance(division.op, ast.Div):
+                # `math.ceil(n / k)`: the integer the solver can reason about
+                left, right = (
+                    self.pure(side, state, frame, known) for side in (division.left, division.right)
+                )
+                return BinOp(ROUNDING[name], left, right)
+            return args[0]
+        if name in MATH_FUNCTIONS:
+            return opaque(f"call:{source_text(node)}", tuple(args))
         if name in ENV_READERS and args and isinstance(args[0], Const) and isinstance(args[0].value, str):
             return self._environment_value(args[0].value, node)
         if name in catalog.types:
@@ -506,7 +518,11 @@ class ValueEvaluator:
             return opaque(f"call:{source_text(node)}", (*args, *keywords))
         return None
 
-    def trip_count(self, node: ast.expr, iterable: Expr, state: State, frame: Frame) -> Expr:
+    def trip_count(
+        self, node: ast.expr, iterable: Expr, state: State, frame: Frame, known: dict[int, Expr] | None = None
+    ) -> Expr:
+        """How often `for _ in node` runs; `known`: the values of the calls the interpreter ran
+        while evaluating `node` (a helper's result in `range(helper(rank))`)."""
         if isinstance(iterable, TupleVal):
             return Const(len(iterable.items))
         if isinstance(iterable, Sized):
@@ -514,11 +530,15 @@ class ValueEvaluator:
         if isinstance(node, ast.Call):
             name = node.func.id if isinstance(node.func, ast.Name) else None
             if name == "range" and not node.keywords:
-                return self._range_trip([self.pure(a, state, frame) for a in node.args], node)
+                return self._range_trip([self.pure(a, state, frame, known) for a in node.args], node)
             if name in ("enumerate", "reversed", "sorted", "list", "tuple") and node.args:
-                return self.trip_count(node.args[0], self.pure(node.args[0], state, frame), state, frame)
+                inner = node.args[0]
+                return self.trip_count(inner, self.pure(inner, state, frame, known), state, frame, known)
             if name == "zip" and node.args:
-                trips = [self.trip_count(a, self.pure(a, state, frame), state, frame) for a in node.args]
+                trips = [
+                    self.trip_count(a, self.pure(a, state, frame, known), state, frame, known)
+                    for a in node.args
+                ]
                 result = trips[0]
                 for other in trips[1:]:
                     result = BinOp("min", result, other)
@@ -566,15 +586,29 @@ class ValueEvaluator:
             return opaque(name, (base, start, step, stop))
         start = BinOp("min", start, length)
         span = BinOp("-", stop, start)
-        return Sized(name, BinOp("max", Const(0), BinOp("ceildiv", span, step)))
+        return Sized(name, BinOp("max", Const(0), BinOp("ceildiv", span, step)), base)
+
+    def length_of(self, value: Expr, node: ast.AST) -> Expr:
+        """`len(value)`, as the solver sees it."""
+        return self._length(value, node)
 
     def _length(self, value: Expr, node: ast.AST) -> Expr:
         if isinstance(value, TupleVal):
             return Const(len(value.items))
         if isinstance(value, Sized):
             return value.length
+        if isinstance(value, IfExp) and all(
+            isinstance(v, (TupleVal, Sized)) for v in (value.then, value.orelse)
+        ):
+            # a list appended to on one branch: its length is chosen by the branch's test
+            return IfExp(value.test, self._length(value.then, node), self._length(value.orelse, node))
         bound = opaque(f"len({value})", (value,))  # same value, same length, wherever it is asked
         return Atom(bound.name, bound.kind, bound.why, lower=0)
+
+    def mutated(self, old: Expr, call: ast.Call, state: State, frame: Frame, name: str) -> Expr:
+        """The value of the collection `name` after `call`, an in-place method on it (`xs.append(v)`)."""
+        added = tuple(self.pure(a, state, frame) for a in call.args)
+        return grown_collection(old, call, added, self._length, f"{name}@{where_of(call)}")
 
     def bind(self, target: ast.expr, value: Expr, state: State, source: ast.expr | None = None) -> None:
         if isinstance(target, ast.Name):
