@@ -87,10 +87,6 @@ KNOWN_GAPS: dict[str, str] = {
         "training_step returns; self.log(sync_dist=True) reduces only with that flag), which is not "
         "modelled"
     ),
-    "reports/load_exists_per_rank_bug.py": (
-        "a method call on a pathlib.Path value (`self.root / ...` then `.exists()`) is not matched to the"
-        " catalogued CC007 source pathlib.Path.exists; os.path.exists(...) in the same place is found"
-    ),
     "reports/master_only_deepspeed_checkpointer_bug.py": (
         "a call through a constructor-injected, untyped attribute (`self._checkpointer.save_checkpoint`) "
         "is not resolved to the class defined in the same file, and `engine` is an untyped parameter so "
@@ -110,15 +106,10 @@ KNOWN_GAPS: dict[str, str] = {
         "per-process value source to collcheck, so the per-request all_reduce count is not seen to differ"
     ),
     "reports/reduce_loss_then_best_save_bug.py": (
-        "the tensor after dist.reduce(dst=0) is not treated as rank-dependent (it holds the reduction on "
-        "dst only, a partial value elsewhere), so the save decision looks uniform; and the FSDP "
-        "state_dict gather inside the save is not catalogued (a dist.barrier() there, under a "
-        "rank-derived loss, is found)"
-    ),
-    "reports/scheduler_timeout_abort_clock_bug.py": (
-        "a per-process value (time.perf_counter) that reaches the exit through a list-comprehension "
-        "filter (`if not self.waiting: return`) is not tracked; a direct `if time.perf_counter() - t0 > "
-        "timeout: return` is found"
+        "the FSDP state_dict gather inside the save (FSDP.state_dict_type with FULL_STATE_DICT, then "
+        "model.state_dict()) is not catalogued; the save decision on the loss after dist.reduce(dst=0) "
+        "is rank-dependent (a dist.barrier() there is found: fixtures/semantics/dataflow/"
+        "reduce_to_root_decision_bug.py)"
     ),
     "reports/torchmetrics_compute_local_rank0_bug.py": (
         "torchmetrics Metric.compute() (a cross-process state sync) is not catalogued; the LOCAL_RANK "

@@ -99,8 +99,11 @@ def _mapped(
 def _generic(
     evaluator: Evaluator, node: ast.ListComp, state: State, frame: Frame, known: dict[int, Expr] | None
 ) -> Expr:
-    """What the evaluator gives any expression it has no rule for."""
-    children = [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)]
+    """What the evaluator gives any expression it has no rule for, reading its generators too
+    (what is iterated and the filters: `[r for r in queue if now - r.t < limit]` varies with `now`)."""
+    children = [node.elt]
+    for generator in node.generators:
+        children.extend((generator.iter, *generator.ifs))
     inputs = tuple(evaluator.pure(child, state, frame, known) for child in children)
     return opaque(f"listcomp@{node.lineno}:{node.col_offset}", inputs)
 

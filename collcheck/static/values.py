@@ -276,6 +276,9 @@ class ValueEvaluator:
     def _pure_BinOp(self, node: ast.BinOp, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
         left, right = self.pure(node.left, state, frame, known), self.pure(node.right, state, frame, known)
         op = BIN_OPS.get(type(node.op))
+        if isinstance(node.op, ast.Div) and isinstance(left, Atom) and left.name.startswith("type:"):
+            # `root / "name"` of a path: another object of the type
+            return Atom(f"type:{left.name[5:].partition('@')[0]}@{where_of(node)}", "shared")
         if op is None or _is_text(left) or _is_text(right):
             return opaque(f"binop@{where_of(node)}", (left, right))
         if isinstance(left, TupleVal) or isinstance(right, TupleVal):
@@ -361,6 +364,9 @@ class ValueEvaluator:
             if on_group is not None:
                 return on_group
             receiver_type = type_of(self, node.func.value, state, frame.class_name)
+            reading = f"{receiver_type}.{method}"
+            if receiver_type and reading in self.catalog.nondeterministic:  # `path.exists()` of a Path
+                return Atom(f"{reading}()@{where}", "nondet", why=self.catalog.nondeterministic[reading])
             produced = self.catalog.types.get(f"{receiver_type}.{method}") if receiver_type else None
             if produced is not None:  # `accelerator.prepare(model)`: a catalogued method's result type
                 return Atom(f"type:{produced or receiver_type}@{where}", "shared")
