@@ -1,4 +1,5 @@
-"""Catalog value expressions to symbolic values.
+"""Catalog value expressions to symbolic values; the tables of operators, builtins and methods
+the value evaluator reads.
 
 In: the text of a catalog value (`rank`, `local_rank == 0`, `group_rank[tp]`, `world`) and where it
 is used. Out: a `symbolic.Expr` over the rank, the world size and the catalog's groups; text that
@@ -89,3 +90,76 @@ MATH_FUNCTIONS = frozenset(
         "math.prod", "math.gcd", "math.lcm", "math.comb", "math.perm", "math.fsum", "math.fabs",
     }
 )  # fmt: skip
+
+
+PASS_THROUGH = frozenset({"int", "float", "bool", "round", "abs"})
+
+
+# Builtins that compute a value from their arguments: the result varies exactly when they do.
+VALUE_BUILTINS = frozenset(
+    {
+        "list",
+        "tuple",
+        "set",
+        "frozenset",
+        "sorted",
+        "reversed",
+        "range",
+        "enumerate",
+        "zip",
+        "sum",
+        "str",
+        "repr",
+        "format",
+        "dict",
+        "map",
+        "filter",
+        "divmod",
+        "pow",
+        "hash",
+        "any",
+        "all",
+    }
+)
+
+
+# Methods whose result carries the receiver's per-rank nature (reading a value out of it).
+VALUE_METHODS = frozenset(
+    {
+        "item",
+        "tolist",
+        "numpy",
+        "read",
+        "readline",
+        "readlines",
+        "read_text",
+        "read_bytes",
+        "strip",
+        "lower",
+        "upper",
+        "split",
+        "get",
+        "keys",
+        "values",
+        "items",
+        "copy",
+        "clone",
+        "detach",
+        "cpu",
+        "cuda",
+        "float",
+        "int",
+        "long",
+        "bool",
+        "sum",
+        "mean",
+        "all",
+        "any",
+        "numel",
+        "startswith",
+        "endswith",
+        "is_file",
+        "exists",
+        "is_dir",
+    }
+)

@@ -30,6 +30,7 @@ from collcheck.static.symbolic import (
     Expr,
     GroupVal,
     IfExp,
+    Sized,
     atoms,
     is_rank_dependent,
 )
@@ -302,6 +303,8 @@ def none_or_not(value: Expr) -> Expr:
     """A value compared with `is None`: a tensor made by a factory is never None (keep None itself,
     and unknowns, as they are)."""
     if isinstance(value, Atom) and value.name.startswith(TENSOR_FACTORIES):
+        return NOT_NONE
+    if isinstance(value, Sized) and value.name.startswith("tensor:"):  # tensor_shapes.factory_tensor
         return NOT_NONE
     if isinstance(value, IfExp):
         then, orelse = none_or_not(value.then), none_or_not(value.orelse)

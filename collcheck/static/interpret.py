@@ -29,7 +29,7 @@ from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simpl
 from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.helpers import LoopOp
-from collcheck.static.loop_values import is_collection, loop_carried, unrolled_loop
+from collcheck.static.loop_values import is_collection, loop_carried, unrolled_loop, while_trips
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable, add_import, nodes_under, qualified_name, source_text
 from collcheck.static.object_values import record_keyword_attributes
@@ -489,14 +489,8 @@ class Interpreter(ExceptionFlow):
         body_states = self.exec_block(stmt.body, [body_start], frame)
         changed = assigned_names(stmt.body)
         if trip is None:  # while: the trip count depends on the test and what the body changes
-            test_names = (
-                {n.id for n in nodes_under(stmt.test) if isinstance(n, ast.Name)}
-                if isinstance(stmt, ast.While)
-                else set()
-            )
-            feeding = [s.env.get(name, Const(None)) for s in body_states for name in test_names & changed]
-            trip = opaque(f"trips@{where_of(stmt)}", (*inputs, *feeding))
-            trip = Atom(trip.name, trip.kind, trip.why, lower=0)
+            test = stmt.test if isinstance(stmt, ast.While) else None
+            trip = while_trips(test, body_states, changed, inputs, where_of(stmt), self.length_of)
         after = outer.fork()
         after.env.update(
             loop_carried(

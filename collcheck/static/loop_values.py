@@ -44,6 +44,8 @@ def grown_collection(
     content = opaque(f"entries:{where}", (old, *added))
     if method in ("append", "insert") and added:
         return Sized(where, BinOp("+", length_of(old, call), Const(1)), content)
+    if (method == "pop" and len(added) <= 1) or (method == "remove" and len(added) == 1):
+        return Sized(where, BinOp("-", length_of(old, call), Const(1)), content)
     if method == "extend" and len(added) == 1:
         return Sized(where, BinOp("+", length_of(old, call), length_of(added[0], call)), content)
     return opaque(where, (old, *added))
@@ -93,3 +95,41 @@ def unrolled_loop(
     if record:
         after.events = (*outer.events, *(body[0].events * count.value))
     return [after]
+
+
+def _read_as_size(test: ast.expr, name: str) -> bool:
+    """A loop test reads `name` only for its size: `while xs:`, `while not xs`, `len(xs) > 0`."""
+    sized_reads = 0
+    for node in ast.walk(test):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len":
+            sized_reads += sum(1 for a in node.args if isinstance(a, ast.Name) and a.id == name)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    if isinstance(test, ast.Name) and test.id == name:
+        sized_reads += 1
+    total = sum(1 for node in ast.walk(test) if isinstance(node, ast.Name) and node.id == name)
+    return total > 0 and total == sized_reads
+
+
+def while_trips(
+    test: ast.expr | None,
+    body: list[State],
+    changed: set[str],
+    inputs: tuple[Expr, ...],
+    where: str,
+    length_of: Callable[[Expr, ast.AST], Expr],
+) -> Atom:
+    """How often a `while` loop runs: unknown, computed from the test's value and from what the
+    body changes of the names the test reads (a list's length only, when the test reads only
+    that: `while queue:` does not run a random number of times because the queue holds random
+    tensors)."""
+    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)} if test is not None else set()
+    feeding = []
+    for state in body:
+        for name in names & changed:
+            value = state.env.get(name, Const(None))
+            sized = test is not None and isinstance(value, Sized) and _read_as_size(test, name)
+            feeding.append(length_of(value, test) if sized and test is not None else value)
+    tested = tuple(length_of(v, test) if isinstance(v, Sized) and test is not None else v for v in inputs)
+    trips = opaque(f"trips@{where}", (*tested, *feeding))
+    return Atom(trips.name, trips.kind, trips.why, lower=0)

@@ -128,6 +128,7 @@ class Sized:
     name: str
     length: Expr
     content: Expr = Const(None)
+    dims: tuple[Expr, ...] = ()  # a tensor's shape, when a factory's arguments say it
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ def children(expr: Expr) -> tuple[Expr, ...]:
     if isinstance(expr, TupleVal):
         return expr.items
     if isinstance(expr, Sized):
-        return (expr.length, expr.content)
+        return (expr.length, expr.content, *expr.dims)
     return ()
 
 
@@ -239,7 +240,12 @@ def substitute(expr: Expr, mapping: dict[Atom, Expr]) -> Expr:
     if isinstance(expr, TupleVal):
         return TupleVal(tuple(substitute(item, mapping) for item in expr.items))
     if isinstance(expr, Sized):
-        return Sized(expr.name, substitute(expr.length, mapping), substitute(expr.content, mapping))
+        return Sized(
+            expr.name,
+            substitute(expr.length, mapping),
+            substitute(expr.content, mapping),
+            tuple(substitute(d, mapping) for d in expr.dims),
+        )
     return expr
 
 
