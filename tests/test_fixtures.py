@@ -56,10 +56,6 @@ KNOWN_GAPS: dict[str, str] = {
         "the skipped collective is DDP's implicit gradient all-reduce inside loss.backward() of a "
         "loss computed by the wrapped model: backward is not tied to the forward that built the graph"
     ),
-    "reports/dp_idle_rank_skips_moe_forward_bug.py": (
-        "`batch is None` is per-rank scheduler state; a `continue` on runtime data (other than a caught "
-        "data error) is not a per-rank exit to collcheck"
-    ),
     "reports/dtensor_full_tensor_rank0_bug.py": (
         "DTensor.full_tensor() (an all-gather over the DTensor's mesh) is not catalogued; a "
         "dist.barrier() under the same rank-0 guard is found"

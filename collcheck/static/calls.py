@@ -18,6 +18,7 @@ from collcheck.catalog import OpSpec
 from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.group_values import type_of
+from collcheck.static.local_data import LocalData
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.names import dotted, nodes_under, qualified_name, source_text
 from collcheck.static.program import (
@@ -94,6 +95,43 @@ class CallResolver(ValueEvaluator):
         self._returns: dict[FunctionNode, bool] = {}
         self._owners: dict[FunctionNode, str] | None = None
         self.conditions = ConditionSources()  # where each branch test came from (counterexamples)
+        self.local_data = LocalData(
+            lambda call: self.op_spec(call, None),
+            self._same_file_helper,
+            lambda func: qualified_name(func, self.local_imports),
+        )
+
+    def own_data(self, target: ast.expr, state: State, frame: Frame, line: int) -> None:
+        """After an assignment at `line`: a variable that holds this rank's own data, which the
+        running function combines across ranks further down (local_data.py), is a per-process
+        value here, unless its value is already known to be more than an unknown."""
+        if not frame.stack:
+            return
+        function = frame.stack[-1]
+        held = self.local_data.wrapped(function)
+        for node in ast.walk(target) if held else ():
+            if not isinstance(node, ast.Name) or node.id not in held:
+                continue
+            evidence = self.local_data.evidence.get((function, node.id))
+            value = state.env.get(node.id)
+            if evidence is None or evidence[1] <= line or not _unknown(value):
+                continue
+            why = f"this process's own data, {evidence[0]}"
+            state.env[node.id] = Atom(f"{node.id}@{line}:{node.col_offset}", "nondet", why=why)
+
+    def _same_file_helper(self, call: ast.Call, function: FunctionNode) -> FunctionNode | None:
+        """The function of this file `call` (in `function`) runs: by name, or `self.method`."""
+        func = call.func
+        if isinstance(func, ast.Name) and self.local_imports.lookup(func.id) is None:
+            return self.module.functions.get(func.id)
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id in ("self", "cls")
+        ):
+            owner = self.owner_class(function, None)
+            return self._find_method(owner, func.attr) if owner is not None else None
+        return None
 
     def resolve(self, call: ast.Call, frame: Frame, state: State | None = None) -> Resolution:
         """What `call` is; asked in this order, the first answer wins."""
@@ -484,6 +522,16 @@ class CallResolver(ValueEvaluator):
                 )
                 return value
         return None
+
+
+def _unknown(value: Expr | None) -> bool:
+    """An unknown value the same on every rank (a call's result, an argument), not an object of
+    a known type, a constant or a value already per-rank."""
+    return (
+        isinstance(value, Atom)
+        and value.kind == "shared"
+        and not value.name.startswith(("type:", "uniform:"))
+    )
 
 
 def callback_event(

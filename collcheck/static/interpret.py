@@ -283,6 +283,7 @@ class Interpreter(ExceptionFlow):
         for current, value in self.eval(stmt.value, state, frame):
             for target in stmt.targets:
                 self.bind(target, value, current, stmt.value)
+                self.own_data(target, current, frame, stmt.lineno)
             record_keyword_attributes(self, stmt, current, frame)
             results.append(current)
         return results
@@ -293,6 +294,7 @@ class Interpreter(ExceptionFlow):
         results = []
         for current, value in self.eval(stmt.value, state, frame):
             self.bind(stmt.target, value, current, stmt.value)
+            self.own_data(stmt.target, current, frame, stmt.lineno)
             results.append(current)
         return results
 
@@ -447,6 +449,7 @@ class Interpreter(ExceptionFlow):
             self.conditions.note(runs, source_of(stmt, self.module.path, ConditionKind.LOOP, text))
             body_start = State(dict(current.env), (*current.conds, runs), ())
             self.bind(stmt.target, element, body_start)
+            self.own_data(stmt.target, body_start, frame, stmt.lineno)
             loop_range = self._loop_range(stmt, element, current, frame)
             after = self._loop(
                 stmt,

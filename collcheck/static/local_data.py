@@ -1,0 +1,206 @@
+"""Per-rank data, by the program's own evidence: what it combines across ranks.
+
+A function that all-reduces, all-gathers, reduces, gathers or exchanges (all-to-all) a value
+says that the value differs between ranks: the number of tokens of this rank's batch, its own
+loss, its own requests. The value before such a collective is this rank's own data; the one
+after an all-reduce or all-gather is the same everywhere (`uniform_after`, collectives.py).
+
+In: a function, the catalog's answer for a call (`op_spec`) and the helper a call reaches
+(`helper`). Out (`LocalData.names`): the names of the function that hold this rank's own data:
+the input operands of its combining collectives, the arguments it passes to a helper's
+parameters that reach one (`LocalData.parameters`, the helper's summary), and, backward through
+the function's assignments, the names their values were computed from as data (arguments and
+operands, not the function called, not a model whose method is called, not the shape handed to
+a tensor factory, not a `range`). Computed once per function and cached; a helper
+reached again while its own summary is being computed counts as reaching nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+
+from collcheck.catalog import OpSpec
+from collcheck.static.catalog_values import VALUE_METHODS
+from collcheck.static.names import nodes_under
+from collcheck.static.tensor_shapes import SHAPED_FACTORIES
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+# Collectives whose result combines every rank's input: an input that were the same everywhere
+# would need no such call.
+COMBINING_OPS = frozenset(
+    {
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather",
+        "all_gather_coalesced",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "reduce",
+        "gather",
+        "gather_object",
+        "all_to_all",
+        "all_to_all_single",
+    }
+)
+
+# Methods whose result carries the receiver's contents (`t.float()`, `x.to(device)`).
+CARRYING_METHODS = VALUE_METHODS | frozenset(
+    {"to", "view", "reshape", "flatten", "contiguous", "unsqueeze", "squeeze", "size", "__len__"}
+)
+
+# Calls whose arguments are a shape or a template, not contents (`torch.zeros_like(t)`).
+TEMPLATE_SUFFIXES = ("_like",)
+
+OpSpecOf = Callable[[ast.Call], OpSpec | None]
+HelperOf = Callable[[ast.Call, FunctionNode], FunctionNode | None]
+NameOf = Callable[[ast.expr], str | None]
+
+
+class LocalData:
+    """The per-rank data names of the functions of one analysis, computed on demand."""
+
+    def __init__(self, op_spec: OpSpecOf, helper: HelperOf, called_name: NameOf) -> None:
+        self._op_spec = op_spec  # the caller sets the imports of the function asked about
+        self._helper = helper
+        self._called_name = called_name
+        self._names: dict[FunctionNode, frozenset[str]] = {}
+        self._wrapped: dict[FunctionNode, frozenset[str]] = {}
+        self._busy: set[FunctionNode] = set()
+        # (function, name) -> how its value is combined across ranks, and the line of that call
+        self.evidence: dict[tuple[FunctionNode, str], tuple[str, int]] = {}
+
+    def names(self, function: FunctionNode) -> frozenset[str]:
+        found = self._names.get(function)
+        if found is None:
+            if function in self._busy:
+                return frozenset()  # recursion: what the outer computation finds is all there is
+            self._busy.add(function)
+            try:
+                found = self._names[function] = self._compute(function)
+            finally:
+                self._busy.discard(function)
+        return found
+
+    def wrapped(self, function: FunctionNode) -> frozenset[str]:
+        """The names to treat as this rank's data where they are assigned: not one handed whole
+        to the collective (or helper), whose shape the collective requires to be the same on
+        every rank (`if x.numel() == 0: return` before `all_reduce(x)` agrees everywhere), only
+        what it was computed from (`batch` behind `torch.tensor([len(batch)])`)."""
+        self.names(function)
+        return self._wrapped.get(function, frozenset())
+
+    def parameters(self, function: FunctionNode) -> tuple[str, ...]:
+        """The parameters of `function` (in order) whose value reaches a combining collective."""
+        held = self.names(function)
+        return tuple(a.arg for a in [*function.args.posonlyargs, *function.args.args] if a.arg in held)
+
+    def _compute(self, function: FunctionNode) -> frozenset[str]:
+        found: set[str] = set()
+        whole: set[str] = set()
+        assignments: list[tuple[frozenset[str], ast.expr]] = []
+        for node in nodes_under(function):
+            if isinstance(node, ast.Call):
+                for name, how, bare in self._seeds(node, function):
+                    if bare:
+                        whole.add(name)
+                    if name not in found:
+                        found.add(name)
+                        self.evidence.setdefault((function, name), (how, node.lineno))
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                stored = frozenset(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+                assignments.append((stored, node.value))
+        upstream: set[str] = set()
+        changed = True
+        while changed:  # backward through the assignments, to a fixed point
+            changed = False
+            for stored, value in assignments:
+                if stored & found:
+                    fed = data_names(value, self._called_name) - upstream
+                    origin = self.evidence.get((function, next(iter(stored & found))))
+                    for name in fed:
+                        if origin is not None:
+                            self.evidence.setdefault((function, name), origin)
+                    if fed:
+                        found |= fed
+                        upstream |= fed
+                        changed = True
+        self._wrapped[function] = frozenset(found - (whole - upstream))
+        return frozenset(found)
+
+    def _seeds(self, call: ast.Call, function: FunctionNode) -> list[tuple[str, str, bool]]:
+        """The names `call` hands a combining collective as its input, directly or through a
+        helper: each with how it is combined, and whether it is handed whole (a bare name)."""
+        spec = self._op_spec(call)
+        if spec is not None:
+            if spec.op not in COMBINING_OPS:
+                return []
+            inputs = [_argument(call, spec, name) for name in spec.operands]
+            how = f"combined across ranks by {spec.op} at line {call.lineno}"
+            return [
+                (n, how, isinstance(node, ast.Name))
+                for node in inputs
+                if node is not None
+                for n in data_names(node, self._called_name)
+            ]
+        helper = self._helper(call, function)
+        if helper is None or helper is function:
+            return []
+        params = [a.arg for a in [*helper.args.posonlyargs, *helper.args.args]]
+        if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
+            params = params[1:]
+        reaching = set(self.parameters(helper))
+        handed = [
+            (params[index], argument)
+            for index, argument in enumerate(call.args)
+            if index < len(params) and not isinstance(argument, ast.Starred)
+        ]
+        handed += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
+        how = f"passed to {helper.name}() at line {call.lineno}, which combines it across ranks"
+        return [
+            (n, how, isinstance(argument, ast.Name))
+            for param, argument in handed
+            if param in reaching
+            for n in data_names(argument, self._called_name)
+        ]
+
+
+def _argument(call: ast.Call, spec: OpSpec, name: str) -> ast.expr | None:
+    if name == "self":  # a catalogued method of the tensor itself (`t.all_reduce()`)
+        return call.func.value if isinstance(call.func, ast.Attribute) else None
+    index = spec.param_index(name)
+    if index is not None and index < len(call.args) and not isinstance(call.args[index], ast.Starred):
+        return call.args[index]
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def data_names(node: ast.expr, called_name: NameOf) -> frozenset[str]:
+    """The variables whose contents flow into the value of `node` (see the module)."""
+    found: set[str] = set()
+    stack: list[ast.AST] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.Name):
+            if current.id not in ("self", "cls"):
+                found.add(current.id)
+        elif isinstance(current, ast.Call):
+            func = current.func
+            name = called_name(func) or ""
+            if name in SHAPED_FACTORIES or name == "range" or name.endswith(TEMPLATE_SUFFIXES):
+                continue
+            if isinstance(func, ast.Attribute) and func.attr in CARRYING_METHODS:
+                stack.append(func.value)
+            stack.extend(a.value if isinstance(a, ast.Starred) else a for a in current.args)
+        elif isinstance(current, (ast.Subscript, ast.Attribute)):
+            stack.append(current.value)
+        elif isinstance(current, (ast.Lambda, ast.NamedExpr)):
+            continue
+        elif isinstance(current, ast.comprehension):
+            stack.extend((current.iter, *current.ifs))
+        else:
+            stack.extend(ast.iter_child_nodes(current))
+    return frozenset(found)
