@@ -525,13 +525,13 @@ class CallResolver(ValueEvaluator):
 
 
 def _unknown(value: Expr | None) -> bool:
-    """An unknown value the same on every rank (a call's result, an argument), not an object of
-    a known type, a constant or a value already per-rank."""
-    return (
-        isinstance(value, Atom)
-        and value.kind == "shared"
-        and not value.name.startswith(("type:", "uniform:"))
-    )
+    """An unknown value taken to be the same on every rank: a call's result, an item read from
+    something. Not an argument of the function, a global, an attribute of `self` or an
+    environment variable (configuration, more often than not: where data arrives through a
+    parameter, the caller's own assignment is the one judged), not an object of a known type, a
+    constant, a value made uniform by a collective or one already per-rank."""
+    configuration = ("type:", "uniform:", "param:", "global:", "const:", "self.", "env:")
+    return isinstance(value, Atom) and value.kind == "shared" and not value.name.startswith(configuration)
 
 
 def callback_event(

@@ -101,7 +101,7 @@ class LocalData:
     def _compute(self, function: FunctionNode) -> frozenset[str]:
         found: set[str] = set()
         whole: set[str] = set()
-        assignments: list[tuple[frozenset[str], ast.expr]] = []
+        assignments: list[tuple[frozenset[str], ast.expr, int]] = []
         for node in nodes_under(function):
             if isinstance(node, ast.Call):
                 for name, how, bare in self._seeds(node, function):
@@ -113,18 +113,20 @@ class LocalData:
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 stored = frozenset(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
-                assignments.append((stored, node.value))
+                assignments.append((stored, node.value, node.lineno))
         upstream: set[str] = set()
         changed = True
         while changed:  # backward through the assignments, to a fixed point
             changed = False
-            for stored, value in assignments:
-                if stored & found:
+            for stored, value, line in assignments:
+                # only what was assigned before the value was combined (after it, `x /= n` reads
+                # no per-rank data into it)
+                origins = [self.evidence.get((function, name)) for name in sorted(stored & found)]
+                origin = next((o for o in origins if o is not None and line < o[1]), None)
+                if origin is not None:
                     fed = data_names(value, self._called_name) - upstream
-                    origin = self.evidence.get((function, next(iter(stored & found))))
                     for name in fed:
-                        if origin is not None:
-                            self.evidence.setdefault((function, name), origin)
+                        self.evidence.setdefault((function, name), origin)
                     if fed:
                         found |= fed
                         upstream |= fed
