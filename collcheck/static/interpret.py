@@ -182,11 +182,12 @@ class Interpreter(ExceptionFlow):
                 env[rest.arg] = Atom(f"param:{rest.arg}", "shared")
         launched = self.module.launched.get(node)
         positional = [*args.posonlyargs, *args.args]
-        if launched is not None and positional and positional[0].arg not in self.catalog.rank_parameters:
+        if launched is not None and positional:
             # `mp.spawn(train, ...)` calls `train(i, ...)`: the index is the rank, whatever its name
             # (a name the catalog knows, `rank`, keeps its meaning: the code says it is the global rank).
             first = positional[0].arg
-            env[first] = value_from_spec(launched, f"param:{first}")
+            spec = self.catalog.rank_parameters.get(first, launched)
+            env[first] = value_from_spec(spec, f"param:{first}")
         return env
 
     def _annotated_type(self, arg: ast.arg) -> Expr | None:
