@@ -56,6 +56,13 @@ KNOWN_GAPS: dict[str, str] = {
         "the skipped collective is DDP's implicit gradient all-reduce inside loss.backward() of a "
         "loss computed by the wrapped model: backward is not tied to the forward that built the graph"
     ),
+    "reports/dp_idle_rank_skips_moe_forward_bug.py": (
+        "`batch is None` is per-rank scheduler state; the only evidence in the code is that the "
+        "activations computed from the batch go through all_to_all_single, and a tensor exchanged "
+        "whole is not taken as evidence of per-rank data (model activations and gradients are what "
+        "collectives are for: taking them as evidence reported 20 new findings on vllm, mostly on "
+        "shapes that agree); a count put in a tensor and all-reduced is (local_data.py)"
+    ),
     "reports/dtensor_full_tensor_rank0_bug.py": (
         "DTensor.full_tensor() (an all-gather over the DTensor's mesh) is not catalogued; a "
         "dist.barrier() under the same rank-0 guard is found"

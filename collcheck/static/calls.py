@@ -39,6 +39,9 @@ CALLBACK_OP = "callback"
 REMOTE_OP = "remote callback"  # a communicating callable sent to another process (RPC)
 
 
+OWN_DATA = "this process's own data"  # the start of the `why` of a value local_data.py found
+
+
 class CallKind(Enum):
     COLLECTIVE = "collective"  # a catalogued collective, point-to-point op or group creation
     HELPER = "helper"  # a function of the run, inlined at the call
@@ -108,7 +111,7 @@ class CallResolver(ValueEvaluator):
         if not frame.stack:
             return
         function = frame.stack[-1]
-        held = self.local_data.wrapped(function)
+        held = self.local_data.names(function)
         for node in ast.walk(target) if held else ():
             if not isinstance(node, ast.Name) or node.id not in held:
                 continue
@@ -116,8 +119,39 @@ class CallResolver(ValueEvaluator):
             value = state.env.get(node.id)
             if evidence is None or evidence[1] <= line or not _unknown(value):
                 continue
-            why = f"this process's own data, {evidence[0]}"
+            why = f"{OWN_DATA}, {evidence[0]}"
             state.env[node.id] = Atom(f"{node.id}@{line}:{node.col_offset}", "nondet", why=why)
+
+    def data_combined(self, call: ast.Call, state: State, frame: Frame) -> None:
+        """After the call that combines this rank's own data across ranks: a decision taken on
+        it from here on is taken knowing the others' (`all(f == mine for f in gathered)`), so it
+        is no longer reported as one on a per-process value."""
+        if not frame.stack:
+            return
+        for name in self.local_data.combined_at(frame.stack[-1], call.lineno):
+            value = state.env.get(name)
+            if isinstance(value, Atom) and value.kind == "nondet" and value.why.startswith(OWN_DATA):
+                state.env[name] = Atom(f"combined:{name}@{where_of(call)}", "shared")
+
+    def annotated_type(self, arg: ast.arg) -> Expr | None:
+        """`accelerator: Accelerator` makes method calls on it resolve through the catalog."""
+        if arg.annotation is None:
+            return None
+        annotation = arg.annotation
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            try:
+                annotation = ast.parse(annotation.value, mode="eval").body
+            except SyntaxError:
+                return None
+        name = qualified_name(annotation, self.local_imports)
+        if name is None:
+            return None
+        known_types = set(self.catalog.types.values()) | set(self.catalog.types)
+        for method in self.catalog.methods:
+            known_types.update(method.receivers)
+        if name in known_types:
+            return Atom(f"type:{self.catalog.types.get(name) or name}@param:{arg.arg}", "shared")
+        return None
 
     def _same_file_helper(self, call: ast.Call, function: FunctionNode) -> FunctionNode | None:
         """The function of this file `call` (in `function`) runs: by name, or `self.method`."""
@@ -525,13 +559,12 @@ class CallResolver(ValueEvaluator):
 
 
 def _unknown(value: Expr | None) -> bool:
-    """An unknown value taken to be the same on every rank: a call's result, an item read from
-    something. Not an argument of the function, a global, an attribute of `self` or an
-    environment variable (configuration, more often than not: where data arrives through a
-    parameter, the caller's own assignment is the one judged), not an object of a known type, a
-    constant, a value made uniform by a collective or one already per-rank."""
-    configuration = ("type:", "uniform:", "param:", "global:", "const:", "self.", "env:")
-    return isinstance(value, Atom) and value.kind == "shared" and not value.name.startswith(configuration)
+    """An unknown value taken to be the same on every rank that code computed: a call's result,
+    an item read from something, a part unpacked, a length. Not an argument of the function, a global, an
+    attribute of `self`, a size or rank the model knows, a constant or a value already per-rank
+    (where data arrives through a parameter, the caller's own assignment is the one judged)."""
+    computed = ("call:", "item@", "item:", "unpack", "len(")
+    return isinstance(value, Atom) and value.kind == "shared" and value.name.startswith(computed)
 
 
 def callback_event(

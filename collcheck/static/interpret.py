@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from collcheck.config import Settings
 from collcheck.static.budget import check_active
-from collcheck.static.calls import CallKind, callback_event
+from collcheck.static.calls import CallKind, Resolution, callback_event
 from collcheck.static.catalog_values import BIN_OPS, value_from_spec
 from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
 from collcheck.static.conditions import ConditionKind, source_of
@@ -31,7 +31,7 @@ from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.helpers import LoopOp
 from collcheck.static.loop_values import is_collection, loop_carried, unrolled_loop, while_trips
 from collcheck.static.model import FunctionNode, ModuleInfo
-from collcheck.static.names import ImportTable, add_import, nodes_under, qualified_name, source_text
+from collcheck.static.names import ImportTable, add_import, nodes_under, source_text
 from collcheck.static.object_values import record_keyword_attributes
 from collcheck.static.program import (
     CommEvent,
@@ -172,11 +172,9 @@ class Interpreter(ExceptionFlow):
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
             if arg.arg in defaulted:
                 # `def broadcast(obj, *, rank: int = 0)`: a rank chosen by the caller, not this rank.
-                env[arg.arg] = self._annotated_type(arg) or Atom(
-                    f"param:{arg.arg}@{where_of(node)}", "shared"
-                )
+                env[arg.arg] = self.annotated_type(arg) or Atom(f"param:{arg.arg}@{where_of(node)}", "shared")
                 continue
-            env[arg.arg] = self._annotated_type(arg) or self._parameter_value(arg.arg, node)
+            env[arg.arg] = self.annotated_type(arg) or self._parameter_value(arg.arg, node)
         for rest in (args.vararg, args.kwarg):
             if rest is not None:
                 env[rest.arg] = Atom(f"param:{rest.arg}", "shared")
@@ -189,26 +187,6 @@ class Interpreter(ExceptionFlow):
             spec = self.catalog.rank_parameters.get(first, launched)
             env[first] = value_from_spec(spec, f"param:{first}")
         return env
-
-    def _annotated_type(self, arg: ast.arg) -> Expr | None:
-        """`accelerator: Accelerator` makes method calls on it resolve through the catalog."""
-        if arg.annotation is None:
-            return None
-        annotation = arg.annotation
-        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
-            try:
-                annotation = ast.parse(annotation.value, mode="eval").body
-            except SyntaxError:
-                return None
-        name = qualified_name(annotation, self.local_imports)
-        if name is None:
-            return None
-        known_types = set(self.catalog.types.values()) | set(self.catalog.types)
-        for method in self.catalog.methods:
-            known_types.update(method.receivers)
-        if name in known_types:
-            return Atom(f"type:{self.catalog.types.get(name) or name}@param:{arg.arg}", "shared")
-        return None
 
     def _parameter_value(self, name: str, node: FunctionNode) -> Expr:
         """A parameter's value where the function is analysed on its own. A name the catalog
@@ -626,6 +604,15 @@ class Interpreter(ExceptionFlow):
         self, call: ast.Call, state: State, frame: Frame, known: dict[int, Expr]
     ) -> list[tuple[State, Expr]]:
         resolved = self.resolve(call, frame, state)
+        results = self._run_call(call, resolved, state, frame, known)
+        if resolved.kind in (CallKind.COLLECTIVE, CallKind.HELPER):
+            for after, _ in results:
+                self.data_combined(call, after, frame)
+        return results
+
+    def _run_call(
+        self, call: ast.Call, resolved: Resolution, state: State, frame: Frame, known: dict[int, Expr]
+    ) -> list[tuple[State, Expr]]:
         if resolved.kind is CallKind.EXIT:
             state.exit = Exit("exit", self.module.path, call.lineno, call.col_offset, frame.chain)
             return [(state, Const(None))]

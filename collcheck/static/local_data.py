@@ -1,18 +1,23 @@
-"""Per-rank data, by the program's own evidence: what it combines across ranks.
+"""Per-rank data, by the program's own evidence: the counts it combines across ranks.
 
-A function that all-reduces, all-gathers, reduces, gathers or exchanges (all-to-all) a value
+A function that puts a host value into a tensor to all-reduce it (`torch.tensor([len(batch)])`,
+then `all_reduce(..., op=MAX)`), or all-gathers a Python object (`all_gather_object(out, n)`),
 says that the value differs between ranks: the number of tokens of this rank's batch, its own
-loss, its own requests. The value before such a collective is this rank's own data; the one
-after an all-reduce or all-gather is the same everywhere (`uniform_after`, collectives.py).
+requests, a flag only it knows. The value before such a collective is this rank's own; the one
+after an all-reduce is the same everywhere (`uniform_after`, collectives.py).
 
-In: a function, the catalog's answer for a call (`op_spec`) and the helper a call reaches
-(`helper`). Out (`LocalData.names`): the names of the function that hold this rank's own data:
-the input operands of its combining collectives, the arguments it passes to a helper's
-parameters that reach one (`LocalData.parameters`, the helper's summary), and, backward through
-the function's assignments, the names their values were computed from as data (arguments and
-operands, not the function called, not a model whose method is called, not the shape handed to
-a tensor factory, not a `range`). Computed once per function and cached; a helper
-reached again while its own summary is being computed counts as reaching nothing.
+In: a function, the catalog's answer for a call (`op_spec`) and the helper of this file a call
+reaches (`helper`). Out (`LocalData.names`): the names of the function that hold this rank's own
+data: those put into a tensor that a combining collective (all-reduce, all-gather, reduce,
+gather, reduce-scatter, all-to-all) takes as input, the operands of an object collective, the
+arguments it passes to a helper's parameters that reach one (`LocalData.parameters`, the
+helper's own entry), and, backward through the assignments made before that call, the names
+their values were computed from as data (arguments and operands; not the function called, a
+model whose method is called, a shape handed to a tensor factory, a `range`). A tensor handed
+to the collective as it is (model activations, gradients) is no such evidence: its shape must be
+the same on every rank, and its contents are what the collective is for. Computed once per
+function and cached; a helper reached again while its own entry is being computed reaches
+nothing.
 """
 
 from __future__ import annotations
@@ -47,6 +52,15 @@ COMBINING_OPS = frozenset(
     }
 )
 
+# Collectives of Python objects: every rank's object, whatever it is.
+OBJECT_OPS = frozenset({"all_gather_object", "gather_object"})
+
+# Tensors built from host values (numbers, lists of them).
+HOST_TENSORS = frozenset(
+    {"torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.LongTensor", "torch.IntTensor"}
+    | {"torch.FloatTensor", "torch.DoubleTensor", "torch.BoolTensor", "torch.cuda.LongTensor"}
+)
+
 # Methods whose result carries the receiver's contents (`t.float()`, `x.to(device)`).
 CARRYING_METHODS = VALUE_METHODS | frozenset(
     {"to", "view", "reshape", "flatten", "contiguous", "unsqueeze", "squeeze", "size", "__len__"}
@@ -68,7 +82,6 @@ class LocalData:
         self._helper = helper
         self._called_name = called_name
         self._names: dict[FunctionNode, frozenset[str]] = {}
-        self._wrapped: dict[FunctionNode, frozenset[str]] = {}
         self._busy: set[FunctionNode] = set()
         # (function, name) -> how its value is combined across ranks, and the line of that call
         self.evidence: dict[tuple[FunctionNode, str], tuple[str, int]] = {}
@@ -85,13 +98,11 @@ class LocalData:
                 self._busy.discard(function)
         return found
 
-    def wrapped(self, function: FunctionNode) -> frozenset[str]:
-        """The names to treat as this rank's data where they are assigned: not one handed whole
-        to the collective (or helper), whose shape the collective requires to be the same on
-        every rank (`if x.numel() == 0: return` before `all_reduce(x)` agrees everywhere), only
-        what it was computed from (`batch` behind `torch.tensor([len(batch)])`)."""
-        self.names(function)
-        return self._wrapped.get(function, frozenset())
+    def combined_at(self, function: FunctionNode, line: int) -> tuple[str, ...]:
+        """The names whose evidence is the call at `line` of `function` (its first combining
+        call): after it, the ranks have exchanged them."""
+        held = self.names(function)
+        return tuple(name for name in sorted(held) if self.evidence.get((function, name), ("", 0))[1] == line)
 
     def parameters(self, function: FunctionNode) -> tuple[str, ...]:
         """The parameters of `function` (in order) whose value reaches a combining collective."""
@@ -100,55 +111,70 @@ class LocalData:
 
     def _compute(self, function: FunctionNode) -> frozenset[str]:
         found: set[str] = set()
-        whole: set[str] = set()
+        tensors: dict[str, tuple[str, int]] = {}  # tensor operands -> how and where combined
         assignments: list[tuple[frozenset[str], ast.expr, int]] = []
         for node in nodes_under(function):
             if isinstance(node, ast.Call):
-                for name, how, bare in self._seeds(node, function):
-                    if bare:
-                        whole.add(name)
-                    if name not in found:
+                for name, how, operand in self._seeds(node, function):
+                    if operand:
+                        tensors.setdefault(name, (how, node.lineno))
+                    elif name not in found:
                         found.add(name)
                         self.evidence.setdefault((function, name), (how, node.lineno))
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 stored = frozenset(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
                 assignments.append((stored, node.value, node.lineno))
-        upstream: set[str] = set()
+        for stored, value, line in assignments:  # `t = torch.tensor([count])`, then `all_reduce(t)`
+            for name in sorted(stored & tensors.keys()):
+                how, at = tensors[name]
+                if line < at and self._host_tensor(value):
+                    assert isinstance(value, ast.Call)
+                    for built in data_names(ast.Tuple(elts=list(value.args)), self._called_name):
+                        found.add(built)
+                        self.evidence.setdefault((function, built), (how, at))
         changed = True
-        while changed:  # backward through the assignments, to a fixed point
+        while changed:  # backward through the assignments made before the combining call
             changed = False
             for stored, value, line in assignments:
-                # only what was assigned before the value was combined (after it, `x /= n` reads
-                # no per-rank data into it)
                 origins = [self.evidence.get((function, name)) for name in sorted(stored & found)]
                 origin = next((o for o in origins if o is not None and line < o[1]), None)
-                if origin is not None:
-                    fed = data_names(value, self._called_name) - upstream
-                    for name in fed:
-                        self.evidence.setdefault((function, name), origin)
-                    if fed:
-                        found |= fed
-                        upstream |= fed
-                        changed = True
-        self._wrapped[function] = frozenset(found - (whole - upstream))
+                if origin is None:
+                    continue
+                fed = data_names(value, self._called_name) - found
+                for name in fed:
+                    self.evidence.setdefault((function, name), origin)
+                if fed:
+                    found |= fed
+                    changed = True
         return frozenset(found)
 
+    def _host_tensor(self, value: ast.expr) -> bool:
+        """A tensor built from host values: `torch.tensor([n])`, `torch.LongTensor([n])`."""
+        return isinstance(value, ast.Call) and self._called_name(value.func) in HOST_TENSORS
+
     def _seeds(self, call: ast.Call, function: FunctionNode) -> list[tuple[str, str, bool]]:
-        """The names `call` hands a combining collective as its input, directly or through a
-        helper: each with how it is combined, and whether it is handed whole (a bare name)."""
+        """What `call` hands a combining collective, directly or through a helper: the names of
+        this rank's data, each with how it is combined and whether it is a tensor operand named
+        whole (then only the host values it was built from are evidence)."""
         spec = self._op_spec(call)
         if spec is not None:
             if spec.op not in COMBINING_OPS:
                 return []
-            inputs = [_argument(call, spec, name) for name in spec.operands]
             how = f"combined across ranks by {spec.op} at line {call.lineno}"
-            return [
-                (n, how, isinstance(node, ast.Name))
-                for node in inputs
-                if node is not None
-                for n in data_names(node, self._called_name)
-            ]
+            seeds: list[tuple[str, str, bool]] = []
+            for node in (_argument(call, spec, name) for name in spec.operands):
+                if spec.op in OBJECT_OPS and node is not None:
+                    seeds += [(n, how, False) for n in data_names(node, self._called_name)]
+                elif isinstance(node, ast.Name):
+                    seeds.append((node.id, how, True))
+                elif node is not None and self._host_tensor(node):
+                    assert isinstance(node, ast.Call)
+                    seeds += [
+                        (n, how, False)
+                        for n in data_names(ast.Tuple(elts=list(node.args)), self._called_name)
+                    ]
+            return seeds
         helper = self._helper(call, function)
         if helper is None or helper is function:
             return []
@@ -164,7 +190,7 @@ class LocalData:
         handed += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
         how = f"passed to {helper.name}() at line {call.lineno}, which combines it across ranks"
         return [
-            (n, how, isinstance(argument, ast.Name))
+            (n, how, False)
             for param, argument in handed
             if param in reaching
             for n in data_names(argument, self._called_name)
