@@ -32,6 +32,10 @@ For each package:
         swap            two adjacent different collective statements A; B become
                         `if get_rank() == 0: A; B` / `else: B; A`
         raise_on_rank   `if torch.distributed.get_rank() == 1: raise RuntimeError(...)` before it
+        helper_guard    `if _cc_first_of(torch.distributed.get_rank()):` around it, with
+                        `def _cc_first_of(worker_id): return worker_id % 4 == 0` appended
+        helper_loop     `for _cc_i in range(_cc_share_of(torch.distributed.get_rank())):` around
+                        it, the helper computing the count from its argument with math.ceil
         *_group         rank_guard / early_return / rank_loop with the call's own group rank,
                         `torch.distributed.get_rank(group=<the call's group>)`, at calls that
                         pass a group
@@ -701,9 +705,27 @@ class Kind(str, Enum):
     RANK_GUARD_GROUP = "rank_guard_group"
     EARLY_RETURN_GROUP = "early_return_group"
     RANK_LOOP_GROUP = "rank_loop_group"
+    HELPER_GUARD = "helper_guard"
+    HELPER_LOOP = "helper_loop"
 
 
-SITE_KINDS = (Kind.RANK_GUARD, Kind.EARLY_RETURN, Kind.RANK_LOOP, Kind.RAISE_ON_RANK)
+SITE_KINDS = (
+    Kind.RANK_GUARD,
+    Kind.EARLY_RETURN,
+    Kind.RANK_LOOP,
+    Kind.RAISE_ON_RANK,
+    Kind.HELPER_GUARD,
+    Kind.HELPER_LOOP,
+)
+# Kinds whose rank reaches the statement through a helper appended to the module: it is handed
+# the rank as an argument (its parameter is not named like one), so only data flow links them.
+HELPERS: dict[Kind, tuple[str, ...]] = {
+    Kind.HELPER_GUARD: ("def _cc_first_of(worker_id):", "    return worker_id % 4 == 0"),
+    Kind.HELPER_LOOP: (
+        "def _cc_share_of(worker_id, parts=4):",
+        "    return math.ceil((worker_id + 1) / parts) + worker_id",
+    ),
+}
 GROUP_KINDS = (Kind.RANK_GUARD_GROUP, Kind.EARLY_RETURN_GROUP, Kind.RANK_LOOP_GROUP)
 RANK = "torch.distributed.get_rank()"
 
@@ -742,6 +764,10 @@ def edit_lines(kind: Kind, site: Site, statement: list[str], partner: list[str] 
         return [f"{indent}for _cc_i in range({rank} + 1):", *_indented(statement)]
     if kind is Kind.RAISE_ON_RANK:
         return [f"{indent}if {rank} == 1:", f'{indent}    raise RuntimeError("injected")', *statement]
+    if kind is Kind.HELPER_GUARD:
+        return [f"{indent}if _cc_first_of({rank}):", *_indented(statement)]
+    if kind is Kind.HELPER_LOOP:
+        return [f"{indent}for _cc_i in range(_cc_share_of({rank})):", *_indented(statement)]
     assert partner is not None
     return [
         f"{indent}if {rank} == 0:",
@@ -788,6 +814,8 @@ def mutate(kind: Kind, site: Site, text: str, partner: Site | None = None) -> Mu
     if insert_at is not None:
         new.insert(insert_at, "import torch.distributed  # injected")
         shift = 1 if insert_at < site.function_line else 0
+    if kind in HELPERS:  # after everything: the mutated function's lines do not move
+        new += ["", "", "import math  # injected", "", "", *HELPERS[kind]]
     mutated = "\n".join(new) + "\n"
     try:
         ast.parse(mutated)

@@ -46,6 +46,7 @@ class OpSpec:
     ranks: str | None = None
     operands: tuple[str, ...] = ()
     uniform_after: tuple[str, ...] = ()
+    root_only_after: tuple[str, ...] = ()  # hold the result on the root only (`reduce`'s tensor)
     default_group: str | None = None  # the group used when none is passed (None: the world)
     # For methods: how many leading positional arguments the receiver already consumed (bound methods: 0).
     source: str = ""
@@ -211,6 +212,7 @@ def _op_spec(entry: dict[str, Any], where: str) -> OpSpec:
         ranks=_optional_str(entry, "ranks", where),
         operands=_str_tuple(entry, "operands", where),
         uniform_after=_str_tuple(entry, "uniform_after", where),
+        root_only_after=_str_tuple(entry, "root_only_after", where),
         default_group=_optional_str(entry, "default_group", where),
         source=where,
     )

@@ -205,6 +205,11 @@ def test_each_kind_writes_its_rank_dependent_code_at_the_statement() -> None:
         ib.Kind.RANK_GUARD_GROUP: [f"    if {group_rank} == 0:", "        dist.broadcast(x, 0, g)"],
         ib.Kind.EARLY_RETURN_GROUP: [f"    if {group_rank} == 1:", "        return"],
         ib.Kind.RANK_LOOP_GROUP: [f"    for _cc_i in range({group_rank} + 1):"],
+        ib.Kind.HELPER_GUARD: [f"    if _cc_first_of({rank}):", "        dist.broadcast(x, 0, g)"],
+        ib.Kind.HELPER_LOOP: [
+            f"    for _cc_i in range(_cc_share_of({rank})):",
+            "        dist.broadcast(x, 0, g)",
+        ],
     }
     for kind, lines in expected.items():
         mutant = mutated(kind, "dist.broadcast(x, 0, g)")
@@ -214,6 +219,36 @@ def test_each_kind_writes_its_rank_dependent_code_at_the_statement() -> None:
         # `direct` (lines 11-19) moved down by the added import and grew by the added lines
         added = 2 if kind in (ib.Kind.EARLY_RETURN, ib.Kind.EARLY_RETURN_GROUP, ib.Kind.RAISE_ON_RANK) else 1
         assert (mutant.function_line, mutant.function_end) == (12, 19 + 1 + added), kind
+
+
+def test_helper_kinds_append_a_helper_that_is_handed_the_rank() -> None:
+    for kind in (ib.Kind.HELPER_GUARD, ib.Kind.HELPER_LOOP):
+        text = mutated(kind, "dist.broadcast(x, 0, g)").text
+        definition = ib.HELPERS[kind][0]
+        assert definition in text.splitlines()
+        # appended after the last line of the module: no function of it moves
+        assert text.index(definition) > text.index("return inner")
+        parameters = definition.split("(", 1)[1]
+        assert "rank" not in parameters  # only data flow links the helper to the rank
+
+
+@pytest.mark.parametrize("kind", [ib.Kind.HELPER_GUARD, ib.Kind.HELPER_LOOP])
+def test_collcheck_finds_the_rank_reaching_the_collective_through_the_helper(
+    kind: ib.Kind, tmp_path: Path
+) -> None:
+    sys.path.insert(0, str(REPO / "tests"))
+    from cli_support import fixture_run
+
+    text = "import torch.distributed as dist\n\n\ndef step(x):\n    dist.all_reduce(x)\n    dist.barrier()\n"
+    mutant = mutated(kind, "dist.all_reduce(x)", text)
+    target = tmp_path / "mutant.py"
+    target.write_text(mutant.text)
+    result = fixture_run(target)
+    assert not result.errors
+    lines = {finding.location.line for finding in result.findings}
+    expected = {ib.Kind.HELPER_GUARD: "CC001", ib.Kind.HELPER_LOOP: "CC002"}[kind]
+    assert [f.code for f in result.findings] == [expected]
+    assert all(mutant.function_line <= line <= mutant.function_end for line in lines)
 
 
 def test_swap_issues_the_two_statements_in_opposite_orders_on_rank_zero_and_the_rest() -> None:

@@ -17,7 +17,19 @@ from collcheck.static.model import build_module
 from collcheck.static.p2p_schedule import Call, run, shown_counts
 from collcheck.static.program import CommEvent
 from collcheck.static.state import Frame, State
-from collcheck.static.symbolic import RANK, WORLD, Atom, BinOp, BoolOp, Compare, Const, Expr, Sized
+from collcheck.static.symbolic import (
+    RANK,
+    WORLD,
+    Atom,
+    BinOp,
+    BoolOp,
+    Compare,
+    Const,
+    Expr,
+    Sized,
+    fold,
+    is_rank_dependent,
+)
 from collcheck.static.values import ValueEvaluator
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -121,12 +133,21 @@ def test_different_predicates_give_different_lengths() -> None:
     [
         "[p for p in params if p.owner == rank]",  # a per-rank predicate: as before, opaque
         "[r for r in range(8) if r % 2 == 0]",  # a rank list: as before
-        "[p for p in params]",  # nothing filtered
     ],
 )
 def test_other_comprehensions_keep_their_opaque_value(text: str) -> None:
     value = _value(text)
     assert isinstance(value, Atom) and value.name.startswith("listcomp@")
+
+
+def test_an_unfiltered_comprehension_is_as_long_as_what_it_iterates() -> None:
+    mapped = _value("[p.grad for p in params]")
+    assert isinstance(mapped, Sized) and mapped.length == _value("len(params)")
+    noise = _value("[torch.randn(3) for _ in range(4)]")  # random entries, four of them
+    assert isinstance(noise, Sized) and fold(noise.length) == Const(4)
+    assert isinstance(noise.content, Atom) and noise.content.kind == "nondet"
+    per_rank = _value("[torch.randn(3) for _ in range(rank + 1)]")
+    assert isinstance(per_rank, Sized) and is_rank_dependent(per_rank.length)
 
 
 # ----------------------------------------------------------------------------- through the engine

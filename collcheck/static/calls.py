@@ -18,6 +18,7 @@ from collcheck.catalog import OpSpec
 from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.group_values import type_of
+from collcheck.static.local_data import LocalData
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.names import dotted, nodes_under, qualified_name, source_text
 from collcheck.static.program import (
@@ -36,6 +37,9 @@ EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})
 
 CALLBACK_OP = "callback"
 REMOTE_OP = "remote callback"  # a communicating callable sent to another process (RPC)
+
+
+OWN_DATA = "this process's own data"  # the start of the `why` of a value local_data.py found
 
 
 class CallKind(Enum):
@@ -94,6 +98,74 @@ class CallResolver(ValueEvaluator):
         self._returns: dict[FunctionNode, bool] = {}
         self._owners: dict[FunctionNode, str] | None = None
         self.conditions = ConditionSources()  # where each branch test came from (counterexamples)
+        self.local_data = LocalData(
+            lambda call: self.op_spec(call, None),
+            self._same_file_helper,
+            lambda func: qualified_name(func, self.local_imports),
+        )
+
+    def own_data(self, target: ast.expr, state: State, frame: Frame, line: int) -> None:
+        """After an assignment at `line`: a variable that holds this rank's own data, which the
+        running function combines across ranks further down (local_data.py), is a per-process
+        value here, unless its value is already known to be more than an unknown."""
+        if not frame.stack:
+            return
+        function = frame.stack[-1]
+        held = self.local_data.names(function)
+        for node in ast.walk(target) if held else ():
+            if not isinstance(node, ast.Name) or node.id not in held:
+                continue
+            evidence = self.local_data.evidence.get((function, node.id))
+            value = state.env.get(node.id)
+            if evidence is None or evidence[1] <= line or not _unknown(value):
+                continue
+            why = f"{OWN_DATA}, {evidence[0]}"
+            state.env[node.id] = Atom(f"{node.id}@{line}:{node.col_offset}", "nondet", why=why)
+
+    def data_combined(self, call: ast.Call, state: State, frame: Frame) -> None:
+        """After the call that combines this rank's own data across ranks: a decision taken on
+        it from here on is taken knowing the others' (`all(f == mine for f in gathered)`), so it
+        is no longer reported as one on a per-process value."""
+        if not frame.stack:
+            return
+        for name in self.local_data.combined_at(frame.stack[-1], call.lineno):
+            value = state.env.get(name)
+            if isinstance(value, Atom) and value.kind == "nondet" and value.why.startswith(OWN_DATA):
+                state.env[name] = Atom(f"combined:{name}@{where_of(call)}", "shared")
+
+    def annotated_type(self, arg: ast.arg) -> Expr | None:
+        """`accelerator: Accelerator` makes method calls on it resolve through the catalog."""
+        if arg.annotation is None:
+            return None
+        annotation = arg.annotation
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            try:
+                annotation = ast.parse(annotation.value, mode="eval").body
+            except SyntaxError:
+                return None
+        name = qualified_name(annotation, self.local_imports)
+        if name is None:
+            return None
+        known_types = set(self.catalog.types.values()) | set(self.catalog.types)
+        for method in self.catalog.methods:
+            known_types.update(method.receivers)
+        if name in known_types:
+            return Atom(f"type:{self.catalog.types.get(name) or name}@param:{arg.arg}", "shared")
+        return None
+
+    def _same_file_helper(self, call: ast.Call, function: FunctionNode) -> FunctionNode | None:
+        """The function of this file `call` (in `function`) runs: by name, or `self.method`."""
+        func = call.func
+        if isinstance(func, ast.Name) and self.local_imports.lookup(func.id) is None:
+            return self.module.functions.get(func.id)
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id in ("self", "cls")
+        ):
+            owner = self.owner_class(function, None)
+            return self._find_method(owner, func.attr) if owner is not None else None
+        return None
 
     def resolve(self, call: ast.Call, frame: Frame, state: State | None = None) -> Resolution:
         """What `call` is; asked in this order, the first answer wins."""
@@ -278,6 +350,8 @@ class CallResolver(ValueEvaluator):
         type_name: object = unasked
         for method in self.catalog.method_specs(method_name):
             if method.any_receiver:
+                if self._names_no_object(receiver):
+                    continue
                 return method.spec
             if not method.receivers:
                 continue
@@ -286,6 +360,19 @@ class CallResolver(ValueEvaluator):
             if type_name is not None and type_name in method.receivers:
                 return method.spec
         return None
+
+    def _names_no_object(self, receiver: ast.expr) -> bool:
+        """A method matched by its name alone (`any_receiver`) needs an object of unknown type.
+        Not one: a module reached through an import (`cute.arch.barrier()`, `gpu.barrier()`: the
+        call's qualified name is known, and only `[[op]]` names make it a collective), and `self`
+        or `cls` (the class's own method is a helper; one it inherits from a catalogued framework
+        class is found by `_inherited_framework_method`; any other is unknown code)."""
+        parts = dotted(receiver)
+        if not parts:
+            return False
+        if len(parts) == 1 and parts[0] in ("self", "cls"):
+            return True
+        return self.local_imports.lookup(parts[0]) is not None
 
     def _inherited_framework_method(self, call: ast.Call, class_name: str | None) -> OpSpec | None:
         """`self.all_gather(x)` in a subclass of a catalogued class (a LightningModule): the method
@@ -418,8 +505,9 @@ class CallResolver(ValueEvaluator):
         return False
 
     def returns_matter(self, function: FunctionNode, owner: ModuleInfo | None = None, depth: int = 0) -> bool:
-        """Inline a quiet helper only if what it returns may depend on the rank (directly, or
-        through another helper of the run that does)."""
+        """Inline a quiet helper if what it returns may depend on the rank whatever its arguments
+        (it reads a per-rank source itself, or through another helper of the run that does).
+        Cached per function."""
         owner = owner or self.module
         if depth == 0 and function in self._returns:
             return self._returns[function]
@@ -447,7 +535,9 @@ class CallResolver(ValueEvaluator):
                 return True
             if isinstance(node, ast.Constant) and node.value in self.catalog.rank_env:
                 return True
-        return any(arg.arg in self.catalog.rank_parameters for arg in function.args.args)
+        # What the caller passes is judged at the call (`HelperInliner.inline`), by its value:
+        # a parameter named `rank` holds whatever the caller hands it.
+        return False
 
     def decorator_condition(self, function: FunctionNode, owner: ModuleInfo) -> Expr | None:
         for decorator in function.decorator_list:
@@ -466,6 +556,15 @@ class CallResolver(ValueEvaluator):
                 )
                 return value
         return None
+
+
+def _unknown(value: Expr | None) -> bool:
+    """An unknown value taken to be the same on every rank that code computed: a call's result,
+    an item read from something, a part unpacked, a length. Not an argument of the function, a global, an
+    attribute of `self`, a size or rank the model knows, a constant or a value already per-rank
+    (where data arrives through a parameter, the caller's own assignment is the one judged)."""
+    computed = ("call:", "item@", "item:", "unpack", "len(")
+    return isinstance(value, Atom) and value.kind == "shared" and value.name.startswith(computed)
 
 
 def callback_event(

@@ -1,4 +1,5 @@
-"""Catalog value expressions to symbolic values.
+"""Catalog value expressions to symbolic values; the tables of operators, builtins and methods
+the value evaluator reads.
 
 In: the text of a catalog value (`rank`, `local_rank == 0`, `group_rank[tp]`, `world`) and where it
 is used. Out: a `symbolic.Expr` over the rank, the world size and the catalog's groups; text that
@@ -93,3 +94,90 @@ COMPARE_OPS: dict[type, str] = {
 
 
 BIN_OPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+
+
+# `math.ceil(a / b)` and `math.floor(a / b)`: integer division, rounded up or down; of anything
+# else, the value itself (the solver's values are integers).
+ROUNDING = {"math.ceil": "ceildiv", "math.floor": "//", "math.trunc": "//"}
+
+
+# Functions of `math` that compute a value from their arguments: it varies exactly when they do.
+MATH_FUNCTIONS = frozenset(
+    {
+        "math.sqrt", "math.isqrt", "math.log", "math.log2", "math.log10", "math.exp", "math.pow",
+        "math.prod", "math.gcd", "math.lcm", "math.comb", "math.perm", "math.fsum", "math.fabs",
+    }
+)  # fmt: skip
+
+
+PASS_THROUGH = frozenset({"int", "float", "bool", "round", "abs"})
+
+
+# Builtins that compute a value from their arguments: the result varies exactly when they do.
+VALUE_BUILTINS = frozenset(
+    {
+        "list",
+        "tuple",
+        "set",
+        "frozenset",
+        "sorted",
+        "reversed",
+        "range",
+        "enumerate",
+        "zip",
+        "sum",
+        "str",
+        "repr",
+        "format",
+        "dict",
+        "map",
+        "filter",
+        "divmod",
+        "pow",
+        "hash",
+        "any",
+        "all",
+    }
+)
+
+
+# Methods whose result carries the receiver's per-rank nature (reading a value out of it).
+VALUE_METHODS = frozenset(
+    {
+        "item",
+        "tolist",
+        "numpy",
+        "read",
+        "readline",
+        "readlines",
+        "read_text",
+        "read_bytes",
+        "strip",
+        "lower",
+        "upper",
+        "split",
+        "get",
+        "keys",
+        "values",
+        "items",
+        "copy",
+        "clone",
+        "detach",
+        "cpu",
+        "cuda",
+        "float",
+        "int",
+        "long",
+        "bool",
+        "sum",
+        "mean",
+        "all",
+        "any",
+        "numel",
+        "startswith",
+        "endswith",
+        "is_file",
+        "exists",
+        "is_dir",
+    }
+)

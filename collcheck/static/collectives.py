@@ -115,6 +115,10 @@ class CollectiveEvents(CallResolver):
                 fresh = Atom(f"uniform:{source_text(target)}@{where_of(call)}", "shared")
                 if isinstance(target, (ast.Name, ast.Attribute)):
                     self.bind(target, fresh, state)
+        for name in spec.root_only_after:
+            held = args.get(name)
+            if isinstance(held, (ast.Name, ast.Attribute)):  # the root's result, a partial one elsewhere
+                self.bind(held, Atom(f"rooted:{source_text(held)}@{where_of(call)}", "perrank"), state)
         return state, self._op_result(call, spec, args, state, frame, known)
 
     def _is_method_call(self, call: ast.Call) -> bool:

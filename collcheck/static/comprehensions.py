@@ -27,12 +27,18 @@ class Evaluator(Protocol):
         self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr] | None = None
     ) -> Expr: ...
 
+    def trip_count(
+        self, node: ast.expr, iterable: Expr, state: State, frame: Frame, known: dict[int, Expr] | None = None
+    ) -> Expr: ...
+
 
 def filtered_list(
     evaluator: Evaluator, node: ast.ListComp, state: State, frame: Frame, known: dict[int, Expr] | None
 ) -> Expr:
     """The comprehension's value (see the module)."""
     generator = node.generators[0] if len(node.generators) == 1 else None
+    if generator is not None and _maps_a_sequence(generator):
+        return _mapped(evaluator, node, generator, state, frame, known)
     if generator is None or not _filters_a_list(generator):
         return _generic(evaluator, node, state, frame, known)
     assert isinstance(generator.target, ast.Name)
@@ -67,11 +73,37 @@ def _filters_a_list(generator: ast.comprehension) -> bool:
     )
 
 
+def _maps_a_sequence(generator: ast.comprehension) -> bool:
+    """`[f(x) for x in xs]`: one entry per item, whatever `f` computes."""
+    return not generator.ifs and not generator.is_async
+
+
+def _mapped(
+    evaluator: Evaluator,
+    node: ast.ListComp,
+    generator: ast.comprehension,
+    state: State,
+    frame: Frame,
+    known: dict[int, Expr] | None,
+) -> Expr:
+    """As many entries as the loop has items: the length is the trip count of the iterable (not
+    what the entries hold: `[torch.randn(3) for _ in range(4)]` has four), the entries are the
+    generic value."""
+    source = evaluator.pure(generator.iter, state, frame, known)
+    length = evaluator.trip_count(generator.iter, source, state, frame, known)
+    return Sized(
+        f"listcomp@{node.lineno}:{node.col_offset}", length, _generic(evaluator, node, state, frame, known)
+    )
+
+
 def _generic(
     evaluator: Evaluator, node: ast.ListComp, state: State, frame: Frame, known: dict[int, Expr] | None
 ) -> Expr:
-    """What the evaluator gives any expression it has no rule for."""
-    children = [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)]
+    """What the evaluator gives any expression it has no rule for, reading its generators too
+    (what is iterated and the filters: `[r for r in queue if now - r.t < limit]` varies with `now`)."""
+    children = [node.elt]
+    for generator in node.generators:
+        children.extend((generator.iter, *generator.ifs))
     inputs = tuple(evaluator.pure(child, state, frame, known) for child in children)
     return opaque(f"listcomp@{node.lineno}:{node.col_offset}", inputs)
 

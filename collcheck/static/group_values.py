@@ -318,6 +318,8 @@ def none_or_not(value: Expr) -> Expr:
     tensor = isinstance(value, Atom) and (value.name.startswith(NEVER_NONE) or _piece_of_split(value.name))
     if tensor or isinstance(value, Sized):
         return NOT_NONE
+    if isinstance(value, Sized) and value.name.startswith("tensor:"):  # tensor_shapes.factory_tensor
+        return NOT_NONE
     if isinstance(value, IfExp):
         then, orelse = none_or_not(value.then), none_or_not(value.orelse)
         return value if (then, orelse) == (value.then, value.orelse) else IfExp(value.test, then, orelse)

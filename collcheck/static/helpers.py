@@ -48,6 +48,7 @@ from collcheck.static.symbolic import (
     Expr,
     GroupVal,
     children,
+    is_rank_dependent,
     negate,
 )
 from collcheck.static.syntax import global_names, is_filled_key
@@ -198,7 +199,11 @@ class HelperInliner(CollectiveEvents):
             or (function in self.nested.values() and self.body_communicates(function))
             or self.passes_typed_object(call, state)
         )
-        if not communicates and not self.returns_matter(function, owner_module):
+        if (
+            not communicates
+            and not self.returns_matter(function, owner_module)
+            and not self._arguments_vary(call, state, frame, known)
+        ):
             return [(state, self.pure(call, state, frame, known))]
         if communicates and self.opaque_helpers:
             # The last resort over the budget (over_budget.py): the helper is a root of its own;
@@ -237,6 +242,21 @@ class HelperInliner(CollectiveEvents):
             results.append((resumed, final.returned if final.returned is not None else Const(None)))
         collapsed = collapse_returns(state, results)
         return [*collapsed, *skipped]
+
+    def _arguments_vary(self, call: ast.Call, state: State, frame: Frame, known: dict[int, Expr]) -> bool:
+        """Some argument the caller passes differs between ranks (or processes): what the helper
+        returns may then differ too, whatever its parameters are called (`my_slice(items,
+        dist.get_rank(), n)`), so its body is run with those values (and its run kept as a summary
+        for the next call with the same values)."""
+        arguments = [*call.args, *(keyword.value for keyword in call.keywords)]
+        return any(
+            is_rank_dependent(
+                self.pure(
+                    argument.value if isinstance(argument, ast.Starred) else argument, state, frame, known
+                )
+            )
+            for argument in arguments
+        )
 
     def _run_helper(
         self,

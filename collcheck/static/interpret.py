@@ -23,7 +23,7 @@ from dataclasses import replace
 from collcheck.config import Settings
 from collcheck.findings import Budget
 from collcheck.static.budget import check_active
-from collcheck.static.calls import CallKind, callback_event
+from collcheck.static.calls import CallKind, Resolution, callback_event
 from collcheck.static.catalog_values import BIN_OPS, value_from_spec
 from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
 from collcheck.static.conditions import ConditionKind, source_of
@@ -31,8 +31,9 @@ from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simpl
 from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.helpers import LoopOp
+from collcheck.static.loop_values import is_collection, loop_carried, unrolled_loop, while_trips
 from collcheck.static.model import FunctionNode, ModuleInfo
-from collcheck.static.names import ImportTable, add_import, nodes_under, qualified_name, source_text
+from collcheck.static.names import ImportTable, add_import, nodes_under, source_text
 from collcheck.static.object_values import record_keyword_attributes
 from collcheck.static.program import CommEvent, Exit, LoopEvent, LoopRange, Path, Region, Site
 from collcheck.static.state import Frame, PathLimitExceeded, State, kept_sequences, merge_branches, merge_envs
@@ -44,7 +45,6 @@ from collcheck.static.symbolic import (
     Const,
     Expr,
     constant_truth,
-    fold,
     is_rank_dependent,
     negate,
     opaque,
@@ -52,6 +52,7 @@ from collcheck.static.symbolic import (
 from collcheck.static.syntax import (
     assigned_names,
     cached_return,
+    called_names,
     calls_in_order,
     filled_key,
     is_set_expr,
@@ -59,6 +60,7 @@ from collcheck.static.syntax import (
     loop_variant_names,
     memo_lookup,
     mentions,
+    mutated_name,
     mutated_names,
 )
 from collcheck.static.values import where_of
@@ -168,46 +170,29 @@ class Interpreter(ExceptionFlow):
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
             if arg.arg in defaulted:
                 # `def broadcast(obj, *, rank: int = 0)`: a rank chosen by the caller, not this rank.
-                env[arg.arg] = self._annotated_type(arg) or Atom(
-                    f"param:{arg.arg}@{where_of(node)}", "shared"
-                )
+                env[arg.arg] = self.annotated_type(arg) or Atom(f"param:{arg.arg}@{where_of(node)}", "shared")
                 continue
-            env[arg.arg] = self._annotated_type(arg) or self._parameter_value(arg.arg, node)
+            env[arg.arg] = self.annotated_type(arg) or self._parameter_value(arg.arg, node)
         for rest in (args.vararg, args.kwarg):
             if rest is not None:
                 env[rest.arg] = Atom(f"param:{rest.arg}", "shared")
         launched = self.module.launched.get(node)
         positional = [*args.posonlyargs, *args.args]
-        if launched is not None and positional and positional[0].arg not in self.catalog.rank_parameters:
+        if launched is not None and positional:
             # `mp.spawn(train, ...)` calls `train(i, ...)`: the index is the rank, whatever its name
             # (a name the catalog knows, `rank`, keeps its meaning: the code says it is the global rank).
             first = positional[0].arg
-            env[first] = value_from_spec(launched, f"param:{first}")
+            spec = self.catalog.rank_parameters.get(first, launched)
+            env[first] = value_from_spec(spec, f"param:{first}")
         return env
 
-    def _annotated_type(self, arg: ast.arg) -> Expr | None:
-        """`accelerator: Accelerator` makes method calls on it resolve through the catalog."""
-        if arg.annotation is None:
-            return None
-        annotation = arg.annotation
-        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
-            try:
-                annotation = ast.parse(annotation.value, mode="eval").body
-            except SyntaxError:
-                return None
-        name = qualified_name(annotation, self.local_imports)
-        if name is None:
-            return None
-        known_types = set(self.catalog.types.values()) | set(self.catalog.types)
-        for method in self.catalog.methods:
-            known_types.update(method.receivers)
-        if name in known_types:
-            return Atom(f"type:{self.catalog.types.get(name) or name}@param:{arg.arg}", "shared")
-        return None
-
-    def _parameter_value(self, name: str, node: ast.AST) -> Expr:
+    def _parameter_value(self, name: str, node: FunctionNode) -> Expr:
+        """A parameter's value where the function is analysed on its own. A name the catalog
+        knows (`rank`, `world_size`) is taken at its word only when no call of the function is
+        visible in its file: where callers are, they are analysed with the function inlined, and
+        what they pass decides (`publish(t, 0)` hands it no rank)."""
         spec = self.catalog.rank_parameters.get(name)
-        if spec is not None:
+        if spec is not None and node.name not in called_names(self.module.tree):
             return value_from_spec(spec, f"param:{name}")
         return Atom(f"param:{name}@{where_of(node)}", "shared")
 
@@ -260,13 +245,24 @@ class Interpreter(ExceptionFlow):
         return [state]
 
     def _stmt_Expr(self, stmt: ast.Expr, state: State, frame: Frame) -> list[State]:
-        return [s for s, _ in self.eval(stmt.value, state, frame)]
+        grown = mutated_name(stmt)
+        if grown is None or not is_collection(state.env.get(grown)):
+            return [s for s, _ in self.eval(stmt.value, state, frame)]
+        # `xs.append(v)`: a new value of `xs`, from the old one and what was added, so that a list
+        # filled on some paths only (or in some iterations) is not the list left as it was.
+        results = []
+        assert isinstance(stmt.value, ast.Call)
+        for current, _ in self.eval(stmt.value, state, frame):
+            current.env[grown] = self.mutated(current.env[grown], stmt.value, current, frame, grown)
+            results.append(current)
+        return results
 
     def _stmt_Assign(self, stmt: ast.Assign, state: State, frame: Frame) -> list[State]:
         results = []
         for current, value in self.eval(stmt.value, state, frame):
             for target in stmt.targets:
                 self.bind(target, value, current, stmt.value)
+                self.own_data(target, current, frame, stmt.lineno)
             record_keyword_attributes(self, stmt, current, frame)
             results.append(current)
         return results
@@ -277,6 +273,7 @@ class Interpreter(ExceptionFlow):
         results = []
         for current, value in self.eval(stmt.value, state, frame):
             self.bind(stmt.target, value, current, stmt.value)
+            self.own_data(stmt.target, current, frame, stmt.lineno)
             results.append(current)
         return results
 
@@ -444,8 +441,8 @@ class Interpreter(ExceptionFlow):
 
     def _stmt_For(self, stmt: ast.For | ast.AsyncFor, state: State, frame: Frame) -> list[State]:
         results: list[State] = []
-        for current, iterable in self.eval(stmt.iter, state, frame):
-            trip = self.trip_count(stmt.iter, iterable, current, frame)
+        for current, iterable, known in self.eval_with_calls(stmt.iter, state, frame):
+            trip = self.trip_count(stmt.iter, iterable, current, frame, known)
             over_set = is_set_expr(stmt.iter, self.set_names)
             element = opaque(f"item@{where_of(stmt)}", (iterable,))
             runs = Compare(">=", trip, Const(1))
@@ -453,6 +450,7 @@ class Interpreter(ExceptionFlow):
             self.conditions.note(runs, source_of(stmt, self.module.path, ConditionKind.LOOP, text))
             body_start = State(dict(current.env), (*current.conds, runs), ())
             self.bind(stmt.target, element, body_start)
+            self.own_data(stmt.target, body_start, frame, stmt.lineno)
             loop_range = self._loop_range(stmt, element, current, frame)
             after = self._loop(
                 stmt,
@@ -495,23 +493,26 @@ class Interpreter(ExceptionFlow):
         body_states = self.exec_block(stmt.body, [body_start], replace(frame, loop=frame.loop.inside(trip)))
         changed = assigned_names(stmt.body) | mutated_names(stmt.body)  # `items.append(x)` too
         if trip is None:  # while: the trip count depends on the test and what the body changes
-            test_names = (
-                {n.id for n in nodes_under(stmt.test) if isinstance(n, ast.Name)}
-                if isinstance(stmt, ast.While)
-                else set()
-            )
-            feeding = [s.env.get(name, Const(None)) for s in body_states for name in test_names & changed]
-            trip = opaque(f"trips@{where_of(stmt)}", (*inputs, *feeding))
-            trip = Atom(trip.name, trip.kind, trip.why, lower=0)
+            test = stmt.test if isinstance(stmt, ast.While) else None
+            trip = while_trips(test, body_states, changed, inputs, where_of(stmt), self.length_of)
         after = outer.fork()
-        for name in changed:
-            values = [s.env[name] for s in body_states if name in s.env]
-            if values:
-                after.env[name] = opaque(f"{name}@loop{where_of(stmt)}", (*values, trip, *inputs))
+        after.env.update(
+            loop_carried(
+                changed,
+                outer.env,
+                body_states,
+                len(body_start.conds),
+                trip,
+                inputs,
+                where_of(stmt),
+                self.length_of,
+                stmt,
+            )
+        )
         events = [e for s in body_states for e in s.events]
         if not events:
             return [after]
-        unrolled = _unroll(trip, body_states, outer, after, self.record_events)
+        unrolled = unrolled_loop(trip, body_states, outer, after, self.record_events)
         if unrolled is not None:
             return unrolled
         body_paths = [Path(s.conds, s.events, s.exit) for s in body_states]
@@ -597,11 +598,18 @@ class Interpreter(ExceptionFlow):
 
     def eval(self, node: ast.expr | None, state: State, frame: Frame) -> list[tuple[State, Expr]]:
         """Evaluate, running the calls that communicate or may (helpers); may fork the state."""
+        return [(current, value) for current, value, _ in self.eval_with_calls(node, state, frame)]
+
+    def eval_with_calls(
+        self, node: ast.expr | None, state: State, frame: Frame
+    ) -> list[tuple[State, Expr, dict[int, Expr]]]:
+        """`eval`, with the values of the calls it ran (by node id): a part of `node` evaluated
+        again (a `range(...)` argument for the trip count) reads them instead of a black box."""
         if node is None:
-            return [(state, Const(None))]
+            return [(state, Const(None), {})]
         calls = [n for n in calls_in_order(node) if self.has_effect(n, frame, state)]
         if not calls:
-            return [(state, self.pure(node, state, frame))]
+            return [(state, self.pure(node, state, frame), {})]
         self.effects += 1
         pending: list[tuple[State, dict[int, Expr]]] = [(state, {})]
         for call in calls:
@@ -612,12 +620,21 @@ class Interpreter(ExceptionFlow):
             pending = advanced
             if len(pending) > self.max_paths:
                 raise PathLimitExceeded(f"more than {self.max_paths} paths", Budget.PATHS)
-        return [(current, self.pure(node, current, frame, known)) for current, known in pending]
+        return [(current, self.pure(node, current, frame, known), known) for current, known in pending]
 
     def eval_call(
         self, call: ast.Call, state: State, frame: Frame, known: dict[int, Expr]
     ) -> list[tuple[State, Expr]]:
         resolved = self.resolve(call, frame, state)
+        results = self._run_call(call, resolved, state, frame, known)
+        if resolved.kind in (CallKind.COLLECTIVE, CallKind.HELPER):
+            for after, _ in results:
+                self.data_combined(call, after, frame)
+        return results
+
+    def _run_call(
+        self, call: ast.Call, resolved: Resolution, state: State, frame: Frame, known: dict[int, Expr]
+    ) -> list[tuple[State, Expr]]:
         if resolved.kind is CallKind.EXIT:
             state.exit = Exit("exit", self.module.path, call.lineno, call.col_offset, frame.chain)
             return [(state, Const(None))]
@@ -687,15 +704,3 @@ def _fixed_arguments(event: CommEvent, variant: set[str]) -> bool:
     if not all(term is None or isinstance(term, Const) for term in terms):
         return False
     return event.group is None or event.group.created
-
-
-def _unroll(trip: Expr, body: list[State], outer: State, after: State, record: bool) -> list[State] | None:
-    """`for _ in range(2): barrier()` is two barriers: unroll short constant loops with one path."""
-    count = fold(trip)
-    if not isinstance(count, Const) or not isinstance(count.value, int) or count.value > 8:
-        return None
-    if len(body) != 1 or body[0].exit is not None:
-        return None
-    if record:
-        after.events = (*outer.events, *(body[0].events * count.value))
-    return [after]

@@ -121,10 +121,14 @@ class TupleVal:
 
 @dataclass(frozen=True)
 class Sized:
-    """A sequence whose contents are unknown but whose length is known (`items[rank::world]`)."""
+    """A sequence whose contents are unknown but whose length is known (`items[rank::world]`).
+    `content`: what its entries are computed from, apart from the length (`[torch.randn(3) for _ in
+    range(4)]` has random entries and four of them)."""
 
     name: str
     length: Expr
+    content: Expr = Const(None)
+    dims: tuple[Expr, ...] = ()  # a tensor's shape, when a factory's arguments say it
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,7 @@ def children(expr: Expr) -> tuple[Expr, ...]:
     if isinstance(expr, TupleVal):
         return expr.items
     if isinstance(expr, Sized):
-        return (expr.length,)
+        return (expr.length, expr.content, *expr.dims)
     return ()
 
 
@@ -236,7 +240,12 @@ def substitute(expr: Expr, mapping: dict[Atom, Expr]) -> Expr:
     if isinstance(expr, TupleVal):
         return TupleVal(tuple(substitute(item, mapping) for item in expr.items))
     if isinstance(expr, Sized):
-        return Sized(expr.name, substitute(expr.length, mapping))
+        return Sized(
+            expr.name,
+            substitute(expr.length, mapping),
+            substitute(expr.content, mapping),
+            tuple(substitute(d, mapping) for d in expr.dims),
+        )
     return expr
 
 

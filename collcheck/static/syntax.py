@@ -58,6 +58,10 @@ def _assigned_under(root: ast.AST) -> frozenset[str]:
                 names.add(".".join(parts))
         elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
+        else:
+            grown = mutated_name(node)
+            if grown is not None:
+                names.add(grown)
     return frozenset(names)
 
 
@@ -84,6 +88,26 @@ def _mutated_under(root: ast.AST) -> frozenset[str]:
             if parts:
                 names.add(".".join(parts))
     return frozenset(names)
+
+
+def mutated_name(node: ast.AST) -> str | None:
+    """The variable a statement-level `xs.append(v)` (or another in-place method) changes."""
+    if not isinstance(node, ast.Expr) or not isinstance(node.value, ast.Call):
+        return None
+    func = node.value.func
+    if not isinstance(func, ast.Attribute) or func.attr not in MUTATING_METHODS:
+        return None
+    return func.value.id if isinstance(func.value, ast.Name) else None
+
+
+@lru_cache(maxsize=256)
+def called_names(tree: ast.Module) -> frozenset[str]:
+    """The names a module calls (`f(...)`, `obj.f(...)`): walked once per module."""
+    return frozenset(
+        node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))
+    )
 
 
 @lru_cache(maxsize=4096)

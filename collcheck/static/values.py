@@ -13,7 +13,16 @@ from __future__ import annotations
 import ast
 
 from collcheck.static import groups
-from collcheck.static.catalog_values import BIN_OPS, COMPARE_OPS, value_from_spec
+from collcheck.static.catalog_values import (
+    BIN_OPS,
+    COMPARE_OPS,
+    MATH_FUNCTIONS,
+    PASS_THROUGH,
+    ROUNDING,
+    VALUE_BUILTINS,
+    VALUE_METHODS,
+    value_from_spec,
+)
 from collcheck.static.comprehensions import filtered_list
 from collcheck.static.framework_types import attribute_type, framework_bases
 from collcheck.static.group_values import (
@@ -27,6 +36,7 @@ from collcheck.static.group_values import (
     subscript_value,
     type_of,
 )
+from collcheck.static.loop_values import grown_collection
 from collcheck.static.model import ModuleInfo, inherited_attribute
 from collcheck.static.names import ImportTable, dotted, qualified_name, source_text
 from collcheck.static.state import Frame, State
@@ -54,81 +64,9 @@ from collcheck.static.symbolic import (
     substitute,
 )
 from collcheck.static.syntax import is_set_expr
+from collcheck.static.tensor_shapes import SHAPED_FACTORIES, factory_tensor, shape_attribute, shape_read
 
 ENV_READERS = frozenset({"os.getenv", "os.environ.get"})
-
-
-PASS_THROUGH = frozenset({"int", "float", "bool", "round", "abs"})
-
-
-# Builtins that compute a value from their arguments: the result varies exactly when they do.
-VALUE_BUILTINS = frozenset(
-    {
-        "list",
-        "tuple",
-        "set",
-        "frozenset",
-        "sorted",
-        "reversed",
-        "range",
-        "enumerate",
-        "zip",
-        "sum",
-        "str",
-        "repr",
-        "format",
-        "dict",
-        "map",
-        "filter",
-        "divmod",
-        "pow",
-        "hash",
-        "any",
-        "all",
-    }
-)
-
-
-# Methods whose result carries the receiver's per-rank nature (reading a value out of it).
-VALUE_METHODS = frozenset(
-    {
-        "item",
-        "tolist",
-        "numpy",
-        "read",
-        "readline",
-        "readlines",
-        "read_text",
-        "read_bytes",
-        "strip",
-        "lower",
-        "upper",
-        "split",
-        "get",
-        "keys",
-        "values",
-        "items",
-        "copy",
-        "clone",
-        "detach",
-        "cpu",
-        "cuda",
-        "float",
-        "int",
-        "long",
-        "bool",
-        "sum",
-        "mean",
-        "all",
-        "any",
-        "numel",
-        "startswith",
-        "endswith",
-        "is_file",
-        "exists",
-        "is_dir",
-    }
-)
 
 
 def where_of(node: ast.AST) -> str:
@@ -219,6 +157,9 @@ class ValueEvaluator:
                 return groups.local_rank(group_key(owner, node.value))
             return value_from_spec(spec, f"attr:{node.attr}")
         base = self.pure(node.value, state, frame, known)
+        shape = shape_attribute(node.attr, base)
+        if shape is not None:
+            return shape
         if isinstance(base, Atom) and base.name.startswith("type:"):
             type_name, _, where = base.name[5:].partition("@")
             held = None if "." in where else attribute_type(self.catalog, (type_name,), node.attr)
@@ -275,11 +216,18 @@ class ValueEvaluator:
     def _pure_BinOp(self, node: ast.BinOp, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
         left, right = self.pure(node.left, state, frame, known), self.pure(node.right, state, frame, known)
         op = BIN_OPS.get(type(node.op))
+        if isinstance(node.op, ast.Div) and isinstance(left, Atom) and left.name.startswith("type:"):
+            # `root / "name"` of a path: another object of the type
+            return Atom(f"type:{left.name[5:].partition('@')[0]}@{where_of(node)}", "shared")
         if op is None or _is_text(left) or _is_text(right):
             return opaque(f"binop@{where_of(node)}", (left, right))
         if isinstance(left, TupleVal) or isinstance(right, TupleVal):
             if op == "+" and isinstance(left, TupleVal) and isinstance(right, TupleVal):
                 return TupleVal(left.items + right.items)
+            if op == "*" and isinstance(left, TupleVal) and not isinstance(right, TupleVal):
+                # `[x] * n`: n times as many entries, whatever they hold
+                length = BinOp("*", Const(len(left.items)), right)
+                return Sized(f"repeat@{where_of(node)}", BinOp("max", Const(0), length), left)
             return opaque(f"binop@{where_of(node)}", (left, right))
         return BinOp(op, left, right)
 
@@ -360,6 +308,9 @@ class ValueEvaluator:
             if on_group is not None:
                 return on_group
             receiver_type = type_of(self, node.func.value, state, frame.class_name)
+            reading = f"{receiver_type}.{method}"
+            if receiver_type and reading in self.catalog.nondeterministic:  # `path.exists()` of a Path
+                return Atom(f"{reading}()@{where}", "nondet", why=self.catalog.nondeterministic[reading])
             produced = self.catalog.types.get(f"{receiver_type}.{method}") if receiver_type else None
             if produced is not None:  # `accelerator.prepare(model)`: a catalogued method's result type
                 return Atom(f"type:{produced or receiver_type}@{where}", "shared")
@@ -375,6 +326,9 @@ class ValueEvaluator:
                     and isinstance(args[0].value, str)
                 ):
                     return self._environment_value(args[0].value, node)
+            shape = shape_read(method, receiver, args)
+            if shape is not None:
+                return shape
             if method in VALUE_METHODS:
                 inputs = (receiver, *args, *(self.pure(k.value, state, frame, known) for k in node.keywords))
                 return opaque(f"call:{source_text(node)}", inputs)
@@ -387,10 +341,18 @@ class ValueEvaluator:
         return inherited_attribute(self.module, class_name, attribute)
 
     def _environment_value(self, key: str, node: ast.AST) -> Expr:
-        spec = self.catalog.rank_env.get(key)
-        if spec is not None:
-            return value_from_spec(spec, f"env:{key}")
+        """The text of an environment variable: the same on every rank as a truth value (`"0"`
+        is true), a per-rank number once read as one (`spelled_number`)."""
         return Atom(f"env:{key}", "shared")
+
+    def spelled_number(self, value: Expr) -> Expr:
+        """The number an environment variable the catalog knows spells (`int(os.environ["RANK"])`,
+        `os.environ["RANK"] == "0"`); any other value as it is."""
+        if isinstance(value, Atom) and value.name.startswith("env:") and value.kind == "shared":
+            spec = self.catalog.rank_env.get(value.name[4:])
+            if spec is not None:
+                return value_from_spec(spec, value.name)
+        return value
 
     def _compare(
         self,
@@ -408,6 +370,8 @@ class ValueEvaluator:
         name = COMPARE_OPS.get(type(op))
         if name is None:
             return opaque(f"compare@{where_of(right_node)}", (left, right))
+        if _is_numeral(left) or _is_numeral(right):
+            left, right = self.spelled_number(left), self.spelled_number(right)
         left, right = _numeric_text(left, right), _numeric_text(right, left)
         if isinstance(op, (ast.Is, ast.IsNot)) and right == Const(None):
             left = none_or_not(left)
@@ -423,6 +387,9 @@ class ValueEvaluator:
         known: dict[int, Expr] | None,
     ) -> Expr:
         if isinstance(container, TupleVal):
+            if any(_is_numeral(option) for option in container.items):  # `os.environ["RANK"] in ("0", "-1")`
+                item = self.spelled_number(item)
+                return Member(item, tuple(_numeric_text(option, item) for option in container.items))
             return Member(item, container.items)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
             values = [self.pure(a, state, frame, known) for a in node.args]
@@ -459,8 +426,29 @@ class ValueEvaluator:
         about_groups = group_call_value(self, name, node, args, state, frame, known)
         if about_groups is not None:
             return about_groups
+        if name in SHAPED_FACTORIES:
+            keywords = {k.arg: self.pure(k.value, state, frame, known) for k in node.keywords if k.arg}
+            entries = (
+                Atom(f"{name}()@{where}", "nondet", why=catalog.nondeterministic[name])
+                if name in catalog.nondeterministic
+                else Atom(f"call:{source_text(node)}", "shared")
+            )
+            tensor = factory_tensor(name, node, args, keywords, entries, where)
+            if tensor is not None:
+                return tensor
         if name in catalog.nondeterministic:
             return Atom(f"{name}()@{where}", "nondet", why=catalog.nondeterministic[name])
+        if name in ROUNDING and len(args) == 1 and not node.keywords:
+            division = node.args[0]
+            if isinstance(division, ast.BinOp) and isinstance(division.op, ast.Div):
+                # `math.ceil(n / k)`: the integer the solver can reason about
+                left, right = (
+                    self.pure(side, state, frame, known) for side in (division.left, division.right)
+                )
+                return BinOp(ROUNDING[name], left, right)
+            return args[0]
+        if name in MATH_FUNCTIONS:
+            return opaque(f"call:{source_text(node)}", tuple(args))
         if name in ENV_READERS and args and isinstance(args[0], Const) and isinstance(args[0].value, str):
             return self._environment_value(args[0].value, node)
         if name in catalog.types:
@@ -479,7 +467,7 @@ class ValueEvaluator:
         if self.local_imports.lookup(name) is not None or name in self.module.functions:
             return None
         if name in PASS_THROUGH and len(args) == 1 and not node.keywords:
-            value = args[0]
+            value = self.spelled_number(args[0]) if name != "bool" else args[0]
             if (
                 isinstance(value, Const)
                 and isinstance(value.value, str)
@@ -498,6 +486,8 @@ class ValueEvaluator:
             return self._length(args[0], node)
         if name in ("tuple", "list") and len(args) == 1 and isinstance(args[0], TupleVal):
             return args[0]
+        if name in ("tuple", "list", "sorted", "reversed") and len(args) == 1 and isinstance(args[0], Sized):
+            return Sized(f"{name}@{where_of(node)}", args[0].length, args[0])  # as many entries
         literal_range = _small_literal_range(args) if name == "range" and not node.keywords else None
         if literal_range is not None:  # `list(range(4))`: four ranks
             return TupleVal(tuple(Const(i) for i in literal_range))
@@ -506,7 +496,11 @@ class ValueEvaluator:
             return opaque(f"call:{source_text(node)}", (*args, *keywords))
         return None
 
-    def trip_count(self, node: ast.expr, iterable: Expr, state: State, frame: Frame) -> Expr:
+    def trip_count(
+        self, node: ast.expr, iterable: Expr, state: State, frame: Frame, known: dict[int, Expr] | None = None
+    ) -> Expr:
+        """How often `for _ in node` runs; `known`: the values of the calls the interpreter ran
+        while evaluating `node` (a helper's result in `range(helper(rank))`)."""
         if isinstance(iterable, TupleVal):
             return Const(len(iterable.items))
         if isinstance(iterable, Sized):
@@ -514,11 +508,15 @@ class ValueEvaluator:
         if isinstance(node, ast.Call):
             name = node.func.id if isinstance(node.func, ast.Name) else None
             if name == "range" and not node.keywords:
-                return self._range_trip([self.pure(a, state, frame) for a in node.args], node)
+                return self._range_trip([self.pure(a, state, frame, known) for a in node.args], node)
             if name in ("enumerate", "reversed", "sorted", "list", "tuple") and node.args:
-                return self.trip_count(node.args[0], self.pure(node.args[0], state, frame), state, frame)
+                inner = node.args[0]
+                return self.trip_count(inner, self.pure(inner, state, frame, known), state, frame, known)
             if name == "zip" and node.args:
-                trips = [self.trip_count(a, self.pure(a, state, frame), state, frame) for a in node.args]
+                trips = [
+                    self.trip_count(a, self.pure(a, state, frame, known), state, frame, known)
+                    for a in node.args
+                ]
                 result = trips[0]
                 for other in trips[1:]:
                     result = BinOp("min", result, other)
@@ -566,15 +564,29 @@ class ValueEvaluator:
             return opaque(name, (base, start, step, stop))
         start = BinOp("min", start, length)
         span = BinOp("-", stop, start)
-        return Sized(name, BinOp("max", Const(0), BinOp("ceildiv", span, step)))
+        return Sized(name, BinOp("max", Const(0), BinOp("ceildiv", span, step)), base)
+
+    def length_of(self, value: Expr, node: ast.AST) -> Expr:
+        """`len(value)`, as the solver sees it."""
+        return self._length(value, node)
 
     def _length(self, value: Expr, node: ast.AST) -> Expr:
         if isinstance(value, TupleVal):
             return Const(len(value.items))
         if isinstance(value, Sized):
             return value.length
+        if isinstance(value, IfExp) and all(
+            isinstance(v, (TupleVal, Sized)) for v in (value.then, value.orelse)
+        ):
+            # a list appended to on one branch: its length is chosen by the branch's test
+            return IfExp(value.test, self._length(value.then, node), self._length(value.orelse, node))
         bound = opaque(f"len({value})", (value,))  # same value, same length, wherever it is asked
         return Atom(bound.name, bound.kind, bound.why, lower=0)
+
+    def mutated(self, old: Expr, call: ast.Call, state: State, frame: Frame, name: str) -> Expr:
+        """The value of the collection `name` after `call`, an in-place method on it (`xs.append(v)`)."""
+        added = tuple(self.pure(a, state, frame) for a in call.args)
+        return grown_collection(old, call, added, self._length, f"{name}@{where_of(call)}")
 
     def bind(self, target: ast.expr, value: Expr, state: State, source: ast.expr | None = None) -> None:
         if isinstance(target, ast.Name):
@@ -629,6 +641,10 @@ def _is_boolean(value: Expr) -> bool:
     return isinstance(value, (Compare, BoolOp, Not, Member, InRange)) or (
         isinstance(value, Const) and isinstance(value.value, bool)
     )
+
+
+def _is_numeral(value: Expr) -> bool:
+    return isinstance(value, Const) and isinstance(value.value, str) and value.value.lstrip("-").isdigit()
 
 
 def _numeric_text(value: Expr, other: Expr) -> Expr:

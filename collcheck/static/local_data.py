@@ -1,0 +1,234 @@
+"""Per-rank data, by the program's own evidence: the counts it combines across ranks.
+
+A function that puts a host value into a tensor to all-reduce it (`torch.tensor([len(batch)])`,
+then `all_reduce(..., op=MAX)`), or all-gathers a Python object (`all_gather_object(out, n)`),
+says that the value differs between ranks: the number of tokens of this rank's batch, its own
+requests, a flag only it knows. The value before such a collective is this rank's own; the one
+after an all-reduce is the same everywhere (`uniform_after`, collectives.py).
+
+In: a function, the catalog's answer for a call (`op_spec`) and the helper of this file a call
+reaches (`helper`). Out (`LocalData.names`): the names of the function that hold this rank's own
+data: those put into a tensor that a combining collective (all-reduce, all-gather, reduce,
+gather, reduce-scatter, all-to-all) takes as input, the operands of an object collective, the
+arguments it passes to a helper's parameters that reach one (`LocalData.parameters`, the
+helper's own entry), and, backward through the assignments made before that call, the names
+their values were computed from as data (arguments and operands; not the function called, a
+model whose method is called, a shape handed to a tensor factory, a `range`). A tensor handed
+to the collective as it is (model activations, gradients) is no such evidence: its shape must be
+the same on every rank, and its contents are what the collective is for. Computed once per
+function and cached; a helper reached again while its own entry is being computed reaches
+nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+
+from collcheck.catalog import OpSpec
+from collcheck.static.catalog_values import VALUE_METHODS
+from collcheck.static.names import nodes_under
+from collcheck.static.tensor_shapes import SHAPED_FACTORIES
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+# Collectives whose result combines every rank's input: an input that were the same everywhere
+# would need no such call.
+COMBINING_OPS = frozenset(
+    {
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather",
+        "all_gather_coalesced",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "reduce",
+        "gather",
+        "gather_object",
+        "all_to_all",
+        "all_to_all_single",
+    }
+)
+
+# Collectives of Python objects: every rank's object, whatever it is.
+OBJECT_OPS = frozenset({"all_gather_object", "gather_object"})
+
+# Tensors built from host values (numbers, lists of them).
+HOST_TENSORS = frozenset(
+    {"torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.LongTensor", "torch.IntTensor"}
+    | {"torch.FloatTensor", "torch.DoubleTensor", "torch.BoolTensor", "torch.cuda.LongTensor"}
+)
+
+# Methods whose result carries the receiver's contents (`t.float()`, `x.to(device)`).
+CARRYING_METHODS = VALUE_METHODS | frozenset(
+    {"to", "view", "reshape", "flatten", "contiguous", "unsqueeze", "squeeze", "size", "__len__"}
+)
+
+# Calls whose arguments are a shape or a template, not contents (`torch.zeros_like(t)`).
+TEMPLATE_SUFFIXES = ("_like",)
+
+OpSpecOf = Callable[[ast.Call], OpSpec | None]
+HelperOf = Callable[[ast.Call, FunctionNode], FunctionNode | None]
+NameOf = Callable[[ast.expr], str | None]
+
+
+class LocalData:
+    """The per-rank data names of the functions of one analysis, computed on demand."""
+
+    def __init__(self, op_spec: OpSpecOf, helper: HelperOf, called_name: NameOf) -> None:
+        self._op_spec = op_spec  # the caller sets the imports of the function asked about
+        self._helper = helper
+        self._called_name = called_name
+        self._names: dict[FunctionNode, frozenset[str]] = {}
+        self._busy: set[FunctionNode] = set()
+        # (function, name) -> how its value is combined across ranks, and the line of that call
+        self.evidence: dict[tuple[FunctionNode, str], tuple[str, int]] = {}
+
+    def names(self, function: FunctionNode) -> frozenset[str]:
+        found = self._names.get(function)
+        if found is None:
+            if function in self._busy:
+                return frozenset()  # recursion: what the outer computation finds is all there is
+            self._busy.add(function)
+            try:
+                found = self._names[function] = self._compute(function)
+            finally:
+                self._busy.discard(function)
+        return found
+
+    def combined_at(self, function: FunctionNode, line: int) -> tuple[str, ...]:
+        """The names whose evidence is the call at `line` of `function` (its first combining
+        call): after it, the ranks have exchanged them."""
+        held = self.names(function)
+        return tuple(name for name in sorted(held) if self.evidence.get((function, name), ("", 0))[1] == line)
+
+    def parameters(self, function: FunctionNode) -> tuple[str, ...]:
+        """The parameters of `function` (in order) whose value reaches a combining collective."""
+        held = self.names(function)
+        return tuple(a.arg for a in [*function.args.posonlyargs, *function.args.args] if a.arg in held)
+
+    def _compute(self, function: FunctionNode) -> frozenset[str]:
+        found: set[str] = set()
+        tensors: dict[str, tuple[str, int]] = {}  # tensor operands -> how and where combined
+        assignments: list[tuple[frozenset[str], ast.expr, int]] = []
+        for node in nodes_under(function):
+            if isinstance(node, ast.Call):
+                for name, how, operand in self._seeds(node, function):
+                    if operand:
+                        tensors.setdefault(name, (how, node.lineno))
+                    elif name not in found:
+                        found.add(name)
+                        self.evidence.setdefault((function, name), (how, node.lineno))
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                stored = frozenset(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+                assignments.append((stored, node.value, node.lineno))
+        for stored, value, line in assignments:  # `t = torch.tensor([count])`, then `all_reduce(t)`
+            for name in sorted(stored & tensors.keys()):
+                how, at = tensors[name]
+                if line < at and self._host_tensor(value):
+                    assert isinstance(value, ast.Call)
+                    for built in data_names(ast.Tuple(elts=list(value.args)), self._called_name):
+                        found.add(built)
+                        self.evidence.setdefault((function, built), (how, at))
+        changed = True
+        while changed:  # backward through the assignments made before the combining call
+            changed = False
+            for stored, value, line in assignments:
+                origins = [self.evidence.get((function, name)) for name in sorted(stored & found)]
+                origin = next((o for o in origins if o is not None and line < o[1]), None)
+                if origin is None:
+                    continue
+                fed = data_names(value, self._called_name) - found
+                for name in fed:
+                    self.evidence.setdefault((function, name), origin)
+                if fed:
+                    found |= fed
+                    changed = True
+        return frozenset(found)
+
+    def _host_tensor(self, value: ast.expr) -> bool:
+        """A tensor built from host values: `torch.tensor([n])`, `torch.LongTensor([n])`."""
+        return isinstance(value, ast.Call) and self._called_name(value.func) in HOST_TENSORS
+
+    def _seeds(self, call: ast.Call, function: FunctionNode) -> list[tuple[str, str, bool]]:
+        """What `call` hands a combining collective, directly or through a helper: the names of
+        this rank's data, each with how it is combined and whether it is a tensor operand named
+        whole (then only the host values it was built from are evidence)."""
+        spec = self._op_spec(call)
+        if spec is not None:
+            if spec.op not in COMBINING_OPS:
+                return []
+            how = f"combined across ranks by {spec.op} at line {call.lineno}"
+            seeds: list[tuple[str, str, bool]] = []
+            for node in (_argument(call, spec, name) for name in spec.operands):
+                if spec.op in OBJECT_OPS and node is not None:
+                    seeds += [(n, how, False) for n in data_names(node, self._called_name)]
+                elif isinstance(node, ast.Name):
+                    seeds.append((node.id, how, True))
+                elif node is not None and self._host_tensor(node):
+                    assert isinstance(node, ast.Call)
+                    seeds += [
+                        (n, how, False)
+                        for n in data_names(ast.Tuple(elts=list(node.args)), self._called_name)
+                    ]
+            return seeds
+        helper = self._helper(call, function)
+        if helper is None or helper is function:
+            return []
+        params = [a.arg for a in [*helper.args.posonlyargs, *helper.args.args]]
+        if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
+            params = params[1:]
+        reaching = set(self.parameters(helper))
+        handed = [
+            (params[index], argument)
+            for index, argument in enumerate(call.args)
+            if index < len(params) and not isinstance(argument, ast.Starred)
+        ]
+        handed += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
+        how = f"passed to {helper.name}() at line {call.lineno}, which combines it across ranks"
+        return [
+            (n, how, False)
+            for param, argument in handed
+            if param in reaching
+            for n in data_names(argument, self._called_name)
+        ]
+
+
+def _argument(call: ast.Call, spec: OpSpec, name: str) -> ast.expr | None:
+    if name == "self":  # a catalogued method of the tensor itself (`t.all_reduce()`)
+        return call.func.value if isinstance(call.func, ast.Attribute) else None
+    index = spec.param_index(name)
+    if index is not None and index < len(call.args) and not isinstance(call.args[index], ast.Starred):
+        return call.args[index]
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def data_names(node: ast.expr, called_name: NameOf) -> frozenset[str]:
+    """The variables whose contents flow into the value of `node` (see the module)."""
+    found: set[str] = set()
+    stack: list[ast.AST] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.Name):
+            if current.id not in ("self", "cls"):
+                found.add(current.id)
+        elif isinstance(current, ast.Call):
+            func = current.func
+            name = called_name(func) or ""
+            if name in SHAPED_FACTORIES or name == "range" or name.endswith(TEMPLATE_SUFFIXES):
+                continue
+            if isinstance(func, ast.Attribute) and func.attr in CARRYING_METHODS:
+                stack.append(func.value)
+            stack.extend(a.value if isinstance(a, ast.Starred) else a for a in current.args)
+        elif isinstance(current, (ast.Subscript, ast.Attribute)):
+            stack.append(current.value)
+        elif isinstance(current, (ast.Lambda, ast.NamedExpr)):
+            continue
+        elif isinstance(current, ast.comprehension):
+            stack.extend((current.iter, *current.ifs))
+        else:
+            stack.extend(ast.iter_child_nodes(current))
+    return frozenset(found)

@@ -1,0 +1,135 @@
+"""Values a loop leaves behind, and lists changed in place.
+
+In: the names a loop body assigns (or changes with `xs.append(...)`), the variables each path of
+one run of the body ends with, the path condition the body started from, the trip count and the
+loop's inputs; a collection value and the length function of the evaluator. Out: each changed
+variable's value after the loop (`loop_carried`): an unknown value computed from every value an
+iteration may leave, from the tests that chose between them, from the trip count and the inputs;
+for a list the loop fills, a `Sized` whose length is computed from how much each iteration adds
+(not from what the entries hold). A name no iteration changes keeps its value. Also the short
+constant loops that are unrolled (`unrolled_loop`).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterable
+
+from collcheck.static.state import State
+from collcheck.static.symbolic import Atom, BinOp, Const, Expr, IfExp, Sized, TupleVal, fold, opaque
+
+
+def is_collection(value: Expr | None) -> bool:
+    """A list this code built (a literal, a comprehension, a slice, one of those per branch)."""
+    if isinstance(value, IfExp):
+        return is_collection(value.then) and is_collection(value.orelse)
+    return isinstance(value, (TupleVal, Sized))
+
+
+def grown_collection(
+    old: Expr,
+    call: ast.Call,
+    added: tuple[Expr, ...],
+    length_of: Callable[[Expr, ast.AST], Expr],
+    where: str,
+) -> Expr:
+    """A collection after `call`, an in-place method on it (`syntax.MUTATING_METHODS`) given the
+    values `added`: a new length from the old one and what was added, entries from both. A method
+    whose effect on the length is not known leaves an unknown value of the old one and the
+    arguments."""
+    assert isinstance(call.func, ast.Attribute)
+    method = call.func.attr
+    if method == "append" and len(added) == 1 and isinstance(old, TupleVal) and len(old.items) < 16:
+        return TupleVal((*old.items, added[0]))
+    content = opaque(f"entries:{where}", (old, *added))
+    if method in ("append", "insert") and added:
+        return Sized(where, BinOp("+", length_of(old, call), Const(1)), content)
+    if (method == "pop" and len(added) <= 1) or (method == "remove" and len(added) == 1):
+        return Sized(where, BinOp("-", length_of(old, call), Const(1)), content)
+    if method == "extend" and len(added) == 1:
+        return Sized(where, BinOp("+", length_of(old, call), length_of(added[0], call)), content)
+    return opaque(where, (old, *added))
+
+
+def loop_carried(
+    changed: Iterable[str],
+    outer: dict[str, Expr],
+    body: list[State],
+    start: int,
+    trip: Expr,
+    inputs: tuple[Expr, ...],
+    where: str,
+    length_of: Callable[[Expr, ast.AST], Expr],
+    stmt: ast.stmt,
+) -> dict[str, Expr]:
+    """The changed variables' values after the loop (see the module). `start`: how many conditions
+    the body's paths inherited; the ones after it are the body's own tests."""
+    result: dict[str, Expr] = {}
+    for name in changed:
+        values = [s.env[name] for s in body if name in s.env]
+        if not values or (name in outer and all(v == outer[name] for v in values)):
+            continue  # no iteration changes it (a method called on it that is not a list's)
+        # Which value an iteration leaves depends on the tests its path took in the body, when
+        # the paths leave different values.
+        deciding = [c for s in body for c in s.conds[start:]] if len(set(values)) > 1 else []
+        entries = opaque(f"{name}@loop{where}", (*values, *deciding, trip, *inputs))
+        carried: Expr = entries
+        if is_collection(outer.get(name)) and all(is_collection(v) for v in values):
+            lengths = [length_of(v, stmt) for v in values]
+            deciding = deciding if len(set(lengths)) > 1 else []
+            counted = opaque(f"len:{name}@loop{where}", (*lengths, *deciding, trip, *inputs))
+            carried = Sized(entries.name, Atom(counted.name, counted.kind, counted.why, lower=0), entries)
+        result[name] = carried
+    return result
+
+
+def unrolled_loop(
+    trip: Expr, body: list[State], outer: State, after: State, record: bool
+) -> list[State] | None:
+    """`for _ in range(2): barrier()` is two barriers: unroll short constant loops with one path."""
+    count = fold(trip)
+    if not isinstance(count, Const) or not isinstance(count.value, int) or count.value > 8:
+        return None
+    if len(body) != 1 or body[0].exit is not None:
+        return None
+    if record:
+        after.events = (*outer.events, *(body[0].events * count.value))
+    return [after]
+
+
+def _read_as_size(test: ast.expr, name: str) -> bool:
+    """A loop test reads `name` only for its size: `while xs:`, `while not xs`, `len(xs) > 0`."""
+    sized_reads = 0
+    for node in ast.walk(test):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len":
+            sized_reads += sum(1 for a in node.args if isinstance(a, ast.Name) and a.id == name)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    if isinstance(test, ast.Name) and test.id == name:
+        sized_reads += 1
+    total = sum(1 for node in ast.walk(test) if isinstance(node, ast.Name) and node.id == name)
+    return total > 0 and total == sized_reads
+
+
+def while_trips(
+    test: ast.expr | None,
+    body: list[State],
+    changed: set[str],
+    inputs: tuple[Expr, ...],
+    where: str,
+    length_of: Callable[[Expr, ast.AST], Expr],
+) -> Atom:
+    """How often a `while` loop runs: unknown, computed from the test's value and from what the
+    body changes of the names the test reads (a list's length only, when the test reads only
+    that: `while queue:` does not run a random number of times because the queue holds random
+    tensors)."""
+    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)} if test is not None else set()
+    feeding = []
+    for state in body:
+        for name in names & changed:
+            value = state.env.get(name, Const(None))
+            sized = test is not None and isinstance(value, Sized) and _read_as_size(test, name)
+            feeding.append(length_of(value, test) if sized and test is not None else value)
+    tested = tuple(length_of(v, test) if isinstance(v, Sized) and test is not None else v for v in inputs)
+    trips = opaque(f"trips@{where}", (*tested, *feeding))
+    return Atom(trips.name, trips.kind, trips.why, lower=0)
