@@ -20,6 +20,7 @@ from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.group_values import type_of
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.names import dotted, nodes_under, qualified_name, source_text
+from collcheck.static.receivers import call_method, method_of, object_class
 from collcheck.static.program import (
     CommEvent,
 )
@@ -79,6 +80,9 @@ class Resolution:
     kind: CallKind
     spec: OpSpec | None = None  # COLLECTIVE
     target: Target | None = None  # HELPER
+    # HELPER on an object other than `self` (`s.push(t)`, `self.ckpt.save()`): the dotted name that
+    # holds it, whose attributes are the method's `self.*`
+    receiver: str | None = None
 
 
 class CallResolver(ValueEvaluator):
@@ -105,6 +109,9 @@ class CallResolver(ValueEvaluator):
         target = self.local_target(call, frame)
         if target is not None:
             return Resolution(CallKind.HELPER, target=target)
+        found = self.object_target(call, frame, state)
+        if found is not None:
+            return Resolution(CallKind.HELPER, target=(found[0], found[1], True), receiver=found[2])
         if self.passes_communicating_callback(call, frame):
             return Resolution(CallKind.CALLBACK)
         return Resolution(CallKind.UNKNOWN)
@@ -120,7 +127,38 @@ class CallResolver(ValueEvaluator):
         if qualified_name(call.func, self.local_imports) in self.catalog.types_in_place:
             return True  # `fully_shard(model)` changes what `model` is
         target = self.local_target(call, frame)
-        return target is not None or self.passes_communicating_callback(call, frame)
+        if target is not None or self.object_target(call, frame, state) is not None:
+            return True
+        return self.passes_communicating_callback(call, frame)
+
+    def object_target(
+        self, call: ast.Call, frame: Frame, state: State | None
+    ) -> tuple[FunctionNode, str, str] | None:
+        """A method of a class of this file run by a call on an object other than `self`
+        (`s.push(t)`, `self.ckpt.save()`, `model(x)` running `forward`): the method, its class and
+        the dotted name that holds the object (see `receivers`)."""
+        if state is None:
+            return None
+        func = call.func
+        if isinstance(func, ast.Attribute):
+            holder, method_name = func.value, func.attr
+        elif isinstance(func, ast.Name):
+            holder, method_name = func, ""
+        else:
+            return None
+        parts = dotted(holder)
+        if not parts or parts == ["self"] or parts == ["cls"] or self.local_imports.lookup(parts[0]):
+            return None
+        if len(parts) == 1 and parts[0] in self.nested:
+            return None
+        owner = object_class(self.module, self.pure(holder, state, frame))
+        if owner is None:
+            return None
+        if method_name:
+            method = method_of(self.module, owner, method_name)
+        else:
+            method = call_method(self.module, owner, self.class_types(owner.name))
+        return (method, owner.name, ".".join(parts)) if method is not None else None
 
     def exit_call(self, call: ast.Call) -> bool:
         name = qualified_name(call.func, self.local_imports)

@@ -610,7 +610,8 @@ class Interpreter(ExceptionFlow):
                 state.events = (*state.events, sent)
             return [(state, self.pure(call, state, frame, known))]
         function, class_name, bound_self = resolved.target
-        return self.inline(call, function, class_name, bound_self, state, frame, known)
+        receiver = resolved.receiver or "self"
+        return self.inline(call, function, class_name, bound_self, state, frame, known, receiver)
 
 
 def _joins_uneven_inputs(context: ast.expr) -> bool:

@@ -27,8 +27,9 @@ from collcheck.static.group_values import (
     subscript_value,
     type_of,
 )
-from collcheck.static.model import ModuleInfo, inherited_attribute
+from collcheck.static.model import FunctionNode, ModuleInfo, inherited_attribute
 from collcheck.static.names import ImportTable, dotted, qualified_name, source_text
+from collcheck.static.receivers import class_named, factory_class, object_class, object_value
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
     MEMBER,
@@ -147,6 +148,7 @@ class ValueEvaluator:
         self.imported_values: dict[str, Expr | None] = {}  # values of other files, by qualified name
         self.held_groups: dict[str, GroupVal | None] = {}  # per-rank lookups as groups (group_values)
         self._class_types: dict[str, frozenset[str]] = {}  # class -> framework classes it derives from
+        self._factories: dict[FunctionNode, str | None] = {}  # function -> the class it returns
 
     def class_types(self, class_name: str) -> frozenset[str]:
         """The framework classes (outside the run) a class of this module derives from."""
@@ -225,6 +227,11 @@ class ValueEvaluator:
             if held is not None:  # `trainer.strategy`: an object the catalogued type keeps
                 return Atom(f"type:{held}@{where}:{node.attr}", "shared")
             return Atom(f"{base.name}.{node.attr}", "shared")
+        owner = object_class(self.module, base)
+        if owner is not None:  # `s.seen` of an object of a class of the file: as its methods set it
+            attribute = self._class_attribute(owner.name, node.attr)
+            if attribute is not None:
+                return attribute
         if isinstance(base, Atom):
             # Named after the object, not the place it is read: `self.remote` read in two
             # branches (or in two methods) is one value (an assignment in between is in `state.env`).
@@ -378,10 +385,30 @@ class ValueEvaluator:
             if method in VALUE_METHODS:
                 inputs = (receiver, *args, *(self.pure(k.value, state, frame, known) for k in node.keywords))
                 return opaque(f"call:{source_text(node)}", inputs)
+        made = self._object_made(node)
+        if made is not None:
+            return made
         # Any other call is a black box whose result is taken to be the same on every rank: a rank
         # passed as an argument (a sampler, a device, a constructor) does not make it per-rank.
         # Equal text, equal value: the same helper asked twice answers the same.
         return Atom(f"call:{source_text(node)}", "shared")
+
+    def _object_made(self, node: ast.Call) -> Expr | None:
+        """`Syncer(...)` (an object of that exact class) or `make_syncer()` of a factory of the file
+        (an object of its class or a subclass): see `receivers`."""
+        func = node.func
+        if not isinstance(func, ast.Name):
+            return None
+        class_name = class_named(self.module, self.local_imports, func)
+        if class_name is not None:
+            return object_value(self.module, class_name, where_of(node), exact=True)
+        function = self.module.functions.get(func.id)
+        if function is None or self.local_imports.lookup(func.id) is not None:
+            return None
+        if function not in self._factories:
+            self._factories[function] = factory_class(self.module, self.module.imports, function)
+        made = self._factories[function]
+        return object_value(self.module, made, where_of(node), exact=False) if made is not None else None
 
     def _class_attribute(self, class_name: str, attribute: str) -> Expr | None:
         return inherited_attribute(self.module, class_name, attribute)
