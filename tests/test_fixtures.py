@@ -68,11 +68,6 @@ KNOWN_GAPS: dict[str, str] = {
         "a metric computed from each rank's own data shard without a collective is not tracked as a "
         "per-process value, so the early-stopping `break` on it is not rank-dependent to collcheck"
     ),
-    "reports/epoch_stopper_main_only_bug.py": (
-        "state written under a rank guard is not tracked: stopper.update() runs on rank 0 only and sets "
-        "stopper.should_stop, which a later `while` condition reads; attribute writes inside called "
-        "methods do not make the attribute rank-dependent"
-    ),
     "reports/gloo_group_from_own_tp_ranks_bug.py": (
         "dist.get_process_group_ranks(tp_group) (the members of the caller's own group) is not known to "
         "differ between ranks, so new_group's ranks argument is not seen as rank-dependent"

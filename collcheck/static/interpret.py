@@ -32,6 +32,7 @@ from collcheck.static.helpers import LoopOp
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable, add_import, nodes_under, qualified_name, source_text
 from collcheck.static.object_values import record_keyword_attributes
+from collcheck.static.receivers import class_named, object_value
 from collcheck.static.program import (
     CommEvent,
     Exit,
@@ -62,6 +63,7 @@ from collcheck.static.syntax import (
     loop_variant_names,
     memo_lookup,
     mentions,
+    read_names,
 )
 from collcheck.static.values import where_of
 
@@ -199,7 +201,8 @@ class Interpreter(ExceptionFlow):
                 return None
         name = qualified_name(annotation, self.local_imports)
         if name is None:
-            return None
+            owner = class_named(self.module, self.local_imports, annotation)  # `s: Syncer`
+            return object_value(self.module, owner, f"param:{arg.arg}", False) if owner else None
         known_types = set(self.catalog.types.values()) | set(self.catalog.types)
         for method in self.catalog.methods:
             known_types.update(method.receivers)
@@ -471,13 +474,9 @@ class Interpreter(ExceptionFlow):
         loop_range: LoopRange | None = None,
     ) -> list[State]:
         body_states = self.exec_block(stmt.body, [body_start], frame)
-        changed = assigned_names(stmt.body)
+        changed = assigned_names(stmt.body) | _attributes_changed(body_start, body_states)
         if trip is None:  # while: the trip count depends on the test and what the body changes
-            test_names = (
-                {n.id for n in nodes_under(stmt.test) if isinstance(n, ast.Name)}
-                if isinstance(stmt, ast.While)
-                else set()
-            )
+            test_names = set(read_names(stmt.test)) if isinstance(stmt, ast.While) else set()
             feeding = [s.env.get(name, Const(None)) for s in body_states for name in test_names & changed]
             trip = opaque(f"trips@{where_of(stmt)}", (*inputs, *feeding))
             trip = Atom(trip.name, trip.kind, trip.why, lower=0)
@@ -612,6 +611,17 @@ class Interpreter(ExceptionFlow):
         function, class_name, bound_self = resolved.target
         receiver = resolved.receiver or "self"
         return self.inline(call, function, class_name, bound_self, state, frame, known, receiver)
+
+
+def _attributes_changed(start: State, body: list[State]) -> set[str]:
+    """Attributes a loop body changed through the methods it ran (`stopper.update()` storing
+    `stopper.should_stop`): read by the loop test, or after the loop, they are not what they were."""
+    return {
+        key
+        for state in body
+        for key, value in state.env.items()
+        if "." in key and start.env.get(key) is not value and start.env.get(key) != value
+    }
 
 
 def _joins_uneven_inputs(context: ast.expr) -> bool:

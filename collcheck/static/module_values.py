@@ -12,8 +12,9 @@ import ast
 
 from collcheck.config import Settings
 from collcheck.static.interpret import Interpreter
-from collcheck.static.model import ModuleInfo, module_body
+from collcheck.static.model import ClassInfo, FunctionNode, ModuleInfo, module_body
 from collcheck.static.names import nodes_under
+from collcheck.static.receivers import EXACT, SUBCLASS, object_class, object_value
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import Atom, Expr, GroupVal, is_rank_dependent, opaque
 
@@ -39,7 +40,10 @@ def _without_mutable_globals(env: dict[str, Expr], module: ModuleInfo) -> dict[s
 
 
 def _class_attributes(module: ModuleInfo, interpreter: Interpreter) -> None:
-    """`self.rank = dist.get_rank()` in one method is the rank when read in another."""
+    """`self.rank = dist.get_rank()` in one method is the rank when read in another; so is
+    `self.stage = stage` in `__init__` where every construction of the class in this file passes
+    a per-rank value, or an object of one class of the file, for `stage` (see `receivers`)."""
+    sites = ConstructionSites(module, interpreter)
     for class_name, info in module.classes.items():
         seen: dict[str, list[Expr]] = {}
         for method in info.methods.values():
@@ -57,18 +61,119 @@ def _class_attributes(module: ModuleInfo, interpreter: Interpreter) -> None:
                         and target.value.id == "self"
                     ):
                         # `pure` runs no call, so no event is recorded here.
-                        seen.setdefault(target.attr, []).append(interpreter.pure(node.value, state, frame))
+                        value = interpreter.pure(node.value, state, frame)
+                        if method.name == "__init__" and isinstance(node.value, ast.Name):
+                            value = sites.argument(class_name, method, node.value.id) or value
+                        seen.setdefault(target.attr, []).append(value)
         for attribute, values in seen.items():
-            interesting = [
-                v
-                for v in values
-                if is_rank_dependent(v)
-                or isinstance(v, GroupVal)
-                or (isinstance(v, Atom) and v.name.startswith("type:"))
-            ]
+            interesting = [v for v in values if _interesting(v)]
             if not interesting:
                 continue
             if len(set(values)) == 1:
                 info.attributes[attribute] = values[0]
             else:
                 info.attributes[attribute] = opaque(f"self.{attribute}@{class_name}", tuple(values))
+
+
+def _interesting(value: Expr) -> bool:
+    """Worth keeping as a class attribute: per-rank, a group, or an object of a known type."""
+    return (
+        is_rank_dependent(value)
+        or isinstance(value, GroupVal)
+        or (isinstance(value, Atom) and value.name.startswith(("type:", EXACT, SUBCLASS)))
+    )
+
+
+class ConstructionSites:
+    """The calls of a file's own classes (`Stage(pp_rank=...)`), found once the first time one is
+    asked for: what a constructor's parameter holds when every call in the file agrees on it."""
+
+    def __init__(self, module: ModuleInfo, interpreter: Interpreter) -> None:
+        self.module = module
+        self.interpreter = interpreter
+        self._sites: dict[str, list[tuple[ast.Call, FunctionNode | None]]] | None = None
+
+    def _index(self) -> dict[str, list[tuple[ast.Call, FunctionNode | None]]]:
+        if self._sites is None:
+            self._sites = {}
+            scopes: list[tuple[ast.AST, FunctionNode | None]] = []
+            for node in self.module.tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    scopes.append((node, node))
+                elif isinstance(node, ast.ClassDef):
+                    scopes.extend((m, m) for m in self.module.classes.get(node.name, _NO_CLASS).methods.values())
+                else:
+                    scopes.append((node, None))
+            for scope, function in scopes:
+                for call in nodes_under(scope):
+                    if (
+                        isinstance(call, ast.Call)
+                        and isinstance(call.func, ast.Name)
+                        and call.func.id in self.module.classes
+                    ):
+                        self._sites.setdefault(call.func.id, []).append((call, function))
+        return self._sites
+
+    def argument(self, class_name: str, init: FunctionNode, parameter: str) -> Expr | None:
+        """The value every construction of `class_name` in the file passes for `parameter` of its
+        `__init__`, when that is per-rank (each value) or an object of one class of the file."""
+        params = [a.arg for a in [*init.args.posonlyargs, *init.args.args]][1:]
+        keyword_only = {a.arg for a in init.args.kwonlyargs}
+        if parameter not in params and parameter not in keyword_only:
+            return None
+        sites = self._index().get(class_name, [])
+        values: list[Expr] = []
+        for call, function in sites[:MAX_SITES]:
+            node = _passed(call, params, parameter)
+            if node is None:
+                return None
+            values.append(self._value(node, function))
+        if not values or len(sites) > MAX_SITES:
+            return None
+        if all(is_rank_dependent(v) for v in values):
+            return values[0] if len(set(values)) == 1 else opaque(f"init:{class_name}.{parameter}", tuple(values))
+        if len(set(values)) == 1 and _interesting(values[0]):  # a group, a catalogued type
+            return values[0]
+        owners = {object_class(self.module, v) for v in values}
+        owner = owners.pop() if len(owners) == 1 else None
+        if owner is not None:
+            return object_value(self.module, owner.name, f"init:{class_name}.{parameter}", owner.exact)
+        return None
+
+    def _value(self, node: ast.expr, function: FunctionNode | None) -> Expr:
+        """The argument's value: an expression, or a name the calling function binds once
+        (`stage = get_stage(); Stage(stage)`)."""
+        interpreter = self.interpreter
+        env = interpreter.entry_parameters(function) if function is not None else {}
+        frame = Frame(function.name if function else "<module>", None, (), interpreter.max_depth, ())
+        if isinstance(node, ast.Name) and function is not None and node.id not in env:
+            bound = [
+                n.value
+                for n in nodes_under(function)
+                if isinstance(n, ast.Assign)
+                and len(n.targets) == 1
+                and isinstance(n.targets[0], ast.Name)
+                and n.targets[0].id == node.id
+            ]
+            if len(bound) == 1:
+                node = bound[0]
+        return interpreter.pure(node, State(dict(env)), frame)
+
+
+MAX_SITES = 16  # constructions of one class looked at; more: the class is a library's, not followed
+_NO_CLASS = ClassInfo(ast.ClassDef(name="", bases=[], keywords=[], body=[], decorator_list=[]), {}, [])
+
+
+def _passed(call: ast.Call, params: list[str], parameter: str) -> ast.expr | None:
+    """The argument a call passes for `parameter` (None: not passed, or not known: `*args`)."""
+    for keyword in call.keywords:
+        if keyword.arg == parameter:
+            return keyword.value
+        if keyword.arg is None:
+            return None
+    for index, argument in enumerate(call.args):
+        if isinstance(argument, ast.Starred):
+            return None
+        if index < len(params) and params[index] == parameter:
+            return argument
+    return None
