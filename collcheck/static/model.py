@@ -221,12 +221,22 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
     changed = True
     while changed:
         changed = False
-        names = {f.name for f in communicating}
+        names = {f.name for f in communicating} | _called_classes(module, communicating)
         for function in functions:
             if function not in communicating and called[function] & names:
                 communicating.add(function)
                 changed = True
     return communicating
+
+
+def _called_classes(module: ModuleInfo, communicating: set[FunctionNode]) -> set[str]:
+    """Classes whose objects communicate when called (`model(x)` runs `forward` or `__call__`): a
+    function that builds one may call it."""
+    return {
+        name
+        for name, info in module.classes.items()
+        if any(info.methods.get(m) in communicating for m in ("forward", "__call__"))
+    }
 
 
 def _function_words(functions: list[FunctionNode], text: str) -> dict[FunctionNode, frozenset[str]]:
