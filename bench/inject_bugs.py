@@ -35,6 +35,10 @@ For each package:
         *_group         rank_guard / early_return / rank_loop with the call's own group rank,
                         `torch.distributed.get_rank(group=<the call's group>)`, at calls that
                         pass a group
+        object_method, object_parameter, init_attribute_guard
+                        the collective reached through a method of a local object or of a
+                        helper's annotated parameter, or guarded by an attribute an injected
+                        class's `__init__` stores from the rank (bench/object_mutants.py)
      (`import torch.distributed` is added after the module's docstring and `__future__` imports
      when the module does not already `import torch` or `import torch.distributed`);
   4. `collcheck check <package> --format json -j 2` runs on the scratch copy with only the mutated
@@ -83,6 +87,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from object_mutants import object_edit
 from static_speed import copy_python_files, python_files, source_state
 
 REPO = Path(__file__).resolve().parents[1]
@@ -701,9 +706,13 @@ class Kind(str, Enum):
     RANK_GUARD_GROUP = "rank_guard_group"
     EARLY_RETURN_GROUP = "early_return_group"
     RANK_LOOP_GROUP = "rank_loop_group"
+    OBJECT_METHOD = "object_method"
+    OBJECT_PARAMETER = "object_parameter"
+    INIT_ATTRIBUTE_GUARD = "init_attribute_guard"
 
 
-SITE_KINDS = (Kind.RANK_GUARD, Kind.EARLY_RETURN, Kind.RANK_LOOP, Kind.RAISE_ON_RANK)
+OBJECT_KINDS = (Kind.OBJECT_METHOD, Kind.OBJECT_PARAMETER, Kind.INIT_ATTRIBUTE_GUARD)  # object_mutants.py
+SITE_KINDS = (Kind.RANK_GUARD, Kind.EARLY_RETURN, Kind.RANK_LOOP, Kind.RAISE_ON_RANK, *OBJECT_KINDS)
 GROUP_KINDS = (Kind.RANK_GUARD_GROUP, Kind.EARLY_RETURN_GROUP, Kind.RANK_LOOP_GROUP)
 RANK = "torch.distributed.get_rank()"
 
@@ -777,13 +786,20 @@ def mutate(kind: Kind, site: Site, text: str, partner: Site | None = None) -> Mu
     statement = lines[site.line - 1 : site.end_line]
     last = partner.end_line if partner is not None else site.end_line
     other = lines[partner.line - 1 : partner.end_line] if partner is not None else None
-    replacement = edit_lines(kind, site, statement, other)
-    added = len(replacement) - (last - site.line + 1)
-    new = [*lines[: site.line - 1], *replacement, *lines[last:]]
     try:
         insert_at = import_line(ast.parse(text))
+        edited = (
+            object_edit(kind.value, statement, site.indent, RANK, text, site.line)
+            if kind in OBJECT_KINDS
+            else (edit_lines(kind, site, statement, other), [])
+        )
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+    if edited is None:
+        return None
+    replacement, appended = edited
+    added = len(replacement) - (last - site.line + 1)
+    new = [*lines[: site.line - 1], *replacement, *lines[last:], *appended]
     shift = 0
     if insert_at is not None:
         new.insert(insert_at, "import torch.distributed  # injected")

@@ -20,10 +20,10 @@ from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.group_values import type_of
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.names import dotted, nodes_under, qualified_name, source_text
-from collcheck.static.receivers import call_method, method_of, object_class
 from collcheck.static.program import (
     CommEvent,
 )
+from collcheck.static.receivers import call_method, method_of, object_class
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
     Atom,

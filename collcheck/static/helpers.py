@@ -33,7 +33,6 @@ from collcheck.static.collectives import CollectiveEvents
 from collcheck.static.fallback import INERT_PER_STEP
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable
-from collcheck.static.receivers import writes_own_state
 from collcheck.static.program import (
     Element,
     Exit,
@@ -42,6 +41,7 @@ from collcheck.static.program import (
     Rebase,
     Site,
 )
+from collcheck.static.receivers import writes_own_state
 from collcheck.static.state import Frame, PathLimitExceeded, State, collapse_returns
 from collcheck.static.symbolic import (
     Atom,
@@ -385,8 +385,10 @@ class HelperInliner(CollectiveEvents):
         if bound_self and params:
             # Another object than the caller's `self`: its own value, so that what its method reads
             # of it is named after it (two objects' `self.flag` are two values).
-            env[params[0]] = Atom("self", "shared") if receiver == "self" else state.env.get(
-                receiver, Atom(f"object:{receiver}", "shared")
+            env[params[0]] = (
+                Atom("self", "shared")
+                if receiver == "self"
+                else state.env.get(receiver, Atom(f"object:{receiver}", "shared"))
             )
             prefix = receiver + "."
             for key, value in state.env.items():

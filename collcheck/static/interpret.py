@@ -32,7 +32,6 @@ from collcheck.static.helpers import LoopOp
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable, add_import, nodes_under, qualified_name, source_text
 from collcheck.static.object_values import record_keyword_attributes
-from collcheck.static.receivers import class_named, object_value
 from collcheck.static.program import (
     CommEvent,
     Exit,
@@ -42,6 +41,7 @@ from collcheck.static.program import (
     Region,
     Site,
 )
+from collcheck.static.receivers import class_named, object_value
 from collcheck.static.state import Frame, PathLimitExceeded, State, merge_branches, merge_envs
 from collcheck.static.symbolic import (
     Atom,

@@ -101,7 +101,9 @@ class ConstructionSites:
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     scopes.append((node, node))
                 elif isinstance(node, ast.ClassDef):
-                    scopes.extend((m, m) for m in self.module.classes.get(node.name, _NO_CLASS).methods.values())
+                    scopes.extend(
+                        (m, m) for m in self.module.classes.get(node.name, _NO_CLASS).methods.values()
+                    )
                 else:
                     scopes.append((node, None))
             for scope, function in scopes:
@@ -131,7 +133,11 @@ class ConstructionSites:
         if not values or len(sites) > MAX_SITES:
             return None
         if all(is_rank_dependent(v) for v in values):
-            return values[0] if len(set(values)) == 1 else opaque(f"init:{class_name}.{parameter}", tuple(values))
+            return (
+                values[0]
+                if len(set(values)) == 1
+                else opaque(f"init:{class_name}.{parameter}", tuple(values))
+            )
         if len(set(values)) == 1 and _interesting(values[0]):  # a group, a catalogued type
             return values[0]
         owners = {object_class(self.module, v) for v in values}

@@ -227,9 +227,9 @@ class ValueEvaluator:
             if held is not None:  # `trainer.strategy`: an object the catalogued type keeps
                 return Atom(f"type:{held}@{where}:{node.attr}", "shared")
             return Atom(f"{base.name}.{node.attr}", "shared")
-        owner = object_class(self.module, base)
-        if owner is not None:  # `s.seen` of an object of a class of the file: as its methods set it
-            attribute = self._class_attribute(owner.name, node.attr)
+        instance_of = object_class(self.module, base)
+        if instance_of is not None:  # `s.seen` of an object of a class of the file: as its methods set it
+            attribute = self._class_attribute(instance_of.name, node.attr)
             if attribute is not None:
                 return attribute
         if isinstance(base, Atom):
