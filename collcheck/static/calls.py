@@ -19,11 +19,17 @@ from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.group_values import type_of
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
-from collcheck.static.names import dotted, nodes_under, qualified_name, source_text
+from collcheck.static.names import PARTIAL_CALLS, dotted, nodes_under, qualified_name, source_text
 from collcheck.static.program import (
     CommEvent,
 )
-from collcheck.static.receivers import call_method, method_of, object_class
+from collcheck.static.receivers import (
+    Partial,
+    call_method,
+    function_of,
+    method_of,
+    object_class,
+)
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
     Atom,
@@ -47,7 +53,6 @@ class CallKind(Enum):
     UNKNOWN = "unknown"  # anything else: only its value matters
 
 
-PARTIAL_CALLS = frozenset({"functools.partial", "functools.partialmethod"})
 MAX_HANDED_DEPTH = 4  # helpers followed to learn what a handed callable issues
 
 
@@ -83,6 +88,19 @@ class Resolution:
     # HELPER on an object other than `self` (`s.push(t)`, `self.ckpt.save()`): the dotted name that
     # holds it, whose attributes are the method's `self.*`
     receiver: str | None = None
+    partial: Partial | None = None  # HELPER reached by calling a `functools.partial` of it
+
+
+@dataclass(frozen=True, slots=True)
+class HeldTarget:
+    """A function of the file reached through what a name holds: a method of an object
+    (`receiver`: the dotted name that holds it), a function handed on as a value (`fn(t)` in
+    `def apply(fn, t)`), or a `functools.partial` of one (`partial`)."""
+
+    function: FunctionNode
+    class_name: str | None
+    receiver: str | None
+    partial: Partial | None = None
 
 
 class CallResolver(ValueEvaluator):
@@ -109,9 +127,11 @@ class CallResolver(ValueEvaluator):
         target = self.local_target(call, frame)
         if target is not None:
             return Resolution(CallKind.HELPER, target=target)
-        found = self.object_target(call, frame, state)
-        if found is not None:
-            return Resolution(CallKind.HELPER, target=(found[0], found[1], True), receiver=found[2])
+        held = self.held_target(call, frame, state)
+        if held is not None:
+            bound = held.receiver is not None
+            target = (held.function, held.class_name, bound)
+            return Resolution(CallKind.HELPER, target=target, receiver=held.receiver, partial=held.partial)
         if self.passes_communicating_callback(call, frame):
             return Resolution(CallKind.CALLBACK)
         return Resolution(CallKind.UNKNOWN)
@@ -127,16 +147,14 @@ class CallResolver(ValueEvaluator):
         if qualified_name(call.func, self.local_imports) in self.catalog.types_in_place:
             return True  # `fully_shard(model)` changes what `model` is
         target = self.local_target(call, frame)
-        if target is not None or self.object_target(call, frame, state) is not None:
+        if target is not None or self.held_target(call, frame, state) is not None:
             return True
         return self.passes_communicating_callback(call, frame)
 
-    def object_target(
-        self, call: ast.Call, frame: Frame, state: State | None
-    ) -> tuple[FunctionNode, str, str] | None:
-        """A method of a class of this file run by a call on an object other than `self`
-        (`s.push(t)`, `self.ckpt.save()`, `model(x)` running `forward`): the method, its class and
-        the dotted name that holds the object (see `receivers`)."""
+    def held_target(self, call: ast.Call, frame: Frame, state: State | None) -> HeldTarget | None:
+        """A function of this file run by a call through what a name holds: a method of an object
+        other than `self` (`s.push(t)`, `self.ckpt.save()`, `model(x)` running `forward`), a
+        function handed on as a value, a `functools.partial` (see `receivers`)."""
         if state is None:
             return None
         func = call.func
@@ -151,14 +169,22 @@ class CallResolver(ValueEvaluator):
             return None
         if len(parts) == 1 and parts[0] in self.nested:
             return None
-        owner = object_class(self.module, self.pure(holder, state, frame))
+        value = self.pure(holder, state, frame)
+        if not method_name:
+            function = function_of(self.module, value)
+            if function is not None:
+                return HeldTarget(function, None, None)
+            partial = self.partials.get(value.name) if isinstance(value, Atom) else None
+            if partial is not None:
+                return HeldTarget(partial.function, None, None, partial)
+        owner = object_class(self.module, value)
         if owner is None:
             return None
         if method_name:
             method = method_of(self.module, owner, method_name)
         else:
             method = call_method(self.module, owner, self.class_types(owner.name))
-        return (method, owner.name, ".".join(parts)) if method is not None else None
+        return HeldTarget(method, owner.name, ".".join(parts)) if method is not None else None
 
     def exit_call(self, call: ast.Call) -> bool:
         name = qualified_name(call.func, self.local_imports)

@@ -204,6 +204,7 @@ class HelperInliner(CollectiveEvents):
             function in owner_module.communicating
             or (function in self.nested.values() and self.body_communicates(function))
             or self.passes_typed_object(call, state)
+            or (function in owner_module.functions.values() and self.handoff(call, frame) is not None)
         )
         if (
             not communicates

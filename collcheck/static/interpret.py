@@ -610,6 +610,9 @@ class Interpreter(ExceptionFlow):
             return [(state, self.pure(call, state, frame, known))]
         function, class_name, bound_self = resolved.target
         receiver = resolved.receiver or "self"
+        if resolved.partial is not None:  # `p(x)` of `p = partial(f, a)` runs `f(a, x)`
+            known = {**known, **resolved.partial.values}
+            call = resolved.partial.call(call)
         return self.inline(call, function, class_name, bound_self, state, frame, known, receiver)
 
 

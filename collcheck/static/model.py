@@ -24,7 +24,14 @@ from collcheck.config import Settings
 from collcheck.findings import FileError
 from collcheck.source import SourceFile, read_source
 from collcheck.static.launchers import launched_functions
-from collcheck.static.names import ImportTable, add_import, module_imports, nodes_under, qualified_name
+from collcheck.static.names import (
+    PARTIAL_CALLS,
+    ImportTable,
+    add_import,
+    module_imports,
+    nodes_under,
+    qualified_name,
+)
 from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
 from collcheck.static.project import Project, realpath_once
 from collcheck.static.project import identity as project_identity
@@ -216,6 +223,10 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 names.add(node.func.id)
             elif isinstance(node.func, ast.Attribute):
                 names.add(node.func.attr)
+            if _may_call_what_it_is_handed(node, module, imports):
+                # `apply(sync, t)`, `partial(sync, t)`: a function handed on by name may be called.
+                names.update(arg.id for arg in node.args if isinstance(arg, ast.Name))
+                names.update(k.value.id for k in node.keywords if isinstance(k.value, ast.Name))
         called[function] = names
     communicating = set(direct)
     changed = True
@@ -227,6 +238,15 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 communicating.add(function)
                 changed = True
     return communicating
+
+
+def _may_call_what_it_is_handed(call: ast.Call, module: ModuleInfo, imports: ImportTable) -> bool:
+    """A function of the file, or `functools.partial` (whose result is called later), receives
+    the call's arguments; unknown code handed a function is a callback instead (calls.py)."""
+    func = call.func
+    if isinstance(func, ast.Name) and func.id in module.functions and imports.lookup(func.id) is None:
+        return True
+    return qualified_name(func, imports) in PARTIAL_CALLS
 
 
 def _called_classes(module: ModuleInfo, communicating: set[FunctionNode]) -> set[str]:

@@ -32,6 +32,8 @@ from collcheck.static.symbolic import Atom, Expr
 
 EXACT = "object:"
 SUBCLASS = "instance:"
+FUNCTION = "function:"  # a function of the file named as a value (`apply(sync, t)` hands `sync`)
+PARTIAL = "partial:"  # `functools.partial(sync, t)`: the function and arguments bound (`Partial`)
 MODULE_BASES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
 
 
@@ -64,6 +66,96 @@ def object_class(module: ModuleInfo, value: Expr | None) -> ObjectClass | None:
     if path != module.path or class_name not in module.classes:
         return None
     return ObjectClass(class_name, exact)
+
+
+def function_value(module: ModuleInfo, name: str) -> Atom:
+    return Atom(f"{FUNCTION}{module.path}::{name}", "shared")
+
+
+def function_of(module: ModuleInfo, value: Expr | None) -> FunctionNode | None:
+    """The function of `module` that `value` names, if it names one."""
+    if not isinstance(value, Atom) or not value.name.startswith(FUNCTION):
+        return None
+    path, _, name = value.name[len(FUNCTION) :].rpartition("::")
+    return module.functions.get(name) if path == module.path else None
+
+
+@dataclass(frozen=True, eq=False)
+class Partial:
+    """`functools.partial(f, a, k=b)`: the function, and placeholder argument nodes whose values
+    (`values`, by the placeholder's id) are those `a` and `b` had where the partial was made."""
+
+    function: FunctionNode
+    args: tuple[ast.expr, ...]
+    keywords: tuple[ast.keyword, ...]
+    values: dict[int, Expr]
+
+    def call(self, call: ast.Call) -> ast.Call:
+        """`p(x)` as the call of the function it binds: `f(a, x, k=b)` (at the place of `p(x)`)."""
+        bound = ast.Call(
+            ast.Name(self.function.name, ast.Load()),
+            [*self.args, *call.args],
+            [*self.keywords, *call.keywords],
+        )
+        return ast.copy_location(bound, call)
+
+
+MAX_PARTIALS_PER_PLACE = 16  # partials made at one place with different arguments (a loop)
+
+
+def make_partial(
+    module: ModuleInfo, node: ast.Call, args: list[Expr], keywords: list[Expr], partials: dict[str, Partial]
+) -> Atom | None:
+    """`functools.partial(f, a, k=b)` of a function of the file (`args`, `keywords`: the values of
+    its arguments here): a value that a later call runs as `f(a, ..., k=b)`, kept in `partials`
+    under its name."""
+    function = function_of(module, args[0])
+    if function is None or any(isinstance(a, ast.Starred) for a in node.args):
+        return None
+    values: dict[int, Expr] = {}
+    placeholders: list[ast.expr] = []
+    for argument, value in zip(node.args[1:], args[1:], strict=True):
+        placeholder = ast.copy_location(ast.Constant(None), argument)
+        values[id(placeholder)] = value
+        placeholders.append(placeholder)
+    bound_keywords: list[ast.keyword] = []
+    for keyword, value in zip(node.keywords, keywords, strict=True):
+        if keyword.arg is None:
+            return None
+        placeholder = ast.copy_location(ast.Constant(None), keyword.value)
+        values[id(placeholder)] = value
+        bound_keywords.append(ast.keyword(keyword.arg, placeholder))
+    prefix = f"{PARTIAL}{module.path}::{function.name}@{node.lineno}:{node.col_offset}"
+    bound = [*values.values()]
+    for index in range(MAX_PARTIALS_PER_PLACE):  # the same place, other values: another partial
+        name = f"{prefix}#{index}"
+        if name not in partials:
+            partials[name] = Partial(function, tuple(placeholders), tuple(bound_keywords), values)
+            return Atom(name, "shared")
+        if list(partials[name].values.values()) == bound:
+            return Atom(name, "shared")
+    return None
+
+
+def made_object(
+    module: ModuleInfo, imports: ImportTable, node: ast.Call, factories: dict[FunctionNode, str | None]
+) -> Atom | None:
+    """`Syncer(...)` (an object of that exact class) or `make_syncer()` of a factory of the file
+    (an object of its class or a subclass); `factories` keeps what each function was found to make."""
+    func = node.func
+    if not isinstance(func, ast.Name):
+        return None
+    where = f"{node.lineno}:{node.col_offset}"
+    class_name = class_named(module, imports, func)
+    if class_name is not None:
+        return object_value(module, class_name, where, exact=True)
+    function = module.functions.get(func.id)
+    if function is None or imports.lookup(func.id) is not None:
+        return None
+    if function not in factories:
+        factories[function] = factory_class(module, module.imports, function)
+    made = factories[function]
+    return object_value(module, made, where, exact=False) if made is not None else None
 
 
 def class_named(module: ModuleInfo, imports: ImportTable, node: ast.expr) -> str | None:

@@ -28,8 +28,14 @@ from collcheck.static.group_values import (
     type_of,
 )
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited_attribute
-from collcheck.static.names import ImportTable, dotted, qualified_name, source_text
-from collcheck.static.receivers import class_named, factory_class, object_class, object_value
+from collcheck.static.names import PARTIAL_CALLS, ImportTable, dotted, qualified_name, source_text
+from collcheck.static.receivers import (
+    Partial,
+    function_value,
+    made_object,
+    make_partial,
+    object_class,
+)
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
     MEMBER,
@@ -149,6 +155,7 @@ class ValueEvaluator:
         self.held_groups: dict[str, GroupVal | None] = {}  # per-rank lookups as groups (group_values)
         self._class_types: dict[str, frozenset[str]] = {}  # class -> framework classes it derives from
         self._factories: dict[FunctionNode, str | None] = {}  # function -> the class it returns
+        self.partials: dict[str, Partial] = {}  # `functools.partial` values made here, by atom name
 
     def class_types(self, class_name: str) -> frozenset[str]:
         """The framework classes (outside the run) a class of this module derives from."""
@@ -186,6 +193,8 @@ class ValueEvaluator:
         if node.id in ("True", "False", "None"):
             return Const({"True": True, "False": False, "None": None}[node.id])
         qualified = self.local_imports.lookup(node.id)
+        if qualified is None and node.id in self.module.functions:
+            return function_value(self.module, node.id)  # `apply(sync, t)`: the function handed on
         imported = imported_value(self, qualified, self.imported_values) if qualified else None
         return imported if imported is not None else Atom(f"global:{node.id}", "shared")
 
@@ -353,6 +362,11 @@ class ValueEvaluator:
         name = qualified_name(node.func, self.local_imports)
         args = [self.pure(a, state, frame, known) for a in node.args]
         where = where_of(node)
+        if name in PARTIAL_CALLS and args:  # `functools.partial(f, a)` of a function of the file
+            keywords = [self.pure(k.value, state, frame, known) for k in node.keywords]
+            bound = make_partial(self.module, node, args, keywords, self.partials)
+            if bound is not None:
+                return bound
         if name is not None:
             special = self._known_call(name, node, args, state, frame, known)
             if special is not None:
@@ -385,30 +399,13 @@ class ValueEvaluator:
             if method in VALUE_METHODS:
                 inputs = (receiver, *args, *(self.pure(k.value, state, frame, known) for k in node.keywords))
                 return opaque(f"call:{source_text(node)}", inputs)
-        made = self._object_made(node)
-        if made is not None:
+        made = made_object(self.module, self.local_imports, node, self._factories)
+        if made is not None:  # `Syncer(...)`, `make_syncer()`: an object of a class of the file
             return made
         # Any other call is a black box whose result is taken to be the same on every rank: a rank
         # passed as an argument (a sampler, a device, a constructor) does not make it per-rank.
         # Equal text, equal value: the same helper asked twice answers the same.
         return Atom(f"call:{source_text(node)}", "shared")
-
-    def _object_made(self, node: ast.Call) -> Expr | None:
-        """`Syncer(...)` (an object of that exact class) or `make_syncer()` of a factory of the file
-        (an object of its class or a subclass): see `receivers`."""
-        func = node.func
-        if not isinstance(func, ast.Name):
-            return None
-        class_name = class_named(self.module, self.local_imports, func)
-        if class_name is not None:
-            return object_value(self.module, class_name, where_of(node), exact=True)
-        function = self.module.functions.get(func.id)
-        if function is None or self.local_imports.lookup(func.id) is not None:
-            return None
-        if function not in self._factories:
-            self._factories[function] = factory_class(self.module, self.module.imports, function)
-        made = self._factories[function]
-        return object_value(self.module, made, where_of(node), exact=False) if made is not None else None
 
     def _class_attribute(self, class_name: str, attribute: str) -> Expr | None:
         return inherited_attribute(self.module, class_name, attribute)
