@@ -35,6 +35,7 @@ from collcheck.static.names import (
 from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
 from collcheck.static.project import Project, realpath_once
 from collcheck.static.project import identity as project_identity
+from collcheck.static.reexports import MAX_REEXPORTS
 from collcheck.static.symbolic import Const, Expr
 from collcheck.static.wrapped import uses_wrapped, wrapped_names
 
@@ -417,7 +418,7 @@ class Loader:
 
 
 def remote_function(
-    module: ModuleInfo, qualified: str, communicating_only: bool = True
+    module: ModuleInfo, qualified: str, communicating_only: bool = True, depth: int = 0
 ) -> tuple[ModuleInfo, FunctionNode] | None:
     """A function defined in another file of the run (by default: only one that reaches a collective)."""
     loader = module.loader
@@ -431,8 +432,14 @@ def remote_function(
         return None
     path, attribute = found
     other = loader.load(path)
-    if other is None or "." in attribute or attribute not in other.functions:
+    if other is None or "." in attribute:
         return None
+    if attribute not in other.functions:
+        # `from pkg import f` where `pkg/__init__.py` imports `f` from a submodule (a re-export).
+        reexported = other.imports.lookup(attribute)
+        if reexported is None or other is module or depth >= MAX_REEXPORTS:
+            return None
+        return remote_function(other, reexported, communicating_only, depth + 1)
     function = other.functions[attribute]
     return (other, function) if function in other.communicating or not communicating_only else None
 
