@@ -41,7 +41,7 @@ from collcheck.static.program import (
     Region,
     Site,
 )
-from collcheck.static.receivers import class_named, object_value
+from collcheck.static.receivers import class_named, object_value, passed_object
 from collcheck.static.state import Frame, PathLimitExceeded, State, merge_branches, merge_envs
 from collcheck.static.symbolic import (
     Atom,
@@ -176,7 +176,8 @@ class Interpreter(ExceptionFlow):
                     f"param:{arg.arg}@{where_of(node)}", "shared"
                 )
                 continue
-            env[arg.arg] = self._annotated_type(arg) or self._parameter_value(arg.arg, node)
+            passed = passed_object(self.module, node, arg.arg)  # `finish(Saver(), t)` in the file
+            env[arg.arg] = self._annotated_type(arg) or passed or self._parameter_value(arg.arg, node)
         for rest in (args.vararg, args.kwarg):
             if rest is not None:
                 env[rest.arg] = Atom(f"param:{rest.arg}", "shared")

@@ -12,9 +12,18 @@ import ast
 
 from collcheck.config import Settings
 from collcheck.static.interpret import Interpreter
-from collcheck.static.model import ClassInfo, FunctionNode, ModuleInfo, module_body
+from collcheck.static.model import FunctionNode, ModuleInfo, module_body
 from collcheck.static.names import nodes_under
-from collcheck.static.receivers import EXACT, SUBCLASS, object_class, object_value
+from collcheck.static.receivers import (
+    EXACT,
+    MAX_SITES,
+    SUBCLASS,
+    bound_once,
+    call_sites,
+    object_class,
+    object_value,
+    passed_argument,
+)
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import Atom, Expr, GroupVal, is_rank_dependent, opaque
 
@@ -91,30 +100,6 @@ class ConstructionSites:
     def __init__(self, module: ModuleInfo, interpreter: Interpreter) -> None:
         self.module = module
         self.interpreter = interpreter
-        self._sites: dict[str, list[tuple[ast.Call, FunctionNode | None]]] | None = None
-
-    def _index(self) -> dict[str, list[tuple[ast.Call, FunctionNode | None]]]:
-        if self._sites is None:
-            self._sites = {}
-            scopes: list[tuple[ast.AST, FunctionNode | None]] = []
-            for node in self.module.tree.body:
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    scopes.append((node, node))
-                elif isinstance(node, ast.ClassDef):
-                    scopes.extend(
-                        (m, m) for m in self.module.classes.get(node.name, _NO_CLASS).methods.values()
-                    )
-                else:
-                    scopes.append((node, None))
-            for scope, function in scopes:
-                for call in nodes_under(scope):
-                    if (
-                        isinstance(call, ast.Call)
-                        and isinstance(call.func, ast.Name)
-                        and call.func.id in self.module.classes
-                    ):
-                        self._sites.setdefault(call.func.id, []).append((call, function))
-        return self._sites
 
     def argument(self, class_name: str, init: FunctionNode, parameter: str) -> Expr | None:
         """The value every construction of `class_name` in the file passes for `parameter` of its
@@ -123,10 +108,10 @@ class ConstructionSites:
         keyword_only = {a.arg for a in init.args.kwonlyargs}
         if parameter not in params and parameter not in keyword_only:
             return None
-        sites = self._index().get(class_name, [])
+        sites = call_sites(self.module).get(class_name, [])
         values: list[Expr] = []
         for call, function in sites[:MAX_SITES]:
-            node = _passed(call, params, parameter)
+            node = passed_argument(call, params, parameter)
             if node is None:
                 return None
             values.append(self._value(node, function))
@@ -152,34 +137,6 @@ class ConstructionSites:
         interpreter = self.interpreter
         env = interpreter.entry_parameters(function) if function is not None else {}
         frame = Frame(function.name if function else "<module>", None, (), interpreter.max_depth, ())
-        if isinstance(node, ast.Name) and function is not None and node.id not in env:
-            bound = [
-                n.value
-                for n in nodes_under(function)
-                if isinstance(n, ast.Assign)
-                and len(n.targets) == 1
-                and isinstance(n.targets[0], ast.Name)
-                and n.targets[0].id == node.id
-            ]
-            if len(bound) == 1:
-                node = bound[0]
+        if isinstance(node, ast.Name) and node.id not in env:
+            node = bound_once(function, node.id) or node
         return interpreter.pure(node, State(dict(env)), frame)
-
-
-MAX_SITES = 16  # constructions of one class looked at; more: the class is a library's, not followed
-_NO_CLASS = ClassInfo(ast.ClassDef(name="", bases=[], keywords=[], body=[], decorator_list=[]), {}, [])
-
-
-def _passed(call: ast.Call, params: list[str], parameter: str) -> ast.expr | None:
-    """The argument a call passes for `parameter` (None: not passed, or not known: `*args`)."""
-    for keyword in call.keywords:
-        if keyword.arg == parameter:
-            return keyword.value
-        if keyword.arg is None:
-            return None
-    for index, argument in enumerate(call.args):
-        if isinstance(argument, ast.Starred):
-            return None
-        if index < len(params) and params[index] == parameter:
-            return argument
-    return None

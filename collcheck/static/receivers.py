@@ -25,9 +25,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from functools import lru_cache
+from weakref import WeakKeyDictionary
 
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited
-from collcheck.static.names import ImportTable
+from collcheck.static.names import ImportTable, nodes_under
 from collcheck.static.symbolic import Atom, Expr
 
 EXACT = "object:"
@@ -252,3 +253,106 @@ def writes_own_state(function: FunctionNode) -> bool:
         ):
             return True
     return False
+
+
+# ----------------------------------------------------------------------------- calls of the file
+
+MAX_SITES = 16  # calls of one class or function looked at; more: not followed (a library's API)
+CallSite = tuple[ast.Call, "FunctionNode | None"]  # a call, and the function it is made in
+_CALL_SITES: WeakKeyDictionary[ModuleInfo, dict[str, list[CallSite]]] = WeakKeyDictionary()
+
+
+def call_sites(module: ModuleInfo) -> dict[str, list[CallSite]]:
+    """The calls of the file's own classes and functions by their plain name (`Stage(...)`,
+    `finish(saver, t)`), with the function each is made in; found once per module model."""
+    found = _CALL_SITES.get(module)
+    if found is None:
+        found = _CALL_SITES[module] = {}
+        scopes: list[tuple[ast.AST, FunctionNode | None]] = []
+        for node in module.tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                scopes.append((node, node))
+            elif isinstance(node, ast.ClassDef) and node.name in module.classes:
+                scopes.extend((m, m) for m in module.classes[node.name].methods.values())
+            else:
+                scopes.append((node, None))
+        for scope, function in scopes:
+            for call in nodes_under(scope):
+                if (
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Name)
+                    and (call.func.id in module.classes or call.func.id in module.functions)
+                ):
+                    found.setdefault(call.func.id, []).append((call, function))
+    return found
+
+
+def passed_argument(call: ast.Call, params: list[str], parameter: str) -> ast.expr | None:
+    """The argument a call passes for `parameter` (None: not passed, or not known: `*args`)."""
+    for keyword in call.keywords:
+        if keyword.arg == parameter:
+            return keyword.value
+        if keyword.arg is None:
+            return None
+    for index, argument in enumerate(call.args):
+        if isinstance(argument, ast.Starred):
+            return None
+        if index < len(params) and params[index] == parameter:
+            return argument
+    return None
+
+
+def bound_once(function: FunctionNode | None, name: str) -> ast.expr | None:
+    """The value of the one plain assignment `name = value` in `function`, if there is one."""
+    if function is None:
+        return None
+    bound = [
+        n.value
+        for n in nodes_under(function)
+        if isinstance(n, ast.Assign)
+        and len(n.targets) == 1
+        and isinstance(n.targets[0], ast.Name)
+        and n.targets[0].id == name
+    ]
+    return bound[0] if len(bound) == 1 else None
+
+
+def passed_object(module: ModuleInfo, function: FunctionNode, parameter: str) -> Atom | None:
+    """An object of the class every caller in the file passes for `parameter` (`passed_class`)."""
+    owner = passed_class(module, module.imports, function, parameter)
+    return object_value(module, owner, f"param:{parameter}", exact=False) if owner else None
+
+
+def passed_class(
+    module: ModuleInfo, imports: ImportTable, function: FunctionNode, parameter: str
+) -> str | None:
+    """The class of the file every call of `function` in the file passes an object of for
+    `parameter` (`finish(Saver(), t)`, or a name bound once to `Saver(...)` where it is called);
+    None when the function is not called by name in the file, or its callers disagree. Asked only
+    for a parameter the function calls a method of (or calls)."""
+    if module.functions.get(function.name) is not function or parameter not in _receivers(function):
+        return None
+    params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    sites = call_sites(module).get(function.name, [])
+    if not sites or len(sites) > MAX_SITES:
+        return None
+    found: set[str | None] = set()
+    for call, caller in sites:
+        argument = passed_argument(call, params, parameter)
+        if isinstance(argument, ast.Name):
+            argument = bound_once(caller, argument.id)
+        built = argument.func if isinstance(argument, ast.Call) else None
+        found.add(class_named(module, imports, built) if built is not None else None)
+    return next(iter(found)) if len(found) == 1 else None
+
+
+@lru_cache(maxsize=4096)
+def _receivers(function: FunctionNode) -> frozenset[str]:
+    """Names the function calls methods of, or calls (`s.push(t)`, `fn(t)`)."""
+    names: set[str] = set()
+    for node in nodes_under(function):
+        if isinstance(node, ast.Call):
+            func = node.func.value if isinstance(node.func, ast.Attribute) else node.func
+            if isinstance(func, ast.Name):
+                names.add(func.id)
+    return frozenset(names)
