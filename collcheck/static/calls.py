@@ -2,7 +2,8 @@
 
 In: an `ast.Call`, the `Frame` it is made in and (where types matter) the path's `State`.
 Out: one of `CallKind` (`resolve`) — a catalogued collective (with its `OpSpec`), a helper of the
-run to inline (function, class, bound `self`), an exit of the process, a call that hands a
+run to inline (function, class, bound `self`; or a method of another object, a function held as a
+value, a `functools.partial`: see `receivers`), an exit of the process, a call that hands a
 communicating function to unknown code (a callback), or unknown code — and the facts the
 interpreter needs about helpers: does a function communicate, may its return value depend on
 the rank, does a decorator run it on some ranks only.
