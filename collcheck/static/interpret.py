@@ -31,7 +31,7 @@ from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.helpers import LoopOp
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable, add_import, nodes_under, qualified_name, source_text
-from collcheck.static.object_values import record_keyword_attributes
+from collcheck.static.object_values import record_container_change, record_keyword_attributes
 from collcheck.static.program import (
     CommEvent,
     Exit,
@@ -264,7 +264,10 @@ class Interpreter(ExceptionFlow):
         return [state]
 
     def _stmt_Expr(self, stmt: ast.Expr, state: State, frame: Frame) -> list[State]:
-        return [s for s, _ in self.eval(stmt.value, state, frame)]
+        states = [s for s, _ in self.eval(stmt.value, state, frame)]
+        for current in states:
+            record_container_change(self, stmt.value, current, frame)  # `self.pending.append(x)`
+        return states
 
     def _stmt_Assign(self, stmt: ast.Assign, state: State, frame: Frame) -> list[State]:
         results = []

@@ -35,6 +35,14 @@ EXACT = "object:"
 SUBCLASS = "instance:"
 FUNCTION = "function:"  # a function of the file named as a value (`apply(sync, t)` hands `sync`)
 PARTIAL = "partial:"  # `functools.partial(sync, t)`: the function and arguments bound (`Partial`)
+# Methods of Python's containers (list, dict, set, deque) that change the container in place.
+CONTAINER_MUTATORS = frozenset(
+    {
+        *("append", "extend", "insert", "remove", "pop", "clear"),
+        *("add", "discard", "update", "setdefault", "popitem"),
+        *("appendleft", "extendleft", "popleft"),
+    }
+)
 MODULE_BASES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
 
 
@@ -245,12 +253,19 @@ def writes_own_state(function: FunctionNode) -> bool:
         return False
     first = args[0].arg
     for node in _own_nodes(function):
-        if (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.ctx, ast.Store)
-            and isinstance(node.value, ast.Name)
-            and node.value.id == first
-        ):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            stored = node.value
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            stored = node.value.value if isinstance(node.value, ast.Attribute) else node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            # `self.pending.append(x)` (a container in an attribute changed in place)
+            holder = node.func.value
+            stored = holder.value if isinstance(holder, ast.Attribute) else holder
+            if not isinstance(holder, ast.Attribute) or node.func.attr not in CONTAINER_MUTATORS:
+                continue
+        else:
+            continue
+        if isinstance(stored, ast.Name) and stored.id == first:
             return True
     return False
 

@@ -633,6 +633,12 @@ class ValueEvaluator:
             parts = dotted(target)
             if parts:
                 state.env[".".join(parts)] = value
+        elif isinstance(target, ast.Subscript):  # `self.seen[key] = v`: the container is another value
+            parts = dotted(target.value)
+            if parts and len(parts) > 1:
+                key = ".".join(parts)
+                old = state.env.get(key)  # not what is stored: it may differ while the change does not
+                state.env[key] = opaque(f"stored:{key}@{where_of(target)}", (old,) if old is not None else ())
 
 
 def _small_literal_range(args: list[Expr]) -> range | None:
