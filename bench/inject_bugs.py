@@ -39,6 +39,10 @@ For each package:
         *_group         rank_guard / early_return / rank_loop with the call's own group rank,
                         `torch.distributed.get_rank(group=<the call's group>)`, at calls that
                         pass a group
+        object_method, object_parameter, init_attribute_guard
+                        the collective reached through a method of a local object or of a
+                        helper's annotated parameter, or guarded by an attribute an injected
+                        class's `__init__` stores from the rank (bench/object_mutants.py)
      (`import torch.distributed` is added after the module's docstring and `__future__` imports
      when the module does not already `import torch` or `import torch.distributed`);
   4. `collcheck check <package> --format json -j 2` runs on the scratch copy with only the mutated
@@ -87,6 +91,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from object_mutants import object_edit
 from static_speed import copy_python_files, python_files, source_state
 
 REPO = Path(__file__).resolve().parents[1]
@@ -707,8 +712,12 @@ class Kind(str, Enum):
     RANK_LOOP_GROUP = "rank_loop_group"
     HELPER_GUARD = "helper_guard"
     HELPER_LOOP = "helper_loop"
+    OBJECT_METHOD = "object_method"
+    OBJECT_PARAMETER = "object_parameter"
+    INIT_ATTRIBUTE_GUARD = "init_attribute_guard"
 
 
+OBJECT_KINDS = (Kind.OBJECT_METHOD, Kind.OBJECT_PARAMETER, Kind.INIT_ATTRIBUTE_GUARD)  # object_mutants.py
 SITE_KINDS = (
     Kind.RANK_GUARD,
     Kind.EARLY_RETURN,
@@ -716,6 +725,7 @@ SITE_KINDS = (
     Kind.RAISE_ON_RANK,
     Kind.HELPER_GUARD,
     Kind.HELPER_LOOP,
+    *OBJECT_KINDS,
 )
 # Kinds whose rank reaches the statement through a helper appended to the module: it is handed
 # the rank as an argument (its parameter is not named like one), so only data flow links them.
@@ -803,13 +813,20 @@ def mutate(kind: Kind, site: Site, text: str, partner: Site | None = None) -> Mu
     statement = lines[site.line - 1 : site.end_line]
     last = partner.end_line if partner is not None else site.end_line
     other = lines[partner.line - 1 : partner.end_line] if partner is not None else None
-    replacement = edit_lines(kind, site, statement, other)
-    added = len(replacement) - (last - site.line + 1)
-    new = [*lines[: site.line - 1], *replacement, *lines[last:]]
     try:
         insert_at = import_line(ast.parse(text))
+        edited = (
+            object_edit(kind.value, statement, site.indent, RANK, text, site.line)
+            if kind in OBJECT_KINDS
+            else (edit_lines(kind, site, statement, other), [])
+        )
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+    if edited is None:
+        return None
+    replacement, appended = edited
+    added = len(replacement) - (last - site.line + 1)
+    new = [*lines[: site.line - 1], *replacement, *lines[last:], *appended]
     shift = 0
     if insert_at is not None:
         new.insert(insert_at, "import torch.distributed  # injected")

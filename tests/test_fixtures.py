@@ -66,11 +66,6 @@ KNOWN_GAPS: dict[str, str] = {
         "a metric computed from each rank's own data shard without a collective is not tracked as a "
         "per-process value, so the early-stopping `break` on it is not rank-dependent to collcheck"
     ),
-    "reports/epoch_stopper_main_only_bug.py": (
-        "state written under a rank guard is not tracked: stopper.update() runs on rank 0 only and sets "
-        "stopper.should_stop, which a later `while` condition reads; attribute writes inside called "
-        "methods do not make the attribute rank-dependent"
-    ),
     "reports/hf_trainer_save_model_fsdp_main_bug.py": (
         "transformers Trainer.save_model is left out of catalogs/conventions.toml on purpose (it gathers "
         "only under DeepSpeed ZeRO-3 / FSDP, which collcheck cannot see); the RANK-env guard itself is "
@@ -82,18 +77,20 @@ KNOWN_GAPS: dict[str, str] = {
         "modelled"
     ),
     "reports/master_only_deepspeed_checkpointer_bug.py": (
-        "a call through a constructor-injected, untyped attribute (`self._checkpointer.save_checkpoint`) "
-        "is not resolved to the class defined in the same file, and `engine` is an untyped parameter so "
-        "engine.save_checkpoint does not match the DeepSpeedEngine receiver (a dist.barrier() in place of"
-        " the call is found)"
+        "the checkpointer is injected through Trainer's constructor and the file never builds a Trainer, so "
+        "the class of self._checkpointer is unknown (a construction in the file, `Trainer(engine, loader, "
+        "DeepspeedCheckpointer(...))`, makes it followed: receivers.py); and `engine` is an untyped "
+        "parameter there too, so engine.save_checkpoint does not match the DeepSpeedEngine receiver"
     ),
     "reports/megatron_last_stage_dist_ckpt_load_bug.py": (
         "megatron.core.dist_checkpointing.load (a whole-world collective) is not in catalogs/megatron.toml; "
         "the is_pipeline_last_stage() guard itself is understood (a dist.barrier() in its place is found)"
     ),
     "reports/pp_first_stage_rpc_world_barrier_bug.py": (
-        "the PP rank is a constructor argument kept in self.pp_rank, of unknown origin, so `self.pp_rank "
-        "== 0` is not a rank guard (with dist.get_rank() == 0 in its place the barrier is found)"
+        "the PP rank is a constructor argument kept in self.pp_rank, and the file never builds the "
+        "scheduler, so its origin is unknown and `self.pp_rank == 0` is not a rank guard (a construction "
+        "in the file passing a per-rank value makes it one: fixtures/semantics/objects/"
+        "constructor_rank_argument_bug.py)"
     ),
     "reports/prefetch_check_break_on_full_batch_bug.py": (
         "the `break` depends on per-rank allocator state (token_pool.available_size()), which is not a "

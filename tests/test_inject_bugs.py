@@ -251,6 +251,59 @@ def test_collcheck_finds_the_rank_reaching_the_collective_through_the_helper(
     assert all(mutant.function_line <= line <= mutant.function_end for line in lines)
 
 
+def test_object_kinds_reach_the_collective_through_an_object() -> None:
+    method = mutated(ib.Kind.OBJECT_METHOD, "y = dist.all_gather_object").text.splitlines()
+    start = method.index("    _cc_relay = _CcRelay()")
+    assert method[start : start + 3] == [
+        "    _cc_relay = _CcRelay()",
+        "    if torch.distributed.get_rank() == 0:",
+        "        y = _cc_relay.run(x)",
+    ]
+    assert method[-3:] == [
+        "class _CcRelay:  # injected",
+        "    def run(_cc_self, x):",
+        "        return dist.all_gather_object([None], x, group=None)",
+    ]
+    parameter = mutated(ib.Kind.OBJECT_PARAMETER, "dist.broadcast(x, 0, g)").text.splitlines()
+    assert "        _cc_through(_CcRelay(), x, g)" in parameter
+    assert parameter[-2:] == [
+        "def _cc_through(relay: _CcRelay, x, g):  # injected",
+        "    return relay.run(x, g)",
+    ]
+    gate = mutated(ib.Kind.INIT_ATTRIBUTE_GUARD, "dist.broadcast(x, 0, g)").text.splitlines()
+    start = gate.index("    _cc_gate = _CcGate(torch.distributed.get_rank())")
+    assert gate[start + 1 : start + 3] == ["    if _cc_gate.stage == 0:", "        dist.broadcast(x, 0, g)"]
+    assert gate[-3:] == [
+        "class _CcGate:  # injected",
+        "    def __init__(self, stage):",
+        "        self.stage = stage",
+    ]
+    # The mutated function grows only by the lines added at the statement.
+    mutant = mutated(ib.Kind.OBJECT_METHOD, "y = dist.all_gather_object")
+    assert (mutant.function_line, mutant.function_end) == (12, 19 + 1 + 2)
+
+
+def test_calls_that_read_self_are_not_moved_into_an_object() -> None:
+    site = sites_by_line()[line_of("        self.barrier()")]
+    assert ib.mutate(ib.Kind.OBJECT_METHOD, site, SOURCE) is None
+    assert ib.mutate(ib.Kind.OBJECT_PARAMETER, site, SOURCE) is None
+    assert ib.mutate(ib.Kind.INIT_ATTRIBUTE_GUARD, site, SOURCE) is not None  # the call stays
+
+
+@pytest.mark.parametrize("kind", ib.OBJECT_KINDS, ids=lambda kind: kind.value)
+@pytest.mark.parametrize("fragment", ["y = dist.all_gather_object", "out = gather(x)"])
+def test_object_mutants_are_found_in_the_mutated_function(
+    tmp_path: Path, kind: ib.Kind, fragment: str
+) -> None:
+    from cli_support import fixture_run
+
+    mutant = mutated(kind, fragment)
+    path = tmp_path / "mod.py"
+    path.write_text(mutant.text, encoding="utf-8")
+    lines = [f.location.line for f in fixture_run(path).findings if f.code == "CC001"]
+    assert any(mutant.function_line <= line <= mutant.function_end for line in lines), lines
+
+
 def test_swap_issues_the_two_statements_in_opposite_orders_on_rank_zero_and_the_rest() -> None:
     mutant = mutated(ib.Kind.SWAP, "dist.all_reduce(x)", partner="dist.broadcast(x, 0, g)")
     new = mutant.text.splitlines()
@@ -350,8 +403,10 @@ def test_a_run_on_fixed_twins_finds_the_injected_rank_guard(tmp_path: Path) -> N
     outcomes = package["outcomes"]
     assert sorted(outcome["kind"] for outcome in outcomes) == sorted(kind.value for kind in ib.Kind)
     # a collective at the top of a function put under `if rank == 0` is collcheck's core case
-    guarded = [o for o in outcomes if o["kind"] in ("rank_guard", "swap")]
-    assert len(guarded) == 2 and all(o["found"] and o["codes"] == ["CC001"] for o in guarded)
+    guarded = [
+        o for o in outcomes if o["kind"] in ("rank_guard", "swap", *(k.value for k in ib.OBJECT_KINDS))
+    ]
+    assert len(guarded) == 5 and all(o["found"] and o["codes"] == ["CC001"] for o in guarded)
     assert all(o["found"] or o["reason"] for o in outcomes)
     checked = [o for o in outcomes if o["cache_check"]]
     assert checked and all(o["cache_check"] == "same as --no-cache" for o in checked)

@@ -2,7 +2,8 @@
 
 In: an `ast.Call`, the `Frame` it is made in and (where types matter) the path's `State`.
 Out: one of `CallKind` (`resolve`) — a catalogued collective (with its `OpSpec`), a helper of the
-run to inline (function, class, bound `self`), an exit of the process, a call that hands a
+run to inline (function, class, bound `self`; or a method of another object, a function held as a
+value, a `functools.partial`: see `receivers`), an exit of the process, a call that hands a
 communicating function to unknown code (a callback), or unknown code — and the facts the
 interpreter needs about helpers: does a function communicate, may its return value depend on
 the rank, does a decorator run it on some ranks only.
@@ -20,9 +21,18 @@ from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.group_values import type_of
 from collcheck.static.local_data import LocalData
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
-from collcheck.static.names import dotted, nodes_under, qualified_name, source_text
+from collcheck.static.names import PARTIAL_CALLS, dotted, nodes_under, qualified_name, source_text
 from collcheck.static.program import (
     CommEvent,
+)
+from collcheck.static.receivers import (
+    Partial,
+    call_method,
+    class_named,
+    function_of,
+    method_of,
+    object_class,
+    object_value,
 )
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
@@ -50,7 +60,6 @@ class CallKind(Enum):
     UNKNOWN = "unknown"  # anything else: only its value matters
 
 
-PARTIAL_CALLS = frozenset({"functools.partial", "functools.partialmethod"})
 MAX_HANDED_DEPTH = 4  # helpers followed to learn what a handed callable issues
 
 
@@ -83,6 +92,22 @@ class Resolution:
     kind: CallKind
     spec: OpSpec | None = None  # COLLECTIVE
     target: Target | None = None  # HELPER
+    # HELPER on an object other than `self` (`s.push(t)`, `self.ckpt.save()`): the dotted name that
+    # holds it, whose attributes are the method's `self.*`
+    receiver: str | None = None
+    partial: Partial | None = None  # HELPER reached by calling a `functools.partial` of it
+
+
+@dataclass(frozen=True, slots=True)
+class HeldTarget:
+    """A function of the file reached through what a name holds: a method of an object
+    (`receiver`: the dotted name that holds it), a function handed on as a value (`fn(t)` in
+    `def apply(fn, t)`), or a `functools.partial` of one (`partial`)."""
+
+    function: FunctionNode
+    class_name: str | None
+    receiver: str | None
+    partial: Partial | None = None
 
 
 class CallResolver(ValueEvaluator):
@@ -145,7 +170,8 @@ class CallResolver(ValueEvaluator):
                 return None
         name = qualified_name(annotation, self.local_imports)
         if name is None:
-            return None
+            owner = class_named(self.module, self.local_imports, annotation)  # `s: Syncer`
+            return object_value(self.module, owner, f"param:{arg.arg}", False) if owner else None
         known_types = set(self.catalog.types.values()) | set(self.catalog.types)
         for method in self.catalog.methods:
             known_types.update(method.receivers)
@@ -177,6 +203,11 @@ class CallResolver(ValueEvaluator):
         target = self.local_target(call, frame)
         if target is not None:
             return Resolution(CallKind.HELPER, target=target)
+        held = self.held_target(call, frame, state)
+        if held is not None:
+            bound = held.receiver is not None
+            target = (held.function, held.class_name, bound)
+            return Resolution(CallKind.HELPER, target=target, receiver=held.receiver, partial=held.partial)
         if self.passes_communicating_callback(call, frame):
             return Resolution(CallKind.CALLBACK)
         return Resolution(CallKind.UNKNOWN)
@@ -192,7 +223,44 @@ class CallResolver(ValueEvaluator):
         if qualified_name(call.func, self.local_imports) in self.catalog.types_in_place:
             return True  # `fully_shard(model)` changes what `model` is
         target = self.local_target(call, frame)
-        return target is not None or self.passes_communicating_callback(call, frame)
+        if target is not None or self.held_target(call, frame, state) is not None:
+            return True
+        return self.passes_communicating_callback(call, frame)
+
+    def held_target(self, call: ast.Call, frame: Frame, state: State | None) -> HeldTarget | None:
+        """A function of this file run by a call through what a name holds: a method of an object
+        other than `self` (`s.push(t)`, `self.ckpt.save()`, `model(x)` running `forward`), a
+        function handed on as a value, a `functools.partial` (see `receivers`)."""
+        if state is None:
+            return None
+        func = call.func
+        if isinstance(func, ast.Attribute):
+            holder, method_name = func.value, func.attr
+        elif isinstance(func, ast.Name):
+            holder, method_name = func, ""
+        else:
+            return None
+        parts = dotted(holder)
+        if not parts or parts == ["self"] or parts == ["cls"] or self.local_imports.lookup(parts[0]):
+            return None
+        if len(parts) == 1 and parts[0] in self.nested:
+            return None
+        value = self.pure(holder, state, frame)
+        if not method_name:
+            function = function_of(self.module, value)
+            if function is not None:
+                return HeldTarget(function, None, None)
+            partial = self.partials.get(value.name) if isinstance(value, Atom) else None
+            if partial is not None:
+                return HeldTarget(partial.function, None, None, partial)
+        owner = object_class(self.module, value)
+        if owner is None:
+            return None
+        if method_name:
+            method = method_of(self.module, owner, method_name)
+        else:
+            method = call_method(self.module, owner, self.class_types(owner.name))
+        return HeldTarget(method, owner.name, ".".join(parts)) if method is not None else None
 
     def exit_call(self, call: ast.Call) -> bool:
         name = qualified_name(call.func, self.local_imports)

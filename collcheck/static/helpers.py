@@ -41,6 +41,7 @@ from collcheck.static.program import (
     Rebase,
     Site,
 )
+from collcheck.static.receivers import writes_own_state
 from collcheck.static.state import Frame, PathLimitExceeded, State, collapse_returns
 from collcheck.static.symbolic import (
     Atom,
@@ -183,7 +184,11 @@ class HelperInliner(CollectiveEvents):
         state: State,
         frame: Frame,
         known: dict[int, Expr],
+        receiver: str = "self",
     ) -> list[tuple[State, Expr]]:
+        """The caller's states after `call` runs `function`. `bound_self`: a method run on an object,
+        held by the dotted name `receiver` (`self`, `s`, `self.ckpt`): the caller's `receiver.*`
+        are the method's `self.*`, and what the method stores there outlives the call."""
         if frame.depth >= self.max_depth:
             return [(state, self.pure(call, state, frame, known))]
         if self.summaries.recordings:
@@ -198,11 +203,13 @@ class HelperInliner(CollectiveEvents):
             function in owner_module.communicating
             or (function in self.nested.values() and self.body_communicates(function))
             or self.passes_typed_object(call, state)
+            or (function in owner_module.functions.values() and self.handoff(call, frame) is not None)
         )
         if (
             not communicates
             and not self.returns_matter(function, owner_module)
             and not self._arguments_vary(call, state, frame, known)
+            and not (bound_self and self._keeps_rank_state(function, call, state, frame, known))
         ):
             return [(state, self.pure(call, state, frame, known))]
         if communicates and self.opaque_helpers:
@@ -211,7 +218,7 @@ class HelperInliner(CollectiveEvents):
             if self.record_events:
                 state.events = (*state.events, callback_event(call, self.module.path, frame))
             return [(state, self.pure(call, state, frame, known))]
-        env = self._bind_call_arguments(call, function, bound_self, state, frame, known)
+        env = self._bind_call_arguments(call, function, bound_self, state, frame, known, receiver)
         site = Site(
             frame.function, function.name, self.module.path, call.lineno, call.col_offset, owner_module.path
         )
@@ -235,8 +242,10 @@ class HelperInliner(CollectiveEvents):
         for final in finals:
             resumed = State(dict(state.env), final.conds, final.events)
             for key, value in final.env.items():
-                if (key.startswith("self.") and bound_self) or key in declared or is_filled_key(key):
-                    resumed.env[key] = value  # attribute and `global` writes outlive the call
+                if key.startswith("self.") and bound_self:
+                    resumed.env[receiver + key[4:]] = value  # attribute writes outlive the call
+                elif key in declared or is_filled_key(key):
+                    resumed.env[key] = value  # and so do `global` ones and filled caches
             if final.exit is not None and final.exit.kind in ("raise", "exit"):
                 resumed.exit = final.exit
             results.append((resumed, final.returned if final.returned is not None else Const(None)))
@@ -257,6 +266,19 @@ class HelperInliner(CollectiveEvents):
             )
             for argument in arguments
         )
+
+    def _keeps_rank_state(
+        self, function: FunctionNode, call: ast.Call, state: State, frame: Frame, known: dict[int, Expr]
+    ) -> bool:
+        """A quiet method that stores attributes of its object, called on some ranks only or with a
+        per-rank argument: what it stores differs between ranks, and another method of the object
+        may read it (`if not self.seen: return` before a collective), so it is run."""
+        if not writes_own_state(function):
+            return False
+        if any(is_rank_dependent(cond) for cond in state.conds):
+            return True
+        arguments = [*call.args, *(keyword.value for keyword in call.keywords)]
+        return any(is_rank_dependent(self.pure(a, state, frame, known)) for a in arguments)
 
     def _run_helper(
         self,
@@ -375,14 +397,22 @@ class HelperInliner(CollectiveEvents):
         state: State,
         frame: Frame,
         known: dict[int, Expr],
+        receiver: str = "self",
     ) -> dict[str, Expr]:
         params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
         env: dict[str, Expr] = {}
         if bound_self and params:
-            env[params[0]] = Atom("self", "shared")
+            # Another object than the caller's `self`: its own value, so that what its method reads
+            # of it is named after it (two objects' `self.flag` are two values).
+            env[params[0]] = (
+                Atom("self", "shared")
+                if receiver == "self"
+                else state.env.get(receiver, Atom(f"object:{receiver}", "shared"))
+            )
+            prefix = receiver + "."
             for key, value in state.env.items():
-                if key.startswith("self."):
-                    env[key] = value
+                if key.startswith(prefix):
+                    env["self." + key[len(prefix) :]] = value
             params = params[1:]
         defaults = function.args.defaults
         offset = len(params) - len(defaults)

@@ -34,8 +34,9 @@ from collcheck.static.helpers import LoopOp
 from collcheck.static.loop_values import is_collection, loop_carried, unrolled_loop, while_trips
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable, add_import, nodes_under, source_text
-from collcheck.static.object_values import record_keyword_attributes
+from collcheck.static.object_values import record_container_change, record_keyword_attributes
 from collcheck.static.program import CommEvent, Exit, LoopEvent, LoopRange, Path, Region, Site
+from collcheck.static.receivers import passed_object
 from collcheck.static.state import Frame, PathLimitExceeded, State, kept_sequences, merge_branches, merge_envs
 from collcheck.static.symbolic import (
     TRUE,
@@ -172,7 +173,8 @@ class Interpreter(ExceptionFlow):
                 # `def broadcast(obj, *, rank: int = 0)`: a rank chosen by the caller, not this rank.
                 env[arg.arg] = self.annotated_type(arg) or Atom(f"param:{arg.arg}@{where_of(node)}", "shared")
                 continue
-            env[arg.arg] = self.annotated_type(arg) or self._parameter_value(arg.arg, node)
+            passed = passed_object(self.module, node, arg.arg)  # `finish(Saver(), t)` in the file
+            env[arg.arg] = self.annotated_type(arg) or passed or self._parameter_value(arg.arg, node)
         for rest in (args.vararg, args.kwarg):
             if rest is not None:
                 env[rest.arg] = Atom(f"param:{rest.arg}", "shared")
@@ -247,13 +249,17 @@ class Interpreter(ExceptionFlow):
     def _stmt_Expr(self, stmt: ast.Expr, state: State, frame: Frame) -> list[State]:
         grown = mutated_name(stmt)
         if grown is None or not is_collection(state.env.get(grown)):
-            return [s for s, _ in self.eval(stmt.value, state, frame)]
+            states = [s for s, _ in self.eval(stmt.value, state, frame)]
+            for current in states:
+                record_container_change(self, stmt.value, current, frame)  # `self.pending.append(x)`
+            return states
         # `xs.append(v)`: a new value of `xs`, from the old one and what was added, so that a list
         # filled on some paths only (or in some iterations) is not the list left as it was.
         results = []
         assert isinstance(stmt.value, ast.Call)
         for current, _ in self.eval(stmt.value, state, frame):
             current.env[grown] = self.mutated(current.env[grown], stmt.value, current, frame, grown)
+            record_container_change(self, stmt.value, current, frame)
             results.append(current)
         return results
 
@@ -491,7 +497,11 @@ class Interpreter(ExceptionFlow):
         loop_range: LoopRange | None = None,
     ) -> list[State]:
         body_states = self.exec_block(stmt.body, [body_start], replace(frame, loop=frame.loop.inside(trip)))
-        changed = assigned_names(stmt.body) | mutated_names(stmt.body)  # `items.append(x)` too
+        changed = (
+            assigned_names(stmt.body)
+            | mutated_names(stmt.body)
+            | _attributes_changed(body_start, body_states)
+        )
         if trip is None:  # while: the trip count depends on the test and what the body changes
             test = stmt.test if isinstance(stmt, ast.While) else None
             trip = while_trips(test, body_states, changed, inputs, where_of(stmt), self.length_of)
@@ -649,7 +659,22 @@ class Interpreter(ExceptionFlow):
                 state.events = (*state.events, sent)
             return [(state, self.pure(call, state, frame, known))]
         function, class_name, bound_self = resolved.target
-        return self.inline(call, function, class_name, bound_self, state, frame, known)
+        receiver = resolved.receiver or "self"
+        if resolved.partial is not None:  # `p(x)` of `p = partial(f, a)` runs `f(a, x)`
+            known = {**known, **resolved.partial.values}
+            call = resolved.partial.call(call)
+        return self.inline(call, function, class_name, bound_self, state, frame, known, receiver)
+
+
+def _attributes_changed(start: State, body: list[State]) -> set[str]:
+    """Attributes a loop body changed through the methods it ran (`stopper.update()` storing
+    `stopper.should_stop`): read by the loop test, or after the loop, they are not what they were."""
+    return {
+        key
+        for state in body
+        for key, value in state.env.items()
+        if "." in key and start.env.get(key) is not value and start.env.get(key) != value
+    }
 
 
 def _joins_uneven_inputs(context: ast.expr) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 
 from collcheck.static.state import State
 from collcheck.static.symbolic import Atom, BinOp, Const, Expr, IfExp, Sized, TupleVal, fold, opaque
+from collcheck.static.syntax import read_names
 
 
 def is_collection(value: Expr | None) -> bool:
@@ -123,7 +124,7 @@ def while_trips(
     body changes of the names the test reads (a list's length only, when the test reads only
     that: `while queue:` does not run a random number of times because the queue holds random
     tensors)."""
-    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)} if test is not None else set()
+    names = read_names(test) if test is not None else set()  # `self.should_stop` too
     feeding = []
     for state in body:
         for name in names & changed:

@@ -25,10 +25,18 @@ from collcheck.findings import FileError
 from collcheck.lines import line_starts
 from collcheck.source import SourceFile, read_source
 from collcheck.static.launchers import launched_functions
-from collcheck.static.names import ImportTable, add_import, module_imports, nodes_under, qualified_name
+from collcheck.static.names import (
+    PARTIAL_CALLS,
+    ImportTable,
+    add_import,
+    module_imports,
+    nodes_under,
+    qualified_name,
+)
 from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
 from collcheck.static.project import Project, realpath_once
 from collcheck.static.project import identity as project_identity
+from collcheck.static.reexports import MAX_REEXPORTS
 from collcheck.static.symbolic import Const, Expr
 from collcheck.static.wrapped import uses_wrapped, wrapped_names
 
@@ -217,17 +225,40 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 names.add(node.func.id)
             elif isinstance(node.func, ast.Attribute):
                 names.add(node.func.attr)
+            if _may_call_what_it_is_handed(node, module, imports):
+                # `apply(sync, t)`, `partial(sync, t)`: a function handed on by name may be called.
+                names.update(arg.id for arg in node.args if isinstance(arg, ast.Name))
+                names.update(k.value.id for k in node.keywords if isinstance(k.value, ast.Name))
         called[function] = names
     communicating = set(direct)
     changed = True
     while changed:
         changed = False
-        names = {f.name for f in communicating}
+        names = {f.name for f in communicating} | _called_classes(module, communicating)
         for function in functions:
             if function not in communicating and called[function] & names:
                 communicating.add(function)
                 changed = True
     return communicating
+
+
+def _may_call_what_it_is_handed(call: ast.Call, module: ModuleInfo, imports: ImportTable) -> bool:
+    """A function of the file, or `functools.partial` (whose result is called later), receives
+    the call's arguments; unknown code handed a function is a callback instead (calls.py)."""
+    func = call.func
+    if isinstance(func, ast.Name) and func.id in module.functions and imports.lookup(func.id) is None:
+        return True
+    return qualified_name(func, imports) in PARTIAL_CALLS
+
+
+def _called_classes(module: ModuleInfo, communicating: set[FunctionNode]) -> set[str]:
+    """Classes whose objects communicate when called (`model(x)` runs `forward` or `__call__`): a
+    function that builds one may call it."""
+    return {
+        name
+        for name, info in module.classes.items()
+        if any(info.methods.get(m) in communicating for m in ("forward", "__call__"))
+    }
 
 
 def _function_words(functions: list[FunctionNode], text: str) -> dict[FunctionNode, frozenset[str]]:
@@ -386,7 +417,7 @@ class Loader:
 
 
 def remote_function(
-    module: ModuleInfo, qualified: str, communicating_only: bool = True
+    module: ModuleInfo, qualified: str, communicating_only: bool = True, depth: int = 0
 ) -> tuple[ModuleInfo, FunctionNode] | None:
     """A function defined in another file of the run (by default: only one that reaches a collective)."""
     loader = module.loader
@@ -400,8 +431,14 @@ def remote_function(
         return None
     path, attribute = found
     other = loader.load(path)
-    if other is None or "." in attribute or attribute not in other.functions:
+    if other is None or "." in attribute:
         return None
+    if attribute not in other.functions:
+        # `from pkg import f` where `pkg/__init__.py` imports `f` from a submodule (a re-export).
+        reexported = other.imports.lookup(attribute)
+        if reexported is None or other is module or depth >= MAX_REEXPORTS:
+            return None
+        return remote_function(other, reexported, communicating_only, depth + 1)
     function = other.functions[attribute]
     return (other, function) if function in other.communicating or not communicating_only else None
 

@@ -13,8 +13,18 @@ import ast
 from collcheck.config import Settings
 from collcheck.static.groups import LOCAL_RANK_PREFIX, SIZE_PREFIX
 from collcheck.static.interpret import Interpreter
-from collcheck.static.model import ModuleInfo, module_body
+from collcheck.static.model import FunctionNode, ModuleInfo, module_body
 from collcheck.static.names import nodes_under
+from collcheck.static.receivers import (
+    EXACT,
+    MAX_SITES,
+    SUBCLASS,
+    bound_once,
+    call_sites,
+    object_class,
+    object_value,
+    passed_argument,
+)
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import Atom, Expr, GroupVal, atoms, is_rank_dependent, opaque
 
@@ -40,7 +50,10 @@ def _without_mutable_globals(env: dict[str, Expr], module: ModuleInfo) -> dict[s
 
 
 def _class_attributes(module: ModuleInfo, interpreter: Interpreter) -> None:
-    """`self.rank = dist.get_rank()` in one method is the rank when read in another."""
+    """`self.rank = dist.get_rank()` in one method is the rank when read in another; so is
+    `self.stage = stage` in `__init__` where every construction of the class in this file passes
+    a per-rank value, or an object of one class of the file, for `stage` (see `receivers`)."""
+    sites = ConstructionSites(module, interpreter)
     for class_name, info in module.classes.items():
         seen: dict[str, list[Expr]] = {}
         for method in info.methods.values():
@@ -58,16 +71,13 @@ def _class_attributes(module: ModuleInfo, interpreter: Interpreter) -> None:
                         and target.value.id == "self"
                     ):
                         # `pure` runs no call, so no event is recorded here.
-                        seen.setdefault(target.attr, []).append(interpreter.pure(node.value, state, frame))
+                        value = interpreter.pure(node.value, state, frame)
+                        if method.name == "__init__" and isinstance(node.value, ast.Name):
+                            value = sites.argument(class_name, method, node.value.id) or value
+                        seen.setdefault(target.attr, []).append(value)
         held = _groups_asked_about(seen)
         for attribute, values in seen.items():
-            interesting = [
-                v
-                for v in values
-                if is_rank_dependent(v)
-                or isinstance(v, GroupVal)
-                or (isinstance(v, Atom) and (v.name.startswith("type:") or v.name in held))
-            ]
+            interesting = [v for v in values if _interesting(v) or (isinstance(v, Atom) and v.name in held)]
             if not interesting:
                 continue
             if len(set(values)) == 1:
@@ -89,3 +99,61 @@ def _groups_asked_about(seen: dict[str, list[Expr]]) -> set[str]:
                     if atom.name.startswith(prefix):
                         keys.add(atom.name[len(prefix) :])
     return keys
+
+
+def _interesting(value: Expr) -> bool:
+    """Worth keeping as a class attribute: per-rank, a group, or an object of a known type."""
+    return (
+        is_rank_dependent(value)
+        or isinstance(value, GroupVal)
+        or (isinstance(value, Atom) and value.name.startswith(("type:", EXACT, SUBCLASS)))
+    )
+
+
+class ConstructionSites:
+    """The calls of a file's own classes (`Stage(pp_rank=...)`), found once the first time one is
+    asked for: what a constructor's parameter holds when every call in the file agrees on it."""
+
+    def __init__(self, module: ModuleInfo, interpreter: Interpreter) -> None:
+        self.module = module
+        self.interpreter = interpreter
+
+    def argument(self, class_name: str, init: FunctionNode, parameter: str) -> Expr | None:
+        """The value every construction of `class_name` in the file passes for `parameter` of its
+        `__init__`, when that is per-rank (each value) or an object of one class of the file."""
+        params = [a.arg for a in [*init.args.posonlyargs, *init.args.args]][1:]
+        keyword_only = {a.arg for a in init.args.kwonlyargs}
+        if parameter not in params and parameter not in keyword_only:
+            return None
+        sites = call_sites(self.module).get(class_name, [])
+        values: list[Expr] = []
+        for call, function in sites[:MAX_SITES]:
+            node = passed_argument(call, params, parameter)
+            if node is None:
+                return None
+            values.append(self._value(node, function))
+        if not values or len(sites) > MAX_SITES:
+            return None
+        if all(is_rank_dependent(v) for v in values):
+            return (
+                values[0]
+                if len(set(values)) == 1
+                else opaque(f"init:{class_name}.{parameter}", tuple(values))
+            )
+        if len(set(values)) == 1 and _interesting(values[0]):  # a group, a catalogued type
+            return values[0]
+        owners = {object_class(self.module, v) for v in values}
+        owner = owners.pop() if len(owners) == 1 else None
+        if owner is not None:
+            return object_value(self.module, owner.name, f"init:{class_name}.{parameter}", owner.exact)
+        return None
+
+    def _value(self, node: ast.expr, function: FunctionNode | None) -> Expr:
+        """The argument's value: an expression, or a name the calling function binds once
+        (`stage = get_stage(); Stage(stage)`)."""
+        interpreter = self.interpreter
+        env = interpreter.entry_parameters(function) if function is not None else {}
+        frame = Frame(function.name if function else "<module>", None, (), interpreter.max_depth, ())
+        if isinstance(node, ast.Name) and node.id not in env:
+            node = bound_once(function, node.id) or node
+        return interpreter.pure(node, State(dict(env)), frame)

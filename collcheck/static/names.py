@@ -126,6 +126,10 @@ def source_text(node: ast.AST, unreadable: str = "<expr>") -> str:
         return unreadable
 
 
+# Calls that bind a function's arguments and hand back a callable that runs it later.
+PARTIAL_CALLS = frozenset({"functools.partial", "functools.partialmethod"})
+
+
 def dotted(node: ast.expr) -> list[str] | None:
     """`a.b.c` -> ["a", "b", "c"]; None for anything that is not a plain dotted name."""
     parts: list[str] = []

@@ -14,6 +14,12 @@ a collective runs a different number of times.
 
 In: an assignment the interpreter has just bound, its path `State` and `Frame`. Out: entries
 `name.keyword` in `state.env` (where the value evaluator reads dotted names first).
+
+Containers kept in attributes (`self.pending.append(x)`, `self.seen[key] = value`): after such a
+change the attribute holds another value, made of the old one and what was put in
+(`record_container_change`, and `ValueEvaluator.bind` for a subscript). Changed on some ranks
+only (under a rank-dependent condition, or with a per-rank value), the attribute then differs
+between ranks where another method reads it (`if not self.pending: return`).
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ from __future__ import annotations
 import ast
 
 from collcheck.static.names import dotted, qualified_name
+from collcheck.static.receivers import CONTAINER_MUTATORS
 from collcheck.static.state import Frame, State
-from collcheck.static.symbolic import Atom, Const, Expr, IfExp, TupleVal, is_rank_dependent
+from collcheck.static.symbolic import Atom, Const, Expr, IfExp, TupleVal, is_rank_dependent, opaque
 from collcheck.static.values import ValueEvaluator
 
 # Not an identifier: never a dotted name of the analysed code. Lists the attributes recorded for
@@ -82,3 +89,25 @@ def _still_counter(
         return {}
     moving = Atom(f"counter:{name}.{attribute}@{call.lineno}:{call.col_offset}", "shared")
     return {attribute: IfExp(disabled, Const(0), moving)}
+
+
+def record_container_change(evaluator: ValueEvaluator, node: ast.expr, state: State, frame: Frame) -> None:
+    """`self.pending.append(x)` as a statement: the attribute (a dotted name of two parts or more:
+    not a local variable) holds a changed container from here on."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in CONTAINER_MUTATORS
+    ):
+        return
+    parts = dotted(node.func.value)
+    if not parts or len(parts) < 2:
+        return
+    key = ".".join(parts)
+    old = evaluator.pure(node.func.value, state, frame)
+    if isinstance(old, Atom) and old.name.startswith(("type:", "object:", "instance:")):
+        return  # an object of a known type: its own methods, not a container
+    # Made of the old container only: what is put in may differ between ranks (each rank's own
+    # tensor) while whether and how often the container changes does not.
+    where = f"{node.lineno}:{node.col_offset}"
+    state.env[key] = opaque(f"changed:{key}@{where}", (old,))

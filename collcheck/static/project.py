@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from collcheck.static.names import Alias, bind_from, bind_import
 from collcheck.static.prefilter import IDENTIFIER, Trigger, whole_words, word_pattern
+from collcheck.static.reexports import through_reexports
 
 # A called name, plain or dotted (`sync(`, `comm.sync (`): a word in prose or passed as a value
 # is not followed (the engine would rarely follow it either). Its first letter, then the rest:
@@ -510,7 +511,7 @@ def _resolved_calls(
         for name, remote, same_file in facts.references:
             targets = {(path, callee) for callee in same_file}
             for qualified in remote:
-                found = resolver.called_function(qualified, folder)
+                found = through_reexports(resolver.called_function(qualified, folder), files, resolver)
                 if found is not None:
                     targets.add(found)
             if targets:

@@ -37,8 +37,15 @@ from collcheck.static.group_values import (
     type_of,
 )
 from collcheck.static.loop_values import grown_collection
-from collcheck.static.model import ModuleInfo, inherited_attribute
-from collcheck.static.names import ImportTable, dotted, qualified_name, source_text
+from collcheck.static.model import FunctionNode, ModuleInfo, inherited_attribute
+from collcheck.static.names import PARTIAL_CALLS, ImportTable, dotted, qualified_name, source_text
+from collcheck.static.receivers import (
+    Partial,
+    function_value,
+    made_object,
+    make_partial,
+    object_class,
+)
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
     MEMBER,
@@ -85,6 +92,8 @@ class ValueEvaluator:
         self.imported_values: dict[str, Expr | None] = {}  # values of other files, by qualified name
         self.held_groups: dict[str, GroupVal | None] = {}  # per-rank lookups as groups (group_values)
         self._class_types: dict[str, frozenset[str]] = {}  # class -> framework classes it derives from
+        self._factories: dict[FunctionNode, str | None] = {}  # function -> the class it returns
+        self.partials: dict[str, Partial] = {}  # `functools.partial` values made here, by atom name
 
     def class_types(self, class_name: str) -> frozenset[str]:
         """The framework classes (outside the run) a class of this module derives from."""
@@ -122,6 +131,8 @@ class ValueEvaluator:
         if node.id in ("True", "False", "None"):
             return Const({"True": True, "False": False, "None": None}[node.id])
         qualified = self.local_imports.lookup(node.id)
+        if qualified is None and node.id in self.module.functions:
+            return function_value(self.module, node.id)  # `apply(sync, t)`: the function handed on
         imported = imported_value(self, qualified, self.imported_values) if qualified else None
         return imported if imported is not None else Atom(f"global:{node.id}", "shared")
 
@@ -166,6 +177,11 @@ class ValueEvaluator:
             if held is not None:  # `trainer.strategy`: an object the catalogued type keeps
                 return Atom(f"type:{held}@{where}:{node.attr}", "shared")
             return Atom(f"{base.name}.{node.attr}", "shared")
+        instance_of = object_class(self.module, base)
+        if instance_of is not None:  # `s.seen` of an object of a class of the file: as its methods set it
+            attribute = self._class_attribute(instance_of.name, node.attr)
+            if attribute is not None:
+                return attribute
         if isinstance(base, Atom):
             # Named after the object, not the place it is read: `self.remote` read in two
             # branches (or in two methods) is one value (an assignment in between is in `state.env`).
@@ -294,6 +310,11 @@ class ValueEvaluator:
         name = qualified_name(node.func, self.local_imports)
         args = [self.pure(a, state, frame, known) for a in node.args]
         where = where_of(node)
+        if name in PARTIAL_CALLS and args:  # `functools.partial(f, a)` of a function of the file
+            keywords = [self.pure(k.value, state, frame, known) for k in node.keywords]
+            bound = make_partial(self.module, node, args, keywords, self.partials)
+            if bound is not None:
+                return bound
         if name is not None:
             special = self._known_call(name, node, args, state, frame, known)
             if special is not None:
@@ -332,6 +353,9 @@ class ValueEvaluator:
             if method in VALUE_METHODS:
                 inputs = (receiver, *args, *(self.pure(k.value, state, frame, known) for k in node.keywords))
                 return opaque(f"call:{source_text(node)}", inputs)
+        made = made_object(self.module, self.local_imports, node, self._factories)
+        if made is not None:  # `Syncer(...)`, `make_syncer()`: an object of a class of the file
+            return made
         # Any other call is a black box whose result is taken to be the same on every rank: a rank
         # passed as an argument (a sampler, a device, a constructor) does not make it per-rank.
         # Equal text, equal value: the same helper asked twice answers the same.
@@ -621,6 +645,12 @@ class ValueEvaluator:
             parts = dotted(target)
             if parts:
                 state.env[".".join(parts)] = value
+        elif isinstance(target, ast.Subscript):  # `self.seen[key] = v`: the container is another value
+            parts = dotted(target.value)
+            if parts and len(parts) > 1:
+                key = ".".join(parts)
+                old = state.env.get(key)  # not what is stored: it may differ while the change does not
+                state.env[key] = opaque(f"stored:{key}@{where_of(target)}", (old,) if old is not None else ())
 
 
 def _small_literal_range(args: list[Expr]) -> range | None:

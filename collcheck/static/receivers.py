@@ -1,0 +1,373 @@
+"""Receivers' classes: which class of the file an object is an instance of, and which method a
+call on it runs.
+
+In: a symbolic value, a call, an annotation or a function of the module model. Out: object values
+and the method a call on one of them runs.
+
+An object of a class of the analysed file is a shared `Atom` named after its class and where it
+was made: `object:<path>::<Class>@<where>` when the class is exact (`Syncer()` built here), and
+`instance:<path>::<Class>@<where>` when it may be a subclass (an annotated parameter `s: Syncer`,
+a factory's declared return type, an object handed to a constructor). Such values travel like any
+other (assignments, arguments of inlined helpers, `self.x = ...` in `__init__`), so a receiver's
+class is the class of the value it holds where the call is made. The path in the name keeps an
+object of one file from being read as a class of the same name in another file: only classes of
+the file whose runner reads the value are dispatched to (classes of other files are not
+followed).
+
+Dispatch: the method is looked up in the class and its bases of the file (`model.inherited`).
+When the object may be a subclass and a subclass of the file overrides the method, the call is
+not followed: the candidates may issue different collectives, and following one would report a
+divergence the other override may not have (precision first; the call stays unknown code).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from functools import lru_cache
+from weakref import WeakKeyDictionary
+
+from collcheck.static.model import FunctionNode, ModuleInfo, inherited
+from collcheck.static.names import ImportTable, nodes_under
+from collcheck.static.symbolic import Atom, Expr
+
+EXACT = "object:"
+SUBCLASS = "instance:"
+FUNCTION = "function:"  # a function of the file named as a value (`apply(sync, t)` hands `sync`)
+PARTIAL = "partial:"  # `functools.partial(sync, t)`: the function and arguments bound (`Partial`)
+# Methods of Python's containers (list, dict, set, deque) that change the container in place.
+CONTAINER_MUTATORS = frozenset(
+    {
+        *("append", "extend", "insert", "remove", "pop", "clear"),
+        *("add", "discard", "update", "setdefault", "popitem"),
+        *("appendleft", "extendleft", "popleft"),
+    }
+)
+MODULE_BASES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectClass:
+    """The class of the file an object belongs to; `exact`: not a subclass of it."""
+
+    name: str
+    exact: bool
+
+
+def object_value(module: ModuleInfo, class_name: str, where: str, exact: bool) -> Atom:
+    prefix = EXACT if exact else SUBCLASS
+    return Atom(f"{prefix}{module.path}::{class_name}@{where}", "shared")
+
+
+def object_class(module: ModuleInfo, value: Expr | None) -> ObjectClass | None:
+    """The class of `module` that `value` is an object of, if it is one."""
+    if not isinstance(value, Atom):
+        return None
+    name = value.name
+    if name.startswith(EXACT):
+        exact, rest = True, name[len(EXACT) :]
+    elif name.startswith(SUBCLASS):
+        exact, rest = False, name[len(SUBCLASS) :]
+    else:
+        return None
+    held = rest.rpartition("@")[0]
+    path, _, class_name = held.rpartition("::")
+    if path != module.path or class_name not in module.classes:
+        return None
+    return ObjectClass(class_name, exact)
+
+
+def function_value(module: ModuleInfo, name: str) -> Atom:
+    return Atom(f"{FUNCTION}{module.path}::{name}", "shared")
+
+
+def function_of(module: ModuleInfo, value: Expr | None) -> FunctionNode | None:
+    """The function of `module` that `value` names, if it names one."""
+    if not isinstance(value, Atom) or not value.name.startswith(FUNCTION):
+        return None
+    path, _, name = value.name[len(FUNCTION) :].rpartition("::")
+    return module.functions.get(name) if path == module.path else None
+
+
+@dataclass(frozen=True, eq=False)
+class Partial:
+    """`functools.partial(f, a, k=b)`: the function, and placeholder argument nodes whose values
+    (`values`, by the placeholder's id) are those `a` and `b` had where the partial was made."""
+
+    function: FunctionNode
+    args: tuple[ast.expr, ...]
+    keywords: tuple[ast.keyword, ...]
+    values: dict[int, Expr]
+
+    def call(self, call: ast.Call) -> ast.Call:
+        """`p(x)` as the call of the function it binds: `f(a, x, k=b)` (at the place of `p(x)`)."""
+        bound = ast.Call(
+            ast.Name(self.function.name, ast.Load()),
+            [*self.args, *call.args],
+            [*self.keywords, *call.keywords],
+        )
+        return ast.copy_location(bound, call)
+
+
+MAX_PARTIALS_PER_PLACE = 16  # partials made at one place with different arguments (a loop)
+
+
+def make_partial(
+    module: ModuleInfo, node: ast.Call, args: list[Expr], keywords: list[Expr], partials: dict[str, Partial]
+) -> Atom | None:
+    """`functools.partial(f, a, k=b)` of a function of the file (`args`, `keywords`: the values of
+    its arguments here): a value that a later call runs as `f(a, ..., k=b)`, kept in `partials`
+    under its name."""
+    function = function_of(module, args[0])
+    if function is None or any(isinstance(a, ast.Starred) for a in node.args):
+        return None
+    values: dict[int, Expr] = {}
+    placeholders: list[ast.expr] = []
+    for argument, value in zip(node.args[1:], args[1:], strict=True):
+        placeholder = ast.copy_location(ast.Constant(None), argument)
+        values[id(placeholder)] = value
+        placeholders.append(placeholder)
+    bound_keywords: list[ast.keyword] = []
+    for keyword, value in zip(node.keywords, keywords, strict=True):
+        if keyword.arg is None:
+            return None
+        placeholder = ast.copy_location(ast.Constant(None), keyword.value)
+        values[id(placeholder)] = value
+        bound_keywords.append(ast.keyword(keyword.arg, placeholder))
+    prefix = f"{PARTIAL}{module.path}::{function.name}@{node.lineno}:{node.col_offset}"
+    bound = [*values.values()]
+    for index in range(MAX_PARTIALS_PER_PLACE):  # the same place, other values: another partial
+        name = f"{prefix}#{index}"
+        if name not in partials:
+            partials[name] = Partial(function, tuple(placeholders), tuple(bound_keywords), values)
+            return Atom(name, "shared")
+        if list(partials[name].values.values()) == bound:
+            return Atom(name, "shared")
+    return None
+
+
+def made_object(
+    module: ModuleInfo, imports: ImportTable, node: ast.Call, factories: dict[FunctionNode, str | None]
+) -> Atom | None:
+    """`Syncer(...)` (an object of that exact class) or `make_syncer()` of a factory of the file
+    (an object of its class or a subclass); `factories` keeps what each function was found to make."""
+    func = node.func
+    if not isinstance(func, ast.Name):
+        return None
+    where = f"{node.lineno}:{node.col_offset}"
+    class_name = class_named(module, imports, func)
+    if class_name is not None:
+        return object_value(module, class_name, where, exact=True)
+    function = module.functions.get(func.id)
+    if function is None or imports.lookup(func.id) is not None:
+        return None
+    if function not in factories:
+        factories[function] = factory_class(module, module.imports, function)
+    made = factories[function]
+    return object_value(module, made, where, exact=False) if made is not None else None
+
+
+def class_named(module: ModuleInfo, imports: ImportTable, node: ast.expr) -> str | None:
+    """The class of the file `node` names (not shadowed by an import)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):  # `s: "Syncer"`
+        return node.value if node.value in module.classes and imports.lookup(node.value) is None else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):  # `Syncer | None`
+        sides = [class_named(module, imports, side) for side in (node.left, node.right)]
+        named = [side for side in sides if side is not None]
+        others = [s for s in (node.left, node.right) if not _is_none(s)]
+        return named[0] if len(named) == 1 and len(others) == 1 else None
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "Optional":
+        return class_named(module, imports, node.slice)
+    if isinstance(node, ast.Name) and node.id in module.classes and imports.lookup(node.id) is None:
+        return node.id
+    return None
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def factory_class(module: ModuleInfo, imports: ImportTable, function: FunctionNode) -> str | None:
+    """The class a function of the file returns an instance of: its declared return type, or the
+    one class every `return` of its own body constructs (`return Syncer(...)`)."""
+    if function.returns is not None:
+        return class_named(module, imports, function.returns)
+    found: set[str | None] = set()
+    for node in _own_nodes(function):
+        if isinstance(node, ast.Return):
+            value = node.value
+            built = class_named(module, imports, value.func) if isinstance(value, ast.Call) else None
+            found.add(built)
+        elif isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return None
+    return next(iter(found)) if len(found) == 1 else None
+
+
+def _own_nodes(function: FunctionNode) -> list[ast.AST]:
+    """The nodes of `function`'s body, not of the functions and classes defined inside it."""
+    nodes: list[ast.AST] = []
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+    return nodes
+
+
+def method_of(module: ModuleInfo, owner: ObjectClass, name: str) -> FunctionNode | None:
+    """The method `name` a call on an object of `owner` runs, or None (not defined in the file, or
+    overridden by a subclass the object may be)."""
+    found: FunctionNode | None = inherited(module, owner.name, name, lambda info: info.methods)
+    if found is None or owner.exact:
+        return found
+    for other, info in module.classes.items():
+        if other != owner.name and name in info.methods and _derives_from(module, other, owner.name):
+            return None
+    return found
+
+
+def call_method(module: ModuleInfo, owner: ObjectClass, module_bases: frozenset[str]) -> FunctionNode | None:
+    """What calling the object itself runs (`model(x)`): its `__call__`, or the `forward` of a
+    torch module (`module_bases`: the framework classes the class derives from)."""
+    found = method_of(module, owner, "__call__")
+    if found is not None:
+        return found
+    if module_bases & MODULE_BASES:
+        return method_of(module, owner, "forward")
+    return None
+
+
+def _derives_from(module: ModuleInfo, class_name: str, base: str, depth: int = 0) -> bool:
+    info = module.classes.get(class_name)
+    if info is None or depth > 16:
+        return False
+    return base in info.bases or any(_derives_from(module, b, base, depth + 1) for b in info.bases)
+
+
+@lru_cache(maxsize=4096)
+def writes_own_state(function: FunctionNode) -> bool:
+    """The method stores an attribute of its first parameter (`self.seen = True`, `self.n += 1`)."""
+    args = [*function.args.posonlyargs, *function.args.args]
+    if not args:
+        return False
+    first = args[0].arg
+    for node in _own_nodes(function):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            stored = node.value
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            stored = node.value.value if isinstance(node.value, ast.Attribute) else node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            # `self.pending.append(x)` (a container in an attribute changed in place)
+            holder = node.func.value
+            stored = holder.value if isinstance(holder, ast.Attribute) else holder
+            if not isinstance(holder, ast.Attribute) or node.func.attr not in CONTAINER_MUTATORS:
+                continue
+        else:
+            continue
+        if isinstance(stored, ast.Name) and stored.id == first:
+            return True
+    return False
+
+
+# ----------------------------------------------------------------------------- calls of the file
+
+MAX_SITES = 16  # calls of one class or function looked at; more: not followed (a library's API)
+CallSite = tuple[ast.Call, "FunctionNode | None"]  # a call, and the function it is made in
+_CALL_SITES: WeakKeyDictionary[ModuleInfo, dict[str, list[CallSite]]] = WeakKeyDictionary()
+
+
+def call_sites(module: ModuleInfo) -> dict[str, list[CallSite]]:
+    """The calls of the file's own classes and functions by their plain name (`Stage(...)`,
+    `finish(saver, t)`), with the function each is made in; found once per module model."""
+    found = _CALL_SITES.get(module)
+    if found is None:
+        found = _CALL_SITES[module] = {}
+        scopes: list[tuple[ast.AST, FunctionNode | None]] = []
+        for node in module.tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                scopes.append((node, node))
+            elif isinstance(node, ast.ClassDef) and node.name in module.classes:
+                scopes.extend((m, m) for m in module.classes[node.name].methods.values())
+            else:
+                scopes.append((node, None))
+        for scope, function in scopes:
+            for call in nodes_under(scope):
+                if (
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Name)
+                    and (call.func.id in module.classes or call.func.id in module.functions)
+                ):
+                    found.setdefault(call.func.id, []).append((call, function))
+    return found
+
+
+def passed_argument(call: ast.Call, params: list[str], parameter: str) -> ast.expr | None:
+    """The argument a call passes for `parameter` (None: not passed, or not known: `*args`)."""
+    for keyword in call.keywords:
+        if keyword.arg == parameter:
+            return keyword.value
+        if keyword.arg is None:
+            return None
+    for index, argument in enumerate(call.args):
+        if isinstance(argument, ast.Starred):
+            return None
+        if index < len(params) and params[index] == parameter:
+            return argument
+    return None
+
+
+def bound_once(function: FunctionNode | None, name: str) -> ast.expr | None:
+    """The value of the one plain assignment `name = value` in `function`, if there is one."""
+    if function is None:
+        return None
+    bound = [
+        n.value
+        for n in nodes_under(function)
+        if isinstance(n, ast.Assign)
+        and len(n.targets) == 1
+        and isinstance(n.targets[0], ast.Name)
+        and n.targets[0].id == name
+    ]
+    return bound[0] if len(bound) == 1 else None
+
+
+def passed_object(module: ModuleInfo, function: FunctionNode, parameter: str) -> Atom | None:
+    """An object of the class every caller in the file passes for `parameter` (`passed_class`)."""
+    owner = passed_class(module, module.imports, function, parameter)
+    return object_value(module, owner, f"param:{parameter}", exact=False) if owner else None
+
+
+def passed_class(
+    module: ModuleInfo, imports: ImportTable, function: FunctionNode, parameter: str
+) -> str | None:
+    """The class of the file every call of `function` in the file passes an object of for
+    `parameter` (`finish(Saver(), t)`, or a name bound once to `Saver(...)` where it is called);
+    None when the function is not called by name in the file, or its callers disagree. Asked only
+    for a parameter the function calls a method of (or calls)."""
+    if module.functions.get(function.name) is not function or parameter not in _receivers(function):
+        return None
+    params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    sites = call_sites(module).get(function.name, [])
+    if not sites or len(sites) > MAX_SITES:
+        return None
+    found: set[str | None] = set()
+    for call, caller in sites:
+        argument = passed_argument(call, params, parameter)
+        if isinstance(argument, ast.Name):
+            argument = bound_once(caller, argument.id)
+        built = argument.func if isinstance(argument, ast.Call) else None
+        found.add(class_named(module, imports, built) if built is not None else None)
+    return next(iter(found)) if len(found) == 1 else None
+
+
+@lru_cache(maxsize=4096)
+def _receivers(function: FunctionNode) -> frozenset[str]:
+    """Names the function calls methods of, or calls (`s.push(t)`, `fn(t)`)."""
+    names: set[str] = set()
+    for node in nodes_under(function):
+        if isinstance(node, ast.Call):
+            func = node.func.value if isinstance(node.func, ast.Attribute) else node.func
+            if isinstance(func, ast.Name):
+                names.add(func.id)
+    return frozenset(names)
