@@ -12,9 +12,10 @@ from pathlib import Path
 
 from collcheck.cache import cached_analyze, load_manifest, store_manifest
 from collcheck.cache_guard import cache_folder
-from collcheck.catalog import Catalog, catalog_fingerprint, load_catalog
+from collcheck.catalog import Catalog, settings_catalog, settings_catalog_fingerprint
 from collcheck.config import Settings
 from collcheck.findings import FileError, FileResult, RunResult
+from collcheck.package_summaries import with_package_summaries
 from collcheck.source import MAX_SOURCE_BYTES, SourceFile, read_source, real_path
 from collcheck.static.project import Project
 
@@ -163,7 +164,7 @@ def analyze_file(
     lookup_only: bool = False,
 ) -> FileResult:
     """One file's result, from the cache when possible (with `lookup_only`, None on a miss)."""
-    catalog = catalog or load_catalog(Path(p) for p in settings.catalogs)
+    catalog = catalog or settings_catalog(settings)
     resolved = catalog
 
     def compute() -> FileResult:
@@ -207,7 +208,7 @@ def budget_error(path: str, seconds: float) -> FileError:
 def analyze_text(text: str, path: str = "<string>", settings: Settings | None = None) -> FileResult:
     """Analyse source text directly (tests, editors), within the same per-file budget."""
     settings = settings or Settings()
-    catalog = load_catalog(Path(p) for p in settings.catalogs)
+    catalog = settings_catalog(settings)
     return _filter(_analyze_in_budget(SourceFile(path=path, text=text), catalog, settings), settings)
 
 
@@ -274,7 +275,7 @@ def _project(
         cached = load_project(files, fingerprint, settings)
         if cached is not None:
             return cached
-    catalog = load_catalog(Path(p) for p in settings.catalogs)
+    catalog = settings_catalog(settings)
     paths = list(dict.fromkeys(str(real_path(path)) for path in files))
     modules = module_names(paths)
     reached_from = None if checked is None else [str(real_path(path)) for path in checked]
@@ -375,10 +376,12 @@ def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -
 def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     # Fails early (exit 2) on an unreadable catalog; parsed below only when a file is not answered
     # by the run manifest (whose entries exist only for catalogs that parsed).
-    fingerprint = catalog_fingerprint(settings.catalogs)
+    settings_catalog_fingerprint(settings)
     if settings.cache:
         cache_folder(settings)  # fail early (exit 2) on a cache folder behind a symbolic link
     files = collect_files([Path(p) for p in paths], settings)
+    settings = with_package_summaries(paths, settings, project_root(paths), files)
+    fingerprint = settings_catalog_fingerprint(settings)
     missing = [
         FileResult(path=str(p), error=FileError(str(p), "no such file or folder"))
         for p in paths
@@ -398,7 +401,7 @@ def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     dependencies = {name: project.dependency_digest(real[name]) if project else "" for name in names}
     unchanged = load_manifest(settings, fingerprint, roots, dependencies)
     answered = bool(names) and len(unchanged) == len(names)
-    catalog = None if answered else load_catalog(Path(p) for p in settings.catalogs)
+    catalog = None if answered else settings_catalog(settings)
     # Files the index rules out are answered without reading them again; cache hits are answered
     # here; only the misses go to worker processes.
     hits = {

@@ -55,6 +55,10 @@ _KEY_IGNORED_SETTINGS = frozenset(
         "root",
         "baseline",
         "file_timeout",
+        # What these change reaches the key through the catalog fingerprint.
+        "python",
+        "summaries",
+        "summary_documents",
     }
 )
 

@@ -34,6 +34,7 @@ class CheckOptions:
     verbose: bool = False
     output: Path | None = None
     adoption: Adoption = field(default_factory=Adoption)
+    python: str | None = None  # --python: the environment whose packages are summarised
 
 
 def codes(value: str | None) -> tuple[str, ...] | None:
@@ -88,6 +89,7 @@ def run_check(paths: list[Path], options: CheckOptions) -> int:
             z3_timeout_ms=options.z3_timeout,
             file_timeout=options.file_timeout,
             cache=False if options.no_cache else None,
+            python=options.python,
         )
         validate_codes(settings)
         result = check_paths(targets, settings)

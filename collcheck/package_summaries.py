@@ -1,0 +1,212 @@
+"""Summaries of the installed packages a run's files call into, from the user's cache or made now.
+
+In: the run's paths and settings (`python`, `cache`, the catalogs), the project's root. Out: the
+settings with `summary_documents` filled — one catalog document (TOML text) per installed package
+that the analysed files import — which `catalog.settings_catalog` reads before the bundled
+catalogs, so that `ourlib.sync()` is answered like a catalogued collective.
+
+Which packages: the top-level names the files import (read off their text) that lie in the
+environment's site-packages (`environment.find_environment`) as a folder or a single `.py` file,
+are not the project's own, and are not named by a catalog (those have hand-written entries).
+An editable install (a `.pth` file or an import hook pointing elsewhere) is not followed.
+
+Each summary is stored in the user's cache folder, sealed with the user's secret
+(`cache_guard.write_entry`), keyed by the package's name and version (its dist-info METADATA),
+collcheck's version, the modules imported and the catalogs: a package is summarised once per
+version. A package without a version is summarised on every run. Light on purpose: a run with
+every summary cached imports neither the engine nor z3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from collcheck import __version__
+from collcheck.cache_guard import read_entry, user_cache_root, write_entry
+from collcheck.catalog import catalog_fingerprint, catalogued_packages
+from collcheck.config import Settings
+from collcheck.environment import Environment, EnvironmentSource, find_environment
+from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
+
+SUMMARY_FORMAT = 1  # bump when what a summary holds changes
+MAX_IMPORT_SCAN_BYTES = MAX_SOURCE_BYTES
+# `import a.b, c` / `from a.b import x` at the start of a line (indented too): the module names.
+_IMPORT_LINE = re.compile(
+    rb"^[ \t]*(?:from[ \t]+([A-Za-z_][A-Za-z0-9_.]*)[ \t]+import[ \t]+([^\n#;]*)|import[ \t]+([^\n#;]+))",
+    re.MULTILINE,
+)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+_METADATA_VERSION = re.compile(rb"^Version:[ \t]*([^\s]+)", re.MULTILINE)
+
+
+def with_package_summaries(
+    paths: Sequence[Path | str], settings: Settings, project_root: Path | None, files: Iterable[Path]
+) -> Settings:
+    """`settings` with the summaries of the installed packages `files` import; unchanged (and at
+    the cost of one environment variable and one `stat`) when no environment is found."""
+    root = Path(settings.root) if settings.root != "." else project_root
+    environment = find_environment(settings.python, EnvironmentSource.NAMED, root)
+    if environment is None:
+        return settings
+    documents = summaries_for(environment, imported_modules(files), settings, root)
+    return replace(settings, summary_documents=documents) if documents else settings
+
+
+def summaries_for(
+    environment: Environment, modules: set[str], settings: Settings, root: Path | None
+) -> tuple[tuple[str, str], ...]:
+    """(package, catalog TOML text) of each installed package among `modules`."""
+    covered = catalogued_packages(tuple(settings.catalogs))
+    by_package: dict[str, list[str]] = {}
+    for module in sorted(modules):
+        top = module.split(".")[0]
+        if top not in covered and not _project_owns(top, root):
+            by_package.setdefault(top, []).append(module)
+    documents: list[tuple[str, str]] = []
+    for site in environment.site_packages:
+        for package, imported in sorted(by_package.items()):
+            if installed(site, package):
+                text = package_summary(site, package, imported, settings)
+                documents.append((f"{package}.summary.toml", text))
+    return tuple(documents)
+
+
+def package_summary(site: str, package: str, modules: list[str], settings: Settings) -> str:
+    """The summary of `package` as catalog TOML: from the user's cache, else made and stored."""
+    version = installed_version(site, package)
+    key = _summary_key(package, version, modules, settings)
+    folder = user_cache_root() / "summaries"
+    target = folder / package / f"{key}.toml"
+    cached = version is not None and settings.cache
+    if cached:
+        text = read_entry(folder, target)
+        if text is not None:
+            return text
+    from collcheck.summary_toml import dumps
+
+    text = dumps(make_summary(site, package, modules, settings, version))
+    if cached:
+        write_entry(folder, target, text)
+    return text
+
+
+def make_summary(
+    site: str,
+    package: str,
+    modules: list[str],
+    settings: Settings,
+    version: str | None,
+    max_files: int | None = None,
+) -> dict[str, Any]:
+    """Summarise now (imports the engine): the catalog document, its `[catalog]` table saying
+    what it summarises."""
+    from collcheck.catalog import load_catalog
+    from collcheck.static.package_summaries import MAX_FILES, summarise_package
+
+    catalog = load_catalog((Path(p) for p in settings.catalogs), settings.summaries)
+    summary = summarise_package(site, package, modules, catalog, settings, max_files or MAX_FILES)
+    document = dict(summary.document)
+    meta = dict(document.get("catalog", {}))
+    meta["package"] = package
+    meta["version"] = version or "unknown"
+    meta["made_by"] = f"collcheck {__version__}"
+    meta["files_read"] = summary.files_read
+    if summary.notes:
+        meta["notes"] = list(summary.notes)
+    document["catalog"] = meta
+    return document
+
+
+def _summary_key(package: str, version: str | None, modules: list[str], settings: Settings) -> str:
+    catalogs = catalog_fingerprint(settings.catalogs, settings.summaries)
+    material = "\0".join(
+        [__version__, str(SUMMARY_FORMAT), package, version or "", catalogs, *sorted(modules)]
+    )
+    return hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+# ----------------------------------------------------------------------------- what is installed
+
+
+def imported_modules(files: Iterable[Path]) -> set[str]:
+    """The dotted modules the files import (`from a.b import c` gives `a.b` and `a.b.c`), read off
+    their text; relative imports are the project's own and are left out."""
+    found: set[str] = set()
+    for path in files:
+        try:
+            raw = read_regular_file(path, MAX_IMPORT_SCAN_BYTES)
+        except (OSError, FileRefused):
+            continue
+        for matched in _IMPORT_LINE.finditer(raw):
+            source, names, plain = matched.groups()
+            if source is not None:
+                base = source.decode()
+                found.add(base)
+                text = names.decode(errors="replace").replace("(", " ").replace(")", " ")
+                found.update(f"{base}.{n.split()[0]}" for n in text.split(",") if _NAME.match(n.strip()))
+            else:
+                text = plain.decode(errors="replace")
+                found.update(part.split()[0] for part in text.split(",") if _NAME.match(part.strip()))
+    return {name for name in found if _NAME.fullmatch(name) and not name.startswith(".")}
+
+
+def installed(site: str, package: str) -> bool:
+    """A package folder with `__init__.py`, or a single module file, that is not a link."""
+    folder = os.path.join(site, package)
+    if os.path.isdir(folder) and not os.path.islink(folder):
+        return os.path.isfile(os.path.join(folder, "__init__.py"))
+    single = folder + ".py"
+    return os.path.isfile(single) and not os.path.islink(single)
+
+
+def _project_owns(package: str, root: Path | None) -> bool:
+    if root is None:
+        return False
+    return any(os.path.exists(os.path.join(root, *where, package)) for where in ((), ("src",)))
+
+
+def installed_version(site: str, package: str) -> str | None:
+    """The version in the METADATA of the distribution that installs `package`: the dist-info
+    named like it, else the one whose top_level.txt lists it."""
+    try:
+        entries = [name for name in os.listdir(site) if name.endswith(".dist-info")]
+    except OSError:
+        return None
+    wanted = _normalised(package)
+    named = [e for e in entries if _normalised(e.split("-", 1)[0]) == wanted]
+    others = [e for e in entries if e not in named]
+    for entry in named + others:
+        folder = os.path.join(site, entry)
+        if entry not in named and package not in _top_level(folder):
+            continue
+        version = _metadata_version(folder)
+        if version is not None:
+            return version
+    return None
+
+
+def _normalised(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _top_level(folder: str) -> list[str]:
+    try:
+        raw = read_regular_file(os.path.join(folder, "top_level.txt"), 64 * 1024, follow_links=False)
+    except (OSError, FileRefused):
+        return []
+    return raw.decode(errors="replace").split()
+
+
+def _metadata_version(folder: str) -> str | None:
+    try:
+        raw = read_regular_file(os.path.join(folder, "METADATA"), 4 * 1024 * 1024, follow_links=False)
+    except (OSError, FileRefused):
+        return None
+    matched = _METADATA_VERSION.search(raw[:65536])
+    return matched.group(1).decode(errors="replace") if matched else None

@@ -1,0 +1,413 @@
+"""Summaries of an installed package: which of its functions communicate, and which return the rank.
+
+In: a site-packages folder, a top-level package name, the modules of it the analysed code imports,
+the catalog and the settings. Out: a `PackageSummary` whose `document` is a catalog in the format of
+docs/catalog-format.md (`[[op]]`, `[[method]]`, `[types]`, `[rank]`), so that a call into the
+package is answered like a catalogued call.
+
+Nothing of the package is imported or run: its files are read as text, and the engine's own
+machinery does the work. The files reached from the imported modules through the package's own
+imports (and only those, at most `MAX_FILES`) become a project (`project.build_project`); each
+function or method that may communicate is run by the interpreter as a root, its helpers of the
+package inlined as in a checked project, and it is summarised when every path that does not raise
+issues the same collectives (an `OpSpec`: the op, its parameters, and the parameter that carries
+the group when the group is one passed in). A function whose every path returns the same rank
+expression (`rank == world - 1`) is summarised in `[rank]`. Anything else — collectives on some
+paths only, loops, callbacks, point-to-point — is left out: the call stays unknown code.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collcheck.catalog import Catalog
+from collcheck.config import Settings
+from collcheck.findings import FileError
+from collcheck.index_facts import rank_words
+from collcheck.source import read_source
+from collcheck.static.budget import BudgetExceeded, file_budget
+from collcheck.static.interpret import Interpreter
+from collcheck.static.model import FunctionNode, Loader, ModuleInfo
+from collcheck.static.module_values import complete_loaded_module
+from collcheck.static.names import module_imports, resolve_relative
+from collcheck.static.prefilter import trigger_pattern
+from collcheck.static.program import CommEvent
+from collcheck.static.program import Path as ProgramPath
+from collcheck.static.project import build_project, file_facts, module_names
+from collcheck.static.state import Frame, PathLimitExceeded, State
+from collcheck.static.symbolic import Atom, BinOp, BoolOp, Compare, Const, Expr, GroupVal, Not
+from collcheck.static.values import where_of
+
+MAX_FILES = 400  # files of one package read per run (the reach of what the analysed code imports)
+MAX_FILE_BYTES = 2 * 1024 * 1024
+FILE_SECONDS = 10.0  # the interpreter's wall-clock budget per file of the package
+# Atoms a rank expression of the catalog may name (catalog_values reads them back).
+_VALUE_ATOMS = frozenset({"rank", "world", "local_rank", "local_world", "node_rank"})
+_VALUE_OPERATORS = frozenset({"+", "-", "*", "//", "%", "==", "!=", "<", "<=", ">", ">="})
+
+
+@dataclass(frozen=True)
+class PackageSummary:
+    package: str
+    document: dict[str, Any]  # a catalog document (TOML-shaped: tables, lists, strings)
+    files_read: int
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class _Found:
+    """What the summaries of one package collect before they become a catalog document."""
+
+    ops: dict[str, dict[str, Any]] = field(default_factory=dict)  # qualified name -> [[op]] entry
+    methods: list[dict[str, Any]] = field(default_factory=list)
+    classes: dict[str, str] = field(default_factory=dict)  # spelling -> defining qualified name
+    rank: dict[str, str] = field(default_factory=dict)  # qualified name -> value expression
+    notes: list[str] = field(default_factory=list)
+
+
+def summarise_package(
+    site: str,
+    package: str,
+    modules: list[str],
+    catalog: Catalog,
+    settings: Settings,
+    max_files: int = MAX_FILES,
+) -> PackageSummary:
+    """The summary of `package` (installed in `site`) as far as `modules` reach."""
+    files = reached_files(site, package, modules, max_files)
+    found = _Found()
+    if files:
+        _summarise_files(files, catalog, settings, found)
+    document = _document(package, found)
+    return PackageSummary(package, document, len(files), tuple(found.notes))
+
+
+# ----------------------------------------------------------------------------- the files reached
+
+
+def module_file(site: str, module: str) -> str | None:
+    """The file of a dotted module name inside `site` (`a/b.py` or `a/b/__init__.py`), or None;
+    a file whose real path leaves the package's own folder (a link) is not read."""
+    parts = module.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return None
+    base = os.path.join(site, *parts)
+    top = os.path.realpath(os.path.join(site, parts[0]))
+    for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(candidate):
+            real = os.path.realpath(candidate)
+            single = len(parts) == 1 and candidate.endswith(".py") and real == top + ".py"
+            if single or real.startswith(top + os.sep):
+                return candidate
+            return None
+    return None
+
+
+def reached_files(site: str, package: str, modules: list[str], max_files: int = MAX_FILES) -> dict[str, str]:
+    """Module name -> file of every module of `package` that `modules` import, any number of steps
+    (also the packages above each module: importing `a.b` runs `a/__init__.py`)."""
+    found: dict[str, str] = {}
+    todo = [name for name in modules if name.split(".")[0] == package]
+    while todo and len(found) < max_files:
+        name = todo.pop(0)
+        for candidate in _candidates(name):
+            if candidate in found:
+                continue
+            path = module_file(site, candidate)
+            if path is None:
+                continue
+            found[candidate] = path
+            todo.extend(m for m in _imported_modules(path, candidate) if m.split(".")[0] == package)
+    return found
+
+
+def _candidates(name: str) -> list[str]:
+    """`a.b.c` may be a module or a name in `a.b`: each prefix, longest first."""
+    parts = name.split(".")
+    return [".".join(parts[:end]) for end in range(len(parts), 0, -1)]
+
+
+def _imported_modules(path: str, module: str) -> list[str]:
+    source = read_source(Path(path), MAX_FILE_BYTES)
+    if isinstance(source, FileError):
+        return []
+    try:
+        tree = ast.parse(source.text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    current = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = resolve_relative(node.module, node.level, current)
+            names.extend(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+            names.append(base)
+    return names
+
+
+# ----------------------------------------------------------------------------- running the engine
+
+
+class _RootStates(Interpreter):
+    """An interpreter that keeps the states of the root function's body (for what it returns)."""
+
+    root_body: list[ast.stmt] | None = None
+    root_states: tuple[State, ...] = ()
+
+    def exec_block(self, body: Any, states: list[State], frame: Frame) -> list[State]:
+        result = super().exec_block(body, states, frame)
+        if body is self.root_body:
+            self.root_states = tuple(result)
+        return result
+
+
+def _summarise_files(files: dict[str, str], catalog: Catalog, settings: Settings, found: _Found) -> None:
+    trigger, ranked = trigger_pattern(catalog), rank_words(catalog)
+    facts = {}
+    for path in files.values():
+        source = read_source(Path(path), MAX_FILE_BYTES)
+        if not isinstance(source, FileError):
+            facts[path] = file_facts(source.text, trigger, ranked)
+    names = module_names(tuple(facts))
+    project = build_project(facts, names)
+    loader = Loader(catalog, project, settings, complete_loaded_module)
+    for module_name, path in sorted(files.items()):
+        if path not in facts:
+            continue
+        interesting = path in project.selected or bool(facts[path].rank_hits)
+        if not interesting:
+            continue
+        try:
+            with file_budget(FILE_SECONDS):
+                module = loader.load(path)
+                if module is not None:
+                    _summarise_module(module, module_name, settings, found)
+        except BudgetExceeded:
+            found.notes.append(f"{module_name}: over the {FILE_SECONDS:g} s budget, partly summarised")
+        except RecursionError:
+            found.notes.append(f"{module_name}: too deeply nested to summarise")
+    _reexports(files, found)
+
+
+def _summarise_module(module: ModuleInfo, module_name: str, settings: Settings, found: _Found) -> None:
+    interpreter = _RootStates(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
+    for name, function in module.functions.items():
+        _summarise_function(interpreter, function, None, f"{module_name}.{name}", found)
+    for class_name, info in module.classes.items():
+        qualified = f"{module_name}.{class_name}"
+        for name, method in info.methods.items():
+            if name.startswith("__") and name != "__call__":  # a constructor is no method call
+                continue
+            _summarise_function(interpreter, method, class_name, f"{qualified}.{name}", found)
+
+
+def _summarise_function(
+    interpreter: _RootStates, function: FunctionNode, class_name: str | None, qualified: str, found: _Found
+) -> None:
+    module = interpreter.module
+    communicates = function in module.communicating
+    project = module.project
+    returns_rank = project is not None and function.name in project.rank_names
+    if not communicates and not returns_rank and not _is_property(function):
+        return
+    interpreter.root_body = function.body
+    interpreter.root_states = ()
+    label = qualified.rsplit(".", 2)[-2] + "." + function.name if class_name else function.name
+    try:
+        regions = interpreter.run_function(function, class_name, label)
+    except PathLimitExceeded:
+        found.notes.append(f"{qualified}: over the work budget, not summarised")
+        return
+    if communicates:
+        entry = _op_entry(regions[0].paths, function, class_name, qualified)
+        if entry is not None:
+            _add_op(found, entry, class_name, function.name, qualified)
+        return
+    value = _returned_rank(interpreter.root_states)
+    if value is None:
+        return
+    if class_name is None:
+        found.rank[qualified] = value
+    elif _is_property(function):
+        found.rank[f"attribute:{function.name}"] = value
+
+
+def _is_property(function: FunctionNode) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == "property" for d in function.decorator_list)
+
+
+def _parameters(function: FunctionNode, class_name: str | None) -> list[str]:
+    args = function.args
+    names = [a.arg for a in [*args.posonlyargs, *args.args]]
+    if class_name is not None and names and not _is_static(function):
+        names = names[1:]  # `self` / `cls`: the receiver
+    return [*names, *(a.arg for a in args.kwonlyargs)]
+
+
+def _is_static(function: FunctionNode) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in function.decorator_list)
+
+
+def _op_entry(
+    paths: list[ProgramPath], function: FunctionNode, class_name: str | None, qualified: str
+) -> dict[str, Any] | None:
+    """The `[[op]]` entry of a function whose every path that does not raise issues the same
+    collectives on the same group, or None."""
+    kept = [p for p in paths if p.exit is None or p.exit.kind == "return"]
+    if not kept:
+        return None
+    sequences = {tuple(p.events) and _sequence(p, function, class_name, qualified) for p in kept}
+    if len(sequences) != 1:
+        return None
+    sequence = sequences.pop()
+    if not sequence:
+        return None
+    ops = [op for op, _, _ in sequence]
+    groups = {group for _, group, _ in sequence}
+    if len(groups) != 1:
+        return None
+    group = groups.pop()
+    entry: dict[str, Any] = {
+        "op": "+".join(ops),
+        "params": _parameters(function, class_name),
+        "via": list(sequence[0][2]),
+    }
+    if group is not None:
+        role, value = group
+        entry[role] = value
+    return entry
+
+
+Step = tuple[str, tuple[str, str] | None, tuple[str, ...]]  # op, (role, value) of its group, via
+
+
+def _sequence(path: ProgramPath, function: FunctionNode, class_name: str | None, qualified: str) -> Any:
+    """The path's collectives as (op, group role, helpers it went through); None when one of its
+    events cannot be said in a catalog entry (a loop, a callback, point-to-point, a per-rank group)."""
+    steps: list[Step] = []
+    for event in path.events:
+        if not isinstance(event, CommEvent) or event.kind != "collective":
+            return None
+        group = _group_role(event.group, function, class_name, qualified)
+        if group is False:
+            return None
+        via = (*(site.callee for site in event.chain), event.op)
+        steps.append((event.op, group, via))  # type: ignore[arg-type]
+    return tuple(steps)
+
+
+def _group_role(
+    group: GroupVal | None, function: FunctionNode, class_name: str | None, qualified: str
+) -> tuple[str, str] | bool | None:
+    """("group", parameter) for a group passed in, ("default_group", name) for one the function
+    finds itself (an attribute of the receiver, a catalogued group), None for the world, False
+    for a group chosen per rank (not a catalog entry)."""
+    if group is None:
+        return None
+    if group.per_rank or group.color is not None or group.created:
+        return False
+    prefix, _, where = group.key.partition("@")
+    if prefix.startswith("param:") and where == where_of(function):
+        name = prefix[len("param:") :]
+        if name in _parameters(function, class_name):
+            return ("group", name)
+        return False
+    if group.key.startswith("param:"):
+        return False
+    if group.key.startswith("self.") and class_name is not None:
+        owner = qualified.rsplit(".", 1)[0]
+        return ("default_group", f"{owner}.{group.key[len('self.') :]}")
+    return ("default_group", group.key)
+
+
+def _add_op(found: _Found, entry: dict[str, Any], class_name: str | None, name: str, qualified: str) -> None:
+    if class_name is None:
+        found.ops[qualified] = entry
+        return
+    owner = qualified.rsplit(".", 1)[0]
+    found.classes.setdefault(owner, owner)
+    found.methods.append({**entry, "method": name, "receiver": [owner], "defined": qualified})
+
+
+def _returned_rank(states: tuple[State, ...]) -> str | None:
+    """The value expression every path returns, when it reads the rank or the world size."""
+    if not states or any(s.exit is None or s.exit.kind != "return" or s.returned is None for s in states):
+        return None
+    values = {s.returned for s in states}
+    if len(values) != 1:
+        return None
+    text = _value_text(values.pop())
+    return text if text is not None and any(atom in text for atom in ("rank", "world")) else None
+
+
+def _value_text(value: Expr | None) -> str | None:
+    """A symbolic value as a catalog value expression, or None when it is not one."""
+    if isinstance(value, Const) and isinstance(value.value, (int, bool)):
+        return repr(value.value)
+    if isinstance(value, Atom):
+        return value.name if value.name in _VALUE_ATOMS else None
+    if isinstance(value, (BinOp, Compare)) and value.op in _VALUE_OPERATORS:
+        left, right = _value_text(value.left), _value_text(value.right)
+        return None if left is None or right is None else f"({left} {value.op} {right})"
+    if isinstance(value, BoolOp):
+        parts = [_value_text(v) for v in value.values]
+        return None if None in parts else "(" + f" {value.op} ".join(parts) + ")"  # type: ignore[arg-type]
+    if isinstance(value, Not):
+        inner = _value_text(value.operand)
+        return None if inner is None else f"(not {inner})"
+    return None
+
+
+# ----------------------------------------------------------------------------- the catalog document
+
+
+def _reexports(files: dict[str, str], found: _Found) -> None:
+    """`from ourlib.comm import sync` in `ourlib/__init__.py`: `ourlib.sync` is the same function."""
+    for _ in range(3):  # re-exports of re-exports
+        for module_name, path in files.items():
+            source = read_source(Path(path), MAX_FILE_BYTES)
+            if isinstance(source, FileError):
+                continue
+            try:
+                tree = ast.parse(source.text)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+            current = module_name if path.endswith("__init__.py") else module_name.rpartition(".")[0]
+            for local, target in module_imports(tree, current).names.items():
+                spelling = f"{module_name}.{local}"
+                if target in found.ops and spelling not in found.ops:
+                    found.ops[spelling] = found.ops[target]
+                if target in found.classes and spelling not in found.classes:
+                    found.classes[spelling] = found.classes[target]
+                if target in found.rank and spelling not in found.rank:
+                    found.rank[spelling] = found.rank[target]
+
+
+def _document(package: str, found: _Found) -> dict[str, Any]:
+    document: dict[str, Any] = {"catalog": {"name": f"summary of {package}"}}
+    ops: dict[str, dict[str, Any]] = {}
+    for name, entry in sorted(found.ops.items()):
+        key = repr(sorted(entry.items()))
+        ops.setdefault(key, {**entry, "names": []})["names"].append(name)
+    if ops:
+        document["op"] = list(ops.values())
+    if found.methods:
+        document["method"] = found.methods
+    if found.classes:
+        document["types"] = dict(sorted(found.classes.items()))
+    functions = {k: v for k, v in sorted(found.rank.items()) if not k.startswith("attribute:")}
+    attributes = {k.split(":", 1)[1]: v for k, v in sorted(found.rank.items()) if k.startswith("attribute:")}
+    rank: dict[str, Any] = {}
+    if functions:
+        rank["functions"] = functions
+    if attributes:
+        rank["attributes"] = attributes
+    if rank:
+        document["rank"] = rank
+    return document
