@@ -1,0 +1,348 @@
+"""Installed packages summarised from their source (issue 25): an in-house communication layer
+installed only in a separate virtualenv is found through `--python`, `[tool.collcheck] python`,
+`$VIRTUAL_ENV` or a `.venv` beside the project, never imported and never run."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from collcheck.api import check_paths
+from collcheck.catalog import load_catalog
+from collcheck.cli import main
+from collcheck.config import ConfigError, Settings, load_settings
+from collcheck.environment import EnvironmentSource, environment_at, find_environment
+from collcheck.package_summaries import imported_modules, installed_version
+
+PY = f"python{sys.version_info.major}.{sys.version_info.minor}"
+
+INIT = """
+from ourlib.comm import Reducer, is_last_rank, sync
+from ourlib import comm
+
+raise SystemExit("ourlib was executed")
+"""
+
+COMM = """
+import torch.distributed as dist
+
+from ._impl import reduce_now
+
+raise SystemExit("ourlib.comm was executed")
+
+
+def _wait_all(group=None):
+    dist.barrier(group=group)
+
+
+def sync(group=None):
+    \"\"\"Every rank waits here.\"\"\"
+    if group is not None and not hasattr(group, "size"):
+        raise TypeError("not a group")
+    _wait_all(group)
+
+
+def sometimes(flag):
+    if flag:
+        dist.barrier()
+
+
+def is_last_rank():
+    return dist.get_rank() == dist.get_world_size() - 1
+
+
+class Reducer:
+    def __init__(self, scale=1.0):
+        self.scale = scale
+
+    def flush(self, tensor):
+        self._reduce(tensor)
+
+    def _reduce(self, tensor):
+        reduce_now(tensor)
+"""
+
+IMPL = """
+from torch import distributed as dist
+
+
+def reduce_now(tensor):
+    dist.all_reduce(tensor)
+"""
+
+BUG = """
+import torch.distributed as dist
+
+import ourlib
+
+
+def step(tensor):
+    if dist.get_rank() == 0:
+        ourlib.sync()  # expect: CC001
+"""
+
+FIXED = """
+import torch.distributed as dist
+
+import ourlib
+
+
+def step(tensor):
+    if dist.get_rank() == 0:
+        print("leader")
+    ourlib.sync()
+"""
+
+METHOD_BUG = """
+import torch.distributed as dist
+
+from ourlib.comm import Reducer
+
+
+def step(tensor):
+    reducer = Reducer()
+    if dist.get_rank() == 0:
+        reducer.flush(tensor)  # expect: CC001
+"""
+
+METHOD_FIXED = """
+import torch.distributed as dist
+
+from ourlib.comm import Reducer
+
+
+def step(tensor):
+    reducer = Reducer()
+    reducer.flush(tensor)
+    if dist.get_rank() == 0:
+        print(tensor)
+"""
+
+PREDICATE_BUG = """
+import torch.distributed as dist
+
+from ourlib import is_last_rank
+
+
+def step(tensor):
+    if is_last_rank():
+        dist.all_reduce(tensor)  # expect: CC001
+"""
+
+CONDITIONAL = """
+import torch.distributed as dist
+
+from ourlib.comm import sometimes
+
+
+def step(tensor):
+    if dist.get_rank() == 0:
+        sometimes(True)
+"""
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def make_venv(root: Path, version: str = "1.0") -> Path:
+    """A virtualenv with `ourlib` in its site-packages; its bin/python links to nothing."""
+    site = root / "lib" / PY / "site-packages"
+    _write(
+        root / "pyvenv.cfg",
+        f"home = /nonexistent\nversion = {sys.version_info.major}.{sys.version_info.minor}.0\n",
+    )
+    _write(site / "ourlib" / "__init__.py", INIT)
+    _write(site / "ourlib" / "comm.py", COMM)
+    _write(site / "ourlib" / "_impl.py", IMPL)
+    _write(
+        site / f"ourlib-{version}.dist-info" / "METADATA",
+        f"Metadata-Version: 2.1\nName: ourlib\nVersion: {version}\n",
+    )
+    (root / "bin").mkdir(parents=True, exist_ok=True)
+    os.symlink(root / "nowhere" / "python3", root / "bin" / "python")
+    return root / "bin" / "python"
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No active environment, a user cache of the test's own."""
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    return tmp_path
+
+
+def _codes(path: Path, settings: Settings) -> list[tuple[str, int]]:
+    result = check_paths([path], settings)
+    assert all(f.error is None for f in result.files), [f.error for f in result.files]
+    return [(finding.code, finding.location.line) for f in result.files for finding in f.findings]
+
+
+def _expected(path: Path) -> list[tuple[str, int]]:
+    lines = path.read_text().splitlines()
+    return [
+        (line.split("# expect: ")[1].strip(), number)
+        for number, line in enumerate(lines, 1)
+        if "# expect: " in line
+    ]
+
+
+def _settings(tmp: Path, **changes: object) -> Settings:
+    return Settings(cache_dir=str(tmp / "project-cache"), **changes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("bug", "fixed"), [(BUG, FIXED), (METHOD_BUG, METHOD_FIXED), (PREDICATE_BUG, None)])
+def test_package_in_a_separate_venv_is_found_through_python(
+    isolated: Path, bug: str, fixed: str | None
+) -> None:
+    python = make_venv(isolated / "env")
+    project = isolated / "project"
+    bug_file = _write(project / "bug.py", bug)
+    settings = _settings(isolated, python=str(python))
+    assert _codes(bug_file, settings) == _expected(bug_file)
+    if fixed is not None:
+        assert _codes(_write(project / "fixed.py", fixed), settings) == []
+    assert "ourlib" not in sys.modules and "ourlib.comm" not in sys.modules
+
+
+def test_without_an_environment_the_package_is_unknown(isolated: Path) -> None:
+    make_venv(isolated / "env")
+    bug_file = _write(isolated / "project" / "bug.py", BUG)
+    assert _codes(bug_file, _settings(isolated)) == []
+
+
+def test_active_virtual_env_is_used(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_venv(isolated / "env")
+    monkeypatch.setenv("VIRTUAL_ENV", str(isolated / "env"))
+    bug_file = _write(isolated / "project" / "bug.py", BUG)
+    assert _codes(bug_file, _settings(isolated)) == _expected(bug_file)
+
+
+def test_project_venv_and_configured_python(isolated: Path) -> None:
+    project = isolated / "project"
+    make_venv(project / ".venv")
+    bug_file = _write(project / "bug.py", BUG)
+    _write(project / "pyproject.toml", "[tool.collcheck]\ncache = false\n")
+    assert _codes(bug_file, load_settings([bug_file])) == _expected(bug_file)
+    other = isolated / "other"
+    make_venv(other / "env")
+    moved = _write(other / "code" / "bug.py", BUG)
+    _write(
+        other / "code" / "pyproject.toml", '[tool.collcheck]\ncache = false\npython = "../env/bin/python"\n'
+    )
+    assert _codes(moved, load_settings([moved])) == _expected(moved)
+
+
+def test_cli_python_option_and_summary_cache(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    python = make_venv(isolated / "env")
+    bug_file = _write(isolated / "project" / "bug.py", BUG)
+    argv = ["check", str(bug_file), "--python", str(python), "--format", "concise"]
+    assert main(argv) == 1
+    assert "CC001" in capsys.readouterr().out
+    stored = list((isolated / "user-cache" / "collcheck" / "summaries" / "ourlib").glob("*.toml"))
+    assert len(stored) == 1  # summarised once for version 1.0, sealed in the user's cache
+    assert main(argv) == 1  # answered from that entry
+    assert "sync" in stored[0].read_text()
+    assert "ourlib" not in sys.modules
+
+
+def test_a_tampered_summary_entry_is_not_believed(isolated: Path) -> None:
+    python = make_venv(isolated / "env")
+    bug_file = _write(isolated / "project" / "bug.py", BUG)
+    settings = _settings(isolated, python=str(python))
+    assert _codes(bug_file, settings) == _expected(bug_file)
+    (entry,) = (isolated / "user-cache" / "collcheck" / "summaries" / "ourlib").glob("*.toml")
+    sealed = entry.read_bytes()
+    entry.write_bytes(sealed.split(b"\n", 1)[0] + b"\n[catalog]\nname = 'forged'\n")
+    fresh = Settings(cache_dir=str(isolated / "another-project-cache"), python=str(python))
+    assert _codes(bug_file, fresh) == _expected(bug_file)  # the forged entry is a miss, made again
+    assert b"forged" not in entry.read_bytes()
+
+
+def test_conditional_helpers_are_not_summarised(isolated: Path) -> None:
+    python = make_venv(isolated / "env")
+    bug_file = _write(isolated / "project" / "bug.py", CONDITIONAL)
+    assert _codes(bug_file, _settings(isolated, python=str(python))) == []
+
+
+def test_summarize_writes_a_catalog_that_summaries_can_name(isolated: Path) -> None:
+    make_venv(isolated / "env")
+    out = isolated / "ourlib.summary.toml"
+    site = isolated / "env" / "lib" / PY / "site-packages"
+    assert main(["summarize", str(site / "ourlib"), "-o", str(out)]) == 0
+    catalog = load_catalog(summaries=[out])
+    spec = catalog.functions["ourlib.sync"]
+    assert (spec.op, spec.params, spec.group) == ("barrier", ("group",), "group")
+    assert catalog.functions["ourlib._impl.reduce_now"].op == "all_reduce"
+    assert "ourlib.comm.sometimes" not in catalog.functions
+    assert catalog.rank_functions["ourlib.is_last_rank"] == "(rank == (world - 1))"
+    assert catalog.types["ourlib.Reducer"] == "ourlib.comm.Reducer"
+    project = isolated / "project"
+    bug_file = _write(project / "bug.py", BUG)
+    _write(
+        project / "pyproject.toml",
+        '[tool.collcheck]\ncache = false\nsummaries = ["../ourlib.summary.toml"]\n',
+    )
+    assert _codes(bug_file, load_settings([bug_file])) == _expected(bug_file)
+    json_out = isolated / "ourlib.summary.json"
+    assert main(["summarize", str(site / "ourlib"), "-o", str(json_out)]) == 0
+    assert '"ourlib.sync"' in json_out.read_text()
+    assert "ourlib" not in sys.modules
+
+
+def test_hand_written_entries_win_over_summaries(isolated: Path) -> None:
+    summary = _write(
+        isolated / "s.toml", '[[op]]\nop = "all_gather"\nnames = ["torch.distributed.barrier"]\n'
+    )
+    assert load_catalog(summaries=[summary]).functions["torch.distributed.barrier"].op == "barrier"
+
+
+# ----------------------------------------------------------------------------- environment discovery
+
+
+def test_environment_layouts(tmp_path: Path) -> None:
+    python = make_venv(tmp_path / "env")
+    site = os.path.realpath(tmp_path / "env" / "lib" / PY / "site-packages")
+    for named in (str(python), str(tmp_path / "env")):
+        found = environment_at(named, EnvironmentSource.NAMED)
+        assert found is not None and found.site_packages == (site,)
+    windows = tmp_path / "win"
+    (windows / "Lib" / "site-packages").mkdir(parents=True)
+    (windows / "Scripts").mkdir()
+    _write(windows / "pyvenv.cfg", "home = C:\\Python\n")
+    found = environment_at(str(windows / "Scripts" / "python.exe"), EnvironmentSource.NAMED)
+    assert found is not None and found.site_packages == (os.path.realpath(windows / "Lib" / "site-packages"),)
+
+
+def test_site_packages_linked_out_of_the_environment_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere" / "site-packages"
+    elsewhere.mkdir(parents=True)
+    env = tmp_path / "env"
+    (env / "lib" / PY).mkdir(parents=True)
+    _write(env / "pyvenv.cfg", "home = /x\n")
+    os.symlink(elsewhere, env / "lib" / PY / "site-packages")
+    assert environment_at(str(env), EnvironmentSource.NAMED) is None
+    with pytest.raises(ConfigError):
+        find_environment(str(env), EnvironmentSource.NAMED, None, {})
+
+
+def test_no_environment_named_or_found(tmp_path: Path) -> None:
+    assert find_environment(None, EnvironmentSource.NAMED, tmp_path, {}) is None
+    assert find_environment(None, EnvironmentSource.NAMED, tmp_path, {"VIRTUAL_ENV": "relative"}) is None
+
+
+def test_imported_modules_and_versions(tmp_path: Path) -> None:
+    code = _write(
+        tmp_path / "a.py",
+        "import a.b, c as d\nfrom e.f import (g,\n h)\nfrom . import local\n    import nested.mod\n",
+    )
+    assert imported_modules([code]) >= {"a.b", "c", "e.f", "e.f.g", "nested.mod"}
+    assert not any(name.startswith(".") for name in imported_modules([code]))
+    make_venv(tmp_path / "env", version="2.5.1")
+    assert installed_version(str(tmp_path / "env" / "lib" / PY / "site-packages"), "ourlib") == "2.5.1"
