@@ -63,6 +63,7 @@ LIGHT_VALUES = {
     "--select": "select",
     "--extend-select": "extend_select",
     "--ignore": "ignore",
+    "--python": "python",  # a hook that names its environment stays light
 }
 
 
