@@ -346,3 +346,40 @@ def test_imported_modules_and_versions(tmp_path: Path) -> None:
     assert not any(name.startswith(".") for name in imported_modules([code]))
     make_venv(tmp_path / "env", version="2.5.1")
     assert installed_version(str(tmp_path / "env" / "lib" / PY / "site-packages"), "ourlib") == "2.5.1"
+
+
+# ----------------------------------------------------------------------------- hostile packages
+
+
+def test_links_and_broken_files_of_a_package_are_not_followed(isolated: Path) -> None:
+    python = make_venv(isolated / "env")
+    site = isolated / "env" / "lib" / PY / "site-packages"
+    outside = _write(isolated / "outside" / "evil.py", IMPL)
+    os.symlink(outside, site / "ourlib" / "evil.py")
+    _write(site / "ourlib" / "broken.py", "def (:\n")
+    _write(site / "ourlib" / "__init__.py", INIT + "\nfrom ourlib import evil, broken\n")
+    linked = isolated / "linked-pkg"
+    _write(linked / "__init__.py", "import torch.distributed as dist\n\ndef wait():\n    dist.barrier()\n")
+    os.symlink(linked, site / "linkedlib")  # an editable-style link: not an installed folder
+    code = """
+    import torch.distributed as dist
+
+    import linkedlib
+    import ourlib
+    from ourlib.evil import reduce_now
+
+
+    def step(tensor):
+        if dist.get_rank() == 0:
+            reduce_now(tensor)
+            linkedlib.wait()
+            ourlib.sync()  # expect: CC001
+    """
+    bug_file = _write(isolated / "project" / "bug.py", code)
+    assert _codes(bug_file, _settings(isolated, python=str(python))) == _expected(bug_file)
+
+
+def test_a_named_environment_that_is_not_one_is_an_error(isolated: Path) -> None:
+    bug_file = _write(isolated / "project" / "bug.py", BUG)
+    result = main(["check", str(bug_file), "--python", str(isolated / "no-such-env" / "bin" / "python")])
+    assert result == 2

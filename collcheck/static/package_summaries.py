@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from collcheck.static.values import where_of
 MAX_FILES = 400  # files of one package read per run (the reach of what the analysed code imports)
 MAX_FILE_BYTES = 2 * 1024 * 1024
 FILE_SECONDS = 10.0  # the interpreter's wall-clock budget per file of the package
+PACKAGE_SECONDS = 120.0  # and per package: past it the remaining files are left out (a note says so)
 # Atoms a rank expression of the catalog may name (catalog_values reads them back).
 _VALUE_ATOMS = frozenset({"rank", "world", "local_rank", "local_world", "node_rank"})
 _VALUE_OPERATORS = frozenset({"+", "-", "*", "//", "%", "==", "!=", "<", "<=", ">", ">="})
@@ -177,7 +179,13 @@ def _summarise_files(files: dict[str, str], catalog: Catalog, settings: Settings
     names = module_names(tuple(facts))
     project = build_project(facts, names)
     loader = Loader(catalog, project, settings, complete_loaded_module)
+    started = time.monotonic()
     for module_name, path in sorted(files.items()):
+        if time.monotonic() - started > PACKAGE_SECONDS:
+            found.notes.append(
+                f"over the {PACKAGE_SECONDS:g} s budget of a package: {module_name} and after left out"
+            )
+            break
         if path not in facts:
             continue
         interesting = path in project.selected or bool(facts[path].rank_hits)
