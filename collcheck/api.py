@@ -15,7 +15,6 @@ from collcheck.cache_guard import cache_folder
 from collcheck.catalog import Catalog, settings_catalog, settings_catalog_fingerprint
 from collcheck.config import Settings
 from collcheck.findings import FileError, FileResult, RunResult
-from collcheck.package_summaries import with_package_summaries
 from collcheck.source import MAX_SOURCE_BYTES, SourceFile, read_source, real_path
 from collcheck.static.project import Project
 
@@ -364,6 +363,21 @@ def _quiet(name: str) -> FileResult:
     return FileResult(path=name)
 
 
+def _with_environment(paths: Sequence[Path | str], settings: Settings, files: list[Path]) -> Settings:
+    """The settings with the summaries of the installed packages the files import, when an
+    environment is named or found (`environment.find_environment`). Without one, nothing more is
+    imported or read than the variable and the one `stat` below: a plain check stays as it was."""
+    root = Path(settings.root) if settings.root != "." else project_root(paths)
+    venv = root is not None and os.path.isfile(root / ".venv" / "pyvenv.cfg")
+    if settings.python is None and not os.environ.get("VIRTUAL_ENV") and not venv:
+        return settings
+    from collcheck.environment import EnvironmentSource, find_environment
+    from collcheck.package_summaries import with_package_summaries
+
+    environment = find_environment(settings.python, EnvironmentSource.NAMED, root)
+    return settings if environment is None else with_package_summaries(settings, environment, root, files)
+
+
 def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -> RunResult:
     settings = settings or Settings()
     previous = _collect_garbage_less_often()
@@ -380,7 +394,7 @@ def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     if settings.cache:
         cache_folder(settings)  # fail early (exit 2) on a cache folder behind a symbolic link
     files = collect_files([Path(p) for p in paths], settings)
-    settings = with_package_summaries(paths, settings, project_root(paths), files)
+    settings = _with_environment(paths, settings, files)
     fingerprint = settings_catalog_fingerprint(settings)
     missing = [
         FileResult(path=str(p), error=FileError(str(p), "no such file or folder"))

@@ -24,8 +24,9 @@ from collcheck.config import ConfigError
 from collcheck.source import FileRefused, read_regular_file
 
 VENV_MARKER = "pyvenv.cfg"
-_VERSION = re.compile(rb"^\s*version(?:_info)?\s*=\s*(\d+)\.(\d+)", re.MULTILINE)
-_LIB_PYTHON = re.compile(r"python(\d+)\.(\d+)t?")
+# Compiled on use (`re` caches them): a check without an environment never needs them.
+_VERSION = rb"^\s*version(?:_info)?\s*=\s*(\d+)\.(\d+)"
+_LIB_PYTHON = r"python(\d+)\.(\d+)t?"
 
 
 class EnvironmentSource(Enum):
@@ -100,7 +101,7 @@ def _site_packages(prefix: str) -> tuple[str, ...]:
     except OSError:
         names = []
     for name in names:
-        matched = _LIB_PYTHON.fullmatch(name)
+        matched = re.fullmatch(_LIB_PYTHON, name)
         if matched:
             version = (int(matched.group(1)), int(matched.group(2)))
             candidates.append((version, os.path.join(lib, name, "site-packages")))
@@ -121,7 +122,7 @@ def _configured_version(prefix: str) -> tuple[int, int] | None:
         raw = read_regular_file(os.path.join(prefix, VENV_MARKER), 64 * 1024)
     except (OSError, FileRefused):
         return None
-    matched = _VERSION.search(raw)
+    matched = re.search(_VERSION, raw, re.MULTILINE)
     return (int(matched.group(1)), int(matched.group(2))) if matched else None
 
 

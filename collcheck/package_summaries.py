@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from collcheck import __version__
 from collcheck.cache_guard import read_entry, user_cache_root, write_entry
 from collcheck.catalog import catalog_fingerprint, catalogued_packages
 from collcheck.config import Settings
-from collcheck.environment import Environment, EnvironmentSource, find_environment
+from collcheck.environment import Environment
 from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 
 SUMMARY_FORMAT = 1  # bump when what a summary holds changes
@@ -46,14 +46,9 @@ _METADATA_VERSION = re.compile(rb"^Version:[ \t]*([^\s]+)", re.MULTILINE)
 
 
 def with_package_summaries(
-    paths: Sequence[Path | str], settings: Settings, project_root: Path | None, files: Iterable[Path]
+    settings: Settings, environment: Environment, root: Path | None, files: Iterable[Path]
 ) -> Settings:
-    """`settings` with the summaries of the installed packages `files` import; unchanged (and at
-    the cost of one environment variable and one `stat`) when no environment is found."""
-    root = Path(settings.root) if settings.root != "." else project_root
-    environment = find_environment(settings.python, EnvironmentSource.NAMED, root)
-    if environment is None:
-        return settings
+    """`settings` with the summaries of the installed packages `files` import."""
     documents = summaries_for(environment, imported_modules(files), settings, root)
     return replace(settings, summary_documents=documents) if documents else settings
 
