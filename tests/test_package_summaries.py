@@ -383,3 +383,23 @@ def test_a_named_environment_that_is_not_one_is_an_error(isolated: Path) -> None
     bug_file = _write(isolated / "project" / "bug.py", BUG)
     result = main(["check", str(bug_file), "--python", str(isolated / "no-such-env" / "bin" / "python")])
     assert result == 2
+
+
+def test_star_and_relative_reexports(isolated: Path) -> None:
+    python = make_venv(isolated / "env")
+    site = isolated / "env" / "lib" / PY / "site-packages"
+    _write(site / "ourlib" / "__init__.py", 'from .comm import *\n\nraise SystemExit("executed")\n')
+    bug_file = _write(isolated / "project" / "bug.py", BUG)
+    assert _codes(bug_file, _settings(isolated, python=str(python))) == _expected(bug_file)
+    private = """
+    import torch.distributed as dist
+
+    import ourlib
+
+
+    def step(tensor):
+        if dist.get_rank() == 0:
+            ourlib._wait_all()
+    """
+    quiet = _write(isolated / "project" / "private.py", private)  # `import *` skips `_` names
+    assert _codes(quiet, _settings(isolated, python=str(python))) == []

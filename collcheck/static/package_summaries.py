@@ -109,10 +109,22 @@ def module_file(site: str, module: str) -> str | None:
     return None
 
 
-def reached_files(site: str, package: str, modules: list[str], max_files: int = MAX_FILES) -> dict[str, str]:
-    """Module name -> file of every module of `package` that `modules` import, any number of steps
-    (also the packages above each module: importing `a.b` runs `a/__init__.py`)."""
-    found: dict[str, str] = {}
+@dataclass(frozen=True)
+class FileImports:
+    """What one file of the package imports: the modules (to follow), the names it binds at module
+    level (`local -> qualified`, for re-exports) and the modules it star-imports."""
+
+    modules: tuple[str, ...] = ()
+    names: tuple[tuple[str, str], ...] = ()
+    stars: tuple[str, ...] = ()
+
+
+def reached_files(
+    site: str, package: str, modules: list[str], max_files: int = MAX_FILES
+) -> dict[str, tuple[str, FileImports]]:
+    """Module name -> (file, its imports) of every module of `package` that `modules` import, any
+    number of steps (also the packages above each module: importing `a.b` runs `a/__init__.py`)."""
+    found: dict[str, tuple[str, FileImports]] = {}
     todo = [name for name in modules if name.split(".")[0] == package]
     while todo and len(found) < max_files:
         name = todo.pop(0)
@@ -122,8 +134,9 @@ def reached_files(site: str, package: str, modules: list[str], max_files: int = 
             path = module_file(site, candidate)
             if path is None:
                 continue
-            found[candidate] = path
-            todo.extend(m for m in _imported_modules(path, candidate) if m.split(".")[0] == package)
+            imports = _file_imports(path, candidate)
+            found[candidate] = (path, imports)
+            todo.extend(m for m in imports.modules if m.split(".")[0] == package)
     return found
 
 
@@ -133,16 +146,17 @@ def _candidates(name: str) -> list[str]:
     return [".".join(parts[:end]) for end in range(len(parts), 0, -1)]
 
 
-def _imported_modules(path: str, module: str) -> list[str]:
+def _file_imports(path: str, module: str) -> FileImports:
     source = read_source(Path(path), MAX_FILE_BYTES)
     if isinstance(source, FileError):
-        return []
+        return FileImports()
     try:
         tree = ast.parse(source.text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
+        return FileImports()
     current = module if path.endswith("__init__.py") else module.rpartition(".")[0]
     names: list[str] = []
+    stars: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
@@ -150,7 +164,10 @@ def _imported_modules(path: str, module: str) -> list[str]:
             base = resolve_relative(node.module, node.level, current)
             names.extend(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
             names.append(base)
-    return names
+            if any(alias.name == "*" for alias in node.names) and node in tree.body:
+                stars.append(base)
+    bound = tuple(module_imports(tree, current).names.items())
+    return FileImports(tuple(names), bound, tuple(stars))
 
 
 # ----------------------------------------------------------------------------- running the engine
@@ -169,10 +186,12 @@ class _RootStates(Interpreter):
         return result
 
 
-def _summarise_files(files: dict[str, str], catalog: Catalog, settings: Settings, found: _Found) -> None:
+def _summarise_files(
+    files: dict[str, tuple[str, FileImports]], catalog: Catalog, settings: Settings, found: _Found
+) -> None:
     trigger, ranked = trigger_pattern(catalog), rank_words(catalog)
     facts = {}
-    for path in files.values():
+    for path, _ in files.values():
         source = read_source(Path(path), MAX_FILE_BYTES)
         if not isinstance(source, FileError):
             facts[path] = file_facts(source.text, trigger, ranked)
@@ -180,7 +199,7 @@ def _summarise_files(files: dict[str, str], catalog: Catalog, settings: Settings
     project = build_project(facts, names)
     loader = Loader(catalog, project, settings, complete_loaded_module)
     started = time.monotonic()
-    for module_name, path in sorted(files.items()):
+    for module_name, (path, _) in sorted(files.items()):
         if time.monotonic() - started > PACKAGE_SECONDS:
             found.notes.append(
                 f"over the {PACKAGE_SECONDS:g} s budget of a package: {module_name} and after left out"
@@ -375,26 +394,28 @@ def _value_text(value: Expr | None) -> str | None:
 # ----------------------------------------------------------------------------- the catalog document
 
 
-def _reexports(files: dict[str, str], found: _Found) -> None:
-    """`from ourlib.comm import sync` in `ourlib/__init__.py`: `ourlib.sync` is the same function."""
+def _reexports(files: dict[str, tuple[str, FileImports]], found: _Found) -> None:
+    """`from ourlib.comm import sync` (or `import *`) in `ourlib/__init__.py`: `ourlib.sync` is the
+    same function."""
+    tables: list[dict[str, Any]] = [found.ops, found.classes, found.rank]
     for _ in range(3):  # re-exports of re-exports
-        for module_name, path in files.items():
-            source = read_source(Path(path), MAX_FILE_BYTES)
-            if isinstance(source, FileError):
-                continue
-            try:
-                tree = ast.parse(source.text)
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
-                continue
-            current = module_name if path.endswith("__init__.py") else module_name.rpartition(".")[0]
-            for local, target in module_imports(tree, current).names.items():
+        for module_name, (_, imports) in files.items():
+            pairs = list(imports.names)
+            for star in imports.stars:
+                prefix = star + "."
+                pairs.extend(
+                    (name[len(prefix) :], name)
+                    for table in tables
+                    for name in list(table)
+                    if name.startswith(prefix)
+                    and "." not in name[len(prefix) :]
+                    and not name.startswith(prefix + "_")
+                )
+            for local, target in pairs:
                 spelling = f"{module_name}.{local}"
-                if target in found.ops and spelling not in found.ops:
-                    found.ops[spelling] = found.ops[target]
-                if target in found.classes and spelling not in found.classes:
-                    found.classes[spelling] = found.classes[target]
-                if target in found.rank and spelling not in found.rank:
-                    found.rank[spelling] = found.rank[target]
+                for table in tables:
+                    if target in table and spelling not in table:
+                        table[spelling] = table[target]
 
 
 def _document(package: str, found: _Found) -> dict[str, Any]:
