@@ -152,10 +152,11 @@ def imported_modules(files: Iterable[Path]) -> set[str]:
 
 
 def installed(site: str, package: str) -> bool:
-    """A package folder with `__init__.py`, or a single module file, that is not a link."""
+    """A package folder (a namespace package too: megatron-core's `megatron/`), or a single
+    module file, that is not a link."""
     folder = os.path.join(site, package)
-    if os.path.isdir(folder) and not os.path.islink(folder):
-        return os.path.isfile(os.path.join(folder, "__init__.py"))
+    if os.path.isdir(folder):
+        return not os.path.islink(folder)
     single = folder + ".py"
     return os.path.isfile(single) and not os.path.islink(single)
 
@@ -178,7 +179,7 @@ def installed_version(site: str, package: str) -> str | None:
     others = [e for e in entries if e not in named]
     for entry in named + others:
         folder = os.path.join(site, entry)
-        if entry not in named and package not in _top_level(folder):
+        if entry not in named and not _installs(folder, package):
             continue
         version = _metadata_version(folder)
         if version is not None:
@@ -190,12 +191,20 @@ def _normalised(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
-def _top_level(folder: str) -> list[str]:
+def _installs(folder: str, package: str) -> bool:
+    """The distribution lists `package` in its top_level.txt or, lacking one, installs files of it
+    (the first lines of its RECORD)."""
     try:
         raw = read_regular_file(os.path.join(folder, "top_level.txt"), 64 * 1024, follow_links=False)
+        return package in raw.decode(errors="replace").split()
     except (OSError, FileRefused):
-        return []
-    return raw.decode(errors="replace").split()
+        pass
+    try:
+        record = read_regular_file(os.path.join(folder, "RECORD"), 16 * 1024 * 1024, follow_links=False)
+    except (OSError, FileRefused):
+        return False
+    head = record[:65536].decode(errors="replace").splitlines()
+    return any(line.startswith((f"{package}/", f"{package}.py,")) for line in head)
 
 
 def _metadata_version(folder: str) -> str | None:

@@ -403,3 +403,29 @@ def test_star_and_relative_reexports(isolated: Path) -> None:
     """
     quiet = _write(isolated / "project" / "private.py", private)  # `import *` skips `_` names
     assert _codes(quiet, _settings(isolated, python=str(python))) == []
+
+
+def test_namespace_package_and_version_from_record(isolated: Path) -> None:
+    python = make_venv(isolated / "env")
+    site = isolated / "env" / "lib" / PY / "site-packages"
+    (site / "ourlib-1.0.dist-info" / "METADATA").rename(site / "METADATA.moved")
+    _write(site / "org" / "comm" / "__init__.py", "")  # `org/` has no __init__.py
+    _write(site / "org" / "comm" / "layer.py", COMM.replace("from ._impl", "from org.comm._impl"))
+    _write(site / "org" / "comm" / "_impl.py", IMPL)
+    record = "org/comm/__init__.py,sha256=x,0\norg/comm/layer.py,sha256=x,1\n"
+    _write(site / "in_house_comm-3.1.dist-info" / "RECORD", record)
+    _write(site / "in_house_comm-3.1.dist-info" / "METADATA", "Metadata-Version: 2.1\nVersion: 3.1\n")
+    assert installed_version(str(site), "org") == "3.1"
+    code = """
+    import torch.distributed as dist
+
+    from org.comm.layer import Reducer
+
+
+    def step(tensor):
+        reducer = Reducer()
+        if dist.get_rank() == 0:
+            reducer.flush(tensor)  # expect: CC001
+    """
+    bug_file = _write(isolated / "project" / "bug.py", code)
+    assert _codes(bug_file, _settings(isolated, python=str(python))) == _expected(bug_file)

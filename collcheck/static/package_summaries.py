@@ -38,7 +38,7 @@ from collcheck.static.names import module_imports, resolve_relative
 from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import CommEvent
 from collcheck.static.program import Path as ProgramPath
-from collcheck.static.project import build_project, file_facts, module_names
+from collcheck.static.project import build_project, file_facts
 from collcheck.static.state import Frame, PathLimitExceeded, State
 from collcheck.static.symbolic import Atom, BinOp, BoolOp, Compare, Const, Expr, GroupVal, Not
 from collcheck.static.values import where_of
@@ -195,7 +195,9 @@ def _summarise_files(
         source = read_source(Path(path), MAX_FILE_BYTES)
         if not isinstance(source, FileError):
             facts[path] = file_facts(source.text, trigger, ranked)
-    names = module_names(tuple(facts))
+    # Dotted names from site-packages down (`project.module_names` would stop at a namespace
+    # package's folder without `__init__.py`: megatron-core's `megatron/`).
+    names = [(name, path) for name, (path, _) in files.items() if path in facts]
     project = build_project(facts, names)
     loader = Loader(catalog, project, settings, complete_loaded_module)
     started = time.monotonic()
