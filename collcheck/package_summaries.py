@@ -29,12 +29,13 @@ from typing import Any
 
 from collcheck import __version__
 from collcheck.cache_guard import read_entry, user_cache_root, write_entry
-from collcheck.catalog import catalog_fingerprint, catalogued_packages
+from collcheck.catalog import bundled_catalog_dir, catalog_fingerprint, catalogued_packages
 from collcheck.config import Settings
 from collcheck.environment import Environment
 from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 
 SUMMARY_FORMAT = 1  # bump when what a summary holds changes
+BUNDLED_SUMMARIES = bundled_catalog_dir() / "summaries"  # PACKAGE-VERSION.toml, made from releases
 MAX_IMPORT_SCAN_BYTES = MAX_SOURCE_BYTES
 # `import a.b, c` / `from a.b import x` at the start of a line (indented too): the module names.
 _IMPORT_LINE = re.compile(
@@ -56,25 +57,48 @@ def with_package_summaries(
 def summaries_for(
     environment: Environment, modules: set[str], settings: Settings, root: Path | None
 ) -> tuple[tuple[str, str], ...]:
-    """(package, catalog TOML text) of each installed package among `modules`."""
+    """(name, catalog TOML text) of each installed package among `modules`: the bundled summary of
+    its version if there is one, else (for a package no catalog describes) its own summary."""
     covered = catalogued_packages(tuple(settings.catalogs))
     by_package: dict[str, list[str]] = {}
     for module in sorted(modules):
         top = module.split(".")[0]
-        if top not in covered and not _project_owns(top, root):
+        if not _project_owns(top, root):
             by_package.setdefault(top, []).append(module)
     documents: list[tuple[str, str]] = []
     for site in environment.site_packages:
         for package, imported in sorted(by_package.items()):
-            if installed(site, package):
-                text = package_summary(site, package, imported, settings)
+            if not installed(site, package):
+                continue
+            version = installed_version(site, package)
+            bundled = bundled_summary(package, version)
+            if bundled is not None:
+                documents.append((bundled_summary_name(package, version or ""), bundled))
+            elif package not in covered:
+                text = package_summary(site, package, imported, settings, version)
                 documents.append((f"{package}.summary.toml", text))
     return tuple(documents)
 
 
-def package_summary(site: str, package: str, modules: list[str], settings: Settings) -> str:
+def bundled_summary_name(package: str, version: str) -> str:
+    return f"{package}-{version}.toml"
+
+
+def bundled_summary(package: str, version: str | None) -> str | None:
+    """The summary shipped with collcheck for this exact version (`bench/bundled_summaries.py`)."""
+    if version is None:
+        return None
+    try:
+        raw = read_regular_file(BUNDLED_SUMMARIES / bundled_summary_name(package, version), 16 * 1024 * 1024)
+    except (OSError, FileRefused):
+        return None
+    return raw.decode("utf-8", errors="replace")
+
+
+def package_summary(
+    site: str, package: str, modules: list[str], settings: Settings, version: str | None
+) -> str:
     """The summary of `package` as catalog TOML: from the user's cache, else made and stored."""
-    version = installed_version(site, package)
     key = _summary_key(package, version, modules, settings)
     folder = user_cache_root() / "summaries"
     target = folder / package / f"{key}.toml"

@@ -55,6 +55,13 @@ def is_last_rank():
     return dist.get_rank() == dist.get_world_size() - 1
 
 
+_GROUPS = {}
+
+
+def reduce_in(tensor, name):
+    dist.all_reduce(tensor, group=_GROUPS[name])
+
+
 class Reducer:
     def __init__(self, scale=1.0):
         self.scale = scale
@@ -281,6 +288,7 @@ def test_summarize_writes_a_catalog_that_summaries_can_name(isolated: Path) -> N
     assert (spec.op, spec.params, spec.group) == ("barrier", ("group",), "group")
     assert catalog.functions["ourlib._impl.reduce_now"].op == "all_reduce"
     assert "ourlib.comm.sometimes" not in catalog.functions
+    assert "ourlib.comm.reduce_in" not in catalog.functions  # its group depends on an argument
     assert catalog.rank_functions["ourlib.is_last_rank"] == "(rank == (world - 1))"
     assert catalog.types["ourlib.Reducer"] == "ourlib.comm.Reducer"
     project = isolated / "project"
@@ -429,3 +437,34 @@ def test_namespace_package_and_version_from_record(isolated: Path) -> None:
     """
     bug_file = _write(isolated / "project" / "bug.py", code)
     assert _codes(bug_file, _settings(isolated, python=str(python))) == _expected(bug_file)
+
+
+def test_bundled_summary_of_the_installed_version(isolated: Path) -> None:
+    """deepspeed is described by a catalog, so its source is never summarised; the summary
+    bundled for 0.19.8 (bench/bundled_summaries.py) is used when exactly that version is installed."""
+    site_root = isolated / "env"
+    python = make_venv(site_root)
+    site = site_root / "lib" / PY / "site-packages"
+    _write(site / "deepspeed" / "__init__.py", 'raise SystemExit("deepspeed was executed")\n')
+    dist_info = site / "deepspeed-0.19.8.dist-info"
+    _write(dist_info / "METADATA", "Metadata-Version: 2.1\nName: deepspeed\nVersion: 0.19.8\n")
+    code = """
+    import torch.distributed as dist
+
+    from deepspeed.runtime.zero.utils import get_lst_from_rank0
+
+
+    def step(values):
+        if dist.get_rank() == 0:
+            get_lst_from_rank0(values)  # expect: CC001
+    """
+    bug_file = _write(isolated / "project" / "bug.py", code)
+    settings = _settings(isolated, python=str(python))
+    assert _codes(bug_file, settings) == _expected(bug_file)
+    dist_info.rename(site / "deepspeed-0.19.7.dist-info")
+    _write(
+        site / "deepspeed-0.19.7.dist-info" / "METADATA",
+        "Metadata-Version: 2.1\nName: deepspeed\nVersion: 0.19.7\n",
+    )
+    assert _codes(bug_file, _settings(isolated, python=str(python), cache=False)) == []
+    assert "deepspeed" not in sys.modules

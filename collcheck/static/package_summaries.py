@@ -254,7 +254,8 @@ def _summarise_function(
         found.notes.append(f"{qualified}: over the work budget, not summarised")
         return
     if communicates:
-        entry = _op_entry(regions[0].paths, function, class_name, qualified)
+        named = frozenset(module.catalog.groups.values()) | {"world"}
+        entry = _op_entry(regions[0].paths, _Subject(function, class_name, qualified, named))
         if entry is not None:
             _add_op(found, entry, class_name, function.name, qualified)
         return
@@ -283,15 +284,27 @@ def _is_static(function: FunctionNode) -> bool:
     return any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in function.decorator_list)
 
 
-def _op_entry(
-    paths: list[ProgramPath], function: FunctionNode, class_name: str | None, qualified: str
-) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class _Subject:
+    """The function being summarised, and the group names an entry may use as its default."""
+
+    function: FunctionNode
+    class_name: str | None
+    qualified: str
+    named_groups: frozenset[str]  # the catalog's `[groups]` names, and `world`
+
+    @property
+    def parameters(self) -> list[str]:
+        return _parameters(self.function, self.class_name)
+
+
+def _op_entry(paths: list[ProgramPath], subject: _Subject) -> dict[str, Any] | None:
     """The `[[op]]` entry of a function whose every path that does not raise issues the same
     collectives on the same group, or None."""
     kept = [p for p in paths if p.exit is None or p.exit.kind == "return"]
     if not kept:
         return None
-    sequences = {tuple(p.events) and _sequence(p, function, class_name, qualified) for p in kept}
+    sequences = {tuple(p.events) and _sequence(p, subject) for p in kept}
     if len(sequences) != 1:
         return None
     sequence = sequences.pop()
@@ -302,11 +315,7 @@ def _op_entry(
     if len(groups) != 1:
         return None
     group = groups.pop()
-    entry: dict[str, Any] = {
-        "op": "+".join(ops),
-        "params": _parameters(function, class_name),
-        "via": list(sequence[0][2]),
-    }
+    entry: dict[str, Any] = {"op": "+".join(ops), "params": subject.parameters, "via": list(sequence[0][2])}
     if group is not None:
         role, value = group
         entry[role] = value
@@ -316,14 +325,15 @@ def _op_entry(
 Step = tuple[str, tuple[str, str] | None, tuple[str, ...]]  # op, (role, value) of its group, via
 
 
-def _sequence(path: ProgramPath, function: FunctionNode, class_name: str | None, qualified: str) -> Any:
+def _sequence(path: ProgramPath, subject: _Subject) -> tuple[Step, ...] | None:
     """The path's collectives as (op, group role, helpers it went through); None when one of its
-    events cannot be said in a catalog entry (a loop, a callback, point-to-point, a per-rank group)."""
+    events cannot be said in a catalog entry (a loop, a callback, point-to-point, a group that is
+    none of the function's parameters, its receiver's attributes or the catalog's groups)."""
     steps: list[Step] = []
     for event in path.events:
         if not isinstance(event, CommEvent) or event.kind != "collective":
             return None
-        group = _group_role(event.group, function, class_name, qualified)
+        group = _group_role(event.group, subject)
         if group is False:
             return None
         via = (*(site.callee for site in event.chain), event.op)
@@ -331,28 +341,25 @@ def _sequence(path: ProgramPath, function: FunctionNode, class_name: str | None,
     return tuple(steps)
 
 
-def _group_role(
-    group: GroupVal | None, function: FunctionNode, class_name: str | None, qualified: str
-) -> tuple[str, str] | bool | None:
+def _group_role(group: GroupVal | None, subject: _Subject) -> tuple[str, str] | bool | None:
     """("group", parameter) for a group passed in, ("default_group", name) for one the function
-    finds itself (an attribute of the receiver, a catalogued group), None for the world, False
-    for a group chosen per rank (not a catalog entry)."""
+    finds itself (an attribute of its receiver, a catalogued group), None for the world, False
+    for anything else (chosen per rank, computed from an argument: not a catalog entry)."""
     if group is None:
         return None
     if group.per_rank or group.color is not None or group.created:
         return False
     prefix, _, where = group.key.partition("@")
-    if prefix.startswith("param:") and where == where_of(function):
+    if prefix.startswith("param:") and where == where_of(subject.function):
         name = prefix[len("param:") :]
-        if name in _parameters(function, class_name):
-            return ("group", name)
-        return False
-    if group.key.startswith("param:"):
-        return False
-    if group.key.startswith("self.") and class_name is not None:
-        owner = qualified.rsplit(".", 1)[0]
-        return ("default_group", f"{owner}.{group.key[len('self.') :]}")
-    return ("default_group", group.key)
+        return ("group", name) if name in subject.parameters else False
+    attribute = group.key[len("self.") :] if group.key.startswith("self.") else ""
+    if attribute.isidentifier() and subject.class_name is not None:
+        owner = subject.qualified.rsplit(".", 1)[0]
+        return ("default_group", f"{owner}.{attribute}")
+    if group.key in subject.named_groups:
+        return ("default_group", group.key)
+    return False
 
 
 def _add_op(found: _Found, entry: dict[str, Any], class_name: str | None, name: str, qualified: str) -> None:
