@@ -8,6 +8,8 @@ wheel for this platform), unpack it under `--into`, summarise every module of th
 it took. A run with an environment where that exact version is installed uses the bundled summary
 instead of summarising (also for packages a catalog describes, whose source is otherwise not read).
 Only facts are committed (names, ops, parameters), no code of the packages.
+`pip download` of a release with only an sdist (deepspeed) prepares its metadata with the package's
+build backend: run this in a throwaway environment.
 """
 
 from __future__ import annotations
