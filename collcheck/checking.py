@@ -115,6 +115,8 @@ def run_check(paths: list[Path], options: CheckOptions) -> int:
         )
         from collcheck.static.over_budget import budget_counts  # only under -v: the engine is heavy
 
+        if result.summaries:
+            print(f"summaries of installed packages: {', '.join(result.summaries)}", file=sys.stderr)
         reduced, skipped = budget_counts(result.notes)
         print(
             f"budget: {reduced} functions over the work budget analysed in the reduced mode, "

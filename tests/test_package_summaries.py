@@ -254,7 +254,8 @@ def test_cli_python_option_and_summary_cache(isolated: Path, capsys: pytest.Capt
     assert "CC001" in capsys.readouterr().out
     stored = list((isolated / "user-cache" / "collcheck" / "summaries" / "ourlib").glob("*.toml"))
     assert len(stored) == 1  # summarised once for version 1.0, sealed in the user's cache
-    assert main(argv) == 1  # answered from that entry
+    assert main([*argv, "-v"]) == 1  # answered from that entry
+    assert "ourlib.summary.toml" in capsys.readouterr().err
     assert "sync" in stored[0].read_text()
     assert "ourlib" not in sys.modules
 
