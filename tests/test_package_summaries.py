@@ -66,6 +66,10 @@ class Reducer:
     def __init__(self, scale=1.0):
         self.scale = scale
 
+    @property
+    def is_leader(self):
+        return dist.get_rank() == 0
+
     def flush(self, tensor):
         self._reduce(tensor)
 
@@ -140,6 +144,18 @@ def step(tensor):
         dist.all_reduce(tensor)  # expect: CC001
 """
 
+PROPERTY_BUG = """
+import torch.distributed as dist
+
+from ourlib.comm import Reducer
+
+
+def step(tensor):
+    reducer = Reducer()
+    if reducer.is_leader:
+        dist.barrier()  # expect: CC001
+"""
+
 CONDITIONAL = """
 import torch.distributed as dist
 
@@ -204,7 +220,10 @@ def _settings(tmp: Path, **changes: object) -> Settings:
     return Settings(cache_dir=str(tmp / "project-cache"), **changes)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("bug", "fixed"), [(BUG, FIXED), (METHOD_BUG, METHOD_FIXED), (PREDICATE_BUG, None)])
+@pytest.mark.parametrize(
+    ("bug", "fixed"),
+    [(BUG, FIXED), (METHOD_BUG, METHOD_FIXED), (PREDICATE_BUG, None), (PROPERTY_BUG, None)],
+)
 def test_package_in_a_separate_venv_is_found_through_python(
     isolated: Path, bug: str, fixed: str | None
 ) -> None:
@@ -218,9 +237,10 @@ def test_package_in_a_separate_venv_is_found_through_python(
     assert "ourlib" not in sys.modules and "ourlib.comm" not in sys.modules
 
 
-def test_without_an_environment_the_package_is_unknown(isolated: Path) -> None:
+@pytest.mark.parametrize("bug", [BUG, METHOD_BUG, PREDICATE_BUG, PROPERTY_BUG])
+def test_without_an_environment_the_package_is_unknown(isolated: Path, bug: str) -> None:
     make_venv(isolated / "env")
-    bug_file = _write(isolated / "project" / "bug.py", BUG)
+    bug_file = _write(isolated / "project" / "bug.py", bug)
     assert _codes(bug_file, _settings(isolated)) == []
 
 
