@@ -489,3 +489,25 @@ def test_bundled_summary_of_the_installed_version(isolated: Path) -> None:
     )
     assert _codes(bug_file, _settings(isolated, python=str(python), cache=False)) == []
     assert "deepspeed" not in sys.modules
+
+
+def test_helpers_imported_two_packages_up(isolated: Path) -> None:
+    python = make_venv(isolated / "env")
+    site = isolated / "env" / "lib" / PY / "site-packages"
+    _write(site / "ourlib" / "sub" / "__init__.py", "")
+    _write(
+        site / "ourlib" / "sub" / "deep.py",
+        "from ..comm import _wait_all\n\n\ndef deep_sync():\n    _wait_all()\n",
+    )
+    code = """
+    import torch.distributed as dist
+
+    from ourlib.sub.deep import deep_sync
+
+
+    def step():
+        if dist.get_rank() == 0:
+            deep_sync()  # expect: CC001
+    """
+    bug_file = _write(isolated / "project" / "bug.py", code)
+    assert _codes(bug_file, _settings(isolated, python=str(python))) == _expected(bug_file)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from collcheck.static.names import module_imports, resolve_relative
 from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import CommEvent
 from collcheck.static.program import Path as ProgramPath
-from collcheck.static.project import build_project, file_facts
+from collcheck.static.project import MODULE_CODE, FileFacts, build_project, file_facts, realpath_once
 from collcheck.static.state import Frame, PathLimitExceeded, State
 from collcheck.static.symbolic import Atom, BinOp, BoolOp, Compare, Const, Expr, GroupVal, Not
 from collcheck.static.values import where_of
@@ -140,6 +140,11 @@ def reached_files(
     return found
 
 
+def _package_of(module: str, path: str) -> str:
+    """The package a file's relative imports start from: itself for an `__init__.py`."""
+    return module if path.endswith("__init__.py") else module.rpartition(".")[0]
+
+
 def _candidates(name: str) -> list[str]:
     """`a.b.c` may be a module or a name in `a.b`: each prefix, longest first."""
     parts = name.split(".")
@@ -154,7 +159,7 @@ def _file_imports(path: str, module: str) -> FileImports:
         tree = ast.parse(source.text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return FileImports()
-    current = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    current = _package_of(module, path)
     names: list[str] = []
     stars: list[str] = []
     for node in ast.walk(tree):
@@ -199,7 +204,14 @@ def _summarise_files(
     # package's folder without `__init__.py`: megatron-core's `megatron/`).
     names = [(name, path) for name, (path, _) in files.items() if path in facts]
     project = build_project(facts, names)
-    loader = Loader(catalog, project, settings, complete_loaded_module)
+    # The index resolves imports beside a file; a package's `from ..comm import helper` is
+    # followed by the helper's name instead (more files modelled, never fewer facts).
+    reaching = _communicating_by_name(facts)
+    project = replace(project, communicating_names=project.communicating_names | reaching)
+    packages = {
+        found: _package_of(name, path) for name, path in names for found in (path, realpath_once(path))
+    }
+    loader = Loader(catalog, project, settings, complete_loaded_module, packages)
     started = time.monotonic()
     for module_name, (path, _) in sorted(files.items()):
         if time.monotonic() - started > PACKAGE_SECONDS:
@@ -209,7 +221,9 @@ def _summarise_files(
             break
         if path not in facts:
             continue
-        interesting = path in project.selected or bool(facts[path].rank_hits)
+        interesting = (
+            path in project.selected or _names_any(facts[path], reaching) or bool(facts[path].rank_hits)
+        )
         if not interesting:
             continue
         try:
@@ -222,6 +236,31 @@ def _summarise_files(
         except RecursionError:
             found.notes.append(f"{module_name}: too deeply nested to summarise")
     _reexports(files, found)
+
+
+def _communicating_by_name(facts: dict[str, FileFacts]) -> frozenset[str]:
+    """Top-level functions that name a collective, or name (by its last part) such a function,
+    any number of steps."""
+    names = {name for found in facts.values() for name in found.hits}
+    changed = True
+    while changed:
+        changed = False
+        for found in facts.values():
+            for function, imported, local in found.references:
+                if function == MODULE_CODE or function in names:
+                    continue
+                if any(q.rsplit(".", 1)[-1] in names for q in imported) or not names.isdisjoint(local):
+                    names.add(function)
+                    changed = True
+    return frozenset(names)
+
+
+def _names_any(found: FileFacts, names: frozenset[str]) -> bool:
+    """Some part of the file (a function, or a class's methods) names one of `names`."""
+    return any(
+        not names.isdisjoint(local) or any(q.rsplit(".", 1)[-1] in names for q in imported)
+        for _, imported, local in found.references
+    )
 
 
 def _summarise_module(module: ModuleInfo, module_name: str, settings: Settings, found: _Found) -> None:
