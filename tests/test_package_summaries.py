@@ -511,3 +511,21 @@ def test_helpers_imported_two_packages_up(isolated: Path) -> None:
     """
     bug_file = _write(isolated / "project" / "bug.py", code)
     assert _codes(bug_file, _settings(isolated, python=str(python))) == _expected(bug_file)
+
+
+def test_single_module_package(isolated: Path) -> None:
+    python = make_venv(isolated / "env")
+    site = isolated / "env" / "lib" / PY / "site-packages"
+    _write(site / "solo.py", "import torch.distributed as dist\n\n\ndef wait():\n    dist.barrier()\n")
+    code = """
+    import torch.distributed as dist
+
+    import solo
+
+
+    def step():
+        if dist.get_rank() == 0:
+            solo.wait()  # expect: CC001
+    """
+    bug_file = _write(isolated / "project" / "bug.py", code)
+    assert _codes(bug_file, _settings(isolated, python=str(python))) == _expected(bug_file)
