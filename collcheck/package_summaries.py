@@ -32,17 +32,12 @@ from collcheck.cache_guard import read_entry, user_cache_root, write_entry
 from collcheck.catalog import bundled_catalog_dir, catalog_fingerprint, catalogued_packages
 from collcheck.config import Settings
 from collcheck.environment import Environment
+from collcheck.import_scan import imported_names
 from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 
 SUMMARY_FORMAT = 1  # bump when what a summary holds changes
 BUNDLED_SUMMARIES = bundled_catalog_dir() / "summaries"  # PACKAGE-VERSION.toml, made from releases
 MAX_IMPORT_SCAN_BYTES = MAX_SOURCE_BYTES
-# `import a.b, c` / `from a.b import x` at the start of a line (indented too): the module names.
-_IMPORT_LINE = re.compile(
-    rb"^[ \t]*(?:from[ \t]+([A-Za-z_][A-Za-z0-9_.]*)[ \t]+import[ \t]+([^\n#;]*)|import[ \t]+([^\n#;]+))",
-    re.MULTILINE,
-)
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _METADATA_VERSION = re.compile(rb"^Version:[ \t]*([^\s]+)", re.MULTILINE)
 
 
@@ -102,7 +97,8 @@ def package_summary(
     key = _summary_key(package, version, modules, settings)
     folder = user_cache_root() / "summaries"
     target = folder / package / f"{key}.toml"
-    cached = version is not None and settings.cache
+    # Kept across `--no-cache` (about per-file results): a package is summarised once per version.
+    cached = version is not None
     if cached:
         text = read_entry(folder, target)
         if text is not None:
@@ -162,17 +158,8 @@ def imported_modules(files: Iterable[Path]) -> set[str]:
             raw = read_regular_file(path, MAX_IMPORT_SCAN_BYTES)
         except (OSError, FileRefused):
             continue
-        for matched in _IMPORT_LINE.finditer(raw):
-            source, names, plain = matched.groups()
-            if source is not None:
-                base = source.decode()
-                found.add(base)
-                text = names.decode(errors="replace").replace("(", " ").replace(")", " ")
-                found.update(f"{base}.{n.split()[0]}" for n in text.split(",") if _NAME.match(n.strip()))
-            else:
-                text = plain.decode(errors="replace")
-                found.update(part.split()[0] for part in text.split(",") if _NAME.match(part.strip()))
-    return {name for name in found if _NAME.fullmatch(name) and not name.startswith(".")}
+        found |= imported_names(raw, None)
+    return found
 
 
 def installed(site: str, package: str) -> bool:

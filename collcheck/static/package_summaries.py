@@ -28,8 +28,9 @@ from typing import Any
 from collcheck.catalog import Catalog
 from collcheck.config import Settings
 from collcheck.findings import FileError
+from collcheck.import_scan import imported_names
 from collcheck.index_facts import rank_words
-from collcheck.source import read_source
+from collcheck.source import FileRefused, read_regular_file, read_source
 from collcheck.static.budget import BudgetExceeded, file_budget
 from collcheck.static.interpret import Interpreter
 from collcheck.static.model import FunctionNode, Loader, ModuleInfo
@@ -82,7 +83,7 @@ def summarise_package(
     """The summary of `package` (installed in `site`) as far as `modules` reach."""
     files = reached_files(site, package, modules, max_files)
     found = _Found()
-    if files:
+    if _imports_communication(files, catalog):
         _summarise_files(files, catalog, settings, found)
     document = _document(package, found)
     return PackageSummary(package, document, len(files), tuple(found.notes))
@@ -109,22 +110,13 @@ def module_file(site: str, module: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class FileImports:
-    """What one file of the package imports: the modules (to follow), the names it binds at module
-    level (`local -> qualified`, for re-exports) and the modules it star-imports."""
-
-    modules: tuple[str, ...] = ()
-    names: tuple[tuple[str, str], ...] = ()
-    stars: tuple[str, ...] = ()
-
-
 def reached_files(
     site: str, package: str, modules: list[str], max_files: int = MAX_FILES
-) -> dict[str, tuple[str, FileImports]]:
-    """Module name -> (file, its imports) of every module of `package` that `modules` import, any
-    number of steps (also the packages above each module: importing `a.b` runs `a/__init__.py`)."""
-    found: dict[str, tuple[str, FileImports]] = {}
+) -> dict[str, tuple[str, frozenset[str]]]:
+    """Module name -> (file, the modules it imports) of every module of `package` that `modules`
+    import, any number of steps (also the packages above each module: importing `a.b` runs
+    `a/__init__.py`). Imports are read off the text (`import_scan`), not parsed."""
+    found: dict[str, tuple[str, frozenset[str]]] = {}
     todo = [name for name in modules if name.split(".")[0] == package]
     while todo and len(found) < max_files:
         name = todo.pop(0)
@@ -134,9 +126,13 @@ def reached_files(
             path = module_file(site, candidate)
             if path is None:
                 continue
-            imports = _file_imports(path, candidate)
-            found[candidate] = (path, imports)
-            todo.extend(m for m in imports.modules if m.split(".")[0] == package)
+            try:
+                raw = read_regular_file(path, MAX_FILE_BYTES)
+            except (OSError, FileRefused):
+                raw = b""
+            imported = frozenset(imported_names(raw, _package_of(candidate, path)))
+            found[candidate] = (path, imported)
+            todo.extend(m for m in sorted(imported) if m.split(".")[0] == package)
     return found
 
 
@@ -151,28 +147,38 @@ def _candidates(name: str) -> list[str]:
     return [".".join(parts[:end]) for end in range(len(parts), 0, -1)]
 
 
-def _file_imports(path: str, module: str) -> FileImports:
+@dataclass(frozen=True)
+class _Bindings:
+    """What a file binds at module level from its imports (`local -> qualified`), and the modules
+    it star-imports: its re-exports."""
+
+    names: tuple[tuple[str, str], ...] = ()
+    stars: tuple[str, ...] = ()
+
+
+def _bindings(path: str, module: str) -> _Bindings:
     source = read_source(Path(path), MAX_FILE_BYTES)
     if isinstance(source, FileError):
-        return FileImports()
+        return _Bindings()
     try:
         tree = ast.parse(source.text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return FileImports()
+        return _Bindings()
     current = _package_of(module, path)
-    names: list[str] = []
-    stars: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = resolve_relative(node.module, node.level, current)
-            names.extend(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
-            names.append(base)
-            if any(alias.name == "*" for alias in node.names) and node in tree.body:
-                stars.append(base)
-    bound = tuple(module_imports(tree, current).names.items())
-    return FileImports(tuple(names), bound, tuple(stars))
+    stars = [
+        resolve_relative(node.module, node.level, current)
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names)
+    ]
+    return _Bindings(tuple(module_imports(tree, current).names.items()), tuple(stars))
+
+
+def _imports_communication(files: dict[str, tuple[str, frozenset[str]]], catalog: Catalog) -> bool:
+    """A package none of whose reached files imports a library with catalogued collectives (torch,
+    deepspeed, ...) cannot issue one: it is not modelled at all (sympy, matplotlib: seconds saved)."""
+    libraries = {name.split(".")[0] for name in catalog.functions}
+    libraries |= {receiver.split(".")[0] for method in catalog.methods for receiver in method.receivers}
+    return any(name.split(".")[0] in libraries for _, imported in files.values() for name in imported)
 
 
 # ----------------------------------------------------------------------------- running the engine
@@ -192,7 +198,7 @@ class _RootStates(Interpreter):
 
 
 def _summarise_files(
-    files: dict[str, tuple[str, FileImports]], catalog: Catalog, settings: Settings, found: _Found
+    files: dict[str, tuple[str, frozenset[str]]], catalog: Catalog, settings: Settings, found: _Found
 ) -> None:
     trigger, ranked = trigger_pattern(catalog), rank_words(catalog)
     facts = {}
@@ -442,14 +448,21 @@ def _value_text(value: Expr | None) -> str | None:
 # ----------------------------------------------------------------------------- the catalog document
 
 
-def _reexports(files: dict[str, tuple[str, FileImports]], found: _Found) -> None:
+def _reexports(files: dict[str, tuple[str, frozenset[str]]], found: _Found) -> None:
     """`from ourlib.comm import sync` (or `import *`) in `ourlib/__init__.py`: `ourlib.sync` is the
-    same function."""
+    same function. Only files that import a module with summaries are parsed for this."""
     tables: list[dict[str, Any]] = [found.ops, found.classes, found.rank]
+    parsed: dict[str, _Bindings] = {}
     for _ in range(3):  # re-exports of re-exports
-        for module_name, (_, imports) in files.items():
-            pairs = list(imports.names)
-            for star in imports.stars:
+        summarised = {name.rsplit(".", 1)[0] for table in tables for name in table}
+        for module_name, (path, imported) in files.items():
+            if imported.isdisjoint(summarised):
+                continue
+            if module_name not in parsed:
+                parsed[module_name] = _bindings(path, module_name)
+            bindings = parsed[module_name]
+            pairs = list(bindings.names)
+            for star in bindings.stars:
                 prefix = star + "."
                 pairs.extend(
                     (name[len(prefix) :], name)
