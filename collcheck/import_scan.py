@@ -25,7 +25,10 @@ MAX_PARENTHESISED = 16 * 1024  # a `from m import (...)` list longer than this i
 
 def imported_names(raw: bytes, package: str | None) -> set[str]:
     found: set[str] = set()
+    consumed = 0  # the end of the last parenthesised list read: lines inside it are not imports
     for matched in _IMPORT_LINE.finditer(raw):
+        if matched.start() < consumed:
+            continue
         dots, module, names, plain = matched.groups()
         if plain is not None:
             found.update(_names(plain.decode(errors="replace")))
@@ -36,8 +39,8 @@ def imported_names(raw: bytes, package: str | None) -> set[str]:
         text = names.decode(errors="replace")
         if text.lstrip().startswith("(") and ")" not in text:
             end = raw.find(b")", matched.end(), matched.end() + MAX_PARENTHESISED)
-            rest = raw[matched.end() : end if end >= 0 else matched.end() + MAX_PARENTHESISED]
-            text += " " + _without_comments(rest.decode(errors="replace"))
+            consumed = end if end >= 0 else matched.end() + MAX_PARENTHESISED
+            text += " " + _without_comments(raw[matched.end() : consumed].decode(errors="replace"))
         if base:
             found.add(base)
         for name in _names(text.replace("(", " ").replace(")", " ")):
