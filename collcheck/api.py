@@ -374,7 +374,7 @@ def _with_environment(paths: Sequence[Path | str], settings: Settings, files: li
     from collcheck.environment import EnvironmentSource, find_environment
     from collcheck.package_summaries import with_package_summaries
 
-    environment = find_environment(settings.python, EnvironmentSource.NAMED, root)
+    environment = find_environment(settings.python, EnvironmentSource.NAMED, root, None, paths)
     return settings if environment is None else with_package_summaries(settings, environment, root, files)
 
 

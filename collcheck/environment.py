@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -49,10 +49,12 @@ def find_environment(
     source: EnvironmentSource,
     project_root: Path | None,
     environ: Mapping[str, str] | None = None,
+    checked: Sequence[Path | str] = (),
 ) -> Environment | None:
     """The environment named by `python` (from `source`), else the active or the project's one.
     A named environment without a site-packages folder is a configuration error; a found one
-    (`$VIRTUAL_ENV`, `.venv`) is just not used."""
+    (`$VIRTUAL_ENV`, `.venv`) is just not used, nor one that holds every `checked` path (a check
+    of an installed package's own files is not a check of the project around that environment)."""
     environ = os.environ if environ is None else environ
     if python:
         found = environment_at(python, source)
@@ -63,13 +65,20 @@ def find_environment(
             )
         return found
     active = environ.get("VIRTUAL_ENV", "")
-    if active and os.path.isabs(active):
+    if active and os.path.isabs(active) and not holds_all(active, checked):
         found = environment_at(active, EnvironmentSource.VIRTUAL_ENV)
         if found is not None:
             return found
-    if project_root is not None and os.path.isfile(project_root / ".venv" / VENV_MARKER):
-        return environment_at(str(project_root / ".venv"), EnvironmentSource.PROJECT_VENV)
+    venv = project_root / ".venv" if project_root is not None else None
+    if venv is not None and os.path.isfile(venv / VENV_MARKER) and not holds_all(str(venv), checked):
+        return environment_at(str(venv), EnvironmentSource.PROJECT_VENV)
     return None
+
+
+def holds_all(folder: str, paths: Sequence[Path | str]) -> bool:
+    """Every one of `paths` (at least one) lies inside `folder`."""
+    real = os.path.realpath(folder)
+    return bool(paths) and all(_inside(os.path.realpath(path), real) for path in paths)
 
 
 def environment_at(python: str, source: EnvironmentSource) -> Environment | None:

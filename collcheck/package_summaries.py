@@ -71,8 +71,14 @@ def summaries_for(
                 documents.append((bundled_summary_name(package, version or ""), bundled))
             elif package not in covered:
                 text = package_summary(site, package, imported, settings, version)
-                documents.append((f"{package}.summary.toml", text))
+                if _has_entries(text):  # an empty one would only change the catalogs' fingerprint
+                    documents.append((f"{package}.summary.toml", text))
     return tuple(documents)
+
+
+def _has_entries(text: str) -> bool:
+    """Whether a summary says anything beyond its `[catalog]` table (its tables' headers)."""
+    return any(line.startswith("[") and not line.startswith("[catalog]") for line in text.splitlines())
 
 
 def bundled_summary_name(package: str, version: str) -> str:

@@ -529,3 +529,18 @@ def test_single_module_package(isolated: Path) -> None:
     """
     bug_file = _write(isolated / "project" / "bug.py", code)
     assert _codes(bug_file, _settings(isolated, python=str(python))) == _expected(bug_file)
+
+
+def test_environment_of_the_checked_files_themselves_and_empty_summaries(isolated: Path) -> None:
+    project = isolated / "project"
+    make_venv(project / ".venv")
+    _write(project / "pyproject.toml", "[tool.collcheck]\ncache = false\n")
+    site = project / ".venv" / "lib" / PY / "site-packages"
+    _write(site / "quiet" / "__init__.py", "def helper():\n    return 1\n")
+    code = BUG.replace("import ourlib\n", "import ourlib\nimport quiet\n")
+    inside = _write(site / "vendored" / "bug.py", code)  # the venv's own code, checked alone
+    assert _codes(inside, load_settings([inside])) == []
+    bug_file = _write(project / "bug.py", code)
+    result = check_paths([bug_file], load_settings([bug_file]))
+    assert [f.code for f in result.findings] == ["CC001"]
+    assert result.summaries == ("ourlib.summary.toml",)  # quiet's summary is empty: left out
