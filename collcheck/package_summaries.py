@@ -38,7 +38,7 @@ from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 SUMMARY_FORMAT = 1  # bump when what a summary holds changes
 BUNDLED_SUMMARIES = bundled_catalog_dir() / "summaries"  # PACKAGE-VERSION.toml, made from releases
 MAX_IMPORT_SCAN_BYTES = MAX_SOURCE_BYTES
-_METADATA_VERSION = re.compile(rb"^Version:[ \t]*([^\s]+)", re.MULTILINE)
+_METADATA_VERSION = rb"^Version:[ \t]*([^\s]+)"  # compiled on use: most runs never ask
 
 
 def with_package_summaries(
@@ -229,5 +229,5 @@ def _metadata_version(folder: str) -> str | None:
         raw = read_regular_file(os.path.join(folder, "METADATA"), 4 * 1024 * 1024, follow_links=False)
     except (OSError, FileRefused):
         return None
-    matched = _METADATA_VERSION.search(raw[:65536])
+    matched = re.search(_METADATA_VERSION, raw[:65536], re.MULTILINE)
     return matched.group(1).decode(errors="replace") if matched else None
