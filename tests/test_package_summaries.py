@@ -544,3 +544,46 @@ def test_environment_of_the_checked_files_themselves_and_empty_summaries(isolate
     result = check_paths([bug_file], load_settings([bug_file]))
     assert [f.code for f in result.findings] == ["CC001"]
     assert result.summaries == ("ourlib.summary.toml",)  # quiet's summary is empty: left out
+
+
+def test_subclasses_inherit_summarised_methods_they_do_not_change(isolated: Path) -> None:
+    python = make_venv(isolated / "env")
+    site = isolated / "env" / "lib" / PY / "site-packages"
+    subclasses = """
+    from ourlib.comm import Reducer
+
+
+    class Wide(Reducer):
+        factor = 2
+
+
+    class Wider(Wide):
+        def __init__(self):
+            super().__init__(scale=4.0)
+
+
+    class Local(Reducer):
+        def _reduce(self, tensor):
+            return tensor
+    """
+    _write(site / "ourlib" / "extra.py", subclasses)
+    code = """
+    import torch.distributed as dist
+
+    from ourlib.extra import Local, Wide, Wider
+
+
+    def step(tensor):
+        wide, wider, local = Wide(), Wider(), Local()
+        if dist.get_rank() == 0:
+            local.flush(tensor)
+            wide.flush(tensor)  # expect: CC001
+
+
+    def other(tensor):
+        wider = Wider()
+        if dist.get_rank() == 0:
+            wider.flush(tensor)  # expect: CC001
+    """
+    bug_file = _write(isolated / "project" / "bug.py", code)
+    assert _codes(bug_file, _settings(isolated, python=str(python))) == _expected(bug_file)

@@ -35,7 +35,7 @@ from collcheck.static.budget import BudgetExceeded, file_budget
 from collcheck.static.interpret import Interpreter
 from collcheck.static.model import FunctionNode, Loader, ModuleInfo
 from collcheck.static.module_values import complete_loaded_module
-from collcheck.static.names import module_imports, resolve_relative
+from collcheck.static.names import module_imports, qualified_name, resolve_relative
 from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import CommEvent
 from collcheck.static.program import Path as ProgramPath
@@ -241,6 +241,7 @@ def _summarise_files(
             found.notes.append(f"{module_name}: over the {FILE_SECONDS:g} s budget, partly summarised")
         except RecursionError:
             found.notes.append(f"{module_name}: too deeply nested to summarise")
+    _subclasses(files, found)
     _reexports(files, found)
 
 
@@ -477,6 +478,69 @@ def _reexports(files: dict[str, tuple[str, frozenset[str]]], found: _Found) -> N
                 for table in tables:
                     if target in table and spelling not in table:
                         table[spelling] = table[target]
+
+
+def _subclasses(files: dict[str, tuple[str, frozenset[str]]], found: _Found) -> None:
+    """`class Fast(Reducer)` anywhere in the files read: `Fast().flush(t)` is the summarised
+    `Reducer.flush`, when `Fast` overrides none of `Reducer`'s methods but `__init__` (an override
+    of a helper `flush` calls could change what it issues). Only files that define or import a
+    module of a class with summarised methods are parsed for this."""
+    owners = {receiver for entry in found.methods for receiver in entry["receiver"]}
+    modules = {owner.rsplit(".", 1)[0] for owner in owners}
+    classes: dict[str, tuple[list[str], frozenset[str]]] = {}
+    for module_name, (path, imported) in files.items():
+        if module_name in modules or not imported.isdisjoint(modules):
+            for name, bases, defined in _classes(path, module_name):
+                classes[f"{module_name}.{name}"] = (bases, defined)
+    for _ in range(3):  # subclasses of subclasses
+        added = False
+        for qualified, (bases, defined) in classes.items():
+            for base in (found.classes.get(b, b) for b in bases):
+                overridden = defined & classes.get(base, ([], frozenset()))[1]
+                if not overridden - {"__init__"}:
+                    added = _inherit(found, qualified, base) or added
+        if not added:
+            return
+
+
+def _inherit(found: _Found, qualified: str, base: str) -> bool:
+    """Add class `qualified` to the receivers of `base`'s summarised methods."""
+    added = False
+    for entry in found.methods:
+        receivers = entry["receiver"]
+        if base in receivers and qualified not in receivers:
+            receivers.append(qualified)
+            found.classes.setdefault(qualified, qualified)
+            added = True
+    return added
+
+
+def _classes(path: str, module_name: str) -> list[tuple[str, list[str], frozenset[str]]]:
+    """Each top-level class of a file: its name, its bases' qualified names, the methods it defines."""
+    source = read_source(Path(path), MAX_FILE_BYTES)
+    if isinstance(source, FileError):
+        return []
+    try:
+        tree = ast.parse(source.text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    imports = module_imports(tree, _package_of(module_name, path))
+    local = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    classes = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = []
+        for base in node.bases:
+            if isinstance(base, ast.Name) and base.id in local:
+                bases.append(f"{module_name}.{base.id}")
+            elif (qualified := qualified_name(base, imports)) is not None:
+                bases.append(qualified)
+        defined = frozenset(
+            item.name for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+        )
+        classes.append((node.name, bases, defined))
+    return classes
 
 
 def _document(package: str, found: _Found) -> dict[str, Any]:
