@@ -156,6 +156,18 @@ def step(tensor):
         dist.barrier()  # expect: CC001
 """
 
+USER_SUBCLASS_BUG = """
+import torch.distributed as dist
+
+from ourlib import Reducer
+
+
+class Mine(Reducer):
+    def step(self, tensor):
+        if dist.get_rank() == 0:
+            self.flush(tensor)  # expect: CC001
+"""
+
 CONDITIONAL = """
 import torch.distributed as dist
 
@@ -222,7 +234,13 @@ def _settings(tmp: Path, **changes: object) -> Settings:
 
 @pytest.mark.parametrize(
     ("bug", "fixed"),
-    [(BUG, FIXED), (METHOD_BUG, METHOD_FIXED), (PREDICATE_BUG, None), (PROPERTY_BUG, None)],
+    [
+        (BUG, FIXED),
+        (METHOD_BUG, METHOD_FIXED),
+        (PREDICATE_BUG, None),
+        (PROPERTY_BUG, None),
+        (USER_SUBCLASS_BUG, None),
+    ],
 )
 def test_package_in_a_separate_venv_is_found_through_python(
     isolated: Path, bug: str, fixed: str | None
@@ -237,7 +255,7 @@ def test_package_in_a_separate_venv_is_found_through_python(
     assert "ourlib" not in sys.modules and "ourlib.comm" not in sys.modules
 
 
-@pytest.mark.parametrize("bug", [BUG, METHOD_BUG, PREDICATE_BUG, PROPERTY_BUG])
+@pytest.mark.parametrize("bug", [BUG, METHOD_BUG, PREDICATE_BUG, PROPERTY_BUG, USER_SUBCLASS_BUG])
 def test_without_an_environment_the_package_is_unknown(isolated: Path, bug: str) -> None:
     make_venv(isolated / "env")
     bug_file = _write(isolated / "project" / "bug.py", bug)
