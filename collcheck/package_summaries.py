@@ -230,4 +230,8 @@ def _metadata_version(folder: str) -> str | None:
     except (OSError, FileRefused):
         return None
     matched = re.search(_METADATA_VERSION, raw[:65536], re.MULTILINE)
-    return matched.group(1).decode(errors="replace") if matched else None
+    if matched is None:
+        return None
+    version = matched.group(1).decode(errors="replace")
+    # It names cache entries and bundled files: a version that is no version (`../x`) is none.
+    return version if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}", version) else None

@@ -605,3 +605,10 @@ def test_subclasses_inherit_summarised_methods_they_do_not_change(isolated: Path
     """
     bug_file = _write(isolated / "project" / "bug.py", code)
     assert _codes(bug_file, _settings(isolated, python=str(python))) == _expected(bug_file)
+
+
+def test_a_version_that_is_no_version_is_ignored(tmp_path: Path) -> None:
+    make_venv(tmp_path / "env")
+    site = tmp_path / "env" / "lib" / PY / "site-packages"
+    _write(site / "ourlib-1.0.dist-info" / "METADATA", "Version: ../../../../etc/passwd\n")
+    assert installed_version(str(site), "ourlib") is None
