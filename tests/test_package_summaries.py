@@ -612,3 +612,13 @@ def test_a_version_that_is_no_version_is_ignored(tmp_path: Path) -> None:
     site = tmp_path / "env" / "lib" / PY / "site-packages"
     _write(site / "ourlib-1.0.dist-info" / "METADATA", "Version: ../../../../etc/passwd\n")
     assert installed_version(str(site), "ourlib") is None
+
+
+def test_summarize_by_name_in_an_environment(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    python = make_venv(isolated / "env")
+    assert main(["summarize", "ourlib", "--python", str(python)]) == 0
+    out = capsys.readouterr().out
+    assert '"ourlib.sync"' in out and 'version = "1.0"' in out
+    assert main(["summarize", "not_installed_here", "--python", str(python)]) == 2
+    assert "not installed" in capsys.readouterr().err
+    assert "ourlib" not in sys.modules
