@@ -95,6 +95,8 @@ def wrap(module, name, label):
 wrap(collcheck.config, "load_settings", "settings")
 wrap(collcheck.api, "load_catalog", "catalog")
 wrap(collcheck.api, "catalog_fingerprint", "catalog")
+wrap(collcheck.api, "settings_catalog", "catalog")  # the names since summaries of installed packages
+wrap(collcheck.api, "settings_catalog_fingerprint", "catalog")
 wrap(collcheck.api, "_index_files", "project walk")
 wrap(collcheck.api, "_project", "index load")
 wrap(collcheck.api, "check_paths", "run")

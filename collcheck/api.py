@@ -12,7 +12,7 @@ from pathlib import Path
 
 from collcheck.cache import cached_analyze, load_manifest, store_manifest
 from collcheck.cache_guard import cache_folder
-from collcheck.catalog import Catalog, catalog_fingerprint, load_catalog
+from collcheck.catalog import Catalog, settings_catalog, settings_catalog_fingerprint
 from collcheck.config import Settings
 from collcheck.findings import FileError, FileResult, RunResult
 from collcheck.lines import with_newlines
@@ -164,7 +164,7 @@ def analyze_file(
     lookup_only: bool = False,
 ) -> FileResult:
     """One file's result, from the cache when possible (with `lookup_only`, None on a miss)."""
-    catalog = catalog or load_catalog(Path(p) for p in settings.catalogs)
+    catalog = catalog or settings_catalog(settings)
     resolved = catalog
 
     def compute() -> FileResult:
@@ -210,7 +210,7 @@ def budget_error(path: str, seconds: float) -> FileError:
 def analyze_text(text: str, path: str = "<string>", settings: Settings | None = None) -> FileResult:
     """Analyse source text directly (tests, editors), within the same per-file budget."""
     settings = settings or Settings()
-    catalog = load_catalog(Path(p) for p in settings.catalogs)
+    catalog = settings_catalog(settings)
     source = SourceFile(path=path, text=with_newlines(text))
     return _filter(_analyze_in_budget(source, catalog, settings), settings)
 
@@ -278,7 +278,7 @@ def _project(
         cached = load_project(files, fingerprint, settings)
         if cached is not None:
             return cached
-    catalog = load_catalog(Path(p) for p in settings.catalogs)
+    catalog = settings_catalog(settings)
     paths = list(dict.fromkeys(str(real_path(path)) for path in files))
     modules = module_names(paths)
     reached_from = None if checked is None else [str(real_path(path)) for path in checked]
@@ -367,6 +367,21 @@ def _quiet(name: str) -> FileResult:
     return FileResult(path=name)
 
 
+def _with_environment(paths: Sequence[Path | str], settings: Settings, files: list[Path]) -> Settings:
+    """The settings with the summaries of the installed packages the files import, when an
+    environment is named or found (`environment.find_environment`). Without one, nothing more is
+    imported or read than the variable and the one `stat` below: a plain check stays as it was."""
+    root = Path(settings.root) if settings.root != "." else project_root(paths)
+    venv = root is not None and os.path.isfile(root / ".venv" / "pyvenv.cfg")
+    if settings.python is None and not os.environ.get("VIRTUAL_ENV") and not venv:
+        return settings
+    from collcheck.environment import EnvironmentSource, find_environment
+    from collcheck.package_summaries import with_package_summaries
+
+    environment = find_environment(settings.python, EnvironmentSource.NAMED, root, None, paths)
+    return settings if environment is None else with_package_summaries(settings, environment, root, files)
+
+
 def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -> RunResult:
     settings = settings or Settings()
     previous = _collect_garbage_less_often()
@@ -379,10 +394,12 @@ def check_paths(paths: Sequence[Path | str], settings: Settings | None = None) -
 def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     # Fails early (exit 2) on an unreadable catalog; parsed below only when a file is not answered
     # by the run manifest (whose entries exist only for catalogs that parsed).
-    fingerprint = catalog_fingerprint(settings.catalogs)
+    settings_catalog_fingerprint(settings)
     if settings.cache:
         cache_folder(settings)  # fail early (exit 2) on a cache folder behind a symbolic link
     files = collect_files([Path(p) for p in paths], settings)
+    settings = _with_environment(paths, settings, files)
+    fingerprint = settings_catalog_fingerprint(settings)
     missing = [
         FileResult(path=str(p), error=FileError(str(p), "no such file or folder"))
         for p in paths
@@ -402,7 +419,7 @@ def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     dependencies = {name: project.dependency_digest(real[name]) if project else "" for name in names}
     unchanged = load_manifest(settings, fingerprint, roots, dependencies)
     answered = bool(names) and len(unchanged) == len(names)
-    catalog = None if answered else load_catalog(Path(p) for p in settings.catalogs)
+    catalog = None if answered else settings_catalog(settings)
     # Files the index rules out are answered without reading them again; cache hits are answered
     # here; only the misses go to worker processes.
     hits = {
@@ -428,4 +445,4 @@ def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
             settings, fingerprint, roots, {r.path: (dependencies.get(r.path, ""), r) for r in results}
         )
     ordered = sorted([*missing, *results], key=lambda result: result.path)
-    return RunResult(files=ordered)
+    return RunResult(files=ordered, summaries=tuple(name for name, _ in settings.summary_documents))

@@ -58,6 +58,10 @@ _KEY_IGNORED_SETTINGS = frozenset(
         "baseline",
         "file_timeout",
         "budget_exceeded",  # the exit code's policy: the cuts themselves are stored either way
+        # What these change reaches the key through the catalog fingerprint.
+        "python",
+        "summaries",
+        "summary_documents",
     }
 )
 

@@ -7,6 +7,7 @@ hard-codes an API name: the analyzer only asks the catalog.
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
+from collcheck.config import Settings
 from collcheck.source import MAX_CONFIG_BYTES, FileRefused, read_regular_file
 
 if sys.version_info >= (3, 11):
@@ -24,6 +26,10 @@ else:  # pragma: no cover - exercised on 3.10 only
 # Methods every torch module has: typed receivers only, never a reason to read a file on their own.
 MODULE_METHODS = frozenset({"__call__", "forward", "state_dict", "backward", "step"})
 OP_KINDS = ("collective", "group_create", "p2p_send", "p2p_recv", "p2p_nonblocking")
+
+
+Documents = Iterable[tuple[str, str]]  # (name, catalog-format TOML text) of summarised packages
+Summaries = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]  # summary files, documents
 
 
 class CatalogError(ValueError):
@@ -365,33 +371,67 @@ def _read_toml(path: Path, raw: bytes) -> dict[str, Any]:
         raise CatalogError(f"catalog {path} is not valid TOML: {error}") from error
 
 
-def load_catalog(extra_paths: Iterable[Path] = ()) -> Catalog:
-    """Bundled catalogs first, then the user's (which may add to or override them)."""
-    return _load_catalog(tuple(str(path) for path in extra_paths))
+def load_catalog(
+    extra_paths: Iterable[Path] = (), summaries: Iterable[Path | str] = (), documents: Documents = ()
+) -> Catalog:
+    """Summaries of installed packages first (`documents`, then the summary files), then the
+    bundled catalogs, then the user's: a hand-written entry wins over a summarised one."""
+    return _load_catalog(tuple(str(path) for path in extra_paths), _sources(summaries, documents))
 
 
-def catalog_fingerprint(extra_paths: Iterable[Path | str] = ()) -> str:
-    """`load_catalog(extra_paths).fingerprint` from the files' bytes, without parsing them: a
+def catalog_fingerprint(
+    extra_paths: Iterable[Path | str] = (), summaries: Iterable[Path | str] = (), documents: Documents = ()
+) -> str:
+    """`load_catalog(...).fingerprint` from the files' bytes, without parsing them: a
     warm run whose results are all cached never parses a catalog."""
-    return _fingerprint(tuple(str(path) for path in extra_paths))[0]
+    return _fingerprint(tuple(str(path) for path in extra_paths), _sources(summaries, documents))[0]
+
+
+def settings_catalog(settings: Settings) -> Catalog:
+    """The catalog a run with `settings` uses (its catalogs, summary files and package summaries)."""
+    return load_catalog((Path(p) for p in settings.catalogs), settings.summaries, settings.summary_documents)
+
+
+def settings_catalog_fingerprint(settings: Settings) -> str:
+    return catalog_fingerprint(settings.catalogs, settings.summaries, settings.summary_documents)
+
+
+_QUOTED_DOTTED = re.compile(rb'"([A-Za-z_][A-Za-z0-9_]*)\.[A-Za-z_]')
 
 
 @lru_cache(maxsize=8)
-def _fingerprint(extra_paths: tuple[str, ...]) -> tuple[str, tuple[tuple[Path, bytes], ...]]:
-    """The fingerprint of the bundled catalogs and `extra_paths`, and each path with its bytes."""
+def catalogued_packages(extra_paths: tuple[str, ...] = ()) -> frozenset[str]:
+    """Top-level packages the bundled and the user's catalogs name (`"torch.distributed.barrier"`),
+    read off the files' bytes without parsing them: hand-written entries describe those, so their
+    installed source is not summarised (torch itself is the layer summaries are made of)."""
+    contents = _fingerprint(extra_paths)[1]
+    return frozenset(m.decode() for _, raw in contents for m in _QUOTED_DOTTED.findall(raw))
+
+
+def _sources(summaries: Iterable[Path | str], documents: Documents) -> Summaries:
+    return tuple(str(path) for path in summaries), tuple(documents)
+
+
+@lru_cache(maxsize=8)
+def _fingerprint(
+    extra_paths: tuple[str, ...], summaries: Summaries = ((), ())
+) -> tuple[str, tuple[tuple[Path, bytes], ...]]:
+    """The fingerprint of the summaries, the bundled catalogs and `extra_paths`, and each source
+    with its bytes (a summary document is named by its package, not by a path)."""
     digest = hashlib.sha256()
-    contents = []
-    for path in [*bundled_catalog_paths(), *(Path(p) for p in extra_paths)]:
-        raw = _read_bytes(path)
+    contents = [(Path(name), text.encode("utf-8")) for name, text in summaries[1]]
+    summary_files = [Path(p) for p in summaries[0]]
+    for path in [*summary_files, *bundled_catalog_paths(), *(Path(p) for p in extra_paths)]:
+        contents.append((path, _read_bytes(path)))
+    for path, raw in contents:
         digest.update(path.name.encode() + b"\0" + raw)
-        contents.append((path, raw))
     return digest.hexdigest()[:16], tuple(contents)
 
 
 @lru_cache(maxsize=8)
-def _load_catalog(extra_paths: tuple[str, ...]) -> Catalog:
+def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ())) -> Catalog:
     builder = _Builder()
-    fingerprint, contents = _fingerprint(extra_paths)
+    fingerprint, contents = _fingerprint(extra_paths, summaries)
     for path, raw in contents:
         data = _read_toml(path, raw)
         try:

@@ -41,6 +41,7 @@ class CheckOptions:
     verbose: bool = False
     output: Path | None = None
     adoption: Adoption = field(default_factory=Adoption)
+    python: str | None = None  # --python: the environment whose packages are summarised
 
 
 def codes(value: str | None) -> tuple[str, ...] | None:
@@ -107,6 +108,7 @@ def run_check(paths: list[Path], options: CheckOptions) -> int:
             file_timeout=options.file_timeout,
             budget_exceeded=policy,
             cache=False if options.no_cache else None,
+            python=options.python,
         )
         validate_codes(settings)
         result = check_paths(targets, settings)
@@ -133,6 +135,8 @@ def run_check(paths: list[Path], options: CheckOptions) -> int:
         )
         from collcheck.static.over_budget import budget_counts  # only under -v: the engine is heavy
 
+        if result.summaries:
+            print(f"summaries of installed packages: {', '.join(result.summaries)}", file=sys.stderr)
         reduced, skipped = budget_counts(result.notes)
         print(
             f"budget: {reduced} functions over the work budget analysed in the reduced mode, "

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from collcheck import __version__
 
-SUBCOMMANDS = ("check", "rule", "rules", "estimate", "run", "trace", "version")
+SUBCOMMANDS = ("check", "summarize", "rule", "rules", "estimate", "run", "trace", "version")
 
 
 def _with_default_command(argv: list[str]) -> list[str]:
@@ -63,6 +63,7 @@ LIGHT_VALUES = {
     "--select": "select",
     "--extend-select": "extend_select",
     "--ignore": "ignore",
+    "--python": "python",  # a hook that names its environment stays light
 }
 
 

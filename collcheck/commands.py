@@ -110,6 +110,14 @@ def check_command(
     write_baseline: Annotated[
         Path | None, typer.Option("--write-baseline", help="Record today's findings in this file.")
     ] = None,
+    python: Annotated[
+        str | None,
+        typer.Option(
+            "--python",
+            help="The environment whose installed packages are summarised: an interpreter path or a "
+            "virtualenv folder (never run).",
+        ),
+    ] = None,
 ) -> None:
     """Check Python files for collective mismatches, deadlocks and memory blow-ups."""
     from collcheck.checking import CheckOptions, run_check
@@ -142,8 +150,37 @@ def check_command(
         verbose=verbose,
         output=output,
         adoption=adoption,
+        python=python,
     )
     raise typer.Exit(run_check(list(paths or []), options))
+
+
+@app.command("summarize")
+def summarize_command(
+    target: Annotated[
+        str, typer.Argument(help="An installed package's name, or the path of a package folder or .py file.")
+    ],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the summary here (.json: JSON, else TOML).")
+    ] = None,
+    python: Annotated[
+        str | None,
+        typer.Option("--python", help="Find PACKAGE in this environment (an interpreter path or a folder)."),
+    ] = None,
+) -> None:
+    """Summarise which functions of a package communicate, as a catalog file (`summaries = [...]`)."""
+    from collcheck.catalog import CatalogError
+    from collcheck.config import ConfigError
+    from collcheck.summarize import summarize
+
+    try:
+        text = summarize(target, python, json_output=output is not None and output.suffix == ".json")
+    except (ConfigError, CatalogError) as error:
+        raise _fail(str(error)) from error
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
 
 
 @app.command("rule")

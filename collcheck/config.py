@@ -101,6 +101,13 @@ class Settings:
     memory: tuple[tuple[str, Any], ...] = ()
     root: str = "."  # folder holding the pyproject.toml the settings came from
     baseline: str | None = None  # report only findings not recorded in this file (collcheck.baseline)
+    # The environment whose installed packages are summarised (collcheck.environment): an
+    # interpreter path or an environment folder; None: $VIRTUAL_ENV, else the project's .venv.
+    python: str | None = None
+    summaries: tuple[str, ...] = ()  # summary files (`collcheck summarize`), read like catalogs
+    # Summaries of the environment's packages for this run, (package, catalog TOML text): filled
+    # by `package_summaries.with_package_summaries`, never by a configuration.
+    summary_documents: tuple[tuple[str, str], ...] = ()
 
     def memory_settings(self) -> dict[str, Any]:
         return dict(self.memory)
@@ -132,6 +139,8 @@ _KEY_TYPES: dict[str, str] = {
     "project-context": "bool",
     "memory": "table",
     "baseline": "string",
+    "python": "string",
+    "summaries": "strings",
 }
 
 
@@ -221,6 +230,10 @@ def settings_from_table(table: Mapping[str, Any], root: Path) -> Settings:
         from collcheck.cache_guard import check_configured_cache_dir  # it imports this module
 
         values["cache_dir"] = check_configured_cache_dir(values["cache_dir"], root)
+    if "summaries" in values:
+        values["summaries"] = tuple(os.path.realpath(root / path) for path in values["summaries"])
+    if "python" in values:  # not resolved: a venv's interpreter is a link out of the venv
+        values["python"] = os.path.join(root, values["python"])
     if "baseline" in values:
         values["baseline"] = os.path.realpath(root / values["baseline"])
     return Settings(root=str(root), **values)

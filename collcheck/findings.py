@@ -262,6 +262,8 @@ class RunResult:
     fixes: dict[Finding, Fix] = field(default_factory=dict)
     fixes_computed: bool = False
     stale_baseline: list[BaselineEntry] = field(default_factory=list)  # baseline entries gone
+    # The summaries of installed packages the run read (docs/summaries.md), by name: `-v` says them.
+    summaries: tuple[str, ...] = ()
 
     @property
     def findings(self) -> list[Finding]:

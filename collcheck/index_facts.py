@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from pathlib import Path
 
-from collcheck.catalog import Catalog, load_catalog
+from collcheck.catalog import Catalog, settings_catalog
 from collcheck.config import Settings
 from collcheck.findings import FileError
 from collcheck.source import MAX_SOURCE_BYTES, read_source
@@ -50,9 +50,9 @@ def facts_of(path: str, catalog: Catalog) -> FileFacts:
     return file_facts(source.text, trigger_pattern(catalog), rank_words(catalog))
 
 
-def _facts_job(args: tuple[list[str], tuple[str, ...]]) -> list[FileFacts]:
-    paths, catalog_paths = args
-    catalog = load_catalog(Path(p) for p in catalog_paths)
+def _facts_job(args: tuple[list[str], Settings]) -> list[FileFacts]:
+    paths, settings = args
+    catalog = settings_catalog(settings)
     return [facts_of(path, catalog) for path in paths]
 
 
@@ -82,7 +82,7 @@ def read_facts(
     known, stored = load_facts(settings, catalog.fingerprint, paths)
     parallel = jobs > 1 and len(paths) - len(known) >= PARALLEL_FACTS_FROM
     pool = _pool(jobs) if parallel else None
-    reader = _Reader(known, catalog, tuple(settings.catalogs), pool)
+    reader = _Reader(known, catalog, settings, pool)
     try:
         if checked is None or modules is None:
             size = max(1, min(64, -(-(len(paths) - len(known)) // (4 * jobs))))  # a few batches a worker
@@ -115,11 +115,11 @@ class _Reader:
     `fresh` collects what was computed (for the cache)."""
 
     def __init__(
-        self, known: dict[str, FileFacts], catalog: Catalog, catalogs: tuple[str, ...], pool: Executor | None
+        self, known: dict[str, FileFacts], catalog: Catalog, settings: Settings, pool: Executor | None
     ) -> None:
         self.known = known
         self.catalog = catalog
-        self.catalogs = catalogs
+        self.settings = settings  # what a worker process needs to load the same catalog
         self.pool = pool
         self.fresh: dict[str, FileFacts] = {}
         self.engine_loading = pool is not None
@@ -153,7 +153,7 @@ class _Reader:
                 continue
             for index in range(0, len(missing), batch_size):
                 batch = missing[index : index + batch_size]
-                running[self.pool.submit(_facts_job, (batch, self.catalogs))] = batch
+                running[self.pool.submit(_facts_job, (batch, self.settings))] = batch
             if self.engine_loading:  # while the workers read: the analysis workers are forked from here
                 self.engine_loading = False
                 _load_the_engine()

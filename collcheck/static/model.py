@@ -129,10 +129,17 @@ def parse(source: SourceFile) -> ast.Module | FileError:
 
 
 def build_module(
-    tree: ast.Module, path: str, catalog: Catalog, loader: Loader | None = None, text: str | None = None
+    tree: ast.Module,
+    path: str,
+    catalog: Catalog,
+    loader: Loader | None = None,
+    text: str | None = None,
+    package: str = "",
 ) -> ModuleInfo:
-    """The module model of `tree`, without globals and class attributes (see `complete_module`)."""
-    module = ModuleInfo(path=path, tree=tree, imports=module_imports(tree), catalog=catalog, loader=loader)
+    """The module model of `tree`, without globals and class attributes (see `complete_module`).
+    `package`: the dotted package the file is in, when known, for its relative imports."""
+    imports = module_imports(tree, package)
+    module = ModuleInfo(path=path, tree=tree, imports=imports, catalog=catalog, loader=loader)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             module.functions[node.name] = node
@@ -391,6 +398,9 @@ class Loader:
     project: Project
     settings: Settings
     complete: Callable[[ModuleInfo, Settings], None]
+    # path -> the dotted package of the file, where known (an installed package's files: relative
+    # imports `from ..utils import f` then resolve); a project's files resolve them beside the file.
+    packages: Mapping[str, str] | None = None
 
     def load(self, path: str) -> ModuleInfo | None:
         """Parse another file of the run once per process, for helpers imported from it."""
@@ -405,7 +415,8 @@ class Loader:
         if isinstance(tree, FileError):
             return None
         try:
-            module = build_module(tree, source.path, self.catalog, self, source.text)
+            package = self.packages.get(path, "") if self.packages is not None else ""
+            module = build_module(tree, source.path, self.catalog, self, source.text, package)
         except RecursionError:  # a helper file too deep to model is not followed; its importer still is
             return None
         try:

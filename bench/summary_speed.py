@@ -1,0 +1,141 @@
+"""What summaries of installed packages cost (docs/summaries.md).
+
+python bench/summary_speed.py warm [--rounds 15]
+    A one-file check on a warm cache, plain and with `--python` naming a virtualenv that
+    holds an in-house package (made under a temporary folder, like the tests'), in
+    interleaved rounds: wall and CPU milliseconds of each command (fresh processes).
+python bench/summary_speed.py cold PACKAGE_FOLDER...
+    `collcheck summarize FOLDER` from scratch (a fresh user cache): wall and CPU seconds.
+python bench/summary_speed.py download REQUIREMENT... --into DIR
+    `pip download --no-deps` each pinned requirement (`deepspeed==0.19.8`) into DIR and unpack
+    it (a wheel, or an sdist's tar.gz), printing the package folders to pass to `cold`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def _run(command: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, float]:
+    """Wall and CPU seconds of one command (its own CPU time, children included)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(
+        command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
+    )
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def _environment(cache: Path) -> dict[str, str]:
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache), PYTHONPATH=str(ROOT))
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+def warm(rounds: int) -> None:
+    from test_package_summaries import BUG, make_venv
+
+    with tempfile.TemporaryDirectory() as folder:
+        base = Path(folder)
+        python = make_venv(base / "env")
+        project = base / "project"
+        project.mkdir()
+        (project / "train.py").write_text(BUG, encoding="utf-8")
+        env = _environment(base / "cache")
+        check = [sys.executable, "-m", "collcheck", "check", "train.py"]
+        commands = {"plain": check, "--python": [*check, "--python", str(python)]}
+        for command in commands.values():
+            _run(command, env, project)  # fill the caches
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+        for _ in range(rounds):
+            for name, command in commands.items():
+                times[name].append(_run(command, env, project))
+        for name, measured in times.items():
+            wall = statistics.median(w for w, _ in measured) * 1000
+            cpu = statistics.median(c for _, c in measured) * 1000
+            print(f"{name:>9}: median wall {wall:.1f} ms, median CPU {cpu:.1f} ms ({rounds} runs)")
+
+
+def cold(folders: list[str]) -> None:
+    for folder in folders:
+        with tempfile.TemporaryDirectory() as cache:
+            out = Path(cache) / "summary.toml"
+            command = [sys.executable, "-m", "collcheck", "summarize", folder, "-o", str(out)]
+            wall, cpu = _run(command, _environment(Path(cache)))
+            text = out.read_text(encoding="utf-8") if out.exists() else ""
+            ops, methods = text.count("\n[[op]]"), text.count("\n[[method]]")
+            print(f"{folder}: {wall:.1f} s wall, {cpu:.1f} s CPU; {ops} [[op]], {methods} [[method]] entries")
+
+
+def download(requirements: list[str], into: Path) -> None:
+    into.mkdir(parents=True, exist_ok=True)
+    for requirement in requirements:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary=:none:",
+                requirement,
+                "-d",
+                str(into),
+            ],
+            check=True,
+        )
+    for archive in sorted(into.iterdir()):
+        target = into / "unpacked" / archive.name
+        if target.exists():
+            continue
+        if archive.suffix == ".whl":
+            with zipfile.ZipFile(archive) as wheel:
+                wheel.extractall(target)
+        elif archive.name.endswith(".tar.gz"):
+            with tarfile.open(archive) as sdist:
+                sdist.extractall(target, filter="data")
+    for init in sorted((into / "unpacked").glob("*/**/__init__.py")):
+        parent = init.parent
+        if not (parent.parent / "__init__.py").exists() and "test" not in parent.name:
+            print(parent)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="mode", required=True)
+    warm_parser = sub.add_parser("warm")
+    warm_parser.add_argument("--rounds", type=int, default=15)
+    cold_parser = sub.add_parser("cold")
+    cold_parser.add_argument("folders", nargs="+")
+    download_parser = sub.add_parser("download")
+    download_parser.add_argument("requirements", nargs="+")
+    download_parser.add_argument("--into", type=Path, required=True)
+    args = parser.parse_args()
+    if args.mode == "warm":
+        warm(args.rounds)
+    elif args.mode == "cold":
+        cold(args.folders)
+    else:
+        download(args.requirements, args.into)
+
+
+if __name__ == "__main__":
+    main()

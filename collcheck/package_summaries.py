@@ -1,0 +1,237 @@
+"""Summaries of the installed packages a run's files call into, from the user's cache or made now.
+
+In: the run's paths and settings (`python`, `cache`, the catalogs), the project's root. Out: the
+settings with `summary_documents` filled — one catalog document (TOML text) per installed package
+that the analysed files import — which `catalog.settings_catalog` reads before the bundled
+catalogs, so that `ourlib.sync()` is answered like a catalogued collective.
+
+Which packages: the top-level names the files import (read off their text) that lie in the
+environment's site-packages (`environment.find_environment`) as a folder or a single `.py` file,
+are not the project's own, and are not named by a catalog (those have hand-written entries).
+An editable install (a `.pth` file or an import hook pointing elsewhere) is not followed.
+
+Each summary is stored in the user's cache folder, sealed with the user's secret
+(`cache_guard.write_entry`), keyed by the package's name and version (its dist-info METADATA),
+collcheck's version, the modules imported and the catalogs: a package is summarised once per
+version. A package without a version is summarised on every run. Light on purpose: a run with
+every summary cached imports neither the engine nor z3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from collcheck import __version__
+from collcheck.cache_guard import read_entry, user_cache_root, write_entry
+from collcheck.catalog import bundled_catalog_dir, catalog_fingerprint, catalogued_packages
+from collcheck.config import Settings
+from collcheck.environment import Environment
+from collcheck.import_scan import imported_names
+from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
+
+SUMMARY_FORMAT = 1  # bump when what a summary holds changes
+BUNDLED_SUMMARIES = bundled_catalog_dir() / "summaries"  # PACKAGE-VERSION.toml, made from releases
+MAX_IMPORT_SCAN_BYTES = MAX_SOURCE_BYTES
+_METADATA_VERSION = rb"^Version:[ \t]*([^\s]+)"  # compiled on use: most runs never ask
+
+
+def with_package_summaries(
+    settings: Settings, environment: Environment, root: Path | None, files: Iterable[Path]
+) -> Settings:
+    """`settings` with the summaries of the installed packages `files` import."""
+    documents = summaries_for(environment, imported_modules(files), settings, root)
+    return replace(settings, summary_documents=documents) if documents else settings
+
+
+def summaries_for(
+    environment: Environment, modules: set[str], settings: Settings, root: Path | None
+) -> tuple[tuple[str, str], ...]:
+    """(name, catalog TOML text) of each installed package among `modules`: the bundled summary of
+    its version if there is one, else (for a package no catalog describes) its own summary."""
+    covered = catalogued_packages(tuple(settings.catalogs))
+    by_package: dict[str, list[str]] = {}
+    for module in sorted(modules):
+        top = module.split(".")[0]
+        if not _project_owns(top, root):
+            by_package.setdefault(top, []).append(module)
+    documents: list[tuple[str, str]] = []
+    for site in environment.site_packages:
+        for package, imported in sorted(by_package.items()):
+            if not installed(site, package):
+                continue
+            version = installed_version(site, package)
+            bundled = bundled_summary(package, version)
+            if bundled is not None:
+                documents.append((bundled_summary_name(package, version or ""), bundled))
+            elif package not in covered:
+                text = package_summary(site, package, imported, settings, version)
+                if _has_entries(text):  # an empty one would only change the catalogs' fingerprint
+                    documents.append((f"{package}.summary.toml", text))
+    return tuple(documents)
+
+
+def _has_entries(text: str) -> bool:
+    """Whether a summary says anything beyond its `[catalog]` table (its tables' headers)."""
+    return any(line.startswith("[") and not line.startswith("[catalog]") for line in text.splitlines())
+
+
+def bundled_summary_name(package: str, version: str) -> str:
+    return f"{package}-{version}.toml"
+
+
+def bundled_summary(package: str, version: str | None) -> str | None:
+    """The summary shipped with collcheck for this exact version (`bench/bundled_summaries.py`)."""
+    if version is None:
+        return None
+    try:
+        raw = read_regular_file(BUNDLED_SUMMARIES / bundled_summary_name(package, version), 16 * 1024 * 1024)
+    except (OSError, FileRefused):
+        return None
+    return raw.decode("utf-8", errors="replace")
+
+
+def package_summary(
+    site: str, package: str, modules: list[str], settings: Settings, version: str | None
+) -> str:
+    """The summary of `package` as catalog TOML: from the user's cache, else made and stored."""
+    key = _summary_key(package, version, modules, settings)
+    folder = user_cache_root() / "summaries"
+    target = folder / package / f"{key}.toml"
+    # Kept across `--no-cache` (about per-file results): a package is summarised once per version.
+    cached = version is not None
+    if cached:
+        text = read_entry(folder, target)
+        if text is not None:
+            return text
+    from collcheck.summary_toml import dumps
+
+    text = dumps(make_summary(site, package, modules, settings, version))
+    if cached:
+        write_entry(folder, target, text)
+    return text
+
+
+def make_summary(
+    site: str,
+    package: str,
+    modules: list[str],
+    settings: Settings,
+    version: str | None,
+    max_files: int | None = None,
+) -> dict[str, Any]:
+    """Summarise now (imports the engine): the catalog document, its `[catalog]` table saying
+    what it summarises."""
+    from collcheck.catalog import load_catalog
+    from collcheck.static.package_summaries import MAX_FILES, summarise_package
+
+    catalog = load_catalog((Path(p) for p in settings.catalogs), settings.summaries)
+    summary = summarise_package(site, package, modules, catalog, settings, max_files or MAX_FILES)
+    document = dict(summary.document)
+    meta = dict(document.get("catalog", {}))
+    meta["package"] = package
+    meta["version"] = version or "unknown"
+    meta["made_by"] = f"collcheck {__version__}"
+    meta["files_read"] = summary.files_read
+    if summary.notes:
+        meta["notes"] = list(summary.notes)
+    document["catalog"] = meta
+    return document
+
+
+def _summary_key(package: str, version: str | None, modules: list[str], settings: Settings) -> str:
+    catalogs = catalog_fingerprint(settings.catalogs, settings.summaries)
+    material = "\0".join(
+        [__version__, str(SUMMARY_FORMAT), package, version or "", catalogs, *sorted(modules)]
+    )
+    return hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+# ----------------------------------------------------------------------------- what is installed
+
+
+def imported_modules(files: Iterable[Path]) -> set[str]:
+    """The dotted modules the files import (`from a.b import c` gives `a.b` and `a.b.c`), read off
+    their text; relative imports are the project's own and are left out."""
+    found: set[str] = set()
+    for path in files:
+        try:
+            raw = read_regular_file(path, MAX_IMPORT_SCAN_BYTES)
+        except (OSError, FileRefused):
+            continue
+        found |= imported_names(raw, None)
+    return found
+
+
+def installed(site: str, package: str) -> bool:
+    """A package folder (a namespace package too: megatron-core's `megatron/`), or a single
+    module file, that is not a link."""
+    folder = os.path.join(site, package)
+    if os.path.isdir(folder):
+        return not os.path.islink(folder)
+    single = folder + ".py"
+    return os.path.isfile(single) and not os.path.islink(single)
+
+
+def _project_owns(package: str, root: Path | None) -> bool:
+    if root is None:
+        return False
+    return any(os.path.exists(os.path.join(root, *where, package)) for where in ((), ("src",)))
+
+
+def installed_version(site: str, package: str) -> str | None:
+    """The version in the METADATA of the distribution that installs `package`: the dist-info
+    named like it, else the one whose top_level.txt lists it."""
+    try:
+        entries = [name for name in os.listdir(site) if name.endswith(".dist-info")]
+    except OSError:
+        return None
+    wanted = _normalised(package)
+    named = [e for e in entries if _normalised(e.split("-", 1)[0]) == wanted]
+    others = [e for e in entries if e not in named]
+    for entry in named + others:
+        folder = os.path.join(site, entry)
+        if entry not in named and not _installs(folder, package):
+            continue
+        version = _metadata_version(folder)
+        if version is not None:
+            return version
+    return None
+
+
+def _normalised(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _installs(folder: str, package: str) -> bool:
+    """The distribution lists `package` in its top_level.txt or, lacking one, installs files of it
+    (the first lines of its RECORD)."""
+    try:
+        raw = read_regular_file(os.path.join(folder, "top_level.txt"), 64 * 1024, follow_links=False)
+        return package in raw.decode(errors="replace").split()
+    except (OSError, FileRefused):
+        pass
+    try:
+        record = read_regular_file(os.path.join(folder, "RECORD"), 16 * 1024 * 1024, follow_links=False)
+    except (OSError, FileRefused):
+        return False
+    head = record[:65536].decode(errors="replace").splitlines()
+    return any(line.startswith((f"{package}/", f"{package}.py,")) for line in head)
+
+
+def _metadata_version(folder: str) -> str | None:
+    try:
+        raw = read_regular_file(os.path.join(folder, "METADATA"), 4 * 1024 * 1024, follow_links=False)
+    except (OSError, FileRefused):
+        return None
+    matched = re.search(_METADATA_VERSION, raw[:65536], re.MULTILINE)
+    if matched is None:
+        return None
+    version = matched.group(1).decode(errors="replace")
+    # It names cache entries and bundled files: a version that is no version (`../x`) is none.
+    return version if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}", version) else None
