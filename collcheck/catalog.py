@@ -10,7 +10,7 @@ import hashlib
 import re
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
@@ -387,13 +387,25 @@ def catalog_fingerprint(
     return _fingerprint(tuple(str(path) for path in extra_paths), _sources(summaries, documents))[0]
 
 
+# The `[nondeterministic]` category of what the filesystem holds (`os.path.exists`, `open`): per
+# process unless the user states that every rank reads one shared filesystem (`shared-filesystem`).
+FILESYSTEM_STATE = "filesystem state"
+
+
 def settings_catalog(settings: Settings) -> Catalog:
     """The catalog a run with `settings` uses (its catalogs, summary files and package summaries)."""
-    return load_catalog((Path(p) for p in settings.catalogs), settings.summaries, settings.summary_documents)
+    catalog = load_catalog(
+        (Path(p) for p in settings.catalogs), settings.summaries, settings.summary_documents
+    )
+    if not settings.shared_filesystem:
+        return catalog
+    kept = {name: why for name, why in catalog.nondeterministic.items() if why != FILESYSTEM_STATE}
+    return replace(catalog, nondeterministic=kept, fingerprint=settings_catalog_fingerprint(settings))
 
 
 def settings_catalog_fingerprint(settings: Settings) -> str:
-    return catalog_fingerprint(settings.catalogs, settings.summaries, settings.summary_documents)
+    fingerprint = catalog_fingerprint(settings.catalogs, settings.summaries, settings.summary_documents)
+    return f"{fingerprint}+shared-fs" if settings.shared_filesystem else fingerprint
 
 
 _QUOTED_DOTTED = re.compile(rb'"([A-Za-z_][A-Za-z0-9_]*)\.[A-Za-z_]')

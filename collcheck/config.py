@@ -108,6 +108,9 @@ class Settings:
     # Summaries of the environment's packages for this run, (package, catalog TOML text): filled
     # by `package_summaries.with_package_summaries`, never by a configuration.
     summary_documents: tuple[tuple[str, str], ...] = ()
+    # Every rank reads one shared filesystem (NFS, Lustre, a cloud bucket mount): what it holds is
+    # then no per-process value (catalog category `FILESYSTEM_STATE`), as the user states here.
+    shared_filesystem: bool = False
 
     def memory_settings(self) -> dict[str, Any]:
         return dict(self.memory)
@@ -141,6 +144,7 @@ _KEY_TYPES: dict[str, str] = {
     "baseline": "string",
     "python": "string",
     "summaries": "strings",
+    "shared-filesystem": "bool",
 }
 
 

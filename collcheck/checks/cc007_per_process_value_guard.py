@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from collcheck.catalog import FILESYSTEM_STATE
 from collcheck.checks._describe import describe_element, ranks
 from collcheck.findings import Location, Reason, Severity
 from collcheck.static.anchor import Anchor
@@ -64,6 +65,11 @@ MESSAGE_EXIT = (
     "whether `{exit}` at {where} is taken depends on {what}, which differs between processes: "
     "ranks {rank_x} and {rank_y} can disagree, and it skips {element}; broadcast or all-reduce "
     "the decision first"
+)
+# The assumption a filesystem finding rests on, and the setting that states the opposite.
+SHARED_FILESYSTEM_NOTE = (
+    "; assumed to differ between nodes: if every rank reads one shared filesystem, "
+    "set `shared-filesystem = true` in [tool.collcheck]"
 )
 MESSAGE_SET = (
     "collectives are issued while iterating over a set: its order depends on each process's hash "
@@ -98,7 +104,8 @@ def _what(d: Divergence) -> str:
     keys = [name for item in reason.ranks[:1] for name, _ in item.reads if _per_process(name, d.nondet_why)]
     calls = [_call_text(key.rsplit(" (", 1)[0]) for key in keys]
     read = f"{', '.join(calls)}, tested" if calls else "tested"
-    return f"{what} ({read} at {Path(reason.path).name}:{reason.line})"
+    assumption = SHARED_FILESYSTEM_NOTE if d.nondet_why == FILESYSTEM_STATE else ""
+    return f"{what} ({read} at {Path(reason.path).name}:{reason.line}{assumption})"
 
 
 def _call_text(read: str) -> str:
