@@ -55,6 +55,20 @@ def is_last_rank():
     return dist.get_rank() == dist.get_world_size() - 1
 
 
+def mean_all(tensor, group=None):
+    if not dist.is_initialized() or dist.get_world_size(group) < 2:
+        return tensor  # a process alone in its group: no second behaviour
+    dist.all_reduce(tensor, group=group)
+    return tensor
+
+
+def not_on_leader(tensor):
+    if dist.get_rank() == 0:
+        return tensor
+    dist.all_reduce(tensor)
+    return tensor
+
+
 _GROUPS = {}
 
 
@@ -328,6 +342,8 @@ def test_summarize_writes_a_catalog_that_summaries_can_name(isolated: Path) -> N
     assert catalog.functions["ourlib._impl.reduce_now"].op == "all_reduce"
     assert "ourlib.comm.sometimes" not in catalog.functions
     assert "ourlib.comm.reduce_in" not in catalog.functions  # its group depends on an argument
+    assert catalog.functions["ourlib.comm.mean_all"].group == "group"
+    assert "ourlib.comm.not_on_leader" not in catalog.functions
     assert catalog.rank_functions["ourlib.is_last_rank"] == "(rank == (world - 1))"
     assert catalog.types["ourlib.Reducer"] == "ourlib.comm.Reducer"
     project = isolated / "project"
