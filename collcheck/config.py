@@ -80,6 +80,7 @@ class Settings:
     # Summaries of the environment's packages for this run, (package, catalog TOML text): filled
     # by `package_summaries.with_package_summaries`, never by a configuration.
     summary_documents: tuple[tuple[str, str], ...] = ()
+    summary_notes: tuple[str, ...] = ()  # installed packages imported but not read (editable installs)
 
     def memory_settings(self) -> dict[str, Any]:
         return dict(self.memory)

@@ -45,8 +45,12 @@ def with_package_summaries(
     settings: Settings, environment: Environment, root: Path | None, files: Iterable[Path]
 ) -> Settings:
     """`settings` with the summaries of the installed packages `files` import."""
-    documents = summaries_for(environment, imported_modules(files), settings, root)
-    return replace(settings, summary_documents=documents) if documents else settings
+    modules = imported_modules(files)
+    documents = summaries_for(environment, modules, settings, root)
+    notes = editable_notes(environment, modules, root)
+    if not documents and not notes:
+        return settings
+    return replace(settings, summary_documents=documents, summary_notes=notes)
 
 
 def summaries_for(
@@ -74,6 +78,28 @@ def summaries_for(
                 if _has_entries(text):  # an empty one would only change the catalogs' fingerprint
                     documents.append((f"{package}.summary.toml", text))
     return tuple(documents)
+
+
+def editable_notes(environment: Environment, modules: set[str], root: Path | None) -> tuple[str, ...]:
+    """A note for each imported package that the environment installs in editable mode (its
+    dist-info's `direct_url.json` says so, and no folder of it is in site-packages): its source
+    lives elsewhere, behind a `.pth` file or an import hook, and is not read."""
+    tops = {module.split(".")[0] for module in modules if not _project_owns(module.split(".")[0], root)}
+    notes: list[str] = []
+    for site in environment.site_packages:
+        for package in sorted(top for top in tops if not installed(site, top)):
+            folder = _dist_info(site, package)
+            if folder is not None and _editable(folder):
+                notes.append(f"{package}: an editable install, not read (see docs/summaries.md)")
+    return tuple(notes)
+
+
+def _editable(folder: str) -> bool:
+    try:
+        raw = read_regular_file(os.path.join(folder, "direct_url.json"), 64 * 1024, follow_links=False)
+    except (OSError, FileRefused):
+        return False
+    return re.search(rb'"editable"\s*:\s*true', raw) is not None
 
 
 def _has_entries(text: str) -> bool:
@@ -185,22 +211,26 @@ def _project_owns(package: str, root: Path | None) -> bool:
 
 
 def installed_version(site: str, package: str) -> str | None:
-    """The version in the METADATA of the distribution that installs `package`: the dist-info
-    named like it, else the one whose top_level.txt lists it."""
+    """The version in the METADATA of the distribution that installs `package` (`_dist_info`)."""
+    folder = _dist_info(site, package)
+    return _metadata_version(folder) if folder is not None else None
+
+
+def _dist_info(site: str, package: str) -> str | None:
+    """The dist-info folder of the distribution that installs `package`: the one named like it,
+    else the one whose top_level.txt (or RECORD) lists it."""
     try:
-        entries = [name for name in os.listdir(site) if name.endswith(".dist-info")]
+        entries = sorted(name for name in os.listdir(site) if name.endswith(".dist-info"))
     except OSError:
         return None
     wanted = _normalised(package)
     named = [e for e in entries if _normalised(e.split("-", 1)[0]) == wanted]
-    others = [e for e in entries if e not in named]
-    for entry in named + others:
+    if named:
+        return os.path.join(site, named[0])
+    for entry in entries:
         folder = os.path.join(site, entry)
-        if entry not in named and not _installs(folder, package):
-            continue
-        version = _metadata_version(folder)
-        if version is not None:
-            return version
+        if _installs(folder, package):
+            return folder
     return None
 
 

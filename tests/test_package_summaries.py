@@ -638,3 +638,19 @@ def test_summarize_by_name_in_an_environment(isolated: Path, capsys: pytest.Capt
     assert main(["summarize", "not_installed_here", "--python", str(python)]) == 2
     assert "not installed" in capsys.readouterr().err
     assert "ourlib" not in sys.modules
+
+
+def test_editable_installs_are_named_not_read(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    python = make_venv(isolated / "env")
+    site = isolated / "env" / "lib" / PY / "site-packages"
+    _write(isolated / "elsewhere" / "edlib" / "__init__.py", "import torch.distributed as dist\n")
+    _write(site / "__editable__.edlib-0.1.pth", str(isolated / "elsewhere") + "\n")
+    direct_url = '{"url": "file:///elsewhere", "dir_info": {"editable": true}}'
+    _write(site / "edlib-0.1.dist-info" / "direct_url.json", direct_url)
+    _write(site / "edlib-0.1.dist-info" / "METADATA", "Metadata-Version: 2.1\nName: edlib\nVersion: 0.1\n")
+    bug_file = _write(
+        isolated / "project" / "bug.py", BUG.replace("import ourlib\n", "import ourlib\nimport edlib\n")
+    )
+    assert main(["check", str(bug_file), "--python", str(python), "-v", "--format", "concise"]) == 1
+    err = capsys.readouterr().err
+    assert "edlib: an editable install, not read" in err and "ourlib.summary.toml" in err
