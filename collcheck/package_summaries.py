@@ -81,25 +81,32 @@ def summaries_for(
 
 
 def editable_notes(environment: Environment, modules: set[str], root: Path | None) -> tuple[str, ...]:
-    """A note for each imported package that the environment installs in editable mode (its
-    dist-info's `direct_url.json` says so, and no folder of it is in site-packages): its source
-    lives elsewhere, behind a `.pth` file or an import hook, and is not read."""
-    tops = {module.split(".")[0] for module in modules if not _project_owns(module.split(".")[0], root)}
+    """A note for each imported package that the environment installs in editable mode: no folder
+    of it in site-packages, and a `.pth` file named after it (`__editable__.ourlib-1.0.pth`,
+    `_ourlib.pth`, `ourlib.egg-link`). Its source lives elsewhere and is not read. One listing
+    of site-packages, no file read: this runs on every check that uses an environment."""
+    tops = {module.split(".")[0] for module in modules}
     notes: list[str] = []
     for site in environment.site_packages:
-        for package in sorted(top for top in tops if not installed(site, top)):
-            folder = _dist_info(site, package)
-            if folder is not None and _editable(folder):
+        try:
+            entries = os.listdir(site)
+        except OSError:
+            continue
+        linked = {_linked_name(entry) for entry in entries if entry.endswith((".pth", ".egg-link"))}
+        for package in sorted(tops):
+            if (
+                _normalised(package) in linked
+                and not installed(site, package)
+                and not _project_owns(package, root)
+            ):
                 notes.append(f"{package}: an editable install, not read (see docs/summaries.md)")
     return tuple(notes)
 
 
-def _editable(folder: str) -> bool:
-    try:
-        raw = read_regular_file(os.path.join(folder, "direct_url.json"), 64 * 1024, follow_links=False)
-    except (OSError, FileRefused):
-        return False
-    return re.search(rb'"editable"\s*:\s*true', raw) is not None
+def _linked_name(entry: str) -> str:
+    """`__editable__.our_lib-1.0.pth` -> `our_lib`."""
+    stem = entry.rsplit(".", 1)[0].removeprefix("__editable__.").lstrip("_")
+    return _normalised(stem.split("-", 1)[0])
 
 
 def _has_entries(text: str) -> bool:
