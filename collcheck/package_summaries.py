@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +37,7 @@ from collcheck.import_scan import imported_names
 from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 
 SUMMARY_FORMAT = 1  # bump when what a summary holds changes
+RUN_SECONDS = 300.0  # summarising packages from scratch in one run; the rest wait for a later run
 BUNDLED_SUMMARIES = bundled_catalog_dir() / "summaries"  # PACKAGE-VERSION.toml, made from releases
 MAX_IMPORT_SCAN_BYTES = MAX_SOURCE_BYTES
 _METADATA_VERSION = rb"^Version:[ \t]*([^\s]+)"  # compiled on use: most runs never ask
@@ -46,8 +48,8 @@ def with_package_summaries(
 ) -> Settings:
     """`settings` with the summaries of the installed packages `files` import."""
     modules = imported_modules(files)
-    documents = summaries_for(environment, modules, settings, root)
-    notes = editable_notes(environment, modules, root)
+    documents, skipped = summaries_for(environment, modules, settings, root)
+    notes = (*skipped, *editable_notes(environment, modules, root))
     if not documents and not notes:
         return settings
     return replace(settings, summary_documents=documents, summary_notes=notes)
@@ -55,9 +57,10 @@ def with_package_summaries(
 
 def summaries_for(
     environment: Environment, modules: set[str], settings: Settings, root: Path | None
-) -> tuple[tuple[str, str], ...]:
+) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
     """(name, catalog TOML text) of each installed package among `modules`: the bundled summary of
-    its version if there is one, else (for a package no catalog describes) its own summary."""
+    its version if there is one, else (for a package no catalog describes) its own summary; and a
+    note for each package left unsummarised because the run's budget for summarising is spent."""
     covered = catalogued_packages(tuple(settings.catalogs))
     by_package: dict[str, list[str]] = {}
     for module in sorted(modules):
@@ -65,6 +68,8 @@ def summaries_for(
         if not _project_owns(top, root):
             by_package.setdefault(top, []).append(module)
     documents: list[tuple[str, str]] = []
+    notes: list[str] = []
+    started = time.monotonic()
     for site in environment.site_packages:
         for package, imported in sorted(by_package.items()):
             if not installed(site, package):
@@ -73,11 +78,18 @@ def summaries_for(
             bundled = bundled_summary(package, version)
             if bundled is not None:
                 documents.append((bundled_summary_name(package, version or ""), bundled))
-            elif package not in covered:
-                text = package_summary(site, package, imported, settings, version)
-                if _has_entries(text):  # an empty one would only change the catalogs' fingerprint
-                    documents.append((f"{package}.summary.toml", text))
-    return tuple(documents)
+                continue
+            if package in covered:
+                continue
+            may_make = time.monotonic() - started < RUN_SECONDS
+            text = package_summary(site, package, imported, settings, version, may_make)
+            if text is None:
+                notes.append(
+                    f"{package}: not summarised, the run's {RUN_SECONDS:g} s for summaries are spent"
+                )
+            elif _has_entries(text):  # an empty one would only change the catalogs' fingerprint
+                documents.append((f"{package}.summary.toml", text))
+    return tuple(documents), tuple(notes)
 
 
 def editable_notes(environment: Environment, modules: set[str], root: Path | None) -> tuple[str, ...]:
@@ -130,9 +142,15 @@ def bundled_summary(package: str, version: str | None) -> str | None:
 
 
 def package_summary(
-    site: str, package: str, modules: list[str], settings: Settings, version: str | None
-) -> str:
-    """The summary of `package` as catalog TOML: from the user's cache, else made and stored."""
+    site: str,
+    package: str,
+    modules: list[str],
+    settings: Settings,
+    version: str | None,
+    may_make: bool = True,
+) -> str | None:
+    """The summary of `package` as catalog TOML: from the user's cache, else (`may_make`) made and
+    stored; None when it is not cached and may not be made."""
     key = _summary_key(package, version, modules, settings)
     folder = user_cache_root() / "summaries"
     target = folder / package / f"{key}.toml"
@@ -142,6 +160,8 @@ def package_summary(
         text = read_entry(folder, target)
         if text is not None:
             return text
+    if not may_make:
+        return None
     from collcheck.summary_toml import dumps
 
     text = dumps(make_summary(site, package, modules, settings, version))

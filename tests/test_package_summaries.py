@@ -654,3 +654,17 @@ def test_editable_installs_are_named_not_read(isolated: Path, capsys: pytest.Cap
     assert main(["check", str(bug_file), "--python", str(python), "-v", "--format", "concise"]) == 1
     err = capsys.readouterr().err
     assert "edlib: an editable install, not read" in err and "ourlib.summary.toml" in err
+
+
+def test_a_run_spends_a_bounded_time_summarising(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import collcheck.package_summaries as summaries
+
+    python = make_venv(isolated / "env")
+    bug_file = _write(isolated / "project" / "bug.py", BUG)
+    monkeypatch.setattr(summaries, "RUN_SECONDS", 0.0)
+    result = check_paths([bug_file], _settings(isolated, python=str(python)))
+    assert result.findings == [] and result.summary_notes and "ourlib" in result.summary_notes[0]
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(isolated / "user-cache"))
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    assert _codes(bug_file, _settings(isolated, python=str(python))) == _expected(bug_file)
