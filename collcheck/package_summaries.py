@@ -13,7 +13,8 @@ An editable install (a `.pth` file or an import hook pointing elsewhere) is not 
 Each summary is stored in the user's cache folder, sealed with the user's secret
 (`cache_guard.write_entry`), keyed by the package's name and version (its dist-info METADATA),
 collcheck's version, the modules imported and the catalogs: a package is summarised once per
-version. A package without a version is summarised on every run. Light on purpose: a run with
+version. A package without a version is summarised on every run. A package built on another
+installed package is summarised after it, with its summary (`make_summary`'s `uses`). Light on purpose: a run with
 every summary cached imports neither the engine nor z3.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import replace
@@ -36,7 +38,13 @@ from collcheck.environment import Environment
 from collcheck.import_scan import imported_names
 from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
 SUMMARY_FORMAT = 1  # bump when what a summary holds changes
+MAX_CHAIN = 3  # packages summarised for another's summary, one on top of the other
 RUN_SECONDS = 300.0  # summarising packages from scratch in one run; the rest wait for a later run
 BUNDLED_SUMMARIES = bundled_catalog_dir() / "summaries"  # PACKAGE-VERSION.toml, made from releases
 MAX_IMPORT_SCAN_BYTES = MAX_SOURCE_BYTES
@@ -148,9 +156,11 @@ def package_summary(
     settings: Settings,
     version: str | None,
     may_make: bool = True,
+    chain: tuple[str, ...] = (),
 ) -> str | None:
     """The summary of `package` as catalog TOML: from the user's cache, else (`may_make`) made and
-    stored; None when it is not cached and may not be made."""
+    stored; None when it is not cached and may not be made. `chain`: the packages whose summaries
+    are being made and need this one (`ourlib` calls `corelib`)."""
     key = _summary_key(package, version, modules, settings)
     folder = user_cache_root() / "summaries"
     target = folder / package / f"{key}.toml"
@@ -158,14 +168,15 @@ def package_summary(
     cached = version is not None
     if cached:
         text = read_entry(folder, target)
-        if text is not None:
+        if text is not None and _dependencies_unchanged(site, text):
             return text
     if not may_make:
         return None
     from collcheck.summary_toml import dumps
 
-    text = dumps(make_summary(site, package, modules, settings, version))
-    if cached:
+    document = make_summary(site, package, modules, settings, version, chain=chain)
+    text = dumps(document)
+    if cached and "unknown" not in document["catalog"].get("uses", {}).values():
         write_entry(folder, target, text)
     return text
 
@@ -177,14 +188,30 @@ def make_summary(
     settings: Settings,
     version: str | None,
     max_files: int | None = None,
+    chain: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Summarise now (imports the engine): the catalog document, its `[catalog]` table saying
-    what it summarises."""
+    what it summarises and the installed packages whose summaries it was made with (`uses`:
+    `ourlib` built on an in-house `corelib`, bottom-up, at most `MAX_CHAIN` packages deep)."""
     from collcheck.catalog import load_catalog
-    from collcheck.static.package_summaries import MAX_FILES, summarise_package
+    from collcheck.static.package_summaries import MAX_FILES, reached_files, summarise_package
 
-    catalog = load_catalog((Path(p) for p in settings.catalogs), settings.summaries)
-    summary = summarise_package(site, package, modules, catalog, settings, max_files or MAX_FILES)
+    limit = max_files or MAX_FILES
+    uses: dict[str, str] = {}
+    documents: list[tuple[str, str]] = []
+    if len(chain) < MAX_CHAIN:
+        for other, imported in _other_packages(
+            site, package, reached_files(site, package, modules, limit), settings
+        ):
+            if other in chain:
+                continue
+            other_version = installed_version(site, other)
+            text = package_summary(site, other, imported, settings, other_version, True, (*chain, package))
+            if text is not None and _has_entries(text):
+                documents.append((f"{other}.summary.toml", text))
+                uses[other] = other_version or "unknown"
+    catalog = load_catalog((Path(p) for p in settings.catalogs), settings.summaries, documents)
+    summary = summarise_package(site, package, modules, catalog, settings, limit)
     document = dict(summary.document)
     meta = dict(document.get("catalog", {}))
     meta["package"] = package
@@ -193,8 +220,38 @@ def make_summary(
     meta["files_read"] = summary.files_read
     if summary.notes:
         meta["notes"] = list(summary.notes)
+    if uses:
+        meta["uses"] = uses
     document["catalog"] = meta
     return document
+
+
+def _other_packages(
+    site: str, package: str, files: dict[str, tuple[str, frozenset[str]]], settings: Settings
+) -> list[tuple[str, list[str]]]:
+    """The other installed packages (no catalog describes them) that `package`'s files import, with
+    the modules of each they import."""
+    covered = catalogued_packages(tuple(settings.catalogs))
+    wanted: dict[str, set[str]] = {}
+    for _, imported in files.values():
+        for name in imported:
+            top = name.split(".")[0]
+            if top != package and top not in covered:
+                wanted.setdefault(top, set()).add(name)
+    return [(top, sorted(names)) for top, names in sorted(wanted.items()) if installed(site, top)]
+
+
+def _dependencies_unchanged(site: str, text: str) -> bool:
+    """The packages a cached summary was made with are installed at the versions it records."""
+    if "[catalog.uses]" not in text:
+        return True
+    try:
+        uses = tomllib.loads(text).get("catalog", {}).get("uses", {})
+    except tomllib.TOMLDecodeError:
+        return False
+    return isinstance(uses, dict) and all(
+        installed_version(site, name) == version for name, version in uses.items()
+    )
 
 
 def _summary_key(package: str, version: str | None, modules: list[str], settings: Settings) -> str:

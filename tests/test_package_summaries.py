@@ -668,3 +668,43 @@ def test_a_run_spends_a_bounded_time_summarising(isolated: Path, monkeypatch: py
     monkeypatch.setenv("XDG_CACHE_HOME", str(isolated / "user-cache"))
     monkeypatch.delenv("VIRTUAL_ENV", raising=False)
     assert _codes(bug_file, _settings(isolated, python=str(python))) == _expected(bug_file)
+
+
+def _corelib(site: Path, version: str, body: str) -> None:
+    _write(site / "corelib" / "__init__.py", f"import torch.distributed as dist\n\n\ndef wait_all():\n{body}")
+    for old in site.glob("corelib-*.dist-info"):
+        (old / "METADATA").unlink()
+        old.rmdir()
+    _write(
+        site / f"corelib-{version}.dist-info" / "METADATA",
+        f"Metadata-Version: 2.1\nName: corelib\nVersion: {version}\n",
+    )
+
+
+def test_a_layer_on_another_installed_package(isolated: Path) -> None:
+    """ourlib2 wraps corelib, another in-house package the checked code never imports: corelib is
+    summarised first and ourlib2 with it; a new corelib version summarises ourlib2 again."""
+    python = make_venv(isolated / "env")
+    site = isolated / "env" / "lib" / PY / "site-packages"
+    _corelib(site, "1.0", "    dist.barrier()\n")
+    _write(
+        site / "ourlib2" / "__init__.py", "from corelib import wait_all\n\n\ndef sync():\n    wait_all()\n"
+    )
+    _write(
+        site / "ourlib2-3.0.dist-info" / "METADATA", "Metadata-Version: 2.1\nName: ourlib2\nVersion: 3.0\n"
+    )
+    code = """
+    import torch.distributed as dist
+
+    import ourlib2
+
+
+    def step():
+        if dist.get_rank() == 0:
+            ourlib2.sync()  # expect: CC001
+    """
+    bug_file = _write(isolated / "project" / "bug.py", code)
+    assert _codes(bug_file, _settings(isolated, python=str(python))) == _expected(bug_file)
+    _corelib(site, "1.1", "    return None\n")  # corelib 1.1 no longer communicates
+    fresh = Settings(cache_dir=str(isolated / "other-project-cache"), python=str(python))
+    assert _codes(bug_file, fresh) == []
