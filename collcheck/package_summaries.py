@@ -14,8 +14,8 @@ Each summary is stored in the user's cache folder, sealed with the user's secret
 (`cache_guard.write_entry`), keyed by the package's name and version (its dist-info METADATA),
 collcheck's version, the modules imported and the catalogs: a package is summarised once per
 version. A package without a version is summarised on every run. A package built on another
-installed package is summarised after it, with its summary (`make_summary`'s `uses`). Light on purpose: a run with
-every summary cached imports neither the engine nor z3.
+installed package is summarised after it, with its summary (`make_summary`'s `uses`). Light on
+purpose: a run with every summary cached imports neither the engine nor z3.
 """
 
 from __future__ import annotations
