@@ -445,4 +445,5 @@ def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
             settings, fingerprint, roots, {r.path: (dependencies.get(r.path, ""), r) for r in results}
         )
     ordered = sorted([*missing, *results], key=lambda result: result.path)
-    return RunResult(files=ordered, summaries=tuple(name for name, _ in settings.summary_documents))
+    summaries = tuple(name for name, _ in settings.summary_documents)
+    return RunResult(files=ordered, summaries=summaries, summary_notes=settings.summary_notes)

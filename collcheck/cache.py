@@ -62,6 +62,7 @@ _KEY_IGNORED_SETTINGS = frozenset(
         "python",
         "summaries",
         "summary_documents",
+        "summary_notes",
     }
 )
 

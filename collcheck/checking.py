@@ -137,6 +137,8 @@ def run_check(paths: list[Path], options: CheckOptions) -> int:
 
         if result.summaries:
             print(f"summaries of installed packages: {', '.join(result.summaries)}", file=sys.stderr)
+        for note in result.summary_notes:
+            print(f"summaries of installed packages: {note}", file=sys.stderr)
         reduced, skipped = budget_counts(result.notes)
         print(
             f"budget: {reduced} functions over the work budget analysed in the reduced mode, "

@@ -108,6 +108,7 @@ class Settings:
     # Summaries of the environment's packages for this run, (package, catalog TOML text): filled
     # by `package_summaries.with_package_summaries`, never by a configuration.
     summary_documents: tuple[tuple[str, str], ...] = ()
+    summary_notes: tuple[str, ...] = ()  # installed packages imported but not read (editable installs)
     # Every rank reads one shared filesystem (NFS, Lustre, a cloud bucket mount): what it holds is
     # then no per-process value (catalog category `FILESYSTEM_STATE`), as the user states here.
     shared_filesystem: bool = False

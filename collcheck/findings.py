@@ -264,6 +264,7 @@ class RunResult:
     stale_baseline: list[BaselineEntry] = field(default_factory=list)  # baseline entries gone
     # The summaries of installed packages the run read (docs/summaries.md), by name: `-v` says them.
     summaries: tuple[str, ...] = ()
+    summary_notes: tuple[str, ...] = ()  # installed packages imported but not read, and why
 
     @property
     def findings(self) -> list[Finding]:

@@ -13,8 +13,9 @@ An editable install (a `.pth` file or an import hook pointing elsewhere) is not 
 Each summary is stored in the user's cache folder, sealed with the user's secret
 (`cache_guard.write_entry`), keyed by the package's name and version (its dist-info METADATA),
 collcheck's version, the modules imported and the catalogs: a package is summarised once per
-version. A package without a version is summarised on every run. Light on purpose: a run with
-every summary cached imports neither the engine nor z3.
+version. A package without a version is summarised on every run. A package built on another
+installed package is summarised after it, with its summary (`make_summary`'s `uses`). Light on
+purpose: a run with every summary cached imports neither the engine nor z3.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
+import time
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -35,7 +38,14 @@ from collcheck.environment import Environment
 from collcheck.import_scan import imported_names
 from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
 SUMMARY_FORMAT = 1  # bump when what a summary holds changes
+MAX_CHAIN = 3  # packages summarised for another's summary, one on top of the other
+RUN_SECONDS = 300.0  # summarising packages from scratch in one run; the rest wait for a later run
 BUNDLED_SUMMARIES = bundled_catalog_dir() / "summaries"  # PACKAGE-VERSION.toml, made from releases
 MAX_IMPORT_SCAN_BYTES = MAX_SOURCE_BYTES
 _METADATA_VERSION = rb"^Version:[ \t]*([^\s]+)"  # compiled on use: most runs never ask
@@ -45,15 +55,20 @@ def with_package_summaries(
     settings: Settings, environment: Environment, root: Path | None, files: Iterable[Path]
 ) -> Settings:
     """`settings` with the summaries of the installed packages `files` import."""
-    documents = summaries_for(environment, imported_modules(files), settings, root)
-    return replace(settings, summary_documents=documents) if documents else settings
+    modules = imported_modules(files)
+    documents, skipped = summaries_for(environment, modules, settings, root)
+    notes = (*skipped, *editable_notes(environment, modules, root))
+    if not documents and not notes:
+        return settings
+    return replace(settings, summary_documents=documents, summary_notes=notes)
 
 
 def summaries_for(
     environment: Environment, modules: set[str], settings: Settings, root: Path | None
-) -> tuple[tuple[str, str], ...]:
+) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
     """(name, catalog TOML text) of each installed package among `modules`: the bundled summary of
-    its version if there is one, else (for a package no catalog describes) its own summary."""
+    its version if there is one, else (for a package no catalog describes) its own summary; and a
+    note for each package left unsummarised because the run's budget for summarising is spent."""
     covered = catalogued_packages(tuple(settings.catalogs))
     by_package: dict[str, list[str]] = {}
     for module in sorted(modules):
@@ -61,6 +76,8 @@ def summaries_for(
         if not _project_owns(top, root):
             by_package.setdefault(top, []).append(module)
     documents: list[tuple[str, str]] = []
+    notes: list[str] = []
+    started = time.monotonic()
     for site in environment.site_packages:
         for package, imported in sorted(by_package.items()):
             if not installed(site, package):
@@ -69,11 +86,47 @@ def summaries_for(
             bundled = bundled_summary(package, version)
             if bundled is not None:
                 documents.append((bundled_summary_name(package, version or ""), bundled))
-            elif package not in covered:
-                text = package_summary(site, package, imported, settings, version)
-                if _has_entries(text):  # an empty one would only change the catalogs' fingerprint
-                    documents.append((f"{package}.summary.toml", text))
-    return tuple(documents)
+                continue
+            if package in covered:
+                continue
+            may_make = time.monotonic() - started < RUN_SECONDS
+            text = package_summary(site, package, imported, settings, version, may_make)
+            if text is None:
+                notes.append(
+                    f"{package}: not summarised, the run's {RUN_SECONDS:g} s for summaries are spent"
+                )
+            elif _has_entries(text):  # an empty one would only change the catalogs' fingerprint
+                documents.append((f"{package}.summary.toml", text))
+    return tuple(documents), tuple(notes)
+
+
+def editable_notes(environment: Environment, modules: set[str], root: Path | None) -> tuple[str, ...]:
+    """A note for each imported package that the environment installs in editable mode: no folder
+    of it in site-packages, and a `.pth` file named after it (`__editable__.ourlib-1.0.pth`,
+    `_ourlib.pth`, `ourlib.egg-link`). Its source lives elsewhere and is not read. One listing
+    of site-packages, no file read: this runs on every check that uses an environment."""
+    tops = {module.split(".")[0] for module in modules}
+    notes: list[str] = []
+    for site in environment.site_packages:
+        try:
+            entries = os.listdir(site)
+        except OSError:
+            continue
+        linked = {_linked_name(entry) for entry in entries if entry.endswith((".pth", ".egg-link"))}
+        for package in sorted(tops):
+            if (
+                _normalised(package) in linked
+                and not installed(site, package)
+                and not _project_owns(package, root)
+            ):
+                notes.append(f"{package}: an editable install, not read (see docs/summaries.md)")
+    return tuple(notes)
+
+
+def _linked_name(entry: str) -> str:
+    """`__editable__.our_lib-1.0.pth` -> `our_lib`."""
+    stem = entry.rsplit(".", 1)[0].removeprefix("__editable__.").lstrip("_")
+    return _normalised(stem.split("-", 1)[0])
 
 
 def _has_entries(text: str) -> bool:
@@ -97,9 +150,17 @@ def bundled_summary(package: str, version: str | None) -> str | None:
 
 
 def package_summary(
-    site: str, package: str, modules: list[str], settings: Settings, version: str | None
-) -> str:
-    """The summary of `package` as catalog TOML: from the user's cache, else made and stored."""
+    site: str,
+    package: str,
+    modules: list[str],
+    settings: Settings,
+    version: str | None,
+    may_make: bool = True,
+    chain: tuple[str, ...] = (),
+) -> str | None:
+    """The summary of `package` as catalog TOML: from the user's cache, else (`may_make`) made and
+    stored; None when it is not cached and may not be made. `chain`: the packages whose summaries
+    are being made and need this one (`ourlib` calls `corelib`)."""
     key = _summary_key(package, version, modules, settings)
     folder = user_cache_root() / "summaries"
     target = folder / package / f"{key}.toml"
@@ -107,12 +168,15 @@ def package_summary(
     cached = version is not None
     if cached:
         text = read_entry(folder, target)
-        if text is not None:
+        if text is not None and _dependencies_unchanged(site, text):
             return text
+    if not may_make:
+        return None
     from collcheck.summary_toml import dumps
 
-    text = dumps(make_summary(site, package, modules, settings, version))
-    if cached:
+    document = make_summary(site, package, modules, settings, version, chain=chain)
+    text = dumps(document)
+    if cached and "unknown" not in document["catalog"].get("uses", {}).values():
         write_entry(folder, target, text)
     return text
 
@@ -124,14 +188,30 @@ def make_summary(
     settings: Settings,
     version: str | None,
     max_files: int | None = None,
+    chain: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Summarise now (imports the engine): the catalog document, its `[catalog]` table saying
-    what it summarises."""
+    what it summarises and the installed packages whose summaries it was made with (`uses`:
+    `ourlib` built on an in-house `corelib`, bottom-up, at most `MAX_CHAIN` packages deep)."""
     from collcheck.catalog import load_catalog
-    from collcheck.static.package_summaries import MAX_FILES, summarise_package
+    from collcheck.static.package_summaries import MAX_FILES, reached_files, summarise_package
 
-    catalog = load_catalog((Path(p) for p in settings.catalogs), settings.summaries)
-    summary = summarise_package(site, package, modules, catalog, settings, max_files or MAX_FILES)
+    limit = max_files or MAX_FILES
+    uses: dict[str, str] = {}
+    documents: list[tuple[str, str]] = []
+    if len(chain) < MAX_CHAIN:
+        for other, imported in _other_packages(
+            site, package, reached_files(site, package, modules, limit), settings
+        ):
+            if other in chain:
+                continue
+            other_version = installed_version(site, other)
+            text = package_summary(site, other, imported, settings, other_version, True, (*chain, package))
+            if text is not None and _has_entries(text):
+                documents.append((f"{other}.summary.toml", text))
+                uses[other] = other_version or "unknown"
+    catalog = load_catalog((Path(p) for p in settings.catalogs), settings.summaries, documents)
+    summary = summarise_package(site, package, modules, catalog, settings, limit)
     document = dict(summary.document)
     meta = dict(document.get("catalog", {}))
     meta["package"] = package
@@ -140,8 +220,38 @@ def make_summary(
     meta["files_read"] = summary.files_read
     if summary.notes:
         meta["notes"] = list(summary.notes)
+    if uses:
+        meta["uses"] = uses
     document["catalog"] = meta
     return document
+
+
+def _other_packages(
+    site: str, package: str, files: dict[str, tuple[str, frozenset[str]]], settings: Settings
+) -> list[tuple[str, list[str]]]:
+    """The other installed packages (no catalog describes them) that `package`'s files import, with
+    the modules of each they import."""
+    covered = catalogued_packages(tuple(settings.catalogs))
+    wanted: dict[str, set[str]] = {}
+    for _, imported in files.values():
+        for name in imported:
+            top = name.split(".")[0]
+            if top != package and top not in covered:
+                wanted.setdefault(top, set()).add(name)
+    return [(top, sorted(names)) for top, names in sorted(wanted.items()) if installed(site, top)]
+
+
+def _dependencies_unchanged(site: str, text: str) -> bool:
+    """The packages a cached summary was made with are installed at the versions it records."""
+    if "[catalog.uses]" not in text:
+        return True
+    try:
+        uses = tomllib.loads(text).get("catalog", {}).get("uses", {})
+    except tomllib.TOMLDecodeError:
+        return False
+    return isinstance(uses, dict) and all(
+        installed_version(site, name) == version for name, version in uses.items()
+    )
 
 
 def _summary_key(package: str, version: str | None, modules: list[str], settings: Settings) -> str:
@@ -185,22 +295,26 @@ def _project_owns(package: str, root: Path | None) -> bool:
 
 
 def installed_version(site: str, package: str) -> str | None:
-    """The version in the METADATA of the distribution that installs `package`: the dist-info
-    named like it, else the one whose top_level.txt lists it."""
+    """The version in the METADATA of the distribution that installs `package` (`_dist_info`)."""
+    folder = _dist_info(site, package)
+    return _metadata_version(folder) if folder is not None else None
+
+
+def _dist_info(site: str, package: str) -> str | None:
+    """The dist-info folder of the distribution that installs `package`: the one named like it,
+    else the one whose top_level.txt (or RECORD) lists it."""
     try:
-        entries = [name for name in os.listdir(site) if name.endswith(".dist-info")]
+        entries = sorted(name for name in os.listdir(site) if name.endswith(".dist-info"))
     except OSError:
         return None
     wanted = _normalised(package)
     named = [e for e in entries if _normalised(e.split("-", 1)[0]) == wanted]
-    others = [e for e in entries if e not in named]
-    for entry in named + others:
+    if named:
+        return os.path.join(site, named[0])
+    for entry in entries:
         folder = os.path.join(site, entry)
-        if entry not in named and not _installs(folder, package):
-            continue
-        version = _metadata_version(folder)
-        if version is not None:
-            return version
+        if _installs(folder, package):
+            return folder
     return None
 
 

@@ -55,6 +55,20 @@ def is_last_rank():
     return dist.get_rank() == dist.get_world_size() - 1
 
 
+def mean_all(tensor, group=None):
+    if not dist.is_initialized() or dist.get_world_size(group) < 2:
+        return tensor  # a process alone in its group: no second behaviour
+    dist.all_reduce(tensor, group=group)
+    return tensor
+
+
+def not_on_leader(tensor):
+    if dist.get_rank() == 0:
+        return tensor
+    dist.all_reduce(tensor)
+    return tensor
+
+
 _GROUPS = {}
 
 
@@ -328,6 +342,8 @@ def test_summarize_writes_a_catalog_that_summaries_can_name(isolated: Path) -> N
     assert catalog.functions["ourlib._impl.reduce_now"].op == "all_reduce"
     assert "ourlib.comm.sometimes" not in catalog.functions
     assert "ourlib.comm.reduce_in" not in catalog.functions  # its group depends on an argument
+    assert catalog.functions["ourlib.comm.mean_all"].group == "group"
+    assert "ourlib.comm.not_on_leader" not in catalog.functions
     assert catalog.rank_functions["ourlib.is_last_rank"] == "(rank == (world - 1))"
     assert catalog.types["ourlib.Reducer"] == "ourlib.comm.Reducer"
     project = isolated / "project"
@@ -622,3 +638,73 @@ def test_summarize_by_name_in_an_environment(isolated: Path, capsys: pytest.Capt
     assert main(["summarize", "not_installed_here", "--python", str(python)]) == 2
     assert "not installed" in capsys.readouterr().err
     assert "ourlib" not in sys.modules
+
+
+def test_editable_installs_are_named_not_read(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    python = make_venv(isolated / "env")
+    site = isolated / "env" / "lib" / PY / "site-packages"
+    _write(isolated / "elsewhere" / "edlib" / "__init__.py", "import torch.distributed as dist\n")
+    _write(site / "__editable__.edlib-0.1.pth", str(isolated / "elsewhere") + "\n")
+    direct_url = '{"url": "file:///elsewhere", "dir_info": {"editable": true}}'
+    _write(site / "edlib-0.1.dist-info" / "direct_url.json", direct_url)
+    _write(site / "edlib-0.1.dist-info" / "METADATA", "Metadata-Version: 2.1\nName: edlib\nVersion: 0.1\n")
+    bug_file = _write(
+        isolated / "project" / "bug.py", BUG.replace("import ourlib\n", "import ourlib\nimport edlib\n")
+    )
+    assert main(["check", str(bug_file), "--python", str(python), "-v", "--format", "concise"]) == 1
+    err = capsys.readouterr().err
+    assert "edlib: an editable install, not read" in err and "ourlib.summary.toml" in err
+
+
+def test_a_run_spends_a_bounded_time_summarising(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import collcheck.package_summaries as summaries
+
+    python = make_venv(isolated / "env")
+    bug_file = _write(isolated / "project" / "bug.py", BUG)
+    monkeypatch.setattr(summaries, "RUN_SECONDS", 0.0)
+    result = check_paths([bug_file], _settings(isolated, python=str(python)))
+    assert result.findings == [] and result.summary_notes and "ourlib" in result.summary_notes[0]
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(isolated / "user-cache"))
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    assert _codes(bug_file, _settings(isolated, python=str(python))) == _expected(bug_file)
+
+
+def _corelib(site: Path, version: str, body: str) -> None:
+    _write(site / "corelib" / "__init__.py", f"import torch.distributed as dist\n\n\ndef wait_all():\n{body}")
+    for old in site.glob("corelib-*.dist-info"):
+        (old / "METADATA").unlink()
+        old.rmdir()
+    _write(
+        site / f"corelib-{version}.dist-info" / "METADATA",
+        f"Metadata-Version: 2.1\nName: corelib\nVersion: {version}\n",
+    )
+
+
+def test_a_layer_on_another_installed_package(isolated: Path) -> None:
+    """ourlib2 wraps corelib, another in-house package the checked code never imports: corelib is
+    summarised first and ourlib2 with it; a new corelib version summarises ourlib2 again."""
+    python = make_venv(isolated / "env")
+    site = isolated / "env" / "lib" / PY / "site-packages"
+    _corelib(site, "1.0", "    dist.barrier()\n")
+    _write(
+        site / "ourlib2" / "__init__.py", "from corelib import wait_all\n\n\ndef sync():\n    wait_all()\n"
+    )
+    _write(
+        site / "ourlib2-3.0.dist-info" / "METADATA", "Metadata-Version: 2.1\nName: ourlib2\nVersion: 3.0\n"
+    )
+    code = """
+    import torch.distributed as dist
+
+    import ourlib2
+
+
+    def step():
+        if dist.get_rank() == 0:
+            ourlib2.sync()  # expect: CC001
+    """
+    bug_file = _write(isolated / "project" / "bug.py", code)
+    assert _codes(bug_file, _settings(isolated, python=str(python))) == _expected(bug_file)
+    _corelib(site, "1.1", "    return None\n")  # corelib 1.1 no longer communicates
+    fresh = Settings(cache_dir=str(isolated / "other-project-cache"), python=str(python))
+    assert _codes(bug_file, fresh) == []

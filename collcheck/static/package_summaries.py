@@ -32,6 +32,7 @@ from collcheck.import_scan import imported_names
 from collcheck.index_facts import rank_words
 from collcheck.source import FileRefused, read_regular_file, read_source
 from collcheck.static.budget import BudgetExceeded, file_budget
+from collcheck.static.groups import SIZE_PREFIX, atoms_of
 from collcheck.static.interpret import Interpreter
 from collcheck.static.model import FunctionNode, Loader, ModuleInfo
 from collcheck.static.module_values import complete_loaded_module
@@ -40,14 +41,16 @@ from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import CommEvent
 from collcheck.static.program import Path as ProgramPath
 from collcheck.static.project import MODULE_CODE, FileFacts, build_project, file_facts, realpath_once
+from collcheck.static.smt import SolveStats
 from collcheck.static.state import Frame, PathLimitExceeded, State
-from collcheck.static.symbolic import Atom, BinOp, BoolOp, Compare, Const, Expr, GroupVal, Not
+from collcheck.static.symbolic import Atom, BinOp, BoolOp, Compare, Const, Expr, GroupVal, Not, Z3Translator
 from collcheck.static.values import where_of
 
 MAX_FILES = 400  # files of one package read per run (the reach of what the analysed code imports)
 MAX_FILE_BYTES = 2 * 1024 * 1024
 FILE_SECONDS = 10.0  # the interpreter's wall-clock budget per file of the package
 PACKAGE_SECONDS = 120.0  # and per package: past it the remaining files are left out (a note says so)
+POSSIBLE_TIMEOUT_MS = 500  # per path whose possibility decides a summary (unknown: possible)
 # Atoms a rank expression of the catalog may name (catalog_values reads them back).
 _VALUE_ATOMS = frozenset({"rank", "world", "local_rank", "local_world", "node_rank"})
 _VALUE_OPERATORS = frozenset({"+", "-", "*", "//", "%", "==", "!=", "<", "<=", ">", ">="})
@@ -70,6 +73,7 @@ class _Found:
     classes: dict[str, str] = field(default_factory=dict)  # spelling -> defining qualified name
     rank: dict[str, str] = field(default_factory=dict)  # qualified name -> value expression
     notes: list[str] = field(default_factory=list)
+    solving: SolveStats = field(default_factory=SolveStats)  # one z3 context for the package
 
 
 def summarise_package(
@@ -301,7 +305,7 @@ def _summarise_function(
         return
     if communicates:
         named = frozenset(module.catalog.groups.values()) | {"world"}
-        entry = _op_entry(regions[0].paths, _Subject(function, class_name, qualified, named))
+        entry = _op_entry(regions[0].paths, _Subject(function, class_name, qualified, named, found.solving))
         if entry is not None:
             _add_op(found, entry, class_name, function.name, qualified)
         return
@@ -338,6 +342,7 @@ class _Subject:
     class_name: str | None
     qualified: str
     named_groups: frozenset[str]  # the catalog's `[groups]` names, and `world`
+    solving: SolveStats  # its z3 context, made on first use and shared by the package's functions
 
     @property
     def parameters(self) -> list[str]:
@@ -348,9 +353,10 @@ def _op_entry(paths: list[ProgramPath], subject: _Subject) -> dict[str, Any] | N
     """The `[[op]]` entry of a function whose every path that does not raise issues the same
     collectives on the same group, or None."""
     kept = [p for p in paths if p.exit is None or p.exit.kind == "return"]
-    if not kept:
-        return None
     sequences = {tuple(p.events) and _sequence(p, subject) for p in kept}
+    if len(sequences) > 1:  # some may be the paths of a process alone in its world or group
+        kept = [p for p in kept if _possible(p, subject.solving)]
+        sequences = {tuple(p.events) and _sequence(p, subject) for p in kept}
     if len(sequences) != 1:
         return None
     sequence = sequences.pop()
@@ -366,6 +372,26 @@ def _op_entry(paths: list[ProgramPath], subject: _Subject) -> dict[str, Any] | N
         role, value = group
         entry[role] = value
     return entry
+
+
+def _possible(path: ProgramPath, solving: SolveStats) -> bool:
+    """A path some process of a job can take: in a world of at least two processes, and in
+    groups of at least two members, as the engine assumes of a group passed around in SPMD code
+    (`if get_world_size(group) < 2: return t` before the all-reduce is no second behaviour).
+    `solving` holds the one z3 context of the package's summary."""
+    sizes = [a for a in atoms_of(path.conds) if a.kind == "world" or a.name.startswith(SIZE_PREFIX)]
+    if not sizes:
+        return True  # only a condition on a size can exclude a path here (the rest: taken possible)
+    z3 = solving.z3_in_context()
+    translator = Z3Translator(z3)
+    world, rank = translator.world, translator.rank("a")
+    facts = [world >= 2, rank >= 0, rank < world]
+    facts += [translator.as_int(a, "a") >= 2 for a in sizes if a.kind != "world"]
+    facts += [translator.as_bool(condition, "a") for condition in path.conds]
+    solver = z3.Solver()
+    solver.set("timeout", POSSIBLE_TIMEOUT_MS)
+    solver.add(*facts, *translator.side_constraints)
+    return bool(solver.check() != z3.unsat)
 
 
 Step = tuple[str, tuple[str, str] | None, tuple[str, ...]]  # op, (role, value) of its group, via
