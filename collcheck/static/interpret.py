@@ -42,7 +42,14 @@ from collcheck.static.program import (
     Site,
 )
 from collcheck.static.receivers import class_named, object_value, passed_object
-from collcheck.static.state import Frame, PathLimitExceeded, State, merge_branches, merge_envs
+from collcheck.static.state import (
+    Frame,
+    PathLimitExceeded,
+    State,
+    attributes_changed,
+    merge_branches,
+    merge_envs,
+)
 from collcheck.static.symbolic import (
     Atom,
     BinOp,
@@ -478,7 +485,7 @@ class Interpreter(ExceptionFlow):
         loop_range: LoopRange | None = None,
     ) -> list[State]:
         body_states = self.exec_block(stmt.body, [body_start], frame)
-        changed = assigned_names(stmt.body) | _attributes_changed(body_start, body_states)
+        changed = assigned_names(stmt.body) | attributes_changed(body_start, body_states)
         if trip is None:  # while: the trip count depends on the test and what the body changes
             test_names = set(read_names(stmt.test)) if isinstance(stmt, ast.While) else set()
             feeding = [s.env.get(name, Const(None)) for s in body_states for name in test_names & changed]
@@ -618,17 +625,6 @@ class Interpreter(ExceptionFlow):
             known = {**known, **resolved.partial.values}
             call = resolved.partial.call(call)
         return self.inline(call, function, class_name, bound_self, state, frame, known, receiver)
-
-
-def _attributes_changed(start: State, body: list[State]) -> set[str]:
-    """Attributes a loop body changed through the methods it ran (`stopper.update()` storing
-    `stopper.should_stop`): read by the loop test, or after the loop, they are not what they were."""
-    return {
-        key
-        for state in body
-        for key, value in state.env.items()
-        if "." in key and start.env.get(key) is not value and start.env.get(key) != value
-    }
 
 
 def _joins_uneven_inputs(context: ast.expr) -> bool:

@@ -108,3 +108,17 @@ def collapse_returns(caller: State, results: list[tuple[State, Expr]]) -> list[t
         value = IfExp(conjoin(extra), returned, value) if extra else returned
     merged = caller.fork()
     return [(merged, value)]
+
+
+def attributes_changed(start: State, body: list[State]) -> set[str]:
+    """Attributes a loop body changed through the methods it ran (`stopper.update()` storing
+    `stopper.should_stop`): read by the loop test, or after the loop, they are not what they were."""
+    before = start.env
+    changed: set[str] = set()
+    for state in body:
+        if state.env is before:
+            continue
+        for key, value in state.env.items():
+            if before.get(key) is not value and "." in key and before.get(key) != value:
+                changed.add(key)
+    return changed
