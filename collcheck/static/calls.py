@@ -179,7 +179,7 @@ class CallResolver(ValueEvaluator):
             return None
         if len(parts) == 1 and parts[0] in self.nested:
             return None
-        value = self._held_value(parts, state, frame)
+        value = self.held_value(parts, state, frame)
         if not method_name:
             function = function_of(self.module, value)
             if function is not None:
@@ -196,7 +196,7 @@ class CallResolver(ValueEvaluator):
             method = call_method(self.module, owner, self.class_types(owner.name))
         return HeldTarget(method, owner.name, ".".join(parts)) if method is not None else None
 
-    def _held_value(self, parts: list[str], state: State, frame: Frame) -> Expr | None:
+    def held_value(self, parts: list[str], state: State, frame: Frame) -> Expr | None:
         """What a dotted name holds, read without evaluating anything (asked for most calls): the
         path's variables, the module's globals, a function of the file, or an attribute the class
         of the object before it keeps (`self.ckpt`, `s.buffer`, `self.ckpt.store`)."""
@@ -210,7 +210,7 @@ class CallResolver(ValueEvaluator):
             return function_value(self.module, name) if name in self.module.functions else None
         if parts[0] == "self" and len(parts) == 2:
             return self.class_attribute(frame.class_name, parts[1]) if frame.class_name else None
-        owner = object_class(self.module, self._held_value(parts[:-1], state, frame))
+        owner = object_class(self.module, self.held_value(parts[:-1], state, frame))
         return self.class_attribute(owner.name, parts[-1]) if owner is not None else None
 
     def exit_call(self, call: ast.Call) -> bool:
