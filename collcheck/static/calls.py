@@ -56,6 +56,7 @@ class CallKind(Enum):
 
 
 MAX_HANDED_DEPTH = 4  # helpers followed to learn what a handed callable issues
+MAX_HOLDER_PARTS = 8  # `a.b.c.m()`: receivers this long are read (`held_value` recurses on them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +176,7 @@ class CallResolver(ValueEvaluator):
         if root is holder and root.id in ("self", "cls"):
             return None
         parts = dotted(holder)
-        if not parts:
+        if not parts or len(parts) > MAX_HOLDER_PARTS:
             return None
         if len(parts) == 1 and parts[0] in self.nested:
             return None
