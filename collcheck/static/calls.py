@@ -30,6 +30,7 @@ from collcheck.static.receivers import (
     call_method,
     class_named,
     function_of,
+    function_value,
     method_of,
     object_class,
     object_value,
@@ -61,6 +62,7 @@ class CallKind(Enum):
 
 
 MAX_HANDED_DEPTH = 4  # helpers followed to learn what a handed callable issues
+MAX_HOLDER_PARTS = 8  # `a.b.c.m()`: receivers this long are read (`held_value` recurses on them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,12 +242,20 @@ class CallResolver(ValueEvaluator):
             holder, method_name = func, ""
         else:
             return None
+        root = holder
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        # Most calls are on an imported module (`torch.cat(...)`) or on `self`: rejected first.
+        if not isinstance(root, ast.Name) or self.local_imports.lookup(root.id) is not None:
+            return None
+        if root is holder and root.id in ("self", "cls"):
+            return None
         parts = dotted(holder)
-        if not parts or parts == ["self"] or parts == ["cls"] or self.local_imports.lookup(parts[0]):
+        if not parts or len(parts) > MAX_HOLDER_PARTS:
             return None
         if len(parts) == 1 and parts[0] in self.nested:
             return None
-        value = self.pure(holder, state, frame)
+        value = self.held_value(parts, state, frame)
         if not method_name:
             function = function_of(self.module, value)
             if function is not None:
@@ -261,6 +271,23 @@ class CallResolver(ValueEvaluator):
         else:
             method = call_method(self.module, owner, self.class_types(owner.name))
         return HeldTarget(method, owner.name, ".".join(parts)) if method is not None else None
+
+    def held_value(self, parts: list[str], state: State, frame: Frame) -> Expr | None:
+        """What a dotted name holds, read without evaluating anything (asked for most calls): the
+        path's variables, the module's globals, a function of the file, or an attribute the class
+        of the object before it keeps (`self.ckpt`, `s.buffer`, `self.ckpt.store`)."""
+        value = state.env.get(".".join(parts))
+        if value is not None:
+            return value
+        if len(parts) == 1:
+            name = parts[0]
+            if name in self.module.globals:
+                return self.module.globals[name]
+            return function_value(self.module, name) if name in self.module.functions else None
+        if parts[0] == "self" and len(parts) == 2:
+            return self.class_attribute(frame.class_name, parts[1]) if frame.class_name else None
+        owner = object_class(self.module, self.held_value(parts[:-1], state, frame))
+        return self.class_attribute(owner.name, parts[-1]) if owner is not None else None
 
     def exit_call(self, call: ast.Call) -> bool:
         name = qualified_name(call.func, self.local_imports)

@@ -404,11 +404,8 @@ class HelperInliner(CollectiveEvents):
         if bound_self and params:
             # Another object than the caller's `self`: its own value, so that what its method reads
             # of it is named after it (two objects' `self.flag` are two values).
-            env[params[0]] = (
-                Atom("self", "shared")
-                if receiver == "self"
-                else state.env.get(receiver, Atom(f"object:{receiver}", "shared"))
-            )
+            held = None if receiver == "self" else self.held_value(receiver.split("."), state, frame)
+            env[params[0]] = held or Atom("self", "shared")
             prefix = receiver + "."
             for key, value in state.env.items():
                 if key.startswith(prefix):

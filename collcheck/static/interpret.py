@@ -37,7 +37,15 @@ from collcheck.static.names import ImportTable, add_import, nodes_under, source_
 from collcheck.static.object_values import record_container_change, record_keyword_attributes
 from collcheck.static.program import CommEvent, Exit, LoopEvent, LoopRange, Path, Region, Site
 from collcheck.static.receivers import passed_object
-from collcheck.static.state import Frame, PathLimitExceeded, State, kept_sequences, merge_branches, merge_envs
+from collcheck.static.state import (
+    Frame,
+    PathLimitExceeded,
+    State,
+    attributes_changed,
+    kept_sequences,
+    merge_branches,
+    merge_envs,
+)
 from collcheck.static.symbolic import (
     TRUE,
     Atom,
@@ -498,9 +506,7 @@ class Interpreter(ExceptionFlow):
     ) -> list[State]:
         body_states = self.exec_block(stmt.body, [body_start], replace(frame, loop=frame.loop.inside(trip)))
         changed = (
-            assigned_names(stmt.body)
-            | mutated_names(stmt.body)
-            | _attributes_changed(body_start, body_states)
+            assigned_names(stmt.body) | mutated_names(stmt.body) | attributes_changed(body_start, body_states)
         )
         if trip is None:  # while: the trip count depends on the test and what the body changes
             test = stmt.test if isinstance(stmt, ast.While) else None
@@ -664,17 +670,6 @@ class Interpreter(ExceptionFlow):
             known = {**known, **resolved.partial.values}
             call = resolved.partial.call(call)
         return self.inline(call, function, class_name, bound_self, state, frame, known, receiver)
-
-
-def _attributes_changed(start: State, body: list[State]) -> set[str]:
-    """Attributes a loop body changed through the methods it ran (`stopper.update()` storing
-    `stopper.should_stop`): read by the loop test, or after the loop, they are not what they were."""
-    return {
-        key
-        for state in body
-        for key, value in state.env.items()
-        if "." in key and start.env.get(key) is not value and start.env.get(key) != value
-    }
 
 
 def _joins_uneven_inputs(context: ast.expr) -> bool:

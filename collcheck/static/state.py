@@ -142,3 +142,17 @@ def collapse_returns(caller: State, results: list[tuple[State, Expr]]) -> list[t
 def kept_sequences(states: list[State]) -> set[tuple[Element, ...]]:
     """The event sequences of the states that do not end in a `raise` (a crash, not a choice)."""
     return {after.events for after in states if after.exit is None or after.exit.kind != "raise"}
+
+
+def attributes_changed(start: State, body: list[State]) -> set[str]:
+    """Attributes a loop body changed through the methods it ran (`stopper.update()` storing
+    `stopper.should_stop`): read by the loop test, or after the loop, they are not what they were."""
+    before = start.env
+    changed: set[str] = set()
+    for state in body:
+        if state.env is before:
+            continue
+        for key, value in state.env.items():
+            if before.get(key) is not value and "." in key and before.get(key) != value:
+                changed.add(key)
+    return changed

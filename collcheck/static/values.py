@@ -145,7 +145,7 @@ class ValueEvaluator:
             if key in state.env:
                 return state.env[key]
             if parts[0] == "self" and len(parts) == 2 and frame.class_name:
-                attribute = self._class_attribute(frame.class_name, parts[1])
+                attribute = self.class_attribute(frame.class_name, parts[1])
                 if attribute is not None:
                     return attribute
                 if parts[1] in self.catalog.typed_attributes:  # `self.accelerator` of a Trainer
@@ -179,7 +179,7 @@ class ValueEvaluator:
             return Atom(f"{base.name}.{node.attr}", "shared")
         instance_of = object_class(self.module, base)
         if instance_of is not None:  # `s.seen` of an object of a class of the file: as its methods set it
-            attribute = self._class_attribute(instance_of.name, node.attr)
+            attribute = self.class_attribute(instance_of.name, node.attr)
             if attribute is not None:
                 return attribute
         if isinstance(base, Atom):
@@ -361,7 +361,7 @@ class ValueEvaluator:
         # Equal text, equal value: the same helper asked twice answers the same.
         return Atom(f"call:{source_text(node)}", "shared")
 
-    def _class_attribute(self, class_name: str, attribute: str) -> Expr | None:
+    def class_attribute(self, class_name: str, attribute: str) -> Expr | None:
         return inherited_attribute(self.module, class_name, attribute)
 
     def _environment_value(self, key: str, node: ast.AST) -> Expr:
