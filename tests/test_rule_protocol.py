@@ -31,7 +31,7 @@ def test_precedence_orders_the_rules_as_the_engine_asks_them() -> None:
     order = [rule.code for rule in static_rules().claiming]
     # A per-process value is the cause, a missing group creation or an exit the reason a sequence
     # differs: those rules are asked before the general sequence rule, which comes last.
-    assert order == ["CC007", "CC005", "CC004", "CC003", "CC002", "CC006", "CC001"]
+    assert order == ["CC008", "CC007", "CC005", "CC004", "CC003", "CC002", "CC006", "CC001"]
     assert len({rule.precedence for rule in static_rules().claiming}) == len(order)
 
 

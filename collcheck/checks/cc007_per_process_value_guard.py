@@ -48,7 +48,7 @@ from collcheck.checks._describe import describe_element, ranks
 from collcheck.findings import Location, Reason, Severity
 from collcheck.static.anchor import Anchor
 from collcheck.static.divergence import Divergence, DivergenceKind
-from collcheck.static.program import Region
+from collcheck.static.program import OWN_DATA, Region
 
 CODE = "CC007"
 NAME = "per-process-value-guard"
@@ -95,7 +95,7 @@ def cause(d: Divergence) -> Location | None:
     return None if reason is None else Location(reason.path, reason.line, reason.column)
 
 
-def _what(d: Divergence) -> str:
+def what_varies(d: Divergence) -> str:
     """What varies, and where the guard reads it: "wall-clock time (`time.time()` read at x.py:14)"."""
     what = d.nondet_why or "a per-process value"
     reason = guard(d)
@@ -115,7 +115,7 @@ def _call_text(read: str) -> str:
 
 
 def applies(d: Divergence) -> bool:
-    if not d.nondet_only:
+    if not d.nondet_only or d.nondet_why.startswith(OWN_DATA):  # CC008's
         return False
     return not (d.nondet_why == "an exception" and d.exit is not None)
 
@@ -128,14 +128,14 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
         return MESSAGE_EXIT, {
             "exit": d.exit.kind,
             "where": f"{Path(d.exit.path).name}:{d.exit.line}",
-            "what": _what(d),
+            "what": what_varies(d),
             "rank_x": str(low),
             "rank_y": str(high),
             "element": describe_element(element),
         }
     text = f"`{d.exit.kind}`" if element is None and d.exit is not None else describe_element(element)
     return MESSAGE, {
-        "what": _what(d),
+        "what": what_varies(d),
         "element": text,
         "rank_x": str(low),
         "rank_y": str(high),

@@ -22,9 +22,7 @@ from collcheck.static.group_values import type_of
 from collcheck.static.local_data import LocalData
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.names import PARTIAL_CALLS, dotted, nodes_under, qualified_name, source_text
-from collcheck.static.program import (
-    CommEvent,
-)
+from collcheck.static.program import OWN_DATA, CommEvent
 from collcheck.static.receivers import (
     Partial,
     call_method,
@@ -48,9 +46,6 @@ EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})
 
 CALLBACK_OP = "callback"
 REMOTE_OP = "remote callback"  # a communicating callable sent to another process (RPC)
-
-
-OWN_DATA = "this process's own data"  # the start of the `why` of a value local_data.py found
 
 
 class CallKind(Enum):

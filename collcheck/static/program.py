@@ -11,6 +11,10 @@ from dataclasses import dataclass, field, replace
 from collcheck.static.conditions import NO_SOURCES, ConditionSources
 from collcheck.static.symbolic import Expr, GroupVal
 
+# The start of the `why` of a per-process value found by where the code sends it (local_data.py):
+# a value handed to a combining collective is this process's own. Rule CC008 reports what it decides.
+OWN_DATA = "this process's own data"
+
 
 @dataclass(frozen=True)
 class Site:

@@ -1,0 +1,86 @@
+"""## What it does
+Finds collectives skipped, repeated or reached on some ranks only because of a decision taken on
+this rank's own data — a value the code itself hands to a combining collective (an all-reduce
+with MAX or SUM, an all-gather), which says that it differs between ranks: a local count of
+items, tokens or requests, an empty local batch, a per-rank shard's length. A decision taken on
+the combined value (after the collective) is the same on every rank and is not reported.
+
+This rule is in preview and off by default (`extend-select = ["CC008"]`): on 17 real packages
+most of its findings were values that are in fact equal on every rank (a world size, a config
+field, a shape every rank computes alike) handed to a collective for other reasons.
+
+## Why is this bad?
+Ranks hold different data. When one rank's batch is empty and it returns early, or loops once
+per local item around a collective, the others wait in a collective that rank never issues: the
+job hangs, typically only on the last, uneven batch of an epoch.
+
+## Example
+```python
+def pad_steps(batches, t):
+    local_steps = len(batches)
+    if local_steps == 0:          # this rank's own count
+        return
+    steps = torch.tensor([local_steps])
+    dist.all_reduce(steps, op=dist.ReduceOp.MAX)
+    for _ in range(int(steps.item())):
+        dist.all_reduce(t)
+```
+
+## Use instead
+```python
+def pad_steps(batches, t):
+    steps = torch.tensor([len(batches)])
+    dist.all_reduce(steps, op=dist.ReduceOp.MAX)   # decide on the combined count
+    for _ in range(int(steps.item())):
+        dist.all_reduce(t)
+```
+
+## References
+- PyTorch, `torch.distributed.algorithms.Join` for uneven inputs
+"""
+
+from __future__ import annotations
+
+from collcheck.checks._describe import describe_element, ranks
+from collcheck.checks.cc007_per_process_value_guard import cause as cause  # the guard, as for CC007
+from collcheck.checks.cc007_per_process_value_guard import what_varies
+from collcheck.findings import Severity
+from collcheck.static.anchor import Anchor
+from collcheck.static.divergence import Divergence, DivergenceKind
+from collcheck.static.program import OWN_DATA
+
+CODE = "CC008"
+NAME = "per-rank-data-guard"
+SEVERITY = Severity.WARNING
+DEFAULT_ENABLED = False  # preview: see the docstring for why
+CLAIMS = frozenset(DivergenceKind)
+PRECEDENCE = 9  # before CC007, which reports every other per-process value
+ANCHOR = Anchor.GUARD
+MESSAGE = (
+    "whether {element} runs depends on {what}, so ranks {rank_x} and {rank_y} can disagree; decide "
+    "on the combined value instead"
+)
+MESSAGE_EXIT = (
+    "whether `{exit}` at {where} is taken depends on {what}, so ranks {rank_x} and {rank_y} can "
+    "disagree, and it skips {element}; decide on the combined value instead"
+)
+
+
+def applies(d: Divergence) -> bool:
+    return d.nondet_only and d.nondet_why.startswith(OWN_DATA)
+
+
+def describe(d: Divergence) -> tuple[str, dict[str, str]]:
+    low, high, at_low, at_high = ranks(d)
+    element = at_low if at_low is not None else at_high
+    common = {"what": what_varies(d), "rank_x": str(low), "rank_y": str(high)}
+    if d.exit is not None and element is not None:
+        where = f"{d.exit.path.rsplit('/', 1)[-1]}:{d.exit.line}"
+        return MESSAGE_EXIT, {
+            "exit": d.exit.kind,
+            "where": where,
+            "element": describe_element(element),
+            **common,
+        }
+    text = f"`{d.exit.kind}`" if element is None and d.exit is not None else describe_element(element)
+    return MESSAGE, {"element": text, **common}
