@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
+from functools import partial
 
 from collcheck.config import Settings
 from collcheck.static.budget import check_active
@@ -29,7 +30,7 @@ from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simpl
 from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.helpers import LoopOp
-from collcheck.static.loop_values import is_collection, loop_carried, unrolled_loop, while_trips
+from collcheck.static.loop_values import is_collection, loop_carried, loop_element, unrolled_loop, while_trips
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable, add_import, nodes_under, source_text
 from collcheck.static.object_values import record_keyword_attributes
@@ -422,7 +423,9 @@ class Interpreter(ExceptionFlow):
         for current, iterable, known in self.eval_with_calls(stmt.iter, state, frame):
             trip = self.trip_count(stmt.iter, iterable, current, frame, known)
             over_set = is_set_expr(stmt.iter, self.set_names)
-            element = opaque(f"item@{where_of(stmt)}", (iterable,))
+            element = loop_element(
+                stmt, iterable, partial(self.pure, state=current, frame=frame, known=known)
+            )
             runs = Compare(">=", trip, Const(1))
             text = f"for {source_text(stmt.target)} in {source_text(stmt.iter)}"
             self.conditions.note(runs, source_of(stmt, self.module.path, ConditionKind.LOOP, text))

@@ -12,8 +12,9 @@ data: those put into a tensor that a combining collective (all-reduce, all-gathe
 gather, reduce-scatter, all-to-all) takes as input, the operands of an object collective, the
 arguments it passes to a helper's parameters that reach one (`LocalData.parameters`, the
 helper's own entry), and, backward through the assignments made before that call, the names
-their values were computed from as data (arguments and operands; not the function called, a
-model whose method is called, a shape handed to a tensor factory, a `range`). A tensor handed
+their values were computed from as data (arguments and operands; not the function called, an
+object whose attribute is read or whose method is called (other than one that returns its
+contents, `t.float()`), a shape handed to a tensor factory, a `range`). A tensor handed
 to the collective as it is (model activations, gradients) is no such evidence: its shape must be
 the same on every rank, and its contents are what the collective is for. Computed once per
 function and cached; a helper reached again while its own entry is being computed reaches
@@ -223,8 +224,10 @@ def data_names(node: ast.expr, called_name: NameOf) -> frozenset[str]:
             if isinstance(func, ast.Attribute) and func.attr in CARRYING_METHODS:
                 stack.append(func.value)
             stack.extend(a.value if isinstance(a, ast.Starred) else a for a in current.args)
-        elif isinstance(current, (ast.Subscript, ast.Attribute)):
+        elif isinstance(current, ast.Subscript):
             stack.append(current.value)
+        elif isinstance(current, ast.Attribute):
+            continue  # `state.flag`: the object itself is no per-rank data
         elif isinstance(current, (ast.Lambda, ast.NamedExpr)):
             continue
         elif isinstance(current, ast.comprehension):
