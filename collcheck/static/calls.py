@@ -104,7 +104,7 @@ class CallResolver(ValueEvaluator):
             lambda func: qualified_name(func, self.local_imports),
         )
 
-    def own_data(self, target: ast.expr, state: State, frame: Frame, line: int) -> None:
+    def own_data(self, target: ast.expr, state: State, frame: Frame, statement: ast.stmt) -> None:
         """After an assignment at `line`: a variable that holds this rank's own data, which the
         running function combines across ranks further down (local_data.py), is a per-process
         value here, unless its value is already known to be more than an unknown."""
@@ -117,7 +117,10 @@ class CallResolver(ValueEvaluator):
                 continue
             evidence = self.local_data.evidence.get((function, node.id))
             value = state.env.get(node.id)
+            line = statement.lineno
             if evidence is None or evidence[1] <= line or not _unknown(value):
+                continue
+            if not self.local_data.reached_from(function, statement, evidence[1]):
                 continue
             why = f"{OWN_DATA}, {evidence[0]}"
             state.env[node.id] = Atom(f"{node.id}@{line}:{node.col_offset}", "nondet", why=why)

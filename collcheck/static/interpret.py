@@ -263,7 +263,7 @@ class Interpreter(ExceptionFlow):
         for current, value in self.eval(stmt.value, state, frame):
             for target in stmt.targets:
                 self.bind(target, value, current, stmt.value)
-                self.own_data(target, current, frame, stmt.lineno)
+                self.own_data(target, current, frame, stmt)
             record_keyword_attributes(self, stmt, current, frame)
             results.append(current)
         return results
@@ -274,7 +274,7 @@ class Interpreter(ExceptionFlow):
         results = []
         for current, value in self.eval(stmt.value, state, frame):
             self.bind(stmt.target, value, current, stmt.value)
-            self.own_data(stmt.target, current, frame, stmt.lineno)
+            self.own_data(stmt.target, current, frame, stmt)
             results.append(current)
         return results
 
@@ -431,7 +431,7 @@ class Interpreter(ExceptionFlow):
             self.conditions.note(runs, source_of(stmt, self.module.path, ConditionKind.LOOP, text))
             body_start = State(dict(current.env), (*current.conds, runs), ())
             self.bind(stmt.target, element, body_start)
-            self.own_data(stmt.target, body_start, frame, stmt.lineno)
+            self.own_data(stmt.target, body_start, frame, stmt)
             loop_range = self._loop_range(stmt, element, current, frame)
             after = self._loop(
                 stmt,

@@ -24,6 +24,7 @@ nothing.
 from __future__ import annotations
 
 import ast
+import bisect
 from collections.abc import Callable
 
 from collcheck.catalog import OpSpec
@@ -84,6 +85,7 @@ class LocalData:
         self._called_name = called_name
         self._names: dict[FunctionNode, frozenset[str]] = {}
         self._busy: set[FunctionNode] = set()
+        self._statements: dict[FunctionNode, list[tuple[int, frozenset[int]]]] = {}
         # (function, name) -> how its value is combined across ranks, and the line of that call
         self.evidence: dict[tuple[FunctionNode, str], tuple[str, int]] = {}
 
@@ -104,6 +106,22 @@ class LocalData:
         call): after it, the ranks have exchanged them."""
         held = self.names(function)
         return tuple(name for name in sorted(held) if self.evidence.get((function, name), ("", 0))[1] == line)
+
+    def reached_from(self, function: FunctionNode, statement: ast.stmt, line: int) -> bool:
+        """Every run of `statement` (an assignment, or a `for` binding its target) goes on to the
+        statement at `line` (the combining call): that one is inside no `if`, loop, `with` or
+        `try` that `statement` is not inside too. A value combined on some paths only (`if
+        dp_size > 1: agree(flag)`) is no evidence on the others."""
+        starts = self._statements.get(function)
+        if starts is None:
+            starts = self._statements[function] = _enclosing_statements(function)
+        index = bisect.bisect_right([start for start, _ in starts], line) - 1
+        if index < 0:
+            return False
+        inside = dict(starts).get(statement.lineno, frozenset())
+        if isinstance(statement, (ast.For, ast.AsyncFor)):
+            inside = inside | {id(statement)}
+        return starts[index][1] <= inside
 
     def parameters(self, function: FunctionNode) -> tuple[str, ...]:
         """The parameters of `function` (in order) whose value reaches a combining collective."""
@@ -196,6 +214,27 @@ class LocalData:
             if param in reaching
             for n in data_names(argument, self._called_name)
         ]
+
+
+def _enclosing_statements(function: FunctionNode) -> list[tuple[int, frozenset[int]]]:
+    """Each statement's first line, with the compound statements around it (by id), in order."""
+    found: list[tuple[int, frozenset[int]]] = []
+
+    def visit(body: list[ast.stmt], around: frozenset[int]) -> None:
+        for statement in body:
+            found.append((statement.lineno, around))
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            inner = around | {id(statement)}
+            for field in ("body", "orelse", "finalbody"):
+                visit(getattr(statement, field, []) or [], inner)
+            for handler in getattr(statement, "handlers", []) or []:
+                visit(handler.body, inner)
+            for case in getattr(statement, "cases", []) or []:
+                visit(case.body, inner)
+
+    visit(function.body, frozenset())
+    return sorted(found, key=lambda item: item[0])
 
 
 def _argument(call: ast.Call, spec: OpSpec, name: str) -> ast.expr | None:
