@@ -112,7 +112,7 @@ class CallResolver(ValueEvaluator):
             return
         function = frame.stack[-1]
         held = self.local_data.names(function)
-        for node in ast.walk(target) if held else ():
+        for node in () if not held else (target,) if isinstance(target, ast.Name) else ast.walk(target):
             if not isinstance(node, ast.Name) or node.id not in held:
                 continue
             evidence = self.local_data.evidence.get((function, node.id))

@@ -86,6 +86,7 @@ class LocalData:
         self._names: dict[FunctionNode, frozenset[str]] = {}
         self._busy: set[FunctionNode] = set()
         self._statements: dict[FunctionNode, list[tuple[int, frozenset[int]]]] = {}
+        self._by_line: dict[FunctionNode, dict[int, tuple[str, ...]]] = {}
         # (function, name) -> how its value is combined across ranks, and the line of that call
         self.evidence: dict[tuple[FunctionNode, str], tuple[str, int]] = {}
 
@@ -104,8 +105,15 @@ class LocalData:
     def combined_at(self, function: FunctionNode, line: int) -> tuple[str, ...]:
         """The names whose evidence is the call at `line` of `function` (its first combining
         call): after it, the ranks have exchanged them."""
-        held = self.names(function)
-        return tuple(name for name in sorted(held) if self.evidence.get((function, name), ("", 0))[1] == line)
+        by_line = self._by_line.get(function)
+        if by_line is None:
+            grouped: dict[int, list[str]] = {}
+            for name in sorted(self.names(function)):
+                evidence = self.evidence.get((function, name))
+                if evidence is not None:
+                    grouped.setdefault(evidence[1], []).append(name)
+            by_line = self._by_line[function] = {at: tuple(names) for at, names in grouped.items()}
+        return by_line.get(line, ())
 
     def reached_from(self, function: FunctionNode, statement: ast.stmt, line: int) -> bool:
         """Every run of `statement` (an assignment, or a `for` binding its target) goes on to the

@@ -51,6 +51,13 @@ def grown_collection(
     return opaque(where, (old, *added))
 
 
+def _alike(values: list[Expr]) -> bool:
+    """All equal. By identity first, then `==` (cheap on shared structure), never by hashing:
+    an expression's hash walks the whole tree every time it is asked."""
+    first = values[0]
+    return all(value is first or value == first for value in values[1:])
+
+
 def loop_carried(
     changed: Iterable[str],
     outer: dict[str, Expr],
@@ -71,12 +78,12 @@ def loop_carried(
             continue  # no iteration changes it (a method called on it that is not a list's)
         # Which value an iteration leaves depends on the tests its path took in the body, when
         # the paths leave different values.
-        deciding = [c for s in body for c in s.conds[start:]] if len(set(values)) > 1 else []
+        deciding = [c for s in body for c in s.conds[start:]] if not _alike(values) else []
         entries = opaque(f"{name}@loop{where}", (*values, *deciding, trip, *inputs))
         carried: Expr = entries
         if is_collection(outer.get(name)) and all(is_collection(v) for v in values):
             lengths = [length_of(v, stmt) for v in values]
-            deciding = deciding if len(set(lengths)) > 1 else []
+            deciding = deciding if not _alike(lengths) else []
             # how many iterations and what each adds, not what the items hold (`inputs`)
             counted = opaque(f"len:{name}@loop{where}", (*lengths, *deciding, trip))
             carried = Sized(entries.name, Atom(counted.name, counted.kind, counted.why, lower=0), entries)
