@@ -18,7 +18,7 @@ from collcheck.catalog import OpSpec
 from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.group_values import type_of
-from collcheck.static.local_data import LocalData
+from collcheck.static.local_data import LocalData, combining_words
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.names import dotted, nodes_under, qualified_name, source_text
 from collcheck.static.program import (
@@ -102,6 +102,9 @@ class CallResolver(ValueEvaluator):
             lambda call: self.op_spec(call, None),
             self._same_file_helper,
             lambda func: qualified_name(func, self.local_imports),
+            combining_words(
+                self.catalog.functions, tuple((m.method, m.spec.op) for m in self.catalog.methods)
+            ),
         )
 
     def own_data(self, target: ast.expr, state: State, frame: Frame, statement: ast.stmt) -> None:

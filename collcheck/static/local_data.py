@@ -79,8 +79,13 @@ NameOf = Callable[[ast.expr], str | None]
 class LocalData:
     """The per-rank data names of the functions of one analysis, computed on demand."""
 
-    def __init__(self, op_spec: OpSpecOf, helper: HelperOf, called_name: NameOf) -> None:
+    def __init__(
+        self, op_spec: OpSpecOf, helper: HelperOf, called_name: NameOf, combining_words: frozenset[str]
+    ) -> None:
         self._op_spec = op_spec  # the caller sets the imports of the function asked about
+        # The last names of the catalogued callables that combine: a call named otherwise is
+        # not asked about (the catalog lookup is the costly part of a function's entry).
+        self._words = combining_words
         self._helper = helper
         self._called_name = called_name
         self._names: dict[FunctionNode, frozenset[str]] = {}
@@ -184,7 +189,9 @@ class LocalData:
         """What `call` hands a combining collective, directly or through a helper: the names of
         this rank's data, each with how it is combined and whether it is a tensor operand named
         whole (then only the host values it was built from are evidence)."""
-        spec = self._op_spec(call)
+        func = call.func
+        last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        spec = self._op_spec(call) if last in self._words else None
         if spec is not None:
             if spec.op not in COMBINING_OPS:
                 return []
@@ -252,6 +259,13 @@ def _argument(call: ast.Call, spec: OpSpec, name: str) -> ast.expr | None:
     if index is not None and index < len(call.args) and not isinstance(call.args[index], ast.Starred):
         return call.args[index]
     return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def combining_words(functions: dict[str, OpSpec], methods: tuple[tuple[str, str], ...]) -> frozenset[str]:
+    """The last names of the catalogued functions and methods (name, op) that combine."""
+    words = {name.rsplit(".", 1)[-1] for name, spec in functions.items() if spec.op in COMBINING_OPS}
+    words |= {method for method, op in methods if op in COMBINING_OPS}
+    return frozenset(words)
 
 
 def data_names(node: ast.expr, called_name: NameOf) -> frozenset[str]:
