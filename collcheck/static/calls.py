@@ -19,7 +19,7 @@ from collcheck.catalog import OpSpec
 from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.group_values import type_of
-from collcheck.static.local_data import LocalData
+from collcheck.static.local_data import LocalData, combining_words
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.names import PARTIAL_CALLS, dotted, nodes_under, qualified_name, source_text
 from collcheck.static.program import OWN_DATA, CommEvent
@@ -124,9 +124,12 @@ class CallResolver(ValueEvaluator):
             lambda call: self.op_spec(call, None),
             self._same_file_helper,
             lambda func: qualified_name(func, self.local_imports),
+            combining_words(
+                self.catalog.functions, tuple((m.method, m.spec.op) for m in self.catalog.methods)
+            ),
         )
 
-    def own_data(self, target: ast.expr, state: State, frame: Frame, line: int) -> None:
+    def own_data(self, target: ast.expr, state: State, frame: Frame, statement: ast.stmt) -> None:
         """After an assignment at `line`: a variable that holds this rank's own data, which the
         running function combines across ranks further down (local_data.py), is a per-process
         value here, unless its value is already known to be more than an unknown."""
@@ -134,12 +137,15 @@ class CallResolver(ValueEvaluator):
             return
         function = frame.stack[-1]
         held = self.local_data.names(function)
-        for node in ast.walk(target) if held else ():
+        for node in () if not held else (target,) if isinstance(target, ast.Name) else ast.walk(target):
             if not isinstance(node, ast.Name) or node.id not in held:
                 continue
             evidence = self.local_data.evidence.get((function, node.id))
             value = state.env.get(node.id)
+            line = statement.lineno
             if evidence is None or evidence[1] <= line or not _unknown(value):
+                continue
+            if not self.local_data.reached_from(function, statement, evidence[1]):
                 continue
             why = f"{OWN_DATA}, {evidence[0]}"
             state.env[node.id] = Atom(f"{node.id}@{line}:{node.col_offset}", "nondet", why=why)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 
 from collcheck.config import Settings
 from collcheck.findings import Budget
@@ -31,7 +32,7 @@ from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simpl
 from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.helpers import LoopOp
-from collcheck.static.loop_values import is_collection, loop_carried, unrolled_loop, while_trips
+from collcheck.static.loop_values import is_collection, loop_carried, loop_element, unrolled_loop, while_trips
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable, add_import, nodes_under, source_text
 from collcheck.static.object_values import record_container_change, record_keyword_attributes
@@ -276,7 +277,7 @@ class Interpreter(ExceptionFlow):
         for current, value in self.eval(stmt.value, state, frame):
             for target in stmt.targets:
                 self.bind(target, value, current, stmt.value)
-                self.own_data(target, current, frame, stmt.lineno)
+                self.own_data(target, current, frame, stmt)
             record_keyword_attributes(self, stmt, current, frame)
             results.append(current)
         return results
@@ -287,7 +288,7 @@ class Interpreter(ExceptionFlow):
         results = []
         for current, value in self.eval(stmt.value, state, frame):
             self.bind(stmt.target, value, current, stmt.value)
-            self.own_data(stmt.target, current, frame, stmt.lineno)
+            self.own_data(stmt.target, current, frame, stmt)
             results.append(current)
         return results
 
@@ -458,13 +459,15 @@ class Interpreter(ExceptionFlow):
         for current, iterable, known in self.eval_with_calls(stmt.iter, state, frame):
             trip = self.trip_count(stmt.iter, iterable, current, frame, known)
             over_set = is_set_expr(stmt.iter, self.set_names)
-            element = opaque(f"item@{where_of(stmt)}", (iterable,))
+            element = loop_element(
+                stmt, iterable, partial(self.pure, state=current, frame=frame, known=known)
+            )
             runs = Compare(">=", trip, Const(1))
             text = f"for {source_text(stmt.target)} in {source_text(stmt.iter)}"
             self.conditions.note(runs, source_of(stmt, self.module.path, ConditionKind.LOOP, text))
             body_start = State(dict(current.env), (*current.conds, runs), ())
             self.bind(stmt.target, element, body_start)
-            self.own_data(stmt.target, body_start, frame, stmt.lineno)
+            self.own_data(stmt.target, body_start, frame, stmt)
             loop_range = self._loop_range(stmt, element, current, frame)
             after = self._loop(
                 stmt,

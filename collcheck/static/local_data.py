@@ -12,8 +12,9 @@ data: those put into a tensor that a combining collective (all-reduce, all-gathe
 gather, reduce-scatter, all-to-all) takes as input, the operands of an object collective, the
 arguments it passes to a helper's parameters that reach one (`LocalData.parameters`, the
 helper's own entry), and, backward through the assignments made before that call, the names
-their values were computed from as data (arguments and operands; not the function called, a
-model whose method is called, a shape handed to a tensor factory, a `range`). A tensor handed
+their values were computed from as data (arguments and operands; not the function called, an
+object whose attribute is read or whose method is called (other than one that returns its
+contents, `t.float()`), a shape handed to a tensor factory, a `range`). A tensor handed
 to the collective as it is (model activations, gradients) is no such evidence: its shape must be
 the same on every rank, and its contents are what the collective is for. Computed once per
 function and cached; a helper reached again while its own entry is being computed reaches
@@ -23,6 +24,7 @@ nothing.
 from __future__ import annotations
 
 import ast
+import bisect
 from collections.abc import Callable
 
 from collcheck.catalog import OpSpec
@@ -77,12 +79,19 @@ NameOf = Callable[[ast.expr], str | None]
 class LocalData:
     """The per-rank data names of the functions of one analysis, computed on demand."""
 
-    def __init__(self, op_spec: OpSpecOf, helper: HelperOf, called_name: NameOf) -> None:
+    def __init__(
+        self, op_spec: OpSpecOf, helper: HelperOf, called_name: NameOf, combining_words: frozenset[str]
+    ) -> None:
         self._op_spec = op_spec  # the caller sets the imports of the function asked about
+        # The last names of the catalogued callables that combine: a call named otherwise is
+        # not asked about (the catalog lookup is the costly part of a function's entry).
+        self._words = combining_words
         self._helper = helper
         self._called_name = called_name
         self._names: dict[FunctionNode, frozenset[str]] = {}
         self._busy: set[FunctionNode] = set()
+        self._statements: dict[FunctionNode, list[tuple[int, frozenset[int]]]] = {}
+        self._by_line: dict[FunctionNode, dict[int, tuple[str, ...]]] = {}
         # (function, name) -> how its value is combined across ranks, and the line of that call
         self.evidence: dict[tuple[FunctionNode, str], tuple[str, int]] = {}
 
@@ -101,8 +110,31 @@ class LocalData:
     def combined_at(self, function: FunctionNode, line: int) -> tuple[str, ...]:
         """The names whose evidence is the call at `line` of `function` (its first combining
         call): after it, the ranks have exchanged them."""
-        held = self.names(function)
-        return tuple(name for name in sorted(held) if self.evidence.get((function, name), ("", 0))[1] == line)
+        by_line = self._by_line.get(function)
+        if by_line is None:
+            grouped: dict[int, list[str]] = {}
+            for name in sorted(self.names(function)):
+                evidence = self.evidence.get((function, name))
+                if evidence is not None:
+                    grouped.setdefault(evidence[1], []).append(name)
+            by_line = self._by_line[function] = {at: tuple(names) for at, names in grouped.items()}
+        return by_line.get(line, ())
+
+    def reached_from(self, function: FunctionNode, statement: ast.stmt, line: int) -> bool:
+        """Every run of `statement` (an assignment, or a `for` binding its target) goes on to the
+        statement at `line` (the combining call): that one is inside no `if`, loop, `with` or
+        `try` that `statement` is not inside too. A value combined on some paths only (`if
+        dp_size > 1: agree(flag)`) is no evidence on the others."""
+        starts = self._statements.get(function)
+        if starts is None:
+            starts = self._statements[function] = _enclosing_statements(function)
+        index = bisect.bisect_right([start for start, _ in starts], line) - 1
+        if index < 0:
+            return False
+        inside = dict(starts).get(statement.lineno, frozenset())
+        if isinstance(statement, (ast.For, ast.AsyncFor)):
+            inside = inside | {id(statement)}
+        return starts[index][1] <= inside
 
     def parameters(self, function: FunctionNode) -> tuple[str, ...]:
         """The parameters of `function` (in order) whose value reaches a combining collective."""
@@ -157,7 +189,9 @@ class LocalData:
         """What `call` hands a combining collective, directly or through a helper: the names of
         this rank's data, each with how it is combined and whether it is a tensor operand named
         whole (then only the host values it was built from are evidence)."""
-        spec = self._op_spec(call)
+        func = call.func
+        last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        spec = self._op_spec(call) if last in self._words else None
         if spec is not None:
             if spec.op not in COMBINING_OPS:
                 return []
@@ -197,6 +231,27 @@ class LocalData:
         ]
 
 
+def _enclosing_statements(function: FunctionNode) -> list[tuple[int, frozenset[int]]]:
+    """Each statement's first line, with the compound statements around it (by id), in order."""
+    found: list[tuple[int, frozenset[int]]] = []
+
+    def visit(body: list[ast.stmt], around: frozenset[int]) -> None:
+        for statement in body:
+            found.append((statement.lineno, around))
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            inner = around | {id(statement)}
+            for field in ("body", "orelse", "finalbody"):
+                visit(getattr(statement, field, []) or [], inner)
+            for handler in getattr(statement, "handlers", []) or []:
+                visit(handler.body, inner)
+            for case in getattr(statement, "cases", []) or []:
+                visit(case.body, inner)
+
+    visit(function.body, frozenset())
+    return sorted(found, key=lambda item: item[0])
+
+
 def _argument(call: ast.Call, spec: OpSpec, name: str) -> ast.expr | None:
     if name == "self":  # a catalogued method of the tensor itself (`t.all_reduce()`)
         return call.func.value if isinstance(call.func, ast.Attribute) else None
@@ -204,6 +259,13 @@ def _argument(call: ast.Call, spec: OpSpec, name: str) -> ast.expr | None:
     if index is not None and index < len(call.args) and not isinstance(call.args[index], ast.Starred):
         return call.args[index]
     return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def combining_words(functions: dict[str, OpSpec], methods: tuple[tuple[str, str], ...]) -> frozenset[str]:
+    """The last names of the catalogued functions and methods (name, op) that combine."""
+    words = {name.rsplit(".", 1)[-1] for name, spec in functions.items() if spec.op in COMBINING_OPS}
+    words |= {method for method, op in methods if op in COMBINING_OPS}
+    return frozenset(words)
 
 
 def data_names(node: ast.expr, called_name: NameOf) -> frozenset[str]:
@@ -223,8 +285,10 @@ def data_names(node: ast.expr, called_name: NameOf) -> frozenset[str]:
             if isinstance(func, ast.Attribute) and func.attr in CARRYING_METHODS:
                 stack.append(func.value)
             stack.extend(a.value if isinstance(a, ast.Starred) else a for a in current.args)
-        elif isinstance(current, (ast.Subscript, ast.Attribute)):
+        elif isinstance(current, ast.Subscript):
             stack.append(current.value)
+        elif isinstance(current, ast.Attribute):
+            continue  # `state.flag`: the object itself is no per-rank data
         elif isinstance(current, (ast.Lambda, ast.NamedExpr)):
             continue
         elif isinstance(current, ast.comprehension):

@@ -52,6 +52,13 @@ def grown_collection(
     return opaque(where, (old, *added))
 
 
+def _alike(values: list[Expr]) -> bool:
+    """All equal. By identity first, then `==` (cheap on shared structure), never by hashing:
+    an expression's hash walks the whole tree every time it is asked."""
+    first = values[0]
+    return all(value is first or value == first for value in values[1:])
+
+
 def loop_carried(
     changed: Iterable[str],
     outer: dict[str, Expr],
@@ -72,13 +79,14 @@ def loop_carried(
             continue  # no iteration changes it (a method called on it that is not a list's)
         # Which value an iteration leaves depends on the tests its path took in the body, when
         # the paths leave different values.
-        deciding = [c for s in body for c in s.conds[start:]] if len(set(values)) > 1 else []
+        deciding = [c for s in body for c in s.conds[start:]] if not _alike(values) else []
         entries = opaque(f"{name}@loop{where}", (*values, *deciding, trip, *inputs))
         carried: Expr = entries
         if is_collection(outer.get(name)) and all(is_collection(v) for v in values):
             lengths = [length_of(v, stmt) for v in values]
-            deciding = deciding if len(set(lengths)) > 1 else []
-            counted = opaque(f"len:{name}@loop{where}", (*lengths, *deciding, trip, *inputs))
+            deciding = deciding if not _alike(lengths) else []
+            # how many iterations and what each adds, not what the items hold (`inputs`)
+            counted = opaque(f"len:{name}@loop{where}", (*lengths, *deciding, trip))
             carried = Sized(entries.name, Atom(counted.name, counted.kind, counted.why, lower=0), entries)
         result[name] = carried
     return result
@@ -134,3 +142,20 @@ def while_trips(
     tested = tuple(length_of(v, test) if isinstance(v, Sized) and test is not None else v for v in inputs)
     trips = opaque(f"trips@{where}", (*tested, *feeding))
     return Atom(trips.name, trips.kind, trips.why, lower=0)
+
+
+def loop_element(stmt: ast.For | ast.AsyncFor, iterable: Expr, value_of: Callable[[ast.expr], Expr]) -> Expr:
+    """What one iteration of `for target in iterable` binds: an item of the iterable; for
+    `zip(xs, ys)` or `enumerate(xs)` unpacked into as many names, an item of each sequence apiece
+    (the names of `for model, load in zip(models, loads)` do not take on each other's nature)."""
+    where = f"{stmt.lineno}:{stmt.col_offset}"
+    call, target = stmt.iter, stmt.target
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and isinstance(target, ast.Tuple):
+        parts = [a for a in call.args if not isinstance(a, ast.Starred)]
+        if call.func.id == "zip" and len(parts) == len(call.args) == len(target.elts) and not call.keywords:
+            return TupleVal(tuple(opaque(f"item{i}@{where}", (value_of(p),)) for i, p in enumerate(parts)))
+        if call.func.id == "enumerate" and len(call.args) == 1 and len(target.elts) == 2 and parts:
+            return TupleVal(
+                (Atom(f"index@{where}", "shared", lower=0), opaque(f"item@{where}", (value_of(parts[0]),)))
+            )
+    return opaque(f"item@{where}", (iterable,))

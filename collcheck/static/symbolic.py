@@ -196,21 +196,20 @@ def atom_kinds(expr: Expr) -> frozenset[str]:
 
 
 def is_rank_dependent(expr: Expr) -> bool:
-    return bool(atom_kinds(expr) & PER_RANK_KINDS)
+    return any(atom.kind in PER_RANK_KINDS for atom in atoms(expr))  # stops at the first
 
 
 def opaque(name: str, inputs: tuple[Expr, ...] = ()) -> Atom:
     """An unknown value computed from `inputs`: it varies per rank exactly when they do."""
-    kinds: set[str] = set()
+    nondet = False
     why = ""
     for item in inputs:
         for atom in atoms(item):
-            kinds.add(atom.kind)
-            if atom.kind == "nondet" and not why:
-                why = atom.why
-    if kinds & {"rank", "perrank"}:
-        return Atom(name, "perrank")
-    if "nondet" in kinds:
+            if atom.kind in ("rank", "perrank"):
+                return Atom(name, "perrank")  # the rank wins: no need to look further
+            if atom.kind == "nondet" and not nondet:
+                nondet, why = True, atom.why
+    if nondet:
         return Atom(name, "nondet", why=why)
     return Atom(name, "shared")
 
