@@ -49,20 +49,14 @@ def test_rule_fix_example(tmp_path: Path, code: str, before: str, after: str) ->
 def test_every_rule_with_a_fixer_has_examples() -> None:
     with_fixers = {module.RULE for module in fixer_modules()}
     with_examples = {rule.code for rule in all_rules() if getattr(rule.module, "FIX_EXAMPLES", ())}
-    assert with_fixers == with_examples == {"CC001", "CC006", "CC007", "CC102"}
+    assert with_fixers and with_fixers == with_examples
 
 
 def test_each_fixer_declares_a_rule_of_the_table_and_variants_of_that_rule() -> None:
     """A fixer is found by its `RULE` and `VARIANTS` (no list of fixers is kept): each must name a
     rule of the table, handle some of that rule's `Variant`s, and have a `fix`."""
     modules = fixer_modules()
-    assert {module.__name__.rsplit(".", 1)[1] for module in modules} == {
-        "gather_object",
-        "hoist",
-        "root",
-        "set_order",
-        "shared_decision",
-    }
+    assert modules
     for module in modules:
         rule = rule_by_code(module.RULE)
         assert rule is not None and rule.code == module.RULE, module.__name__
