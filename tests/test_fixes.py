@@ -88,6 +88,25 @@ def test_a_rule_tells_each_of_its_messages_apart(rule: Rule) -> None:
     assert None not in variants and len(set(variants)) == len(variants) == len(rule.module.Variant)
 
 
+GROUP_GUARD = (
+    "import torch.distributed as dist\n\n\ndef reduce_on_group(t, group):\n"
+    "    if dist.get_rank(group) == 0:\n        dist.all_reduce(t, group=group)\n    return t\n"
+)
+
+
+def test_a_collective_guarded_by_a_local_rank_is_hoisted(tmp_path: Path) -> None:
+    """The finding reads `local rank 0 ... in `group``: the engine rewords CC001's template among a
+    group's members. The hoist matched the template text before, and offered nothing here."""
+    fixer = FileFixer("group.py", GROUP_GUARD, SETTINGS)
+    [finding] = fixer.findings
+    assert "is issued by local rank 0" in finding.message
+    proposal = fixer.propose(finding)
+    assert proposal is not None and proposal[0].applicability is Applicability.UNSAFE
+    assert _fixed(tmp_path, GROUP_GUARD) == GROUP_GUARD.replace(
+        "    if dist.get_rank(group) == 0:\n        dist.all_reduce", "    dist.all_reduce"
+    )
+
+
 def test_the_local_rank_wording_keeps_the_variant() -> None:
     """Among a group's members the engine rewords `rank {rank_x}` as `local rank {rank_x} ... in
     `{group}``: the fixers, matching on the variant, still recognise the finding (matching on the
