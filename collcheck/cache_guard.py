@@ -4,9 +4,10 @@ The repository being checked is untrusted, and so is anything it commits or conf
 
 * **Place.** `cache-dir` from a pyproject must stay inside the project, or inside the user's own
   cache folder (`$XDG_CACHE_HOME/collcheck`, else `~/.cache/collcheck`); anything else is a
-  configuration error (`check_configured_cache_dir`). A cache folder reached through a symbolic
-  link, or an entry that is one, is refused (`cache_folder`, `read_entry`, `write_entry`), so a
-  committed `.collcheck_cache -> /elsewhere` cannot make collcheck write outside the project.
+  configuration error (`collcheck.config.check_configured_cache_dir`, where the pyproject is
+  read). A cache folder reached through a symbolic link, or an entry that is one, is refused
+  (`cache_folder`, `read_entry`, `write_entry`), so a committed `.collcheck_cache -> /elsewhere`
+  cannot make collcheck write outside the project.
 * **Trust.** Every entry is sealed with an HMAC under a per-user secret kept in the user's cache
   folder (created once, mode 0600). An entry written on another machine, by another user or by
   hand — a cache committed to the repository, say — fails the check and is a miss, so a cloned
@@ -26,7 +27,7 @@ import os
 import stat
 from pathlib import Path
 
-from collcheck.config import ConfigError, Settings
+from collcheck.config import ConfigError, Settings, user_cache_root
 from collcheck.source import FileRefused, read_regular_file
 
 SECRET_NAME = "secret.key"
@@ -36,39 +37,6 @@ _MAC_LENGTH = 64  # hex digits of a sha256 HMAC
 
 class CacheRefused(ConfigError):
     """The cache folder is somewhere collcheck will not read or write; the CLI exits with code 2."""
-
-
-def user_cache_root() -> Path:
-    """The user's own cache folder for collcheck (XDG base directory rules)."""
-    configured = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(configured) if os.path.isabs(configured) else Path.home() / ".cache"
-    return base / "collcheck"
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    try:
-        Path(os.path.normpath(path)).relative_to(os.path.normpath(folder))
-    except ValueError:
-        return False
-    return True
-
-
-def check_configured_cache_dir(value: str, root: Path) -> str:
-    """`cache-dir` as a pyproject may set it: inside the project or the user's cache folder."""
-    folder = Path(value) if os.path.isabs(value) else root / value
-    if _inside(root, folder):
-        # The project itself, or a folder above it: the cache's `.gitignore` (`*`) would hide the
-        # whole project from git, and its entries would be written among the project's files.
-        raise ConfigError(
-            f"[tool.collcheck] 'cache-dir' = {value!r} is the project folder ({root}) or a folder "
-            "above it; give the cache a folder of its own"
-        )
-    if _inside(folder, root) or _inside(folder, user_cache_root()):
-        return value
-    raise ConfigError(
-        f"[tool.collcheck] 'cache-dir' = {value!r} is outside the project ({root}) and outside the "
-        f"user's cache folder ({user_cache_root()}); collcheck writes only inside those"
-    )
 
 
 def _link_below(base: Path, target: Path) -> Path | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from collcheck.fix.flow import Adoption
+from collcheck.adopt.request import Adoption, AdoptionError, baseline_path
 from collcheck.safe_write import WriteRoots
 
 if TYPE_CHECKING:
@@ -82,7 +82,6 @@ def run_check(paths: list[Path], options: CheckOptions) -> int:
     from collcheck.api import check_paths
     from collcheck.catalog import CatalogError
     from collcheck.config import BudgetPolicy, ConfigError, load_settings
-    from collcheck.fix.flow import AdoptionError, adopt, baseline_path
     from collcheck.report import FORMATS, render
 
     if options.output_format not in FORMATS:
@@ -116,16 +115,19 @@ def run_check(paths: list[Path], options: CheckOptions) -> int:
         if request.baseline is None:
             request = replace(request, baseline=baseline_path(None, settings))
         roots = write_roots(targets, options) if request.writes or options.output else WriteRoots(())
-        outcome = adopt(result, settings, request, lambda: check_paths(targets, settings), roots)
+        if request.requested:  # the adoption flow is loaded only when asked for
+            from collcheck.adopt.flow import adopt
+
+            outcome = adopt(result, settings, request, lambda: check_paths(targets, settings), roots)
+            for message in outcome.messages:
+                print(message, file=sys.stderr)
+            if outcome.exit_code is not None:
+                if outcome.output:
+                    sys.stdout.write(outcome.output)
+                return outcome.exit_code
+            result = outcome.result
     except (ConfigError, CatalogError, AdoptionError) as error:
         return _error(str(error))
-    for message in outcome.messages:
-        print(message, file=sys.stderr)
-    if outcome.exit_code is not None:
-        if outcome.output:
-            sys.stdout.write(outcome.output)
-        return outcome.exit_code
-    result = outcome.result
     report = render(result, options.output_format, verbose=options.verbose, statistics=options.statistics)
     if options.verbose:  # on stderr: the report (stdout or -o) stays the same with and without -v
         print(

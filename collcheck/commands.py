@@ -120,8 +120,8 @@ def check_command(
     ] = None,
 ) -> None:
     """Check Python files for collective mismatches, deadlocks and memory blow-ups."""
+    from collcheck.adopt.request import Adoption
     from collcheck.checking import CheckOptions, run_check
-    from collcheck.fix.flow import Adoption
 
     adoption = Adoption(
         fix=fix,

@@ -1,6 +1,9 @@
 """Settings: `[tool.collcheck]` in pyproject.toml, overridden by the command line.
 
 Settings are immutable and passed into the engine; no check reads configuration from globals.
+Where a pyproject may put the cache (`check_configured_cache_dir`: inside the project or the
+user's cache folder) is checked here, as the pyproject is read; collcheck.cache_guard guards the
+folder when it is used.
 """
 
 from __future__ import annotations
@@ -100,7 +103,7 @@ class Settings:
     project_context: bool = True
     memory: tuple[tuple[str, Any], ...] = ()
     root: str = "."  # folder holding the pyproject.toml the settings came from
-    baseline: str | None = None  # report only findings not recorded in this file (collcheck.baseline)
+    baseline: str | None = None  # report only findings not recorded in it (collcheck.adopt.baseline)
     # The environment whose installed packages are summarised (collcheck.environment): an
     # interpreter path or an environment folder; None: $VIRTUAL_ENV, else the project's .venv.
     python: str | None = None
@@ -217,6 +220,39 @@ _REPLACED_KEYS = {
 }
 
 
+def user_cache_root() -> Path:
+    """The user's own cache folder for collcheck (XDG base directory rules)."""
+    configured = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(configured) if os.path.isabs(configured) else Path.home() / ".cache"
+    return base / "collcheck"
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        Path(os.path.normpath(path)).relative_to(os.path.normpath(folder))
+    except ValueError:
+        return False
+    return True
+
+
+def check_configured_cache_dir(value: str, root: Path) -> str:
+    """`cache-dir` as a pyproject may set it: inside the project or the user's cache folder."""
+    folder = Path(value) if os.path.isabs(value) else root / value
+    if _inside(root, folder):
+        # The project itself, or a folder above it: the cache's `.gitignore` (`*`) would hide the
+        # whole project from git, and its entries would be written among the project's files.
+        raise ConfigError(
+            f"[tool.collcheck] 'cache-dir' = {value!r} is the project folder ({root}) or a folder "
+            "above it; give the cache a folder of its own"
+        )
+    if _inside(folder, root) or _inside(folder, user_cache_root()):
+        return value
+    raise ConfigError(
+        f"[tool.collcheck] 'cache-dir' = {value!r} is outside the project ({root}) and outside the "
+        f"user's cache folder ({user_cache_root()}); collcheck writes only inside those"
+    )
+
+
 def settings_from_table(table: Mapping[str, Any], root: Path) -> Settings:
     values: dict[str, Any] = {}
     for raw_key, value in table.items():
@@ -232,8 +268,6 @@ def settings_from_table(table: Mapping[str, Any], root: Path) -> Settings:
     if "catalogs" in values:
         values["catalogs"] = tuple(os.path.realpath(root / path) for path in values["catalogs"])
     if "cache_dir" in values:
-        from collcheck.cache_guard import check_configured_cache_dir  # it imports this module
-
         values["cache_dir"] = check_configured_cache_dir(values["cache_dir"], root)
     if "summaries" in values:
         values["summaries"] = tuple(os.path.realpath(root / path) for path in values["summaries"])

@@ -1,14 +1,21 @@
 """Plain data shared by the engine, the checks and the reporters.
 
 Findings are frozen so that they can be cached, hashed, deduplicated and compared in tests
-without any reporter formatting in the way (messages are templates plus arguments).
+without any reporter formatting in the way (messages are templates plus arguments). What
+identifies a finding across runs and line shifts is here too (`fingerprints`): the SARIF report,
+the baseline and the fix verifier all compare findings by it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 
 class Severity(str, Enum):
@@ -221,7 +228,7 @@ class Edit:
 
 @dataclass(frozen=True)
 class Fix:
-    """A verified rewrite that removes one finding (see collcheck.fix)."""
+    """A verified rewrite that removes one finding (see collcheck.adopt.fixes)."""
 
     applicability: Applicability
     description: str
@@ -305,3 +312,47 @@ class RunResult:
         """The exit code of a check; with `budget_cuts_fail`, a function a work budget cut short
         fails it too (`budget-exceeded = "error"`)."""
         return 1 if self.exit_code or (budget_cuts_fail and self.budget_cuts) else 0
+
+
+# --- what identifies a finding -------------------------------------------------------------------
+
+# Messages cite places (`barrier at utils.py:17`); the fingerprint must not move with them.
+_LINE_NUMBERS = re.compile(r"(\.pyi?):\d+(?::\d+)?|\b(line) \d+")
+
+
+def line_free_message(finding: Finding) -> str:
+    """The message with the line numbers it cites taken out (what identifies a finding)."""
+    return _LINE_NUMBERS.sub(lambda match: match.group(1) or match.group(2), finding.message)
+
+
+def path_uri(path: str, root: Path) -> tuple[str, bool]:
+    """A URI for `path` (as SARIF writes it) and whether it is relative to `root`."""
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        return quote(candidate.as_posix()), True
+    try:
+        return quote(candidate.relative_to(root).as_posix()), True
+    except ValueError:
+        return candidate.as_uri(), False
+
+
+def _fingerprint(finding: Finding, uri: str, occurrence: int) -> str:
+    """Stable across runs and line shifts: no line numbers, only what identifies the finding."""
+    parts = (finding.code, uri, finding.function, line_free_message(finding), str(occurrence))
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def fingerprints(findings: list[Finding], root: Path) -> list[str]:
+    """Each finding's partial fingerprint, in order; `findings` sorted as `RunResult.findings` is.
+
+    Identical findings in one function are told apart by their occurrence number, so the
+    fingerprint survives lines moving but not the findings swapping places. The SARIF report
+    (`partialFingerprints`) and the baseline (collcheck.adopt.baseline) use these.
+    """
+    seen: Counter[tuple[str, str, str, str]] = Counter()
+    prints = []
+    for finding in findings:
+        identity = (finding.code, finding.location.path, finding.function, line_free_message(finding))
+        prints.append(_fingerprint(finding, path_uri(finding.location.path, root)[0], seen[identity]))
+        seen[identity] += 1
+    return prints

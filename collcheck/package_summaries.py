@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from collcheck import __version__
-from collcheck.cache_guard import read_entry, user_cache_root, write_entry
+from collcheck.cache_guard import read_entry, write_entry
 from collcheck.catalog import bundled_catalog_dir, catalog_fingerprint, catalogued_packages
-from collcheck.config import Settings
+from collcheck.config import Settings, user_cache_root
 from collcheck.environment import Environment
 from collcheck.import_scan import imported_names
 from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file

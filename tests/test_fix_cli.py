@@ -109,7 +109,7 @@ def test_libcst_is_never_imported_without_a_fix_flag(tmp_path: Path) -> None:
     probe = (
         "import sys\nfrom collcheck.cli import main\n"
         "code = main(['check', '--no-cache', '--format', 'json', sys.argv[1]] + sys.argv[2:])\n"
-        "print('LIBCST', 'libcst' in sys.modules, code)\n"
+        "print('LIBCST', 'libcst' in sys.modules, 'collcheck.adopt.flow' in sys.modules, code)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
@@ -123,9 +123,9 @@ def test_libcst_is_never_imported_without_a_fix_flag(tmp_path: Path) -> None:
         )
         return done.stdout.strip().splitlines()[-1]
 
-    assert libcst_loaded() == "LIBCST False 1"
-    assert libcst_loaded("--add-ignore") == "LIBCST False 0"
-    assert libcst_loaded("--diff") == "LIBCST True 0"  # the file is clean after --add-ignore
+    assert libcst_loaded() == "LIBCST False False 1"  # a plain check loads no part of the adoption flow
+    assert libcst_loaded("--add-ignore") == "LIBCST False True 0"
+    assert libcst_loaded("--diff") == "LIBCST True True 0"  # the file is clean after --add-ignore
 
 
 ADD_IGNORE_CASES = (

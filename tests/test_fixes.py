@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+import string
 from pathlib import Path
 
 import pytest
 
-from collcheck.checks import all_rules
+from collcheck.adopt.edits import apply_edits, minimal_edit
+from collcheck.adopt.fixers import fixer_modules, fixers_for
+from collcheck.adopt.fixes import FileFixer, fix_files
+from collcheck.checks import Rule, all_rules, rule_by_code
 from collcheck.config import Settings
 from collcheck.findings import (
     Applicability,
@@ -19,9 +23,6 @@ from collcheck.findings import (
     RunResult,
     Severity,
 )
-from collcheck.fix.edits import apply_edits, minimal_edit
-from collcheck.fix.engine import FileFixer, fix_files
-from collcheck.fix.registry import fixers_for
 
 EVERYTHING = frozenset(Applicability)
 SETTINGS = Settings(extend_select=("CC102",), cache=False, jobs=1)
@@ -46,9 +47,76 @@ def test_rule_fix_example(tmp_path: Path, code: str, before: str, after: str) ->
 
 
 def test_every_rule_with_a_fixer_has_examples() -> None:
-    with_fixers = {rule.code for rule in all_rules() if fixers_for(rule.code)}
+    with_fixers = {module.RULE for module in fixer_modules()}
     with_examples = {rule.code for rule in all_rules() if getattr(rule.module, "FIX_EXAMPLES", ())}
-    assert with_fixers == with_examples == {"CC001", "CC006", "CC007", "CC102"}
+    assert with_fixers and with_fixers == with_examples
+
+
+def test_each_fixer_declares_a_rule_of_the_table_and_variants_of_that_rule() -> None:
+    """A fixer is found by its `RULE` and `VARIANTS` (no list of fixers is kept): each must name a
+    rule of the table, handle some of that rule's `Variant`s, and have a `fix`."""
+    modules = fixer_modules()
+    assert modules
+    for module in modules:
+        rule = rule_by_code(module.RULE)
+        assert rule is not None and rule.code == module.RULE, module.__name__
+        assert module.VARIANTS and all(isinstance(v, rule.module.Variant) for v in module.VARIANTS)
+        assert callable(module.fix) and callable(rule.module.variant)
+
+
+def _finding_of(template: str, code: str, argument: str = "0") -> Finding:
+    """A finding with `template` and an argument for each of its fields, as `describe` gives one."""
+    names = [field for _, field, _, _ in string.Formatter().parse(template) if field]
+    args = tuple(sorted((name, argument if name == "argument" else "0") for name in names))
+    return Finding(code, Severity.ERROR, Location("x.py", 1), template, args)
+
+
+RULES_WITH_VARIANTS = [rule for rule in all_rules() if hasattr(rule.module, "variant")]
+
+
+@pytest.mark.parametrize("rule", RULES_WITH_VARIANTS, ids=[rule.code for rule in RULES_WITH_VARIANTS])
+def test_a_rule_tells_each_of_its_messages_apart(rule: Rule) -> None:
+    """Each message template of a rule with variants is a variant of its own (CC006's MESSAGE is
+    two, a root and a reduce op, told apart by the `argument` it names)."""
+    findings = [
+        _finding_of(text, rule.code, argument)
+        for name, text in vars(rule.module).items()
+        if name.startswith("MESSAGE")
+        for argument in (getattr(rule.module, "ARGUMENTS", {}).values() if "{argument}" in text else ["0"])
+    ]
+    variants = [rule.module.variant(finding) for finding in findings]
+    assert None not in variants and len(set(variants)) == len(variants) == len(rule.module.Variant)
+
+
+GROUP_GUARD = (
+    "import torch.distributed as dist\n\n\ndef reduce_on_group(t, group):\n"
+    "    if dist.get_rank(group) == 0:\n        dist.all_reduce(t, group=group)\n    return t\n"
+)
+
+
+def test_a_collective_guarded_by_a_local_rank_is_hoisted(tmp_path: Path) -> None:
+    """The finding reads `local rank 0 ... in `group``: the engine rewords CC001's template among a
+    group's members. The hoist matched the template text before, and offered nothing here."""
+    fixer = FileFixer("group.py", GROUP_GUARD, SETTINGS)
+    [finding] = fixer.findings
+    assert "is issued by local rank 0" in finding.message
+    proposal = fixer.propose(finding)
+    assert proposal is not None and proposal[0].applicability is Applicability.UNSAFE
+    assert _fixed(tmp_path, GROUP_GUARD) == GROUP_GUARD.replace(
+        "    if dist.get_rank(group) == 0:\n        dist.all_reduce", "    dist.all_reduce"
+    )
+
+
+def test_the_local_rank_wording_keeps_the_variant() -> None:
+    """Among a group's members the engine rewords `rank {rank_x}` as `local rank {rank_x} ... in
+    `{group}``: the fixers, matching on the variant, still recognise the finding (matching on the
+    template text, they did not)."""
+    from collcheck.checks import cc001_mismatched_collective_sequence as cc001
+
+    reworded = cc001.MESSAGE_MISSING.replace("rank {rank_x}", "local rank {rank_x}") + " in `{group}`"
+    finding = _finding_of(reworded, "CC001")
+    assert cc001.variant(finding) is cc001.Variant.MISSING
+    assert [fixer.__module__ for fixer in fixers_for(finding)] == ["collcheck.adopt.fixers.hoist"]
 
 
 def test_safe_only_leaves_unsafe_fixes_alone(tmp_path: Path) -> None:

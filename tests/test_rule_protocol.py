@@ -1,5 +1,6 @@
 """A rule owns its logic: what it claims, its precedence, where it anchors, its message. Adding one
-is its own module plus one line in the code table (the steps in docs/architecture.md)."""
+takes no code beyond its own module and one line in the code table (its fixtures, snapshots and
+README line are the other files it touches: docs/architecture.md, "Adding a rule")."""
 
 from __future__ import annotations
 
@@ -27,12 +28,54 @@ def test_every_kind_is_claimed_by_a_rule() -> None:
     assert claimed == set(DivergenceKind)
 
 
-def test_precedence_orders_the_rules_as_the_engine_asks_them() -> None:
+def _asked_before(first: str, then: str) -> bool:
     order = [rule.code for rule in static_rules().claiming]
-    # A per-process value is the cause, a missing group creation or an exit the reason a sequence
-    # differs: those rules are asked before the general sequence rule, which comes last.
-    assert order == ["CC008", "CC007", "CC005", "CC004", "CC003", "CC002", "CC006", "CC001"]
-    assert len({rule.precedence for rule in static_rules().claiming}) == len(order)
+    return order.index(first) < order.index(then)
+
+
+def test_precedence_asks_the_cause_before_the_symptom() -> None:
+    """The relations the owner of a divergence depends on, not one fixed order: a per-process
+    value is the cause whatever the kind (CC007 before every rule it shares a kind with); a missing
+    group creation, then an exit, is the reason a sequence differs (CC004, then CC003, before the
+    general sequence rule CC001)."""
+    claiming = static_rules().claiming
+    cc007 = checks.rule_by_code("CC007")
+    assert cc007 is not None
+    # CC008 takes the one per-process value CC007 leaves to it (this rank's own data), so it is
+    # asked first; every other rule sharing a kind with CC007 comes after it.
+    assert _asked_before("CC008", "CC007")
+    for rule in claiming:
+        if rule.code not in ("CC007", "CC008") and rule.claims & cc007.claims:
+            assert _asked_before("CC007", rule.code), rule.code
+    assert _asked_before("CC004", "CC003") and _asked_before("CC003", "CC001")
+
+
+def test_a_rule_that_claims_a_whole_kind_is_asked_last_for_it() -> None:
+    """A rule without `applies` takes every divergence of the kinds it claims: a rule asked after it
+    for one of those kinds would never get one. Rules sharing a kind never share a precedence (the
+    order between them would be the table's order by accident)."""
+    claiming = static_rules().claiming
+    for kind in DivergenceKind:
+        claimants = [rule for rule in claiming if kind in rule.claims]
+        whole = [rule for rule in claimants if not hasattr(rule.module, "applies")]
+        assert len(whole) <= 1 and (not whole or claimants[-1] is whole[0]), (kind, claimants)
+        assert len({rule.precedence for rule in claimants}) == len(claimants), kind
+
+
+def test_the_precedence_checks_see_a_rule_shadowed_by_a_whole_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above fails when CC001, which takes every sequence divergence, is asked first."""
+    cc001 = checks.rule_by_code("CC001")
+    assert cc001 is not None
+    monkeypatch.setattr(cc001.module, "PRECEDENCE", 5)
+    all_rules.cache_clear()
+    try:
+        with pytest.raises(AssertionError):
+            test_a_rule_that_claims_a_whole_kind_is_asked_last_for_it()
+        with pytest.raises(AssertionError):
+            test_precedence_asks_the_cause_before_the_symptom()
+    finally:
+        monkeypatch.undo()
+        all_rules.cache_clear()
 
 
 def test_deselected_rules_are_not_searched_for() -> None:
@@ -90,7 +133,7 @@ def added_rule(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("added_rule")
-def test_a_new_rule_needs_only_its_module_and_a_table_line() -> None:
+def test_a_new_rule_needs_no_code_beyond_its_module_and_a_table_line() -> None:
     rule = checks.rule_by_code("CC099")
     assert rule is not None and rule.claims == {DivergenceKind.SEQUENCE} and rule.anchor is Anchor.ELEMENT
     assert rule.severity is Severity.WARNING

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from collcheck.fix import engine
-from collcheck.fix import ignore as ignore_module
+from collcheck.adopt import fixes as engine
+from collcheck.adopt import ignore as ignore_module
 from tests.cli_support import run
 
 SET_LOOP = (

@@ -12,7 +12,9 @@ belongs to the first rule whose claims hold), `ANCHOR` (where its finding is sho
 message template and arguments). A rule may also define `describe_region(region, divergences)`
 (a finding about a whole region, e.g. a loop over a set, told what the solver found in it) or
 `check_module(context)` (a check over the parse tree).
-Adding a rule is its own module plus one line in `CODE_TABLE` (docs/architecture.md).
+A rule with fixes also declares `Variant` (the shapes of its findings) and `variant(finding)`
+(collcheck.adopt.fixers). Adding a rule takes no code beyond its module and one line in
+`CODE_TABLE`; docs/architecture.md ("Adding a rule") lists every file it touches.
 """
 
 from __future__ import annotations

@@ -42,8 +42,10 @@ Unsafe: the other ranks now run it too, which is the point, but it changes what 
 
 from __future__ import annotations
 
+from enum import Enum
+
 from collcheck.checks._describe import describe_element, op_name, ranks
-from collcheck.findings import Severity
+from collcheck.findings import Finding, Severity
 from collcheck.static.anchor import Anchor
 from collcheck.static.divergence import Divergence, DivergenceKind
 
@@ -59,6 +61,25 @@ MESSAGE_SWAPPED = (
     "ranks {rank_x} and {rank_y} issue {op} on the same operands in a different order "
     "({order_x} vs {order_y}): tensors are reduced with the wrong partners"
 )
+
+
+class Variant(Enum):
+    """The shapes of this rule's findings, for the fixers (collcheck.adopt.fixers) to match on."""
+
+    DIFFERENT = "different"  # MESSAGE: the ranks issue different collectives at one position
+    MISSING = "missing"  # MESSAGE_MISSING: one rank issues a collective the other does not
+    SWAPPED = "swapped"  # MESSAGE_SWAPPED: the same collectives in a different order
+
+
+def variant(finding: Finding) -> Variant | None:
+    """Which of this rule's shapes `finding` is, from the arguments `describe` gave it (the engine
+    may reword the template itself: ranks among a group's members become local ranks)."""
+    args = dict(finding.message_args)
+    if "order_x" in args:
+        return Variant.SWAPPED
+    if "what_x" in args:
+        return Variant.DIFFERENT
+    return Variant.MISSING if "op" in args else None
 
 
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
@@ -102,7 +123,7 @@ def _order(sequence: tuple[object, ...]) -> str:
     return ", ".join(parts)
 
 
-# Before/after pairs for collcheck.fix (tests/test_fixes.py): the collective leaves the rank
+# Before/after pairs for collcheck.adopt.fixers (tests/test_fixes.py): the collective leaves the rank
 # guard and is issued by every rank after it (unsafe).
 FIX_EXAMPLES: tuple[tuple[str, str], ...] = (
     (

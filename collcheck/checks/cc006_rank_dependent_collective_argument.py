@@ -33,8 +33,10 @@ the data now flows from or to that rank.
 
 from __future__ import annotations
 
+from enum import Enum
+
 from collcheck.checks._describe import op_name, ranks, where
-from collcheck.findings import Severity
+from collcheck.findings import Finding, Severity
 from collcheck.static.anchor import Anchor
 from collcheck.static.divergence import Divergence, DivergenceKind
 
@@ -54,7 +56,24 @@ MESSAGE_GROUP = (
     "every rank must issue it on the same group (world size {world})"
 )
 
-_ARGUMENT = {"root": "root (src/dst)", "reduce_op": "reduce op"}
+# How MESSAGE names each argument, by divergence kind (`Variant` has the same values).
+ARGUMENTS = {"root": "root (src/dst)", "reduce_op": "reduce op"}
+
+
+class Variant(Enum):
+    """The shapes of this rule's findings, for the fixers (collcheck.adopt.fixers) to match on."""
+
+    ROOT = "root"  # MESSAGE about the root (src/dst)
+    REDUCE_OP = "reduce_op"  # MESSAGE about the reduce op
+    GROUP = "group"  # MESSAGE_GROUP
+
+
+def variant(finding: Finding) -> Variant | None:
+    """Which of this rule's shapes `finding` is, from the arguments `describe` gave it."""
+    args = dict(finding.message_args)
+    if "argument" not in args:
+        return Variant.GROUP if "value_x" in args else None
+    return next((Variant(kind) for kind, shown in ARGUMENTS.items() if shown == args["argument"]), None)
 
 
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
@@ -77,7 +96,7 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     return MESSAGE, {
         "op": op_name(at_low),
         "where": where(at_low),
-        "argument": _ARGUMENT[d.kind.value],
+        "argument": ARGUMENTS[d.kind.value],
         "rank_x": str(low),
         "rank_y": str(high),
         "value_x": values.get(f"{d.kind.value} on rank {low}", "?"),
@@ -86,7 +105,7 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     }
 
 
-# Before/after pairs for collcheck.fix (tests/test_fixes.py): a root that is the rank itself
+# Before/after pairs for collcheck.adopt.fixers (tests/test_fixes.py): a root that is the rank itself
 # becomes the rank the function singles out, or 0 (unsafe).
 FIX_EXAMPLES: tuple[tuple[str, str], ...] = (
     (

@@ -41,11 +41,12 @@ if flag.item():
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 
 from collcheck.catalog import FILESYSTEM_STATE
 from collcheck.checks._describe import describe_element, ranks
-from collcheck.findings import Location, Reason, Severity
+from collcheck.findings import Finding, Location, Reason, Severity
 from collcheck.static.anchor import Anchor
 from collcheck.static.divergence import Divergence, DivergenceKind
 from collcheck.static.program import OWN_DATA, Region
@@ -75,6 +76,25 @@ MESSAGE_SET = (
     "collectives are issued while iterating over a set: its order depends on each process's hash "
     "seed, so ranks can issue them in different orders; iterate over sorted(...) instead"
 )
+
+
+class Variant(Enum):
+    """The shapes of this rule's findings, for the fixers (collcheck.adopt.fixers) to match on."""
+
+    GUARD = "guard"  # MESSAGE: a guarded collective (or exit with nothing after it)
+    EXIT = "exit"  # MESSAGE_EXIT: a guarded exit that skips collectives
+    SET = "set"  # MESSAGE_SET: a communicating loop over a set (describe_region)
+
+
+def variant(finding: Finding) -> Variant | None:
+    """Which of this rule's shapes `finding` is, from the arguments `describe` or
+    `describe_region` gave it (a loop over a set has none)."""
+    args = dict(finding.message_args)
+    if not args:
+        return Variant.SET
+    if "exit" in args:
+        return Variant.EXIT
+    return Variant.GUARD if "element" in args else None
 
 
 def guard(d: Divergence) -> Reason | None:
@@ -153,7 +173,7 @@ def describe_region(region: Region, found: list[Divergence]) -> tuple[str, dict[
     return MESSAGE_SET, {}
 
 
-# Before/after pairs for collcheck.fix (tests/test_fixes.py applies each fix to the first text and
+# Before/after pairs for collcheck.adopt.fixers (tests/test_fixes.py applies each fix to the first text and
 # expects exactly the second). Set iteration: safe; a per-process guard: unsafe.
 FIX_EXAMPLES: tuple[tuple[str, str], ...] = (
     (

@@ -38,6 +38,7 @@ must then pass the same shape and dtype, on the device its backend expects.
 from __future__ import annotations
 
 import ast
+from enum import Enum
 
 from collcheck.findings import Finding, Severity
 from collcheck.memory.gather_sites import FunctionBody, argument, functions
@@ -56,6 +57,17 @@ NAME = "all-gather-object-on-tensors"
 SEVERITY = Severity.WARNING
 MESSAGE = "all_gather_object pickles the tensor `{obj}`{peak}; use all_gather_into_tensor"
 DEFAULT_ENABLED = False
+
+
+class Variant(Enum):
+    """The shapes of this rule's findings, for the fixers (collcheck.adopt.fixers) to match on."""
+
+    TENSOR = "tensor"  # MESSAGE, the only one
+
+
+def variant(finding: Finding) -> Variant | None:
+    return Variant.TENSOR if finding.code == CODE else None
+
 
 TENSOR_METHODS = frozenset(
     {"cpu", "cuda", "detach", "clone", "to", "contiguous", "float", "half", "bfloat16"}
@@ -131,7 +143,7 @@ def check_module(context: ModuleContext) -> list[Finding]:
     return findings
 
 
-# Before/after pairs for collcheck.fix (tests/test_fixes.py): gather into a preallocated tensor
+# Before/after pairs for collcheck.adopt.fixers (tests/test_fixes.py): gather into a preallocated tensor
 # (unsafe: every rank must now pass the same shape and dtype).
 FIX_EXAMPLES: tuple[tuple[str, str], ...] = (
     (

@@ -7,14 +7,10 @@ of a thread flow. Files that could not be analysed are tool execution notificati
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
-from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from collcheck import __version__
 from collcheck.checks import Rule, all_rules
@@ -28,6 +24,8 @@ from collcheck.findings import (
     RunResult,
     Severity,
     TraceStep,
+    fingerprints,
+    path_uri,
 )
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -38,19 +36,8 @@ FINGERPRINT_KEY = "collcheck/v1"
 LEVELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
 
-def _uri(path: str, root: Path) -> tuple[str, bool]:
-    """A URI for `path` and whether it is relative to the source root."""
-    candidate = Path(path)
-    if not candidate.is_absolute():
-        return quote(candidate.as_posix()), True
-    try:
-        return quote(candidate.relative_to(root).as_posix()), True
-    except ValueError:
-        return candidate.as_uri(), False
-
-
 def _artifact(path: str, root: Path) -> dict[str, Any]:
-    uri, relative = _uri(path, root)
+    uri, relative = path_uri(path, root)
     return {"uri": uri, "uriBaseId": SRCROOT} if relative else {"uri": uri}
 
 
@@ -163,21 +150,6 @@ def _message(finding: Finding) -> str:
     return f"{finding.message} (world_size={example.world_size}; {ranks}{why})"
 
 
-# Messages cite places (`barrier at utils.py:17`); the fingerprint must not move with them.
-_LINE_NUMBERS = re.compile(r"(\.pyi?):\d+(?::\d+)?|\b(line) \d+")
-
-
-def line_free_message(finding: Finding) -> str:
-    """The message with the line numbers it cites taken out (what identifies a finding)."""
-    return _LINE_NUMBERS.sub(lambda match: match.group(1) or match.group(2), finding.message)
-
-
-def _fingerprint(finding: Finding, uri: str, occurrence: int) -> str:
-    """Stable across runs and line shifts: no line numbers, only what identifies the finding."""
-    parts = (finding.code, uri, finding.function, line_free_message(finding), str(occurrence))
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
-
-
 def _result(finding: Finding, rule_index: int, root: Path, fingerprint: str) -> dict[str, Any]:
     location = finding.location
     primary = _physical(location.path, root, _region(location))
@@ -197,22 +169,6 @@ def _result(finding: Finding, rule_index: int, root: Path, fingerprint: str) -> 
         if flows:
             result["codeFlows"] = flows
     return result
-
-
-def fingerprints(findings: list[Finding], root: Path) -> list[str]:
-    """Each finding's partial fingerprint, in order; `findings` sorted as `RunResult.findings` is.
-
-    Identical findings in one function are told apart by their occurrence number, so the
-    fingerprint survives lines moving but not the findings swapping places. The baseline uses
-    these too (collcheck.baseline).
-    """
-    seen: Counter[tuple[str, str, str, str]] = Counter()
-    prints = []
-    for finding in findings:
-        identity = (finding.code, finding.location.path, finding.function, line_free_message(finding))
-        prints.append(_fingerprint(finding, _uri(finding.location.path, root)[0], seen[identity]))
-        seen[identity] += 1
-    return prints
 
 
 def _results(

@@ -16,9 +16,7 @@ import ast
 
 import libcst as cst
 
-from collcheck.checks.cc001_mismatched_collective_sequence import MESSAGE_MISSING
-from collcheck.findings import Applicability, Finding
-from collcheck.fix.blocks import (
+from collcheck.adopt.blocks import (
     ast_statement,
     call_statement,
     enclosing_block,
@@ -27,12 +25,15 @@ from collcheck.fix.blocks import (
     stored_names,
     with_statements,
 )
-from collcheck.fix.engine import Rewrite, Source
+from collcheck.adopt.rewrite import Rewrite, Source
+from collcheck.checks import cc001_mismatched_collective_sequence as cc001
+from collcheck.findings import Applicability, Finding
+
+RULE = cc001.CODE
+VARIANTS = frozenset({cc001.Variant.MISSING})
 
 
-def fix_collective_in_rank_guard(source: Source, finding: Finding) -> Rewrite | None:
-    if finding.message_template != MESSAGE_MISSING:
-        return None
+def fix(source: Source, finding: Finding) -> Rewrite | None:
     statement = call_statement(source, finding.location.line)
     if statement is None:
         return None

@@ -6,7 +6,7 @@ import ast
 
 import libcst as cst
 
-from collcheck.fix.engine import Source
+from collcheck.adopt.rewrite import Source
 
 Block = cst.IndentedBlock | cst.Module
 

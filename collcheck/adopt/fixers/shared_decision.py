@@ -19,16 +19,19 @@ import ast
 
 import libcst as cst
 
-from collcheck.checks.cc007_per_process_value_guard import MESSAGE, MESSAGE_EXIT
-from collcheck.findings import Applicability, Finding
-from collcheck.fix.blocks import (
+from collcheck.adopt.blocks import (
     distributed_module,
     enclosing_block,
     fresh_name,
     parse_statements,
     with_statements,
 )
-from collcheck.fix.engine import Rewrite, Source
+from collcheck.adopt.rewrite import Rewrite, Source
+from collcheck.checks import cc007_per_process_value_guard as cc007
+from collcheck.findings import Applicability, Finding
+
+RULE = cc007.CODE
+VARIANTS = frozenset({cc007.Variant.GUARD, cc007.Variant.EXIT})
 
 
 def _guard_line(source: Source, line: int) -> int | None:
@@ -48,9 +51,7 @@ def _guard_line(source: Source, line: int) -> int | None:
     return guard.lineno if has_call else None
 
 
-def fix_per_process_guard(source: Source, finding: Finding) -> Rewrite | None:
-    if finding.message_template not in (MESSAGE, MESSAGE_EXIT):
-        return None
+def fix(source: Source, finding: Finding) -> Rewrite | None:
     line = _guard_line(source, finding.location.line)
     dist = distributed_module(source)
     if line is None or dist is None:

@@ -1,15 +1,19 @@
 """Propose, verify and apply fixes.
 
-A fixer (collcheck.fix.registry) gets a finding and the parsed source and returns a rewrite of
-the whole text, or None. A rewrite becomes a `Fix` only when the rewritten file parses and a
-re-check of it finds exactly the findings of the original minus the one it fixes: a rewrite
-that leaves its finding, adds one, or changes another line's finding is never offered. Fixes
-are applied one at a time, each on the text the previous one produced and verified again, so
-two fixes never trip over each other's edits.
+In: findings and the files they are in. Out: a verified `Fix` per finding that has one
+(`compute_fixes`), or each file's fixed text (`fix_files`; nothing is written here).
+
+A fixer (collcheck.adopt.fixers, chosen by the finding's rule and variant) gets a finding and the
+parsed source (collcheck.adopt.rewrite.Source) and returns a rewrite of the whole text, or None.
+A rewrite becomes a `Fix` only when the rewritten file parses and a re-check of it finds exactly
+the findings of the original minus the one it fixes: a rewrite that leaves its finding, adds one,
+or changes another line's finding is never offered. Fixes are applied one at a time, each on the
+text the previous one produced and verified again, so two fixes never trip over each other's edits.
 
 Findings are compared by code, function and message with line numbers taken out (the SARIF
-fingerprint's identity), because a fix moves lines. The re-check analyses the file alone; a
-finding that only appears with the other files of the run (a helper in another file) has no fix.
+fingerprint's identity, collcheck.findings.line_free_message), because a fix moves lines. The
+re-check analyses the file alone; a finding that only appears with the other files of the run (a
+helper in another file) has no fix.
 """
 
 from __future__ import annotations
@@ -17,92 +21,21 @@ from __future__ import annotations
 import ast
 import difflib
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 
-import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
-
+from collcheck.adopt.edits import minimal_edit
+from collcheck.adopt.fixers import fixers_for
+from collcheck.adopt.rewrite import Source
+from collcheck.adopt.textio import Document, read_document, write_document
 from collcheck.config import Settings
-from collcheck.findings import Applicability, Finding, Fix, RunResult
-from collcheck.fix.edits import minimal_edit
-from collcheck.fix.textio import Document, read_document, write_document
+from collcheck.findings import Applicability, Finding, Fix, RunResult, line_free_message
 from collcheck.lines import physical_lines
 from collcheck.safe_write import WriteRefused, WriteRoots
 
 MAX_FIXES_PER_FILE = 100  # each applied fix removes one finding, so this is only a guard
 
 
-@dataclass(frozen=True)
-class Rewrite:
-    """What a fixer returns: the whole new text."""
-
-    text: str
-    applicability: Applicability
-    description: str
-
-
-@dataclass
-class Source:
-    """One file's text with its syntax trees, parsed on first use and shared by the fixers."""
-
-    path: str
-    text: str
-
-    @cached_property
-    def tree(self) -> ast.Module:
-        return ast.parse(self.text)
-
-    @cached_property
-    def wrapper(self) -> MetadataWrapper:
-        return MetadataWrapper(cst.parse_module(self.text))
-
-    @property
-    def module(self) -> cst.Module:
-        return self.wrapper.module
-
-    @cached_property
-    def positions(self) -> dict[cst.CSTNode, CodeRange]:
-        return dict(self.wrapper.resolve(PositionProvider))
-
-    @cached_property
-    def parents(self) -> dict[cst.CSTNode, cst.CSTNode]:
-        return dict(self.wrapper.resolve(ParentNodeProvider))
-
-    def nodes_at(self, line: int, kind: type[cst.CSTNode]) -> list[cst.CSTNode]:
-        """libcst nodes of `kind` starting on `line`, outermost first."""
-        found = [
-            (where.start.column, -where.end.line, -where.end.column, node)
-            for node, where in self.positions.items()
-            if isinstance(node, kind) and where.start.line == line
-        ]
-        return [node for *_, node in sorted(found, key=lambda item: item[:3])]
-
-    def code(self, node: cst.CSTNode) -> str:
-        return self.module.code_for_node(node)
-
-    def replaced(self, old: cst.CSTNode, new: cst.CSTNode) -> str:
-        """The file's text with `old` replaced by `new`; every other byte is kept."""
-        module = self.module.deep_replace(old, new)
-        if not isinstance(module, cst.Module):
-            return self.text
-        return module.code + self._lost_tail
-
-    @cached_property
-    def _lost_tail(self) -> str:
-        """What libcst's own round trip drops from the end of the text: the last line break of a
-        file of "\\r" line endings. Put back, so that every byte outside the edit is kept."""
-        kept = self.module.code
-        return self.text[len(kept) :] if self.text.startswith(kept) else ""
-
-
-Fixer = Callable[[Source, Finding], Rewrite | None]
-
-
 def _identity(finding: Finding) -> tuple[str, str, str]:
-    from collcheck.report.sarif import line_free_message
-
     return finding.code, finding.function, line_free_message(finding)
 
 
@@ -144,10 +77,8 @@ class FileFixer:
 
     def propose(self, finding: Finding) -> tuple[Fix, str] | None:
         """A verified fix for `finding` (one of `self.findings`) and the text it produces."""
-        from collcheck.fix.registry import fixers_for
-
         source = self._source()
-        for fixer in fixers_for(finding.code):
+        for fixer in fixers_for(finding):
             try:
                 rewrite = fixer(source, finding)
             except Exception:  # a fix is optional: a fixer failing on odd code offers none
@@ -234,7 +165,7 @@ class FileChange:
         )
 
     def write(self, roots: WriteRoots) -> WriteRefused | None:
-        """Write the fixed text (collcheck.fix.textio.write_document); None when written."""
+        """Write the fixed text (collcheck.adopt.textio.write_document); None when written."""
         return write_document(self.document, self.after, roots)
 
 

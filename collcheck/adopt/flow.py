@@ -1,63 +1,22 @@
 """What `collcheck check` does after checking when asked to fix, suppress or baseline.
 
-Never prints: it returns the result to report, messages for stderr, and the exit code when the
-request decides it (a diff, a written baseline). libcst is imported only on the fix paths.
+In: the check's `RunResult`, the `Adoption` request (collcheck.adopt.request) and where files
+may be written. Out: an `Outcome`. Never prints: it returns the result to report, messages for
+stderr, and the exit code when the request decides it (a diff, a written baseline). libcst is
+imported only on the fix paths; a plain check never imports this module.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from collcheck.adopt.request import Adoption, require_libcst
 from collcheck.config import Settings
-from collcheck.findings import Applicability, Finding, RunResult
+from collcheck.findings import Finding, RunResult
 from collcheck.safe_write import WriteRoots
 
 Checker = Callable[[], RunResult]  # runs the same check again (after files were rewritten)
-
-
-class AdoptionError(ValueError):
-    """A request that cannot be carried out (a bad baseline, libcst missing): exit code 2."""
-
-
-def require_libcst() -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("libcst") is None:
-        raise AdoptionError("fixes need libcst: pip install 'collcheck[fix]'")
-
-
-@dataclass(frozen=True)
-class Adoption:
-    """The fix, suppression and baseline options of one `collcheck check`."""
-
-    fix: bool = False
-    unsafe_fixes: bool = False
-    diff: bool = False
-    show_fixes: bool = False
-    add_ignore: str | None = None  # the reason; "" for none
-    baseline: Path | None = None
-    write_baseline: Path | None = None
-
-    @property
-    def writes(self) -> bool:
-        """Whether carrying it out writes files (which then need `WriteRoots`)."""
-        return self.fix or self.add_ignore is not None or self.write_baseline is not None
-
-    @property
-    def requested(self) -> bool:
-        return self.wants_fixes or self.add_ignore is not None or bool(self.baseline or self.write_baseline)
-
-    @property
-    def wants_fixes(self) -> bool:
-        return self.fix or self.unsafe_fixes or self.diff or self.show_fixes
-
-    @property
-    def allowed(self) -> frozenset[Applicability]:
-        if self.unsafe_fixes:
-            return frozenset(Applicability)
-        return frozenset({Applicability.SAFE})
 
 
 @dataclass
@@ -78,8 +37,8 @@ def _plural(count: int, word: str) -> str:
 
 def add_ignore_comments(result: RunResult, reason: str, roots: WriteRoots) -> list[str]:
     """Write a suppression for every finding of `result`; returns messages."""
-    from collcheck.fix.ignore import add_ignores
-    from collcheck.fix.textio import read_document, write_document
+    from collcheck.adopt.ignore import add_ignores
+    from collcheck.adopt.textio import read_document, write_document
     from collcheck.safe_write import ChangedOnDisk
 
     by_path: dict[str, list[Finding]] = {}
@@ -115,7 +74,7 @@ def adopt(
     """Carry out `request` on `result` (the check's result); see the module docstring. Files are
     written only as `roots` allow (collcheck.safe_write)."""
     if request.write_baseline is not None:
-        from collcheck.baseline import write_baseline
+        from collcheck.adopt.baseline import write_baseline
 
         count = write_baseline(result, request.write_baseline, roots)
         message = f"collcheck: wrote {_plural(count, 'finding')} to baseline {request.write_baseline}"
@@ -131,18 +90,18 @@ def adopt(
     if request.fix:
         _fix(outcome, settings, request, check_again, roots)
     if request.wants_fixes:
-        from collcheck.fix.engine import compute_fixes
+        from collcheck.adopt.fixes import compute_fixes
 
         compute_fixes(outcome.result, settings)
     if request.baseline is not None:
-        from collcheck.baseline import apply_baseline
+        from collcheck.adopt.baseline import apply_baseline
 
         apply_baseline(outcome.result, request.baseline)
     return outcome
 
 
 def _diff(outcome: Outcome, settings: Settings, request: Adoption) -> Outcome:
-    from collcheck.fix.engine import fix_files
+    from collcheck.adopt.fixes import fix_files
 
     changes = fix_files(_paths_with_findings(outcome.result), settings, request.allowed)
     outcome.output = "".join(change.diff() for change in changes)
@@ -155,7 +114,7 @@ def _diff(outcome: Outcome, settings: Settings, request: Adoption) -> Outcome:
 def _fix(
     outcome: Outcome, settings: Settings, request: Adoption, check_again: Checker, roots: WriteRoots
 ) -> None:
-    from collcheck.fix.engine import fix_files
+    from collcheck.adopt.fixes import fix_files
     from collcheck.safe_write import ChangedOnDisk
 
     changes = fix_files(_paths_with_findings(outcome.result), settings, request.allowed)
@@ -176,11 +135,4 @@ def _fix(
         outcome.result = check_again()
 
 
-def baseline_path(option: Path | None, settings: Settings) -> Path | None:
-    """`--baseline` wins over `baseline = ...` in the configuration."""
-    if option is not None:
-        return option
-    return Path(settings.baseline) if settings.baseline else None
-
-
-__all__: Sequence[str] = ("Adoption", "AdoptionError", "Outcome", "adopt", "baseline_path")
+__all__: Sequence[str] = ("Outcome", "adopt")

@@ -12,10 +12,14 @@ import ast
 
 import libcst as cst
 
-from collcheck.checks.cc006_rank_dependent_collective_argument import MESSAGE
+from collcheck.adopt.blocks import innermost_function
+from collcheck.adopt.rewrite import Rewrite, Source
+from collcheck.checks import cc006_rank_dependent_collective_argument as cc006
 from collcheck.findings import Applicability, Finding
-from collcheck.fix.blocks import innermost_function
-from collcheck.fix.engine import Rewrite, Source
+
+RULE = cc006.CODE
+VARIANTS = frozenset({cc006.Variant.ROOT})
+
 
 ROOT_KEYWORDS = ("src", "dst", "group_src", "group_dst")
 
@@ -51,9 +55,7 @@ def _singled_out(function: ast.AST | None, expression: ast.expr) -> int:
     return found.pop() if len(found) == 1 else 0
 
 
-def fix_rank_dependent_root(source: Source, finding: Finding) -> Rewrite | None:
-    if finding.message_template != MESSAGE or dict(finding.message_args).get("argument") != "root (src/dst)":
-        return None
+def fix(source: Source, finding: Finding) -> Rewrite | None:
     argument = _root_argument(source, finding.location.line)
     if argument is None:
         return None

@@ -1,7 +1,7 @@
 """Baselines: record today's findings, then report only the findings that are new.
 
 A baseline file holds one entry per finding, keyed by the SARIF partial fingerprint
-(`collcheck.report.sarif.fingerprints`): code, path, function and message without line numbers,
+(`collcheck.findings.fingerprints`): code, path, function and message without line numbers,
 so an entry survives lines moving. Paths in it are relative to the baseline file's folder, so
 the file works from any working directory and on any checkout.
 
@@ -17,8 +17,8 @@ import json
 import os
 from pathlib import Path
 
-from collcheck.findings import BaselineEntry, Finding, RunResult
-from collcheck.fix.flow import AdoptionError
+from collcheck.adopt.request import AdoptionError
+from collcheck.findings import BaselineEntry, Finding, RunResult, fingerprints
 from collcheck.safe_write import WriteRefused, WriteRoots, write_output
 from collcheck.source import MAX_CONFIG_BYTES, FileRefused, read_regular_file
 
@@ -43,8 +43,6 @@ def _relative(path: str, root: Path) -> str:
 
 def _entries(findings: list[Finding], root: Path) -> list[BaselineEntry]:
     """Findings as entries; the fingerprint is computed on paths relative to `root`."""
-    from collcheck.report.sarif import fingerprints
-
     relative = [_with_path(finding, _relative(finding.location.path, root)) for finding in findings]
     return [
         BaselineEntry(fingerprint, finding.code, finding.location.path, finding.message)

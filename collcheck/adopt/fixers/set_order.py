@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import libcst as cst
 
-from collcheck.checks.cc007_per_process_value_guard import MESSAGE_SET
+from collcheck.adopt.rewrite import Rewrite, Source
+from collcheck.checks import cc007_per_process_value_guard as cc007
 from collcheck.findings import Applicability, Finding
-from collcheck.fix.engine import Rewrite, Source
+
+RULE = cc007.CODE
+VARIANTS = frozenset({cc007.Variant.SET})
 
 
-def fix_set_iteration(source: Source, finding: Finding) -> Rewrite | None:
-    if finding.message_template != MESSAGE_SET:
-        return None
+def fix(source: Source, finding: Finding) -> Rewrite | None:
     loops = source.nodes_at(finding.location.line, cst.For)
     if len(loops) != 1:
         return None

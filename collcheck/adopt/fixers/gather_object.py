@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import libcst as cst
 
-from collcheck.checks.cc102_all_gather_object_on_tensors import MESSAGE
-from collcheck.findings import Applicability, Finding
-from collcheck.fix.blocks import (
+from collcheck.adopt.blocks import (
     call_statement,
     enclosing_block,
     fresh_name,
     parse_statements,
     with_statements,
 )
-from collcheck.fix.engine import Rewrite, Source
+from collcheck.adopt.rewrite import Rewrite, Source
+from collcheck.checks import cc102_all_gather_object_on_tensors as cc102
+from collcheck.findings import Applicability, Finding
+
+RULE = cc102.CODE
+VARIANTS = frozenset({cc102.Variant.TENSOR})
 
 
 def _parts(call: cst.Call) -> tuple[str, cst.Name, cst.BaseExpression, cst.Arg | None] | None:
@@ -41,9 +44,7 @@ def _parts(call: cst.Call) -> tuple[str, cst.Name, cst.BaseExpression, cst.Arg |
     return cst.Module([]).code_for_node(func.value), output, positional[1].value, keywords.get("group")
 
 
-def fix_all_gather_object(source: Source, finding: Finding) -> Rewrite | None:
-    if finding.message_template != MESSAGE:
-        return None
+def fix(source: Source, finding: Finding) -> Rewrite | None:
     statement = call_statement(source, finding.location.line)
     block = enclosing_block(source, statement) if statement is not None else None
     if statement is None or block is None:

@@ -1,0 +1,103 @@
+"""The whole collcheck package has no import circle, counting imports inside functions too.
+
+tests/test_static_architecture.py checks the stages of collcheck/static/ among themselves; this
+checks every module of collcheck/ (static/, runtime/, memory/, adopt/, report/, checks/ and the
+top level) against every other. An import made inside a function to defer its cost is still a
+dependency: two modules that import each other that way are one module split in two.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "collcheck"
+
+
+def module_names(root: Path) -> dict[str, Path]:
+    """Dotted name -> file, for every module and package of the tree at `root`."""
+    names = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        names[".".join(parts)] = path
+    return names
+
+
+def _longest_known(name: str, known: Iterable[str]) -> str | None:
+    modules = set(known)
+    parts = name.split(".")
+    while parts and ".".join(parts) not in modules:
+        parts.pop()
+    return ".".join(parts) if parts else None
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The modules of the tree that module `name` imports, at the top, inside functions or under
+    `TYPE_CHECKING`; `from package import module` counts as importing that module."""
+    top = name.split(".")[0]
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                above = package[: len(package) - node.level + 1]
+                base = ".".join([*above, base] if base else above)
+            if base.split(".")[0] != top:
+                continue
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                found.add(target if target in known else _longest_known(base, known) or base)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == top:
+                    found.add(_longest_known(alias.name, known) or alias.name)
+    return (found & set(known)) - {name}
+
+
+def import_circle(root: Path) -> list[str] | None:
+    """One import circle among the modules under `root` (first module repeated last), or None."""
+    known = module_names(root)
+    graph = {name: imports_of(name, path, known) for name, path in known.items()}
+    done: set[str] = set()
+
+    def visit(name: str, stack: list[str]) -> list[str] | None:
+        if name in stack:
+            return [*stack[stack.index(name) :], name]
+        if name in done:
+            return None
+        for imported in sorted(graph[name]):
+            circle = visit(imported, [*stack, name])
+            if circle is not None:
+                return circle
+        done.add(name)
+        return None
+
+    for name in sorted(graph):
+        circle = visit(name, [])
+        if circle is not None:
+            return circle
+    return None
+
+
+def test_no_import_circle_in_the_package() -> None:
+    circle = import_circle(PACKAGE)
+    assert circle is None, " -> ".join(circle or ())
+
+
+def test_the_check_sees_a_circle_through_an_import_inside_a_function(tmp_path: Path) -> None:
+    """It cannot pass vacuously: a circle closed by a deferred import, through a sub-package and a
+    relative import, is found; the same modules without it are not a circle."""
+    root = tmp_path / "pkg"
+    (root / "sub").mkdir(parents=True)
+    (root / "__init__.py").write_text("", encoding="utf-8")
+    (root / "sub" / "__init__.py").write_text("", encoding="utf-8")
+    (root / "a.py").write_text("from pkg.sub import b\n", encoding="utf-8")
+    (root / "sub" / "b.py").write_text("from .c import thing\n", encoding="utf-8")
+    (root / "sub" / "c.py").write_text("thing = 1\n", encoding="utf-8")
+    assert import_circle(root) is None
+    (root / "sub" / "c.py").write_text("def thing():\n    import pkg.a\n", encoding="utf-8")
+    assert import_circle(root) == ["pkg.a", "pkg.sub.b", "pkg.sub.c", "pkg.a"]
