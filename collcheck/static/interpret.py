@@ -32,6 +32,7 @@ from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simpl
 from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.helpers import LoopOp
+from collcheck.static.loop_shapes import iterations_alike
 from collcheck.static.loop_values import is_collection, loop_carried, loop_element, unrolled_loop, while_trips
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable, add_import, nodes_under, source_text
@@ -67,9 +68,7 @@ from collcheck.static.syntax import (
     filled_key,
     is_set_expr,
     lazy_initialisation,
-    loop_variant_names,
     memo_lookup,
-    mentions,
     mutated_name,
     mutated_names,
 )
@@ -535,7 +534,7 @@ class Interpreter(ExceptionFlow):
         if unrolled is not None:
             return unrolled
         body_paths = [Path(s.conds, s.events, s.exit) for s in body_states]
-        if loop_range is not None and not _iterations_alike(stmt, body_states, frame):
+        if loop_range is not None and not iterations_alike(stmt, body_states, frame):
             loop_range = None
         self.add_loop_region(
             LoopOp(self, stmt, frame.chain, frame.function, over_set, loop_range, tuple(body_paths))
@@ -684,46 +683,3 @@ def _joins_uneven_inputs(context: ast.expr) -> bool:
         isinstance(func, (ast.Name, ast.Attribute))
         and (func.id if isinstance(func, ast.Name) else func.attr) == "Join"
     )
-
-
-def _iterations_alike(stmt: ast.For | ast.AsyncFor | ast.While, body: list[State], frame: Frame) -> bool:
-    """Every iteration that communicates issues the same collectives with the same arguments: one
-    sequence of plain collectives, whose calls in the loop body mention neither the loop variable
-    nor anything the body reassigns (a `src=peer`, a `chunks[i]`, a counter carried over)."""
-    sequences = [state.events for state in body if state.events]
-    if not sequences or any(events != sequences[0] for events in sequences):
-        return False
-    variant = loop_variant_names(stmt)
-    calls = {
-        (n.lineno, n.col_offset): n
-        for part in stmt.body
-        for n in nodes_under(part)
-        if isinstance(n, ast.Call)
-    }
-    depth = len(frame.chain)
-    for event in sequences[0]:
-        if not isinstance(event, CommEvent) or event.kind != "collective":
-            return False
-        if event.chain[:depth] != frame.chain:
-            return False
-        direct = len(event.chain) == depth
-        line, column = (
-            (event.line, event.column) if direct else (event.chain[depth].line, event.chain[depth].column)
-        )
-        call = calls.get((line, column))
-        if call is None or mentions(call, variant):
-            return False
-        if not direct and not _fixed_arguments(event, variant):
-            return False
-    return True
-
-
-def _fixed_arguments(event: CommEvent, variant: set[str]) -> bool:
-    """A collective issued by a helper: its root, op and group are literals or groups created
-    somewhere, and the loop changes no attribute the helper could read."""
-    if any("." in name for name in variant):
-        return False
-    terms = (event.root, event.reduce_op, event.peer, event.ranks_arg, event.group_term)
-    if not all(term is None or isinstance(term, Const) for term in terms):
-        return False
-    return event.group is None or event.group.created

@@ -36,6 +36,7 @@ from collcheck.static.group_values import (
     subscript_value,
     type_of,
 )
+from collcheck.static.literals import is_boolean, is_numeral, is_text, numeric_text, small_literal_range
 from collcheck.static.loop_values import grown_collection
 from collcheck.static.model import FunctionNode, ModuleInfo, inherited_attribute
 from collcheck.static.names import PARTIAL_CALLS, ImportTable, dotted, qualified_name, source_text
@@ -60,7 +61,6 @@ from collcheck.static.symbolic import (
     IfExp,
     InRange,
     Member,
-    Not,
     Sized,
     TupleVal,
     conjoin,
@@ -235,7 +235,7 @@ class ValueEvaluator:
         if isinstance(node.op, ast.Div) and isinstance(left, Atom) and left.name.startswith("type:"):
             # `root / "name"` of a path: another object of the type
             return Atom(f"type:{left.name[5:].partition('@')[0]}@{where_of(node)}", "shared")
-        if op is None or _is_text(left) or _is_text(right):
+        if op is None or is_text(left) or is_text(right):
             return opaque(f"binop@{where_of(node)}", (left, right))
         if isinstance(left, TupleVal) or isinstance(right, TupleVal):
             if op == "+" and isinstance(left, TupleVal) and isinstance(right, TupleVal):
@@ -394,9 +394,9 @@ class ValueEvaluator:
         name = COMPARE_OPS.get(type(op))
         if name is None:
             return opaque(f"compare@{where_of(right_node)}", (left, right))
-        if _is_numeral(left) or _is_numeral(right):
+        if is_numeral(left) or is_numeral(right):
             left, right = self.spelled_number(left), self.spelled_number(right)
-        left, right = _numeric_text(left, right), _numeric_text(right, left)
+        left, right = numeric_text(left, right), numeric_text(right, left)
         if isinstance(op, (ast.Is, ast.IsNot)) and right == Const(None):
             left = none_or_not(left)
         return Compare(name, left, right)
@@ -411,9 +411,9 @@ class ValueEvaluator:
         known: dict[int, Expr] | None,
     ) -> Expr:
         if isinstance(container, TupleVal):
-            if any(_is_numeral(option) for option in container.items):  # `os.environ["RANK"] in ("0", "-1")`
+            if any(is_numeral(option) for option in container.items):  # `os.environ["RANK"] in ("0", "-1")`
                 item = self.spelled_number(item)
-                return Member(item, tuple(_numeric_text(option, item) for option in container.items))
+                return Member(item, tuple(numeric_text(option, item) for option in container.items))
             return Member(item, container.items)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
             values = [self.pure(a, state, frame, known) for a in node.args]
@@ -499,7 +499,7 @@ class ValueEvaluator:
             ):
                 return Const(int(value.value))
             if name == "bool":
-                return Compare("!=", value, Const(0)) if not _is_boolean(value) else value
+                return Compare("!=", value, Const(0)) if not is_boolean(value) else value
             return value
         if name in ("min", "max") and len(args) >= 2 and not node.keywords:
             result = args[0]
@@ -512,7 +512,7 @@ class ValueEvaluator:
             return args[0]
         if name in ("tuple", "list", "sorted", "reversed") and len(args) == 1 and isinstance(args[0], Sized):
             return Sized(f"{name}@{where_of(node)}", args[0].length, args[0])  # as many entries
-        literal_range = _small_literal_range(args) if name == "range" and not node.keywords else None
+        literal_range = small_literal_range(args) if name == "range" and not node.keywords else None
         if literal_range is not None:  # `list(range(4))`: four ranks
             return TupleVal(tuple(Const(i) for i in literal_range))
         if name in VALUE_BUILTINS:
@@ -651,42 +651,6 @@ class ValueEvaluator:
                 key = ".".join(parts)
                 old = state.env.get(key)  # not what is stored: it may differ while the change does not
                 state.env[key] = opaque(f"stored:{key}@{where_of(target)}", (old,) if old is not None else ())
-
-
-def _small_literal_range(args: list[Expr]) -> range | None:
-    """`range(...)` of 1-3 int literals with at most 16 values (a zero step is Python's error,
-    not a range: left opaque)."""
-    ints = [a.value for a in args if isinstance(a, Const) and type(a.value) is int]
-    if not 1 <= len(args) <= 3 or len(ints) != len(args) or (len(ints) == 3 and ints[2] == 0):
-        return None
-    values = range(*ints)
-    return values if len(values) <= 16 else None
-
-
-def _is_text(value: Expr) -> bool:
-    return isinstance(value, Const) and isinstance(value.value, str)
-
-
-def _is_boolean(value: Expr) -> bool:
-    return isinstance(value, (Compare, BoolOp, Not, Member, InRange)) or (
-        isinstance(value, Const) and isinstance(value.value, bool)
-    )
-
-
-def _is_numeral(value: Expr) -> bool:
-    return isinstance(value, Const) and isinstance(value.value, str) and value.value.lstrip("-").isdigit()
-
-
-def _numeric_text(value: Expr, other: Expr) -> Expr:
-    """`os.environ["RANK"] == "0"`: compare the rank with the number the string spells."""
-    if (
-        isinstance(value, Const)
-        and isinstance(value.value, str)
-        and value.value.lstrip("-").isdigit()
-        and is_rank_dependent(other)
-    ):
-        return Const(int(value.value))
-    return value
 
 
 def _environ_key(node: ast.Subscript, imports: ImportTable) -> str | None:
