@@ -43,15 +43,25 @@ class Side:
     site: str
     stack: tuple[str, ...] = ()
     completed: bool | None = None
+    library: bool = False  # no frame was the user's: `site` and `stack` are a library's (CallSite)
 
     @property
     def text(self) -> str:
         return f"rank {self.rank} {self.describe} at {self.site}"
 
+    @property
+    def stack_text(self) -> str:
+        """The innermost frames, `train.py:13 in step <- train.py:40 in main`, else the site."""
+        stack = " <- ".join(_short_frame(frame) for frame in self.stack[:3])
+        if not stack:
+            return self.site
+        return f"{stack} (library)" if self.library else stack
+
     @classmethod
     def of(cls, event: CollectiveEvent) -> Side:
         completed = event.t_end is not None if event.observable else None
-        return cls(event.rank, event.describe, event.site.short, event.site.stack, completed)
+        site = event.site
+        return cls(event.rank, event.describe, site.short, site.stack, completed, site.library)
 
 
 @dataclass(frozen=True)
@@ -1122,8 +1132,7 @@ def render_text(analysis: Analysis) -> str:
             label = "first divergence" if divergence.kind == "mismatch" else "warning: call sites differ"
             lines.append(f"  {label}: {divergence.text}")
             for side, ranks in zip(divergence.sides, divergence.ranks, strict=False):
-                stack = " <- ".join(_short_frame(frame) for frame in side.stack[:3]) or side.site
-                lines.append(f"    {_plural_label(ranks)}: {side.describe} at {stack}")
+                lines.append(f"    {_plural_label(ranks)}: {side.describe} at {side.stack_text}")
         for swap in (s for s in analysis.swaps if s.group == group):
             lines.append(f"  {swap.text}")
         for item in (m for m in analysis.missing if m.group == group):
@@ -1132,8 +1141,7 @@ def render_text(analysis: Analysis) -> str:
             label = "first mismatch" if finding.kind == "mismatch" else "never matched"
             lines.append(f"  {label}: {finding.text}")
             for side in finding.sides:
-                stack = " <- ".join(_short_frame(frame) for frame in side.stack[:3]) or side.site
-                lines.append(f"    rank {side.rank}: {side.describe} at {stack}")
+                lines.append(f"    rank {side.rank}: {side.describe} at {side.stack_text}")
     lines.append("per rank:")
     for summary in analysis.summaries:
         lines.append(f"  rank {summary.rank}: {summary.text}")
@@ -1172,9 +1180,15 @@ def undiverged_verdict(analysis: Analysis) -> str:
 
 def _short_frame(frame: str) -> str:
     path, _, rest = frame.partition(":")
-    from collcheck.runtime.record import display_path
+    from collcheck.runtime.record import display_path, library_path
 
-    return f"{display_path(path)}:{rest}"
+    return f"{library_path(path) if _in_package(path) else display_path(path)}:{rest}"
+
+
+def _in_package(path: str) -> bool:
+    from collcheck.runtime.record import PACKAGE_FOLDERS
+
+    return any(folder in PACKAGE_FOLDERS for folder in path.split(os.sep)[:-1])
 
 
 def _plural(count: int, noun: str) -> str:

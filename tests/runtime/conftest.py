@@ -75,13 +75,17 @@ def run_job(
     args: tuple[str, ...] = (),
     extra_env: dict[str, str] | None = None,
     timeout: float = JOB_TIMEOUT_S,
+    pythonpath: tuple[str, ...] = (),
 ) -> Job:
     """Start `nranks` processes of `program` (env:// rendezvous) and wait for all, killing on timeout.
 
     With `trace`, the tracer is switched on exactly as `collcheck run` does it (boot dir on
     PYTHONPATH plus COLLCHECK_* variables): the programs themselves contain no collcheck code.
+    `pythonpath` folders come first on the ranks' PYTHONPATH (after collcheck's boot folder); a
+    `program` given as an absolute path is run from there.
     """
     env = base_env()
+    env["PYTHONPATH"] = os.pathsep.join([*pythonpath, env["PYTHONPATH"]])
     trace_dir = tmp_path / "trace"
     if trace is not None:
         trace = dataclasses.replace(trace, trace_dir=str(trace_dir))
