@@ -106,7 +106,7 @@ _install_lock = threading.Lock()
 
 def install(sink: Sink, native: Any = None) -> str:
     """Register the interception once per process; returns "native", "dispatcher" or
-    "python-fallback". `native` is the compiled recorder module (native.py), for record mode;
+    "python-fallback". `native` is the compiled recorder module (native_recorder.py), for record mode;
     asking for the other kind of kernel than the one registered replaces it."""
     global _installed
     with _install_lock:

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from collcheck.runtime import liveline, native
+from collcheck.runtime import liveline, native_recorder
 from collcheck.runtime.hook import OpSpec, _reduce_code, call_site, install
-from collcheck.runtime.native import NativeRecorder
+from collcheck.runtime.native_recorder import NativeRecorder
 from collcheck.runtime.record import (
     ENV_ALLOW_SHARED_DIR,
     SCHEMA_VERSION,
@@ -51,7 +51,7 @@ class TraceConfig:
     timeout_s: float = DEFAULT_TIMEOUT_S
     store_address: str | None = None  # host:port; default: the job's own store
     abort: bool = True  # end the job on an error (mismatch, stall) instead of only reporting it
-    native: bool = True  # record mode: the C++ kernel (native.py) where it can be built
+    native: bool = True  # record mode: the C++ kernel (native_recorder.py) where it can be built
     allow_shared_dir: bool = False  # write into a world-writable folder owned by another user
 
     @property
@@ -195,20 +195,20 @@ class Tracer:
 
     def _native_module(self) -> Any:
         """The built native kernel, or None: never built here, where a peer would wait for it."""
-        module = native.load(build=False)
+        module = native_recorder.load(build=False)
         if module is not None:
             return module
         if os.environ.get("LOCAL_RANK", str(self.rank)) != "0":  # one builder and message per node
             return None
-        status = native.build_in_background()
+        status = native_recorder.build_in_background()
         if status == "started":
-            native.warn(
+            native_recorder.warn(
                 "record mode uses the Python kernel in this run; the native kernel is being built "
                 "in the background for later runs (`python -m collcheck.runtime.native build` "
                 "builds it ahead of time, e.g. as a step of a container image build)"
             )
         elif status != "unavailable":
-            native.warn(
+            native_recorder.warn(
                 f"native recorder: an earlier build failed (see {status}; delete it to retry); "
                 "using the Python kernel"
             )

@@ -141,7 +141,7 @@ def _wait(rank: int, process: subprocess.Popen[str], deadline: float) -> RankRes
 def native_recorder_built() -> None:
     """Build record mode's native kernel once, before any job: a rank that had to build it would
     spend most of its timeout compiling. Where it cannot be built, ranks use the Python kernel."""
-    from collcheck.runtime import native
+    from collcheck.runtime import native_recorder as native
 
     native.load(build=True, quiet=True)
 

@@ -307,7 +307,7 @@ def test_events_match_the_c10d_format(
     import collcheck_test_comm
 
     tracer = _StubTracer(tmp_path / "trace.jsonl")
-    monkeypatch.setattr(adapters, "_active_tracer", lambda: tracer)
+    monkeypatch.setattr(adapters, "active_tracer", lambda: tracer)
     comm = collcheck_test_comm.Comm()
     assert comm.all_reduce(in_tensor=_Tensor(2, 3), op=4) is comm.out  # EV_ALL_REDUCE
     comm.all_gatherv(_Tensor(6), _Tensor(3), [3, 3])  # EV_GATHERV: its inner broadcast is not recorded
