@@ -277,7 +277,7 @@ def _make_kernel(spec: OpSpec, overload: Any, below: Any, sink: Sink) -> Callabl
                 spec,
                 args[group_at],
                 tensors_of(args),
-                _reduce_code(args[reduce_at]) if 0 <= reduce_at < count else None,
+                reduce_code(args[reduce_at]) if 0 <= reduce_at < count else None,
                 args[root_at] if 0 <= root_at < count else None,
                 args[tag_at] if 0 <= tag_at < count else None,
             )
@@ -318,7 +318,7 @@ def _flatten(values: Sequence[Any]) -> list[Any]:
     return flat
 
 
-def _reduce_code(value: Any) -> int | None:
+def reduce_code(value: Any) -> int | None:
     """c10d passes the ReduceOp as a TorchScript object whose `op()` is the RedOpType number."""
     try:
         return int(value.op())
