@@ -176,7 +176,7 @@ def replace_field(rng: random.Random, path: Path) -> None:
 def replace_dump_field(rng: random.Random, path: Path) -> None:
     """The same on a Flight Recorder dump (read with the same safe unpickler the analyzer uses),
     written back as a protocol 2 pickle or as JSON."""
-    from collcheck.runtime.analyze import _read_dump
+    from collcheck.runtime.trace_read import _read_dump
 
     try:
         dump = _read_dump(str(path))

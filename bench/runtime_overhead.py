@@ -256,7 +256,7 @@ def main() -> None:
         single_worker(args.single_worker, args.single_iters, args.trace_dir)
         return
     sys.path.insert(0, str(REPO))
-    from collcheck.runtime import native
+    from collcheck.runtime import native_recorder as native
 
     if native.load(build=True) is None:  # traced processes never build it themselves
         print("NOTE: the native kernel is unavailable here: the 'record' rows use the Python kernel")

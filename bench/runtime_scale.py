@@ -231,14 +231,14 @@ def worker(backend: str, mode: str, iters: int, members: int, trace_dir: str, st
     counts = Counts()
     if mode != "untraced":
         import collcheck.runtime
-        from collcheck.runtime import tracer
+        from collcheck.runtime import verify_store
 
-        connect = getattr(tracer, "connect_store")  # noqa: B009  (not re-exported for mypy)
+        connect = verify_store.connect_store
 
         def counted_store(address: str | None, timeout: float) -> CountingStore:
             return CountingStore(connect(address, timeout), counts)
 
-        setattr(tracer, "connect_store", counted_store)  # noqa: B010
+        verify_store.connect_store = counted_store  # the tracer's store client, counted
         collcheck.runtime.enable(
             trace_dir, verify=True, strict=mode == "strict", timeout=stall_s, adapters=False
         )

@@ -34,7 +34,7 @@ def test_only_the_cpu_alternative_names_the_pytorch_index() -> None:
 
 
 def test_readme_says_where_the_native_build_is_cached() -> None:
-    from collcheck.runtime.native import ENV_NATIVE_DIR, FAILED_MARKER, cache_root
+    from collcheck.runtime.native_recorder import ENV_NATIVE_DIR, FAILED_MARKER, cache_root
 
     assert f"${ENV_NATIVE_DIR}" in README and FAILED_MARKER in README
     assert cache_root({"XDG_CACHE_HOME": "/x"}) == Path("/x/collcheck/native")

@@ -4,12 +4,14 @@ circle between them, and no stage reaching into another's private members (docs/
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
 
-STATIC = Path(__file__).resolve().parent.parent / "collcheck" / "static"
-MODULES = sorted(STATIC.glob("*.py"))
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent / "collcheck"
+PACKAGES = ("static", "runtime")
+MODULES = sorted(path for package in PACKAGES for path in (PACKAGE_ROOT / package).glob("*.py"))
 MAX_LINES = 700
 
 
@@ -17,18 +19,23 @@ def _tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"))
 
 
-def _static_imports(path: Path) -> set[str]:
-    """Modules of collcheck.static that `path` imports, at the top or inside functions."""
+def _ident(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}"
+
+
+def _static_imports(path: Path, package: str = "static") -> set[str]:
+    """Modules of collcheck.<package> that `path` imports, at the top or inside functions."""
     found: set[str] = set()
+    dotted = f"collcheck.{package}"
     for node in ast.walk(_tree(path)):
         if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "collcheck.static":
+            if node.module == dotted:
                 found.update(alias.name for alias in node.names)
-            elif node.module.startswith("collcheck.static."):
+            elif node.module.startswith(dotted + "."):
                 found.add(node.module.split(".")[2])
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.startswith("collcheck.static."):
+                if alias.name.startswith(dotted + "."):
                     found.add(alias.name.split(".")[2])
     return found - {path.stem}
 
@@ -54,13 +61,26 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__") and name not in DOCUMENTED_PUBLIC
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
+# Modules still over the cap, and why. Each must still be over it: an entry is removed with the split.
+OVER_THE_CAP = {
+    "runtime/verify.py": "its Monitor class alone is about 1,200 lines; its protocol, store client and "
+    "stall reasoning are split out (verify_protocol, verify_store, verify_stall), the class is not yet",
+}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[_ident(p) for p in MODULES])
 def test_module_is_small(path: Path) -> None:
-    assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_LINES
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    if _ident(path) in OVER_THE_CAP:
+        assert lines > MAX_LINES, f"{_ident(path)} is under the cap now: remove it from OVER_THE_CAP"
+    else:
+        assert lines <= MAX_LINES
 
 
-def test_no_import_circle() -> None:
-    graph = {path.stem: _static_imports(path) for path in MODULES}
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_circle(package: str) -> None:
+    modules = sorted((PACKAGE_ROOT / package).glob("*.py"))
+    graph = {path.stem: _static_imports(path, package) for path in modules}
     done: set[str] = set()
 
     def visit(name: str, stack: tuple[str, ...]) -> None:
@@ -75,16 +95,27 @@ def test_no_import_circle() -> None:
         visit(name, ())
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
+@functools.cache
+def _runtime_private() -> frozenset[str]:
+    """Private names some runtime module defines. The runtime must reach into torch's own private
+    API (`torch._C`, `c10d._get_default_store`, `sys._getframe`), so there an underscored attribute
+    is another module's private member only when a runtime module is the one that defines it."""
+    return frozenset(
+        name for path in (PACKAGE_ROOT / "runtime").glob("*.py") for name in _defined_private(_tree(path))
+    )
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[_ident(p) for p in MODULES])
 def test_no_private_member_of_another_module(path: Path) -> None:
     tree = _tree(path)
     own = _defined_private(tree)
+    ours = _runtime_private() if path.parent.name == "runtime" else None
     foreign: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("collcheck"):
             foreign.extend(a.name for a in node.names if a.name.startswith("_") and a.name != "__future__")
         elif isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own:
-            foreign.append(f"{node.attr} (line {node.lineno})")
+            foreign.extend([f"{node.attr} (line {node.lineno})"] if ours is None or node.attr in ours else [])
     assert not foreign, foreign
 
 

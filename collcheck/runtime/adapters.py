@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from collcheck.runtime.active import active_tracer
 from collcheck.runtime.importhook import PatchingLoader
 
 ENV_ADAPTERS = "COLLCHECK_ADAPTERS"  # "0": leave these communicators alone
 _WRAPPED = "__collcheck_adapter__"
-_TRACER_MODULE = "collcheck.runtime.tracer"
 # RedOpType numbering of c10d, as in tracer.REDUCE_NAMES (not imported: that module imports torch's
 # side of collcheck, and this one must stay importable from sitecustomize).
 _REDUCE_NAMES = ("sum", "avg", "product", "min", "max", "band", "bor", "bxor", "premul_sum")
@@ -270,7 +270,7 @@ def _wrap(function: Callable[..., Any], spec: AdapterSpec, method: MethodSpec) -
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        tracer = _active_tracer()
+        tracer = active_tracer()
         if tracer is None or _depth.value:
             return function(*args, **kwargs)
         pending = _begin(tracer, spec, method, layout, args, kwargs)
@@ -287,12 +287,6 @@ def _wrap(function: Callable[..., Any], spec: AdapterSpec, method: MethodSpec) -
 
     setattr(wrapper, _WRAPPED, True)
     return wrapper
-
-
-def _active_tracer() -> Any:
-    """The running tracer, without importing anything: no tracer module loaded means none runs."""
-    module = sys.modules.get(_TRACER_MODULE)
-    return module.active() if module is not None else None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from collcheck.runtime.active import active_tracer
+
 _WRAPPED = "__collcheck_backend__"
-_TRACER_MODULE = "collcheck.runtime.tracer"
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ def patch_class(cls: type, backend: str) -> int:
 def _wrap(function: Callable[..., Any], method: BackendMethod, backend: str) -> Callable[..., Any]:
     @functools.wraps(function)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        tracer = _active_tracer()
+        tracer = active_tracer()
         if tracer is None or _depth.value:
             return function(self, *args, **kwargs)
         events = _begin(tracer, backend, method, self, args)
@@ -184,11 +185,6 @@ def _wrap(function: Callable[..., Any], method: BackendMethod, backend: str) -> 
 
     setattr(wrapper, _WRAPPED, True)
     return wrapper
-
-
-def _active_tracer() -> Any:
-    module = sys.modules.get(_TRACER_MODULE)
-    return module.active() if module is not None else None
 
 
 def _begin(

@@ -11,18 +11,13 @@ from typing import Annotated
 
 import typer
 
-from collcheck.runtime.analyze import (
-    PERFETTO_FILE,
-    Analysis,
-    Problem,
-    TraceError,
-    render_text,
-    to_json,
-)
 from collcheck.runtime.liveline import LiveReport
 from collcheck.runtime.perfetto import Window
 from collcheck.runtime.record import open_output, shared_dir_allowed, write_output
 from collcheck.runtime.stream import analyze_dir
+from collcheck.runtime.trace_model import Analysis, Problem
+from collcheck.runtime.trace_read import PERFETTO_FILE, TraceError
+from collcheck.runtime.trace_render import render_text, to_json
 
 TRACE_FORMATS = ("text", "json", "perfetto")
 STDOUT = Path("-")  # `--output -`

@@ -27,11 +27,12 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from collcheck.runtime.active import active_tracer
+
 CREATORS = ("new_group", "new_subgroups", "new_subgroups_by_enumeration", "split_group")
 CREATE_SUFFIX = ":create"  # the sequence of groups created from `<parent>`: `<parent>:create`
 MAX_ARGS = 200  # characters of a request kept as text; longer ones are summarised with a checksum
 _WRAPPED = "__collcheck_creator__"
-_TRACER_MODULE = "collcheck.runtime.tracer"
 # Where the names are copied to: patched there too when already imported (`enable` after import).
 _COPIES = ("torch.distributed", "torch.distributed.device_mesh")
 
@@ -81,7 +82,7 @@ def _wrap(function: Callable[..., Any], name: str) -> Callable[..., Any]:
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        tracer = _active_tracer()
+        tracer = active_tracer()
         if tracer is None or _depth.value:
             return function(*args, **kwargs)
         event = _begin(tracer, name, signature, args, kwargs)
@@ -98,11 +99,6 @@ def _wrap(function: Callable[..., Any], name: str) -> Callable[..., Any]:
 
     setattr(wrapper, _WRAPPED, True)
     return wrapper
-
-
-def _active_tracer() -> Any:
-    module = sys.modules.get(_TRACER_MODULE)
-    return module.active() if module is not None else None
 
 
 def _begin(

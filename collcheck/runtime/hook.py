@@ -15,9 +15,11 @@ completion on the thread that waits for it instead of in a callback on the backe
 
 from __future__ import annotations
 
+import enum
 import functools
 import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -26,7 +28,7 @@ from types import CodeType, FrameType
 from typing import Any, Protocol
 
 from collcheck.runtime.operand import operand_at
-from collcheck.runtime.record import CallSite
+from collcheck.runtime.record import PACKAGE_FOLDERS, CallSite
 
 log = logging.getLogger("collcheck.runtime")
 
@@ -104,7 +106,7 @@ _install_lock = threading.Lock()
 
 def install(sink: Sink, native: Any = None) -> str:
     """Register the interception once per process; returns "native", "dispatcher" or
-    "python-fallback". `native` is the compiled recorder module (native.py), for record mode;
+    "python-fallback". `native` is the compiled recorder module (native_recorder.py), for record mode;
     asking for the other kind of kernel than the one registered replaces it."""
     global _installed
     with _install_lock:
@@ -275,7 +277,7 @@ def _make_kernel(spec: OpSpec, overload: Any, below: Any, sink: Sink) -> Callabl
                 spec,
                 args[group_at],
                 tensors_of(args),
-                _reduce_code(args[reduce_at]) if 0 <= reduce_at < count else None,
+                reduce_code(args[reduce_at]) if 0 <= reduce_at < count else None,
                 args[root_at] if 0 <= root_at < count else None,
                 args[tag_at] if 0 <= tag_at < count else None,
             )
@@ -316,7 +318,7 @@ def _flatten(values: Sequence[Any]) -> list[Any]:
     return flat
 
 
-def _reduce_code(value: Any) -> int | None:
+def reduce_code(value: Any) -> int | None:
     """c10d passes the ReduceOp as a TorchScript object whose `op()` is the RedOpType number."""
     try:
         return int(value.op())
@@ -382,27 +384,50 @@ def _python_wrapper(spec: OpSpec, original: Callable[..., Any], sink: Sink) -> C
 # Call sites
 
 
-def _skipped_prefixes() -> tuple[str, ...]:
-    """Frames that are never the user's call site: torch, collcheck, the standard library (functools,
-    contextlib wrappers), typing_extensions' @deprecated wrapper and generated code (`<eval_with_key>`
-    of FX graphs under torch.compile, `<frozen ...>`)."""
+class Tier(enum.IntEnum):
+    """How likely a frame is to be where the collective was issued, best first. The site is the
+    innermost frame of the best tier present; only USER frames are the user's own code."""
+
+    USER = 0
+    PACKAGE = 1  # an installed package (site-packages, dist-packages): accelerate's data loader
+    WRAPPER = 2  # the standard library's and typing_extensions' wrappers, device backends' packages
+    TORCH = 3  # torch itself and generated code (`<eval_with_key>` of FX graphs, `<frozen ...>`)
+    NEVER = 4  # collcheck: never a call site, not even of library code
+
+
+# Installed packages' frames are PACKAGE even when their folder lies inside the standard library's
+# (a system Python's /usr/lib/python3/dist-packages).
+_PACKAGE_FOLDER = re.compile("|".join(re.escape(os.sep + folder + os.sep) for folder in PACKAGE_FOLDERS))
+
+
+@dataclass(frozen=True)
+class _Prefixes:
+    never: tuple[str, ...]
+    torch: tuple[str, ...]
+    wrapper: tuple[str, ...]  # checked before PACKAGE_FOLDERS: typing_extensions is installed too
+    stdlib: tuple[str, ...]  # checked after: a system Python's dist-packages lies inside it
+
+
+def _prefixes() -> _Prefixes:
+    """Where frames of each tier but USER and PACKAGE live: collcheck; torch and generated code;
+    the standard library (functools, contextlib wrappers), typing_extensions' @deprecated wrapper and
+    the device backends' packages."""
     import sysconfig
 
     import torch
 
     here = os.path.dirname(os.path.abspath(__file__))
+    collcheck = os.path.dirname(here)
     stdlib = {sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib")}
     wrappers = []
     typing_extensions = sys.modules.get("typing_extensions")
     if typing_extensions is not None and getattr(typing_extensions, "__file__", None):
         wrappers.append(os.path.abspath(str(typing_extensions.__file__)))
-    return (
-        os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
-        here + os.sep,
-        *(path + os.sep for path in stdlib),
-        *wrappers,
-        *_backend_packages(),
-        "<",
+    return _Prefixes(
+        never=(collcheck + os.sep,),
+        torch=(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, "<"),
+        wrapper=(*wrappers, *_backend_packages()),
+        stdlib=tuple(path + os.sep for path in stdlib),
     )
 
 
@@ -426,24 +451,39 @@ def _backend_packages() -> list[str]:
     return found
 
 
-_SKIP: tuple[str, ...] | None = None
+_PREFIXES: _Prefixes | None = None
 STACK_DEPTH = 4  # native/recorder.cpp's kStackDepth
 
 
+def file_tier(filename: str) -> Tier:
+    """The tier of frames of this file (see `Tier`)."""
+    global _PREFIXES
+    if _PREFIXES is None:
+        _PREFIXES = _prefixes()
+    if filename.startswith(_PREFIXES.never):
+        return Tier.NEVER
+    if filename.startswith(_PREFIXES.torch):
+        return Tier.TORCH
+    if filename.startswith(_PREFIXES.wrapper):
+        return Tier.WRAPPER
+    if _PACKAGE_FOLDER.search(filename):
+        return Tier.PACKAGE
+    if filename.startswith(_PREFIXES.stdlib):
+        return Tier.WRAPPER
+    return Tier.USER
+
+
 def skipped_file(filename: str) -> bool:
-    """Whether frames of this file are never the user's call site (see `_skipped_prefixes`)."""
-    global _SKIP
-    if _SKIP is None:
-        _SKIP = _skipped_prefixes()
-    return filename.startswith(_SKIP)
+    """Whether frames of this file are never the user's call site (see `Tier`)."""
+    return file_tier(filename) is not Tier.USER
 
 
 # Caches for the walk, keyed by id(code) because code objects compare by content, not by file; each
-# entry holds its code objects, so an id cannot be reused while it is cached. One skip decision per
-# code object, one CallSite per distinct (code, line) chain. Both are bounded (cleared when full), so
+# entry holds its code objects, so an id cannot be reused while it is cached. One tier per code
+# object, one CallSite per distinct (code, line) chain. Both are bounded (cleared when full), so
 # programs that generate code cannot grow them without limit.
 _CACHE_LIMIT = 1 << 16
-_skipped_code: dict[int, tuple[CodeType, bool]] = {}
+_code_tiers: dict[int, tuple[CodeType, Tier]] = {}
 _sites: dict[tuple[object, ...], tuple[list[CodeType], CallSite]] = {}  # by f_lasti chain
 _sites_by_line: dict[tuple[object, ...], tuple[list[CodeType], CallSite]] = {}  # one CallSite per line chain
 
@@ -453,35 +493,47 @@ def call_site(main_thread_ident: int | None = None) -> CallSite:
 
     Collectives issued from a thread with no user frame (DDP's autograd-engine hooks) are attributed
     to what the main thread is running (typically `loss.backward()`), marked `via="main-thread"`.
+    Where neither thread runs user code (a script installed in site-packages calling a library),
+    the site is the innermost frame of the best tier below USER, marked `library`: an installed
+    package's frame, else a standard-library wrapper's, else torch's own.
     """
-    global _SKIP
-    if _SKIP is None:
-        _SKIP = _skipped_prefixes()
-    site = _site_from(sys._getframe(1), _SKIP, "")
+    frame = sys._getframe(1)
+    site = _site_from(frame, Tier.USER, "")
     if site is not None:
         return site
+    main = None
     if main_thread_ident is not None and main_thread_ident != threading.get_ident():
-        frame = sys._current_frames().get(main_thread_ident)
-        site = _site_from(frame, _SKIP, "main-thread") if frame is not None else None
+        main = sys._current_frames().get(main_thread_ident)
+        site = _site_from(main, Tier.USER, "main-thread") if main is not None else None
         if site is not None:
             return site
+    for start, via in ((frame, ""), (main, "main-thread")):
+        for tier in (Tier.PACKAGE, Tier.WRAPPER, Tier.TORCH):
+            site = _site_from(start, tier, via) if start is not None else None
+            if site is not None:
+                return site
     return CallSite()
 
 
-def _site_from(frame: FrameType | None, skip: tuple[str, ...], via: str) -> CallSite | None:
-    """Walks `f_back` only; the CallSite (and its encoded JSON) is built once per chain. The chain is
-    keyed by each frame's `f_lasti` (an attribute read) rather than `f_lineno` (computed from the
-    line table on every read); line numbers are computed only when a new chain is built."""
+def _tier(code: CodeType) -> Tier:
+    known = _code_tiers.get(id(code))
+    if known is None:
+        known = _remember(_code_tiers, id(code), (code, file_tier(code.co_filename)))
+    return known[1]
+
+
+def _site_from(frame: FrameType | None, tier: Tier, via: str) -> CallSite | None:
+    """The site of the innermost frame of at most `tier`, with the stack of such frames. Walks
+    `f_back` only; the CallSite (and its encoded JSON) is built once per chain. The chain is keyed
+    by each frame's `f_lasti` (an attribute read) rather than `f_lineno` (computed from the line
+    table on every read); line numbers are computed only when a new chain is built."""
     start = frame
-    key: list[object] = [via]
+    key: list[object] = [via, tier]
     codes: list[CodeType] = []
-    lasti = -1  # the innermost user frame's instruction: its call's operand is the site's
+    lasti = -1  # the innermost kept frame's instruction: its call's operand is the site's
     while frame is not None and len(codes) < STACK_DEPTH:
         code = frame.f_code
-        known = _skipped_code.get(id(code))
-        if known is None:
-            known = _remember(_skipped_code, id(code), (code, code.co_filename.startswith(skip)))
-        if not known[1]:
+        if _tier(code) <= tier:
             codes.append(code)
             key += (id(code), frame.f_lasti)
             if lasti < 0:
@@ -492,36 +544,43 @@ def _site_from(frame: FrameType | None, skip: tuple[str, ...], via: str) -> Call
     chain = tuple(key)
     cached = _sites.get(chain)
     if cached is None:
-        lines = _user_lines(start, skip, len(codes))
-        site = _site_for_lines(codes, lines, via, operand_at(codes[0], lasti))
+        lines = _kept_lines(start, tier, len(codes))
+        site = _site_for_lines(codes, lines, via, operand_at(codes[0], lasti), tier is not Tier.USER)
         cached = _remember(_sites, chain, (codes, site))
     return cached[1]
 
 
-def _site_for_lines(codes: list[CodeType], lines: tuple[int, ...], via: str, operand: str = "") -> CallSite:
+def _site_for_lines(
+    codes: list[CodeType], lines: tuple[int, ...], via: str, operand: str = "", library: bool = False
+) -> CallSite:
     """One CallSite per chain of lines and operand, shared by the instruction chains on them (two
     calls of one operand on one line), so each stack is encoded once."""
-    key = (via, operand, *(id(code) for code in codes), *lines)
+    key = (via, operand, library, *(id(code) for code in codes), *lines)
     known = _sites_by_line.get(key)
     if known is None:
-        known = _remember(_sites_by_line, key, (codes, _build_site(codes, lines, via, operand)))
+        known = _remember(_sites_by_line, key, (codes, _build_site(codes, lines, via, operand, library)))
     return known[1]
 
 
-def _user_lines(frame: FrameType | None, skip: tuple[str, ...], count: int) -> tuple[int, ...]:
-    """The line numbers of the frames `_site_from` kept (the first `count` unskipped ones)."""
+def _kept_lines(frame: FrameType | None, tier: Tier, count: int) -> tuple[int, ...]:
+    """The line numbers of the frames `_site_from` kept (the first `count` of at most `tier`)."""
     lines: list[int] = []
     while frame is not None and len(lines) < count:
-        if not frame.f_code.co_filename.startswith(skip):
+        if _tier(frame.f_code) <= tier:
             lines.append(frame.f_lineno)
         frame = frame.f_back
     return tuple(lines)
 
 
-def _build_site(codes: list[CodeType], lines: tuple[int, ...], via: str, operand: str = "") -> CallSite:
+def _build_site(
+    codes: list[CodeType], lines: tuple[int, ...], via: str, operand: str = "", library: bool = False
+) -> CallSite:
     frames = zip(codes, lines, strict=True)
     stack = tuple(f"{code.co_filename}:{line} in {code.co_name}" for code, line in frames)
-    return CallSite(codes[0].co_filename, lines[0], codes[0].co_name, stack, via=via, operand=operand)
+    first = codes[0]
+    return CallSite(
+        first.co_filename, lines[0], first.co_name, stack, via=via, operand=operand, library=library
+    )
 
 
 def _remember(cache: dict[Any, Any], key: Any, value: Any) -> Any:

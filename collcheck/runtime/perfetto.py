@@ -18,17 +18,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from collcheck.runtime.analyze import (
-    Analysis,
-    RankTrace,
-    Timeline,
-    TraceLines,
-    load_file,
-    new_trace,
-    numbered_lines,
-)
 from collcheck.runtime.p2p import base_group
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
+from collcheck.runtime.trace_model import Analysis, RankTrace, Timeline
+from collcheck.runtime.trace_read import TraceLines, load_file, new_trace, numbered_lines
 
 PENDING_LIMIT = 4096  # a rank's slices waiting for their completion; past it the oldest is written as is
 

@@ -104,11 +104,16 @@ class CallSite:
     # The argument expressions of the call at `line` (`a`, `out, grads[i]`), read once per call
     # site from the source: what tells a swapped pair from one collective on two lines. "" = unknown.
     operand: str = ""
+    # True when no frame was the user's (a script installed in site-packages calling a library):
+    # the site is then the innermost library frame outside torch and collcheck (hook.Tier).
+    library: bool = False
 
     @property
     def short(self) -> str:
         if not self.file:
             return "<no python frame>"
+        if self.library:
+            return f"{library_path(self.file)}:{self.line} (library)"
         return f"{display_path(self.file)}:{self.line}"
 
     def to_json(self) -> dict[str, Any]:
@@ -121,6 +126,8 @@ class CallSite:
         }
         if self.operand:  # written only when known, so lines without one are unchanged
             data["operand"] = self.operand
+        if self.library:  # likewise: user sites' lines are unchanged
+            data["library"] = True
         return data
 
     @functools.cached_property
@@ -128,6 +135,21 @@ class CallSite:
         """The `site` object of a `coll` line; the hook reuses one CallSite per call stack, so each
         stack is encoded once."""
         return _dumps(self.to_json())
+
+
+# Folders of installed packages: code there is a library's, not the user's.
+PACKAGE_FOLDERS = ("site-packages", "dist-packages")
+
+
+@functools.lru_cache(maxsize=4096)
+def library_path(path: str) -> str:
+    """An installed module's path from its package on, `accelerate/data_loader.py`, as it is
+    imported; other library files (the standard library's) as `display_path` shows them."""
+    parts = path.split(os.sep)
+    for index in range(len(parts) - 2, -1, -1):
+        if parts[index] in PACKAGE_FOLDERS:
+            return "/".join(parts[index + 1 :])
+    return display_path(path)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -237,6 +259,7 @@ class CollectiveEvent:
                 stack=tuple(site.get("stack", ())),
                 via=str(site.get("via", "")),
                 operand=str(site.get("operand", "")),
+                library=site.get("library") is True,
             ),
             thread=str(data.get("thread", "")),
             t_start=float(data.get("t_start", 0.0)),

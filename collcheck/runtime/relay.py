@@ -56,7 +56,7 @@ LOOK_S = 0.25  # how often a rank waiting for its relay's address looks for it
 CONNECT_S = 5.0  # the node store's connection timeout (it is on this machine)
 CHECK_S = 1.0  # a reader that is not asked still reads its relay's beat this often
 COUNTERS = ("relays", "publishers", "direct")  # job-store clients that read or write per tick
-# What all ranks' background work may ask of one store per second, together (see verify.pacing).
+# What all ranks' background work may ask of one store per second, together (see verify_store.pacing).
 STORE_REQUESTS_PER_S = 20_000
 
 

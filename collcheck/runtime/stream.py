@@ -28,11 +28,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from collcheck.runtime.analyze import (
-    MAX_LINE_BYTES,
+from collcheck.runtime.analyze import SwapSearch, channel_findings, divergence_of, group_order, split_at
+from collcheck.runtime.p2p import ANY_SOURCE, SEND, Channel, Pair, channel_of, is_p2p, payload
+from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
+from collcheck.runtime.trace_model import (
     Analysis,
     Divergence,
-    DumpRefused,
     Missing,
     P2PFinding,
     Problem,
@@ -40,23 +41,20 @@ from collcheck.runtime.analyze import (
     RankTrace,
     Side,
     Swap,
-    SwapSearch,
     Timeline,
+)
+from collcheck.runtime.trace_read import (
+    MAX_LINE_BYTES,
+    DumpRefused,
     TraceError,
     TraceLines,
     bounded_int,
-    channel_findings,
-    divergence_of,
     end_of_trace,
     finite_time,
-    group_order,
     load_file,
     new_trace,
     numbered_lines,
-    split_at,
 )
-from collcheck.runtime.p2p import ANY_SOURCE, SEND, Channel, Pair, channel_of, is_p2p, payload
-from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
 
 LINES_PER_TURN = 64  # lines read from one rank's trace before the next rank's turn
 # A bucket is compared once every rank is this many sequence numbers past it: lines a little out

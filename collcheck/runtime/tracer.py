@@ -17,9 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from collcheck.runtime import liveline, native
-from collcheck.runtime.hook import OpSpec, _reduce_code, call_site, install
-from collcheck.runtime.native import NativeRecorder
+from collcheck.runtime import liveline, native_recorder, verify_store
+from collcheck.runtime.hook import OpSpec, call_site, install, reduce_code
 from collcheck.runtime.record import (
     ENV_ALLOW_SHARED_DIR,
     SCHEMA_VERSION,
@@ -30,7 +29,7 @@ from collcheck.runtime.record import (
     trace_file_name,
 )
 from collcheck.runtime.relay import node_relay
-from collcheck.runtime.verify import Monitor, MonitorConfig, connect_store
+from collcheck.runtime.verify import Monitor, MonitorConfig
 
 DEFAULT_TRACE_DIR = "collcheck-trace"
 DEFAULT_TIMEOUT_S = 300.0
@@ -51,7 +50,7 @@ class TraceConfig:
     timeout_s: float = DEFAULT_TIMEOUT_S
     store_address: str | None = None  # host:port; default: the job's own store
     abort: bool = True  # end the job on an error (mismatch, stall) instead of only reporting it
-    native: bool = True  # record mode: the C++ kernel (native.py) where it can be built
+    native: bool = True  # record mode: the C++ kernel (native_recorder.py) where it can be built
     allow_shared_dir: bool = False  # write into a world-writable folder owned by another user
 
     @property
@@ -157,7 +156,7 @@ class Tracer:
         self._observable: dict[tuple[str, str], bool] = {}  # (group, op) -> the backend gives futures
         self._pending_lock = threading.Lock()
         self._p2p_waits: dict[Any, CollectiveEvent] = {}  # send/recv Works without a future
-        self.native: NativeRecorder | None = None
+        self.native: native_recorder.NativeRecorder | None = None
         self._native_events: dict[str, CollectiveEvent] = {}  # in-flight line -> its event
         self._native_last: tuple[str, CollectiveEvent] | None = None
         self.monitor = Monitor(
@@ -171,7 +170,7 @@ class Tracer:
                 os.environ.get(liveline.ENV_SOCKET) or None,
             ),
             self.writer,
-            lambda: connect_store(config.store_address, STORE_CONNECT_TIMEOUT_S),
+            lambda: verify_store.connect_store(config.store_address, STORE_CONNECT_TIMEOUT_S),
             on_tick=self._record_tick if self._poll_completion else None,
             before_exit=self._flush_native,
             relay=node_relay(rank, world_size, config.verify and not config.strict, os.environ),
@@ -185,7 +184,7 @@ class Tracer:
         module = self._native_module() if self.config.uses_native else None
         self.mechanism = install(_FORWARD, native=module)
         if self.mechanism == "native" and module is not None:
-            self.native = NativeRecorder(module, self.rank, self._main, self.encoder)
+            self.native = native_recorder.NativeRecorder(module, self.rank, self._main, self.encoder)
         _FORWARD.route(self)  # with the native kernel, sends and recvs still come here
         _patch_existing_backends()
         self.writer.write(self._header())
@@ -195,20 +194,20 @@ class Tracer:
 
     def _native_module(self) -> Any:
         """The built native kernel, or None: never built here, where a peer would wait for it."""
-        module = native.load(build=False)
+        module = native_recorder.load(build=False)
         if module is not None:
             return module
         if os.environ.get("LOCAL_RANK", str(self.rank)) != "0":  # one builder and message per node
             return None
-        status = native.build_in_background()
+        status = native_recorder.build_in_background()
         if status == "started":
-            native.warn(
+            native_recorder.warn(
                 "record mode uses the Python kernel in this run; the native kernel is being built "
                 "in the background for later runs (`python -m collcheck.runtime.native build` "
                 "builds it ahead of time, e.g. as a step of a container image build)"
             )
         elif status != "unavailable":
-            native.warn(
+            native_recorder.warn(
                 f"native recorder: an earlier build failed (see {status}; delete it to retry); "
                 "using the Python kernel"
             )
@@ -325,7 +324,7 @@ class Tracer:
         if any(_is_fake(tensor, plain) for tensor in tensors):
             return None
         info = self._backend_group(instance, backend)
-        return self._issue(spec, info, info.name, tensors, _reduce_code(reduce_op), root, tag)
+        return self._issue(spec, info, info.name, tensors, reduce_code(reduce_op), root, tag)
 
     def _backend_group(self, instance: Any, backend: str) -> _Group:
         """The c10d group a backend object serves, found once per object in c10d's groups (the

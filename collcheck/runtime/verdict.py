@@ -25,9 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from collcheck.runtime.analyze import Analysis, undiverged_verdict
 from collcheck.runtime.liveline import LiveReport
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
+from collcheck.runtime.trace_model import Analysis
+from collcheck.runtime.trace_render import undiverged_verdict
 
 
 class Status(IntEnum):

@@ -1,29 +1,8 @@
-"""Cross-rank verification through the job's own c10d store, and the stall watchdog.
-
-Protocol (keys live under the `collcheck/` prefix of the job's store; no new service):
-
-* `fp/<group>/<seq mod RING>`: a constant-size record of collective #seq of a group (hashes of
-  its signature and call site, see verify_wire.py), published by the group's leader (its lowest
-  global rank) into a fixed ring of slots; `dt/<group>/<i>` holds the readable details of each
-  distinct collective, read only when the hashes differ. `rh/<group>` holds how many the leader
-  has published and its rolling hash over their records (see verify_wire.py). Every other member
-  compares its own with the leader's, so each pair of ranks is compared through the leader: in
-  async mode one read of `rh/` per tick covers all the collectives of the tick, and the records
-  are read only when the hashes differ (or a follower is behind); in strict mode each record is
-  waited for (the store's blocking wait) and compared. A follower that finds its slot already
-  overwritten fell behind, and says so (a `behind` warning).
-* `fp/<group>:p2p/<src>-<dst>/<k mod RING>` and `rh/<group>:p2p/<src>-<dst>`: the same for
-  sends and recvs (see p2p.py): the sender publishes the k-th send to `dst`, and `dst` compares
-  its k-th recv from `src` with it. `pwait/<rank>`: the rank a strict recv is waiting for.
-* `members/<group>`: the group's member list, written once by the first member to claim it.
-* `pos/<rank>`: where a rank is (per-group issued counts, collectives in flight, its last one),
-  refreshed a few times a second while it changes and every few seconds when it does not (see
-  `pacing`); read only when a stall is reported, and then by one rank (`stall_claim`), not by
-  every rank that timed out.
-* `abort`: the first error report (compare_set, so the first reporter wins), and `wake/<rank>`:
-  its first line, set for every rank just before it. Each rank has a thread blocked in the
-  store's wait for its `wake/` key, so one rank's finding ends the whole job at once instead of
-  leaving the others hanging, and an idle rank asks the store nothing.
+"""Cross-rank verification through the job's own c10d store, and the stall watchdog: the Monitor
+that drives the protocol (verify_protocol.py: what is written where; verify_wire.py: records and
+hashes), the store client (verify_store.py) and the stall reasoning (verify_stall.py). In: the
+tracer's issued and completed collectives. Out: report lines in the trace, and the end of the job
+(ABORT_EXIT_CODE) on a mismatch or stall when it is configured to abort.
 
 Asynchronous mode does the store traffic on a background thread (every 50 ms, less often in a
 world of more than 1,000 ranks: `pacing`), except the first time a
@@ -34,7 +13,6 @@ collective, send and recv. Every store wait has a timeout;
 any store failure degrades the tracer to recording only (with a warning), never to a hang. The
 extra store connections are retried for a time that grows with the world; a rank that cannot
 make them says so through the job's own store connection, so that nobody waits for it.
-The functions at the bottom (report texts, cycle search) are pure, so tests can call them.
 """
 
 from __future__ import annotations
@@ -47,12 +25,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from collcheck.runtime import liveline
-from collcheck.runtime.groups import is_creation, numbered
+from collcheck.runtime.groups import is_creation
 from collcheck.runtime.operand import Use, crosses, swap_text
 from collcheck.runtime.p2p import (
     ANY_SOURCE,
@@ -61,11 +39,30 @@ from collcheck.runtime.p2p import (
     base_group,
     channel_of,
     is_p2p,
-    pair_text,
-    payload,
 )
 from collcheck.runtime.record import CollectiveEvent, ReportEvent, TraceWriter, trace_file_name
-from collcheck.runtime.relay import STORE_REQUESTS_PER_S, NodeRelay, short_error
+from collcheck.runtime.relay import NodeRelay, short_error
+from collcheck.runtime.verify_protocol import (
+    P2PSlot,
+    Position,
+    blocked_fingerprint,
+    fingerprint,
+    mismatch_kind,
+    mismatch_text,
+    p2p_fingerprint,
+    rank_list,
+    receiver_of,
+    sender_of,
+)
+from collcheck.runtime.verify_stall import caught_up, peer_finished, stall_text
+from collcheck.runtime.verify_store import (
+    TICK_S,
+    blocking_ok,
+    connect_budget,
+    job_store,
+    pacing,
+    relayed_compare_s,
+)
 from collcheck.runtime.verify_wire import (
     CHAIN_START,
     RING,
@@ -87,26 +84,16 @@ from collcheck.runtime.verify_wire import (
 )
 
 ABORT_EXIT_CODE = 86
-TICK_S = 0.05
-POSITION_EVERY_S = 0.25
-HEARTBEAT_S = 5.0  # an unchanged position is republished this often (a live rank's heartbeat)
-# What all ranks' background work may ask of one store per second, together (STORE_REQUESTS_PER_S,
-# see relay.py): the comparison tick and the position refresh lengthen with the world to stay
-# within it (see `pacing`).
-POSITION_REQUESTS_PER_S = 5_000
 ABORT_WAIT = timedelta(days=365)  # a blocked wait for an abort never expires in a job's life
 WAKE_STOP = "\x00collcheck:stop"  # what a rank writes to its own wake key to end its abort waiter
 FLUSH_S = 2.0
 ABORT_GRACE_S = 0.5
 ABORT_LINGER_S = 3.0
-CONNECT_BUDGET_S = 10.0  # retrying the extra store connections for at least this long,
-CONNECT_PER_RANK_S = 0.02  # plus this per rank of the world (a thousand clients connect at once)
 CONNECT_FIRST_PAUSE_S = 0.1  # the first pause between tries; doubled up to 2 s
 PENDING_LIMIT = 2 * RING  # fingerprints queued per channel for comparison, at most (memory)
 STALL_CLAIM_GRACE_S = 10.0  # a rank that lost the stall claim waits this long for the abort
 FIRST_SEEN_LIMIT = 4_096  # (group, op, call site) agreed synchronously in async mode, at most
 P2P_POLL_S = 0.1  # how often a strict recv waiting for its send looks for a wait cycle
-PREFIX = "collcheck"
 # Before a collective, a follower polls for the leader's fingerprint (an expired store wait would
 # print c10d warnings, and a blocking one could not notice a leader that degraded), starting
 # this often: the leader usually publishes within a millisecond of the follower's first look.
@@ -114,350 +101,6 @@ LEADER_POLL_S = 0.0002
 LEADER_CHECK_S = 1.0  # a strict follower looks for `degraded/<leader>` before a wait this often
 SWAP_WINDOW = 64  # call-site divergences per group remembered to find a swapped pair's second half
 AHEAD_LIMIT = 1_024  # fingerprints published past a missing number before head/ skips it
-
-
-# ---------------------------------------------------------------------------------------------
-# Plain data exchanged through the store
-
-
-def fingerprint(event: CollectiveEvent, members: bool = True) -> dict[str, Any]:
-    """What one rank knows of one (group, seq), as compared and reported. `members=False`
-    leaves out the group's member list: what is published (positions) or kept per collective
-    must not grow with the group; readers restore it from `members/<group>`."""
-    fp = {
-        "r": event.rank,
-        "g": event.group,
-        "n": event.seq,
-        "s": event.signature,
-        "d": event.describe,
-        "site": event.site.short,
-        "x": event.site.operand,
-    }
-    if members:
-        fp["ranks"] = list(event.group_ranks)
-    return fp
-
-
-@dataclass(frozen=True)
-class P2PSlot:
-    """A send or recv's place on its channel: the k-th send is received by the k-th recv."""
-
-    event: CollectiveEvent
-    channel: Channel
-    k: int
-
-    @property
-    def sender(self) -> bool:
-        return self.event.rank == self.channel.src
-
-
-def p2p_fingerprint(slot: P2PSlot, members: bool = True) -> dict[str, Any]:
-    """A send's or recv's record: `s` is what both sides must agree on (shapes, dtypes, tag), and
-    `c`, `k`, `w` say which pair it is (channel, number, and how reports name it)."""
-    fp = fingerprint(slot.event, members)
-    fp.update(
-        s=payload(slot.event), o=slot.event.op, c=slot.channel.key, k=slot.k, w=slot.channel.where(slot.k)
-    )
-    return fp
-
-
-def blocked_fingerprint(
-    event: CollectiveEvent, slot: P2PSlot | None = None, members: bool = True
-) -> dict[str, Any]:
-    """A fingerprint plus when the op was issued (what positions and stalls show)."""
-    fp = p2p_fingerprint(slot, members) if slot is not None else fingerprint(event, members)
-    fp["since"] = event.t_start
-    return fp
-
-
-def label(fp: dict[str, Any]) -> str:
-    """`group 0, #4` for a collective, `group 0, send #1 0->1` for a send or recv."""
-    return str(fp["w"]) if "w" in fp else numbered(str(fp["g"]), int(fp["n"]))
-
-
-def mismatch_kind(mine: dict[str, Any], theirs: dict[str, Any]) -> str | None:
-    """ "mismatch" when the collectives (or a send and its recv) differ, "callsite" when only where
-    two collectives were issued does (a send and its recv are always on different lines)."""
-    if mine["s"] != theirs["s"]:
-        return "mismatch"
-    if "c" not in mine and mine["site"] != theirs["site"]:
-        return "callsite"
-    return None
-
-
-def side(fp: dict[str, Any]) -> str:
-    return f"rank {fp['r']} {fp['d']} at {fp['site']}"
-
-
-def mismatch_text(first: dict[str, Any], second: dict[str, Any]) -> str:
-    """`rank 0 all_reduce(float32[1024]) at train.py:13 vs rank 1 ... (group 0, #1)`; for a send and
-    its recv `rank 0 send(float32[4], peer=1) at ... vs rank 1 recv(...) ... (group 0, send #1 0->1)`."""
-    return pair_text((int(first["r"]), side(first)), (int(second["r"]), side(second)), label(first))
-
-
-@dataclass
-class Position:
-    """Where one rank is, as published under `pos/<rank>`."""
-
-    rank: int
-    t: float
-    issued: dict[str, int] = field(default_factory=dict)
-    inflight: list[dict[str, Any]] = field(default_factory=list)  # fingerprints plus "since"
-    last: dict[str, Any] | None = None
-    last_done: bool = False
-    exited: bool = False
-    hb: float = 1.0  # how often the rank republishes an unchanged position (its heartbeat)
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> Position:
-        """The position another process published; ValueError for anything that is not one (a
-        damaged or foreign value). Unknown keys are ignored: a newer writer may add some."""
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError("a position is a JSON object")
-        try:
-            issued = data.get("issued", {})
-            if not isinstance(issued, dict):
-                raise ValueError("issued is not an object")
-            inflight = data.get("inflight", [])
-            last = data.get("last")
-            if not isinstance(inflight, list) or not all(_readable_fp(fp, since=True) for fp in inflight):
-                raise ValueError("inflight is not a list of collectives")
-            if last is not None and not _readable_fp(last, since=False):
-                raise ValueError("last is not a collective")
-            return cls(
-                rank=int(data["rank"]),
-                t=float(data["t"]),
-                issued={str(group): int(seq) for group, seq in issued.items()},
-                inflight=inflight,
-                last=last,
-                last_done=bool(data.get("last_done", False)),
-                exited=bool(data.get("exited", False)),
-                hb=float(data.get("hb", 1.0)),
-            )
-        except (KeyError, TypeError) as error:
-            raise ValueError(f"not a position: {error!r}") from error
-
-
-FP_TEXT_FIELDS = ("g", "d", "site")  # what reports format from another rank's fingerprint
-
-
-def _readable_fp(fp: object, since: bool) -> bool:
-    """Whether another process's fingerprint has what a report reads from it, with usable types."""
-    if not isinstance(fp, dict) or not all(isinstance(fp.get(name), str) for name in FP_TEXT_FIELDS):
-        return False
-    numbers = ("r", "n", "since") if since else ("r", "n")
-    values = [fp.get(name) for name in numbers]
-    return all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values)
-
-
-def where(position: Position | None, now: float) -> str:
-    """One line saying where a rank is."""
-    if position is None:
-        return "never reported a position (not started, or no collective yet)"
-    parts = []
-    if position.inflight:
-        oldest = position.inflight[0]
-        parts.append(
-            f"blocked in {oldest['d']} at {oldest['site']} ({label(oldest)}) for {now - oldest['since']:.1f}s"
-        )
-    elif position.last is not None:
-        state = "completed" if position.last_done else "issued"
-        last = position.last
-        parts.append(f"last {last['d']} at {last['site']} ({label(last)}), {state}")
-    else:
-        parts.append("no collective yet")
-    if position.exited:
-        parts.append("exited")
-    elif now - position.t > 2 * position.hb + 1.0:
-        parts.append(f"silent for {now - position.t:.1f}s (dead or stopped?)")
-    return "; ".join(parts)
-
-
-def waits_for(positions: dict[int, Position | None]) -> dict[int, list[tuple[int, dict[str, Any]]]]:
-    """Edges rank -> (rank it waits for, the collective it is blocked in)."""
-    edges: dict[int, list[tuple[int, dict[str, Any]]]] = {}
-    for rank, position in positions.items():
-        if position is None:
-            continue
-        for blocked in position.inflight:
-            for peer in blocked.get("ranks", ()):
-                if peer != rank and _behind(positions.get(peer), blocked):
-                    edges.setdefault(rank, []).append((peer, blocked))
-    return edges
-
-
-def find_wait_cycle(positions: dict[int, Position | None]) -> list[tuple[int, dict[str, Any]]]:
-    """A cycle of ranks each blocked waiting for the next, as (rank, collective it is blocked in)."""
-    edges = waits_for(positions)
-    for start in sorted(edges):
-        path: list[tuple[int, dict[str, Any]]] = []
-        seen: set[int] = set()
-        rank = start
-        while rank in edges and rank not in seen:
-            seen.add(rank)
-            peer, blocked = edges[rank][0]
-            path.append((rank, blocked))
-            if peer == start:
-                return path
-            rank = peer
-    return []
-
-
-def cycle_text(cycle: list[tuple[int, dict[str, Any]]]) -> str:
-    steps = [f"rank {rank} (in {label(b).replace(',', '')} {b['d']} at {b['site']})" for rank, b in cycle]
-    return " waits for ".join(steps) + f", which waits for rank {cycle[0][0]}"
-
-
-def _counter(blocked: dict[str, Any]) -> tuple[str, int] | None:
-    """The position counter that tells whether a peer has issued its side of `blocked`: the group's
-    for a collective, the channel's for a send or recv; None for a recv from any source."""
-    if "c" in blocked:
-        return str(blocked["c"]), int(blocked["k"])
-    if is_p2p(str(blocked["g"])):
-        return None
-    return str(blocked["g"]), int(blocked["n"])
-
-
-def _behind(position: Position | None, blocked: dict[str, Any]) -> bool:
-    """Whether a rank has not issued its side of what another rank is blocked in (unknown counts)."""
-    counter = _counter(blocked)
-    if counter is None:
-        return False
-    return position is None or position.issued.get(counter[0], 0) < counter[1]
-
-
-def peer_finished(me: int, blocked: dict[str, Any], positions: dict[int, Position | None]) -> bool:
-    """Whether the peer of a send or recv `me` is "blocked" in has issued and completed its side:
-    the transfer happened, and `me` only never waited for its Work (gloo's send/recv Works complete
-    in `wait()`, so one never waited for would otherwise look stalled)."""
-    if "c" not in blocked:
-        return False
-    for peer in blocked.get("ranks", ()):
-        position = positions.get(peer)
-        if peer == me or position is None:
-            continue
-        if _behind(position, blocked):
-            return False
-        return not any(b.get("c") == blocked["c"] and b.get("k") == blocked["k"] for b in position.inflight)
-    return False
-
-
-def _not_issued(blocked: dict[str, Any]) -> str:
-    op = blocked.get("o")
-    return {"send": "matching recv not issued by", "recv": "matching send not issued by"}.get(
-        str(op), "not issued by"
-    )
-
-
-def stall_text(me: int, blocked: dict[str, Any], positions: dict[int, Position | None], now: float) -> str:
-    """The stall report: who has not issued the collective, where every rank is, any wait cycle."""
-    lines = [
-        f"stall: rank {me} has waited {now - blocked['since']:.1f}s in {blocked['d']} at "
-        f"{blocked['site']} ({label(blocked)})"
-    ]
-    peers = [peer for peer in blocked.get("ranks", ()) if peer != me]
-    missing = [peer for peer in peers if _behind(positions.get(peer), blocked)]
-    if missing:
-        lines.append(f"  {_not_issued(blocked)}: {', '.join(f'rank {peer}' for peer in missing)}")
-    for rank in sorted(positions):
-        lines.append(f"  rank {rank}: {where(positions[rank], now)}")
-    cycle = find_wait_cycle(positions)
-    if cycle:
-        lines.append(f"  wait cycle: {cycle_text(cycle)}")
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------
-# Store access
-
-
-def connect_store(address: str | None, timeout_s: float) -> Any:
-    """A fresh client on the job's store (or on `address`), under the collcheck prefix.
-
-    Its own connection, so our polling never queues behind (or blocks) the job's store calls.
-    """
-    import torch.distributed
-    from torch.distributed import distributed_c10d
-
-    c10d: Any = torch.distributed  # TCPStore/PrefixStore are re-exported without type stubs
-    timeout = timedelta(seconds=timeout_s)
-    client: Any
-    if address:
-        host, _, port = address.rpartition(":")
-        client = c10d.TCPStore(host, int(port), is_master=False, timeout=timeout, wait_for_workers=False)
-    else:
-        base: Any = distributed_c10d._get_default_store()
-        while hasattr(base, "underlying_store"):
-            base = base.underlying_store
-        if isinstance(base, c10d.TCPStore):
-            client = c10d.TCPStore(
-                base.host, base.port, is_master=False, timeout=timeout, wait_for_workers=False
-            )
-        else:  # FileStore / HashStore: sharing is safe because we only use non-blocking calls
-            client = base
-        client.set_timeout(timeout)
-    return c10d.PrefixStore(PREFIX, client)
-
-
-def blocking_ok(store: Any) -> bool:
-    """Whether a blocking wait on `store` is one request on a connection of our own: a TCPStore
-    client under our prefix (or a test's stand-in). A FileStore or HashStore is the job's own
-    client (see `connect_store`), and a FileStore's wait re-reads the file every 10 ms: those
-    keep polling."""
-    inner = getattr(store, "underlying_store", None)
-    return inner is None or type(inner).__name__ == "TCPStore"
-
-
-def job_store() -> Any:
-    """The job's own store client (the default group's), under the collcheck prefix: no new
-    connection, for the one message a rank whose own connections failed still owes the others.
-    Unwrapped to the base store, as `connect_store` does: the default store is a PrefixStore of
-    the default group, under which our keys would be invisible to the other ranks' clients."""
-    import torch.distributed
-    from torch.distributed import distributed_c10d
-
-    c10d: Any = torch.distributed
-    base: Any = distributed_c10d._get_default_store()
-    while hasattr(base, "underlying_store"):
-        base = base.underlying_store
-    return c10d.PrefixStore(PREFIX, base)
-
-
-@dataclass(frozen=True)
-class Pacing:
-    """How often a rank's background work talks to the store, for a world of a given size."""
-
-    compare_s: float  # async mode: publish and compare this often
-    position_s: float  # a changed position is published at most this often
-    heartbeat_s: float  # an unchanged one this often
-
-
-def pacing(world_size: int) -> Pacing:
-    """Every 50 ms up to 1,000 ranks; beyond, as often as keeps the whole world's background
-    requests to one store within STORE_REQUESTS_PER_S (one request per rank and tick) and its
-    positions within POSITION_REQUESTS_PER_S: at 10,000 ranks a tick every 0.5 s and a position
-    at most every 2 s. Abort and strict verdicts do not wait for a tick (blocking waits)."""
-    compare = max(TICK_S, world_size / STORE_REQUESTS_PER_S)
-    position = max(POSITION_EVERY_S, world_size / POSITION_REQUESTS_PER_S)
-    return Pacing(compare, position, max(HEARTBEAT_S, 4 * position))
-
-
-def relayed_compare_s(requesters: int) -> float:
-    """Async mode's tick when followers read through node relays (relay.py): per tick the job
-    store sees one read per relay, one write per rank that publishes, and one read per rank
-    without a relay (`requesters`), not one per rank: 50 ms up to 1,000 of those."""
-    return max(TICK_S, requesters / STORE_REQUESTS_PER_S)
-
-
-def connect_budget(world_size: int, timeout_s: float) -> float:
-    """How long to keep trying to connect: longer for a large world (its ranks all connect at
-    once), but at most half the stall timeout, so that followers waiting for a leader that is
-    still trying never take it for a stall."""
-    return min(CONNECT_BUDGET_S + CONNECT_PER_RANK_S * world_size, max(timeout_s / 2, 1.0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1364,7 +1007,7 @@ class Monitor:
                 continue
             with self._lock:
                 self._late.remove(item)
-            self._check_record(store, channel, fp, record, _sender(channel), strict=True)
+            self._check_record(store, channel, fp, record, sender_of(channel), strict=True)
 
     def _compare(self, mine: dict[str, Any], theirs: dict[str, Any], strict: bool) -> None:
         kind = mismatch_kind(mine, theirs)
@@ -1545,7 +1188,7 @@ class Monitor:
 
     def _peer_positions(self, store: Any, blocked: dict[str, Any]) -> dict[int, Position | None]:
         """The positions of a send's or recv's two ends (the channel's src and dst)."""
-        ends = [_sender(str(blocked["c"])), _receiver(str(blocked["c"]))]
+        ends = [sender_of(str(blocked["c"])), receiver_of(str(blocked["c"]))]
         return {
             rank: self._read_position(store, rank)
             for rank in ends
@@ -1575,11 +1218,11 @@ class Monitor:
         ranks = self._members.get(group)
         if ranks is None and store is not None:
             raw = peek(store, members_key(group))
-            ranks = _rank_list(raw) if raw is not None else None
+            ranks = rank_list(raw) if raw is not None else None
             if ranks is not None:
                 self._members[group] = ranks
         if ranks is None and "c" in fp:
-            ends = (_sender(str(fp["c"])), _receiver(str(fp["c"])))
+            ends = (sender_of(str(fp["c"])), receiver_of(str(fp["c"])))
             ranks = tuple(rank for rank in ends if rank is not None)
         return dict(fp, ranks=list(ranks or ()))
 
@@ -1691,118 +1334,6 @@ def _operands(pair: tuple[dict[str, Any], dict[str, Any]]) -> tuple[str, str]:
 
 def _use(fp: dict[str, Any]) -> Use:
     return Use(int(fp["r"]), int(fp["n"]), str(fp["d"]), str(fp.get("x") or ""), str(fp["site"]))
-
-
-PEER_INT_LIMIT = 1 << 62  # a rank or number beyond this in another rank's trace is damage, not a count
-TRACE_TAIL = 1 << 18  # bytes of another rank's trace read to bring its position up to date
-
-
-def caught_up(rank: int, position: Position | None, path: str) -> Position | None:
-    """`position` updated from the end of the rank's trace when the trace is further along: its
-    counters, its last collective (completed if its `done` line is there), and in flight only what
-    the trace does not show completed. Unchanged when the trace is unreadable or not newer."""
-    rows = _tail_rows(path)
-    events = [event for event in map(_event_or_none, rows) if event is not None]
-    if not events:
-        return position
-    done = {key for key in map(_done_or_none, rows) if key is not None}
-    base = position if position is not None else Position(rank, events[-1].t_start)
-    issued = dict(base.issued)
-    for event in events:
-        issued[event.group] = max(issued.get(event.group, 0), event.seq)
-    if issued == base.issued and position is not None:
-        return position
-    latest: dict[str, int] = {}  # per group, the newest completed: a group completes in order
-    for group, seq in done:
-        latest[group] = max(latest.get(group, 0), seq)
-    inflight = [blocked for blocked in base.inflight if _still_open(blocked, latest, done)]
-    last = events[-1]
-    return Position(
-        rank=rank,
-        t=base.t,
-        issued=issued,
-        inflight=inflight,
-        last=fingerprint(last),
-        last_done=(last.group, last.seq) in done,
-        exited=base.exited or any(row.get("ev") == "exit" for row in rows),
-    )
-
-
-def _event_or_none(row: dict[str, Any]) -> CollectiveEvent | None:
-    """A `coll` line of another rank's trace, or None for any other line or a malformed one."""
-    if row.get("ev") != "coll":
-        return None
-    try:
-        event = CollectiveEvent.from_json(row)
-    except (KeyError, TypeError, ValueError, OverflowError):
-        return None
-    return event if 0 <= event.seq < PEER_INT_LIMIT and 0 <= event.rank < PEER_INT_LIMIT else None
-
-
-def _done_or_none(row: dict[str, Any]) -> tuple[str, int] | None:
-    """(group, seq) of a `done` line of another rank's trace, or None."""
-    if row.get("ev") != "done":
-        return None
-    try:
-        seq = int(row.get("seq", 0))
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return (str(row.get("group")), seq) if 0 <= seq < PEER_INT_LIMIT else None
-
-
-def _still_open(blocked: dict[str, Any], latest: dict[str, int], done: set[tuple[str, int]]) -> bool:
-    group, seq = str(blocked["g"]), int(blocked["n"])
-    if is_p2p(group):  # sends and recvs with different peers complete in any order
-        return (group, seq) not in done
-    return latest.get(group, 0) < seq
-
-
-def _tail_rows(path: str) -> list[dict[str, Any]]:
-    """The complete JSON lines among the last TRACE_TAIL bytes of a trace; [] if unreadable."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - TRACE_TAIL))
-            chunk = handle.read(TRACE_TAIL)
-    except OSError:
-        return []
-    rows = []
-    for line in chunk.split(b"\n"):
-        try:
-            row = json.loads(line)
-        except ValueError:  # the torn first and last lines of the window
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
-def _sender(channel: str) -> int | None:
-    """The sending rank of a send/recv channel `<group>/<src>-<dst>`."""
-    try:
-        return int(channel.rsplit("/", 1)[1].split("-")[0])
-    except (IndexError, ValueError):
-        return None
-
-
-def _receiver(channel: str) -> int | None:
-    """The receiving rank of a send/recv channel `<group>/<src>-<dst>`."""
-    try:
-        return int(channel.rsplit("/", 1)[1].split("-")[1])
-    except (IndexError, ValueError):
-        return None
-
-
-def _rank_list(raw: bytes) -> tuple[int, ...] | None:
-    """A `members/<group>` value: a JSON list of ranks; None when it is anything else."""
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(data, list) or not all(isinstance(rank, int) for rank in data):
-        return None
-    return tuple(data)
 
 
 def _echo(text: str) -> None:

@@ -75,13 +75,17 @@ def run_job(
     args: tuple[str, ...] = (),
     extra_env: dict[str, str] | None = None,
     timeout: float = JOB_TIMEOUT_S,
+    pythonpath: tuple[str, ...] = (),
 ) -> Job:
     """Start `nranks` processes of `program` (env:// rendezvous) and wait for all, killing on timeout.
 
     With `trace`, the tracer is switched on exactly as `collcheck run` does it (boot dir on
     PYTHONPATH plus COLLCHECK_* variables): the programs themselves contain no collcheck code.
+    `pythonpath` folders come first on the ranks' PYTHONPATH (after collcheck's boot folder); a
+    `program` given as an absolute path is run from there.
     """
     env = base_env()
+    env["PYTHONPATH"] = os.pathsep.join([*pythonpath, env["PYTHONPATH"]])
     trace_dir = tmp_path / "trace"
     if trace is not None:
         trace = dataclasses.replace(trace, trace_dir=str(trace_dir))
@@ -137,7 +141,7 @@ def _wait(rank: int, process: subprocess.Popen[str], deadline: float) -> RankRes
 def native_recorder_built() -> None:
     """Build record mode's native kernel once, before any job: a rank that had to build it would
     spend most of its timeout compiling. Where it cannot be built, ranks use the Python kernel."""
-    from collcheck.runtime import native
+    from collcheck.runtime import native_recorder as native
 
     native.load(build=True, quiet=True)
 

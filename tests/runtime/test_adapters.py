@@ -20,8 +20,9 @@ from conftest import PROGRAMS, REPO, Job, line_of, run_job
 
 from collcheck.runtime import adapters
 from collcheck.runtime.adapters import AdapterSpec
-from collcheck.runtime.analyze import analyze, load_dir
+from collcheck.runtime.analyze import analyze
 from collcheck.runtime.record import CollectiveEncoder, TraceWriter, read_trace
+from collcheck.runtime.trace_read import load_dir
 from collcheck.runtime.tracer import TraceConfig
 from collcheck.runtime.verify import ABORT_EXIT_CODE
 
@@ -307,7 +308,7 @@ def test_events_match_the_c10d_format(
     import collcheck_test_comm
 
     tracer = _StubTracer(tmp_path / "trace.jsonl")
-    monkeypatch.setattr(adapters, "_active_tracer", lambda: tracer)
+    monkeypatch.setattr(adapters, "active_tracer", lambda: tracer)
     comm = collcheck_test_comm.Comm()
     assert comm.all_reduce(in_tensor=_Tensor(2, 3), op=4) is comm.out  # EV_ALL_REDUCE
     comm.all_gatherv(_Tensor(6), _Tensor(3), [3, 3])  # EV_GATHERV: its inner broadcast is not recorded

@@ -8,9 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from collcheck.cli import main
-from collcheck.runtime.analyze import analyze, load_dir, render_text, to_json
+from collcheck.runtime.analyze import analyze
 from collcheck.runtime.perfetto import to_perfetto
 from collcheck.runtime.record import CallSite, CollectiveEvent, DoneEvent, TraceWriter, trace_file_name
+from collcheck.runtime.trace_read import load_dir
+from collcheck.runtime.trace_render import render_text, to_json
 
 
 def _event(

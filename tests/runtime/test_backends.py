@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import line_of, run_job
 
-from collcheck.runtime.analyze import analyze, load_dir
+from collcheck.runtime.analyze import analyze
+from collcheck.runtime.trace_read import load_dir
 from collcheck.runtime.tracer import TraceConfig
 from collcheck.runtime.verify import ABORT_EXIT_CODE
 

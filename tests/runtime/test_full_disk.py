@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 from conftest import PROGRAMS, REPO, base_env, free_port, line_of
 
-from collcheck.runtime.analyze import EXIT_INCOMPLETE, Problem, analyze, load_dir, render_text
+from collcheck.runtime.analyze import analyze
 from collcheck.runtime.record import read_trace, trace_file_name
+from collcheck.runtime.trace_model import EXIT_INCOMPLETE, Problem
+from collcheck.runtime.trace_read import load_dir
+from collcheck.runtime.trace_render import render_text
 
 # A real write failure: RLIMIT_FSIZE makes the kernel refuse (EFBIG) every write past the limit,
 # as a full disk refuses them (ENOSPC); rewriting bytes inside the file still works, as on a

@@ -11,7 +11,10 @@ from types import ModuleType
 import pytest
 from conftest import REPO
 
-from collcheck.runtime.analyze import EXIT_INCOMPLETE, analyze, load_dir, render_text
+from collcheck.runtime.analyze import analyze
+from collcheck.runtime.trace_model import EXIT_INCOMPLETE
+from collcheck.runtime.trace_read import load_dir
+from collcheck.runtime.trace_render import render_text
 
 
 def _fuzzer() -> ModuleType:

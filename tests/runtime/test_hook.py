@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import line_of, run_job
 
-from collcheck.runtime.analyze import analyze, load_dir
+from collcheck.runtime.analyze import analyze
+from collcheck.runtime.trace_read import load_dir
 from collcheck.runtime.tracer import TraceConfig
 
 pytestmark = pytest.mark.multirank

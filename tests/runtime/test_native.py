@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from conftest import Job, run_job, run_job_past_teardown_aborts
 
-from collcheck.runtime import native
+from collcheck.runtime import native_recorder as native
 from collcheck.runtime.record import read_trace
 from collcheck.runtime.tracer import TraceConfig
 

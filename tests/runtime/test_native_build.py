@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import base_env
 
-from collcheck.runtime import native
+from collcheck.runtime import native_recorder as native
 
 
 def _fake_build(seen: list[bool], returncode: int, output: str = "") -> object:

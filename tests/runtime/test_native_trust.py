@@ -1,4 +1,4 @@
-"""The native recorder is loaded only from a build no other user could have planted (native.py)."""
+"""The native recorder is loaded only from a build no other user could have planted (native_recorder.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collcheck.runtime import native
+from collcheck.runtime import native_recorder as native
 
 OTHER_UID = 54321
 PLANTED = """

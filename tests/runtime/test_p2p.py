@@ -12,20 +12,17 @@ from fake_store import FakeStore, ReportWriter
 
 from collcheck.runtime.p2p import Channel, channel_of, pair_text, pairs, payload
 from collcheck.runtime.record import CallSite, CollectiveEvent
-from collcheck.runtime.verify import (
-    Monitor,
-    MonitorConfig,
+from collcheck.runtime.verify import Monitor, MonitorConfig
+from collcheck.runtime.verify_protocol import (
     P2PSlot,
     Position,
     blocked_fingerprint,
-    find_wait_cycle,
     fingerprint,
     mismatch_kind,
     mismatch_text,
     p2p_fingerprint,
-    peer_finished,
-    stall_text,
 )
+from collcheck.runtime.verify_stall import find_wait_cycle, peer_finished, stall_text
 
 
 def _p2p(

@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 from fake_store import FakeStore, ReportWriter
 
-from collcheck.runtime import verify
+from collcheck.runtime import verify, verify_protocol
 from collcheck.runtime.record import CallSite, CollectiveEvent, trace_file_name
-from collcheck.runtime.verify import Monitor, MonitorConfig, Position, caught_up, fingerprint
+from collcheck.runtime.verify import Monitor, MonitorConfig
+from collcheck.runtime.verify_protocol import Position, fingerprint
+from collcheck.runtime.verify_stall import caught_up
 
 
 def _event(rank: int, seq: int, line: int) -> CollectiveEvent:
@@ -112,7 +114,7 @@ def test_a_stall_report_is_written_when_a_peer_trace_and_position_are_damaged(
     monitor.issued(event, check=False)
     monitor._publish_members(store)
     with pytest.raises(Ended):
-        monitor._report_stall(verify.blocked_fingerprint(event), store)
+        monitor._report_stall(verify_protocol.blocked_fingerprint(event), store)
     kinds = [report[0] for report in writer.reports]
     assert kinds[0] == "stall" and "degraded" not in kinds
     assert "rank 1: never reported a position" in str(writer.reports[0][2])

@@ -16,7 +16,8 @@ from fake_store import FakeStore, ReportWriter
 
 from collcheck.runtime.record import CallSite, CollectiveEvent
 from collcheck.runtime.relay import NodeRelay, RelaySettings, RelayState, node_relay, relay_settings
-from collcheck.runtime.verify import Monitor, MonitorConfig, relayed_compare_s
+from collcheck.runtime.verify import Monitor, MonitorConfig
+from collcheck.runtime.verify_store import relayed_compare_s
 
 RANKS = (0, 1, 2, 3)
 NODE_OF = {0: "a", 1: "a", 2: "b", 3: "b"}

@@ -11,9 +11,7 @@ import pytest
 from test_stream import _same  # both analyses, checked equal (text, JSON, Perfetto)
 
 from collcheck.cli import main
-from collcheck.runtime import analyze as analyze_module
-from collcheck.runtime import stream
-from collcheck.runtime.analyze import EXIT_INCOMPLETE, load_dir, render_text
+from collcheck.runtime import stream, trace_model, trace_read
 from collcheck.runtime.record import (
     SCHEMA_VERSION,
     CallSite,
@@ -23,6 +21,9 @@ from collcheck.runtime.record import (
     TraceWriter,
     trace_file_name,
 )
+from collcheck.runtime.trace_model import EXIT_INCOMPLETE
+from collcheck.runtime.trace_read import load_dir
+from collcheck.runtime.trace_render import render_text
 
 
 def _event(rank: int, seq: int, group: str = "0", members: tuple[int, ...] = (0, 1)) -> CollectiveEvent:
@@ -147,7 +148,7 @@ BAD = [
 def test_hostile_group_lines_are_named_with_their_line_and_the_rest_analysed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(analyze_module, "PROBLEMS_SHOWN", 50)  # see every one (10 per file by default)
+    monkeypatch.setattr(trace_model, "PROBLEMS_SHOWN", 50)  # see every one (10 per file by default)
     rank1 = [*GOOD, _coll(1), b'{"ev":"group","gid":1,"group":"0","ranks":[0,1],"desc":"default_pg"}']
     rank1 += [line for line, _ in BAD] + [_coll(seq, gid=1 + (seq % 2) * 4) for seq in range(2, 5)]
     folder = tmp_path / "bad"
@@ -186,8 +187,8 @@ def test_collcheck_trace_reports_them_with_status_3_and_no_traceback(
 def test_group_definitions_past_the_bound_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(analyze_module, "MAX_GROUP_LINES", 3)
-    monkeypatch.setattr(analyze_module, "MAX_GROUP_MEMBERS", 40)
+    monkeypatch.setattr(trace_read, "MAX_GROUP_LINES", 3)
+    monkeypatch.setattr(trace_read, "MAX_GROUP_MEMBERS", 40)
     events = [_event(1, 1), *(_event(1, 1, group=f"g{n}", members=(1, n)) for n in range(2, 6))]
     events.append(_event(1, 1, group="big", members=tuple(range(39))))
     path = tmp_path / trace_file_name(1)

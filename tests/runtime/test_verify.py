@@ -11,16 +11,9 @@ import pytest
 from fake_store import FakeStore, ReportWriter
 
 from collcheck.runtime.record import CallSite, CollectiveEvent
-from collcheck.runtime.verify import (
-    Monitor,
-    MonitorConfig,
-    Position,
-    find_wait_cycle,
-    fingerprint,
-    mismatch_kind,
-    mismatch_text,
-    stall_text,
-)
+from collcheck.runtime.verify import Monitor, MonitorConfig
+from collcheck.runtime.verify_protocol import Position, fingerprint, mismatch_kind, mismatch_text
+from collcheck.runtime.verify_stall import find_wait_cycle, stall_text
 
 
 def _fp(rank: int, numel: int, line: int, group: str = "0", seq: int = 1) -> dict[str, object]:
@@ -292,7 +285,7 @@ def _wide_event(rank: int, seq: int, members: int, line: int = 10, numel: int = 
 def _leader_traffic(members: int, collectives: int) -> tuple[int, int, int]:
     """(bytes written per collective, largest record, requests) of a leader in async mode,
     not counting the member list it writes once."""
-    from collcheck.runtime.verify import Pacing
+    from collcheck.runtime.verify_store import Pacing
 
     store = FakeStore()
     leader, _ = _monitor(0, store)
@@ -399,7 +392,7 @@ def test_a_queue_too_long_for_memory_is_cut_and_said(monkeypatch: pytest.MonkeyP
 def test_a_stall_report_reads_positions_once_for_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every rank of a 32-rank group times out together: one reads the positions, the others
     wait for its abort (the W*W reads of every rank reading every position are gone)."""
-    from collcheck.runtime import verify
+    from collcheck.runtime import verify, verify_protocol
 
     class Ended(BaseException):  # like the os._exit it stands for: no handler catches it
         pass
@@ -424,7 +417,7 @@ def test_a_stall_report_reads_positions_once_for_the_job(monkeypatch: pytest.Mon
         monitors.append((monitor, writer, event))
     for monitor, _, event in monitors:
         with pytest.raises(Ended):
-            monitor._report_stall(verify.blocked_fingerprint(event), store)
+            monitor._report_stall(verify_protocol.blocked_fingerprint(event), store)
     position_reads = sum(count for key, count in store.reads.items() if key.startswith("pos/"))
     assert position_reads <= 2 * members
     reporter = monitors[0][1].reports
@@ -472,10 +465,10 @@ def test_connecting_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_leader_that_cannot_connect_tells_its_followers_through_the_job_store(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from collcheck.runtime import verify
+    from collcheck.runtime import verify, verify_store
 
     monkeypatch.setattr(verify, "CONNECT_FIRST_PAUSE_S", 0.01)
-    monkeypatch.setattr(verify, "CONNECT_BUDGET_S", 0.1)
+    monkeypatch.setattr(verify_store, "CONNECT_BUDGET_S", 0.1)
     job = FakeStore()  # the job's own store client, which the leader still has
 
     def factory() -> FakeStore:
@@ -494,7 +487,7 @@ def test_a_leader_that_cannot_connect_tells_its_followers_through_the_job_store(
 
 
 def test_the_connect_budget_grows_with_the_world_within_the_stall_timeout() -> None:
-    from collcheck.runtime.verify import connect_budget
+    from collcheck.runtime.verify_store import connect_budget
 
     assert connect_budget(16, 300.0) < connect_budget(1024, 300.0) < connect_budget(10_000, 300.0)
     assert connect_budget(10_000, 60.0) == 30.0
@@ -687,7 +680,8 @@ def test_a_follower_behind_the_publisher_still_compares_and_resumes_the_chain() 
 
 
 def test_the_background_pace_keeps_one_stores_request_rate_bounded() -> None:
-    from collcheck.runtime.verify import STORE_REQUESTS_PER_S, pacing
+    from collcheck.runtime.relay import STORE_REQUESTS_PER_S
+    from collcheck.runtime.verify_store import pacing
 
     assert pacing(8).compare_s == 0.05 and pacing(8).position_s == 0.25 and pacing(8).heartbeat_s == 5.0
     for world in (1_024, 10_000, 100_000):
@@ -717,7 +711,7 @@ def test_a_rank_of_a_large_world_publishes_at_its_pace() -> None:
 def test_blocking_waits_only_on_a_tcp_store_connection_of_our_own() -> None:
     import torch.distributed as dist
 
-    from collcheck.runtime.verify import blocking_ok
+    from collcheck.runtime.verify_store import blocking_ok
 
     c10d: Any = dist
     server = c10d.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
@@ -734,7 +728,7 @@ def test_what_the_job_store_client_writes_is_seen_by_our_own_connections() -> No
 
     program = (
         "import torch.distributed as dist\n"
-        "from collcheck.runtime.verify import connect_store, job_store\n"
+        "from collcheck.runtime.verify_store import connect_store, job_store\n"
         "dist.init_process_group('gloo')\n"
         "job_store().set('degraded/0', 'why')\n"
         "print(connect_store(None, 10.0).check(['degraded/0']))\n"

@@ -12,11 +12,11 @@ from common import join
 
 import collcheck.runtime
 from bench.runtime_scale import CountingStore, Counts
-from collcheck.runtime import tracer
+from collcheck.runtime import verify_store
 
 counts = Counts()
-connect = tracer.connect_store
-tracer.connect_store = lambda address, timeout: CountingStore(connect(address, timeout), counts)
+connect = verify_store.connect_store
+verify_store.connect_store = lambda address, timeout: CountingStore(connect(address, timeout), counts)
 collcheck.runtime.enable(sys.argv[1], verify=True, timeout=30.0, adapters=False)
 rank = join()
 diverge = sys.argv[2] == "diverge"

@@ -12,6 +12,9 @@ put it: the library, its folder and the cache root must be owned by this user an
 group or others (`untrusted`); otherwise the Python kernel is used, after one warning.
 
     python -m collcheck.runtime.native build     # build now (what `collcheck run` does first)
+
+(The module sat beside the folder native/ as native.py; the command above keeps that name through
+native/__main__.py, so the README's instructions and existing container images keep working.)
 """
 
 from __future__ import annotations
@@ -215,7 +218,7 @@ def build_in_background() -> str:
     failed = cache_root() / name / FAILED_MARKER
     if failed.exists():
         return str(failed)
-    command = [sys.executable, "-m", "collcheck.runtime.native", "build", "--quiet"]
+    command = [sys.executable, "-m", "collcheck.runtime.native_recorder", "build", "--quiet"]
     try:
         subprocess.Popen(
             command,
@@ -265,7 +268,7 @@ def interrupted(done: subprocess.CompletedProcess[str]) -> bool:
 
 
 def _run_build(name: str, directory: Path, lock: int) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "collcheck.runtime.native", "compile", name, str(directory)]
+    command = [sys.executable, "-m", "collcheck.runtime.native_recorder", "compile", name, str(directory)]
     try:
         return subprocess.run(
             command,
