@@ -26,6 +26,7 @@ import ast
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from collcheck.static.calls import callback_event
@@ -472,7 +473,9 @@ def _handed_containers(call: ast.Call, function: FunctionNode, bound_self: bool)
     }
 
 
+@lru_cache(maxsize=4096)
 def _rebound_names(function: FunctionNode) -> frozenset[str]:
+    # Once per function: a helper is inlined at every call of it.
     return frozenset(
         node.id
         for node in nodes_under(function)
