@@ -45,6 +45,11 @@ EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})
 
 
 CALLBACK_OP = "callback"
+# The catalog kind of `isend`, `irecv`, `batch_isend_irecv`: a posted transfer that the peer's own
+# post pairs with, in whatever order the two sides post them. Not an element of the collective
+# sequence (collectives.communicate records no event for it), so handing one to unknown code
+# (`P2POp(dist.irecv, ...)`) hands nothing the sequences compare.
+NONBLOCKING = "p2p_nonblocking"
 REMOTE_OP = "remote callback"  # a communicating callable sent to another process (RPC)
 
 
@@ -336,7 +341,9 @@ class CallResolver(ValueEvaluator):
             return Handoff(self._function_ops(function, class_name)) if self._communicates(function) else None
         name = qualified_name(argument, self.local_imports)
         spec = self.catalog.functions.get(name) if name is not None else None
-        return Handoff(frozenset({spec.op})) if spec is not None else None
+        if spec is None or spec.kind == NONBLOCKING:
+            return None  # `P2POp(dist.irecv, buf, peer)`: a posted transfer, no element of a sequence
+        return Handoff(frozenset({spec.op}))
 
     def _named_callable(
         self, argument: ast.Name | ast.Attribute, class_name: str | None
@@ -375,6 +382,8 @@ class CallResolver(ValueEvaluator):
         communicates = unknown = False
         for call in (n for n in nodes_under(node) if isinstance(n, ast.Call)):
             spec = self.op_spec(call, None, class_name)
+            if spec is not None and spec.kind == NONBLOCKING:
+                continue  # posted, paired by the peers' own posts: never compared as a collective
             if spec is not None:
                 ops.add(spec.op)
                 communicates = True

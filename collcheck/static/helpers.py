@@ -26,13 +26,14 @@ import ast
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from collcheck.static.calls import callback_event
 from collcheck.static.collectives import CollectiveEvents
 from collcheck.static.fallback import INERT_PER_STEP
 from collcheck.static.model import FunctionNode, ModuleInfo
-from collcheck.static.names import ImportTable
+from collcheck.static.names import ImportTable, nodes_under, source_text
 from collcheck.static.program import (
     Element,
     Exit,
@@ -54,6 +55,8 @@ from collcheck.static.symbolic import (
 )
 from collcheck.static.syntax import global_names, is_filled_key
 from collcheck.static.values import where_of
+
+DELIVERED = "uniform:"  # the atom a collective's `uniform_after` binds (collectives.communicate)
 
 Snapshot = tuple[frozenset[tuple[str, FunctionNode]], frozenset[str]]
 
@@ -236,11 +239,20 @@ class HelperInliner(CollectiveEvents):
         if condition is not None:
             skipped = [(state.fork(negate(condition)), Const(None))]
             start = State(env, (*state.conds, condition), state.events)
+        handed = _handed_containers(call, function, bound_self)
+        entry = {name: env.get(name) for name in handed}  # the run may change `env` in place
         runner = self._runner_for(function)
         finals = self._run_helper(runner, function, start, inner, state, frame, bound_self, declared)
         results = []
         for final in finals:
             resumed = State(dict(state.env), final.conds, final.events)
+            for name, argument in handed.items():
+                if _delivered(final.env.get(name)) and final.env.get(name) != entry[name]:
+                    # The helper's rooted collective filled the very list the caller handed it
+                    # (`share(listing, src=0)` over `broadcast_object_list(objects, src)`): the
+                    # caller's list now holds the root's value, as after the collective itself.
+                    delivered = Atom(f"uniform:{source_text(argument)}@{where_of(call)}", "shared")
+                    self.bind(argument, delivered, resumed)
             for key, value in final.env.items():
                 if key.startswith("self.") and bound_self:
                     resumed.env[receiver + key[4:]] = value  # attribute writes outlive the call
@@ -433,6 +445,44 @@ class HelperInliner(CollectiveEvents):
         return env
 
 
+def _delivered(value: Expr | None) -> bool:
+    """A value a collective made the same on every rank of its group (`uniform_after`)."""
+    return isinstance(value, Atom) and value.name.startswith(DELIVERED)
+
+
+def _handed_containers(call: ast.Call, function: FunctionNode, bound_self: bool) -> dict[str, ast.expr]:
+    """The helper's parameters that hold, for the whole call, the object the caller names by the
+    argument (a name or an attribute): what a collective fills in place through the parameter, it
+    fills in the caller's object. A parameter the helper rebinds holds another object after that."""
+    params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    if bound_self:
+        params = params[1:]
+    passed: dict[str, ast.expr] = {}
+    for index, argument in enumerate(call.args):
+        if isinstance(argument, ast.Starred):
+            break
+        if index < len(params):
+            passed[params[index]] = argument
+    keywords = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
+    passed.update({k.arg: k.value for k in call.keywords if k.arg is not None and k.arg in keywords})
+    rebound = _rebound_names(function)
+    return {
+        name: argument
+        for name, argument in passed.items()
+        if isinstance(argument, (ast.Name, ast.Attribute)) and name not in rebound
+    }
+
+
+@lru_cache(maxsize=4096)
+def _rebound_names(function: FunctionNode) -> frozenset[str]:
+    # Once per function: a helper is inlined at every call of it.
+    return frozenset(
+        node.id
+        for node in nodes_under(function)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del))
+    )
+
+
 def _small(value: Expr, limit: int = MAX_KEY_NODES) -> bool:
     """Few enough nodes to hash and compare cheaply (values are DAGs: a tree walk may explode)."""
     stack: list[Expr] = [value]
@@ -532,7 +582,10 @@ def _summarise(
             tuple(
                 (name, value)
                 for name, value in final.env.items()
-                if (name.startswith("self.") and bound_self) or name in declared or is_filled_key(name)
+                if (name.startswith("self.") and bound_self)
+                or name in declared
+                or is_filled_key(name)
+                or _delivered(value)  # a parameter a collective filled (see `inline`)
             ),
         )
         for final in finals
