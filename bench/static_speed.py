@@ -1,6 +1,7 @@
 """Speed of `collcheck check` on the installed torch tree, against libcst parse-only, ruff and pylint.
 
     python bench/static_speed.py [--tree PATH] [--quick] [--jobs N] [--repeat 3] [--json out.json]
+    python bench/static_speed.py --corpus vllm,sglang [--repeat 1]     (issue 26: large trees)
 
 Measures, in one run, on a private copy of the tree (the `*.py` files of site-packages/torch, about
 2,300 files; the installed torch is never touched) and on its `torch/distributed` subtree:
@@ -30,6 +31,20 @@ once (`--cold-repeat` to repeat it), libcst and pylint once. `--quick` measures 
 
 Goals (issue 5, "Fast"), checked at the end against the libcst parse-only time:
   torch/distributed: cold <= 1.0x parse-only, warm <= 0.05x;  whole torch tree: cold <= 0.3x.
+
+`--corpus` (default `torch`: the measurement above, unchanged) names the trees to measure, comma
+separated: `torch`, or any package of bench/precision.py (vllm 0.34.0, 3,604 files; sglang 0.5.23;
+...), fetched at its pinned version with bench/inject_bugs.fetch into
+`~/.cache/collcheck-bench/inject/` (never committed; only `*.py` members unpacked, nothing imported
+or run) and copied like torch. On such a tree every measurement above runs (no distributed_c10d.py
+change: there is none), and each collcheck run also records its PEAK RSS: a sampler reads
+`VmRSS` from /proc/<pid>/status of the collcheck process and of all its descendants (the worker
+processes of `-j`) every `RSS_INTERVAL_S`; per run it keeps the largest SUM over the tree at one
+sample (shared pages count once per process that maps them: an upper bound of the memory used)
+and the largest single process. A peak shorter than the interval can be missed. (`--rss` samples
+the torch runs too; `resource.getrusage(RUSAGE_CHILDREN).ru_maxrss` would give only the largest
+single descendant ever waited for.) Goals (issue 26), per such tree: cold <= 0.3x parse-only, peak
+RSS (the tree's sum) <= 400 MB.
 Not a test: exit status 0 even when a goal is missed (1 only when a measurement could not run).
 """
 
@@ -47,6 +62,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +75,10 @@ GOALS = (  # (scope, measurement, at most this many times libcst parse-only)
     ("torch/distributed", "warm", 0.05),
     ("torch", "cold", 0.3),
 )
+CORPUS_COLD_GOAL = 0.3  # issue 26: cold <= 0.3x libcst parse-only on a large tree ...
+CORPUS_RSS_GOAL_MB = 400.0  # ... with a peak resident set (collcheck and its workers) of at most this
+RSS_INTERVAL_S = 0.05
+TORCH = "torch"
 
 LIBCST_WORKER = r"""
 import json, sys, time
@@ -100,6 +120,8 @@ class Measurement:
     load: float | None = None  # 1-minute load average before the best run
     detail: str = ""
     note: str = ""
+    peak_rss_mb: float | None = None  # of the best run: the largest sum of VmRSS over the process tree
+    largest_process_mb: float | None = None  # of the best run: the largest VmRSS of one process
 
 
 def log(message: str) -> None:
@@ -119,6 +141,107 @@ def timed(command: list[str], cwd: Path, timeout: float, env: dict[str, str] | N
     completed = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     wall = time.perf_counter() - started
     return wall, children_cpu() - cpu_before, completed, load
+
+
+def process_parents() -> dict[int, int]:
+    """pid -> parent pid of every process /proc shows (`children` files need a kernel option)."""
+    parents: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stream:
+                stat = stream.read()
+        except OSError:  # ended meanwhile
+            continue
+        # `pid (comm) state ppid ...`: comm may hold spaces and parentheses, so split after the last `)`
+        parents[int(entry.name)] = int(stat[stat.rindex(b")") + 2 :].split()[1])
+    return parents
+
+
+def descendants(root: int, parents: dict[int, int]) -> list[int]:
+    """`root` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, []))
+    return found
+
+
+def resident_kb(pid: int) -> int:
+    """VmRSS of `pid` in kB (0 when it ended, or is a zombie without one)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as stream:
+            for line in stream:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def tree_rss_kb(root: int) -> tuple[int, int]:
+    """(sum of VmRSS over `root` and its descendants, largest VmRSS of one of them), in kB."""
+    sizes = [resident_kb(pid) for pid in descendants(root, process_parents())]
+    return sum(sizes), max(sizes, default=0)
+
+
+@dataclass
+class Peak:
+    """The largest tree sum and the largest single process seen over a run's samples, in kB."""
+
+    total_kb: int = 0
+    largest_kb: int = 0
+    samples: int = 0
+
+    def add(self, total_kb: int, largest_kb: int) -> None:
+        self.total_kb = max(self.total_kb, total_kb)
+        self.largest_kb = max(self.largest_kb, largest_kb)
+        self.samples += 1
+
+    def describe(self) -> str:
+        return (
+            f"peak RSS {self.total_kb / 1024:.0f} MB (process tree), largest process "
+            f"{self.largest_kb / 1024:.0f} MB, {self.samples} samples"
+        )
+
+
+def timed_sampled(
+    command: list[str], cwd: Path, timeout: float, interval: float = RSS_INTERVAL_S
+) -> tuple[float, float, subprocess.CompletedProcess[str], float, Peak]:
+    """`timed`, with a thread sampling the resident set of the child's process tree every `interval`
+    seconds. The child is waited for as `subprocess.run` does (its pipes, then its exit), so the
+    wall time is as precise as `timed`'s: the sampler never delays the end of a run."""
+    load = os.getloadavg()[0]
+    cpu_before = children_cpu()
+    peak = Peak()
+    done = threading.Event()
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def sample() -> None:
+        while not done.is_set():
+            peak.add(*tree_rss_kb(process.pid))
+            done.wait(interval)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    finally:
+        done.set()
+    wall = time.perf_counter() - started
+    sampler.join()
+    completed = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+    return wall, children_cpu() - cpu_before, completed, load, peak
 
 
 def find_tree(argument: str | None) -> Path:
@@ -244,8 +367,12 @@ def measure_libcst(python: str, files: list[Path], work: Path, scope: str, timeo
 
 
 class Collcheck:
-    def __init__(self, executable: str, work: Path, jobs: int, timeout: float) -> None:
+    def __init__(
+        self, executable: str, work: Path, jobs: int, timeout: float, sample_rss: bool = False
+    ) -> None:
         self.executable = executable
+        self.sample_rss = sample_rss  # sample the process tree's resident set (timed_sampled)
+        self.last_peak: Peak | None = None
         self.work = work  # holds pyproject.toml and the cache folder
         self.jobs = jobs
         self.timeout = timeout
@@ -255,11 +382,18 @@ class Collcheck:
     def run_once(self, target: Path) -> tuple[float, float, float, str]:
         command = [self.executable, "check", "--format", "json", "-o", str(self.report), "-j", str(self.jobs)]
         self.report.unlink(missing_ok=True)
-        wall, cpu, completed, load = timed([*command, str(target)], self.work, self.timeout)
+        if self.sample_rss:
+            wall, cpu, completed, load, self.last_peak = timed_sampled(
+                [*command, str(target)], self.work, self.timeout
+            )
+        else:
+            wall, cpu, completed, load = timed([*command, str(target)], self.work, self.timeout)
         if completed.returncode not in (0, 1):
             raise RuntimeError(f"collcheck exited {completed.returncode}: {completed.stderr.strip()[-500:]}")
         summary = json.loads(self.report.read_text(encoding="utf-8"))["summary"]
         counts = f"files {summary['files']}, findings {summary['findings']}, errors {summary['errors']}"
+        if self.last_peak is not None and self.sample_rss:
+            counts += f"; {self.last_peak.describe()}"
         return wall, cpu, load, counts
 
     def clear_cache(self) -> None:
@@ -278,17 +412,22 @@ def announce(m: Measurement) -> Measurement:
     return m
 
 
-def best_of(scope: str, name: str, repeats: int, once) -> Measurement:
-    """Run `once()` (-> wall, cpu, load, detail) `repeats` times and keep the fastest."""
+def best_of(scope: str, name: str, repeats: int, once, peaks: Collcheck | None = None) -> Measurement:
+    """Run `once()` (-> wall, cpu, load, detail) `repeats` times and keep the fastest. With `peaks`
+    (a Collcheck sampling the resident set), the best run's peak is kept too."""
     result = Measurement(scope, name)
     best = None
     for _ in range(repeats):
         wall, cpu, load, detail = once()
         result.runs.append(wall)
+        peak = peaks.last_peak if peaks is not None and peaks.sample_rss else None
         if best is None or wall < best[0]:
-            best = (wall, cpu, load, detail)
+            best = (wall, cpu, load, detail, peak)
     assert best is not None
-    result.seconds, result.cpu_seconds, result.load, result.detail = best
+    result.seconds, result.cpu_seconds, result.load, result.detail, peak = best
+    if peak is not None:
+        result.peak_rss_mb = round(peak.total_kb / 1024, 1)
+        result.largest_process_mb = round(peak.largest_kb / 1024, 1)
     return result
 
 
@@ -339,11 +478,11 @@ def measure_collcheck(
     empty = cc.work / "empty"
     empty.mkdir(exist_ok=True)
     log(f"[{scope}] collcheck on an empty folder")
-    fixed = best_of(scope, "collcheck, empty folder", args.repeat, lambda: cc.run_once(empty))
+    fixed = best_of(scope, "collcheck, empty folder", args.repeat, lambda: cc.run_once(empty), cc)
     fixed.note = "fixed cost of a run: interpreter, imports, settings, catalog, report"
     results.append(announce(fixed))
     log(f"[{scope}] collcheck cold")
-    results.append(announce(best_of(scope, "collcheck cold", args.cold_repeat, cold_once)))
+    results.append(announce(best_of(scope, "collcheck cold", args.cold_repeat, cold_once, cc)))
 
     def warm_once():
         before = cc.entries()
@@ -352,7 +491,7 @@ def measure_collcheck(
         return wall, cpu, load, counts + (f"; NOT WARM: {written} new cache entries" if written else "")
 
     log(f"[{scope}] collcheck warm")
-    results.append(announce(best_of(scope, "collcheck warm", args.repeat, warm_once)))
+    results.append(announce(best_of(scope, "collcheck warm", args.repeat, warm_once, cc)))
 
     quiet, why = quiet_file(tree_copy, files)
     communicating = tree_copy / COMMUNICATING_FILE
@@ -374,7 +513,7 @@ def measure_collcheck(
 
         log(f"[{scope}] collcheck {label}")
         try:
-            measurement = best_of(scope, label, repeats, changed_once)
+            measurement = best_of(scope, label, repeats, changed_once, cc)
         finally:
             path.write_bytes(original)
         measurement.note = f"{path.relative_to(tree_copy.parent)}: {why_path}"
@@ -482,9 +621,11 @@ def print_table(results: list[Measurement]) -> None:
                 print(f"{'':36} note: {m.note}")
 
 
-def check_goals(results: list[Measurement]) -> list[dict]:
+def check_goals(
+    results: list[Measurement], goals: tuple[tuple[str, str, float], ...] = GOALS, issue: str = "issue 5"
+) -> list[dict]:
     verdicts = []
-    for scope, name, limit in GOALS:
+    for scope, name, limit in goals:
         baseline = next(
             (m for m in results if m.scope == scope and m.name == "libcst parse-only" and m.seconds), None
         )
@@ -502,7 +643,7 @@ def check_goals(results: list[Measurement]) -> list[dict]:
                 "status": "PASS" if value <= limit else "MISS",
             }
         )
-    print("\n== goals (issue 5) ==")
+    print(f"\n== goals ({issue}) ==")
     for verdict in verdicts:
         if "ratio" in verdict:
             print(
@@ -512,6 +653,65 @@ def check_goals(results: list[Measurement]) -> list[dict]:
         else:
             print(f"{'-':5} {verdict['goal']:44} {verdict['status']}")
     return verdicts
+
+
+def check_memory_goals(results: list[Measurement], scopes: list[str]) -> list[dict[str, object]]:
+    """Peak RSS of each scope's collcheck runs (the largest process-tree sum) against the goal."""
+    verdicts: list[dict[str, object]] = []
+    for scope in scopes:
+        peaks = [m for m in results if m.scope == scope and m.peak_rss_mb is not None]
+        goal = f"{scope} peak RSS <= {CORPUS_RSS_GOAL_MB:.0f} MB"
+        if not peaks:
+            verdicts.append({"goal": goal, "status": "not measured"})
+            continue
+        worst = max(peaks, key=lambda m: m.peak_rss_mb or 0.0)
+        assert worst.peak_rss_mb is not None
+        verdicts.append(
+            {
+                "goal": goal,
+                "peak_rss_mb": worst.peak_rss_mb,
+                "largest_process_mb": worst.largest_process_mb,
+                "run": worst.name,
+                "status": "PASS" if worst.peak_rss_mb <= CORPUS_RSS_GOAL_MB else "MISS",
+            }
+        )
+    for verdict in verdicts:
+        if "peak_rss_mb" in verdict:
+            peak, largest = verdict["peak_rss_mb"], verdict["largest_process_mb"]
+            print(
+                f"{verdict['status']!s:5} {verdict['goal']!s:44} measured {peak:.0f} MB "
+                f"(process tree; largest process {largest:.0f} MB; {verdict['run']})"
+            )
+        else:
+            print(f"{'-':5} {verdict['goal']!s:44} {verdict['status']}")
+    return verdicts
+
+
+def parse_corpora(text: str, known: list[str]) -> list[str]:
+    """The `--corpus` names, in order, without repeats; an unknown one is an error naming the known."""
+    names = list(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    unknown = [name for name in names if name != TORCH and name not in known]
+    if not names or unknown:
+        raise ValueError(f"unknown corpus {unknown or text!r}; known: {', '.join([TORCH, *sorted(known)])}")
+    return names
+
+
+def corpus_packages() -> dict[str, object]:
+    """bench/precision.py's packages by name (its pinned versions), torch left out (measured from
+    the installed tree). Imported only when asked: the torch measurement does not need them."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import precision
+
+    return {spec.name: spec for spec in precision.PACKAGES if spec.name != TORCH}
+
+
+def fetch_corpus(name: str, specs: dict[str, object]) -> tuple[Path, str]:
+    """The unpacked package folder of corpus `name` (fetched once into the bench cache) and its source."""
+    import inject_bugs
+
+    spec = specs[name]
+    assert isinstance(spec, inject_bugs.PackageSpec)
+    return inject_bugs.fetch(spec, inject_bugs.CACHE)
 
 
 def source_state() -> str:
@@ -537,10 +737,16 @@ def source_state() -> str:
 # --- main ------------------------------------------------------------------------------------------
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", help="the torch package folder (default: the installed one)")
     parser.add_argument("--quick", action="store_true", help="only the torch/distributed subtree")
+    parser.add_argument(
+        "--corpus",
+        default=TORCH,
+        help="trees to measure, comma separated: torch and/or packages of bench/precision.py (vllm,sglang)",
+    )
+    parser.add_argument("--rss", action="store_true", help="sample the peak RSS of the torch runs too")
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, help="collcheck -j")
     parser.add_argument("--repeat", type=int, default=3, help="repeats of warm/changed/ruff runs")
     parser.add_argument("--cold-repeat", type=int, default=1, help="repeats of cold runs")
@@ -556,9 +762,19 @@ def main() -> int:
     parser.add_argument("--no-install", action="store_true", help="never pip-install libcst")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     parser.add_argument("--json", help="also write the results here")
-    args = parser.parse_args()
+    return parser
 
-    tree = find_tree(args.tree)
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    specs = corpus_packages() if args.corpus != TORCH else {}
+    try:
+        corpora = parse_corpora(args.corpus, list(specs))
+    except ValueError as error:
+        parser.error(str(error))
+
+    tree = find_tree(args.tree) if TORCH in corpora else None
     collcheck = tool("collcheck", args.collcheck)
     if collcheck is None:
         raise SystemExit("collcheck not found; pip install -e . or pass --collcheck")
@@ -566,22 +782,39 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="collcheck-static-speed-"))
     started = time.perf_counter()
     results: list[Measurement] = []
+    sources: dict[str, str] = {}  # corpus -> the archive it was unpacked from
     status = 0
     try:
-        copy = work / "torch"
-        log(f"copying the *.py files of {tree} to {copy}")
-        count = copy_python_files(tree, copy)
-        log(f"  {count} files")
         (work / "pyproject.toml").write_text('[tool.collcheck]\ncache-dir = ".collcheck_cache"\n')
         python, libcst_how = libcst_python(work, not args.no_install)
         log(libcst_how)
         ruff = tool("ruff", args.ruff)
         pylint, pylint_how = pylint_command(work, args)
-        cc = Collcheck(collcheck, work, args.jobs, args.timeout)
-        scopes = [("torch/distributed", copy / DISTRIBUTED)]
-        if not args.quick:
-            scopes.append(("torch", copy))
-        for scope, target in scopes:
+        # (scope, folder analysed, the copied tree, whether its collcheck runs sample the RSS)
+        scopes: list[tuple[str, Path, Path, bool]] = []
+        for corpus in corpora:
+            if corpus == TORCH:
+                assert tree is not None
+                copy = work / "torch"
+                log(f"copying the *.py files of {tree} to {copy}")
+                count = copy_python_files(tree, copy)
+                log(f"  {count} files")
+                scopes.append(("torch/distributed", copy / DISTRIBUTED, copy, args.rss))
+                if not args.quick:
+                    scopes.append(("torch", copy, copy, args.rss))
+                continue
+            try:
+                package, sources[corpus] = fetch_corpus(corpus, specs)
+            except Exception as error:  # a corpus that cannot be fetched is reported, not fatal
+                results.append(Measurement(corpus, "collcheck", note=f"not fetched: {error}"))
+                status = 1
+                continue
+            copy = work / "corpora" / corpus / package.name
+            log(f"copying the *.py files of {package} ({sources[corpus]}) to {copy}")
+            log(f"  {copy_python_files(package, copy)} files")
+            scopes.append((corpus, copy, copy, True))
+        for scope, target, copy, sample_rss in scopes:
+            cc = Collcheck(collcheck, work, args.jobs, args.timeout, sample_rss)
             files = python_files(target)
             log(f"[{scope}] {len(files)} files")
             if python is not None:
@@ -610,17 +843,25 @@ def main() -> int:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "tree": str(tree),
+        "corpora": sources,
         "collcheck_jobs": args.jobs,
         "libcst": libcst_how,
         "total_bench_s": round(time.perf_counter() - started, 1),
     }
+    trees = [f"tree {tree} (copied; {libcst_how})"] if tree is not None else [libcst_how]
+    trees += [f"{name} from {source} (copied)" for name, source in sources.items()]
     print(
         f"collcheck static speed, {machine['date']}, {machine['cpus']} CPUs, python {machine['python']}, "
-        f"collcheck -j {args.jobs}; tree {tree} (copied; {libcst_how}); "
+        f"collcheck -j {args.jobs}; {'; '.join(trees)}; "
         f"collcheck source {machine['collcheck_source']}"
     )
     print_table(results)
-    verdicts = check_goals(results)
+    verdicts = check_goals(results) if TORCH in corpora else []
+    if sources:
+        names = list(sources)
+        corpus_goals = tuple((name, "cold", CORPUS_COLD_GOAL) for name in names)
+        verdicts += check_goals(results, corpus_goals, "issue 26")
+        verdicts += check_memory_goals(results, names)
     print(
         f"\nload average at the end: {', '.join(f'{x:.2f}' for x in machine['load_at_end'])}; "
         f"bench took {machine['total_bench_s']:.0f} s"
