@@ -41,7 +41,9 @@ change: there is none), and each collcheck run also records its PEAK RSS: a samp
 `VmRSS` from /proc/<pid>/status of the collcheck process and of all its descendants (the worker
 processes of `-j`) every `RSS_INTERVAL_S`; per run it keeps the largest SUM over the tree at one
 sample (shared pages count once per process that maps them: an upper bound of the memory used)
-and the largest single process. A peak shorter than the interval can be missed. (`--rss` samples
+and the largest single process, and the largest sum of `Pss` (smaps_rollup: a page shared by
+forked workers counted once in all; the nearest to the memory the run takes from the machine).
+A peak shorter than the interval can be missed. (`--rss` samples
 the torch runs too; `resource.getrusage(RUSAGE_CHILDREN).ru_maxrss` would give only the largest
 single descendant ever waited for.) Goals (issue 26), per such tree: cold <= 0.3x parse-only, peak
 RSS (the tree's sum) <= 400 MB.
@@ -122,6 +124,7 @@ class Measurement:
     note: str = ""
     peak_rss_mb: float | None = None  # of the best run: the largest sum of VmRSS over the process tree
     largest_process_mb: float | None = None  # of the best run: the largest VmRSS of one process
+    peak_pss_mb: float | None = None  # of the best run: the largest sum of Pss over the process tree
 
 
 def log(message: str) -> None:
@@ -184,29 +187,48 @@ def resident_kb(pid: int) -> int:
     return 0
 
 
-def tree_rss_kb(root: int) -> tuple[int, int]:
-    """(sum of VmRSS over `root` and its descendants, largest VmRSS of one of them), in kB."""
-    sizes = [resident_kb(pid) for pid in descendants(root, process_parents())]
-    return sum(sizes), max(sizes, default=0)
+def proportional_kb(pid: int) -> int:
+    """Pss of `pid` in kB (/proc/<pid>/smaps_rollup: each shared page split among the processes
+    that map it, so that a sum over processes counts it once); 0 when unreadable."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii", errors="replace") as stream:
+            for line in stream:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def tree_rss_kb(root: int) -> tuple[int, int, int]:
+    """(sum of VmRSS over `root` and its descendants, largest VmRSS of one of them, sum of their
+    Pss), in kB."""
+    pids = descendants(root, process_parents())
+    sizes = [resident_kb(pid) for pid in pids]
+    return sum(sizes), max(sizes, default=0), sum(proportional_kb(pid) for pid in pids)
 
 
 @dataclass
 class Peak:
-    """The largest tree sum and the largest single process seen over a run's samples, in kB."""
+    """The largest tree sum of RSS, the largest single process and the largest tree sum of PSS seen
+    over a run's samples, in kB."""
 
     total_kb: int = 0
     largest_kb: int = 0
+    proportional_kb: int = 0
     samples: int = 0
 
-    def add(self, total_kb: int, largest_kb: int) -> None:
+    def add(self, total_kb: int, largest_kb: int, proportional_kb: int = 0) -> None:
         self.total_kb = max(self.total_kb, total_kb)
         self.largest_kb = max(self.largest_kb, largest_kb)
+        self.proportional_kb = max(self.proportional_kb, proportional_kb)
         self.samples += 1
 
     def describe(self) -> str:
         return (
             f"peak RSS {self.total_kb / 1024:.0f} MB (process tree), largest process "
-            f"{self.largest_kb / 1024:.0f} MB, {self.samples} samples"
+            f"{self.largest_kb / 1024:.0f} MB, PSS {self.proportional_kb / 1024:.0f} MB, "
+            f"{self.samples} samples"
         )
 
 
@@ -428,6 +450,7 @@ def best_of(scope: str, name: str, repeats: int, once, peaks: Collcheck | None =
     if peak is not None:
         result.peak_rss_mb = round(peak.total_kb / 1024, 1)
         result.largest_process_mb = round(peak.largest_kb / 1024, 1)
+        result.peak_pss_mb = round(peak.proportional_kb / 1024, 1)
     return result
 
 
@@ -671,6 +694,7 @@ def check_memory_goals(results: list[Measurement], scopes: list[str]) -> list[di
                 "goal": goal,
                 "peak_rss_mb": worst.peak_rss_mb,
                 "largest_process_mb": worst.largest_process_mb,
+                "peak_pss_mb": worst.peak_pss_mb,
                 "run": worst.name,
                 "status": "PASS" if worst.peak_rss_mb <= CORPUS_RSS_GOAL_MB else "MISS",
             }
@@ -680,7 +704,8 @@ def check_memory_goals(results: list[Measurement], scopes: list[str]) -> list[di
             peak, largest = verdict["peak_rss_mb"], verdict["largest_process_mb"]
             print(
                 f"{verdict['status']!s:5} {verdict['goal']!s:44} measured {peak:.0f} MB "
-                f"(process tree; largest process {largest:.0f} MB; {verdict['run']})"
+                f"(process tree; largest process {largest:.0f} MB; PSS {verdict['peak_pss_mb']:.0f} MB; "
+                f"{verdict['run']})"
             )
         else:
             print(f"{'-':5} {verdict['goal']!s:44} {verdict['status']}")

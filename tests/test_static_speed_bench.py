@@ -64,6 +64,8 @@ def test_sampler_sums_the_process_tree_and_keeps_the_largest_process(tmp_path: P
     assert peak.largest_kb * 1024 >= 60 * MB
     assert peak.total_kb * 1024 >= 100 * MB
     assert peak.total_kb < 400 * 1024  # nothing outside the tree (the test runner) is counted
+    # The held bytes are private pages: the proportional sum holds them too, and never exceeds the RSS sum.
+    assert 100 * MB <= peak.proportional_kb * 1024 <= peak.total_kb * 1024
     assert wall >= 1.5 and cpu > 0
 
 
