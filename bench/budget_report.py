@@ -91,6 +91,7 @@ class PackageBudget:
     reduced: list[Reduced] = field(default_factory=list)
     cuts: list[Cut] = field(default_factory=list)
     main_loops: dict[str, str] = field(default_factory=dict)  # "file: name" -> status in words
+    findings: int = 0  # of run 1
     seconds: float = 0.0
 
 
@@ -158,15 +159,19 @@ def loop_status(path: str, name: str, result: PackageBudget, roots: set[Function
     return "NOT ANALYSED (not taken as a communicating function, or not found)"
 
 
-def check(spec: inject_bugs.PackageSpec, scratch: Path, jobs: int) -> PackageBudget:
+def check(spec: inject_bugs.PackageSpec, scratch: Path, jobs: int, bounds: str = "") -> PackageBudget:
+    """`bounds`: `[tool.collcheck]` lines for run 1 (`max-steps = 20000`), to see what a larger
+    budget would analyse in full; the census run never has them (it sets its own max-steps)."""
     package, source = inject_bugs.fetch(spec, inject_bugs.CACHE)
     workspace = inject_bugs.prepare(spec.name, package, scratch)
+    settings = workspace.root / "pyproject.toml"
+    base = settings.read_text(encoding="utf-8")
+    settings.write_text(base + bounds, encoding="utf-8")
     started = time.perf_counter()
     inject_bugs.run_collcheck(workspace.target, workspace.root, jobs, no_cache=True)
     report = json.loads((workspace.root / "report.json").read_text(encoding="utf-8"))
     seconds = time.perf_counter() - started
-    with (workspace.root / "pyproject.toml").open("a", encoding="utf-8") as settings:
-        settings.write(CENSUS_SETTING)
+    settings.write_text(base + CENSUS_SETTING, encoding="utf-8")
     inject_bugs.run_collcheck(workspace.target, workspace.root, jobs, no_cache=True)
     roots = census(json.loads((workspace.root / "report.json").read_text(encoding="utf-8")))
     result = PackageBudget(
@@ -176,6 +181,7 @@ def check(spec: inject_bugs.PackageSpec, scratch: Path, jobs: int) -> PackageBud
         len(roots),
         reduced_functions([str(n) for n in report["notes"]]),
         cuts_of(report),
+        findings=int(report["summary"]["findings"]),
         seconds=seconds,
     )
     for name, path, qualname in MAIN_LOOPS:
@@ -191,7 +197,7 @@ def describe(result: PackageBudget) -> list[str]:
     share = f"{len(result.reduced) / result.roots:.1%}" if result.roots else "-"
     lines = [
         f"== {result.name} ({result.source}; {result.files} files, "
-        f"at least {result.roots} functions analysed, {result.seconds:.0f} s) ==",
+        f"at least {result.roots} functions analysed, {result.findings} findings, {result.seconds:.0f} s) ==",
         f"reduced mode: {len(result.reduced)} ({share} of those analysed); causes: "
         + (", ".join(f"{cause} {count}" for cause, count in own.most_common()) or "-")
         + f"; helpers opaque in {opaque}",
@@ -209,18 +215,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--packages", default=",".join(spec.name for spec in precision.PACKAGES))
     parser.add_argument("-j", "--jobs", type=int, default=2)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--bound",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a work budget for the main run, e.g. max-steps=20000 (repeatable; default: collcheck's)",
+    )
     args = parser.parse_args(argv)
     specs = {spec.name: spec for spec in precision.PACKAGES}
     wanted = [name.strip() for name in args.packages.split(",") if name.strip()]
     unknown = [name for name in wanted if name not in specs]
     if unknown:
         parser.error(f"unknown packages {unknown}; known: {sorted(specs)}")
+    bounds = "".join(
+        f"{key.strip()} = {value.strip()}\n" for key, _, value in (b.partition("=") for b in args.bound)
+    )
     results: list[PackageBudget] = []
     status = 0
     with tempfile.TemporaryDirectory(prefix="collcheck-budget-") as scratch:
         for name in wanted:
             try:
-                results.append(check(specs[name], Path(scratch), args.jobs))
+                results.append(check(specs[name], Path(scratch), args.jobs, bounds))
             except Exception as error:  # a package that cannot be fetched or checked is reported
                 print(f"{name}: not checked: {error}", file=sys.stderr)
                 status = 1
