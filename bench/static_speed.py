@@ -32,21 +32,12 @@ once (`--cold-repeat` to repeat it), libcst and pylint once. `--quick` measures 
 Goals (issue 5, "Fast"), checked at the end against the libcst parse-only time:
   torch/distributed: cold <= 1.0x parse-only, warm <= 0.05x;  whole torch tree: cold <= 0.3x.
 
-`--corpus` (default `torch`: the measurement above, unchanged) names the trees to measure, comma
-separated: `torch`, or any package of bench/precision.py (vllm 0.34.0, 3,604 files; sglang 0.5.23;
-...), fetched at its pinned version with bench/inject_bugs.fetch into
-`~/.cache/collcheck-bench/inject/` (never committed; only `*.py` members unpacked, nothing imported
-or run) and copied like torch. On such a tree every measurement above runs (no distributed_c10d.py
-change: there is none), and each collcheck run also records its PEAK RSS: a sampler reads
-`VmRSS` from /proc/<pid>/status of the collcheck process and of all its descendants (the worker
-processes of `-j`) every `RSS_INTERVAL_S`; per run it keeps the largest SUM over the tree at one
-sample (shared pages count once per process that maps them: an upper bound of the memory used)
-and the largest single process, and the largest sum of `Pss` (smaps_rollup: a page shared by
-forked workers counted once in all; the nearest to the memory the run takes from the machine).
-A peak shorter than the interval can be missed. (`--rss` samples
-the torch runs too; `resource.getrusage(RUSAGE_CHILDREN).ru_maxrss` would give only the largest
-single descendant ever waited for.) Goals (issue 26), per such tree: cold <= 0.3x parse-only, peak
-RSS (the tree's sum) <= 400 MB.
+`--corpus` (default `torch`: the above, unchanged) names the trees to measure: `torch` and/or
+packages of bench/precision.py (vllm 0.34.0, 3,604 files; sglang 0.5.23), fetched at its pinned
+version into the bench cache and copied like torch (speed_corpora.py). Every measurement above
+runs there, and each collcheck run records its peak memory (process_memory.py: RSS summed over
+the process and its `-j` workers, the largest process, PSS; `--rss` for torch too). Goals (issue
+26), per tree: cold <= 0.3x parse-only, peak RSS (the tree's sum) <= 400 MB.
 Not a test: exit status 0 even when a goal is missed (1 only when a measurement could not run).
 """
 
@@ -58,18 +49,25 @@ import importlib.util
 import json
 import os
 import platform
-import resource
-import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from measured_checkout import compile_collcheck, source_state
+from process_memory import Peak, children_cpu, timed_sampled
+from speed_corpora import (
+    CORPUS_COLD_GOAL,
+    TORCH,
+    check_memory_goals,
+    corpus_packages,
+    fetch_corpus,
+    parse_corpora,
+)
+
 DISTRIBUTED = "distributed"
 COMMUNICATING_FILE = "distributed/distributed_c10d.py"  # relative to the torch folder
 GOALS = (  # (scope, measurement, at most this many times libcst parse-only)
@@ -77,11 +75,6 @@ GOALS = (  # (scope, measurement, at most this many times libcst parse-only)
     ("torch/distributed", "warm", 0.05),
     ("torch", "cold", 0.3),
 )
-CORPUS_COLD_GOAL = 0.3  # issue 26: cold <= 0.3x libcst parse-only on a large tree ...
-CORPUS_RSS_GOAL_MB = 400.0  # ... with a peak resident set (collcheck and its workers) of at most this
-RSS_INTERVAL_S = 0.05
-TORCH = "torch"
-
 LIBCST_WORKER = r"""
 import json, sys, time
 started = time.perf_counter()
@@ -131,11 +124,6 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def timed(command: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None):
     """(wall seconds, child CPU seconds, completed process, load average before)."""
     load = os.getloadavg()[0]
@@ -144,126 +132,6 @@ def timed(command: list[str], cwd: Path, timeout: float, env: dict[str, str] | N
     completed = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     wall = time.perf_counter() - started
     return wall, children_cpu() - cpu_before, completed, load
-
-
-def process_parents() -> dict[int, int]:
-    """pid -> parent pid of every process /proc shows (`children` files need a kernel option)."""
-    parents: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stream:
-                stat = stream.read()
-        except OSError:  # ended meanwhile
-            continue
-        # `pid (comm) state ppid ...`: comm may hold spaces and parentheses, so split after the last `)`
-        parents[int(entry.name)] = int(stat[stat.rindex(b")") + 2 :].split()[1])
-    return parents
-
-
-def descendants(root: int, parents: dict[int, int]) -> list[int]:
-    """`root` and every process below it."""
-    children: dict[int, list[int]] = {}
-    for pid, parent in parents.items():
-        children.setdefault(parent, []).append(pid)
-    found, stack = [], [root]
-    while stack:
-        pid = stack.pop()
-        found.append(pid)
-        stack.extend(children.get(pid, []))
-    return found
-
-
-def resident_kb(pid: int) -> int:
-    """VmRSS of `pid` in kB (0 when it ended, or is a zombie without one)."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as stream:
-            for line in stream:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def proportional_kb(pid: int) -> int:
-    """Pss of `pid` in kB (/proc/<pid>/smaps_rollup: each shared page split among the processes
-    that map it, so that a sum over processes counts it once); 0 when unreadable."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii", errors="replace") as stream:
-            for line in stream:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def tree_rss_kb(root: int) -> tuple[int, int, int]:
-    """(sum of VmRSS over `root` and its descendants, largest VmRSS of one of them, sum of their
-    Pss), in kB."""
-    pids = descendants(root, process_parents())
-    sizes = [resident_kb(pid) for pid in pids]
-    return sum(sizes), max(sizes, default=0), sum(proportional_kb(pid) for pid in pids)
-
-
-@dataclass
-class Peak:
-    """The largest tree sum of RSS, the largest single process and the largest tree sum of PSS seen
-    over a run's samples, in kB."""
-
-    total_kb: int = 0
-    largest_kb: int = 0
-    proportional_kb: int = 0
-    samples: int = 0
-
-    def add(self, total_kb: int, largest_kb: int, proportional_kb: int = 0) -> None:
-        self.total_kb = max(self.total_kb, total_kb)
-        self.largest_kb = max(self.largest_kb, largest_kb)
-        self.proportional_kb = max(self.proportional_kb, proportional_kb)
-        self.samples += 1
-
-    def describe(self) -> str:
-        return (
-            f"peak RSS {self.total_kb / 1024:.0f} MB (process tree), largest process "
-            f"{self.largest_kb / 1024:.0f} MB, PSS {self.proportional_kb / 1024:.0f} MB, "
-            f"{self.samples} samples"
-        )
-
-
-def timed_sampled(
-    command: list[str], cwd: Path, timeout: float, interval: float = RSS_INTERVAL_S
-) -> tuple[float, float, subprocess.CompletedProcess[str], float, Peak]:
-    """`timed`, with a thread sampling the resident set of the child's process tree every `interval`
-    seconds. The child is waited for as `subprocess.run` does (its pipes, then its exit), so the
-    wall time is as precise as `timed`'s: the sampler never delays the end of a run."""
-    load = os.getloadavg()[0]
-    cpu_before = children_cpu()
-    peak = Peak()
-    done = threading.Event()
-    started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def sample() -> None:
-        while not done.is_set():
-            peak.add(*tree_rss_kb(process.pid))
-            done.wait(interval)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        raise
-    finally:
-        done.set()
-    wall = time.perf_counter() - started
-    sampler.join()
-    completed = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-    return wall, children_cpu() - cpu_before, completed, load, peak
 
 
 def find_tree(argument: str | None) -> Path:
@@ -301,31 +169,6 @@ def tool(name: str, explicit: str | None = None) -> str | None:
     if beside.exists():
         return str(beside)
     return shutil.which(name)
-
-
-def compile_collcheck(executable: str) -> str:
-    """Write the bytecode of the collcheck package the executable runs, as `pip install` does for
-    an installed package. A checkout run with PYTHONDONTWRITEBYTECODE set (as on the project's
-    shared machines) otherwise compiles every module from source in every run (about 0.15 s of
-    a cold run's serial start, none of it the analysis). Returns what was done, for the log."""
-    try:
-        first = Path(executable).read_text(encoding="utf-8", errors="replace").splitlines()[0]
-    except (OSError, IndexError):
-        return "collcheck's bytecode not compiled (its executable is unreadable)"
-    python = (
-        shlex.split(first[2:]) if first.startswith("#!") else [sys.executable]
-    )  # `#!/usr/bin/env python3`
-    locate = [*python, "-c", "import collcheck, os; print(os.path.dirname(collcheck.__file__))"]
-    try:
-        found = subprocess.run(locate, capture_output=True, text=True, timeout=60)
-        if found.returncode != 0 or not found.stdout.strip():
-            return "collcheck's bytecode not compiled (its package was not found)"
-        package = found.stdout.strip()
-        done = subprocess.run([*python, "-m", "compileall", "-q", package], capture_output=True, timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"collcheck's bytecode not compiled ({error})"
-    outcome = "compiled" if done.returncode == 0 else f"compileall exited {done.returncode} for"
-    return f"{outcome} the bytecode of {package} (as pip install does)"
 
 
 # --- libcst ----------------------------------------------------------------------------------------
@@ -676,87 +519,6 @@ def check_goals(
         else:
             print(f"{'-':5} {verdict['goal']:44} {verdict['status']}")
     return verdicts
-
-
-def check_memory_goals(results: list[Measurement], scopes: list[str]) -> list[dict[str, object]]:
-    """Peak RSS of each scope's collcheck runs (the largest process-tree sum) against the goal."""
-    verdicts: list[dict[str, object]] = []
-    for scope in scopes:
-        peaks = [m for m in results if m.scope == scope and m.peak_rss_mb is not None]
-        goal = f"{scope} peak RSS <= {CORPUS_RSS_GOAL_MB:.0f} MB"
-        if not peaks:
-            verdicts.append({"goal": goal, "status": "not measured"})
-            continue
-        worst = max(peaks, key=lambda m: m.peak_rss_mb or 0.0)
-        assert worst.peak_rss_mb is not None
-        verdicts.append(
-            {
-                "goal": goal,
-                "peak_rss_mb": worst.peak_rss_mb,
-                "largest_process_mb": worst.largest_process_mb,
-                "peak_pss_mb": worst.peak_pss_mb,
-                "run": worst.name,
-                "status": "PASS" if worst.peak_rss_mb <= CORPUS_RSS_GOAL_MB else "MISS",
-            }
-        )
-    for verdict in verdicts:
-        if "peak_rss_mb" in verdict:
-            peak, largest = verdict["peak_rss_mb"], verdict["largest_process_mb"]
-            print(
-                f"{verdict['status']!s:5} {verdict['goal']!s:44} measured {peak:.0f} MB "
-                f"(process tree; largest process {largest:.0f} MB; PSS {verdict['peak_pss_mb']:.0f} MB; "
-                f"{verdict['run']})"
-            )
-        else:
-            print(f"{'-':5} {verdict['goal']!s:44} {verdict['status']}")
-    return verdicts
-
-
-def parse_corpora(text: str, known: list[str]) -> list[str]:
-    """The `--corpus` names, in order, without repeats; an unknown one is an error naming the known."""
-    names = list(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
-    unknown = [name for name in names if name != TORCH and name not in known]
-    if not names or unknown:
-        raise ValueError(f"unknown corpus {unknown or text!r}; known: {', '.join([TORCH, *sorted(known)])}")
-    return names
-
-
-def corpus_packages() -> dict[str, object]:
-    """bench/precision.py's packages by name (its pinned versions), torch left out (measured from
-    the installed tree). Imported only when asked: the torch measurement does not need them."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import precision
-
-    return {spec.name: spec for spec in precision.PACKAGES if spec.name != TORCH}
-
-
-def fetch_corpus(name: str, specs: dict[str, object]) -> tuple[Path, str]:
-    """The unpacked package folder of corpus `name` (fetched once into the bench cache) and its source."""
-    import inject_bugs
-
-    spec = specs[name]
-    assert isinstance(spec, inject_bugs.PackageSpec)
-    return inject_bugs.fetch(spec, inject_bugs.CACHE)
-
-
-def source_state() -> str:
-    """HEAD and the modified files of the collcheck checkout (read-only git commands)."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "collcheck", "catalogs"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-        )
-    except OSError:
-        return "unknown (no git)"
-    changed = len(dirty.stdout.splitlines())
-    return f"{head.stdout.strip() or '?'}" + (
-        f" + {changed} uncommitted changes under collcheck/ catalogs/" if changed else ""
-    )
 
 
 # --- main ------------------------------------------------------------------------------------------
