@@ -1,6 +1,7 @@
 """Speed of `collcheck check` on the installed torch tree, against libcst parse-only, ruff and pylint.
 
     python bench/static_speed.py [--tree PATH] [--quick] [--jobs N] [--repeat 3] [--json out.json]
+    python bench/static_speed.py --corpus vllm,sglang [--repeat 1]     (issue 26: large trees)
 
 Measures, in one run, on a private copy of the tree (the `*.py` files of site-packages/torch, about
 2,300 files; the installed torch is never touched) and on its `torch/distributed` subtree:
@@ -30,6 +31,13 @@ once (`--cold-repeat` to repeat it), libcst and pylint once. `--quick` measures 
 
 Goals (issue 5, "Fast"), checked at the end against the libcst parse-only time:
   torch/distributed: cold <= 1.0x parse-only, warm <= 0.05x;  whole torch tree: cold <= 0.3x.
+
+`--corpus` (default `torch`: the above, unchanged) names the trees to measure: `torch` and/or
+packages of bench/precision.py (vllm 0.34.0, 3,604 files; sglang 0.5.23), fetched at its pinned
+version into the bench cache and copied like torch (speed_corpora.py). Every measurement above
+runs there, and each collcheck run records its peak memory (process_memory.py: RSS summed over
+the process and its `-j` workers, the largest process, PSS; `--rss` for torch too). Goals (issue
+26), per tree: cold <= 0.3x parse-only, peak RSS (the tree's sum) <= 400 MB.
 Not a test: exit status 0 even when a goal is missed (1 only when a measurement could not run).
 """
 
@@ -41,8 +49,6 @@ import importlib.util
 import json
 import os
 import platform
-import resource
-import shlex
 import shutil
 import subprocess
 import sys
@@ -51,7 +57,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from measured_checkout import compile_collcheck, source_state
+from process_memory import Peak, children_cpu, timed_sampled
+from speed_corpora import (
+    CORPUS_COLD_GOAL,
+    TORCH,
+    check_memory_goals,
+    corpus_packages,
+    fetch_corpus,
+    parse_corpora,
+)
+
 DISTRIBUTED = "distributed"
 COMMUNICATING_FILE = "distributed/distributed_c10d.py"  # relative to the torch folder
 GOALS = (  # (scope, measurement, at most this many times libcst parse-only)
@@ -59,7 +75,6 @@ GOALS = (  # (scope, measurement, at most this many times libcst parse-only)
     ("torch/distributed", "warm", 0.05),
     ("torch", "cold", 0.3),
 )
-
 LIBCST_WORKER = r"""
 import json, sys, time
 started = time.perf_counter()
@@ -100,15 +115,13 @@ class Measurement:
     load: float | None = None  # 1-minute load average before the best run
     detail: str = ""
     note: str = ""
+    peak_rss_mb: float | None = None  # of the best run: the largest sum of VmRSS over the process tree
+    largest_process_mb: float | None = None  # of the best run: the largest VmRSS of one process
+    peak_pss_mb: float | None = None  # of the best run: the largest sum of Pss over the process tree
 
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def timed(command: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None):
@@ -156,31 +169,6 @@ def tool(name: str, explicit: str | None = None) -> str | None:
     if beside.exists():
         return str(beside)
     return shutil.which(name)
-
-
-def compile_collcheck(executable: str) -> str:
-    """Write the bytecode of the collcheck package the executable runs, as `pip install` does for
-    an installed package. A checkout run with PYTHONDONTWRITEBYTECODE set (as on the project's
-    shared machines) otherwise compiles every module from source in every run (about 0.15 s of
-    a cold run's serial start, none of it the analysis). Returns what was done, for the log."""
-    try:
-        first = Path(executable).read_text(encoding="utf-8", errors="replace").splitlines()[0]
-    except (OSError, IndexError):
-        return "collcheck's bytecode not compiled (its executable is unreadable)"
-    python = (
-        shlex.split(first[2:]) if first.startswith("#!") else [sys.executable]
-    )  # `#!/usr/bin/env python3`
-    locate = [*python, "-c", "import collcheck, os; print(os.path.dirname(collcheck.__file__))"]
-    try:
-        found = subprocess.run(locate, capture_output=True, text=True, timeout=60)
-        if found.returncode != 0 or not found.stdout.strip():
-            return "collcheck's bytecode not compiled (its package was not found)"
-        package = found.stdout.strip()
-        done = subprocess.run([*python, "-m", "compileall", "-q", package], capture_output=True, timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"collcheck's bytecode not compiled ({error})"
-    outcome = "compiled" if done.returncode == 0 else f"compileall exited {done.returncode} for"
-    return f"{outcome} the bytecode of {package} (as pip install does)"
 
 
 # --- libcst ----------------------------------------------------------------------------------------
@@ -244,8 +232,12 @@ def measure_libcst(python: str, files: list[Path], work: Path, scope: str, timeo
 
 
 class Collcheck:
-    def __init__(self, executable: str, work: Path, jobs: int, timeout: float) -> None:
+    def __init__(
+        self, executable: str, work: Path, jobs: int, timeout: float, sample_rss: bool = False
+    ) -> None:
         self.executable = executable
+        self.sample_rss = sample_rss  # sample the process tree's resident set (timed_sampled)
+        self.last_peak: Peak | None = None
         self.work = work  # holds pyproject.toml and the cache folder
         self.jobs = jobs
         self.timeout = timeout
@@ -255,11 +247,18 @@ class Collcheck:
     def run_once(self, target: Path) -> tuple[float, float, float, str]:
         command = [self.executable, "check", "--format", "json", "-o", str(self.report), "-j", str(self.jobs)]
         self.report.unlink(missing_ok=True)
-        wall, cpu, completed, load = timed([*command, str(target)], self.work, self.timeout)
+        if self.sample_rss:
+            wall, cpu, completed, load, self.last_peak = timed_sampled(
+                [*command, str(target)], self.work, self.timeout
+            )
+        else:
+            wall, cpu, completed, load = timed([*command, str(target)], self.work, self.timeout)
         if completed.returncode not in (0, 1):
             raise RuntimeError(f"collcheck exited {completed.returncode}: {completed.stderr.strip()[-500:]}")
         summary = json.loads(self.report.read_text(encoding="utf-8"))["summary"]
         counts = f"files {summary['files']}, findings {summary['findings']}, errors {summary['errors']}"
+        if self.last_peak is not None and self.sample_rss:
+            counts += f"; {self.last_peak.describe()}"
         return wall, cpu, load, counts
 
     def clear_cache(self) -> None:
@@ -278,17 +277,23 @@ def announce(m: Measurement) -> Measurement:
     return m
 
 
-def best_of(scope: str, name: str, repeats: int, once) -> Measurement:
-    """Run `once()` (-> wall, cpu, load, detail) `repeats` times and keep the fastest."""
+def best_of(scope: str, name: str, repeats: int, once, peaks: Collcheck | None = None) -> Measurement:
+    """Run `once()` (-> wall, cpu, load, detail) `repeats` times and keep the fastest. With `peaks`
+    (a Collcheck sampling the resident set), the best run's peak is kept too."""
     result = Measurement(scope, name)
     best = None
     for _ in range(repeats):
         wall, cpu, load, detail = once()
         result.runs.append(wall)
+        peak = peaks.last_peak if peaks is not None and peaks.sample_rss else None
         if best is None or wall < best[0]:
-            best = (wall, cpu, load, detail)
+            best = (wall, cpu, load, detail, peak)
     assert best is not None
-    result.seconds, result.cpu_seconds, result.load, result.detail = best
+    result.seconds, result.cpu_seconds, result.load, result.detail, peak = best
+    if peak is not None:
+        result.peak_rss_mb = round(peak.total_kb / 1024, 1)
+        result.largest_process_mb = round(peak.largest_kb / 1024, 1)
+        result.peak_pss_mb = round(peak.proportional_kb / 1024, 1)
     return result
 
 
@@ -339,11 +344,11 @@ def measure_collcheck(
     empty = cc.work / "empty"
     empty.mkdir(exist_ok=True)
     log(f"[{scope}] collcheck on an empty folder")
-    fixed = best_of(scope, "collcheck, empty folder", args.repeat, lambda: cc.run_once(empty))
+    fixed = best_of(scope, "collcheck, empty folder", args.repeat, lambda: cc.run_once(empty), cc)
     fixed.note = "fixed cost of a run: interpreter, imports, settings, catalog, report"
     results.append(announce(fixed))
     log(f"[{scope}] collcheck cold")
-    results.append(announce(best_of(scope, "collcheck cold", args.cold_repeat, cold_once)))
+    results.append(announce(best_of(scope, "collcheck cold", args.cold_repeat, cold_once, cc)))
 
     def warm_once():
         before = cc.entries()
@@ -352,7 +357,7 @@ def measure_collcheck(
         return wall, cpu, load, counts + (f"; NOT WARM: {written} new cache entries" if written else "")
 
     log(f"[{scope}] collcheck warm")
-    results.append(announce(best_of(scope, "collcheck warm", args.repeat, warm_once)))
+    results.append(announce(best_of(scope, "collcheck warm", args.repeat, warm_once, cc)))
 
     quiet, why = quiet_file(tree_copy, files)
     communicating = tree_copy / COMMUNICATING_FILE
@@ -374,7 +379,7 @@ def measure_collcheck(
 
         log(f"[{scope}] collcheck {label}")
         try:
-            measurement = best_of(scope, label, repeats, changed_once)
+            measurement = best_of(scope, label, repeats, changed_once, cc)
         finally:
             path.write_bytes(original)
         measurement.note = f"{path.relative_to(tree_copy.parent)}: {why_path}"
@@ -482,9 +487,11 @@ def print_table(results: list[Measurement]) -> None:
                 print(f"{'':36} note: {m.note}")
 
 
-def check_goals(results: list[Measurement]) -> list[dict]:
+def check_goals(
+    results: list[Measurement], goals: tuple[tuple[str, str, float], ...] = GOALS, issue: str = "issue 5"
+) -> list[dict]:
     verdicts = []
-    for scope, name, limit in GOALS:
+    for scope, name, limit in goals:
         baseline = next(
             (m for m in results if m.scope == scope and m.name == "libcst parse-only" and m.seconds), None
         )
@@ -502,7 +509,7 @@ def check_goals(results: list[Measurement]) -> list[dict]:
                 "status": "PASS" if value <= limit else "MISS",
             }
         )
-    print("\n== goals (issue 5) ==")
+    print(f"\n== goals ({issue}) ==")
     for verdict in verdicts:
         if "ratio" in verdict:
             print(
@@ -514,33 +521,19 @@ def check_goals(results: list[Measurement]) -> list[dict]:
     return verdicts
 
 
-def source_state() -> str:
-    """HEAD and the modified files of the collcheck checkout (read-only git commands)."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "collcheck", "catalogs"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-        )
-    except OSError:
-        return "unknown (no git)"
-    changed = len(dirty.stdout.splitlines())
-    return f"{head.stdout.strip() or '?'}" + (
-        f" + {changed} uncommitted changes under collcheck/ catalogs/" if changed else ""
-    )
-
-
 # --- main ------------------------------------------------------------------------------------------
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", help="the torch package folder (default: the installed one)")
     parser.add_argument("--quick", action="store_true", help="only the torch/distributed subtree")
+    parser.add_argument(
+        "--corpus",
+        default=TORCH,
+        help="trees to measure, comma separated: torch and/or packages of bench/precision.py (vllm,sglang)",
+    )
+    parser.add_argument("--rss", action="store_true", help="sample the peak RSS of the torch runs too")
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, help="collcheck -j")
     parser.add_argument("--repeat", type=int, default=3, help="repeats of warm/changed/ruff runs")
     parser.add_argument("--cold-repeat", type=int, default=1, help="repeats of cold runs")
@@ -556,9 +549,19 @@ def main() -> int:
     parser.add_argument("--no-install", action="store_true", help="never pip-install libcst")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     parser.add_argument("--json", help="also write the results here")
-    args = parser.parse_args()
+    return parser
 
-    tree = find_tree(args.tree)
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    specs = corpus_packages() if args.corpus != TORCH else {}
+    try:
+        corpora = parse_corpora(args.corpus, list(specs))
+    except ValueError as error:
+        parser.error(str(error))
+
+    tree = find_tree(args.tree) if TORCH in corpora else None
     collcheck = tool("collcheck", args.collcheck)
     if collcheck is None:
         raise SystemExit("collcheck not found; pip install -e . or pass --collcheck")
@@ -566,22 +569,39 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="collcheck-static-speed-"))
     started = time.perf_counter()
     results: list[Measurement] = []
+    sources: dict[str, str] = {}  # corpus -> the archive it was unpacked from
     status = 0
     try:
-        copy = work / "torch"
-        log(f"copying the *.py files of {tree} to {copy}")
-        count = copy_python_files(tree, copy)
-        log(f"  {count} files")
         (work / "pyproject.toml").write_text('[tool.collcheck]\ncache-dir = ".collcheck_cache"\n')
         python, libcst_how = libcst_python(work, not args.no_install)
         log(libcst_how)
         ruff = tool("ruff", args.ruff)
         pylint, pylint_how = pylint_command(work, args)
-        cc = Collcheck(collcheck, work, args.jobs, args.timeout)
-        scopes = [("torch/distributed", copy / DISTRIBUTED)]
-        if not args.quick:
-            scopes.append(("torch", copy))
-        for scope, target in scopes:
+        # (scope, folder analysed, the copied tree, whether its collcheck runs sample the RSS)
+        scopes: list[tuple[str, Path, Path, bool]] = []
+        for corpus in corpora:
+            if corpus == TORCH:
+                assert tree is not None
+                copy = work / "torch"
+                log(f"copying the *.py files of {tree} to {copy}")
+                count = copy_python_files(tree, copy)
+                log(f"  {count} files")
+                scopes.append(("torch/distributed", copy / DISTRIBUTED, copy, args.rss))
+                if not args.quick:
+                    scopes.append(("torch", copy, copy, args.rss))
+                continue
+            try:
+                package, sources[corpus] = fetch_corpus(corpus, specs)
+            except Exception as error:  # a corpus that cannot be fetched is reported, not fatal
+                results.append(Measurement(corpus, "collcheck", note=f"not fetched: {error}"))
+                status = 1
+                continue
+            copy = work / "corpora" / corpus / package.name
+            log(f"copying the *.py files of {package} ({sources[corpus]}) to {copy}")
+            log(f"  {copy_python_files(package, copy)} files")
+            scopes.append((corpus, copy, copy, True))
+        for scope, target, copy, sample_rss in scopes:
+            cc = Collcheck(collcheck, work, args.jobs, args.timeout, sample_rss)
             files = python_files(target)
             log(f"[{scope}] {len(files)} files")
             if python is not None:
@@ -610,17 +630,25 @@ def main() -> int:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "tree": str(tree),
+        "corpora": sources,
         "collcheck_jobs": args.jobs,
         "libcst": libcst_how,
         "total_bench_s": round(time.perf_counter() - started, 1),
     }
+    trees = [f"tree {tree} (copied; {libcst_how})"] if tree is not None else [libcst_how]
+    trees += [f"{name} from {source} (copied)" for name, source in sources.items()]
     print(
         f"collcheck static speed, {machine['date']}, {machine['cpus']} CPUs, python {machine['python']}, "
-        f"collcheck -j {args.jobs}; tree {tree} (copied; {libcst_how}); "
+        f"collcheck -j {args.jobs}; {'; '.join(trees)}; "
         f"collcheck source {machine['collcheck_source']}"
     )
     print_table(results)
-    verdicts = check_goals(results)
+    verdicts = check_goals(results) if TORCH in corpora else []
+    if sources:
+        names = list(sources)
+        corpus_goals = tuple((name, "cold", CORPUS_COLD_GOAL) for name in names)
+        verdicts += check_goals(results, corpus_goals, "issue 26")
+        verdicts += check_memory_goals(results, names)
     print(
         f"\nload average at the end: {', '.join(f'{x:.2f}' for x in machine['load_at_end'])}; "
         f"bench took {machine['total_bench_s']:.0f} s"
