@@ -41,7 +41,7 @@ from collcheck.static.program import (
     Rebase,
     Site,
 )
-from collcheck.static.receivers import writes_own_state
+from collcheck.static.receivers import own_attributes_read, writes_own_state
 from collcheck.static.state import Frame, PathLimitExceeded, State, collapse_returns
 from collcheck.static.symbolic import (
     Atom,
@@ -210,6 +210,7 @@ class HelperInliner(CollectiveEvents):
             and not self.returns_matter(function, owner_module)
             and not self._arguments_vary(call, state, frame, known)
             and not (bound_self and self._keeps_rank_state(function, call, state, frame, known))
+            and not (bound_self and self._reads_rank_state(function, class_name, state, receiver))
         ):
             return [(state, self.pure(call, state, frame, known))]
         if communicates and self.opaque_helpers:
@@ -279,6 +280,21 @@ class HelperInliner(CollectiveEvents):
             return True
         arguments = [*call.args, *(keyword.value for keyword in call.keywords)]
         return any(is_rank_dependent(self.pure(a, state, frame, known)) for a in arguments)
+
+    def _reads_rank_state(
+        self, function: FunctionNode, class_name: str | None, state: State, receiver: str
+    ) -> bool:
+        """A method (or `@property` getter) that reads an attribute of its object holding a per-rank
+        value (`return self.pp_rank == self.pp_size - 1`, with `self.pp_rank` the rank): what it
+        returns may differ between ranks, so it is run."""
+        owner = self.owner_class(function, class_name)
+        for attribute in own_attributes_read(function):
+            value = state.env.get(f"{receiver}.{attribute}")
+            if value is None and owner is not None:
+                value = self.class_attribute(owner, attribute)
+            if value is not None and is_rank_dependent(value):
+                return True
+        return False
 
     def _run_helper(
         self,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from weakref import WeakKeyDictionary
 
-from collcheck.static.model import FunctionNode, ModuleInfo, inherited
+from collcheck.static.model import ClassInfo, FunctionNode, ModuleInfo, inherited
 from collcheck.static.names import ImportTable, nodes_under
 from collcheck.static.symbolic import Atom, Expr
 
@@ -215,14 +215,22 @@ def _own_nodes(function: FunctionNode) -> list[ast.AST]:
     return nodes
 
 
-def method_of(module: ModuleInfo, owner: ObjectClass, name: str) -> FunctionNode | None:
-    """The method `name` a call on an object of `owner` runs, or None (not defined in the file, or
-    overridden by a subclass the object may be)."""
-    found: FunctionNode | None = inherited(module, owner.name, name, lambda info: info.methods)
+def method_of(
+    module: ModuleInfo, owner: ObjectClass, name: str, getter: bool = False
+) -> FunctionNode | None:
+    """The method `name` a call on an object of `owner` runs (`getter`: the `@property` getter a
+    read of the attribute runs), or None (not defined in the file, or overridden by a subclass the
+    object may be)."""
+
+    def table(info: ClassInfo) -> dict[str, FunctionNode]:
+        return info.properties if getter else info.methods
+
+    found: FunctionNode | None = inherited(module, owner.name, name, table)
     if found is None or owner.exact:
         return found
     for other, info in module.classes.items():
-        if other != owner.name and name in info.methods and _derives_from(module, other, owner.name):
+        overridden = name in info.methods or name in info.properties
+        if other != owner.name and overridden and _derives_from(module, other, owner.name):
             return None
     return found
 
@@ -268,6 +276,23 @@ def writes_own_state(function: FunctionNode) -> bool:
         if isinstance(stored, ast.Name) and stored.id == first:
             return True
     return False
+
+
+@lru_cache(maxsize=4096)
+def own_attributes_read(function: FunctionNode) -> frozenset[str]:
+    """The attributes of its first parameter the method reads (`self.pp_rank`)."""
+    args = [*function.args.posonlyargs, *function.args.args]
+    if not args:
+        return frozenset()
+    first = args[0].arg
+    return frozenset(
+        node.attr
+        for node in _own_nodes(function)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Load)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == first
+    )
 
 
 # ----------------------------------------------------------------------------- calls of the file
