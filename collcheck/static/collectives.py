@@ -13,7 +13,7 @@ import ast
 from collcheck.catalog import OpSpec
 from collcheck.static import groups
 from collcheck.static.calls import CallResolver
-from collcheck.static.group_values import group_value
+from collcheck.static.group_values import group_value, type_of
 from collcheck.static.model import ModuleInfo
 from collcheck.static.names import qualified_name, source_text
 from collcheck.static.program import (
@@ -163,7 +163,7 @@ class CollectiveEvents(CallResolver):
         if name is not None and name in types:
             return types[name] or name
         if isinstance(call.func, ast.Attribute):
-            receiver = self._type_of(call.func.value, state)
+            receiver = type_of(self, call.func.value, state)
             reading = f"{receiver}.{call.func.attr}" if receiver else None
             if reading is not None and reading in types:
                 return types[reading] or receiver

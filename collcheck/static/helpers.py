@@ -219,7 +219,7 @@ class HelperInliner(CollectiveEvents):
             if self.record_events:
                 state.events = (*state.events, callback_event(call, self.module.path, frame))
             return [(state, self.pure(call, state, frame, known))]
-        env = self._bind_call_arguments(call, function, bound_self, state, frame, known, receiver)
+        env = self.bind_call_arguments(call, function, bound_self, state, frame, known, receiver)
         site = Site(
             frame.function, function.name, self.module.path, call.lineno, call.col_offset, owner_module.path
         )
@@ -405,7 +405,7 @@ class HelperInliner(CollectiveEvents):
             self.children[other.path] = child
         return child
 
-    def _bind_call_arguments(
+    def bind_call_arguments(
         self,
         call: ast.Call,
         function: FunctionNode,

@@ -88,7 +88,7 @@ class ObjectProtocols(ExceptionFlow):
         if node is None:
             return [(state, Const(None), {})]
         order = effects_in_order(node, self.property_names) if self.property_names else calls_in_order(node)
-        steps: list[tuple[ast.expr, HeldTarget | None]] = []
+        steps: list[tuple[ast.Call | ast.Attribute, HeldTarget | None]] = []
         for step in order:
             if isinstance(step, ast.Call):
                 if self.has_effect(step, frame, state):
@@ -244,8 +244,8 @@ class ObjectProtocols(ExceptionFlow):
     def _enter_generator(
         self, stmt: ast.With | ast.AsyncWith, index: int, resolved: Resolution, state: State, frame: Frame
     ) -> list[State]:
-        assert resolved.target is not None and isinstance(stmt.items[index].context_expr, ast.Call)
         call = stmt.items[index].context_expr
+        assert resolved.target is not None and isinstance(call, ast.Call)
         function, class_name, bound_self = resolved.target
         receiver = (resolved.receiver or "self") if bound_self else None
         arguments = ast.copy_location(
@@ -253,7 +253,7 @@ class ObjectProtocols(ExceptionFlow):
         )
         results: list[State] = []
         for current, _, known in self.eval_with_calls(arguments, state, frame):
-            env = self._bind_call_arguments(
+            env = self.bind_call_arguments(
                 call, function, bound_self, current, frame, known, receiver or "self"
             )
             declared = global_names(function) | {key for key in current.env if is_filled_key(key)}
