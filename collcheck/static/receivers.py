@@ -14,7 +14,8 @@ object of one file from being read as a class of the same name in another file: 
 the file whose runner reads the value are dispatched to (classes of other files are not
 followed).
 
-Dispatch: the method is looked up in the class and its bases of the file (`model.inherited`).
+Dispatch: the method (or, for an attribute read, the `@property` getter: `ClassInfo.properties`)
+is looked up in the class and its bases of the file (`model.inherited`).
 When the object may be a subclass and a subclass of the file overrides the method, the call is
 not followed: the candidates may issue different collectives, and following one would report a
 divergence the other override may not have (precision first; the call stays unknown code).
