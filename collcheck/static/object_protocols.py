@@ -48,6 +48,7 @@ from collcheck.static.values import where_of
 
 CONTEXT_DECORATORS = frozenset({"contextlib.contextmanager", "contextlib.asynccontextmanager"})
 CALLER = "^caller:"  # a caller's variable carried through a generator's code (not a Python name)
+RESUMED = "^resumed"  # this path went through the `yield` (the body ran)
 PENDING_EXIT = "^exit"  # the body's `return`/`break`/`continue`, taken once the generator is done
 MAX_PROPERTY_PARTS = 8  # `a.b.c.prop`: holders this long are read
 
@@ -315,6 +316,7 @@ class ObjectProtocols(ExceptionFlow):
                 resumed = State(dict(current.env), after.conds, after.events)
                 self._carry(after.env, resumed.env, f"{run.receiver}.", "self.", run)
                 resumed.env.update((CALLER + key, value) for key, value in after.env.items())
+                resumed.env[RESUMED] = Const(True)
                 if after.exit is not None and after.exit.kind in ("raise", "exit"):
                     resumed.exit = after.exit  # thrown into the generator at its `yield`
                 elif after.exit is not None:
@@ -329,12 +331,12 @@ class ObjectProtocols(ExceptionFlow):
     def _leave_generator(self, run: GeneratorRun, final: State, call: ast.Call) -> State:
         """The caller's state after the generator ran to its end on one path."""
         carried = {key[len(CALLER) :]: value for key, value in final.env.items() if key.startswith(CALLER)}
-        if not carried and (final.exit is None or final.exit.kind == "return"):
+        if RESUMED not in final.env and (final.exit is None or final.exit.kind == "return"):
             # It ended without a `yield`: `with` raises RuntimeError (the generator didn't yield).
             left = State(dict(run.entry_env), final.conds, final.events)
             left.exit = Exit("raise", self.module.path, call.lineno, call.col_offset, run.caller.chain)
             return left
-        left = State(carried or dict(run.entry_env), final.conds, final.events)
+        left = State(carried if RESUMED in final.env else dict(run.entry_env), final.conds, final.events)
         self._carry(final.env, left.env, "self.", f"{run.receiver}.", run)
         if final.exit is not None and final.exit.kind in ("raise", "exit"):
             left.exit = final.exit
