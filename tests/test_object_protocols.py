@@ -37,7 +37,9 @@ def test_a_body_that_communicates_runs_between_the_halves_of_the_generator(tmp_p
 
 
 def test_a_quiet_body_between_the_halves_is_one_barrier_on_every_rank(tmp_path: Path) -> None:
-    source = AHEAD + "\n\ndef prepare():\n    with ahead():\n        x = 1\n    dist.all_reduce(torch.ones(x))\n"
+    source = (
+        AHEAD + "\n\ndef prepare():\n    with ahead():\n        x = 1\n    dist.all_reduce(torch.ones(x))\n"
+    )
     assert _codes(tmp_path, source) == set()
 
 
