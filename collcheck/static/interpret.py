@@ -37,7 +37,7 @@ from collcheck.static.names import ImportTable, add_import, nodes_under, source_
 from collcheck.static.object_protocols import ObjectProtocols
 from collcheck.static.object_values import record_container_change, record_keyword_attributes
 from collcheck.static.program import CommEvent, Exit, LoopEvent, LoopRange, Path, Region, Site
-from collcheck.static.receivers import passed_object
+from collcheck.static.receivers import passed_object, used_object
 from collcheck.static.state import (
     Frame,
     PathLimitExceeded,
@@ -173,12 +173,16 @@ class Interpreter(ObjectProtocols):
         env: dict[str, Expr] = {}
         args = node.args
         defaulted = parameters_with_literal_defaults(args)
+        method = self.owner_class(node, None) is not None and (args.posonlyargs or args.args)
+        positional_self = [*args.posonlyargs, *args.args][0] if method else None
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
             if arg.arg in defaulted:
                 # `def broadcast(obj, *, rank: int = 0)`: a rank chosen by the caller, not this rank.
                 env[arg.arg] = self.annotated_type(arg) or Atom(f"param:{arg.arg}@{where_of(node)}", "shared")
                 continue
             passed = passed_object(self.module, node, arg.arg)  # `finish(Saver(), t)` in the file
+            if passed is None and arg is not positional_self:  # the one class that fits its use
+                passed = used_object(self.module, node, arg.arg)
             env[arg.arg] = self.annotated_type(arg) or passed or self._parameter_value(arg.arg, node)
         for rest in (args.vararg, args.kwarg):
             if rest is not None:
