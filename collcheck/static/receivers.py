@@ -385,6 +385,9 @@ def passed_class(
     return next(iter(found)) if len(found) == 1 else None
 
 
+_CLASS_NAMES: WeakKeyDictionary[ModuleInfo, dict[str, tuple[frozenset[str], frozenset[str]]]] = (
+    WeakKeyDictionary()
+)
 MIN_USED_ATTRIBUTES = 2  # a parameter read for one attribute only says too little of its class
 
 
@@ -395,11 +398,12 @@ def used_object(module: ModuleInfo, function: FunctionNode, parameter: str) -> A
     used, called = _attributes_used(function).get(parameter, (frozenset(), frozenset()))
     if len(used) < MIN_USED_ATTRIBUTES or not called:
         return None
-    fitting = [
-        name
-        for name in module.classes
-        if called <= _class_methods(module, name) and used <= _class_names(module, name)
-    ]
+    known = _CLASS_NAMES.get(module)
+    if known is None:
+        known = _CLASS_NAMES[module] = {
+            name: (_class_methods(module, name), _class_names(module, name)) for name in module.classes
+        }
+    fitting = [name for name, (methods, names) in known.items() if called <= methods and used <= names]
     if len(fitting) != 1:
         return None
     return object_value(module, fitting[0], f"used:{parameter}", exact=False)
