@@ -31,7 +31,7 @@ from typing import Any
 from collcheck.static.calls import callback_event
 from collcheck.static.collectives import CollectiveEvents
 from collcheck.static.fallback import INERT_PER_STEP
-from collcheck.static.model import FunctionNode, ModuleInfo
+from collcheck.static.model import FunctionNode, ModuleInfo, inherited
 from collcheck.static.names import ImportTable
 from collcheck.static.program import (
     Element,
@@ -290,8 +290,8 @@ class HelperInliner(CollectiveEvents):
         owner = self.owner_class(function, class_name)
         for attribute in own_attributes_read(function):
             value = state.env.get(f"{receiver}.{attribute}")
-            if value is None and owner is not None:
-                value = self.class_attribute(owner, attribute)
+            if value is None and owner is not None:  # the file's classes only: loads no other file
+                value = inherited(self.module, owner, attribute, lambda info: info.attributes)
             if value is not None and is_rank_dependent(value):
                 return True
         return False

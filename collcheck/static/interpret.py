@@ -105,7 +105,7 @@ class Interpreter(ObjectProtocols):
         self.steps = 0
         self.ranked = RankedConditions()
         self.local_imports = self.function_imports(closure.outer if closure is not None else node)
-        env = self.entry_parameters(node)
+        env = self.entry_parameters(node, root=True)
         if closure is not None:
             env = {**closure.env, **env}
         frame = Frame(qualname, class_name, (), 0, (node,))
@@ -169,7 +169,9 @@ class Interpreter(ObjectProtocols):
             self._import_tables[node] = table
         return table
 
-    def entry_parameters(self, node: FunctionNode) -> dict[str, Expr]:
+    def entry_parameters(self, node: FunctionNode, root: bool = False) -> dict[str, Expr]:
+        """The values of `node`'s parameters where nothing passes them; `root`: analysed as a root
+        (only then is a parameter's class inferred from its use, which walks the function)."""
         env: dict[str, Expr] = {}
         args = node.args
         defaulted = parameters_with_literal_defaults(args)
@@ -181,7 +183,7 @@ class Interpreter(ObjectProtocols):
                 env[arg.arg] = self.annotated_type(arg) or Atom(f"param:{arg.arg}@{where_of(node)}", "shared")
                 continue
             passed = passed_object(self.module, node, arg.arg)  # `finish(Saver(), t)` in the file
-            if passed is None and arg is not positional_self:  # the one class that fits its use
+            if passed is None and root and arg is not positional_self:  # the one class that fits its use
                 passed = used_object(self.module, node, arg.arg)
             env[arg.arg] = self.annotated_type(arg) or passed or self._parameter_value(arg.arg, node)
         for rest in (args.vararg, args.kwarg):
