@@ -32,7 +32,7 @@ from typing import Any
 from collcheck.static.calls import callback_event
 from collcheck.static.collectives import CollectiveEvents
 from collcheck.static.fallback import INERT_PER_STEP
-from collcheck.static.model import FunctionNode, ModuleInfo
+from collcheck.static.model import FunctionNode, ModuleInfo, inherited
 from collcheck.static.names import ImportTable, nodes_under, source_text
 from collcheck.static.program import (
     Element,
@@ -42,7 +42,7 @@ from collcheck.static.program import (
     Rebase,
     Site,
 )
-from collcheck.static.receivers import writes_own_state
+from collcheck.static.receivers import own_attributes_read, writes_own_state
 from collcheck.static.state import Frame, PathLimitExceeded, State, collapse_returns
 from collcheck.static.symbolic import (
     Atom,
@@ -213,6 +213,7 @@ class HelperInliner(CollectiveEvents):
             and not self.returns_matter(function, owner_module)
             and not self._arguments_vary(call, state, frame, known)
             and not (bound_self and self._keeps_rank_state(function, call, state, frame, known))
+            and not (bound_self and self._reads_rank_state(function, class_name, state, receiver))
         ):
             return [(state, self.pure(call, state, frame, known))]
         if communicates and self.opaque_helpers:
@@ -221,7 +222,7 @@ class HelperInliner(CollectiveEvents):
             if self.record_events:
                 state.events = (*state.events, callback_event(call, self.module.path, frame))
             return [(state, self.pure(call, state, frame, known))]
-        env = self._bind_call_arguments(call, function, bound_self, state, frame, known, receiver)
+        env = self.bind_call_arguments(call, function, bound_self, state, frame, known, receiver)
         site = Site(
             frame.function, function.name, self.module.path, call.lineno, call.col_offset, owner_module.path
         )
@@ -291,6 +292,21 @@ class HelperInliner(CollectiveEvents):
             return True
         arguments = [*call.args, *(keyword.value for keyword in call.keywords)]
         return any(is_rank_dependent(self.pure(a, state, frame, known)) for a in arguments)
+
+    def _reads_rank_state(
+        self, function: FunctionNode, class_name: str | None, state: State, receiver: str
+    ) -> bool:
+        """A method (or `@property` getter) that reads an attribute of its object holding a per-rank
+        value (`return self.pp_rank == self.pp_size - 1`, with `self.pp_rank` the rank): what it
+        returns may differ between ranks, so it is run."""
+        owner = self.owner_class(function, class_name)
+        for attribute in own_attributes_read(function):
+            value = state.env.get(f"{receiver}.{attribute}")
+            if value is None and owner is not None:  # the file's classes only: loads no other file
+                value = inherited(self.module, owner, attribute, lambda info: info.attributes)
+            if value is not None and is_rank_dependent(value):
+                return True
+        return False
 
     def _run_helper(
         self,
@@ -401,7 +417,7 @@ class HelperInliner(CollectiveEvents):
             self.children[other.path] = child
         return child
 
-    def _bind_call_arguments(
+    def bind_call_arguments(
         self,
         call: ast.Call,
         function: FunctionNode,

@@ -24,21 +24,20 @@ from functools import partial
 from collcheck.config import Settings
 from collcheck.findings import Budget
 from collcheck.static.budget import check_active
-from collcheck.static.calls import CallKind, Resolution, callback_event
 from collcheck.static.catalog_values import BIN_OPS, value_from_spec
 from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
 from collcheck.static.conditions import ConditionKind, source_of
 from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simple, join_paths
 from collcheck.static.group_values import parameters_with_literal_defaults
-from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.helpers import LoopOp
 from collcheck.static.loop_shapes import iterations_alike
 from collcheck.static.loop_values import is_collection, loop_carried, loop_element, unrolled_loop, while_trips
 from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable, add_import, nodes_under, source_text
+from collcheck.static.object_protocols import ObjectProtocols
 from collcheck.static.object_values import record_container_change, record_keyword_attributes
 from collcheck.static.program import CommEvent, Exit, LoopEvent, LoopRange, Path, Region, Site
-from collcheck.static.receivers import passed_object
+from collcheck.static.receivers import passed_object, used_object
 from collcheck.static.state import (
     Frame,
     PathLimitExceeded,
@@ -64,7 +63,6 @@ from collcheck.static.syntax import (
     assigned_names,
     cached_return,
     called_names,
-    calls_in_order,
     filled_key,
     is_set_expr,
     lazy_initialisation,
@@ -77,7 +75,7 @@ from collcheck.static.values import where_of
 _DEFAULTS = Settings()  # one set of defaults: the bounds a run uses unless configured
 
 
-class Interpreter(ExceptionFlow):
+class Interpreter(ObjectProtocols):
     """Symbolic execution of one module's functions against the catalog."""
 
     def __init__(
@@ -94,7 +92,6 @@ class Interpreter(ExceptionFlow):
         # The states that reached each `def` in the root's own body (not in helpers it inlined).
         self.definitions: dict[FunctionNode, list[State]] = {}
         self.ranked = RankedConditions()  # the reduced mode's judgements, one run at a time
-        self.effects = 0  # expressions evaluated that ran a call (the reduced mode's step count)
 
     def run_function(
         self, node: FunctionNode, class_name: str | None, qualname: str, closure: Closure | None = None
@@ -108,7 +105,7 @@ class Interpreter(ExceptionFlow):
         self.steps = 0
         self.ranked = RankedConditions()
         self.local_imports = self.function_imports(closure.outer if closure is not None else node)
-        env = self.entry_parameters(node)
+        env = self.entry_parameters(node, root=True)
         if closure is not None:
             env = {**closure.env, **env}
         frame = Frame(qualname, class_name, (), 0, (node,))
@@ -172,16 +169,22 @@ class Interpreter(ExceptionFlow):
             self._import_tables[node] = table
         return table
 
-    def entry_parameters(self, node: FunctionNode) -> dict[str, Expr]:
+    def entry_parameters(self, node: FunctionNode, root: bool = False) -> dict[str, Expr]:
+        """The values of `node`'s parameters where nothing passes them; `root`: analysed as a root
+        (only then is a parameter's class inferred from its use, which walks the function)."""
         env: dict[str, Expr] = {}
         args = node.args
         defaulted = parameters_with_literal_defaults(args)
+        method = self.owner_class(node, None) is not None and (args.posonlyargs or args.args)
+        positional_self = [*args.posonlyargs, *args.args][0] if method else None
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
             if arg.arg in defaulted:
                 # `def broadcast(obj, *, rank: int = 0)`: a rank chosen by the caller, not this rank.
                 env[arg.arg] = self.annotated_type(arg) or Atom(f"param:{arg.arg}@{where_of(node)}", "shared")
                 continue
             passed = passed_object(self.module, node, arg.arg)  # `finish(Saver(), t)` in the file
+            if passed is None and root and arg is not positional_self:  # the one class that fits its use
+                passed = used_object(self.module, node, arg.arg)
             env[arg.arg] = self.annotated_type(arg) or passed or self._parameter_value(arg.arg, node)
         for rest in (args.vararg, args.kwarg):
             if rest is not None:
@@ -255,6 +258,9 @@ class Interpreter(ExceptionFlow):
         return [state]
 
     def _stmt_Expr(self, stmt: ast.Expr, state: State, frame: Frame) -> list[State]:
+        resumed = self.at_yield(stmt, state, frame) if isinstance(stmt.value, ast.Yield) else None
+        if resumed is not None:  # a `with` body runs at its context manager's `yield`
+            return resumed
         grown = mutated_name(stmt)
         if grown is None or not is_collection(state.env.get(grown)):
             states = [s for s, _ in self.eval(stmt.value, state, frame)]
@@ -272,6 +278,9 @@ class Interpreter(ExceptionFlow):
         return results
 
     def _stmt_Assign(self, stmt: ast.Assign, state: State, frame: Frame) -> list[State]:
+        resumed = self.at_yield(stmt, state, frame) if isinstance(stmt.value, ast.Yield) else None
+        if resumed is not None:
+            return resumed
         results = []
         for current, value in self.eval(stmt.value, state, frame):
             for target in stmt.targets:
@@ -430,26 +439,7 @@ class Interpreter(ExceptionFlow):
         return results
 
     def _stmt_With(self, stmt: ast.With | ast.AsyncWith, state: State, frame: Frame) -> list[State]:
-        states = [state]
-        for item in stmt.items:
-            next_states = []
-            for current in states:
-                for after, value in self.eval(item.context_expr, current, frame):
-                    if item.optional_vars is not None:
-                        self.bind(
-                            item.optional_vars, opaque(f"with@{where_of(item.context_expr)}", (value,)), after
-                        )
-                    next_states.append(after)
-            states = next_states
-        if not any(_joins_uneven_inputs(item.context_expr) for item in stmt.items):
-            return self.exec_block(stmt.body, states, frame)
-        # `with model.join():` / `with Join([model]):` lets ranks run different numbers of forward
-        # passes of a wrapped model: the ranks that ran out shadow the others' collectives.
-        self.joined += 1
-        try:
-            return self.exec_block(stmt.body, states, frame)
-        finally:
-            self.joined -= 1
+        return self.with_statement(stmt, state, frame)  # object_protocols.py
 
     _stmt_AsyncWith = _stmt_With
 
@@ -613,73 +603,3 @@ class Interpreter(ExceptionFlow):
         if is_rank_dependent(start) or is_rank_dependent(stop):
             return None
         return LoopRange(var, start, stop, step.value)
-
-    def eval(self, node: ast.expr | None, state: State, frame: Frame) -> list[tuple[State, Expr]]:
-        """Evaluate, running the calls that communicate or may (helpers); may fork the state."""
-        return [(current, value) for current, value, _ in self.eval_with_calls(node, state, frame)]
-
-    def eval_with_calls(
-        self, node: ast.expr | None, state: State, frame: Frame
-    ) -> list[tuple[State, Expr, dict[int, Expr]]]:
-        """`eval`, with the values of the calls it ran (by node id): a part of `node` evaluated
-        again (a `range(...)` argument for the trip count) reads them instead of a black box."""
-        if node is None:
-            return [(state, Const(None), {})]
-        calls = [n for n in calls_in_order(node) if self.has_effect(n, frame, state)]
-        if not calls:
-            return [(state, self.pure(node, state, frame), {})]
-        self.effects += 1
-        pending: list[tuple[State, dict[int, Expr]]] = [(state, {})]
-        for call in calls:
-            advanced: list[tuple[State, dict[int, Expr]]] = []
-            for current, known in pending:
-                for after, value in self.eval_call(call, current, frame, known):
-                    advanced.append((after, {**known, id(call): value}))
-            pending = advanced
-            if len(pending) > self.max_paths:
-                raise PathLimitExceeded(f"more than {self.max_paths} paths", Budget.PATHS)
-        return [(current, self.pure(node, current, frame, known), known) for current, known in pending]
-
-    def eval_call(
-        self, call: ast.Call, state: State, frame: Frame, known: dict[int, Expr]
-    ) -> list[tuple[State, Expr]]:
-        resolved = self.resolve(call, frame, state)
-        results = self._run_call(call, resolved, state, frame, known)
-        if resolved.kind in (CallKind.COLLECTIVE, CallKind.HELPER):
-            for after, _ in results:
-                self.data_combined(call, after, frame)
-        return results
-
-    def _run_call(
-        self, call: ast.Call, resolved: Resolution, state: State, frame: Frame, known: dict[int, Expr]
-    ) -> list[tuple[State, Expr]]:
-        if resolved.kind is CallKind.EXIT:
-            state.exit = Exit("exit", self.module.path, call.lineno, call.col_offset, frame.chain)
-            return [(state, Const(None))]
-        if resolved.spec is not None:
-            return [self.communicate(call, resolved.spec, state, frame, known)]
-        self.type_in_place(call, state)
-        if resolved.target is None:
-            if self.record_events and resolved.kind is CallKind.CALLBACK:
-                handed = self.handoff(call, frame)
-                ops = handed.ops if handed is not None else None
-                sent = callback_event(call, self.module.path, frame, self.remote_call(call), ops)
-                state.events = (*state.events, sent)
-            return [(state, self.pure(call, state, frame, known))]
-        function, class_name, bound_self = resolved.target
-        receiver = resolved.receiver or "self"
-        if resolved.partial is not None:  # `p(x)` of `p = partial(f, a)` runs `f(a, x)`
-            known = {**known, **resolved.partial.values}
-            call = resolved.partial.call(call)
-        return self.inline(call, function, class_name, bound_self, state, frame, known, receiver)
-
-
-def _joins_uneven_inputs(context: ast.expr) -> bool:
-    """`model.join(...)` (DDP's Join context) or `Join([...])` (torch.distributed.algorithms)."""
-    if not isinstance(context, ast.Call):
-        return False
-    func = context.func
-    return (isinstance(func, ast.Attribute) and func.attr == "join") or (
-        isinstance(func, (ast.Name, ast.Attribute))
-        and (func.id if isinstance(func, ast.Name) else func.attr) == "Join"
-    )

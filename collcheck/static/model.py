@@ -49,6 +49,8 @@ class ClassInfo:
     methods: dict[str, FunctionNode]
     bases: list[str]
     attributes: dict[str, Expr] = field(default_factory=dict)
+    # `@property` getters by name (a setter of the same name replaces the getter in `methods`)
+    properties: dict[str, FunctionNode] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,13 +161,31 @@ def _add_class(module: ModuleInfo, node: ast.ClassDef, depth: int = 0) -> None:
         item.name: item for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
     bases = [base.id for base in node.bases if isinstance(base, ast.Name)]
-    info = ClassInfo(node, methods, bases)
+    properties = {
+        item.name: item
+        for item in node.body
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and is_property(item, module.imports)
+    }
+    info = ClassInfo(node, methods, bases, properties=properties)
     info.attributes.update(_class_constants(node))
     module.classes.setdefault(node.name, info)
     if depth < 4:
         for item in node.body:
             if isinstance(item, ast.ClassDef):
                 _add_class(module, item, depth + 1)
+
+
+def is_property(function: FunctionNode, imports: ImportTable) -> bool:
+    """`@property def name(self)`: the builtin (not a name imported in its place)."""
+    return any(
+        isinstance(d, ast.Name) and d.id == "property" and imports.lookup("property") is None
+        for d in function.decorator_list
+    )
+
+
+def property_names(module: ModuleInfo) -> frozenset[str]:
+    """The names of the `@property` getters of the file's classes."""
+    return frozenset(name for info in module.classes.values() for name in info.properties)
 
 
 def _class_constants(node: ast.ClassDef) -> dict[str, Expr]:
@@ -211,6 +231,7 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
     text_words = frozenset(IDENTIFIER.findall(text)) if text is not None else None
     wrapped = wrapped_names(module.tree, module.imports, module.catalog, text_words)
     candidates = _candidate_words(module) | wrapped.words
+    properties = property_names(module)  # reading one runs its getter
     direct: set[FunctionNode] = set()
     called: dict[FunctionNode, set[str]] = {}
     for function in functions:
@@ -224,6 +245,8 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
         for node in nodes:
             if isinstance(node, ast.Global):
                 module.mutable_globals.update(node.names)
+            if isinstance(node, ast.Attribute) and node.attr in properties:
+                names.add(node.attr)
             if not isinstance(node, ast.Call):
                 continue
             if is_catalog_call(node, module, imports) or uses_wrapped(node, wrapped):

@@ -14,7 +14,8 @@ object of one file from being read as a class of the same name in another file: 
 the file whose runner reads the value are dispatched to (classes of other files are not
 followed).
 
-Dispatch: the method is looked up in the class and its bases of the file (`model.inherited`).
+Dispatch: the method (or, for an attribute read, the `@property` getter: `ClassInfo.properties`)
+is looked up in the class and its bases of the file (`model.inherited`).
 When the object may be a subclass and a subclass of the file overrides the method, the call is
 not followed: the candidates may issue different collectives, and following one would report a
 divergence the other override may not have (precision first; the call stays unknown code).
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from weakref import WeakKeyDictionary
 
-from collcheck.static.model import FunctionNode, ModuleInfo, inherited
+from collcheck.static.model import ClassInfo, FunctionNode, ModuleInfo, inherited
 from collcheck.static.names import ImportTable, nodes_under
 from collcheck.static.symbolic import Atom, Expr
 
@@ -215,14 +216,20 @@ def _own_nodes(function: FunctionNode) -> list[ast.AST]:
     return nodes
 
 
-def method_of(module: ModuleInfo, owner: ObjectClass, name: str) -> FunctionNode | None:
-    """The method `name` a call on an object of `owner` runs, or None (not defined in the file, or
-    overridden by a subclass the object may be)."""
-    found: FunctionNode | None = inherited(module, owner.name, name, lambda info: info.methods)
+def method_of(module: ModuleInfo, owner: ObjectClass, name: str, getter: bool = False) -> FunctionNode | None:
+    """The method `name` a call on an object of `owner` runs (`getter`: the `@property` getter a
+    read of the attribute runs), or None (not defined in the file, or overridden by a subclass the
+    object may be)."""
+
+    def table(info: ClassInfo) -> dict[str, FunctionNode]:
+        return info.properties if getter else info.methods
+
+    found: FunctionNode | None = inherited(module, owner.name, name, table)
     if found is None or owner.exact:
         return found
     for other, info in module.classes.items():
-        if other != owner.name and name in info.methods and _derives_from(module, other, owner.name):
+        overridden = name in info.methods or name in info.properties
+        if other != owner.name and overridden and _derives_from(module, other, owner.name):
             return None
     return found
 
@@ -268,6 +275,23 @@ def writes_own_state(function: FunctionNode) -> bool:
         if isinstance(stored, ast.Name) and stored.id == first:
             return True
     return False
+
+
+@lru_cache(maxsize=4096)
+def own_attributes_read(function: FunctionNode) -> frozenset[str]:
+    """The attributes of its first parameter the method reads (`self.pp_rank`)."""
+    args = [*function.args.posonlyargs, *function.args.args]
+    if not args:
+        return frozenset()
+    first = args[0].arg
+    return frozenset(
+        node.attr
+        for node in _own_nodes(function)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Load)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == first
+    )
 
 
 # ----------------------------------------------------------------------------- calls of the file
@@ -359,6 +383,91 @@ def passed_class(
         built = argument.func if isinstance(argument, ast.Call) else None
         found.add(class_named(module, imports, built) if built is not None else None)
     return next(iter(found)) if len(found) == 1 else None
+
+
+_CLASS_NAMES: WeakKeyDictionary[ModuleInfo, dict[str, tuple[frozenset[str], frozenset[str]]]] = (
+    WeakKeyDictionary()
+)
+MIN_USED_ATTRIBUTES = 2  # a parameter read for one attribute only says too little of its class
+
+
+def used_object(module: ModuleInfo, function: FunctionNode, parameter: str) -> Atom | None:
+    """An object of the one class of the file that has every attribute `function` uses of its
+    untyped `parameter` (`def finish(saver, t): saver.flush(t); saver.close()`), inferred from
+    use: at least two attributes, one of them a method it calls; None when no class or several fit."""
+    used, called = _attributes_used(function).get(parameter, (frozenset(), frozenset()))
+    if len(used) < MIN_USED_ATTRIBUTES or not called:
+        return None
+    known = _CLASS_NAMES.get(module)
+    if known is None:
+        known = _CLASS_NAMES[module] = {
+            name: (_class_methods(module, name), _class_names(module, name)) for name in module.classes
+        }
+    fitting = [name for name, (methods, names) in known.items() if called <= methods and used <= names]
+    if len(fitting) != 1:
+        return None
+    return object_value(module, fitting[0], f"used:{parameter}", exact=False)
+
+
+@lru_cache(maxsize=4096)
+def _attributes_used(function: FunctionNode) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    """Per plain name of the function: the attributes read or called on it, and those called."""
+    used: dict[str, set[str]] = {}
+    called: dict[str, set[str]] = {}
+    for node in _own_nodes(function):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            used.setdefault(node.value.id, set()).add(node.attr)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            holder = node.func.value
+            if isinstance(holder, ast.Name):
+                called.setdefault(holder.id, set()).add(node.func.attr)
+    return {name: (frozenset(attrs), frozenset(called.get(name, ()))) for name, attrs in used.items()}
+
+
+def _class_methods(module: ModuleInfo, class_name: str, depth: int = 0) -> frozenset[str]:
+    info = module.classes.get(class_name)
+    if info is None or depth > 16:
+        return frozenset()
+    inherited_names = (_class_methods(module, base, depth + 1) for base in info.bases)
+    return frozenset(info.methods).union(*inherited_names)
+
+
+def _class_names(module: ModuleInfo, class_name: str, depth: int = 0) -> frozenset[str]:
+    """Everything an object of the class has by the file's text: methods, getters, class-level
+    names and the attributes its methods store on `self`, its bases of the file included."""
+    info = module.classes.get(class_name)
+    if info is None or depth > 16:
+        return frozenset()
+    names = set(info.methods) | set(info.properties) | set(info.attributes)
+    for item in info.node.body:
+        targets = (
+            item.targets
+            if isinstance(item, ast.Assign)
+            else [item.target]
+            if isinstance(item, ast.AnnAssign)
+            else []
+        )
+        names.update(t.id for t in targets if isinstance(t, ast.Name))
+    for method in info.methods.values():
+        names.update(_stored_on_first(method))
+    inherited_names = (_class_names(module, base, depth + 1) for base in info.bases)
+    return frozenset(names).union(*inherited_names)
+
+
+@lru_cache(maxsize=4096)
+def _stored_on_first(function: FunctionNode) -> frozenset[str]:
+    args = [*function.args.posonlyargs, *function.args.args]
+    if not args:
+        return frozenset()
+    first = args[0].arg
+    return frozenset(
+        node.attr
+        for node in _own_nodes(function)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Store)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == first
+    )
 
 
 @lru_cache(maxsize=4096)

@@ -134,6 +134,34 @@ def calls_in_order(node: ast.expr) -> tuple[ast.Call, ...]:
     return tuple(order)
 
 
+def effects_in_order(node: ast.expr, properties: frozenset[str]) -> tuple[ast.Call | ast.Attribute, ...]:
+    """`calls_in_order`, with the attribute reads named in `properties` (a getter may run there)
+    in their place: the object before the attribute, then the read. A method called
+    (`obj.name(...)`) is not a read."""
+    order: list[ast.Call | ast.Attribute] = []
+
+    def visit(current: ast.AST) -> None:
+        if isinstance(current, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            return
+        if isinstance(current, ast.Call) and isinstance(current.func, ast.Attribute):
+            visit(current.func.value)
+            for child in (*current.args, *current.keywords):
+                visit(child)
+            order.append(current)
+            return
+        for child in ast.iter_child_nodes(current):
+            visit(child)
+        if isinstance(current, ast.Call) or (
+            isinstance(current, ast.Attribute)
+            and current.attr in properties
+            and isinstance(current.ctx, ast.Load)
+        ):
+            order.append(current)
+
+    visit(node)
+    return tuple(order)
+
+
 # Errors that come from a rank's own data or files, and so can happen on some ranks only. Control
 # flow exceptions (StopIteration), bare `except:` and `Exception` are not taken as such: they mostly
 # guard code that behaves the same everywhere, and reporting them would bury real findings.
