@@ -39,7 +39,6 @@ ANY_RECEIVER_OK = {
     "gather_for_metrics",
     "pad_across_processes",
     "reduce_boolean_decision",
-    "full_tensor",  # DTensor's alone: the only definition in torch 2.13 is DTensor.full_tensor
 }
 
 # Leading positional parameters (after `self` for methods), read from the released sources:
