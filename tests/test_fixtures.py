@@ -58,6 +58,10 @@ KNOWN_GAPS: dict[str, str] = {
         "collectives are for: taking them as evidence reported 20 new findings on vllm, mostly on "
         "shapes that agree); a count put in a tensor and all-reduced is (local_data.py)"
     ),
+    "reports/dtensor_full_tensor_rank0_bug.py": (
+        "DTensor.full_tensor() (an all-gather over the DTensor's mesh) is not catalogued; a "
+        "dist.barrier() under the same rank-0 guard is found"
+    ),
     "reports/early_stop_on_local_metric_bug.py": (
         "a metric computed from each rank's own data shard without a collective is not tracked as a "
         "per-process value, so the early-stopping `break` on it is not rank-dependent to collcheck"

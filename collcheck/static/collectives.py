@@ -13,7 +13,7 @@ import ast
 from collcheck.catalog import OpSpec
 from collcheck.static import groups
 from collcheck.static.calls import CallResolver
-from collcheck.static.group_values import group_value, type_of
+from collcheck.static.group_values import group_value
 from collcheck.static.model import ModuleInfo
 from collcheck.static.names import qualified_name, source_text
 from collcheck.static.program import (
@@ -137,9 +137,6 @@ class CollectiveEvents(CallResolver):
         known: dict[int, Expr],
     ) -> Expr:
         if spec.kind != "group_create":
-            produced = self._produced_type(call, state)
-            if produced is not None:  # `distribute_tensor(...)` makes a DTensor ([types])
-                return Atom(f"type:{produced}@{where_of(call)}", "shared")
             return Atom(f"result:{spec.op}@{where_of(call)}", "shared")
         ranks_node = args.get(spec.ranks) if spec.ranks else None
         key = f"{spec.op}@{self.module.path}:{where_of(call)}"
@@ -154,20 +151,6 @@ class CollectiveEvents(CallResolver):
         if ranks_node is None:
             members = TRUE  # new_group() with no ranks is the whole world
         return GroupVal(key, members, per_rank=per_rank, created=True)
-
-    def _produced_type(self, call: ast.Call, state: State) -> str | None:
-        """The type a communicating call returns, from `[types]`: by its qualified name, or as
-        `Type.method` of its receiver's type (`dt.redistribute(...)`)."""
-        types = self.catalog.types
-        name = qualified_name(call.func, self.local_imports)
-        if name is not None and name in types:
-            return types[name] or name
-        if isinstance(call.func, ast.Attribute):
-            receiver = type_of(self, call.func.value, state)
-            reading = f"{receiver}.{call.func.attr}" if receiver else None
-            if reading is not None and reading in types:
-                return types[reading] or receiver
-        return None
 
     def _current_subgroup(
         self, op: str, key: str, args: dict[str, ast.expr], state: State, frame: Frame, known: dict[int, Expr]
