@@ -1,4 +1,4 @@
-"""Regenerate the bundled summaries, `catalogs/summaries/PACKAGE-VERSION.toml`, from pinned releases.
+"""Regenerate the bundled summaries, `rules/summaries/PACKAGE-VERSION.toml`, from pinned releases.
 
     python bench/bundled_summaries.py [--into /tmp/collcheck-wheels]
 

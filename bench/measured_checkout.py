@@ -1,7 +1,7 @@
 """The collcheck checkout bench/static_speed.py measures: its state for the report, its bytecode.
 
 In: the collcheck executable (for `compile_collcheck`). Out: a line saying what was done or what
-the checkout is (HEAD and its uncommitted changes under collcheck/ and catalogs/), for the log
+the checkout is (HEAD and its uncommitted changes under collcheck/ and rules/), for the log
 and the report. Read-only git commands only.
 """
 
@@ -56,5 +56,5 @@ def source_state() -> str:
         return "unknown (no git)"
     changed = len(dirty.stdout.splitlines())
     return f"{head.stdout.strip() or '?'}" + (
-        f" + {changed} uncommitted changes under collcheck/ catalogs/" if changed else ""
+        f" + {changed} uncommitted changes under collcheck/ rules/" if changed else ""
     )

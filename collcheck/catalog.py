@@ -1,6 +1,6 @@
 """Declarative catalogs: which callables communicate, where ranks come from.
 
-The catalogs live in `catalogs/*.toml` (shipped inside the wheel as `collcheck/rules`). Code never
+The catalogs live in `rules/*.toml` (shipped inside the wheel as `collcheck/rules`). Code never
 hard-codes an API name: the analyzer only asks the catalog.
 """
 
@@ -170,12 +170,12 @@ class Catalog:
 
 
 def bundled_catalog_dir() -> Path:
-    """`collcheck/rules` inside a wheel, `catalogs/` beside the package in a source checkout."""
+    """`collcheck/rules` inside a wheel, `rules/` beside the package in a source checkout (the same name)."""
     package_dir = Path(__file__).resolve().parent
     installed = package_dir / "rules"
     if installed.is_dir():
         return installed
-    return package_dir.parent / "catalogs"
+    return package_dir.parent / "rules"
 
 
 def bundled_catalog_paths() -> list[Path]:

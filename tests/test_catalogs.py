@@ -1,4 +1,4 @@
-"""The bundled catalogs (catalogs/*.toml) are well formed, consistent with each other, and agree with the
+"""The bundled catalogs (rules/*.toml) are well formed, consistent with each other, and agree with the
 libraries they describe.
 
 Nothing here imports the described libraries: their signatures are recorded below as literal data,

@@ -43,7 +43,7 @@ UNITS = _fixture_units()
 KNOWN_GAPS: dict[str, str] = {
     # Rebuilt public hang reports (fixtures/reports/README.md) that today's analyzer misses.
     "reports/accelerate_save_state_main_bug.py": (
-        "Accelerator.save_state is not catalogued (left out of catalogs/accelerate.toml on purpose: it is "
+        "Accelerator.save_state is not catalogued (left out of rules/accelerate.toml on purpose: it is "
         "collective only under the DeepSpeed/FSDP plugins, and collcheck does not read the accelerate "
         "launch config)"
     ),
@@ -67,7 +67,7 @@ KNOWN_GAPS: dict[str, str] = {
         "per-process value, so the early-stopping `break` on it is not rank-dependent to collcheck"
     ),
     "reports/hf_trainer_save_model_fsdp_main_bug.py": (
-        "transformers Trainer.save_model is left out of catalogs/conventions.toml on purpose (it gathers "
+        "transformers Trainer.save_model is left out of rules/conventions.toml on purpose (it gathers "
         "only under DeepSpeed ZeRO-3 / FSDP, which collcheck cannot see); the RANK-env guard itself is "
         "understood"
     ),
@@ -83,7 +83,7 @@ KNOWN_GAPS: dict[str, str] = {
         "parameter there too, so engine.save_checkpoint does not match the DeepSpeedEngine receiver"
     ),
     "reports/megatron_last_stage_dist_ckpt_load_bug.py": (
-        "megatron.core.dist_checkpointing.load (a whole-world collective) is not in catalogs/megatron.toml; "
+        "megatron.core.dist_checkpointing.load (a whole-world collective) is not in rules/megatron.toml; "
         "the is_pipeline_last_stage() guard itself is understood (a dist.barrier() in its place is found)"
     ),
     "reports/pp_first_stage_rpc_world_barrier_bug.py": (
@@ -116,7 +116,7 @@ KNOWN_GAPS: dict[str, str] = {
         "(and `model` is an untyped parameter); the args.global_rank == 0 guard itself is understood"
     ),
     "reports/zero3_prompt_encoder_save_rank0_bug.py": (
-        "deepspeed.zero.GatheredParameters is left out of catalogs/deepspeed.toml on purpose (it all-gathers"
+        "deepspeed.zero.GatheredParameters is left out of rules/deepspeed.toml on purpose (it all-gathers"
         " only ZeRO-3 partitioned parameters)"
     ),
 }
