@@ -69,6 +69,7 @@ from collcheck.static.symbolic import (
     negate,
     opaque,
     substitute,
+    tuple_item,
 )
 from collcheck.static.syntax import is_set_expr
 from collcheck.static.tensor_shapes import SHAPED_FACTORIES, factory_tensor, shape_attribute, shape_read
@@ -199,13 +200,10 @@ class ValueEvaluator:
         if isinstance(node.slice, ast.Slice):
             return self._slice(node, base, state, frame, known)
         index = self.pure(node.slice, state, frame, known)
-        if (
-            isinstance(base, TupleVal)
-            and isinstance(index, Const)
-            and isinstance(index.value, int)
-            and -len(base.items) <= index.value < len(base.items)
-        ):
-            return base.items[index.value]
+        if isinstance(index, Const) and type(index.value) is int:
+            item = tuple_item(base, index.value)
+            if item is not None:
+                return item
         grouped = subscript_value(base, index)
         if grouped is not None:
             return grouped
@@ -630,15 +628,10 @@ class ValueEvaluator:
                 for index, element in enumerate(target.elts[1:], start=1):
                     self.bind(element, Atom(f"unpack{index}:{value.name}", "shared"), state)
                 return
-            items = (
-                value.items if isinstance(value, TupleVal) and len(value.items) == len(target.elts) else None
-            )
             for index, element in enumerate(target.elts):
-                part = (
-                    items[index]
-                    if items is not None
-                    else opaque(f"unpack{index}@{where_of(target)}", (value,))
-                )
+                part = tuple_item(value, index, len(target.elts))
+                if part is None:
+                    part = opaque(f"unpack{index}@{where_of(target)}", (value,))
                 self.bind(element, part, state)
             return
         if isinstance(target, ast.Attribute):
