@@ -200,10 +200,13 @@ class ValueEvaluator:
         if isinstance(node.slice, ast.Slice):
             return self._slice(node, base, state, frame, known)
         index = self.pure(node.slice, state, frame, known)
-        if isinstance(index, Const) and type(index.value) is int:
-            item = tuple_item(base, index.value)
-            if item is not None:
-                return item
+        if (
+            isinstance(base, TupleVal)
+            and isinstance(index, Const)
+            and isinstance(index.value, int)
+            and -len(base.items) <= index.value < len(base.items)
+        ):
+            return base.items[index.value]
         grouped = subscript_value(base, index)
         if grouped is not None:
             return grouped
