@@ -10,7 +10,12 @@ Paths into a handler:
 * an error one rank can hit alone (a data or I/O error, running out of memory:
   `syntax.catches_data_errors`) enters it on some ranks only: a flag that differs between ranks
   (`nondet`). Followed when the handler leaves the loop or function (its ranks skip what the
-  others still do) or when it communicates (its ranks issue what the others do not);
+  others still do) or when it communicates (its ranks issue what the others do not). Not when
+  what it catches comes only from `raise` statements the body reaches (itself, or in helpers
+  it runs: inside such a body, helpers that may raise are run, `raises.may_raise`), each under
+  tests that are the same on every rank and read no data (`raises.data_tests`), while every call
+  of the body is one the analysis follows or a function of the run: then every rank raises or
+  none does, and the handler is entered only by those raises, under their conditions;
 * any other exception (`except RuntimeError:` around a call that fails the same way everywhere,
   a backend's missing feature) is followed as one that every rank takes together: a flag the
   same on every rank (`shared`). Then the handler is compared only with itself, so its own
@@ -25,11 +30,13 @@ from __future__ import annotations
 
 import ast
 
+from collcheck.static.calls import CallKind
 from collcheck.static.conditions import ConditionKind, source_of
 from collcheck.static.helpers import HelperInliner
-from collcheck.static.names import nodes_under, source_text
+from collcheck.static.names import nodes_under, qualified_name, source_text
+from collcheck.static.raises import catches
 from collcheck.static.state import Frame, State, merge_envs
-from collcheck.static.symbolic import Atom, negate
+from collcheck.static.symbolic import Atom, is_rank_dependent, negate
 from collcheck.static.syntax import assigned_names, catches_data_errors, may_leave
 from collcheck.static.values import where_of
 
@@ -38,7 +45,14 @@ class ExceptionFlow(HelperInliner):
     """`try`/`except`/`else`/`finally` for the statement interpreter."""
 
     def _stmt_Try(self, stmt: ast.Try, state: State, frame: Frame) -> list[State]:
-        body_states = self.exec_block(stmt.body, [state.fork()], frame)
+        # A handler that would be entered on some ranks only: the body's helpers that may raise are
+        # run, to learn whether what it catches comes only from `raise` statements seen here.
+        follow = any(self._per_rank_exit(stmt, handler) for handler in stmt.handlers)
+        self.raises_followed += follow
+        try:
+            body_states = self.exec_block(stmt.body, [state.fork()], frame)
+        finally:
+            self.raises_followed -= follow
         normal = [s for s in body_states if s.exit is None or s.exit.kind != "raise"]
         raised = [s for s in body_states if s.exit is not None and s.exit.kind == "raise"]
         handled: list[State] = []
@@ -73,15 +87,14 @@ class ExceptionFlow(HelperInliner):
             start = state.fork()
             start.exit = None
             starts.append(start)
-        per_rank = catches_data_errors(
-            handler, {name: info.bases for name, info in self.module.classes.items()}
-        )
+        per_rank = catches_data_errors(handler, self._class_bases())
         flag = Atom(f"exception@{where_of(handler)}", "nondet", why="an exception")
         text = "except" + (f" {source_text(handler.type)}" if handler.type is not None else "")
         origin = source_of(handler, self.module.path, ConditionKind.EXCEPTION, text)
         self.conditions.note(flag, origin)
-        calls = any(isinstance(node, ast.Call) for part in stmt.body for node in nodes_under(part))
-        if per_rank and may_leave(handler.body) and calls:
+        leaves = self._per_rank_exit(stmt, handler)
+        alike = leaves and self._raised_alike(stmt, handler, entry, raised, frame)
+        if leaves and not alike:
             # Any call may raise on some ranks only (bad data, I/O): a handler that leaves the
             # loop or function then skips what the other ranks still do.
             starts.append(entry.fork(flag))
@@ -89,13 +102,70 @@ class ExceptionFlow(HelperInliner):
             for start in starts:
                 start.env[handler.name] = Atom(f"exc@{where_of(handler)}", "shared")
         results = self.exec_block(handler.body, starts, frame) if starts else []
-        if (per_rank and may_leave(handler.body) and calls) or not stmt.body:
+        if leaves or not stmt.body:
             return results, None
         if not per_rank:
             flag = Atom(flag.name, "shared")
             self.conditions.note(flag, origin)
         entered = self._communicating_handler(stmt, handler, entry.fork(flag), normal, frame)
         return [*results, *entered], flag if entered else None
+
+    def _class_bases(self) -> dict[str, list[str]]:
+        return {name: info.bases for name, info in self.module.classes.items()}
+
+    def _per_rank_exit(self, stmt: ast.Try, handler: ast.ExceptHandler) -> bool:
+        """`handler` catches an error one rank can hit alone, leaves the loop or function, and the
+        body makes calls that may raise it."""
+        return (
+            bool(stmt.body)
+            and catches_data_errors(handler, self._class_bases())
+            and may_leave(handler.body)
+            and any(isinstance(node, ast.Call) for part in stmt.body for node in nodes_under(part))
+        )
+
+    def _raised_alike(
+        self, stmt: ast.Try, handler: ast.ExceptHandler, entry: State, raised: list[State], frame: Frame
+    ) -> bool:
+        """Every rank enters `handler` or none does: what it catches comes only from `raise`
+        statements the body reaches (itself or in the helpers it runs), each on a path whose
+        conditions are the same on every rank (configuration, arguments, results of collectives),
+        and every call the body makes is one the analysis follows. An unknown call (I/O, a library,
+        data) may raise on one rank alone."""
+        bases = self._class_bases()
+        caught = [
+            state for state in raised if state.exit is not None and catches(handler, state.exit.raised, bases)
+        ]
+        if not caught:
+            return False
+        for part in stmt.body:
+            for node in nodes_under(part):
+                if isinstance(node, ast.Call) and not self._followed(node, entry, frame):
+                    return False
+        known = len(entry.conds)
+        for state in caught:
+            assert state.exit is not None
+            on_data = state.exit.data_tests
+            for test in state.conds[known:]:
+                if is_rank_dependent(test) or any(test is read or test == read for read in on_data):
+                    return False
+        return True
+
+    def _followed(self, call: ast.Call, state: State, frame: Frame) -> bool:
+        """`call` runs code the analysis sees (a helper, a collective, an exit), reads the rank or
+        the world size, or runs a function of the run that it did not open because that function
+        neither communicates nor reads the rank (`get_group()`): such a function raises, if at all,
+        on what it is given, as the caller's own `raise` statements do. A call into a library
+        (`torch.load`, `json.loads`) may fail on one rank alone."""
+        if self.resolve(call, frame, state).kind in (CallKind.HELPER, CallKind.COLLECTIVE, CallKind.EXIT):
+            return True
+        catalog = self.catalog
+        name = qualified_name(call.func, self.local_imports)
+        if name in catalog.rank_functions:
+            return True
+        if isinstance(call.func, ast.Attribute) and call.func.attr in catalog.rank_methods:
+            return True
+        project = self.module.project
+        return name is not None and project is not None and project.lookup(name, self.module.path) is not None
 
     def _communicating_handler(
         self, stmt: ast.Try, handler: ast.ExceptHandler, start: State, normal: list[State], frame: Frame

@@ -42,6 +42,7 @@ from collcheck.static.program import (
     Rebase,
     Site,
 )
+from collcheck.static.raises import may_raise
 from collcheck.static.receivers import own_attributes_read, writes_own_state
 from collcheck.static.state import Frame, PathLimitExceeded, State, collapse_returns
 from collcheck.static.symbolic import (
@@ -162,6 +163,10 @@ class HelperInliner(CollectiveEvents):
         # The last resort: calls into communicating helpers are unknown collectives, not inlined.
         self.opaque_helpers = False
         self.children: dict[str, HelperInliner] = {}  # the runners of other files' helpers
+        # Depth of `try` bodies being run whose handler is entered by the `raise` statements the
+        # body reaches (handlers.py): helpers that may raise are run there, to see their raises.
+        self.raises_followed = 0
+        self.raising: dict[FunctionNode, bool] = {}  # `raises.may_raise`, per function
         self.summaries = Summaries()
 
     def exec_block(self, body: Sequence[ast.stmt], states: list[State], frame: Frame) -> list[State]:
@@ -214,6 +219,7 @@ class HelperInliner(CollectiveEvents):
             and not self._arguments_vary(call, state, frame, known)
             and not (bound_self and self._keeps_rank_state(function, call, state, frame, known))
             and not (bound_self and self._reads_rank_state(function, class_name, state, receiver))
+            and not (self.raises_followed and may_raise(function, owner_module, self.raising))
         ):
             return [(state, self.pure(call, state, frame, known))]
         if communicates and self.opaque_helpers:
@@ -322,7 +328,7 @@ class HelperInliner(CollectiveEvents):
         """The helper's final states: from a summary that holds here, or by running its body once
         (and keeping the run as a summary for the next call that agrees on what it read)."""
         summaries = self.summaries
-        mode = (runner.record_events, self.reduced, self.opaque_helpers, inner.loop)
+        mode = (runner.record_events, self.reduced, self.opaque_helpers, inner.loop, self.raises_followed > 0)
         key = _summary_key(function, inner, bound_self, start.env, mode)
         if key is not None and summaries.enabled:
             for summary in summaries.entries.get(key, ()):
@@ -359,6 +365,7 @@ class HelperInliner(CollectiveEvents):
         runner.steps = self.steps  # one work budget for the whole analysed function
         runner.reduced = self.reduced
         runner.opaque_helpers = self.opaque_helpers
+        runner.raises_followed = self.raises_followed
         try:
             return runner.exec_block(function.body, [start], inner)
         finally:

@@ -37,6 +37,7 @@ from collcheck.static.names import ImportTable, add_import, nodes_under, source_
 from collcheck.static.object_protocols import ObjectProtocols
 from collcheck.static.object_values import record_container_change, record_keyword_attributes
 from collcheck.static.program import CommEvent, Exit, LoopEvent, LoopRange, Path, Region, Site
+from collcheck.static.raises import data_tests, raised_class
 from collcheck.static.receivers import passed_object, used_object
 from collcheck.static.state import (
     Frame,
@@ -318,8 +319,17 @@ class Interpreter(ObjectProtocols):
         return [current for current, _ in pairs]
 
     def _stmt_Raise(self, stmt: ast.Raise, state: State, frame: Frame) -> list[State]:
-        state.exit = Exit("raise", self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
+        raised = raised_class(stmt, self.module.classes)
+        on_data = data_tests(state.conds, self._held_by_module)
+        where = (self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
+        state.exit = Exit("raise", *where, raised=raised, data_tests=on_data)
         return [state]
+
+    def _held_by_module(self, name: str) -> bool:
+        module = self.module
+        if name in ("self", "cls") or name in module.globals or name in module.functions:
+            return True
+        return name in module.classes or self.local_imports.lookup(name) is not None
 
     def _stmt_Break(self, stmt: ast.Break, state: State, frame: Frame) -> list[State]:
         state.exit = Exit("break", self.module.path, stmt.lineno, stmt.col_offset, frame.chain)

@@ -16,7 +16,7 @@ import ast
 from collections.abc import Callable, Iterable
 
 from collcheck.static.state import State
-from collcheck.static.symbolic import Atom, BinOp, Const, Expr, IfExp, Sized, TupleVal, fold, opaque
+from collcheck.static.symbolic import Atom, BinOp, Const, Expr, IfExp, Not, Sized, TupleVal, fold, opaque
 from collcheck.static.syntax import read_names
 
 
@@ -52,6 +52,34 @@ def grown_collection(
     return opaque(where, (old, *added))
 
 
+MAX_SORTED_PATHS = 32  # body paths beyond this: every test of theirs counts as deciding
+
+
+def _deciding(name: str, body: list[State], start: int) -> list[Expr]:
+    """The tests that chose which value of `name` an iteration leaves: the body's own tests, but
+    not one where every path that took it and every path that took its negation leave the same
+    value (`count += 1` before `if rank == src: send(...) else: recv(...)` is the same count on
+    both sides of the rank test)."""
+    tests = [c for s in body for c in s.conds[start:]]
+    if len(body) > MAX_SORTED_PATHS or any(name not in s.env for s in body):
+        return tests
+    own = [(s.conds[start:], s.env[name]) for s in body]
+    kept: list[Expr] = []
+    for test in tests:
+        if any(test is seen or test == seen for seen in kept):
+            continue
+        positive = test.operand if isinstance(test, Not) else test
+        took = [value for conds, value in own if _holds(conds, positive)]
+        other = [value for conds, value in own if _holds(conds, Not(positive))]
+        if not (took and other and _alike([*took, *other])):
+            kept.append(test)
+    return kept
+
+
+def _holds(conds: tuple[Expr, ...], test: Expr) -> bool:
+    return any(cond is test or cond == test for cond in conds)
+
+
 def _alike(values: list[Expr]) -> bool:
     """All equal. By identity first, then `==` (cheap on shared structure), never by hashing:
     an expression's hash walks the whole tree every time it is asked."""
@@ -79,7 +107,7 @@ def loop_carried(
             continue  # no iteration changes it (a method called on it that is not a list's)
         # Which value an iteration leaves depends on the tests its path took in the body, when
         # the paths leave different values.
-        deciding = [c for s in body for c in s.conds[start:]] if not _alike(values) else []
+        deciding = _deciding(name, body, start) if not _alike(values) else []
         entries = opaque(f"{name}@loop{where}", (*values, *deciding, trip, *inputs))
         carried: Expr = entries
         if is_collection(outer.get(name)) and all(is_collection(v) for v in values):

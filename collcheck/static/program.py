@@ -91,6 +91,8 @@ class Exit:
     column: int
     chain: tuple[Site, ...] = ()
     why: str = ""  # "an exception" for except-handler exits
+    raised: str = ""  # a `raise`: the class it names ("" when the statement does not say)
+    data_tests: tuple[Expr, ...] = ()  # a `raise`: the tests of its path that read data (raises.py)
 
 
 @dataclass(frozen=True)

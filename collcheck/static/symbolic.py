@@ -214,6 +214,28 @@ def opaque(name: str, inputs: tuple[Expr, ...] = ()) -> Atom:
     return Atom(name, "shared")
 
 
+MAX_CHOICE_DEPTH = 16  # nested `x if c else y` levels a tuple element is looked up through
+
+
+def tuple_item(value: Expr, index: int, length: int | None = None, depth: int = 0) -> Expr | None:
+    """Element `index` of a tuple value, also of a tuple chosen by a test: a helper with two
+    `return (a, b)` statements returns `(a, b) if c else (1, 0)`, whose first element is
+    `a if c else 1`, not an unknown computed from `b` too. None when `value` is no such tuple, or
+    one of another `length` than the unpacking asks for."""
+    if isinstance(value, TupleVal):
+        size = len(value.items)
+        if (length is not None and size != length) or not -size <= index < size:
+            return None
+        return value.items[index]
+    if isinstance(value, IfExp) and depth < MAX_CHOICE_DEPTH:
+        then = tuple_item(value.then, index, length, depth + 1)
+        orelse = tuple_item(value.orelse, index, length, depth + 1) if then is not None else None
+        if then is None or orelse is None:
+            return None
+        return then if then == orelse else IfExp(value.test, then, orelse)
+    return None
+
+
 def substitute(expr: Expr, mapping: dict[Atom, Expr]) -> Expr:
     if isinstance(expr, Atom):
         return mapping.get(expr, expr)

@@ -69,6 +69,7 @@ from collcheck.static.symbolic import (
     negate,
     opaque,
     substitute,
+    tuple_item,
 )
 from collcheck.static.syntax import is_set_expr
 from collcheck.static.tensor_shapes import SHAPED_FACTORIES, factory_tensor, shape_attribute, shape_read
@@ -630,15 +631,10 @@ class ValueEvaluator:
                 for index, element in enumerate(target.elts[1:], start=1):
                     self.bind(element, Atom(f"unpack{index}:{value.name}", "shared"), state)
                 return
-            items = (
-                value.items if isinstance(value, TupleVal) and len(value.items) == len(target.elts) else None
-            )
             for index, element in enumerate(target.elts):
-                part = (
-                    items[index]
-                    if items is not None
-                    else opaque(f"unpack{index}@{where_of(target)}", (value,))
-                )
+                part = tuple_item(value, index, len(target.elts))
+                if part is None:
+                    part = opaque(f"unpack{index}@{where_of(target)}", (value,))
                 self.bind(element, part, state)
             return
         if isinstance(target, ast.Attribute):
