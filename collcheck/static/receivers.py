@@ -277,21 +277,9 @@ def writes_own_state(function: FunctionNode) -> bool:
     return False
 
 
-@lru_cache(maxsize=4096)
 def own_attributes_read(function: FunctionNode) -> frozenset[str]:
     """The attributes of its first parameter the method reads (`self.pp_rank`)."""
-    args = [*function.args.posonlyargs, *function.args.args]
-    if not args:
-        return frozenset()
-    first = args[0].arg
-    return frozenset(
-        node.attr
-        for node in _own_nodes(function)
-        if isinstance(node, ast.Attribute)
-        and isinstance(node.ctx, ast.Load)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == first
-    )
+    return _first_parameter_attributes(function, ast.Load)
 
 
 # ----------------------------------------------------------------------------- calls of the file
@@ -454,8 +442,14 @@ def _class_names(module: ModuleInfo, class_name: str, depth: int = 0) -> frozens
     return frozenset(names).union(*inherited_names)
 
 
-@lru_cache(maxsize=4096)
 def _stored_on_first(function: FunctionNode) -> frozenset[str]:
+    return _first_parameter_attributes(function, ast.Store)
+
+
+@lru_cache(maxsize=8192)
+def _first_parameter_attributes(function: FunctionNode, context: type[ast.expr_context]) -> frozenset[str]:
+    """The attributes of the function's first parameter (`self.x`) it reads (`ast.Load`) or
+    stores (`ast.Store`), in its own body."""
     args = [*function.args.posonlyargs, *function.args.args]
     if not args:
         return frozenset()
@@ -464,7 +458,7 @@ def _stored_on_first(function: FunctionNode) -> frozenset[str]:
         node.attr
         for node in _own_nodes(function)
         if isinstance(node, ast.Attribute)
-        and isinstance(node.ctx, ast.Store)
+        and isinstance(node.ctx, context)
         and isinstance(node.value, ast.Name)
         and node.value.id == first
     )
