@@ -254,7 +254,11 @@ class HelperInliner(CollectiveEvents):
         for final in finals:
             resumed = State(dict(state.env), final.conds, final.events)
             for name, argument in handed.items():
-                if _delivered(final.env.get(name)) and final.env.get(name) != entry[name]:
+                before = entry[name]
+                if before is None or not is_rank_dependent(before):
+                    continue  # already the same on every rank: nothing to make uniform (and the
+                    # argument keeps its value, so the next call with it reuses this summary)
+                if _delivered(final.env.get(name)) and final.env.get(name) != before:
                     # The helper's rooted collective filled the very list the caller handed it
                     # (`share(listing, src=0)` over `broadcast_object_list(objects, src)`): the
                     # caller's list now holds the root's value, as after the collective itself.
