@@ -35,6 +35,7 @@ stage, so that the engine's signatures stay as they are.
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import threading
 import time
@@ -162,6 +163,12 @@ class BoundedSolver:
             deadline.check()
             if not any(solver is self._solver for solver in deadline.solvers):
                 deadline.solvers.append(self._solver)
+            # A query still running when the safety clock runs out ends by itself: the timer
+            # thread's cross-thread interrupt is then a last resort (interrupting a check running
+            # in another thread was seen to corrupt z3's heap: "double free" in a worker). Only a
+            # file already past the clock, an error anyway, is affected: results stay a function
+            # of the work budgets.
+            self._solver.set("timeout", max(1, math.ceil(deadline.remaining() * 1000)))
         if allowance is not None:
             allowance.before(self._solver)
         verdict = self._solver.check(*assumptions)
