@@ -26,7 +26,7 @@ import pytest
 
 from collcheck.memory import formulas as f
 from collcheck.memory.formulas import CacheLayout
-from collcheck.memory.model import ModelShape
+from collcheck.memory.model_shape import ModelShape
 from collcheck.memory.plan import GatherPlan, peak_bytes
 
 MIB = 1 << 20

@@ -10,7 +10,7 @@ from collcheck.catalog import load_catalog
 from collcheck.static.calls import CALLBACK_OP, CallResolver
 from collcheck.static.group_values import group_value
 from collcheck.static.handoff import may_match
-from collcheck.static.model import build_module
+from collcheck.static.loader import build_module
 from collcheck.static.program import CommEvent, Element, LoopEvent
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import RANK, Atom, BinOp, Const

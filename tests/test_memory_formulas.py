@@ -9,7 +9,7 @@ import pytest
 
 from collcheck.memory import formulas as f
 from collcheck.memory.formulas import CacheLayout, LayoutError, Scale, parse_scale
-from collcheck.memory.model import ModelConfigError, load_model, shape_by_hand, shape_from_config
+from collcheck.memory.model_shape import ModelConfigError, load_model, shape_by_hand, shape_from_config
 from collcheck.memory.plan import GatherPlan, advise, estimate, max_seq_len, peak_bytes
 from collcheck.memory.units import GIB, SizeError, describe, parse_size
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from collcheck.catalog import load_catalog
 from collcheck.static.interpret import Interpreter
-from collcheck.static.model import ModuleInfo, build_module
+from collcheck.static.loader import ModuleInfo, build_module
 from collcheck.static.module_values import complete_module
 from collcheck.static.receivers import (
     ObjectClass,

@@ -13,7 +13,7 @@ from collcheck.api import check_paths
 from collcheck.catalog import load_catalog
 from collcheck.config import load_settings
 from collcheck.findings import Finding
-from collcheck.static.model import build_module
+from collcheck.static.loader import build_module
 from collcheck.static.p2p_schedule import Call, run, shown_counts
 from collcheck.static.program import CommEvent
 from collcheck.static.state import Frame, State

@@ -256,7 +256,7 @@ def test_two_projects_with_one_digest_keep_their_own_tables_and_loaded_modules(t
     """One process may check two projects whose digests agree (neither has a helper or value
     file) while their module tables differ (an editor, a test run): lookups and modules loaded
     as helpers must answer for the project asked, not the one met first."""
-    from collcheck.static.model import Loader, already_loaded
+    from collcheck.static.loader import Loader, already_loaded
     from collcheck.static.module_values import complete_loaded_module
     from collcheck.static.project import Project
 

@@ -7,7 +7,7 @@ import ast
 
 from collcheck.catalog import load_catalog
 from collcheck.static.calls import CallKind, CallResolver
-from collcheck.static.model import ModuleInfo, build_module
+from collcheck.static.loader import ModuleInfo, build_module
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import RANK, is_rank_dependent
 from collcheck.static.values import ValueEvaluator

@@ -8,7 +8,7 @@ import z3
 
 from collcheck.catalog import load_catalog
 from collcheck.static.interpret import Interpreter
-from collcheck.static.model import build_module
+from collcheck.static.loader import build_module
 from collcheck.static.program import Region
 from collcheck.static.symbolic import RANK, BinOp, Compare, Const, Z3Translator, is_rank_dependent
 

@@ -12,9 +12,9 @@ import pytest
 from collcheck.api import check_paths
 from collcheck.catalog import load_catalog
 from collcheck.config import load_settings
-from collcheck.static import helpers
+from collcheck.static import inliner
 from collcheck.static.interpret import Interpreter
-from collcheck.static.model import build_module
+from collcheck.static.loader import build_module
 from collcheck.static.program import CommEvent, Region
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -143,7 +143,7 @@ def test_a_summary_recorded_inside_a_recursion_is_not_reused_outside_it(
     # Recursion followed one level only, so that the cut is reached within the inlining depth:
     # `h` at depth 3 once under `g` (its call back to `g` is cut: recursion) and once under `c`
     # (where it runs `g`): the same function, depth and arguments, but a different stack.
-    monkeypatch.setattr(helpers, "MAX_RECURSION", 1)
+    monkeypatch.setattr(inliner, "MAX_RECURSION", 1)
     source = (
         "import torch.distributed as dist\n"
         "def g():\n"
@@ -203,7 +203,7 @@ def test_findings_and_counterexamples_are_those_of_inlining(
 ) -> None:
     settings = load_settings([unit]).with_overrides(jobs=1, cache=False)
     summarised = check_paths([unit], settings)
-    monkeypatch.setattr(helpers, "_summary_key", lambda *args: None)  # every call runs the helper
+    monkeypatch.setattr(inliner, "_summary_key", lambda *args: None)  # every call runs the helper
     inlined = check_paths([unit], settings)
     assert [repr(f) for f in summarised.findings] == [repr(f) for f in inlined.findings]
     assert [f.notes for f in summarised.files] == [f.notes for f in inlined.files]
@@ -224,4 +224,4 @@ def test_recursion_is_followed_a_bounded_number_of_levels_as_with_inlining() -> 
     regions, _ = same_as_inlining(source, "f")
     # Each call follows `levels` MAX_RECURSION (3) levels deep, the inlining depth allowing:
     # three all_reduces per call at most (one, if recursion were cut at the first re-entry).
-    assert max(len(path.events) for path in regions[0].paths) == 2 * helpers.MAX_RECURSION
+    assert max(len(path.events) for path in regions[0].paths) == 2 * inliner.MAX_RECURSION

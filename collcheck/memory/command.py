@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from collcheck.memory import formulas as f
-from collcheck.memory.model import MAX_FIELD, ModelConfigError, ModelShape, load_model, shape_by_hand
+from collcheck.memory.model_shape import MAX_FIELD, ModelConfigError, ModelShape, load_model, shape_by_hand
 from collcheck.memory.plan import Estimate, GatherPlan, estimate
 from collcheck.memory.report import to_json, to_text
 from collcheck.memory.units import SizeError, parse_size

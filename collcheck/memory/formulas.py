@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collcheck.memory.model import ModelShape
+from collcheck.memory.model_shape import ModelShape
 
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 QUANT_BITS: dict[str, int] = {"fp8": 8, "int8": 8, "int4": 4}

@@ -19,8 +19,8 @@ from collcheck.catalog import OpSpec
 from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.group_values import type_of
+from collcheck.static.loader import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.local_data import LocalData, combining_words
-from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.names import PARTIAL_CALLS, dotted, nodes_under, qualified_name, source_text
 from collcheck.static.program import OWN_DATA, CommEvent
 from collcheck.static.receivers import (

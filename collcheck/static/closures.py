@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from collcheck.static.model import FunctionNode
+from collcheck.static.loader import FunctionNode
 from collcheck.static.names import nodes_under
 from collcheck.static.state import State, common_prefix, merge_envs
 from collcheck.static.symbolic import Expr

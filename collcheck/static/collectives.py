@@ -14,7 +14,7 @@ from collcheck.catalog import OpSpec
 from collcheck.static import groups
 from collcheck.static.calls import CallResolver
 from collcheck.static.group_values import group_value
-from collcheck.static.model import ModuleInfo
+from collcheck.static.loader import ModuleInfo
 from collcheck.static.names import qualified_name, source_text
 from collcheck.static.program import (
     CommEvent,

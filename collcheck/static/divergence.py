@@ -15,7 +15,7 @@ from typing import Any
 
 from collcheck.findings import Reason
 from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, Path, Region
-from collcheck.static.smt import Model, RegionSolver, event_terms
+from collcheck.static.smt import RankWitness, RegionSolver, event_terms
 from collcheck.static.symbolic import Const, Expr, GroupVal, IfExp, Z3Translator, atoms
 from collcheck.static.why import group_label, local_ranks, reasons
 
@@ -71,7 +71,7 @@ class Divergence:
     index: int
     event_a: Element | None
     event_b: Element | None
-    model: Model
+    model: RankWitness
     sequence_a: tuple[Element, ...]
     sequence_b: tuple[Element, ...]
     exit: Exit | None = None
@@ -143,7 +143,7 @@ def found(
         return _pretty(value, solver)
 
     split = reasons(a, b, sides, region.conditions, tr, raw, pretty)
-    model = Model(model.world, model.rank_a, model.rank_b, tuple(values))
+    model = RankWitness(model.world, model.rank_a, model.rank_b, tuple(values))
     return [
         Divergence(
             kind=kind,

@@ -40,7 +40,7 @@ from collcheck.static.divergence import Blocked, Divergence, DivergenceKind
 from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts
 from collcheck.static.handoff import behind_unknown_code
 from collcheck.static.interpret import Interpreter
-from collcheck.static.model import (
+from collcheck.static.loader import (
     FunctionNode,
     Loader,
     ModuleInfo,

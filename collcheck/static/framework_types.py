@@ -17,7 +17,7 @@ import ast
 from collections.abc import Iterable
 
 from collcheck.catalog import Catalog
-from collcheck.static.model import ModuleInfo
+from collcheck.static.loader import ModuleInfo
 from collcheck.static.names import qualified_name
 
 MAX_BASE_DEPTH = 8

@@ -18,7 +18,7 @@ from typing import Protocol
 from collcheck.catalog import Catalog
 from collcheck.static import groups
 from collcheck.static.framework_types import chain_type
-from collcheck.static.model import ModuleInfo, remote_value
+from collcheck.static.loader import ModuleInfo, remote_value
 from collcheck.static.names import ImportTable, dotted, qualified_name
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (

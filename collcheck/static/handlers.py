@@ -32,7 +32,7 @@ import ast
 
 from collcheck.static.calls import CallKind
 from collcheck.static.conditions import ConditionKind, source_of
-from collcheck.static.helpers import HelperInliner
+from collcheck.static.inliner import HelperInliner
 from collcheck.static.names import nodes_under, qualified_name, source_text
 from collcheck.static.raises import catches
 from collcheck.static.state import Frame, State, merge_envs

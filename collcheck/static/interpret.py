@@ -29,10 +29,10 @@ from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
 from collcheck.static.conditions import ConditionKind, source_of
 from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simple, join_paths
 from collcheck.static.group_values import parameters_with_literal_defaults
-from collcheck.static.helpers import LoopOp
+from collcheck.static.inliner import LoopOp
+from collcheck.static.loader import FunctionNode, ModuleInfo
 from collcheck.static.loop_shapes import iterations_alike
 from collcheck.static.loop_values import is_collection, loop_carried, loop_element, unrolled_loop, while_trips
-from collcheck.static.model import FunctionNode, ModuleInfo
 from collcheck.static.names import ImportTable, add_import, nodes_under, source_text
 from collcheck.static.object_protocols import ObjectProtocols
 from collcheck.static.object_values import record_container_change, record_keyword_attributes

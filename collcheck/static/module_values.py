@@ -13,7 +13,7 @@ import ast
 from collcheck.config import Settings
 from collcheck.static.groups import LOCAL_RANK_PREFIX, SIZE_PREFIX
 from collcheck.static.interpret import Interpreter
-from collcheck.static.model import FunctionNode, ModuleInfo, module_body
+from collcheck.static.loader import FunctionNode, ModuleInfo, module_body
 from collcheck.static.names import nodes_under
 from collcheck.static.receivers import (
     EXACT,

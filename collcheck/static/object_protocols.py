@@ -37,7 +37,7 @@ from functools import lru_cache
 from collcheck.findings import Budget
 from collcheck.static.calls import CallKind, HeldTarget, Resolution, callback_event
 from collcheck.static.handlers import ExceptionFlow
-from collcheck.static.model import FunctionNode, ModuleInfo, property_names
+from collcheck.static.loader import FunctionNode, ModuleInfo, property_names
 from collcheck.static.names import dotted, qualified_name
 from collcheck.static.program import Exit, Site
 from collcheck.static.receivers import ObjectClass, method_of, object_class

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from collcheck.findings import Budget, BudgetCut, Finding
 from collcheck.static.conditions import ConditionSources
 from collcheck.static.interpret import Interpreter
-from collcheck.static.model import FunctionNode
+from collcheck.static.loader import FunctionNode
 from collcheck.static.program import Region
 from collcheck.static.state import PathLimitExceeded
 from collcheck.static.symbolic import Expr, is_rank_dependent

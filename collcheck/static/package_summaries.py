@@ -34,7 +34,7 @@ from collcheck.source import FileRefused, read_regular_file, read_source
 from collcheck.static.budget import BudgetExceeded, file_budget
 from collcheck.static.groups import SIZE_PREFIX, atoms_of
 from collcheck.static.interpret import Interpreter
-from collcheck.static.model import FunctionNode, Loader, ModuleInfo
+from collcheck.static.loader import FunctionNode, Loader, ModuleInfo
 from collcheck.static.module_values import complete_loaded_module
 from collcheck.static.names import module_imports, qualified_name, resolve_relative
 from collcheck.static.prefilter import trigger_pattern

@@ -20,7 +20,7 @@ import builtins
 import re
 from collections.abc import Callable, Mapping
 
-from collcheck.static.model import FunctionNode, ModuleInfo, inherited, remote_function
+from collcheck.static.loader import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.names import ImportTable, add_import, nodes_under, qualified_name
 from collcheck.static.symbolic import Expr, atoms
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from weakref import WeakKeyDictionary
 
-from collcheck.static.model import ClassInfo, FunctionNode, ModuleInfo, inherited
+from collcheck.static.loader import ClassInfo, FunctionNode, ModuleInfo, inherited
 from collcheck.static.names import ImportTable, nodes_under
 from collcheck.static.symbolic import Atom, Expr
 

@@ -1,7 +1,7 @@
 """The solver side: z3 contexts and one solver per region, asked about two rank instances.
 
 In: a `Region` and the two paths of a query, with an optional extra fact built from a
-`Z3Translator`. Out: a verdict (`sat` / `unsat` / `unknown`), and for `sat` a small `Model`
+`Z3Translator`. Out: a verdict (`sat` / `unsat` / `unknown`), and for `sat` a small `RankWitness`
 (world size and the two ranks, smallest first) with the raw z3 model to read values from.
 `SolveStats` counts the queries and keeps the notes and the budget cuts (a query over its
 `z3-rlimit`) of one file.
@@ -42,7 +42,7 @@ _OUT_OF_UNITS = ("max. resources exceeded", "canceled", "resource limits reached
 
 
 @dataclass(frozen=True)
-class Model:
+class RankWitness:
     world: int
     rank_a: int
     rank_b: int
@@ -242,7 +242,7 @@ class RegionSolver:
 
     def satisfiable(
         self, a: Path, b: Path, membership: GroupVal | None, extra: Any = None, share_nondet: bool = False
-    ) -> tuple[str, Model | None, Any]:
+    ) -> tuple[str, RankWitness | None, Any]:
         if self._settled(a, b, membership):
             self.stats.settled += 1
             return "unsat", None, None
@@ -305,7 +305,9 @@ class RegionSolver:
         finally:
             self.solver.pop()
 
-    def _small_model(self, tr: Z3Translator, membership: GroupVal | None = None) -> tuple[Model, Any] | None:
+    def _small_model(
+        self, tr: Z3Translator, membership: GroupVal | None = None
+    ) -> tuple[RankWitness, Any] | None:
         """Prefer the smallest world and rank 0: the counterexample a person believes at once. Among
         the members of a group of unknown membership, prefer global ranks equal to local ranks (the
         global ranks are then free, and a message that names local ranks reads the same numbers)."""
@@ -331,8 +333,9 @@ class RegionSolver:
         model = self.solver.model()
         return self._model(model, tr), model
 
-    def _model(self, model: Any, tr: Z3Translator) -> Model:
-        return Model(_number(model, tr.world), _number(model, tr.rank("a")), _number(model, tr.rank("b")))
+    def _model(self, model: Any, tr: Z3Translator) -> RankWitness:
+        world = _number(model, tr.world)
+        return RankWitness(world, _number(model, tr.rank("a")), _number(model, tr.rank("b")))
 
 
 def _number(model: Any, term: Any) -> int:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from collcheck.findings import Budget
-from collcheck.static.model import FunctionNode
+from collcheck.static.loader import FunctionNode
 from collcheck.static.program import (
     Element,
     Exit,

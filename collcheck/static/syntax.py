@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
-from collcheck.static.model import FunctionNode
+from collcheck.static.loader import FunctionNode
 from collcheck.static.names import dotted, nodes_under
 
 SET_METHODS = frozenset({"union", "intersection", "difference", "symmetric_difference"})

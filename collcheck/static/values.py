@@ -37,8 +37,8 @@ from collcheck.static.group_values import (
     type_of,
 )
 from collcheck.static.literals import is_boolean, is_numeral, is_text, numeric_text, small_literal_range
+from collcheck.static.loader import FunctionNode, ModuleInfo, inherited_attribute
 from collcheck.static.loop_values import grown_collection
-from collcheck.static.model import FunctionNode, ModuleInfo, inherited_attribute
 from collcheck.static.names import PARTIAL_CALLS, ImportTable, dotted, qualified_name, source_text
 from collcheck.static.receivers import (
     Partial,

@@ -32,7 +32,7 @@ from typing import Any
 from collcheck.static.calls import callback_event
 from collcheck.static.collectives import CollectiveEvents
 from collcheck.static.fallback import INERT_PER_STEP
-from collcheck.static.model import FunctionNode, ModuleInfo, inherited
+from collcheck.static.loader import FunctionNode, ModuleInfo, inherited
 from collcheck.static.names import ImportTable, nodes_under, source_text
 from collcheck.static.program import (
     Element,
