@@ -1,0 +1,1 @@
+"""Per-stage unit tests of `collcheck/static/` (see docs/architecture.md)."""
