@@ -98,3 +98,11 @@ def frame(name: str = "f", class_name: str | None = None, node: FunctionNode | N
 
 def empty_state() -> State:
     return State({})
+
+
+def line_of(body: str, fragment: str, preamble: bool = True) -> int:
+    """The line (1-based, in the source `source_of` builds) of the first line holding `fragment`."""
+    for number, line in enumerate(source_of(body, preamble).splitlines(), start=1):
+        if fragment in line:
+            return number
+    raise AssertionError(f"{fragment!r} is not in the snippet")
