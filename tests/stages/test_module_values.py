@@ -22,7 +22,6 @@ class Trainer:
     LIMIT = 3
     def __init__(self):
         self.rank = dist.get_rank()
-        self.pair = dist.new_group([0, 1])
         self.steps = 10
     def step(self):
         return self.rank
@@ -45,6 +44,5 @@ def test_attributes_set_on_self_are_known_in_every_method() -> None:
     complete_module(module, Interpreter(module))
     attributes = module.classes["Trainer"].attributes
     assert attributes["rank"] == RANK
-    assert "pair" not in attributes  # read without running calls: a creation is the interpreter's
     assert attributes["LIMIT"] == Const(3)  # from the class body (the model)
     assert "steps" not in attributes  # the same on every rank and no group: nothing to keep
