@@ -14,8 +14,8 @@ from collcheck.catalog import Catalog, load_catalog
 from collcheck.static.interpret import Interpreter
 from collcheck.static.loader import FunctionNode, ModuleInfo, build_module
 from collcheck.static.module_values import complete_module
-from collcheck.static.program import CommEvent, Element, LoopEvent, Path, Region
-from collcheck.static.state import Frame, State
+from collcheck.static.program import CommEvent, Element, Path, Region
+from collcheck.static.state import Frame
 
 PREAMBLE = "import os\nimport torch\nimport torch.distributed as dist\n"
 
@@ -73,10 +73,6 @@ def comm_events(elements: tuple[Element, ...]) -> list[CommEvent]:
     return [e for e in elements if isinstance(e, CommEvent)]
 
 
-def loop_events(elements: tuple[Element, ...]) -> list[LoopEvent]:
-    return [e for e in elements if isinstance(e, LoopEvent)]
-
-
 def expr(text: str) -> ast.expr:
     return ast.parse(textwrap.dedent(text).strip(), mode="eval").body
 
@@ -94,10 +90,6 @@ def statement(text: str) -> ast.stmt:
 def frame(name: str = "f", class_name: str | None = None, node: FunctionNode | None = None) -> Frame:
     """The frame of a root function (no callers); `node`: the function on its stack."""
     return Frame(name, class_name, (), 0, (node,) if node is not None else ())
-
-
-def empty_state() -> State:
-    return State({})
 
 
 def line_of(body: str, fragment: str, preamble: bool = True) -> int:

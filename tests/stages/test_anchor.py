@@ -6,7 +6,7 @@ from __future__ import annotations
 from collcheck.findings import Location
 from collcheck.static.anchor import Anchor, locate
 from collcheck.static.divergence import Divergence, DivergenceKind
-from collcheck.static.program import Exit, LoopEvent, Path, Site
+from collcheck.static.program import Element, Exit, LoopEvent, Path, Site
 from collcheck.static.smt import RankWitness
 from collcheck.static.symbolic import RANK
 
@@ -16,10 +16,20 @@ LEAVE = Exit("return", "m.py", 5, 8)
 BARRIER = event("barrier", 9)
 
 
-def divergence(a: object, b: object = None, exit_: Exit | None = None) -> Divergence:
+def divergence(a: Element | None, b: Element | None = None, exit_: Exit | None = None) -> Divergence:
     return Divergence(
-        DivergenceKind.SEQUENCE, region(Path((), ())), Path((), ()), Path((), ()), "world", 0,
-        a, b, RankWitness(2, 0, 1), (), (), exit_,  # type: ignore[arg-type]
+        kind=DivergenceKind.SEQUENCE,
+        region=region(Path((), ())),
+        path_a=Path((), ()),
+        path_b=Path((), ()),
+        channel="world",
+        index=0,
+        event_a=a,
+        event_b=b,
+        model=RankWitness(2, 0, 1),
+        sequence_a=(),
+        sequence_b=(),
+        exit=exit_,
     )
 
 

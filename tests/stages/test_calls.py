@@ -61,7 +61,9 @@ def resolve(resolver: CallResolver, text: str, state: State | None = None, where
         ("dscomm.all_reduce(t)", "all_reduce", "collective"),  # another library's, by its catalog
     ],
 )
-def test_collectives_carry_their_catalogued_spec(resolver: CallResolver, text: str, op: str, kind: str) -> None:
+def test_collectives_carry_their_catalogued_spec(
+    resolver: CallResolver, text: str, op: str, kind: str
+) -> None:
     resolution = resolve(resolver, text)
     assert resolution.kind is CallKind.COLLECTIVE
     assert resolution.spec is not None and (resolution.spec.op, resolution.spec.kind) == (op, kind)

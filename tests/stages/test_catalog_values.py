@@ -16,7 +16,9 @@ def test_plain_names() -> None:
 
 
 def test_tests_over_them() -> None:
-    assert value_from_spec("local_rank == 0", "here") == Compare("==", BinOp("%", RANK, LOCAL_WORLD), Const(0))
+    assert value_from_spec("local_rank == 0", "here") == Compare(
+        "==", BinOp("%", RANK, LOCAL_WORLD), Const(0)
+    )
     assert value_from_spec("rank == 0 and world > 1", "here") == BoolOp(
         "and", (Compare("==", RANK, Const(0)), Compare(">", WORLD, Const(1)))
     )

@@ -12,6 +12,7 @@ from collcheck.static.state import State
 from collcheck.static.symbolic import (
     MEMBER,
     RANK,
+    WORLD,
     BinOp,
     Compare,
     Const,
@@ -19,7 +20,6 @@ from collcheck.static.symbolic import (
     GroupVal,
     InRange,
     Member,
-    WORLD,
     TupleVal,
     is_rank_dependent,
 )
@@ -34,7 +34,9 @@ def events() -> CollectiveEvents:
     return CollectiveEvents(module_of("def f(t):\n    pass\n", complete=True))
 
 
-def communicate(events: CollectiveEvents, text: str, env: dict[str, Expr] | None = None) -> tuple[State, Expr]:
+def communicate(
+    events: CollectiveEvents, text: str, env: dict[str, Expr] | None = None
+) -> tuple[State, Expr]:
     here = frame("f", None, events.module.functions["f"])
     state = State(dict(env or {}))
     node = call(text)
@@ -68,7 +70,11 @@ def test_a_group_argument_is_the_events_group(events: CollectiveEvents) -> None:
 def test_a_created_group_is_the_calls_value_with_its_members(events: CollectiveEvents) -> None:
     state, value = communicate(events, "dist.new_group([0, 1])")
     assert last(state).kind == "group_create" and last(state).ranks_arg == TupleVal((Const(0), Const(1)))
-    assert isinstance(value, GroupVal) and value.created and value.members == Member(MEMBER, (Const(0), Const(1)))
+    assert (
+        isinstance(value, GroupVal)
+        and value.created
+        and value.members == Member(MEMBER, (Const(0), Const(1)))
+    )
     _, ranged = communicate(events, "dist.new_group(ranks=list(range(2, 4)))")
     assert isinstance(ranged, GroupVal) and ranged.members == InRange(MEMBER, Const(2), Const(4))
 

@@ -92,7 +92,9 @@ def test_a_second_call_in_the_same_context_reuses_the_summary_on_its_own_site() 
     node = ast.parse("sync(t)", mode="eval").body
     assert isinstance(node, ast.Call)
     node.lineno = node.end_lineno = 41
-    ((second, _),) = interpreter.inline(node, interpreter.module.functions["sync"], None, False, State({}), here, {})
+    ((second, _),) = interpreter.inline(
+        node, interpreter.module.functions["sync"], None, False, State({}), here, {}
+    )
     assert executions(interpreter, "sync") == 1 and interpreter.summaries.reused == 1
     assert [e.chain[0].line for e in (*first.events, *second.events)] == [40, 41]
     (summaries,) = interpreter.summaries.entries.values()

@@ -62,7 +62,11 @@ def test_a_short_constant_loop_is_unrolled_and_a_while_loop_is_one_element_and_a
     element = path.events[2]
     assert isinstance(element, LoopEvent) and element.body_ops == ("all_reduce",)
     assert element.line == line_of(body, "while")
-    assert loop.kind == "loop" and loop.line == line_of(body, "while") and op_sequences(loop) == {("all_reduce",)}
+    assert (
+        loop.kind == "loop"
+        and loop.line == line_of(body, "while")
+        and op_sequences(loop) == {("all_reduce",)}
+    )
 
 
 def test_a_counted_loop_region_knows_its_range() -> None:
@@ -92,7 +96,11 @@ def test_an_inlined_helpers_events_carry_the_call_site() -> None:
     assert reduce.chain == ()
     assert broadcast.line == line_of(body, "dist.broadcast")
     (site,) = broadcast.chain
-    assert isinstance(site, Site) and (site.caller, site.callee, site.line) == ("f", "sync", line_of(body, "    sync(t)"))
+    assert isinstance(site, Site) and (site.caller, site.callee, site.line) == (
+        "f",
+        "sync",
+        line_of(body, "    sync(t)"),
+    )
     assert broadcast.root == RANK  # the root argument, evaluated in the helper
 
 

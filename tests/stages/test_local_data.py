@@ -5,8 +5,8 @@ combining collective (or a helper that does), and backward the names computed in
 from __future__ import annotations
 
 from collcheck.static.calls import CallResolver
-from collcheck.static.local_data import LocalData
 from collcheck.static.loader import ModuleInfo
+from collcheck.static.local_data import LocalData
 
 from .conftest import line_of, module_of
 

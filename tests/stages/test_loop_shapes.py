@@ -29,7 +29,10 @@ def event_at(stmt: ast.For, index: int = 0, **fields: object) -> CommEvent:
 
 def test_the_same_collective_on_loop_invariant_arguments_is_alike() -> None:
     stmt = loop("for batch in data:\n    x = model(batch)\n    dist.all_reduce(flag)\n")
-    body = [State({}, (), (event_at(stmt, 1),)), State({}, (), ())]  # a path that does not communicate is fine
+    body = [
+        State({}, (), (event_at(stmt, 1),)),
+        State({}, (), ()),
+    ]  # a path that does not communicate is fine
     assert iterations_alike(stmt, body, frame())
 
 

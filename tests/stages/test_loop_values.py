@@ -48,7 +48,9 @@ BARRIER = CommEvent("barrier", "collective", "m.py", 3, 4, 3, 20)
 
 def test_in_place_methods_change_a_lists_length() -> None:
     pair = TupleVal((Const(1), Const(2)))
-    assert grown_collection(pair, call("xs.append(v)"), (RANK,), length_of, "w") == TupleVal((Const(1), Const(2), RANK))
+    assert grown_collection(pair, call("xs.append(v)"), (RANK,), length_of, "w") == TupleVal(
+        (Const(1), Const(2), RANK)
+    )
     many = Sized("xs", SHARED)
     grown = grown_collection(many, call("xs.append(v)"), (RANK,), length_of, "w")
     assert isinstance(grown, Sized) and grown.length == BinOp("+", SHARED, Const(1))
@@ -69,19 +71,21 @@ def test_collections_are_literals_sized_values_and_choices_of_them() -> None:
 
 def test_a_variable_the_loop_changes_is_computed_from_what_iterations_leave() -> None:
     stmt = ast.parse("for x in items:\n    total = total + x\n").body[0]
-    outer = {"total": Const(0), "kept": Const(1)}
+    outer: dict[str, Expr] = {"total": Const(0), "kept": Const(1)}
     body = [State({"total": BinOp("+", Const(0), RANK), "kept": Const(1)})]
     carried = loop_carried(["total", "kept"], outer, body, 0, SHARED, (), "3:0", length_of, stmt)
     assert set(carried) == {"total"}  # `kept` is the same in every iteration: it keeps its value
     assert is_rank_dependent(carried["total"])
     alike = [State({"total": BinOp("+", Const(0), SHARED)})]
-    assert not is_rank_dependent(loop_carried(["total"], outer, alike, 0, SHARED, (), "3:0", length_of, stmt)["total"])
+    assert not is_rank_dependent(
+        loop_carried(["total"], outer, alike, 0, SHARED, (), "3:0", length_of, stmt)["total"]
+    )
 
 
 def test_a_list_filled_under_a_rank_test_has_a_per_rank_length() -> None:
     stmt = ast.parse("for x in items:\n    if x == rank:\n        owned.append(x)\n").body[0]
     test = Compare("==", Atom("x", "shared"), RANK)
-    outer = {"owned": TupleVal(())}
+    outer: dict[str, Expr] = {"owned": TupleVal(())}
     body = [State({"owned": TupleVal((SHARED,))}, (test,)), State({"owned": TupleVal(())}, (Not(test),))]
     carried = loop_carried(["owned"], outer, body, 0, SHARED, (), "3:0", length_of, stmt)["owned"]
     assert isinstance(carried, Sized) and is_rank_dependent(carried.length)
@@ -105,7 +109,9 @@ def test_short_constant_loops_with_one_path_are_unrolled() -> None:
 
 def test_a_while_loops_trips_come_from_what_its_test_reads() -> None:
     test = expr("queue")
-    alike = while_trips(test, [State({"queue": Sized("q", SHARED, Atom("r", "nondet"))})], {"queue"}, (), "5:0", length_of)
+    alike = while_trips(
+        test, [State({"queue": Sized("q", SHARED, Atom("r", "nondet"))})], {"queue"}, (), "5:0", length_of
+    )
     assert alike.lower == 0 and not is_rank_dependent(alike)  # the length, not the random entries
     ranked = while_trips(expr("step < rank"), [State({"step": SHARED})], {"step"}, (RANK,), "5:0", length_of)
     assert is_rank_dependent(ranked)

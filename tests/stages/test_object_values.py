@@ -28,7 +28,9 @@ def assign(text: str) -> ast.Assign:
 
 def test_a_per_rank_keyword_is_the_attribute_of_the_same_name() -> None:
     state = State({"main": MAIN})
-    record_keyword_attributes(evaluator(), assign("bar = tqdm(total=n, disable=not main, leave=True)"), state, frame())
+    record_keyword_attributes(
+        evaluator(), assign("bar = tqdm(total=n, disable=not main, leave=True)"), state, frame()
+    )
     assert state.env["bar.disable"] == Not(MAIN)
     assert "bar.leave" not in state.env and "bar.total" not in state.env  # the same on every rank
     # the catalogued counter of a disabled bar stands still where `disable` holds

@@ -13,20 +13,28 @@ from collcheck.static.program import Region
 from .conftest import module_of
 
 # Many plain assignments (inert: a sixteenth of a step each in the reduced mode), then a rank test.
-WIDE = "def f(t, a):\n" + "".join(f"    y{i} = a + {i}\n" for i in range(120)) + (
-    "    if dist.get_rank() == 0:\n        dist.barrier()\n"
+WIDE = (
+    "def f(t, a):\n"
+    + "".join(f"    y{i} = a + {i}\n" for i in range(120))
+    + ("    if dist.get_rank() == 0:\n        dist.barrier()\n")
 )
 
 
-def run(body: str, max_steps: int) -> tuple[tuple[list[Region], bool] | None, list[str], list[BudgetCut], Interpreter]:
+def run(
+    body: str, max_steps: int
+) -> tuple[tuple[list[Region], bool] | None, list[str], list[BudgetCut], Interpreter]:
     module = module_of(body, complete=True)
     interpreter = Interpreter(module, max_steps=max_steps)
     function = module.functions["f"]
     notes: list[str] = []
     cuts: list[BudgetCut] = []
     result = run_within_budget(
-        interpreter, lambda: interpreter.run_function(function, None, "f"), Place("m.py", function.lineno, "f"),
-        notes, cuts, function,
+        interpreter,
+        lambda: interpreter.run_function(function, None, "f"),
+        Place("m.py", function.lineno, "f"),
+        notes,
+        cuts,
+        function,
     )
     return result, notes, cuts, interpreter
 

@@ -16,7 +16,9 @@ ON_ZERO = Path((RANK_ZERO,), (BARRIER,))
 ELSEWHERE = Path((Not(RANK_ZERO),), ())
 
 
-def solver_for(*paths: Path, world: int | None = None, rlimit: int = 2_000_000) -> tuple[RegionSolver, SolveStats]:
+def solver_for(
+    *paths: Path, world: int | None = None, rlimit: int = 2_000_000
+) -> tuple[RegionSolver, SolveStats]:
     stats = SolveStats()
     region = Region("f", "function", list(paths), 1, path_name="m.py")
     return RegionSolver(region, world, rlimit, stats), stats

@@ -55,11 +55,15 @@ def test_a_root_or_reduce_op_that_differs_between_ranks() -> None:
 
 
 def test_a_communicating_loop_with_a_per_rank_trip_count() -> None:
-    loop = LoopEvent("m.py", 3, 4, BinOp("max", Const(0), RANK), ("all_reduce",), "range(rank)", event("all_reduce", 4))
+    loop = LoopEvent(
+        "m.py", 3, 4, BinOp("max", Const(0), RANK), ("all_reduce",), "range(rank)", event("all_reduce", 4)
+    )
     (divergence,), _ = solve(Path((), (loop,)))
     assert divergence.kind is DivergenceKind.TRIP
     trips = dict(divergence.model.values)
-    assert trips[f"trips on rank {divergence.model.rank_a}"] != trips[f"trips on rank {divergence.model.rank_b}"]
+    assert (
+        trips[f"trips on rank {divergence.model.rank_a}"] != trips[f"trips on rank {divergence.model.rank_b}"]
+    )
 
 
 def test_uniform_regions_and_alike_decisions_are_settled_without_a_query() -> None:

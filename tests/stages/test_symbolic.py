@@ -49,7 +49,11 @@ def test_rank_dependence_looks_through_every_node() -> None:
     assert is_rank_dependent(IfExp(SHARED, Const(1), Member(RANK, (Const(0),))))
     assert is_rank_dependent(CLOCK)  # per process, not per rank, but not alike either
     assert not is_rank_dependent(BinOp("-", WORLD, Const(1)))  # the world size is the same on all
-    assert {a.name for a in atoms(BoolOp("and", (Compare("<", RANK, WORLD), SHARED)))} == {"rank", "world", "n"}
+    assert {a.name for a in atoms(BoolOp("and", (Compare("<", RANK, WORLD), SHARED)))} == {
+        "rank",
+        "world",
+        "n",
+    }
 
 
 def test_negation_and_conjunction_simplify() -> None:
@@ -93,9 +97,20 @@ def _check(*facts: object) -> z3.CheckSatResult:
 def test_per_rank_atoms_get_one_instance_per_side_and_shared_ones_one_in_all() -> None:
     tr = Z3Translator(z3)
     # A shared value is the same for both ranks: n == 0 on one side and n == 1 on the other is impossible.
-    assert _check(tr.as_bool(Compare("==", SHARED, Const(0)), "a"), tr.as_bool(Compare("==", SHARED, Const(1)), "b")) == z3.unsat
+    assert (
+        _check(
+            tr.as_bool(Compare("==", SHARED, Const(0)), "a"), tr.as_bool(Compare("==", SHARED, Const(1)), "b")
+        )
+        == z3.unsat
+    )
     # A per-rank value can differ.
     per_rank = Atom("p", "perrank")
-    assert _check(tr.as_bool(Compare("==", per_rank, Const(0)), "a"), tr.as_bool(Compare("==", per_rank, Const(1)), "b")) == z3.sat
+    assert (
+        _check(
+            tr.as_bool(Compare("==", per_rank, Const(0)), "a"),
+            tr.as_bool(Compare("==", per_rank, Const(1)), "b"),
+        )
+        == z3.sat
+    )
     # The rank itself is a side's own.
     assert _check(tr.rank("a") == 0, tr.rank("b") == 0, tr.rank("a") != tr.rank("b")) == z3.unsat

@@ -15,10 +15,14 @@ RANDOM = Atom("random", "nondet", why="random numbers")
 
 
 def test_a_factorys_arguments_are_the_shape_and_its_entries_are_apart() -> None:
-    made = factory_tensor("torch.randn", call("torch.randn(n, 3)"), [Atom("n", "shared"), Const(3)], {}, RANDOM, "1:0")
+    made = factory_tensor(
+        "torch.randn", call("torch.randn(n, 3)"), [Atom("n", "shared"), Const(3)], {}, RANDOM, "1:0"
+    )
     assert isinstance(made, Sized) and made.dims == (Atom("n", "shared"), Const(3))
     assert made.length == Atom("n", "shared") and made.content == RANDOM
-    sized = factory_tensor("torch.zeros", call("torch.zeros(size=s)"), [], {"size": TupleVal((RANK,))}, RANDOM, "1:0")
+    sized = factory_tensor(
+        "torch.zeros", call("torch.zeros(size=s)"), [], {"size": TupleVal((RANK,))}, RANDOM, "1:0"
+    )
     assert sized is not None and sized.dims == (RANK,)
     assert factory_tensor("torch.arange", call("torch.arange(4)"), [Const(4)], {}, RANDOM, "1:0") is None
     assert factory_tensor("torch.randn", call("torch.randn(*shape)"), [RANK], {}, RANDOM, "1:0") is None

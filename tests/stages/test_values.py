@@ -68,7 +68,9 @@ def test_per_process_sources_are_nondet_with_a_reason(evaluator: ValueEvaluator)
     assert isinstance(dice, Atom) and dice.kind == "nondet"
 
 
-def test_names_come_from_the_path_then_the_module_then_are_unknown_but_alike(evaluator: ValueEvaluator) -> None:
+def test_names_come_from_the_path_then_the_module_then_are_unknown_but_alike(
+    evaluator: ValueEvaluator,
+) -> None:
     assert value(evaluator, "LIMIT") == Const(4)
     assert value(evaluator, "LIMIT", {"LIMIT": RANK}) == RANK  # the path's own binding wins
     unknown = value(evaluator, "somewhere_else")
