@@ -15,6 +15,7 @@ from .conftest import call, expr, frame, module_of
 
 SNIPPET = """
 import functools
+import sys
 import deepspeed.comm as dscomm
 class Syncer:
     def push(self, t):
@@ -68,6 +69,12 @@ def test_collectives_carry_their_catalogued_spec(
     assert resolution.kind is CallKind.COLLECTIVE
     assert resolution.spec is not None and (resolution.spec.op, resolution.spec.kind) == (op, kind)
     assert resolution.target is None
+
+
+@pytest.mark.parametrize("text", ["sys.exit(1)", "os._exit(0)", "exit()"])
+def test_a_process_exit_is_an_exit_whatever_else_it_may_be(resolver: CallResolver, text: str) -> None:
+    resolution = resolve(resolver, text)
+    assert resolution.kind is CallKind.EXIT and resolution.spec is None and resolution.target is None
 
 
 def test_a_function_of_the_file_is_a_helper_target_without_self(resolver: CallResolver) -> None:

@@ -84,3 +84,19 @@ def test_finally_runs_after_the_body() -> None:
     """
     (path,) = regions_of(body)[0].paths
     assert ops(path) == ("all_reduce", "barrier") and path.conds == ()
+
+
+def test_a_path_that_leaves_the_body_is_not_lost() -> None:
+    body = """
+    def f(t):
+        try:
+            if dist.get_rank() == 0:
+                return
+            dist.all_reduce(t)
+        except OSError:
+            pass
+    """
+    paths = regions_of(body)[0].paths
+    left = [p for p in paths if p.exit is not None]
+    assert [(p.conds, p.exit.kind) for p in left if p.exit is not None] == [((RANK_ZERO,), "return")]
+    assert ("all_reduce",) in {ops(p) for p in paths}
