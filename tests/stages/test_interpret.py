@@ -158,3 +158,41 @@ def test_events_are_frozen_dataclasses_with_their_source_span() -> None:
     (event,) = regions_of(body)[0].paths[0].events
     assert isinstance(event, CommEvent)
     assert event.end_line == event.line and event.end_column > event.column
+
+
+def test_a_match_statement_is_a_choice_among_its_cases() -> None:
+    body = """
+    def f(t):
+        match dist.get_rank():
+            case 0:
+                dist.barrier()
+            case 1:
+                dist.all_reduce(t)
+    """
+    (region,) = regions_of(body)
+    # each case, and no case at all (a rank other than 0 and 1)
+    assert [ops(p) for p in region.paths] == [("barrier",), ("all_reduce",), ()]
+    assert all(is_rank_dependent(p.conds[0]) for p in region.paths)
+
+
+def test_a_match_ending_in_a_wildcard_case_always_takes_a_case() -> None:
+    # `case _:` (or a bare name) matches whatever no earlier case did: there is no path that
+    # takes no case, which would issue nothing where every rank issues the all-reduce.
+    body = """
+    def f(t, flag):
+        match dist.get_rank():
+            case 0:
+                dist.all_reduce(t)
+            case _:
+                dist.all_reduce(t)
+        match flag:
+            case 1:
+                dist.barrier()
+            case other if other:
+                dist.barrier()
+    """
+    (region,) = regions_of(body)
+    reduces = {ops(p)[:1] for p in region.paths}
+    assert reduces == {("all_reduce",)}
+    # a guarded capture may not match: the second statement may still take no case
+    assert {ops(p)[1:] for p in region.paths} == {("barrier",), ()}
