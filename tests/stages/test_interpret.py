@@ -196,3 +196,29 @@ def test_a_match_ending_in_a_wildcard_case_always_takes_a_case() -> None:
     assert reduces == {("all_reduce",)}
     # a guarded capture may not match: the second statement may still take no case
     assert {ops(p)[1:] for p in region.paths} == {("barrier",), ()}
+
+
+def test_a_rank_decorator_runs_the_body_on_some_ranks_and_skips_it_on_the_others() -> None:
+    body = """
+    from lightning.pytorch.utilities import rank_zero_only
+    @rank_zero_only
+    def f(t):
+        dist.barrier()
+    """
+    (region,) = regions_of(body)
+    assert op_sequences(region) == {("barrier",), ()}
+    assert all(len(p.conds) == 1 and is_rank_dependent(p.conds[0]) for p in region.paths)
+
+
+def test_a_break_under_a_rank_test_ends_the_iteration_in_the_loop_region() -> None:
+    body = """
+    def f(t):
+        for x in t:
+            if dist.get_rank() == 0:
+                break
+            dist.all_reduce(x)
+    """
+    function, loop = regions_of(body)
+    assert op_sequences(function) == {("loop[all_reduce]",)}
+    exits = sorted((p.exit.kind if p.exit else "", ops(p)) for p in loop.paths)
+    assert exits == [("", ("all_reduce",)), ("break", ())]

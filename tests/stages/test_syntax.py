@@ -11,6 +11,7 @@ from collcheck.static.syntax import (
     calls_in_order,
     catches_data_errors,
     global_names,
+    irrefutable,
     is_set_expr,
     lazy_initialisation,
     loop_variant_names,
@@ -82,3 +83,12 @@ def test_handlers_of_errors_one_rank_can_hit_alone() -> None:
 def test_a_block_that_may_leave() -> None:
     assert may_leave(ast.parse("def f():\n    if x:\n        return\n").body[0].body)  # type: ignore[attr-defined]
     assert not may_leave(ast.parse("x = 1\ny = 2\n").body)
+
+
+def test_irrefutable_cases() -> None:
+    match = statement(
+        "match x:\n    case 0:\n        pass\n    case _:\n        pass\n    case y:\n        pass\n"
+        "    case z if z:\n        pass\n    case [a]:\n        pass\n"
+    )
+    assert isinstance(match, ast.Match)
+    assert [irrefutable(case) for case in match.cases] == [False, True, True, False, False]
