@@ -65,6 +65,7 @@ from collcheck.static.syntax import (
     cached_return,
     called_names,
     filled_key,
+    irrefutable,
     is_set_expr,
     lazy_initialisation,
     memo_lookup,
@@ -445,7 +446,8 @@ class Interpreter(ObjectProtocols):
                 )
                 branch = current.fork(taken)
                 results.extend(self.exec_block(case.body, [branch], frame))
-            results.append(current.fork(Compare(">=", choice, Const(len(stmt.cases)))))
+            if not (stmt.cases and irrefutable(stmt.cases[-1])):  # else some case always matches
+                results.append(current.fork(Compare(">=", choice, Const(len(stmt.cases)))))
         return results
 
     def _stmt_With(self, stmt: ast.With | ast.AsyncWith, state: State, frame: Frame) -> list[State]:

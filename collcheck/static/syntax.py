@@ -222,6 +222,12 @@ def _checks_out_of_memory(handler: ast.ExceptHandler) -> bool:
     return any(isinstance(text, str) and OUT_OF_MEMORY_TEXT.search(text) for text in texts)
 
 
+def irrefutable(case: ast.match_case) -> bool:
+    """`case _:` or `case name:` without a guard: it matches whatever no earlier case did."""
+    pattern = case.pattern
+    return case.guard is None and isinstance(pattern, ast.MatchAs) and pattern.pattern is None
+
+
 def may_leave(body: Sequence[ast.stmt]) -> bool:
     for stmt in body:
         for node in nodes_under(stmt):

@@ -1,0 +1,17 @@
+"""Hand-made regions for the solver stages (`smt`, `solve`, `divergence`, `crossing`)."""
+
+from __future__ import annotations
+
+from collcheck.static.program import CommEvent, Path, Region
+from collcheck.static.symbolic import RANK, Compare, Const, Not
+
+RANK_ZERO = Compare("==", RANK, Const(0))
+NOT_RANK_ZERO = Not(RANK_ZERO)
+
+
+def event(op: str, line: int, kind: str = "collective", **fields: object) -> CommEvent:
+    return CommEvent(op, kind, "m.py", line, 4, line, 20, **fields)  # type: ignore[arg-type]
+
+
+def region(*paths: Path, kind: str = "function") -> Region:
+    return Region("f", kind, list(paths), 1, path_name="m.py")

@@ -1,0 +1,102 @@
+"""Stage `handlers`: `try` statements — which paths enter a handler and under what condition: an
+explicit `raise` under its own test, an error one rank can hit alone (a per-process flag), any
+other exception taken by every rank together (a flag alike on every rank); then `finally`."""
+
+from __future__ import annotations
+
+from collcheck.static.program import Path
+from collcheck.static.symbolic import RANK, Atom, Compare, Const, Not, atoms
+
+from .conftest import ops, regions_of
+
+RANK_ZERO = Compare("==", RANK, Const(0))
+
+
+def flags(path: Path) -> list[tuple[str, bool]]:
+    """The exception flags of a path's conditions: (kind of the flag's atom, taken or not)."""
+    found = []
+    for cond in path.conds:
+        inner = cond.operand if isinstance(cond, Not) else cond
+        if isinstance(inner, Atom) and inner.name.startswith("exception@"):
+            found.append((inner.kind, not isinstance(cond, Not)))
+    return found
+
+
+def test_an_explicit_raise_enters_the_handler_under_its_own_test() -> None:
+    body = """
+    class Boom(Exception):
+        pass
+    def f(t):
+        try:
+            if dist.get_rank() == 0:
+                raise Boom()
+            dist.all_reduce(t)
+        except Boom:
+            dist.barrier()
+    """
+    paths = regions_of(body)[0].paths
+    raised = [p for p in paths if p.conds[:1] == (RANK_ZERO,)]
+    assert [ops(p) for p in raised] == [("barrier",)]
+    assert all(p.exit is None for p in paths)  # the raise was caught
+
+
+def test_an_error_one_rank_can_hit_alone_enters_on_a_per_process_flag() -> None:
+    body = """
+    def f(t, path):
+        try:
+            data = open(path).read()
+        except OSError:
+            return
+        dist.all_reduce(t)
+    """
+    handled, normal = regions_of(body)[0].paths
+    assert flags(handled) == [("nondet", True)] and handled.exit is not None and handled.exit.kind == "return"
+    assert ops(normal) == ("all_reduce",)
+    (flag,) = [a for c in handled.conds for a in atoms(c)]
+    assert flag.why == "an exception"
+
+
+def test_another_exception_is_taken_by_every_rank_together() -> None:
+    body = """
+    def f(t):
+        try:
+            t.fancy()
+        except RuntimeError:
+            if dist.get_rank() == 0:
+                dist.barrier()
+        dist.all_reduce(t)
+    """
+    paths = regions_of(body)[0].paths
+    assert {(tuple(flags(p)), ops(p)) for p in paths} == {
+        ((("shared", False),), ("all_reduce",)),
+        ((("shared", True),), ("barrier", "all_reduce")),
+        ((("shared", True),), ("all_reduce",)),
+    }
+
+
+def test_finally_runs_after_the_body() -> None:
+    body = """
+    def f(t):
+        try:
+            dist.all_reduce(t)
+        finally:
+            dist.barrier()
+    """
+    (path,) = regions_of(body)[0].paths
+    assert ops(path) == ("all_reduce", "barrier") and path.conds == ()
+
+
+def test_a_path_that_leaves_the_body_is_not_lost() -> None:
+    body = """
+    def f(t):
+        try:
+            if dist.get_rank() == 0:
+                return
+            dist.all_reduce(t)
+        except OSError:
+            pass
+    """
+    paths = regions_of(body)[0].paths
+    left = [p for p in paths if p.exit is not None]
+    assert [(p.conds, p.exit.kind) for p in left if p.exit is not None] == [((RANK_ZERO,), "return")]
+    assert ("all_reduce",) in {ops(p) for p in paths}

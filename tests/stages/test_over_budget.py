@@ -1,0 +1,72 @@
+"""Stage `over_budget`: a function over the work budget — the full analysis, then the reduced mode,
+then the reduced mode with its communicating helpers opaque (`run_within_budget` -> regions and
+whether reduced, or None with a note and a `BudgetCut`); which reduced regions are worth solving
+(`owning_a_split`) and the notes counted for `-v` (`budget_counts`)."""
+
+from __future__ import annotations
+
+from collcheck.findings import Budget, BudgetCut
+from collcheck.static.interpret import Interpreter
+from collcheck.static.over_budget import Place, budget_counts, lines_of, owning_a_split, run_within_budget
+from collcheck.static.program import Region
+
+from .conftest import module_of
+
+# Many plain assignments (inert: a sixteenth of a step each in the reduced mode), then a rank test.
+WIDE = (
+    "def f(t, a):\n"
+    + "".join(f"    y{i} = a + {i}\n" for i in range(120))
+    + ("    if dist.get_rank() == 0:\n        dist.barrier()\n")
+)
+
+
+def run(
+    body: str, max_steps: int
+) -> tuple[tuple[list[Region], bool] | None, list[str], list[BudgetCut], Interpreter]:
+    module = module_of(body, complete=True)
+    interpreter = Interpreter(module, max_steps=max_steps)
+    function = module.functions["f"]
+    notes: list[str] = []
+    cuts: list[BudgetCut] = []
+    result = run_within_budget(
+        interpreter,
+        lambda: interpreter.run_function(function, None, "f"),
+        Place("m.py", function.lineno, "f"),
+        notes,
+        cuts,
+        function,
+    )
+    return result, notes, cuts, interpreter
+
+
+def test_a_function_within_the_budget_is_analysed_in_full() -> None:
+    result, notes, cuts, _ = run(WIDE, max_steps=10_000)
+    assert result is not None and result[1] is False
+    assert notes == [] and cuts == []
+
+
+def test_over_the_full_budget_the_reduced_mode_runs_and_says_so() -> None:
+    result, notes, cuts, interpreter = run(WIDE, max_steps=60)
+    assert result is not None
+    regions, reduced = result
+    assert reduced and cuts == []
+    assert budget_counts(notes) == (1, 0)
+    assert interpreter.reduced is False  # put back for the next root
+    assert len(interpreter.summaries.over_budget) == 1  # a later caller gives up at a call to it
+    assert [len(p.conds) for p in regions[0].paths] == [1, 1]  # the rank test's two arms
+
+
+def test_over_every_budget_the_function_is_skipped_with_a_cut() -> None:
+    result, notes, cuts, _ = run(WIDE, max_steps=2)
+    assert result is None and budget_counts(notes) == (0, 1)
+    (cut,) = cuts
+    assert (cut.path, cut.function, cut.budget, cut.limit) == ("m.py", "f", Budget.STEPS, 2)
+
+
+def test_only_regions_parted_by_the_functions_own_rank_tests_are_solved() -> None:
+    module = module_of(WIDE, complete=True)
+    interpreter = Interpreter(module)
+    function = module.functions["f"]
+    regions = interpreter.run_function(function, None, "f")
+    assert owning_a_split(regions, interpreter.conditions, "m.py", lines_of(function)) == regions
+    assert owning_a_split(regions, interpreter.conditions, "m.py", (1, 2)) == []  # tests outside those lines

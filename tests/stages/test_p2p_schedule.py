@@ -1,0 +1,60 @@
+"""Stage `p2p_schedule`: a function region's blocking sends and receives simulated rank by rank
+(`schedule_deadlock` -> `Verdict`), and the first stuck world z3 agrees with turned into a
+`Divergence` with its `blocked` ranks (`confirm`). The matcher alone (`run`) and whole files are in
+tests/test_p2p_schedule.py; here the stage's entry points on hand-made regions."""
+
+from __future__ import annotations
+
+from collcheck.static.divergence import DivergenceKind
+from collcheck.static.p2p_schedule import confirm, has_blocking_p2p, schedule_deadlock
+from collcheck.static.program import CommEvent, Path
+from collcheck.static.smt import SolveStats
+from collcheck.static.symbolic import RANK, BinOp, Compare, Const, Not
+
+from .solve_support import region
+
+FIRST = Compare("==", RANK, Const(0))
+OTHER = BinOp("-", Const(1), RANK)  # the other rank of two
+
+
+def send(line: int) -> CommEvent:
+    return CommEvent("send", "p2p_send", "m.py", line, 4, line, 20, peer=OTHER)
+
+
+def recv(line: int) -> CommEvent:
+    return CommEvent("recv", "p2p_recv", "m.py", line, 4, line, 20, peer=OTHER)
+
+
+def never_nonblocking(path: str) -> bool:
+    return False
+
+
+def test_both_ranks_sending_first_is_a_stuck_world_that_z3_confirms() -> None:
+    both_send = region(Path((FIRST,), (send(3), recv(4))), Path((Not(FIRST),), (send(6), recv(7))))
+    verdict = schedule_deadlock(both_send, {}, 2, never_nonblocking)
+    assert verdict.region is both_send and not verdict.clean
+    (stuck,) = verdict.stuck
+    assert stuck.world == 2 and stuck.heads == (0, 0) and set(stuck.wait.ranks) == {0, 1}
+    (divergence,) = confirm(verdict, 2, 2_000_000, SolveStats())
+    assert divergence.kind is DivergenceKind.P2P
+    assert {blocked.rank for blocked in divergence.blocked} == {0, 1}
+    assert all(not blocked.finished and blocked.event.op == "send" for blocked in divergence.blocked)
+
+
+def test_a_matched_exchange_runs_to_its_end_on_every_rank() -> None:
+    matched = region(Path((FIRST,), (send(3), recv(4))), Path((Not(FIRST),), (recv(6), send(7))))
+    verdict = schedule_deadlock(matched, {}, 2, never_nonblocking)
+    assert verdict.stuck == () and verdict.clean
+    assert confirm(verdict, 2, 2_000_000, SolveStats()) == []
+
+
+def test_a_region_without_blocking_point_to_point_calls_is_not_simulated() -> None:
+    barrier = CommEvent("barrier", "collective", "m.py", 3, 4, 3, 20)
+    quiet = region(Path((), (barrier,)))
+    assert not has_blocking_p2p(quiet, {})
+    assert schedule_deadlock(quiet, {}, 2, never_nonblocking).region is None
+
+
+def test_a_file_with_non_blocking_calls_keeps_no_wait() -> None:
+    both_send = region(Path((FIRST,), (send(3), recv(4))), Path((Not(FIRST),), (send(6), recv(7))))
+    assert schedule_deadlock(both_send, {}, 2, lambda path: True).stuck == ()
