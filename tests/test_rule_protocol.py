@@ -143,6 +143,30 @@ def test_a_new_rule_needs_no_code_beyond_its_module_and_a_table_line() -> None:
     assert [(f.code, f.message) for f in result.findings] == [("CC099", "test rule saw barrier")]
 
 
+def test_a_rule_phrases_ranks_among_a_groups_members_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local-ranks wording is the rule's (`in_local_ranks`, else the shared default): a rule
+    that defines its own is asked with its template, its arguments and the divergence."""
+    unit = FIXTURES / "groups" / "local_rank_guard_bug.py"
+    settings = load_settings([unit]).with_overrides(jobs=1, cache=False)
+    (default,) = check_paths([unit], settings).findings
+    assert default.message.startswith("all_reduce at local_rank_guard_bug.py:8 is issued by local rank 0")
+    cc001 = checks.rule_by_code("CC001")
+    assert cc001 is not None and not hasattr(cc001.module, "in_local_ranks")
+    asked: list[tuple[str, int]] = []
+
+    def own_words(template: str, args: dict[str, str], divergence: object) -> tuple[str, dict[str, str]]:
+        asked.append((template, len(getattr(divergence, "local_ranks", ()))))
+        return template + " among the members of `{group}`", {**args, "group": "G"}
+
+    monkeypatch.setattr(cc001.module, "in_local_ranks", own_words, raising=False)
+    (own,) = check_paths([unit], settings).findings
+    assert asked == [(cc001.module.MESSAGE_MISSING, 2)]
+    assert own.message == (
+        "all_reduce at local_rank_guard_bug.py:8 is issued by rank 0 but not by rank 1 (world size 2) "
+        "among the members of `G`"
+    )
+
+
 def test_a_rule_without_claims_is_never_asked_about_divergences() -> None:
     memory = checks.rule_by_code("CC101")
     assert memory is not None and memory.claims == frozenset()
