@@ -1,14 +1,21 @@
-"""The whole collcheck package has no import circle, counting imports inside functions too.
+"""The whole collcheck package has no import circle, counting imports inside functions too; the
+static analyzer knows no rule.
 
 tests/test_static_architecture.py checks the stages of collcheck/static/ among themselves; this
 checks every module of collcheck/ (static/, runtime/, memory/, adopt/, report/, checks/ and the
 top level) against every other. An import made inside a function to defer its cost is still a
 dependency: two modules that import each other that way are one module split in two.
+
+Rule policy (which rule a divergence becomes, how its message names ranks, which finding one root
+cause explains) lives in the rules and in collcheck.classify, the layer above collcheck.static and
+collcheck.checks: no module of collcheck/static names a rule code or imports the rules, and the
+engine reaches them only through collcheck.classify (docs/architecture.md, "Rules own their logic").
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -101,3 +108,70 @@ def test_the_check_sees_a_circle_through_an_import_inside_a_function(tmp_path: P
     assert import_circle(root) is None
     (root / "sub" / "c.py").write_text("def thing():\n    import pkg.a\n", encoding="utf-8")
     assert import_circle(root) == ["pkg.a", "pkg.sub.b", "pkg.sub.c", "pkg.a"]
+
+
+RULE_CODE = re.compile(r"\bCC\d{3}\b")
+
+
+def rule_codes_named(root: Path) -> list[str]:
+    """`file:line` of every rule code written under `root`: in code, strings, docstrings or comments."""
+    return [
+        f"{path.relative_to(root.parent)}:{number}"
+        for path in sorted(root.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if RULE_CODE.search(line)
+    ]
+
+
+def rule_imports(root: Path) -> dict[str, set[str]]:
+    """The modules under `root` that import the rules or the classification layer, and which."""
+    known = module_names(root)
+    rules = ("collcheck.checks", "collcheck.classify")
+    found = {}
+    for name, path in known.items():
+        if not name.startswith("collcheck.static"):
+            continue
+        imported = {
+            target for target in imports_of(name, path, known) if target.startswith(rules) or target in rules
+        }
+        if imported:
+            found[name] = imported
+    return found
+
+
+def test_no_module_of_the_static_analyzer_names_a_rule() -> None:
+    assert rule_codes_named(PACKAGE / "static") == []
+
+
+def test_the_static_analyzer_reaches_the_rules_only_through_classify() -> None:
+    """The engine hands divergences to collcheck.classify; no other static module sees the rules."""
+    assert rule_imports(PACKAGE) == {"collcheck.static.engine": {"collcheck.classify"}}
+
+
+def test_no_rule_reads_the_values_a_counterexample_shows() -> None:
+    """Rules read a divergence's typed values (`trips`, `argument`), not the words keyed by rank
+    that a counterexample shows (`model.values`, `shown_values()`)."""
+    readers = [
+        path.name
+        for path in sorted((PACKAGE / "checks").glob("*.py"))
+        if re.search(r"\.model\.values|shown_values", path.read_text(encoding="utf-8"))
+    ]
+    assert readers == []
+
+
+def test_the_rule_checks_see_a_code_and_an_import(tmp_path: Path) -> None:
+    """They cannot pass vacuously: a code in a comment and an import of the rules are found."""
+    root = tmp_path / "collcheck"
+    (root / "static").mkdir(parents=True)
+    (root / "checks").mkdir()
+    for init in (root / "__init__.py", root / "static" / "__init__.py", root / "checks" / "__init__.py"):
+        init.write_text("", encoding="utf-8")
+    (root / "classify.py").write_text("", encoding="utf-8")
+    (root / "static" / "solve.py").write_text("x = 1\n", encoding="utf-8")
+    (root / "static" / "engine.py").write_text("from collcheck import classify\n", encoding="utf-8")
+    assert rule_codes_named(root / "static") == []
+    assert rule_imports(root) == {"collcheck.static.engine": {"collcheck.classify"}}
+    (root / "static" / "solve.py").write_text("x = 1  # as CC003 reports it\n", encoding="utf-8")
+    (root / "static" / "engine.py").write_text("from collcheck.checks import x\n", encoding="utf-8")
+    assert rule_codes_named(root / "static") == ["static/solve.py:1"]
+    assert rule_imports(root) == {"collcheck.static.engine": {"collcheck.checks"}}

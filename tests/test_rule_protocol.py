@@ -4,6 +4,7 @@ README line are the other files it touches: docs/architecture.md, "Adding a rule
 
 from __future__ import annotations
 
+import shutil
 import sys
 import textwrap
 import types
@@ -141,6 +142,67 @@ def test_a_new_rule_needs_no_code_beyond_its_module_and_a_table_line() -> None:
     result = check_paths([unit], load_settings([unit]).with_overrides(jobs=1, cache=False))
     # Asked before CC001 (precedence 65 < 70), the new rule now reports the missing barrier.
     assert [(f.code, f.message) for f in result.findings] == [("CC099", "test rule saw barrier")]
+
+
+def test_a_rule_phrases_ranks_among_a_groups_members_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local-ranks wording is the rule's (`in_local_ranks`, else the shared default): a rule
+    that defines its own is asked with its template, its arguments and the divergence."""
+    unit = FIXTURES / "groups" / "local_rank_guard_bug.py"
+    settings = load_settings([unit]).with_overrides(jobs=1, cache=False)
+    (default,) = check_paths([unit], settings).findings
+    assert default.message.startswith("all_reduce at local_rank_guard_bug.py:8 is issued by local rank 0")
+    cc001 = checks.rule_by_code("CC001")
+    assert cc001 is not None and not hasattr(cc001.module, "in_local_ranks")
+    asked: list[tuple[str, int]] = []
+
+    def own_words(template: str, args: dict[str, str], divergence: object) -> tuple[str, dict[str, str]]:
+        asked.append((template, len(getattr(divergence, "local_ranks", ()))))
+        return template + " among the members of `{group}`", {**args, "group": "G"}
+
+    monkeypatch.setattr(cc001.module, "in_local_ranks", own_words, raising=False)
+    (own,) = check_paths([unit], settings).findings
+    assert asked == [(cc001.module.MESSAGE_MISSING, 2)]
+    assert own.message == (
+        "all_reduce at local_rank_guard_bug.py:8 is issued by rank 0 but not by rank 1 (world size 2) "
+        "among the members of `G`"
+    )
+
+
+@pytest.mark.parametrize(
+    ("unit", "callers"),
+    [("CC003/helper_early_return_bug.py", 2), ("deep/cross_module/helper_early_return_bug", 1)],
+)
+def test_one_root_cause_follows_what_the_rules_explain(
+    unit: str, callers: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A helper's early exit (CC003) is reported once: its callers' sequence differences (CC001),
+    in the same file or in another, are dropped because CC003 declares `EXPLAINS = {"CC001"}`,
+    not because the engine names either code. Without the declaration they are reported too.
+    Copies of the fixture, so that no helper run of another test is reused."""
+
+    def codes(copy: Path) -> list[str]:
+        settings = load_settings([copy]).with_overrides(jobs=1, cache=False)
+        return sorted(f.code for f in check_paths([copy], settings).findings)
+
+    def copied(name: str) -> Path:
+        source, target = FIXTURES / unit, tmp_path / name / Path(unit).name
+        if source.is_dir():
+            shutil.copytree(source, target)
+        else:
+            target.parent.mkdir()
+            shutil.copy(source, target)
+        return target
+
+    assert codes(copied("declared")) == ["CC003"]
+    cc003 = checks.rule_by_code("CC003")
+    assert cc003 is not None and cc003.explains == {"CC001"}
+    monkeypatch.setattr(cc003.module, "EXPLAINS", frozenset())
+    all_rules.cache_clear()
+    try:
+        assert codes(copied("undeclared")) == ["CC001"] * callers + ["CC003"]
+    finally:
+        monkeypatch.undo()
+        all_rules.cache_clear()
 
 
 def test_a_rule_without_claims_is_never_asked_about_divergences() -> None:

@@ -9,9 +9,13 @@ A rule about collective ordering also declares what it claims and how it reports
 `CLAIMS` (the `DivergenceKind`s it may report), `PRECEDENCE` (lower is asked first: a divergence
 belongs to the first rule whose claims hold), `ANCHOR` (where its finding is shown),
 `applies(divergence)` (optional: a finer test than the kind) and `describe(divergence)` (its
-message template and arguments). A rule may also define `describe_region(region, divergences)`
-(a finding about a whole region, e.g. a loop over a set, told what the solver found in it) or
-`check_module(context)` (a check over the parse tree).
+message template and arguments). Optional hooks: `in_local_ranks(template, args, divergence)`
+(how it names ranks among a group's members; else `_describe.in_local_ranks`), `cause(divergence)`
+(where the cause is read), `EXPLAINS` (the codes whose findings one of its findings in another
+function explains: CC003's helper exit explains its callers' CC001), `describe_region(region,
+divergences)` (a finding about a whole region, e.g. a loop over a set, told what the solver found
+in it) or `check_module(context)` (a check over the parse tree). collcheck.classify asks these
+hooks; nothing in collcheck.static names a rule.
 A rule with fixes also declares `Variant` (the shapes of its findings) and `variant(finding)`
 (collcheck.adopt.fixers). Adding a rule takes no code beyond its module and one line in
 `CODE_TABLE`; docs/architecture.md ("Adding a rule") lists every file it touches.
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from types import ModuleType
 
+from collcheck.checks._describe import in_local_ranks
 from collcheck.config import RuleSelection, Settings
 from collcheck.findings import Severity
 from collcheck.static.anchor import Anchor
@@ -58,6 +63,7 @@ class Rule:
     claims: frozenset[DivergenceKind] = frozenset()
     precedence: int = 0
     anchor: Anchor = Anchor.ELEMENT
+    explains: frozenset[str] = frozenset()
 
     def claim(self, divergence: Divergence) -> bool:
         """This rule reports `divergence` unless a rule of lower precedence claims it first."""
@@ -65,6 +71,14 @@ class Rule:
             return False
         applies = getattr(self.module, "applies", None)
         return applies is None or bool(applies(divergence))
+
+    def describe(self, divergence: Divergence) -> tuple[str, dict[str, str]]:
+        """The rule's message template and arguments for `divergence`, in the rule's own words
+        for ranks among a group's members (its `in_local_ranks`, else the shared one)."""
+        template, args = self.module.describe(divergence)
+        phrase = getattr(self.module, "in_local_ranks", in_local_ranks)
+        described: tuple[str, dict[str, str]] = phrase(template, args, divergence)
+        return described
 
     @property
     def summary(self) -> str:
@@ -103,6 +117,7 @@ def _load(code: str) -> Rule | None:
         claims=getattr(module, "CLAIMS", frozenset()),
         precedence=getattr(module, "PRECEDENCE", 0),
         anchor=getattr(module, "ANCHOR", Anchor.ELEMENT),
+        explains=frozenset(getattr(module, "EXPLAINS", ())),
     )
 
 
@@ -173,10 +188,6 @@ class StaticRules:
         if not self.any:
             return frozenset(rule.code for rule in (*self.claiming, *self.region_rules))
         return frozenset(rule.code for rule in self.claiming if not rule.claims <= self.wanted)
-
-    def owner(self, divergence: Divergence) -> Rule | None:
-        """The rule that reports `divergence`: the first, by precedence, that claims it."""
-        return next((rule for rule in self.claiming if rule.claim(divergence)), None)
 
 
 def static_rules(settings: Settings | None = None) -> StaticRules:

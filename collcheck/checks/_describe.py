@@ -1,4 +1,5 @@
-"""Small helpers shared by the rule modules to name ranks, ops and places in messages."""
+"""Small helpers shared by the rule modules to name ranks, ops and places in messages, and the
+phrasing of ranks among a group's members that every rule gets unless it defines its own."""
 
 from __future__ import annotations
 
@@ -48,3 +49,25 @@ def ranks(d: Divergence) -> tuple[int, int, Element | None, Element | None]:
     if model.rank_a <= model.rank_b:
         return model.rank_a, model.rank_b, d.event_a, d.event_b
     return model.rank_b, model.rank_a, d.event_b, d.event_a
+
+
+def in_local_ranks(template: str, args: dict[str, str], d: Divergence) -> tuple[str, dict[str, str]]:
+    """The phrasing every rule gets unless it defines its own `in_local_ranks`: among the members
+    of a group whose conditions read only local ranks, the global ranks the solver picked mean
+    nothing, so a message that names two ranks (`rank {rank_x}`, `ranks {rank_x} and`) names their
+    local ranks, and the group. The rules' templates keep one wording each, so it is derived here."""
+    local = dict(d.local_ranks)
+    reads_global = any(name == "rank" for r in d.why for item in r.ranks for name, _ in item.reads)
+    keys = ("rank_x", "rank_y")
+    if not local or reads_global or not all(args.get(key, "").isdigit() for key in keys):
+        return template, args
+    if not all(int(args[key]) in local for key in keys) or "{group}" in template:
+        return template, args
+    shown = {**args, **{key: str(local[int(args[key])]) for key in keys}, "group": d.group}
+    for key in keys:
+        template = template.replace(f"rank {{{key}}}", f"local rank {{{key}}}")
+    template = template.replace("ranks {rank_x} and", "local ranks {rank_x} and")
+    world = " (world size {world})"
+    if world in template:
+        return template.replace(world, " in `{group}`" + world, 1), shown
+    return template + " in `{group}`", shown

@@ -51,12 +51,11 @@ MESSAGE = (
 
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     low, high, at_low, _ = ranks(d)
-    values = dict(d.model.values)
     return MESSAGE, {
         "ops": op_name(at_low).removeprefix("loop of "),
         "rank_x": str(low),
         "rank_y": str(high),
-        "trips_x": values.get(f"trips on rank {low}", "?"),
-        "trips_y": values.get(f"trips on rank {high}", "?"),
+        "trips_x": d.on_rank(d.trips, low),
+        "trips_y": d.on_rank(d.trips, high),
         "world": str(d.model.world),
     }

@@ -48,6 +48,9 @@ SEVERITY = Severity.ERROR
 CLAIMS = frozenset({DivergenceKind.SEQUENCE, DivergenceKind.LOOP_EXIT})
 PRECEDENCE = 40  # before CC001: a sequence cut short by an exit is the exit's fault
 ANCHOR = Anchor.EXIT
+# An exit in a helper ends only the helper: its callers see the ranks issue different sequences
+# (CC001). That is this finding's cause, reported once, at the exit (collcheck.classify).
+EXPLAINS = frozenset({"CC001"})
 MESSAGE = (
     "`{exit}` at {where} is taken by rank {rank_x} but not by rank {rank_y}, skipping {skipped} "
     "(world size {world})"

@@ -78,7 +78,6 @@ def variant(finding: Finding) -> Variant | None:
 
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     low, high, at_low, at_high = ranks(d)
-    values = dict(d.model.values)
     assert at_low is not None
     if d.kind is DivergenceKind.GROUP:
         assert at_high is not None
@@ -89,8 +88,8 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
             else f"{where(at_low)} and {where(at_high)}",
             "rank_x": str(low),
             "rank_y": str(high),
-            "value_x": values.get(f"group on rank {low}", "?"),
-            "value_y": values.get(f"group on rank {high}", "?"),
+            "value_x": d.on_rank(d.argument, low),
+            "value_y": d.on_rank(d.argument, high),
             "world": str(d.model.world),
         }
     return MESSAGE, {
@@ -99,8 +98,8 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
         "argument": ARGUMENTS[d.kind.value],
         "rank_x": str(low),
         "rank_y": str(high),
-        "value_x": values.get(f"{d.kind.value} on rank {low}", "?"),
-        "value_y": values.get(f"{d.kind.value} on rank {high}", "?"),
+        "value_x": d.on_rank(d.argument, low),
+        "value_y": d.on_rank(d.argument, high),
         "world": str(d.model.world),
     }
 

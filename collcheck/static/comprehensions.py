@@ -5,7 +5,7 @@ In: the comprehension node and the evaluator that asks it (`values.ValueEvaluato
 (the loop variable written `_`). Two comprehensions that filter the same list with the same
 predicate have the same length wherever they are written; two that filter it with different
 predicates have lengths that may differ, which is what a sender and a receiver of a list of
-tensors must agree on (CC005, `p2p_schedule`). Comprehensions over `range(...)` (rank lists), and
+tensors must agree on (`p2p_schedule`). Comprehensions over `range(...)` (rank lists), and
 those whose list or predicate reads a per-rank value, keep the evaluator's generic opaque value,
 as does any other comprehension.
 """

@@ -1,8 +1,8 @@
 """What a module-level check receives: the parsed module and the means to resolve names.
 
-Rules that are not about collective ordering (e.g. the memory rules CC101/CC102) define
-`check_module(context: ModuleContext) -> list[Finding]` in their rule module; the engine calls it
-once per parsed file, during the same run, with the same tree.
+Rules that are not about collective ordering (e.g. the memory rules) define
+`check_module(context: ModuleContext) -> list[Finding]` in their rule module; collcheck.classify
+calls it for the engine once per parsed file, during the same run, with the same tree.
 """
 
 from __future__ import annotations

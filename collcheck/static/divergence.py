@@ -2,8 +2,10 @@
 
 In: a `PairQuery` (two paths of a region, the channel compared, the sequences) and a satisfiable
 extra fact. Out: a `Divergence` — its `DivergenceKind`, the two ranks' sequences and the element
-where they part, the exit responsible, the model (with the values a message shows) and whether
-only per-process values (not the rank) make the ranks differ. Rules claim divergences by kind.
+where they part, the exit responsible, the model, the values the ranks part on (a loop's trip
+counts, an argument: `RankValues`), the ranks' local ranks in a group, and whether only
+per-process values (not the rank) make the ranks differ. Nothing here knows which rule reports a
+divergence: collcheck.classify asks the rules.
 """
 
 from __future__ import annotations
@@ -60,6 +62,15 @@ class Blocked:
 
 
 @dataclass(frozen=True)
+class RankValues:
+    """A value the model gives each rank of a divergence's pair, in words: a loop's trip count, a
+    root, a reduce op or a group."""
+
+    on_a: str  # on the model's `rank_a`
+    on_b: str  # on the model's `rank_b`
+
+
+@dataclass(frozen=True)
 class Divergence:
     """Two ranks whose programs disagree, and how."""
 
@@ -80,10 +91,31 @@ class Divergence:
     why: tuple[Reason, ...] = ()  # the conditions that split the two ranks (why.py)
     group: str = ""  # the group both ranks are members of, on a group channel, as written
     local_ranks: tuple[tuple[int, int], ...] = ()  # (rank, its local rank in `group`)
+    trips: RankValues | None = None  # TRIP: the loop's trip count on each rank
+    argument: RankValues | None = None  # ROOT, REDUCE_OP, GROUP: the argument on each rank
     # A deadlock found by simulating the ranks' point-to-point schedules: the ranks that wait, in
     # wait-for order (each waits on the next; the last on the first in a cycle, else on a rank
     # that has finished).
     blocked: tuple[Blocked, ...] = ()
+
+    def on_rank(self, values: RankValues | None, rank: int) -> str:
+        """`values` on `rank` (one of the model's two ranks), "?" when unknown."""
+        if values is None:
+            return "?"
+        if rank == self.model.rank_a:
+            return values.on_a
+        return values.on_b if rank == self.model.rank_b else "?"
+
+    def shown_values(self) -> tuple[tuple[str, str], ...]:
+        """The values a counterexample shows: what the ranks part on, then the model's own."""
+        parted = [(self.trips, "trips"), (self.argument, self.kind.value)]
+        shown = [
+            (f"{word} on rank {rank}", value)
+            for values, word in parted
+            if values is not None
+            for rank, value in ((self.model.rank_a, values.on_a), (self.model.rank_b, values.on_b))
+        ]
+        return (*shown, *self.model.values)
 
 
 @dataclass(frozen=True)
@@ -119,31 +151,29 @@ def found(
     if why:
         shared_verdict, _, _ = solver.satisfiable(a, b, membership, extra, share_nondet=True)
         nondet_only = shared_verdict == "unsat"
-    values: list[tuple[str, str]] = []
+    trips = argument = None
     if kind is DivergenceKind.TRIP:
         x, y = seq_a[index], seq_b[index]
         assert isinstance(x, LoopEvent) and isinstance(y, LoopEvent)
-        values.append((f"trips on rank {model.rank_a}", value_of(x.trip, "a")))
-        values.append((f"trips on rank {model.rank_b}", value_of(y.trip, "b")))
+        trips = RankValues(value_of(x.trip, "a"), value_of(y.trip, "b"))
     elif kind is DivergenceKind.GROUP:
         x, y = seq_a[index], seq_b[index]
         assert isinstance(x, CommEvent) and isinstance(y, CommEvent)
-        values.append((f"group on rank {model.rank_a}", _group_label(group_term(x), "a", raw, tr)))
-        values.append((f"group on rank {model.rank_b}", _group_label(group_term(y), "b", raw, tr)))
+        argument = RankValues(
+            _group_label(group_term(x), "a", raw, tr), _group_label(group_term(y), "b", raw, tr)
+        )
     elif kind in (DivergenceKind.ROOT, DivergenceKind.REDUCE_OP):
         x, y = seq_a[index], seq_b[index]
         assert isinstance(x, CommEvent) and isinstance(y, CommEvent)
         term_x, term_y = (x.root, y.root) if kind is DivergenceKind.ROOT else (x.reduce_op, y.reduce_op)
         assert term_x is not None and term_y is not None
-        values.append((f"{kind.value} on rank {model.rank_a}", value_of(term_x, "a")))
-        values.append((f"{kind.value} on rank {model.rank_b}", value_of(term_y, "b")))
+        argument = RankValues(value_of(term_x, "a"), value_of(term_y, "b"))
     sides = (model.rank_a, model.rank_b)
 
     def pretty(value: str) -> str:
         return _pretty(value, solver)
 
     split = reasons(a, b, sides, region.conditions, tr, raw, pretty)
-    model = RankWitness(model.world, model.rank_a, model.rank_b, tuple(values))
     return [
         Divergence(
             kind=kind,
@@ -163,6 +193,8 @@ def found(
             why=split,
             group=_group_name(membership, seq_a + seq_b) if membership is not None else "",
             local_ranks=local_ranks(membership, solver.atoms_of(a) | solver.atoms_of(b), sides, tr, raw),
+            trips=trips,
+            argument=argument,
         )
     ]
 

@@ -1,4 +1,8 @@
-"""One file through the static pipeline: parse -> module model -> extract -> solve -> checks.
+"""One file through the static pipeline: parse -> module model -> extract -> solve -> classify.
+
+In: a `SourceFile`, the `Catalog`, the `Settings`, the `Project`. Out: its `FileResult`. The
+divergences the solver finds are handed to collcheck.classify, which asks the rules which finding
+each becomes and which findings one root cause explains; the engine names no rule.
 
 The engine never prints. A file that cannot be parsed becomes a FileError; a function that a
 work budget cuts short (statements, paths, z3 resource units: budget.py, over_budget.py) becomes a
@@ -14,29 +18,18 @@ from dataclasses import replace
 from functools import partial
 
 from collcheck.catalog import Catalog
-from collcheck.checks import Rule, StaticRules, all_rules, rule_selection, static_rules
+from collcheck.classify import Candidate, Classifier, RootCauses, classifier
 from collcheck.config import Settings
-from collcheck.findings import (
-    Budget,
-    BudgetCut,
-    Counterexample,
-    FileError,
-    FileResult,
-    Finding,
-    Location,
-    TraceStep,
-    UnusedSuppression,
-)
+from collcheck.findings import Budget, BudgetCut, FileError, FileResult, Finding, UnusedSuppression
 from collcheck.lines import line_texts
 from collcheck.source import SourceFile
 from collcheck.static import groups
-from collcheck.static.anchor import Anchor, locate
 from collcheck.static.budget import SolverBudgetSpent, check_active, solver_allowance
 from collcheck.static.calls import REMOTE_OP
 from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.closures import Closure
 from collcheck.static.context import ModuleContext
-from collcheck.static.divergence import Blocked, Divergence, DivergenceKind
+from collcheck.static.divergence import Divergence, DivergenceKind
 from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts
 from collcheck.static.handoff import behind_unknown_code
 from collcheck.static.interpret import Interpreter
@@ -63,18 +56,12 @@ from collcheck.static.over_budget import (
 )
 from collcheck.static.p2p_schedule import Verdict, confirm, files_of, loop_table, schedule_deadlock
 from collcheck.static.prefilter import trigger_pattern
-from collcheck.static.program import Element, LoopEvent, Region, Site
+from collcheck.static.program import Element, LoopEvent, Region
 from collcheck.static.project import Project
 from collcheck.static.smt import SolveStats
 from collcheck.static.solve import solve_region
 from collcheck.static.state import PathLimitExceeded
 from collcheck.suppress import apply_suppressions, build_suppressions, parse_suppressions
-
-# The codes of an early exit and of a sequence difference (one root cause, one finding).
-EXIT_CODE, SEQUENCE_CODE = "CC003", "CC001"
-
-# A finding, where its divergence arises (code, path, line), and the calls it went through.
-Candidate = tuple[Finding, tuple[str, str, int], tuple[Site, ...]]
 
 
 def mentions_communication(
@@ -102,7 +89,7 @@ def analyze_source(
         result.error = tree
         return result
     stats = SolveStats()
-    rules = static_rules(settings)
+    rules = classifier(settings)
     try:
         findings = _analyze_tree(
             tree, source, catalog, settings, rules, (result.notes, result.budget_cuts), stats, project
@@ -121,8 +108,8 @@ def analyze_source(
 
 
 def _searched(unused: list[UnusedSuppression], unsearched: frozenset[str]) -> list[UnusedSuppression]:
-    """Unused suppressions, less the codes this run did not look for (`--select CC101` does not
-    search for CC001: its suppressions are not known to be unused)."""
+    """Unused suppressions, less the codes this run did not look for (a selection of tree checks
+    only does not search for divergences: their suppressions are not known to be unused)."""
     if not unsearched:
         return unused
     kept: list[UnusedSuppression] = []
@@ -161,7 +148,7 @@ def _analyze_tree(
     source: SourceFile,
     catalog: Catalog,
     settings: Settings,
-    rules: StaticRules,
+    rules: Classifier,
     remarks: tuple[list[str], list[BudgetCut]],
     stats: SolveStats,
     project: Project | None = None,
@@ -171,7 +158,7 @@ def _analyze_tree(
     notes, cuts = remarks
     if not rules.any:  # only module checks are selected: no extraction, no solver
         return sorted(
-            _module_checks(tree, source, catalog, settings, module_imports(tree)), key=Finding.sort_key
+            _module_checks(tree, source, catalog, settings, module_imports(tree), rules), key=Finding.sort_key
         )
     setup, main = module_body(tree)
     loaded = already_loaded(source.path, catalog, project)
@@ -213,7 +200,7 @@ def _analyze_tree(
             regions = owning_a_split(regions, extractor.conditions, source.path, lines_of(function))
         found = _allowed(place, regions, rules, settings, stats, facts, nonblocking, cuts)
         if reduced:
-            found = [c for c in found if decided_in(c[0], source.path, lines_of(function))]
+            found = [c for c in found if decided_in(c.finding, source.path, lines_of(function))]
         candidates.extend(found)
     body = setup + main
     ran = None
@@ -227,14 +214,14 @@ def _analyze_tree(
         regions = owning_a_split(ran[0], extractor.conditions, source.path, whole) if ran[1] else ran[0]
         found = _allowed(module_place, regions, rules, settings, stats, facts, nonblocking, cuts)
         if ran[1]:
-            found = [c for c in found if decided_in(c[0], source.path, whole)]
+            found = [c for c in found if decided_in(c.finding, source.path, whole)]
         candidates.extend(found)
     notes.extend(stats.notes)
     candidates = [
-        c for c in candidates if not _reported_in_callee(c, source.path, catalog, settings, project)
+        c for c in candidates if not _reported_in_callee(c, source.path, catalog, settings, project, rules)
     ]
-    findings = _deduplicate(_one_root_cause(candidates))
-    findings.extend(_module_checks(tree, source, catalog, settings, module.imports))
+    findings = _deduplicate(rules.one_root_cause(candidates))
+    findings.extend(_module_checks(tree, source, catalog, settings, module.imports, rules))
     return sorted(findings, key=Finding.sort_key)
 
 
@@ -251,18 +238,15 @@ def _communicates(body: list[ast.stmt], module: ModuleInfo) -> bool:
 
 
 def _module_checks(
-    tree: ast.Module, source: SourceFile, catalog: Catalog, settings: Settings, imports: ImportTable
+    tree: ast.Module,
+    source: SourceFile,
+    catalog: Catalog,
+    settings: Settings,
+    imports: ImportTable,
+    rules: Classifier,
 ) -> list[Finding]:
     context = ModuleContext(tree=tree, source=source, settings=settings, catalog=catalog, imports=imports)
-    findings: list[Finding] = []
-    selection = rule_selection(settings)
-    for rule in all_rules():
-        if not selection.enabled(rule.code):
-            continue  # a rule switched off costs nothing
-        check = getattr(rule.module, "check_module", None)
-        if check is not None:
-            findings.extend(check(context))
-    return findings
+    return rules.module_findings(context)
 
 
 _GROUP_FACTS: dict[str, groups.GroupFacts] = {}
@@ -313,7 +297,7 @@ def catalog_group_facts(catalog: Catalog) -> groups.GroupFacts:
 def _allowed(
     place: Place,
     regions: list[Region],
-    rules: StaticRules,
+    rules: Classifier,
     settings: Settings,
     stats: SolveStats,
     facts: GroupFacts,
@@ -332,7 +316,7 @@ def _allowed(
 
 def _findings_for(
     regions: list[Region],
-    rules: StaticRules,
+    rules: Classifier,
     settings: Settings,
     stats: SolveStats,
     facts: GroupFacts = NO_GROUP_FACTS,
@@ -340,7 +324,7 @@ def _findings_for(
 ) -> list[Candidate]:
     """The findings of the rules about `regions` (one run of the interpreter). `nonblocking(path)`
     tells whether a file names a non-blocking point-to-point call; None: no schedule is simulated."""
-    results = []
+    results: list[Candidate] = []
     wanted = rules.wanted
     verdict = _simulated(regions, settings, nonblocking) if DivergenceKind.P2P in wanted else Verdict()
     if verdict.clean:  # every rank of every world simulated ran to its end: no pairwise search
@@ -359,13 +343,10 @@ def _findings_for(
         for divergence in found:
             if divergence.kind is DivergenceKind.P2P:
                 continue
-            finding = classify(divergence, rules)
-            if finding is not None:
-                results.append(finding)
-        for rule in rules.region_rules:
-            finding = _region_finding(region, rule, found)
-            if finding is not None:
-                results.append(finding)
+            candidate = rules.finding(divergence)
+            if candidate is not None:
+                results.append(candidate)
+        results.extend(rules.region_findings(region, found))
     # A wait found pair by pair keeps its message; else the one the simulation found (a cycle
     # through more ranks, or one that opens after some calls matched).
     if nonblocking is not None:
@@ -375,9 +356,9 @@ def _findings_for(
     if not pairwise:
         pairwise = confirm(verdict, settings.world_size, settings.z3_rlimit, stats)
     for divergence in pairwise:
-        finding = classify(divergence, rules)
-        if finding is not None:
-            results.append(finding)
+        candidate = rules.finding(divergence)
+        if candidate is not None:
+            results.append(candidate)
     return results
 
 
@@ -417,138 +398,9 @@ def _sends_remote(element: Element) -> bool:
     return element.op == REMOTE_OP
 
 
-def classify(divergence: Divergence, rules: StaticRules) -> Candidate | None:
-    """The finding of the rule that owns `divergence`, where it arises, and the calls it went through."""
-    rule = rules.owner(divergence)
-    if rule is None:
-        return None
-    code = rule.code
-    described: tuple[str, dict[str, str]] = rule.module.describe(divergence)
-    template, args = _in_local_ranks(described[0], described[1], divergence)
-    primary, origin = locate(divergence, rule.anchor)
-    cause = getattr(rule.module, "cause", None)
-    cause_at = cause(divergence) if cause is not None else None
-    if rule.anchor is Anchor.GUARD and cause_at is not None and cause_at.path == primary.path:
-        primary = cause_at  # the guard that reads the cause, in the file of the finding
-    finding = Finding(
-        code=rule.code,
-        severity=rule.severity,
-        location=primary,
-        message_template=template,
-        message_args=tuple(sorted(args.items())),
-        counterexample=counterexample(divergence),
-        function=divergence.region.function,
-        cause=cause_at,
-    )
-    key = (code, origin[0], origin[1]) if origin else (code, primary.path, primary.line)
-    sites = _divergence_sites(divergence)
-    if code == SEQUENCE_CODE and any(r.path != divergence.region.path_name for r in divergence.why):
-        sites = _sequence_sites(divergence, sites)  # split in a helper of another file: ask it too
-    return finding, key, sites
-
-
-def _in_local_ranks(template: str, args: dict[str, str], d: Divergence) -> tuple[str, dict[str, str]]:
-    """Among the members of a group whose conditions read only local ranks, the global ranks the
-    solver picked mean nothing: the message names the local ranks, and the group."""
-    local = dict(d.local_ranks)
-    reads_global = any(name == "rank" for r in d.why for item in r.ranks for name, _ in item.reads)
-    keys = ("rank_x", "rank_y")
-    if not local or reads_global or not all(args.get(key, "").isdigit() for key in keys):
-        return template, args
-    if not all(int(args[key]) in local for key in keys) or "{group}" in template:
-        return template, args
-    shown = {**args, **{key: str(local[int(args[key])]) for key in keys}, "group": d.group}
-    for key in keys:
-        template = template.replace(f"rank {{{key}}}", f"local rank {{{key}}}")
-    template = template.replace("ranks {rank_x} and", "local ranks {rank_x} and")
-    world = " (world size {world})"
-    if world in template:
-        return template.replace(world, " in `{group}`" + world, 1), shown
-    return template + " in `{group}`", shown
-
-
-def _region_finding(region: Region, rule: Rule, found: list[Divergence]) -> Candidate | None:
-    """A rule's finding about a whole region, told what the solver found in it (`found`)."""
-    described = rule.module.describe_region(region, found)
-    if described is None:
-        return None
-    template, args = described
-    location = Location(region.path_name, region.line, 0)
-    finding = Finding(
-        rule.code, rule.severity, location, template, tuple(sorted(args.items())), None, region.function
-    )
-    return finding, (rule.code, region.path_name, region.line), ()
-
-
-def _step(element: Element, trips: str = "") -> TraceStep:
-    chain: tuple[str, ...] = ()
-    if element.chain:
-        chain = (element.chain[0].caller, *(site.callee for site in element.chain))
-    if isinstance(element, LoopEvent):
-        return TraceStep(f"for[{','.join(element.body_ops)}]", element.path, element.line, chain, trips)
-    detail = ""
-    if element.operands:
-        detail = ", ".join(element.operands)
-    return TraceStep(element.op, element.path, element.line, chain, detail)
-
-
-SHOWN_CALLS = 12  # the last calls of a simulated point-to-point schedule shown per rank
-
-
-def _schedule_steps(blocked: Blocked) -> tuple[TraceStep, ...]:
-    """A rank's simulated blocking calls up to the one it waits in (all of them if it finished)."""
-    end = min(blocked.at + 1, len(blocked.calls))
-    steps = []
-    for index in range(max(0, end - SHOWN_CALLS), end):
-        event, peer = blocked.calls[index]
-        step = _step(event)
-        towards = f"to rank {peer}" if event.kind == "p2p_send" else f"from rank {peer}"
-        waits = ", waits here" if index == blocked.at else ""
-        steps.append(
-            replace(step, detail=f"{step.detail}; {towards}{waits}" if step.detail else towards + waits)
-        )
-    return tuple(steps)
-
-
-def counterexample(d: Divergence) -> Counterexample:
-    model = d.model
-    if d.blocked:
-        shown = sorted((b.rank, _schedule_steps(b)) for b in d.blocked)
-        return Counterexample(world_size=model.world, ranks=tuple(shown), values=model.values, why=d.why)
-    trips = dict(model.values)
-    steps_a = tuple(
-        _step(
-            e,
-            trips.get(f"trips on rank {model.rank_a}", "")
-            if isinstance(e, LoopEvent) and e is d.event_a
-            else "",
-        )
-        for e in d.sequence_a
-    )
-    steps_b = tuple(
-        _step(
-            e,
-            trips.get(f"trips on rank {model.rank_b}", "")
-            if isinstance(e, LoopEvent) and e is d.event_b
-            else "",
-        )
-        for e in d.sequence_b
-    )
-    ranks = [(model.rank_a, steps_a), (model.rank_b, steps_b)]
-    ranks.sort(key=lambda item: item[0])
-    return Counterexample(
-        world_size=model.world,
-        ranks=tuple(ranks),
-        values=model.values,
-        why=d.why,
-        group=d.group,
-        local_ranks=tuple(sorted(d.local_ranks)),
-    )
-
-
 _STANDALONE: dict[tuple[str, int], set[tuple[str, str, int]]] = {}
-# The conditions that split the ranks of each helper's own CC003 findings, by (path, helper name).
-_STANDALONE_EXITS: dict[tuple[str, str], frozenset[tuple[str, int, str]]] = {}
+# What each helper's own findings explain of its callers' (classify.RootCauses), by (path, helper name).
+_STANDALONE_CAUSES: dict[tuple[str, str], RootCauses] = {}
 
 
 def _reported_in_callee(
@@ -557,10 +409,11 @@ def _reported_in_callee(
     catalog: Catalog,
     settings: Settings,
     project: Project | None,
+    rules: Classifier,
 ) -> bool:
     """A divergence that a helper in another file shows on its own is reported there, once."""
-    finding, origin, sites = candidate
-    split = _splitting_conditions(finding) if finding.code == SEQUENCE_CODE else frozenset()
+    finding, origin, sites = candidate.finding, candidate.origin, candidate.sites
+    split = rules.explainable(finding)
     if any(condition[0] == path for condition in split):
         split = frozenset()  # the ranks part here too: not only on a helper's conditions
     if project is None or (origin[1] == path and not split) or finding.counterexample is None:
@@ -571,29 +424,11 @@ def _reported_in_callee(
         standalone = _standalone_origins(site.callee_path, site.callee, catalog, settings, project)
         if origin[1] != path and origin in standalone:
             return True
-        # The helper's own early exit, reported there as CC003 (one root cause, one finding).
-        if split and split <= _STANDALONE_EXITS.get((site.callee_path, site.callee), frozenset()):
+        # The helper's own finding that explains this one (an early exit), reported there.
+        causes = _STANDALONE_CAUSES.get((site.callee_path, site.callee))
+        if causes is not None and causes.explain(finding, split, elsewhere=False):
             return True
     return False
-
-
-def _sequence_sites(d: Divergence, sites: tuple[Site, ...]) -> tuple[Site, ...]:
-    """`sites`, then the calls through which either rank's sequence went before the divergence."""
-    found = dict.fromkeys(sites)
-    for sequence in (d.sequence_a, d.sequence_b):
-        for element in sequence[: d.index + 1]:
-            found.update(dict.fromkeys(element.chain))
-    return tuple(found)
-
-
-def _divergence_sites(d: Divergence) -> tuple[Site, ...]:
-    sites: dict[Site, None] = {}
-    for element in (d.event_a, d.event_b):
-        if element is not None:
-            sites.update(dict.fromkeys(element.chain))
-    if d.exit is not None:
-        sites.update(dict.fromkeys(d.exit.chain))
-    return tuple(sites)
 
 
 def _standalone_origins(
@@ -615,64 +450,28 @@ def _standalone_origins(
             regions = []
         for region in regions:
             region.conditions = extractor.conditions
+        every_rule = classifier(None)  # the helper's findings, whatever the run's selection
         try:  # bounded like any function's queries; over the allowance it places nothing
             with solver_allowance(settings.z3_function_rlimit):
-                found = _findings_for(
-                    regions, static_rules(None), settings, SolveStats(), catalog_group_facts(catalog)
-                )
+                facts = catalog_group_facts(catalog)
+                found = _findings_for(regions, every_rule, settings, SolveStats(), facts)
         except SolverBudgetSpent:
             found = []
-        _STANDALONE[key] = {origin for _, origin, _ in found}
-        _STANDALONE_EXITS[(path, function_name)] = frozenset(
-            condition
-            for finding, _, _ in found
-            if finding.code == EXIT_CODE
-            for condition in _splitting_conditions(finding)
-        )
+        _STANDALONE[key] = {candidate.origin for candidate in found}
+        _STANDALONE_CAUSES[(path, function_name)] = every_rule.root_causes(found)
     return _STANDALONE[key]
-
-
-def _splitting_conditions(finding: Finding) -> frozenset[tuple[str, int, str]]:
-    example = finding.counterexample
-    if example is None:
-        return frozenset()
-    return frozenset((reason.path, reason.line, reason.condition) for reason in example.why)
-
-
-def _one_root_cause(candidates: list[Candidate]) -> list[Candidate]:
-    """An early exit in a helper is reported once, as CC003 at the exit: the callers of the helper
-    see ranks issue different sequences (the `return` ends only the helper), which is the same
-    cause and not reported again as CC001 there. A caller's CC001 is that when every condition that
-    splits its ranks also splits those of a CC003 found in another function."""
-    exits: dict[tuple[str, int, str], set[str]] = {}
-    for finding, _, _ in candidates:
-        if finding.code == EXIT_CODE:
-            for condition in _splitting_conditions(finding):
-                exits.setdefault(condition, set()).add(finding.function)
-    if not exits:
-        return candidates
-    kept = []
-    for candidate in candidates:
-        finding = candidate[0]
-        split = _splitting_conditions(finding)
-        same_cause = (
-            finding.code == SEQUENCE_CODE
-            and bool(split)
-            and all(condition in exits and exits[condition] - {finding.function} for condition in split)
-        )
-        if not same_cause:
-            kept.append(candidate)
-    return kept
 
 
 def _deduplicate(candidates: list[Candidate]) -> list[Finding]:
     """A divergence is reported where it arises: in the helper that holds it, or at the call site
     closest to it, not again at every caller further up."""
     depth: dict[tuple[str, str, int], int] = {}
-    for finding, origin, _ in candidates:
-        depth[origin] = min(depth.get(origin, 99), _chain_depth(finding))
+    for candidate in candidates:
+        origin = candidate.origin
+        depth[origin] = min(depth.get(origin, 99), _chain_depth(candidate.finding))
     kept: dict[tuple[str, str, int], Finding] = {}
-    for finding, origin, _ in candidates:
+    for candidate in candidates:
+        finding, origin = candidate.finding, candidate.origin
         if _chain_depth(finding) > depth[origin]:
             continue
         key = (finding.code, finding.location.path, finding.location.line)

@@ -12,7 +12,8 @@ from collcheck.static.conditions import NO_SOURCES, ConditionSources
 from collcheck.static.symbolic import Expr, GroupVal
 
 # The start of the `why` of a per-process value found by where the code sends it (local_data.py):
-# a value handed to a combining collective is this process's own. Rule CC008 reports what it decides.
+# a value handed to a combining collective is this process's own (a decision taken on it is told
+# apart by this prefix of `Divergence.nondet_why`).
 OWN_DATA = "this process's own data"
 
 

@@ -8,7 +8,7 @@ A value is an immutable tree over atoms. The atoms say how a value relates to th
 * `perrank`: unknown and possibly different on every rank because it was computed from the rank
   by something collcheck cannot model;
 * `nondet`: different on every process without involving the rank (time, random numbers, the
-  filesystem) — the source of CC007.
+  filesystem): a divergence only these explain is `Divergence.nondet_only`.
 
 The z3 translation instantiates the per-rank atoms once for each of the two ranks compared
 (suffixes `@a` and `@b`) and shares the `shared` ones, which is exactly the question "can two
