@@ -45,10 +45,8 @@ def test_the_values_of_a_root_divergence_are_each_ranks_root() -> None:
     a = Path((), (event("broadcast", 3, root=RANK),))
     (divergence,) = found(query(a, a), DivergenceKind.ROOT, 0)
     witness = divergence.model
-    assert witness.values == (
-        (f"root on rank {witness.rank_a}", str(witness.rank_a)),
-        (f"root on rank {witness.rank_b}", str(witness.rank_b)),
-    )
+    assert divergence.argument is not None
+    assert (divergence.argument.on_a, divergence.argument.on_b) == (str(witness.rank_a), str(witness.rank_b))
 
 
 def test_blocked_ranks_say_where_they_wait() -> None:

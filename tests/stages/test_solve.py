@@ -43,15 +43,14 @@ def test_the_same_collectives_on_swapped_operands_are_a_swap() -> None:
 def test_a_root_or_reduce_op_that_differs_between_ranks() -> None:
     (root,), _ = solve(Path((), (event("broadcast", 3, root=RANK),)))  # one path: every rank its own root
     assert root.kind is DivergenceKind.ROOT and root.path_a is root.path_b
-    assert dict(root.model.values) == {
-        f"root on rank {root.model.rank_a}": str(root.model.rank_a),
-        f"root on rank {root.model.rank_b}": str(root.model.rank_b),
-    }
+    witness = root.model
+    assert root.on_rank(root.argument, witness.rank_a) == str(witness.rank_a)
+    assert root.on_rank(root.argument, witness.rank_b) == str(witness.rank_b)
     summed = Path((RANK_ZERO,), (event("all_reduce", 3, reduce_op=Const("sum")),))
     maxed = Path((NOT_RANK_ZERO,), (event("all_reduce", 5, reduce_op=Const("max")),))
     (op,), _ = solve(summed, maxed)
     assert op.kind is DivergenceKind.REDUCE_OP
-    assert ("reduce_op on rank 0", "sum") in op.model.values
+    assert op.on_rank(op.argument, 0) == "sum"
 
 
 def test_a_communicating_loop_with_a_per_rank_trip_count() -> None:
@@ -60,9 +59,10 @@ def test_a_communicating_loop_with_a_per_rank_trip_count() -> None:
     )
     (divergence,), _ = solve(Path((), (loop,)))
     assert divergence.kind is DivergenceKind.TRIP
-    trips = dict(divergence.model.values)
-    assert (
-        trips[f"trips on rank {divergence.model.rank_a}"] != trips[f"trips on rank {divergence.model.rank_b}"]
+    witness = divergence.model
+    assert divergence.trips is not None
+    assert divergence.on_rank(divergence.trips, witness.rank_a) != divergence.on_rank(
+        divergence.trips, witness.rank_b
     )
 
 
