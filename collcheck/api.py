@@ -189,7 +189,9 @@ def _analyze_in_budget(
     # Imported only on a cache miss, so that a warm run never loads z3 or the engine.
     from collcheck.static.budget import BudgetExceeded, file_budget
     from collcheck.static.engine import analyze_source
+    from collcheck.static.retained import release_between_files
 
+    release_between_files()
     try:
         with file_budget(settings.file_timeout):
             return analyze_source(source, catalog, settings, project)

@@ -1,0 +1,63 @@
+"""A process lets other files' models go between files (static/retained.py): answers unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collcheck import api
+from collcheck.config import Settings
+from collcheck.findings import Finding
+from collcheck.static import loader, retained
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def findings_of(folder: Path) -> list[Finding]:
+    result = api.check_paths([folder], Settings(root=str(folder), cache=False, jobs=1))
+    assert not [file.error for file in result.files if file.error]
+    return [finding for file in result.files for finding in file.findings]
+
+
+@pytest.mark.parametrize("area", ["CC001", "semantics", "frameworks"])
+def test_dropping_other_files_before_every_file_changes_no_finding(
+    area: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = FIXTURES / area
+    if not folder.is_dir():
+        pytest.skip(f"no fixtures/{area}")
+    loader.forget_loaded(0)
+    kept = findings_of(folder)
+    assert kept, f"fixtures/{area} should give findings"
+    dropped: list[bool] = []
+    release = retained.release_between_files
+
+    def counted() -> bool:
+        dropped.append(release())
+        return dropped[-1]
+
+    monkeypatch.setattr(loader, "MAX_LOADED_MODULES", 0)
+    monkeypatch.setattr(retained, "release_between_files", counted)
+    loader.forget_loaded(0)
+    assert findings_of(folder) == kept
+    assert any(dropped), "the bound of 0 should have dropped the models at least once"
+
+
+def test_the_bound_is_kept_between_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for index in range(6):
+        (tmp_path / f"helper_{index}.py").write_text(
+            "import torch.distributed as dist\n\n\ndef sync():\n    dist.barrier()\n"
+        )
+    calls = "\n".join(f"        helper_{index}.sync()" for index in range(6))
+    imports = "\n".join(f"import helper_{index}" for index in range(6))
+    (tmp_path / "train.py").write_text(
+        f"import torch.distributed as dist\n{imports}\n\n\n"
+        f"def step():\n    if dist.get_rank() == 0:\n{calls}\n"
+    )
+    monkeypatch.setattr(loader, "MAX_LOADED_MODULES", 2)
+    loader.forget_loaded(0)
+    found = findings_of(tmp_path)
+    assert any(finding.code == "CC001" for finding in found)
+    retained.release_between_files()
+    assert not loader.forget_loaded(2), "more than the bound kept after a release"
