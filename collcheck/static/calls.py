@@ -578,6 +578,10 @@ class CallResolver(ValueEvaluator):
         return function, None, False
 
     def _find_method(self, class_name: str, name: str) -> FunctionNode | None:
+        """The method `name` of the class or its bases of the file; None for a `@property`, whose
+        attribute is the getter's value (handing `self.group` on hands a group, not the getter)."""
+        if inherited(self.module, class_name, name, lambda info: info.properties) is not None:
+            return None
         found: FunctionNode | None = inherited(self.module, class_name, name, lambda info: info.methods)
         return found
 

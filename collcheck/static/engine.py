@@ -468,20 +468,28 @@ def _deduplicate(candidates: list[Candidate]) -> list[Finding]:
     depth: dict[tuple[str, str, int], int] = {}
     for candidate in candidates:
         origin = candidate.origin
-        depth[origin] = min(depth.get(origin, 99), _chain_depth(candidate.finding))
+        depth[origin] = min(depth.get(origin, 99), _chain_depth(candidate.finding, origin))
     kept: dict[tuple[str, str, int], Finding] = {}
     for candidate in candidates:
         finding, origin = candidate.finding, candidate.origin
-        if _chain_depth(finding) > depth[origin]:
+        if _chain_depth(finding, origin) > depth[origin]:
             continue
         key = (finding.code, finding.location.path, finding.location.line)
         kept.setdefault(key, finding)
     return list(kept.values())
 
 
-def _chain_depth(finding: Finding) -> int:
+def _chain_depth(finding: Finding, origin: tuple[str, str, int]) -> int:
+    """How many calls down from the reporting function the divergence lies: the chain of the
+    collective at the origin where the counterexample shows it (a helper's own finding is then
+    shallower than its caller's, whatever else either rank issued first), else the shallowest
+    chain of any collective reached through a call."""
     example = finding.counterexample
     if example is None:
         return 0
-    depths = [len(step.chain) for _, steps in example.ranks for step in steps if step.chain]
+    steps = [step for _, sequence in example.ranks for step in sequence]
+    at_origin = [len(step.chain) for step in steps if (step.path, step.line) == origin[1:]]
+    if at_origin:
+        return min(at_origin)
+    depths = [len(step.chain) for step in steps if step.chain]
     return min(depths) if depths else 0

@@ -32,7 +32,7 @@ from typing import Any
 from collcheck.static.calls import callback_event
 from collcheck.static.collectives import CollectiveEvents
 from collcheck.static.fallback import INERT_PER_STEP
-from collcheck.static.loader import FunctionNode, ModuleInfo, inherited
+from collcheck.static.loader import FunctionNode, ModuleInfo, inherited, is_property
 from collcheck.static.names import ImportTable, nodes_under, source_text
 from collcheck.static.program import (
     Element,
@@ -298,6 +298,11 @@ class HelperInliner(CollectiveEvents):
         may read it (`if not self.seen: return` before a collective), so it is run."""
         if not writes_own_state(function):
             return False
+        if is_property(function, self.remote_modules.get(function, self.module).imports):
+            # A getter that stores (`if self._pg is None: self._pg = new_group()`) is run on every
+            # read: a later read must see what an earlier one stored, or two reads of one
+            # attribute (a guard's and a collective's) would name two different values.
+            return True
         if any(is_rank_dependent(cond) for cond in state.conds):
             return True
         arguments = [*call.args, *(keyword.value for keyword in call.keywords)]

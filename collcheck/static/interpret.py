@@ -390,7 +390,11 @@ class Interpreter(ObjectProtocols):
         for current, test in self.eval(stmt.test, state, frame):
             if constant_truth(test) is not None or not frame.loop.even:
                 for after in self._branch(test, stmt.body, stmt.orelse, current, frame):
-                    if constant_truth(test) is True or test in after.conds:
+                    if (
+                        constant_truth(test) is True
+                        or test in after.conds
+                        or after.env.get(cache) != current.env.get(cache)  # arms joined, one filled
+                    ):
                         after.env[filled] = TRUE
                     results.append(after)
                 continue
