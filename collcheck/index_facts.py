@@ -57,10 +57,11 @@ def _facts_job(args: tuple[list[str], Settings]) -> list[FileFacts]:
 
 
 def _load_the_engine() -> None:
-    """Import the engine and z3 in this process, which otherwise waits for the index workers:
+    """Import the engine, the rules and z3 in this process, which otherwise waits for the index workers:
     each analysis worker forked later then starts with them (about 0.3 s of imports a worker)."""
     import z3  # noqa: F401
 
+    import collcheck.classify
     import collcheck.static.engine  # noqa: F401
 
 
