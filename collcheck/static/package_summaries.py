@@ -29,7 +29,6 @@ from collcheck.catalog import Catalog
 from collcheck.config import Settings
 from collcheck.findings import FileError
 from collcheck.import_scan import imported_names
-from collcheck.index_facts import rank_words
 from collcheck.source import FileRefused, read_regular_file, read_source
 from collcheck.static.budget import BudgetExceeded, file_budget
 from collcheck.static.groups import SIZE_PREFIX, atoms_of
@@ -37,7 +36,7 @@ from collcheck.static.interpret import Interpreter
 from collcheck.static.loader import FunctionNode, Loader, ModuleInfo
 from collcheck.static.module_values import complete_loaded_module
 from collcheck.static.names import module_imports, qualified_name, resolve_relative
-from collcheck.static.prefilter import trigger_pattern
+from collcheck.static.prefilter import rank_words, trigger_pattern
 from collcheck.static.program import CommEvent
 from collcheck.static.program import Path as ProgramPath
 from collcheck.static.project import MODULE_CODE, FileFacts, build_project, file_facts, realpath_once
