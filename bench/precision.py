@@ -4,8 +4,8 @@
                               [--ledger bench/precision-ledger.tsv] [--write-missing FILE]
 
 Each package below is fetched at a pinned version with `pip download --no-deps` into
-`~/.cache/collcheck-bench/inject/` (the same cache and unpacking as bench/inject_bugs.py: only
-`*.py` members with safe names are written; nothing third-party is imported or run), copied into a
+`~/.cache/collcheck-bench/inject/` (bench/corpus.py, as for bench/inject_bugs.py: only `*.py`
+members with safe names are written; nothing third-party is imported or run), copied into a
 scratch folder and checked whole with `collcheck check --format json`. Every finding is looked up
 in the ledger, `bench/precision-ledger.tsv`, one row per finding:
 
