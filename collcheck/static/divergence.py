@@ -15,11 +15,21 @@ from enum import Enum
 from pathlib import Path as FsPath
 from typing import Any
 
+from collcheck.catalog import FILESYSTEM_STATE
 from collcheck.findings import Reason
-from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, Path, Region
+from collcheck.static.program import (
+    CAUGHT_EXCEPTION,
+    OWN_DATA,
+    CommEvent,
+    Element,
+    Exit,
+    LoopEvent,
+    Path,
+    Region,
+)
 from collcheck.static.smt import RankWitness, RegionSolver, event_terms
 from collcheck.static.symbolic import Const, Expr, GroupVal, IfExp, Z3Translator, atoms
-from collcheck.static.why import group_label, local_ranks, reasons
+from collcheck.static.why import GLOBAL_RANK, group_label, local_ranks, reasons
 
 
 class DivergenceKind(Enum):
@@ -61,6 +71,15 @@ class Blocked:
         return self.calls[self.at][1]
 
 
+class PerProcess(Enum):
+    """What the per-process value a divergence depends on is (`Divergence.per_process`)."""
+
+    EXCEPTION = "exception"  # a caught exception: the flag of the handler a rank entered
+    OWN_DATA = "own data"  # this process's own data, which the code combines across ranks
+    FILESYSTEM = "filesystem"  # what the filesystem holds (the catalog's FILESYSTEM_STATE)
+    OTHER = "other"  # clocks, random numbers, host names, the rest of [nondeterministic]
+
+
 @dataclass(frozen=True)
 class RankValues:
     """A value the model gives each rank of a divergence's pair, in words: a loop's trip count, a
@@ -97,6 +116,24 @@ class Divergence:
     # wait-for order (each waits on the next; the last on the first in a cycle, else on a rank
     # that has finished).
     blocked: tuple[Blocked, ...] = ()
+
+    @property
+    def per_process(self) -> PerProcess | None:
+        """What the per-process value in the two ranks' paths is (`nondet_why` in words); None
+        when there is none."""
+        why = self.nondet_why
+        if not why:
+            return None
+        if why == CAUGHT_EXCEPTION:
+            return PerProcess.EXCEPTION
+        if why.startswith(OWN_DATA):
+            return PerProcess.OWN_DATA
+        return PerProcess.FILESYSTEM if why == FILESYSTEM_STATE else PerProcess.OTHER
+
+    @property
+    def reads_global_rank(self) -> bool:
+        """Some condition that splits the two ranks reads the global rank (not only local ranks)."""
+        return any(name == GLOBAL_RANK for r in self.why for item in r.ranks for name, _ in item.reads)
 
     def on_rank(self, values: RankValues | None, rank: int) -> str:
         """`values` on `rank` (one of the model's two ranks), "?" when unknown."""

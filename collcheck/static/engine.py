@@ -56,7 +56,7 @@ from collcheck.static.over_budget import (
 )
 from collcheck.static.p2p_schedule import Verdict, confirm, files_of, loop_table, schedule_deadlock
 from collcheck.static.prefilter import trigger_pattern
-from collcheck.static.program import Element, LoopEvent, Region
+from collcheck.static.program import Element, LoopEvent, Region, RegionKind
 from collcheck.static.project import Project
 from collcheck.static.rulebook import Candidate, Explanations, Rulebook
 from collcheck.static.smt import SolveStats
@@ -383,7 +383,7 @@ def _simulated(
         return Verdict()
     loops = loop_table(regions)
     for region in regions:
-        if region.kind == "function":
+        if region.kind is RegionKind.FUNCTION:
             return schedule_deadlock(region, loops, settings.world_size, nonblocking)
     return Verdict()
 

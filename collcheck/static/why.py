@@ -27,6 +27,7 @@ from collcheck.static.program import Path
 from collcheck.static.symbolic import LOCAL_WORLD, PER_RANK_KINDS, Atom, Expr, GroupVal, Z3Translator, atoms
 
 MAX_REASONS = 4  # more splitting conditions than this are not listed (the first ones explain most)
+GLOBAL_RANK = "rank"  # how a condition's read of the global rank is named (`quantity`)
 
 Pretty = Callable[[str], str]  # a model value in words (strings and None decoded)
 
@@ -177,7 +178,7 @@ def quantity(atom: Atom) -> str | None:
     reader does not need (arguments, constants)."""
     name = atom.name
     if atom.kind == "rank":
-        return "rank"
+        return GLOBAL_RANK
     if atom.kind == "world":
         return "world size"
     if atom == LOCAL_WORLD or name == "local_world":
