@@ -149,15 +149,22 @@ def test_the_static_analyzer_imports_neither_the_rules_nor_classify() -> None:
     assert rule_imports(PACKAGE) == {}
 
 
+# What a counterexample shows, in words: the model's values, and what each splitting condition
+# reads on each rank (`Reason.ranks[i].reads`).
+SHOWN_WORDS = re.compile(r"\.model\.values|shown_values|\.reads\b")
+
+
 def test_no_rule_reads_the_values_a_counterexample_shows() -> None:
-    """Rules read a divergence's typed values (`trips`, `argument`), not the words keyed by rank
-    that a counterexample shows (`model.values`, `shown_values()`)."""
+    """Rules read a divergence's typed values (`trips`, `argument`, `process_reads`, `per_process`,
+    `reads_global_rank`), not the words keyed by rank that a counterexample shows (`model.values`,
+    `shown_values()`, a condition's `reads`)."""
     readers = [
         path.name
         for path in sorted((PACKAGE / "checks").glob("*.py"))
-        if re.search(r"\.model\.values|shown_values", path.read_text(encoding="utf-8"))
+        if SHOWN_WORDS.search(path.read_text(encoding="utf-8"))
     ]
     assert readers == []
+    assert SHOWN_WORDS.search("for name, _ in item.reads") and not SHOWN_WORDS.search("d.process_reads")
 
 
 def test_the_rule_checks_see_a_code_and_an_import(tmp_path: Path) -> None:

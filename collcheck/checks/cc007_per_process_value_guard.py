@@ -50,6 +50,7 @@ from collcheck.static.anchor import Anchor
 from collcheck.static.conditions import ConditionKind
 from collcheck.static.divergence import Divergence, DivergenceKind, PerProcess
 from collcheck.static.program import Region, RegionKind
+from collcheck.static.why import ProcessRead, ReadsByRank
 
 CODE = "CC007"
 NAME = "per-process-value-guard"
@@ -99,14 +100,23 @@ def variant(finding: Finding) -> Variant | None:
 
 def guard(d: Divergence) -> Reason | None:
     """The condition that splits the ranks and reads the per-process value, when one is known."""
-    for reason in d.why:
-        if any(_per_process(name, d.nondet_why) for item in reason.ranks for name, _ in item.reads):
-            return reason
+    found = _guard_reads(d)
+    if found is not None:
+        return found[0]
     return next((reason for reason in d.why if reason.kind == ConditionKind.EXCEPTION), None)
 
 
-def _per_process(name: str, why: str) -> bool:
-    return bool(why) and name.endswith(f" ({why})")
+def _guard_reads(d: Divergence) -> tuple[Reason, ReadsByRank] | None:
+    """The first splitting condition that reads the per-process value on some rank, and what it
+    reads on each."""
+    for reason, reads in zip(d.why, d.process_reads, strict=True):
+        if any(_per_process(read, d.nondet_why) for on_rank in reads for read in on_rank):
+            return reason, reads
+    return None
+
+
+def _per_process(read: ProcessRead, why: str) -> bool:
+    return bool(why) and read.why == why
 
 
 def cause(d: Divergence) -> Location | None:
@@ -121,17 +131,17 @@ def what_varies(d: Divergence) -> str:
     reason = guard(d)
     if reason is None:
         return what
-    keys = [name for item in reason.ranks[:1] for name, _ in item.reads if _per_process(name, d.nondet_why)]
-    calls = [_call_text(key.rsplit(" (", 1)[0]) for key in keys]
+    found = _guard_reads(d)
+    on_first_rank = found[1][0] if found is not None and found[1] else ()
+    calls = [_call_text(read) for read in on_first_rank if _per_process(read, d.nondet_why)]
     read = f"{', '.join(calls)}, tested" if calls else "tested"
     assumption = SHARED_FILESYSTEM_NOTE if d.per_process is PerProcess.FILESYSTEM else ""
     return f"{what} ({read} at {Path(reason.path).name}:{reason.line}{assumption})"
 
 
-def _call_text(read: str) -> str:
-    """`time.time() at line 8` -> "`time.time()` at line 8"."""
-    call, found, line = read.partition(" at line ")
-    return f"`{call}` at line {line}" if found else f"`{call}`"
+def _call_text(read: ProcessRead) -> str:
+    """ "`time.time()` at line 8", or "`time.time()`" when the line is unknown."""
+    return f"`{read.call}` at line {read.line}" if read.line is not None else f"`{read.call}`"
 
 
 def applies(d: Divergence) -> bool:

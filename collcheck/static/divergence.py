@@ -29,7 +29,7 @@ from collcheck.static.program import (
 )
 from collcheck.static.smt import RankWitness, RegionSolver, event_terms
 from collcheck.static.symbolic import Const, Expr, GroupVal, IfExp, Z3Translator, atoms
-from collcheck.static.why import GLOBAL_RANK, group_label, local_ranks, reasons
+from collcheck.static.why import GLOBAL_RANK, ReadsByRank, group_label, local_ranks, reasons
 
 
 class DivergenceKind(Enum):
@@ -108,6 +108,7 @@ class Divergence:
     nondet_only: bool = False
     nondet_why: str = ""
     why: tuple[Reason, ...] = ()  # the conditions that split the two ranks (why.py)
+    process_reads: tuple[ReadsByRank, ...] = ()  # beside each of `why`: its per-process values read
     group: str = ""  # the group both ranks are members of, on a group channel, as written
     local_ranks: tuple[tuple[int, int], ...] = ()  # (rank, its local rank in `group`)
     trips: RankValues | None = None  # TRIP: the loop's trip count on each rank
@@ -210,7 +211,7 @@ def found(
     def pretty(value: str) -> str:
         return _pretty(value, solver)
 
-    split = reasons(a, b, sides, region.conditions, tr, raw, pretty)
+    split, process_reads = reasons(a, b, sides, region.conditions, tr, raw, pretty)
     return [
         Divergence(
             kind=kind,
@@ -228,6 +229,7 @@ def found(
             nondet_only=nondet_only,
             nondet_why=why,
             why=split,
+            process_reads=process_reads,
             group=_group_name(membership, seq_a + seq_b) if membership is not None else "",
             local_ranks=local_ranks(membership, solver.atoms_of(a) | solver.atoms_of(b), sides, tr, raw),
             trips=trips,
