@@ -14,7 +14,7 @@ import pytest
 from collcheck.api import analyze_text, check_paths
 from collcheck.cache import result_from_json, result_to_json
 from collcheck.config import load_settings
-from collcheck.findings import Finding, Reason, RunResult
+from collcheck.findings import ConditionKind, Finding, Reason, RunResult
 from collcheck.report.json import render_json
 from collcheck.report.sarif import sarif_log
 from collcheck.report.text import render_text
@@ -105,7 +105,7 @@ def test_a_match_case_reads_as_taken_or_not(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     first = _why(_only(_run(source), "CC001"))[0]
-    assert (first.condition, first.kind, first.line) == ("case 0", "case", 6)
+    assert (first.condition, first.kind, first.line) == ("case 0", ConditionKind.CASE, 6)
     assert [(item.rank, first.word(item.holds), item.reads) for item in first.ranks] == [
         (0, "taken", (("case index", "0"),)),
         (1, "not taken", (("case index", "1"),)),
@@ -115,7 +115,7 @@ def test_a_match_case_reads_as_taken_or_not(tmp_path: Path) -> None:
 def test_a_caught_exception_reads_as_raised_on_one_rank() -> None:
     finding = _only(_run(FIXTURES / "CC003" / "oom_skip_batch_bug.py"), "CC003")
     (reason,) = _why(finding)
-    assert reason.kind == "exception" and reason.condition == "except torch.cuda.OutOfMemoryError"
+    assert reason.kind is ConditionKind.EXCEPTION and reason.condition == "except torch.cuda.OutOfMemoryError"
     assert sorted(reason.word(item.holds) for item in reason.ranks) == ["does not raise", "raises"]
 
 

@@ -45,9 +45,8 @@ from enum import Enum
 from pathlib import Path
 
 from collcheck.checks._describe import describe_element, ranks
-from collcheck.findings import Finding, Location, Reason, Severity
+from collcheck.findings import ConditionKind, Finding, Location, Reason, Severity
 from collcheck.static.anchor import Anchor
-from collcheck.static.conditions import ConditionKind
 from collcheck.static.divergence import Divergence, DivergenceKind, PerProcess
 from collcheck.static.program import Region, RegionKind
 from collcheck.static.why import ProcessRead, ReadsByRank
@@ -103,7 +102,7 @@ def guard(d: Divergence) -> Reason | None:
     found = _guard_reads(d)
     if found is not None:
         return found[0]
-    return next((reason for reason in d.why if reason.kind == ConditionKind.EXCEPTION), None)
+    return next((reason for reason in d.why if reason.kind is ConditionKind.EXCEPTION), None)
 
 
 def _guard_reads(d: Divergence) -> tuple[Reason, ReadsByRank] | None:

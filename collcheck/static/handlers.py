@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import ast
 
+from collcheck.findings import ConditionKind
 from collcheck.static.calls import CallKind
-from collcheck.static.conditions import ConditionKind, source_of
+from collcheck.static.conditions import source_of
 from collcheck.static.inliner import HelperInliner
 from collcheck.static.names import nodes_under, qualified_name, source_text
 from collcheck.static.program import CAUGHT_EXCEPTION, ExitKind

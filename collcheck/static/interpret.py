@@ -22,11 +22,11 @@ from dataclasses import replace
 from functools import partial
 
 from collcheck.config import Settings
-from collcheck.findings import Budget
+from collcheck.findings import Budget, ConditionKind
 from collcheck.static.budget import check_active
 from collcheck.static.catalog_values import BIN_OPS, value_from_spec
 from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
-from collcheck.static.conditions import ConditionKind, source_of
+from collcheck.static.conditions import source_of
 from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simple, join_paths
 from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.inliner import LoopOp

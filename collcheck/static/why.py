@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from collcheck.findings import RankValue, Reason
-from collcheck.static.conditions import ConditionKind, ConditionSources
+from collcheck.findings import ConditionKind, RankValue, Reason
+from collcheck.static.conditions import ConditionSources
 from collcheck.static.groups import (
     ANONYMOUS_LOCAL_RANK_PREFIX,
     GLOBAL_OF_PREFIX,
@@ -79,7 +79,7 @@ def reasons(
         key = (source.path, source.line, source.column, source.text)
         if key in seen:
             continue
-        if source.kind == ConditionKind.EXCEPTION:
+        if source.kind is ConditionKind.EXCEPTION:
             # Only the rank that raised holds the handler's flag; the other went on without one.
             holds: list[bool | None] = [condition in a.conds, condition in b.conds]
         elif _varying((test,)) <= read[0] and _varying((test,)) <= read[1]:
@@ -172,11 +172,11 @@ def _int(tr: Z3Translator, raw: Any, atom: Atom, side: str) -> int | None:
 
 
 def _reads(
-    test: Expr, side: str, kind: str, tr: Z3Translator, raw: Any, pretty: Pretty
+    test: Expr, side: str, kind: ConditionKind, tr: Z3Translator, raw: Any, pretty: Pretty
 ) -> tuple[tuple[tuple[str, str], ...], tuple[ProcessRead, ...]]:
     """The rank-derived values `test` reads on one side, named and valued as the model chose them,
     and those of them that are per-process values."""
-    if kind == ConditionKind.EXCEPTION:
+    if kind is ConditionKind.EXCEPTION:
         return (), ()  # the exception itself is the per-process value: nothing more to show
     shown: dict[str, str] = {}
     process: list[ProcessRead] = []
