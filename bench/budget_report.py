@@ -3,9 +3,9 @@ only in the reduced mode, and the fate of the packages' main training loops.
 
     python bench/budget_report.py [--packages composer,deepspeed,torchtitan] [-j 2] [--json out.json]
 
-The packages are bench/precision.py's (same pinned versions, same fetch and scratch copy:
-`inject_bugs.fetch` into `~/.cache/collcheck-bench/inject/`, nothing imported or run). Each is
-checked twice, whole, `--no-cache`, `--format json`:
+The packages are bench/precision.py's (corpus.PINNED_PACKAGES: same pinned versions, same fetch
+and scratch copy, `corpus.fetch` into `~/.cache/collcheck-bench/inject/`, nothing imported or
+run). Each is checked twice, whole, `--no-cache`, `--format json`:
 
 1. with default settings: the report's `budget_cuts` are the functions (or module bodies) a work
    budget cut short, with the budget that did it (`max-steps`/`max-paths`: skipped, nothing of
@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import inject_bugs
-import precision
+from corpus import CACHE, PINNED_PACKAGES, PackageSpec, fetch
 
 # The main training loops issue 26 named: (package, file under the scratch root, qualified name).
 MAIN_LOOPS: tuple[tuple[str, str, str], ...] = (
@@ -159,10 +159,10 @@ def loop_status(path: str, name: str, result: PackageBudget, roots: set[Function
     return "NOT ANALYSED (not taken as a communicating function, or not found)"
 
 
-def check(spec: inject_bugs.PackageSpec, scratch: Path, jobs: int, bounds: str = "") -> PackageBudget:
+def check(spec: PackageSpec, scratch: Path, jobs: int, bounds: str = "") -> PackageBudget:
     """`bounds`: `[tool.collcheck]` lines for run 1 (`max-steps = 20000`), to see what a larger
     budget would analyse in full; the census run never has them (it sets its own max-steps)."""
-    package, source = inject_bugs.fetch(spec, inject_bugs.CACHE)
+    package, source = fetch(spec, CACHE)
     workspace = inject_bugs.prepare(spec.name, package, scratch)
     settings = workspace.root / "pyproject.toml"
     base = settings.read_text(encoding="utf-8")
@@ -212,7 +212,7 @@ def describe(result: PackageBudget) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--packages", default=",".join(spec.name for spec in precision.PACKAGES))
+    parser.add_argument("--packages", default=",".join(spec.name for spec in PINNED_PACKAGES))
     parser.add_argument("-j", "--jobs", type=int, default=2)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a work budget for the main run, e.g. max-steps=20000 (repeatable; default: collcheck's)",
     )
     args = parser.parse_args(argv)
-    specs = {spec.name: spec for spec in precision.PACKAGES}
+    specs = {spec.name: spec for spec in PINNED_PACKAGES}
     wanted = [name.strip() for name in args.packages.split(",") if name.strip()]
     unknown = [name for name in wanted if name not in specs]
     if unknown:

@@ -70,7 +70,6 @@ from __future__ import annotations
 import argparse
 import ast
 import datetime
-import importlib.util
 import itertools
 import json
 import os
@@ -79,10 +78,8 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -91,28 +88,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus import CACHE, PackageSpec, copy_python_files, fetch, python_files
+from measured_checkout import source_state
 from object_mutants import object_edit
-from static_speed import copy_python_files, python_files, source_state
 
 REPO = Path(__file__).resolve().parents[1]
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "collcheck-bench" / "inject"
-MAX_MEMBER_BYTES = 4 * 1024 * 1024  # an archive member larger than this is not unpacked
 MAX_PARSE_BYTES = 2 * 1024 * 1024  # a file larger than this is not searched for sites
 RUN_TIMEOUT_S = 600.0
 
 
 # --- packages --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PackageSpec:
-    """A corpus: `requirement` is what `pip download` fetches (None: the installed torch, or a
-    local folder given in `local`); `folder` is the import package analysed inside it."""
-
-    name: str
-    requirement: str | None
-    folder: str
-    local: Path | None = None
 
 
 PACKAGES: dict[str, PackageSpec] = {
@@ -126,99 +111,6 @@ PACKAGES: dict[str, PackageSpec] = {
         PackageSpec("transformers", "transformers", "transformers"),
     )
 }
-
-
-def installed_torch() -> Path:
-    spec = importlib.util.find_spec("torch")  # locates the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("torch is not installed here")
-    return Path(next(iter(spec.submodule_search_locations))).resolve()
-
-
-def safe_member(name: str) -> str | None:
-    """The relative path an archive member may be written to, or None (absolute, `..`, not .py)."""
-    parts = [part for part in name.replace("\\", "/").split("/") if part not in ("", ".")]
-    if not parts or name.startswith("/") or ".." in parts or not parts[-1].endswith(".py"):
-        return None
-    return "/".join(parts)
-
-
-def unpack(archive: Path, target: Path) -> int:
-    """Write the archive's `*.py` members under `target`; the count written."""
-    written = 0
-    for name, read in archive_members(archive):
-        relative = safe_member(name)
-        if relative is None:
-            continue
-        data = read()
-        if data is None:
-            continue
-        destination = target / relative
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        destination.write_bytes(data)
-        written += 1
-    return written
-
-
-def archive_members(archive: Path) -> Iterator[tuple[str, Any]]:
-    """(name, read) pairs of the regular members of a wheel/zip or a tarball; `read()` gives the
-    bytes or None when the member is too large."""
-    if archive.suffix in (".whl", ".zip"):
-        with zipfile.ZipFile(archive) as wheel:
-            for info in wheel.infolist():
-                if not info.is_dir():
-                    yield (
-                        info.filename,
-                        lambda info=info: wheel.read(info) if info.file_size <= MAX_MEMBER_BYTES else None,
-                    )
-        return
-    with tarfile.open(archive) as tar:
-        for member in tar.getmembers():
-            if member.isfile():
-                yield member.name, lambda member=member: _tar_read(tar, member)
-
-
-def _tar_read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes | None:
-    if member.size > MAX_MEMBER_BYTES:
-        return None
-    stream = tar.extractfile(member)
-    return stream.read() if stream is not None else None
-
-
-def locate_package(root: Path, folder: str) -> Path | None:
-    """The shallowest folder named `folder` with Python files under root (megatron-core's
-    `megatron/` is a namespace package: no `__init__.py`)."""
-    found = sorted(
-        (path for path in root.rglob(folder) if path.is_dir() and any(path.rglob("*.py"))),
-        key=lambda path: len(path.parts),
-    )
-    return found[0] if found else None
-
-
-def fetch(spec: PackageSpec, cache: Path) -> tuple[Path, str]:
-    """The package folder to analyse and a description of where it came from."""
-    if spec.local is not None:
-        return spec.local.resolve(), f"local folder {spec.local}"
-    if spec.requirement is None:
-        return installed_torch(), "installed"
-    unpacked = cache / "src" / spec.name
-    if not (unpacked / ".complete").exists():
-        download = cache / "download" / spec.name
-        shutil.rmtree(download, ignore_errors=True)
-        shutil.rmtree(unpacked, ignore_errors=True)
-        download.mkdir(parents=True)
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(download)]
-        subprocess.run([*command, spec.requirement], check=True, timeout=900, capture_output=True)
-        archives = sorted(download.iterdir())
-        if len(archives) != 1:
-            raise RuntimeError(f"{spec.name}: expected one downloaded file, got {archives}")
-        unpacked.mkdir(parents=True)
-        unpack(archives[0], unpacked)
-        (unpacked / ".complete").write_text(archives[0].name, encoding="utf-8")
-    package = locate_package(unpacked, spec.folder)
-    if package is None:
-        raise RuntimeError(f"{spec.name}: no {spec.folder}/ in the download")
-    return package, (unpacked / ".complete").read_text(encoding="utf-8")
 
 
 # --- call sites ------------------------------------------------------------------------------------

@@ -4,8 +4,8 @@
                               [--ledger bench/precision-ledger.tsv] [--write-missing FILE]
 
 Each package below is fetched at a pinned version with `pip download --no-deps` into
-`~/.cache/collcheck-bench/inject/` (the same cache and unpacking as bench/inject_bugs.py: only
-`*.py` members with safe names are written; nothing third-party is imported or run), copied into a
+`~/.cache/collcheck-bench/inject/` (bench/corpus.py, as for bench/inject_bugs.py: only `*.py`
+members with safe names are written; nothing third-party is imported or run), copied into a
 scratch folder and checked whole with `collcheck check --format json`. Every finding is looked up
 in the ledger, `bench/precision-ledger.tsv`, one row per finding:
 
@@ -36,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import inject_bugs
+from corpus import CACHE, PINNED_PACKAGES, PackageSpec, fetch
 
 HERE = Path(__file__).resolve().parent
 LEDGER = HERE / "precision-ledger.tsv"
@@ -43,27 +44,7 @@ VERDICTS = ("TRUE", "DEBATABLE", "FALSE")
 COLUMNS = ("package", "code", "path", "line", "verdict", "reason")
 FALSE_GOAL = 0.05
 
-# Pinned: a ledger row speaks of one version's line. The 13 packages first analysed in issue 26, then
-# the four trees the injection harness also uses (torch is the installed tree, as everywhere in bench/).
-PACKAGES: tuple[inject_bugs.PackageSpec, ...] = (
-    inject_bugs.PackageSpec("vllm", "vllm==0.34.0", "vllm"),
-    inject_bugs.PackageSpec("sglang", "sglang==0.5.23", "sglang"),
-    inject_bugs.PackageSpec("colossalai", "colossalai==0.5.0", "colossalai"),
-    inject_bugs.PackageSpec("verl", "verl==0.9.1", "verl"),
-    inject_bugs.PackageSpec("torchrec", "torchrec==1.9.2", "torchrec"),
-    inject_bugs.PackageSpec("nemo", "nemo_toolkit==3.0.0", "nemo"),
-    inject_bugs.PackageSpec("composer", "mosaicml==0.32.1", "composer"),
-    inject_bugs.PackageSpec("fairscale", "fairscale==0.4.13", "fairscale"),
-    inject_bugs.PackageSpec("torchtune", "torchtune==0.6.1", "torchtune"),
-    inject_bugs.PackageSpec("openrlhf", "openrlhf==0.11.2", "openrlhf"),
-    inject_bugs.PackageSpec("torchtitan", "torchtitan==0.3.0", "torchtitan"),
-    inject_bugs.PackageSpec("megatron-core", "megatron-core==0.16.1", "megatron"),
-    inject_bugs.PackageSpec("deepspeed", "deepspeed==0.19.8", "deepspeed"),
-    inject_bugs.PackageSpec("torch", None, "torch"),
-    inject_bugs.PackageSpec("accelerate", "accelerate==1.15.0", "accelerate"),
-    inject_bugs.PackageSpec("pytorch-lightning", "pytorch-lightning==2.6.6", "pytorch_lightning"),
-    inject_bugs.PackageSpec("transformers", "transformers==5.23.0", "transformers"),
-)
+PACKAGES = PINNED_PACKAGES  # pinned: a ledger row speaks of one version's line (corpus.py)
 
 
 @dataclass(frozen=True)
@@ -117,8 +98,8 @@ class PackageResult:
     seconds: float
 
 
-def check_package(spec: inject_bugs.PackageSpec, scratch: Path, jobs: int) -> PackageResult:
-    package, source = inject_bugs.fetch(spec, inject_bugs.CACHE)
+def check_package(spec: PackageSpec, scratch: Path, jobs: int) -> PackageResult:
+    package, source = fetch(spec, CACHE)
     workspace = inject_bugs.prepare(spec.name, package, scratch)
     report = inject_bugs.run_collcheck(workspace.target, workspace.root, jobs, no_cache=True)
     findings = [

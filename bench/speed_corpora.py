@@ -1,17 +1,18 @@
 """The large trees bench/static_speed.py measures besides torch (`--corpus`, issue 26), and their goals.
 
-In: the `--corpus` text; a corpus name. Out: the names, checked against bench/precision.py's
-packages (torch is the installed tree, measured by static_speed itself); the unpacked package
-folder of a corpus (bench/inject_bugs.fetch at precision.py's pinned version, into the bench
-cache); the verdicts of the memory goal on the measurements.
+In: the `--corpus` text; a corpus name. Out: the names, checked against the pinned packages of
+corpus.py (those of bench/precision.py; torch is the installed tree, measured by static_speed
+itself); the unpacked package folder of a corpus (corpus.fetch at its pinned version, into the
+bench cache); the verdicts of the memory goal on the measurements.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
+
+from corpus import CACHE, PINNED_PACKAGES, PackageSpec, fetch
 
 CORPUS_COLD_GOAL = 0.3  # issue 26: cold <= 0.3x libcst parse-only on a large tree ...
 CORPUS_RSS_GOAL_MB = 400.0  # ... with a peak resident set (collcheck and its workers) of at most this
@@ -71,19 +72,12 @@ def parse_corpora(text: str, known: list[str]) -> list[str]:
     return names
 
 
-def corpus_packages() -> dict[str, object]:
-    """bench/precision.py's packages by name (its pinned versions), torch left out (measured from
-    the installed tree). Imported only when asked: the torch measurement does not need them."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import precision
-
-    return {spec.name: spec for spec in precision.PACKAGES if spec.name != TORCH}
+def corpus_packages() -> dict[str, PackageSpec]:
+    """The pinned packages by name (corpus.PINNED_PACKAGES, those of bench/precision.py), torch left
+    out (measured from the installed tree)."""
+    return {spec.name: spec for spec in PINNED_PACKAGES if spec.name != TORCH}
 
 
-def fetch_corpus(name: str, specs: dict[str, object]) -> tuple[Path, str]:
+def fetch_corpus(name: str, specs: dict[str, PackageSpec]) -> tuple[Path, str]:
     """The unpacked package folder of corpus `name` (fetched once into the bench cache) and its source."""
-    import inject_bugs
-
-    spec = specs[name]
-    assert isinstance(spec, inject_bugs.PackageSpec)
-    return inject_bugs.fetch(spec, inject_bugs.CACHE)
+    return fetch(specs[name], CACHE)

@@ -57,6 +57,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corpus import copy_python_files, python_files
 from measured_checkout import compile_collcheck, source_state
 from process_memory import Peak, children_cpu, timed_sampled
 from speed_corpora import (
@@ -141,25 +142,6 @@ def find_tree(argument: str | None) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("torch is not installed here; pass --tree PATH/TO/torch")
     return Path(next(iter(spec.submodule_search_locations))).resolve()
-
-
-def copy_python_files(source: Path, target: Path) -> int:
-    """The folder structure and its *.py files only (no .so, no __pycache__)."""
-
-    def ignore(folder: str, names: list[str]) -> list[str]:
-        return [
-            name
-            for name in names
-            if name == "__pycache__"
-            or (not name.endswith(".py") and not os.path.isdir(os.path.join(folder, name)))
-        ]
-
-    shutil.copytree(source, target, ignore=ignore, symlinks=True)
-    return sum(1 for _ in python_files(target))
-
-
-def python_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts and p.is_file())
 
 
 def tool(name: str, explicit: str | None = None) -> str | None:

@@ -186,7 +186,8 @@ def _analyze_in_budget(
 ) -> FileResult:
     """The engine's result for one source, or an error once its safety clock (`settings.file_timeout`)
     is spent; the work budgets inside the engine normally end a file long before."""
-    # Imported only on a cache miss, so that a warm run never loads z3 or the engine.
+    # Imported only on a cache miss, so that a warm run never loads z3, the engine or the rules.
+    from collcheck.classify import classifier
     from collcheck.static.budget import BudgetExceeded, file_budget
     from collcheck.static.engine import analyze_source
     from collcheck.static.retained import release_between_files
@@ -194,7 +195,7 @@ def _analyze_in_budget(
     release_between_files()
     try:
         with file_budget(settings.file_timeout):
-            return analyze_source(source, catalog, settings, project)
+            return analyze_source(source, catalog, settings, project, rules=classifier(settings))
     except BudgetExceeded as spent:
         return FileResult(path=source.path, error=budget_error(source.path, spent.seconds))
 

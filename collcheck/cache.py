@@ -30,6 +30,7 @@ from collcheck.config import Settings
 from collcheck.findings import (
     Budget,
     BudgetCut,
+    ConditionKind,
     Counterexample,
     FileError,
     FileResult,
@@ -135,7 +136,7 @@ def _reason_to_json(reason: Reason) -> dict[str, Any]:
         "condition": reason.condition,
         "path": reason.path,
         "line": reason.line,
-        "kind": reason.kind,
+        "kind": reason.kind.value,
         "column": reason.column,
         "ranks": [[item.rank, item.holds, [list(pair) for pair in item.reads]] for item in reason.ranks],
     }
@@ -146,7 +147,7 @@ def _reason_from_json(data: dict[str, Any]) -> Reason:
         condition=str(data["condition"]),
         path=str(data["path"]),
         line=int(data["line"]),
-        kind=str(data["kind"]),
+        kind=ConditionKind(str(data["kind"])),  # an unknown kind: ValueError, the entry is a miss
         ranks=tuple(
             RankValue(int(rank), bool(holds), tuple((str(name), str(value)) for name, value in reads))
             for rank, holds, reads in data["ranks"]

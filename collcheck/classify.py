@@ -8,7 +8,8 @@ rules' findings one of its findings explains), `describe_region`, `check_module`
 Out: `Candidate`s (a `Finding`, the place its divergence arises, the calls it went through), and
 the one-root-cause policy over them (`RootCauses`, `Classifier.one_root_cause`).
 
-The static package hands divergences up and gets candidates back; it names no rule.
+A `Classifier` is the `static.rulebook.Rulebook` that collcheck.api hands the engine: the static
+package calls it without importing it, and names no rule.
 """
 
 from __future__ import annotations
@@ -24,19 +25,7 @@ from collcheck.static.context import ModuleContext
 from collcheck.static.counterexample import counterexample
 from collcheck.static.divergence import Divergence, DivergenceKind
 from collcheck.static.program import Region, Site
-
-# A condition that splits two ranks, as a counterexample's `why` names it: (path, line, text).
-Condition = tuple[str, int, str]
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A finding before deduplication: where its divergence arises (`origin`: code, path, line),
-    and the calls it went through (`sites`: the helpers that may report it themselves)."""
-
-    finding: Finding
-    origin: tuple[str, str, int]
-    sites: tuple[Site, ...]
+from collcheck.static.rulebook import Candidate, Condition
 
 
 def splitting_conditions(finding: Finding) -> frozenset[Condition]:
@@ -66,7 +55,8 @@ class RootCauses:
 
 
 class Classifier:
-    """The rules of a run (`StaticRules`), asked about what the static analyzer found."""
+    """The rules of a run (`StaticRules`), asked about what the static analyzer found (the engine's
+    `Rulebook`)."""
 
     def __init__(self, rules: StaticRules) -> None:
         self.rules = rules
@@ -89,6 +79,10 @@ class Classifier:
     def unsearched(self) -> frozenset[str]:
         """Codes some of whose findings this run does not look for."""
         return self.rules.unsearched
+
+    def every_rule(self) -> Classifier:
+        """Every rule, whatever the run's selection (a helper run alone to place a finding)."""
+        return classifier(None)
 
     def owner(self, divergence: Divergence) -> Rule | None:
         """The rule that reports `divergence`: the first, by precedence, that claims it (selected or

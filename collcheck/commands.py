@@ -82,7 +82,15 @@ def check_command(
     exit_zero: Annotated[
         bool, typer.Option("--exit-zero", help="Exit 0 even when there are findings.")
     ] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print solver notes.")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Also print the analysis notes (functions run in the reduced mode, solver limits) and, "
+            "on stderr, how much the solver and the work budgets did.",
+        ),
+    ] = False,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write the report to this file.")
     ] = None,
@@ -197,9 +205,11 @@ def rule_command(code: Annotated[str, typer.Argument(help="A rule code, e.g. CC0
 
 @app.command("rules")
 def rules_command(
-    output_format: Annotated[str, typer.Option("--format", help="text, json or markdown.")] = "text",
+    output_format: Annotated[
+        str, typer.Option("--format", help="text, json or markdown (the README's rule table).")
+    ] = "text",
 ) -> None:
-    """List every rule with its code, status and summary."""
+    """List every rule: its code, name, severity, status (a rule off by default says so) and summary."""
     import json
 
     from collcheck.checks import all_rules, markdown_table

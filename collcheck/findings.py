@@ -58,12 +58,22 @@ class TraceStep:
         return data
 
 
-# How each kind of condition reads when it holds and when it does not (conditions.ConditionKind).
-CONDITION_WORDS: dict[str, tuple[str, str]] = {
-    "test": ("true", "false"),
-    "loop": ("runs", "does not run"),
-    "case": ("taken", "not taken"),
-    "exception": ("raises", "does not raise"),
+class ConditionKind(Enum):
+    """How a condition reads in a counterexample: a branch test, or the fact that a loop runs
+    (made by static.conditions; the value is what the JSON report and the cache hold)."""
+
+    TEST = "test"  # `if` / `elif` / `while` / a rank decorator: true or false
+    LOOP = "loop"  # `for x in items` runs at least once
+    CASE = "case"  # a `match` case is taken
+    EXCEPTION = "exception"  # a call inside `try` raises a caught exception
+
+
+# How each kind of condition reads when it holds and when it does not.
+CONDITION_WORDS: dict[ConditionKind, tuple[str, str]] = {
+    ConditionKind.TEST: ("true", "false"),
+    ConditionKind.LOOP: ("runs", "does not run"),
+    ConditionKind.CASE: ("taken", "not taken"),
+    ConditionKind.EXCEPTION: ("raises", "does not raise"),
 }
 
 
@@ -80,24 +90,24 @@ class RankValue:
 @dataclass(frozen=True)
 class Reason:
     """A branch, loop or exit condition on the two ranks' paths that splits them: it holds on one
-    rank and not on the other. `condition` is its source text (shortened), `kind` a
-    `CONDITION_WORDS` key."""
+    rank and not on the other. `condition` is its source text (shortened), `kind` what kind of
+    condition it is."""
 
     condition: str
     path: str
     line: int
-    kind: str
+    kind: ConditionKind
     ranks: tuple[RankValue, ...]
     column: int = 0  # 0-based, of the condition's expression
 
     def word(self, holds: bool) -> str:
-        yes, no = CONDITION_WORDS.get(self.kind, CONDITION_WORDS["test"])
+        yes, no = CONDITION_WORDS[self.kind]
         return yes if holds else no
 
     def to_json(self) -> dict[str, Any]:
         return {
             "condition": self.condition,
-            "kind": self.kind,
+            "kind": self.kind.value,
             "path": self.path,
             "line": self.line,
             "ranks": {

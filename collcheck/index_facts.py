@@ -19,25 +19,12 @@ from collcheck.catalog import Catalog, settings_catalog
 from collcheck.config import Settings
 from collcheck.findings import FileError
 from collcheck.source import MAX_SOURCE_BYTES, read_source
+from collcheck.static.prefilter import rank_words
 from collcheck.static.project import FileFacts, Resolver, resolver_for
 
 PARALLEL_FACTS_FROM = 200  # below this, starting worker processes costs more than it saves
 REACH_BATCH = 16  # files a worker reads at a time while the reach is followed
 Successors = Callable[[str, FileFacts], Iterable[str]]
-
-_RANK_WORDS: dict[str, frozenset[str]] = {}
-
-
-def rank_words(catalog: Catalog) -> frozenset[str]:
-    """Words that mark a function as computing something from the rank (catalog-driven)."""
-    words = _RANK_WORDS.get(catalog.fingerprint)
-    if words is None:
-        found = {name.rsplit(".", 1)[-1] for name in catalog.rank_functions}
-        found |= set(catalog.rank_env) | set(catalog.rank_attributes) | set(catalog.rank_methods)
-        found |= {name.rsplit(".", 1)[-1] for name in catalog.rank_decorators}
-        # `x.size()` is everywhere and says nothing about a rank.
-        words = _RANK_WORDS[catalog.fingerprint] = frozenset(found - {"size"})
-    return words
 
 
 def facts_of(path: str, catalog: Catalog) -> FileFacts:
@@ -57,10 +44,11 @@ def _facts_job(args: tuple[list[str], Settings]) -> list[FileFacts]:
 
 
 def _load_the_engine() -> None:
-    """Import the engine and z3 in this process, which otherwise waits for the index workers:
+    """Import the engine, the rules and z3 in this process, which otherwise waits for the index workers:
     each analysis worker forked later then starts with them (about 0.3 s of imports a worker)."""
     import z3  # noqa: F401
 
+    import collcheck.classify
     import collcheck.static.engine  # noqa: F401
 
 

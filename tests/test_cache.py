@@ -248,7 +248,7 @@ def fake_engine(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     analysed: list[str] = []
 
     def analyze_source(
-        source: SourceFile, catalog: object, settings: Settings, project: object = None
+        source: SourceFile, catalog: object, settings: Settings, project: object = None, *, rules: object
     ) -> FileResult:
         analysed.append(source.path)
         return rich_result(source.path)

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from collcheck.api import check_paths
+from collcheck.api import analyze_text, check_paths
 from collcheck.cache import result_from_json, result_to_json
 from collcheck.config import load_settings
-from collcheck.findings import Finding, Reason, RunResult
+from collcheck.findings import ConditionKind, Finding, Reason, RunResult
 from collcheck.report.json import render_json
 from collcheck.report.sarif import sarif_log
 from collcheck.report.text import render_text
@@ -105,7 +105,7 @@ def test_a_match_case_reads_as_taken_or_not(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     first = _why(_only(_run(source), "CC001"))[0]
-    assert (first.condition, first.kind, first.line) == ("case 0", "case", 6)
+    assert (first.condition, first.kind, first.line) == ("case 0", ConditionKind.CASE, 6)
     assert [(item.rank, first.word(item.holds), item.reads) for item in first.ranks] == [
         (0, "taken", (("case index", "0"),)),
         (1, "not taken", (("case index", "1"),)),
@@ -115,7 +115,7 @@ def test_a_match_case_reads_as_taken_or_not(tmp_path: Path) -> None:
 def test_a_caught_exception_reads_as_raised_on_one_rank() -> None:
     finding = _only(_run(FIXTURES / "CC003" / "oom_skip_batch_bug.py"), "CC003")
     (reason,) = _why(finding)
-    assert reason.kind == "exception" and reason.condition == "except torch.cuda.OutOfMemoryError"
+    assert reason.kind is ConditionKind.EXCEPTION and reason.condition == "except torch.cuda.OutOfMemoryError"
     assert sorted(reason.word(item.holds) for item in reason.ranks) == ["does not raise", "raises"]
 
 
@@ -265,3 +265,29 @@ def test_rank_derived_values_are_named_without_internal_places() -> None:
         "time.monotonic() at line 7 (monotonic clock)"
     )
     assert quantity(Atom("param:flag@3:0", "shared")) is None  # the same on every rank: not shown
+
+
+def test_a_per_process_value_read_is_typed_as_it_is_shown() -> None:
+    """The rules read a condition's per-process values as `ProcessRead`s (the call, the line, what
+    varies), not by taking apart the words a counterexample shows; both say the same."""
+    from collcheck.static.symbolic import Atom
+    from collcheck.static.why import ProcessRead, process_read, quantity
+
+    clock = Atom("time.monotonic()@7:14", "nondet", why="monotonic clock")
+    assert process_read(clock) == ProcessRead("time.monotonic()", 7, "monotonic clock")
+    assert quantity(clock) == process_read(clock).shown  # type: ignore[union-attr]
+    unplaced = Atom("seed", "nondet", why="random numbers")
+    assert process_read(unplaced) == ProcessRead("seed", None, "random numbers")
+    assert quantity(unplaced) == "seed (random numbers)"
+    assert process_read(Atom("counts[rank]@10:7", "perrank")) is None
+
+
+def test_a_per_process_guard_is_found_from_the_typed_reads() -> None:
+    """CC007 names the guard and the call read there from the divergence's `process_reads`."""
+    text = (
+        "import time\nimport torch.distributed as dist\n\n\ndef f(start):\n"
+        "    now = time.time()\n    if now - start > 30:\n        dist.barrier()\n"
+    )
+    result = analyze_text(text, "clock.py")
+    messages = [f.message for f in result.findings if f.code == "CC007"]
+    assert messages and "(`time.time()` at line 6, tested at clock.py:7)" in messages[0], messages

@@ -11,7 +11,7 @@ from collcheck.static.calls import CALLBACK_OP, CallResolver
 from collcheck.static.group_values import group_value
 from collcheck.static.handoff import may_match
 from collcheck.static.loader import build_module
-from collcheck.static.program import CommEvent, Element, LoopEvent
+from collcheck.static.program import CommEvent, Element, EventKind, LoopEvent
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import RANK, Atom, BinOp, Const
 from collcheck.static.values import ValueEvaluator
@@ -20,13 +20,15 @@ FRAME = Frame("body", None, (), 0, ())
 
 
 def _op(op: str, line: int = 1) -> CommEvent:
-    return CommEvent(op=op, kind="collective", path="m.py", line=line, column=0, end_line=line, end_column=0)
+    return CommEvent(
+        op=op, kind=EventKind.COLLECTIVE, path="m.py", line=line, column=0, end_line=line, end_column=0
+    )
 
 
 def _callback(*ops: str, unknown: bool = False, line: int = 9) -> CommEvent:
     return CommEvent(
         op=CALLBACK_OP,
-        kind="opaque",
+        kind=EventKind.OPAQUE,
         path="m.py",
         line=line,
         column=0,

@@ -17,6 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
+import corpus  # noqa: E402
 import inject_bugs as ib  # noqa: E402
 
 SOURCE = '''"""A module."""
@@ -366,7 +367,7 @@ def test_unpacking_writes_only_python_files_with_safe_names(tmp_path: Path) -> N
             archive.addfile(info, io.BytesIO(data))
     for archive_path, expected in ((wheel, "pkg/a.py"), (sdist, "p-1.0/pkg/a.py")):
         target = tmp_path / archive_path.name.replace(".", "_")
-        assert ib.unpack(archive_path, target) == 1
+        assert corpus.unpack(archive_path, target) == 1
         assert [p.relative_to(target).as_posix() for p in target.rglob("*.py")] == [expected]
     assert not (tmp_path / "evil.py").exists() and not (tmp_path / "b.py").exists()
 

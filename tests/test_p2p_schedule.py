@@ -15,7 +15,7 @@ from collcheck.config import load_settings
 from collcheck.findings import Finding
 from collcheck.static.loader import build_module
 from collcheck.static.p2p_schedule import Call, run, shown_counts
-from collcheck.static.program import CommEvent
+from collcheck.static.program import CommEvent, EventKind
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
     RANK,
@@ -36,11 +36,11 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def _send(peer: int, line: int = 1) -> Call:
-    return CommEvent("send", "p2p_send", "f.py", line, 0, line, 0), peer
+    return CommEvent("send", EventKind.P2P_SEND, "f.py", line, 0, line, 0), peer
 
 
 def _recv(peer: int, line: int = 2) -> Call:
-    return CommEvent("recv", "p2p_recv", "f.py", line, 0, line, 0), peer
+    return CommEvent("recv", EventKind.P2P_RECV, "f.py", line, 0, line, 0), peer
 
 
 def test_matched_exchanges_finish() -> None:

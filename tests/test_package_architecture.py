@@ -8,8 +8,9 @@ dependency: two modules that import each other that way are one module split in 
 
 Rule policy (which rule a divergence becomes, how its message names ranks, which finding one root
 cause explains) lives in the rules and in collcheck.classify, the layer above collcheck.static and
-collcheck.checks: no module of collcheck/static names a rule code or imports the rules, and the
-engine reaches them only through collcheck.classify (docs/architecture.md, "Rules own their logic").
+collcheck.checks: no module of collcheck/static names a rule code or imports the rules or
+collcheck.classify. The engine calls the `static.rulebook.Rulebook` that collcheck.api hands it
+(docs/architecture.md, "Rules own their logic").
 """
 
 from __future__ import annotations
@@ -143,20 +144,27 @@ def test_no_module_of_the_static_analyzer_names_a_rule() -> None:
     assert rule_codes_named(PACKAGE / "static") == []
 
 
-def test_the_static_analyzer_reaches_the_rules_only_through_classify() -> None:
-    """The engine hands divergences to collcheck.classify; no other static module sees the rules."""
-    assert rule_imports(PACKAGE) == {"collcheck.static.engine": {"collcheck.classify"}}
+def test_the_static_analyzer_imports_neither_the_rules_nor_classify() -> None:
+    """The engine is handed the rules (a `Rulebook`); no module of collcheck/static imports them."""
+    assert rule_imports(PACKAGE) == {}
+
+
+# What a counterexample shows, in words: the model's values, and what each splitting condition
+# reads on each rank (`Reason.ranks[i].reads`).
+SHOWN_WORDS = re.compile(r"\.model\.values|shown_values|\.reads\b")
 
 
 def test_no_rule_reads_the_values_a_counterexample_shows() -> None:
-    """Rules read a divergence's typed values (`trips`, `argument`), not the words keyed by rank
-    that a counterexample shows (`model.values`, `shown_values()`)."""
+    """Rules read a divergence's typed values (`trips`, `argument`, `process_reads`, `per_process`,
+    `reads_global_rank`), not the words keyed by rank that a counterexample shows (`model.values`,
+    `shown_values()`, a condition's `reads`)."""
     readers = [
         path.name
         for path in sorted((PACKAGE / "checks").glob("*.py"))
-        if re.search(r"\.model\.values|shown_values", path.read_text(encoding="utf-8"))
+        if SHOWN_WORDS.search(path.read_text(encoding="utf-8"))
     ]
     assert readers == []
+    assert SHOWN_WORDS.search("for name, _ in item.reads") and not SHOWN_WORDS.search("d.process_reads")
 
 
 def test_the_rule_checks_see_a_code_and_an_import(tmp_path: Path) -> None:

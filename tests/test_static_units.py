@@ -9,7 +9,7 @@ import z3
 from collcheck.catalog import load_catalog
 from collcheck.static.interpret import Interpreter
 from collcheck.static.loader import build_module
-from collcheck.static.program import Region
+from collcheck.static.program import Region, RegionKind
 from collcheck.static.symbolic import RANK, BinOp, Compare, Const, Z3Translator, is_rank_dependent
 
 
@@ -63,7 +63,7 @@ def test_loop_with_rank_dependent_trip_count_becomes_one_loop_element_and_a_regi
         "def f(x):\n    for i in range(dist.get_rank()):\n        dist.all_reduce(x)\n"
     )
     found = regions(source)
-    assert [r.kind for r in found] == ["function", "loop"]
+    assert [r.kind for r in found] == [RegionKind.FUNCTION, RegionKind.LOOP]
     (loop,) = found[0].paths[0].events
     assert loop.op == "loop[all_reduce]" and is_rank_dependent(loop.trip)  # type: ignore[union-attr]
 

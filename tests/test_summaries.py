@@ -15,7 +15,7 @@ from collcheck.config import load_settings
 from collcheck.static import inliner
 from collcheck.static.interpret import Interpreter
 from collcheck.static.loader import build_module
-from collcheck.static.program import CommEvent, Region
+from collcheck.static.program import CommEvent, Region, RegionKind
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -70,7 +70,7 @@ def test_helper_called_from_many_sites_runs_once_per_distinct_arguments() -> Non
     assert executions(extractor, "sync") == 2
     assert extractor.summaries.reused == 6
     # The loop inside sync is a region per call site, each with the chain of its own call.
-    loops = [r for r in regions if r.kind == "loop"]
+    loops = [r for r in regions if r.kind is RegionKind.LOOP]
     call_lines = sorted({e.chain[0].line for r in loops for p in r.paths for e in p.events})
     assert call_lines == [7, 10, 12, 13, 14]
     assert len(loops) == 5

@@ -57,9 +57,8 @@ def in_local_ranks(template: str, args: dict[str, str], d: Divergence) -> tuple[
     nothing, so a message that names two ranks (`rank {rank_x}`, `ranks {rank_x} and`) names their
     local ranks, and the group. The rules' templates keep one wording each, so it is derived here."""
     local = dict(d.local_ranks)
-    reads_global = any(name == "rank" for r in d.why for item in r.ranks for name, _ in item.reads)
     keys = ("rank_x", "rank_y")
-    if not local or reads_global or not all(args.get(key, "").isdigit() for key in keys):
+    if not local or d.reads_global_rank or not all(args.get(key, "").isdigit() for key in keys):
         return template, args
     if not all(int(args[key]) in local for key in keys) or "{group}" in template:
         return template, args

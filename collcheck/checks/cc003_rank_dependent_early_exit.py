@@ -40,7 +40,8 @@ from pathlib import Path
 from collcheck.checks._describe import describe_element, ranks
 from collcheck.findings import Severity
 from collcheck.static.anchor import Anchor
-from collcheck.static.divergence import Divergence, DivergenceKind
+from collcheck.static.divergence import Divergence, DivergenceKind, PerProcess
+from collcheck.static.program import ExitKind
 
 CODE = "CC003"
 NAME = "rank-dependent-early-exit"
@@ -77,8 +78,8 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
         if skipped_element is not None
         else "the next iteration's collectives"
     )
-    exit_word = "sys.exit()" if d.exit.kind == "exit" else d.exit.kind
-    if d.exit.why == "an exception" or d.nondet_why == "an exception":
+    exit_word = "sys.exit()" if d.exit.kind is ExitKind.EXIT else d.exit.kind.value
+    if d.per_process is PerProcess.EXCEPTION:
         return MESSAGE_EXCEPTION, {"exit": exit_word, "skipped": skipped}
     return MESSAGE, {
         "exit": exit_word,

@@ -32,7 +32,7 @@ from collcheck.checks._describe import describe_element, ranks
 from collcheck.findings import Severity
 from collcheck.static.anchor import Anchor
 from collcheck.static.divergence import Divergence, DivergenceKind
-from collcheck.static.program import CommEvent
+from collcheck.static.program import CommEvent, EventKind
 
 CODE = "CC004"
 NAME = "divergent-group-creation"
@@ -53,7 +53,7 @@ MESSAGE_ARGS = (
 def applies(d: Divergence) -> bool:
     if d.kind is DivergenceKind.GROUP_ARGS:
         return True
-    return any(isinstance(e, CommEvent) and e.kind == "group_create" for e in (d.event_a, d.event_b))
+    return any(isinstance(e, CommEvent) and e.kind is EventKind.GROUP_CREATE for e in (d.event_a, d.event_b))
 
 
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:

@@ -62,7 +62,7 @@ from collcheck.checks._describe import where
 from collcheck.findings import Severity
 from collcheck.static.anchor import Anchor
 from collcheck.static.divergence import Blocked, Divergence, DivergenceKind
-from collcheck.static.program import CommEvent
+from collcheck.static.program import CommEvent, EventKind, answering
 
 CODE = "CC005"
 NAME = "point-to-point-deadlock"
@@ -98,7 +98,7 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
 
 def _call(blocked: Blocked) -> str:
     event, peer = blocked.calls[blocked.at]
-    verb = f"sends to rank {peer}" if event.kind == "p2p_send" else f"receives from rank {peer}"
+    verb = f"sends to rank {peer}" if event.kind is EventKind.P2P_SEND else f"receives from rank {peer}"
     return f"rank {blocked.rank} {verb} ({_site(event)})"
 
 
@@ -119,16 +119,17 @@ def _describe_schedule(d: Divergence) -> tuple[str, dict[str, str]]:
         return MESSAGE_CYCLE, {"ranks": shown, "cycle": cycle, "world": str(d.model.world)}
     x, y = waiting[0], finished[0]
     kind = x.event.kind
-    answer = "p2p_recv" if kind == "p2p_send" else "p2p_send"
-    answers = [event for event, peer in y.calls if event.kind == answer and peer == x.rank]
+    sends = kind is EventKind.P2P_SEND
+    answer = answering(kind)
+    answers = [event for event, peer in y.calls if event.kind is answer and peer == x.rank]
     return MESSAGE_UNMATCHED, {
         "rank_x": str(x.rank),
         "rank_y": str(y.rank),
-        "verb_x": "sends" if kind == "p2p_send" else "receives",
-        "verb_y": "receives" if kind == "p2p_send" else "sends",
-        "towards_x": "to" if kind == "p2p_send" else "from",
-        "towards_y": "from" if kind == "p2p_send" else "to",
-        "count_x": _times(sum(1 for event, peer in x.calls if event.kind == kind and peer == y.rank)),
+        "verb_x": "sends" if sends else "receives",
+        "verb_y": "receives" if sends else "sends",
+        "towards_x": "to" if sends else "from",
+        "towards_y": "from" if sends else "to",
+        "count_x": _times(sum(1 for event, peer in x.calls if event.kind is kind and peer == y.rank)),
         "count_y": _times(len(answers)),
         "where_x": _site(x.event),
         "where_y": _site(answers[-1]) if answers else "nowhere",

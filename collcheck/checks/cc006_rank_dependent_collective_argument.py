@@ -56,8 +56,8 @@ MESSAGE_GROUP = (
     "every rank must issue it on the same group (world size {world})"
 )
 
-# How MESSAGE names each argument, by divergence kind (`Variant` has the same values).
-ARGUMENTS = {"root": "root (src/dst)", "reduce_op": "reduce op"}
+# How MESSAGE names each argument, by divergence kind.
+ARGUMENTS = {DivergenceKind.ROOT: "root (src/dst)", DivergenceKind.REDUCE_OP: "reduce op"}
 
 
 class Variant(Enum):
@@ -68,12 +68,16 @@ class Variant(Enum):
     GROUP = "group"  # MESSAGE_GROUP
 
 
+# The shape of a MESSAGE finding, by the kind of divergence it describes.
+SHAPES = {DivergenceKind.ROOT: Variant.ROOT, DivergenceKind.REDUCE_OP: Variant.REDUCE_OP}
+
+
 def variant(finding: Finding) -> Variant | None:
     """Which of this rule's shapes `finding` is, from the arguments `describe` gave it."""
     args = dict(finding.message_args)
     if "argument" not in args:
         return Variant.GROUP if "value_x" in args else None
-    return next((Variant(kind) for kind, shown in ARGUMENTS.items() if shown == args["argument"]), None)
+    return next((SHAPES[kind] for kind, shown in ARGUMENTS.items() if shown == args["argument"]), None)
 
 
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
@@ -95,7 +99,7 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     return MESSAGE, {
         "op": op_name(at_low),
         "where": where(at_low),
-        "argument": ARGUMENTS[d.kind.value],
+        "argument": ARGUMENTS[d.kind],
         "rank_x": str(low),
         "rank_y": str(high),
         "value_x": d.on_rank(d.argument, low),

@@ -44,12 +44,12 @@ from __future__ import annotations
 from enum import Enum
 from pathlib import Path
 
-from collcheck.catalog import FILESYSTEM_STATE
 from collcheck.checks._describe import describe_element, ranks
-from collcheck.findings import Finding, Location, Reason, Severity
+from collcheck.findings import ConditionKind, Finding, Location, Reason, Severity
 from collcheck.static.anchor import Anchor
-from collcheck.static.divergence import Divergence, DivergenceKind
-from collcheck.static.program import OWN_DATA, Region
+from collcheck.static.divergence import Divergence, DivergenceKind, PerProcess
+from collcheck.static.program import Region, RegionKind
+from collcheck.static.why import ProcessRead, ReadsByRank
 
 CODE = "CC007"
 NAME = "per-process-value-guard"
@@ -99,14 +99,23 @@ def variant(finding: Finding) -> Variant | None:
 
 def guard(d: Divergence) -> Reason | None:
     """The condition that splits the ranks and reads the per-process value, when one is known."""
-    for reason in d.why:
-        if any(_per_process(name, d.nondet_why) for item in reason.ranks for name, _ in item.reads):
-            return reason
-    return next((reason for reason in d.why if reason.kind == "exception"), None)
+    found = _guard_reads(d)
+    if found is not None:
+        return found[0]
+    return next((reason for reason in d.why if reason.kind is ConditionKind.EXCEPTION), None)
 
 
-def _per_process(name: str, why: str) -> bool:
-    return bool(why) and name.endswith(f" ({why})")
+def _guard_reads(d: Divergence) -> tuple[Reason, ReadsByRank] | None:
+    """The first splitting condition that reads the per-process value on some rank, and what it
+    reads on each."""
+    for reason, reads in zip(d.why, d.process_reads, strict=True):
+        if any(_per_process(read, d.nondet_why) for on_rank in reads for read in on_rank):
+            return reason, reads
+    return None
+
+
+def _per_process(read: ProcessRead, why: str) -> bool:
+    return bool(why) and read.why == why
 
 
 def cause(d: Divergence) -> Location | None:
@@ -121,23 +130,23 @@ def what_varies(d: Divergence) -> str:
     reason = guard(d)
     if reason is None:
         return what
-    keys = [name for item in reason.ranks[:1] for name, _ in item.reads if _per_process(name, d.nondet_why)]
-    calls = [_call_text(key.rsplit(" (", 1)[0]) for key in keys]
+    found = _guard_reads(d)
+    on_first_rank = found[1][0] if found is not None and found[1] else ()
+    calls = [_call_text(read) for read in on_first_rank if _per_process(read, d.nondet_why)]
     read = f"{', '.join(calls)}, tested" if calls else "tested"
-    assumption = SHARED_FILESYSTEM_NOTE if d.nondet_why == FILESYSTEM_STATE else ""
+    assumption = SHARED_FILESYSTEM_NOTE if d.per_process is PerProcess.FILESYSTEM else ""
     return f"{what} ({read} at {Path(reason.path).name}:{reason.line}{assumption})"
 
 
-def _call_text(read: str) -> str:
-    """`time.time() at line 8` -> "`time.time()` at line 8"."""
-    call, found, line = read.partition(" at line ")
-    return f"`{call}` at line {line}" if found else f"`{call}`"
+def _call_text(read: ProcessRead) -> str:
+    """ "`time.time()` at line 8", or "`time.time()`" when the line is unknown."""
+    return f"`{read.call}` at line {read.line}" if read.line is not None else f"`{read.call}`"
 
 
 def applies(d: Divergence) -> bool:
-    if not d.nondet_only or d.nondet_why.startswith(OWN_DATA):  # CC008's
+    if not d.nondet_only or d.per_process is PerProcess.OWN_DATA:  # CC008's
         return False
-    return not (d.nondet_why == "an exception" and d.exit is not None)
+    return not (d.per_process is PerProcess.EXCEPTION and d.exit is not None)
 
 
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
@@ -146,14 +155,14 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     if d.exit is not None and element is not None:
         # One finding per guarded exit, not one per collective it skips.
         return MESSAGE_EXIT, {
-            "exit": d.exit.kind,
+            "exit": d.exit.kind.value,
             "where": f"{Path(d.exit.path).name}:{d.exit.line}",
             "what": what_varies(d),
             "rank_x": str(low),
             "rank_y": str(high),
             "element": describe_element(element),
         }
-    text = f"`{d.exit.kind}`" if element is None and d.exit is not None else describe_element(element)
+    text = f"`{d.exit.kind.value}`" if element is None and d.exit is not None else describe_element(element)
     return MESSAGE, {
         "what": what_varies(d),
         "element": text,
@@ -166,7 +175,7 @@ def describe_region(region: Region, found: list[Divergence]) -> tuple[str, dict[
     """A communicating loop over a set: reported once per loop, without a counterexample. Not when
     the solver found the ranks of one iteration parting on the rank (`found`): that branch is the
     cause, reported by CC001/CC003, and sorting the set would not fix it."""
-    if region.kind != "loop" or not region.over_set:
+    if region.kind is not RegionKind.LOOP or not region.over_set:
         return None
     if any(not divergence.nondet_only for divergence in found):
         return None

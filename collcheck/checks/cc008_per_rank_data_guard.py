@@ -46,8 +46,7 @@ from collcheck.checks.cc007_per_process_value_guard import cause as cause  # the
 from collcheck.checks.cc007_per_process_value_guard import what_varies
 from collcheck.findings import Severity
 from collcheck.static.anchor import Anchor
-from collcheck.static.divergence import Divergence, DivergenceKind
-from collcheck.static.program import OWN_DATA
+from collcheck.static.divergence import Divergence, DivergenceKind, PerProcess
 
 CODE = "CC008"
 NAME = "per-rank-data-guard"
@@ -67,7 +66,7 @@ MESSAGE_EXIT = (
 
 
 def applies(d: Divergence) -> bool:
-    return d.nondet_only and d.nondet_why.startswith(OWN_DATA)
+    return d.nondet_only and d.per_process is PerProcess.OWN_DATA
 
 
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
@@ -77,10 +76,10 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     if d.exit is not None and element is not None:
         where = f"{d.exit.path.rsplit('/', 1)[-1]}:{d.exit.line}"
         return MESSAGE_EXIT, {
-            "exit": d.exit.kind,
+            "exit": d.exit.kind.value,
             "where": where,
             "element": describe_element(element),
             **common,
         }
-    text = f"`{d.exit.kind}`" if element is None and d.exit is not None else describe_element(element)
+    text = f"`{d.exit.kind.value}`" if element is None and d.exit is not None else describe_element(element)
     return MESSAGE, {"element": text, **common}

@@ -112,7 +112,7 @@ def check_module(context: ModuleContext) -> list[Finding]:
     findings = []
     for site in over:
         args = {
-            "op": site.op if site.op == "torch.cat" else f"torch.distributed.{site.op}",
+            "op": site.qualified_op,
             "footprint": describe(site.footprint),
             "budget": gib(budget),
             "advice": advice(site, budget, windows.get(_site_key(site))),

@@ -24,6 +24,7 @@ from collcheck.static.context import ModuleContext
 
 GATHER_OPS = frozenset({"all_gather", "all_gather_into_tensor"})
 CAT_CALLS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
+CAT_OP = "torch.cat"  # the `op` of a concatenation of gathered chunks
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,11 @@ class GatherSite:
     footprint: int  # bytes alive on one rank during this call
     one_iteration: int | None  # the footprint if each loop iteration's output were dropped before the next
     itemsize: int
+
+    @property
+    def qualified_op(self) -> str:
+        """The call in full: `torch.cat`, `torch.distributed.all_gather`."""
+        return self.op if self.op == CAT_OP else f"torch.distributed.{self.op}"
 
 
 @dataclass(frozen=True)
@@ -279,9 +285,7 @@ class _FunctionAnalysis:
             others = self.live_tensors(cat, skip | {accumulator})
             footprint = 2 * trips * kept + others
             one = kept + gather.shard + gather.temporary + others
-            return GatherSite(
-                cat, self.name, "torch.cat", footprint, one, gather.output.itemsize
-            ), accumulator
+            return GatherSite(cat, self.name, CAT_OP, footprint, one, gather.output.itemsize), accumulator
         return None
 
 

@@ -22,7 +22,7 @@ from collcheck.static.group_values import type_of
 from collcheck.static.loader import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.local_data import LocalData, combining_words
 from collcheck.static.names import PARTIAL_CALLS, dotted, nodes_under, qualified_name, source_text
-from collcheck.static.program import OWN_DATA, CommEvent
+from collcheck.static.program import OWN_DATA, CommEvent, EventKind
 from collcheck.static.receivers import (
     Partial,
     call_method,
@@ -686,7 +686,7 @@ def callback_event(
     see the engine for the destination's)."""
     return CommEvent(
         op=REMOTE_OP if remote else CALLBACK_OP,
-        kind="remote" if remote else "opaque",
+        kind=EventKind.REMOTE if remote else EventKind.OPAQUE,
         path=path,
         line=call.lineno,
         column=call.col_offset,

@@ -18,6 +18,7 @@ from collcheck.static.loader import ModuleInfo
 from collcheck.static.names import qualified_name, source_text
 from collcheck.static.program import (
     CommEvent,
+    EventKind,
 )
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
@@ -87,7 +88,7 @@ class CollectiveEvents(CallResolver):
             peer = _global_peer(value(spec.group_peer), group)
         event = CommEvent(
             op=spec.op,
-            kind=spec.kind,
+            kind=EventKind(spec.kind),  # one of catalog.OP_KINDS, checked when the catalog was read
             path=self.module.path,
             line=call.lineno,
             column=call.col_offset,

@@ -13,19 +13,11 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from collcheck.findings import ConditionKind
 from collcheck.static.names import source_text
 from collcheck.static.symbolic import Expr, Not
 
 MAX_TEXT = 72  # a condition longer than this is shortened in messages
-
-
-class ConditionKind:
-    """How a condition reads in a counterexample: a branch test, or the fact that a loop runs."""
-
-    TEST = "test"  # `if` / `elif` / `while` / a rank decorator: true or false
-    LOOP = "loop"  # `for x in items` runs at least once
-    CASE = "case"  # a `match` case is taken
-    EXCEPTION = "exception"  # a call inside `try` raises a caught exception
 
 
 @dataclass(frozen=True)
@@ -35,7 +27,7 @@ class ConditionSource:
 
     node: ast.AST
     path: str
-    kind: str = ConditionKind.TEST
+    kind: ConditionKind = ConditionKind.TEST
     written: str = ""  # the text shown when it is not the node's own source (`for x in xs`)
 
     @property
@@ -57,7 +49,9 @@ def shorten(text: str, limit: int = MAX_TEXT) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
 
 
-def source_of(node: ast.AST, path: str, kind: str = ConditionKind.TEST, text: str = "") -> ConditionSource:
+def source_of(
+    node: ast.AST, path: str, kind: ConditionKind = ConditionKind.TEST, text: str = ""
+) -> ConditionSource:
     """The source of a condition read at `node` of the file `path` (`text`: shown instead of the
     node's own source)."""
     return ConditionSource(node, path, kind, text)

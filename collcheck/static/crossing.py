@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from collcheck.static.divergence import Divergence, DivergenceKind, PairQuery, found
-from collcheck.static.program import CommEvent, Element, Path, Region
+from collcheck.static.program import CommEvent, Element, EventKind, Path, Region
 from collcheck.static.smt import RegionSolver
 from collcheck.static.symbolic import GroupVal, Z3Translator
 
@@ -72,7 +72,7 @@ def _first_difference(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...], ch
 
 def _plain(element: Element) -> bool:
     """A collective call (not a loop, a group creation or a callback into unknown code)."""
-    return isinstance(element, CommEvent) and element.kind == "collective"
+    return isinstance(element, CommEvent) and element.kind is EventKind.COLLECTIVE
 
 
 def _later_on(sequence: tuple[Element, ...], index: int, channel: str, channel_of: Any) -> bool:

@@ -15,11 +15,21 @@ from enum import Enum
 from pathlib import Path as FsPath
 from typing import Any
 
+from collcheck.catalog import FILESYSTEM_STATE
 from collcheck.findings import Reason
-from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, Path, Region
+from collcheck.static.program import (
+    CAUGHT_EXCEPTION,
+    OWN_DATA,
+    CommEvent,
+    Element,
+    Exit,
+    LoopEvent,
+    Path,
+    Region,
+)
 from collcheck.static.smt import RankWitness, RegionSolver, event_terms
 from collcheck.static.symbolic import Const, Expr, GroupVal, IfExp, Z3Translator, atoms
-from collcheck.static.why import group_label, local_ranks, reasons
+from collcheck.static.why import GLOBAL_RANK, ReadsByRank, group_label, local_ranks, reasons
 
 
 class DivergenceKind(Enum):
@@ -61,6 +71,15 @@ class Blocked:
         return self.calls[self.at][1]
 
 
+class PerProcess(Enum):
+    """What the per-process value a divergence depends on is (`Divergence.per_process`)."""
+
+    EXCEPTION = "exception"  # a caught exception: the flag of the handler a rank entered
+    OWN_DATA = "own data"  # this process's own data, which the code combines across ranks
+    FILESYSTEM = "filesystem"  # what the filesystem holds (the catalog's FILESYSTEM_STATE)
+    OTHER = "other"  # clocks, random numbers, host names, the rest of [nondeterministic]
+
+
 @dataclass(frozen=True)
 class RankValues:
     """A value the model gives each rank of a divergence's pair, in words: a loop's trip count, a
@@ -89,6 +108,7 @@ class Divergence:
     nondet_only: bool = False
     nondet_why: str = ""
     why: tuple[Reason, ...] = ()  # the conditions that split the two ranks (why.py)
+    process_reads: tuple[ReadsByRank, ...] = ()  # beside each of `why`: its per-process values read
     group: str = ""  # the group both ranks are members of, on a group channel, as written
     local_ranks: tuple[tuple[int, int], ...] = ()  # (rank, its local rank in `group`)
     trips: RankValues | None = None  # TRIP: the loop's trip count on each rank
@@ -97,6 +117,24 @@ class Divergence:
     # wait-for order (each waits on the next; the last on the first in a cycle, else on a rank
     # that has finished).
     blocked: tuple[Blocked, ...] = ()
+
+    @property
+    def per_process(self) -> PerProcess | None:
+        """What the per-process value in the two ranks' paths is (`nondet_why` in words); None
+        when there is none."""
+        why = self.nondet_why
+        if not why:
+            return None
+        if why == CAUGHT_EXCEPTION:
+            return PerProcess.EXCEPTION
+        if why.startswith(OWN_DATA):
+            return PerProcess.OWN_DATA
+        return PerProcess.FILESYSTEM if why == FILESYSTEM_STATE else PerProcess.OTHER
+
+    @property
+    def reads_global_rank(self) -> bool:
+        """Some condition that splits the two ranks reads the global rank (not only local ranks)."""
+        return any(name == GLOBAL_RANK for r in self.why for item in r.ranks for name, _ in item.reads)
 
     def on_rank(self, values: RankValues | None, rank: int) -> str:
         """`values` on `rank` (one of the model's two ranks), "?" when unknown."""
@@ -173,7 +211,7 @@ def found(
     def pretty(value: str) -> str:
         return _pretty(value, solver)
 
-    split = reasons(a, b, sides, region.conditions, tr, raw, pretty)
+    split, process_reads = reasons(a, b, sides, region.conditions, tr, raw, pretty)
     return [
         Divergence(
             kind=kind,
@@ -191,6 +229,7 @@ def found(
             nondet_only=nondet_only,
             nondet_why=why,
             why=split,
+            process_reads=process_reads,
             group=_group_name(membership, seq_a + seq_b) if membership is not None else "",
             local_ranks=local_ranks(membership, solver.atoms_of(a) | solver.atoms_of(b), sides, tr, raw),
             trips=trips,

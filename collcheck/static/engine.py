@@ -1,8 +1,9 @@
 """One file through the static pipeline: parse -> module model -> extract -> solve -> classify.
 
-In: a `SourceFile`, the `Catalog`, the `Settings`, the `Project`. Out: its `FileResult`. The
-divergences the solver finds are handed to collcheck.classify, which asks the rules which finding
-each becomes and which findings one root cause explains; the engine names no rule.
+In: a `SourceFile`, the `Catalog`, the `Settings`, the `Project`, and the run's rules as a
+`rulebook.Rulebook` (collcheck.api passes collcheck.classify's). Out: its `FileResult`. The
+divergences the solver finds are handed to the rulebook, which asks the rules which finding each
+becomes and which findings one root cause explains; the engine names no rule and imports none.
 
 The engine never prints. A file that cannot be parsed becomes a FileError; a function that a
 work budget cuts short (statements, paths, z3 resource units: budget.py, over_budget.py) becomes a
@@ -18,7 +19,6 @@ from dataclasses import replace
 from functools import partial
 
 from collcheck.catalog import Catalog
-from collcheck.classify import Candidate, Classifier, RootCauses, classifier
 from collcheck.config import Settings
 from collcheck.findings import Budget, BudgetCut, FileError, FileResult, Finding, UnusedSuppression
 from collcheck.lines import line_texts
@@ -56,8 +56,9 @@ from collcheck.static.over_budget import (
 )
 from collcheck.static.p2p_schedule import Verdict, confirm, files_of, loop_table, schedule_deadlock
 from collcheck.static.prefilter import trigger_pattern
-from collcheck.static.program import Element, LoopEvent, Region
+from collcheck.static.program import Element, LoopEvent, Region, RegionKind
 from collcheck.static.project import Project
+from collcheck.static.rulebook import Candidate, Explanations, Rulebook
 from collcheck.static.smt import SolveStats
 from collcheck.static.solve import solve_region
 from collcheck.static.state import PathLimitExceeded
@@ -76,8 +77,14 @@ def mentions_communication(
 
 
 def analyze_source(
-    source: SourceFile, catalog: Catalog, settings: Settings, project: Project | None = None
+    source: SourceFile,
+    catalog: Catalog,
+    settings: Settings,
+    project: Project | None = None,
+    *,
+    rules: Rulebook,
 ) -> FileResult:
+    """The findings of `rules` in one file (the rules of `settings`'s selection, built by the caller)."""
     result = FileResult(path=source.path)
     if not mentions_communication(source.text, catalog, project, source.path):
         return result
@@ -89,7 +96,6 @@ def analyze_source(
         result.error = tree
         return result
     stats = SolveStats()
-    rules = classifier(settings)
     try:
         findings = _analyze_tree(
             tree, source, catalog, settings, rules, (result.notes, result.budget_cuts), stats, project
@@ -148,7 +154,7 @@ def _analyze_tree(
     source: SourceFile,
     catalog: Catalog,
     settings: Settings,
-    rules: Classifier,
+    rules: Rulebook,
     remarks: tuple[list[str], list[BudgetCut]],
     stats: SolveStats,
     project: Project | None = None,
@@ -243,7 +249,7 @@ def _module_checks(
     catalog: Catalog,
     settings: Settings,
     imports: ImportTable,
-    rules: Classifier,
+    rules: Rulebook,
 ) -> list[Finding]:
     context = ModuleContext(tree=tree, source=source, settings=settings, catalog=catalog, imports=imports)
     return rules.module_findings(context)
@@ -297,7 +303,7 @@ def catalog_group_facts(catalog: Catalog) -> groups.GroupFacts:
 def _allowed(
     place: Place,
     regions: list[Region],
-    rules: Classifier,
+    rules: Rulebook,
     settings: Settings,
     stats: SolveStats,
     facts: GroupFacts,
@@ -316,7 +322,7 @@ def _allowed(
 
 def _findings_for(
     regions: list[Region],
-    rules: Classifier,
+    rules: Rulebook,
     settings: Settings,
     stats: SolveStats,
     facts: GroupFacts = NO_GROUP_FACTS,
@@ -377,7 +383,7 @@ def _simulated(
         return Verdict()
     loops = loop_table(regions)
     for region in regions:
-        if region.kind == "function":
+        if region.kind is RegionKind.FUNCTION:
             return schedule_deadlock(region, loops, settings.world_size, nonblocking)
     return Verdict()
 
@@ -399,8 +405,8 @@ def _sends_remote(element: Element) -> bool:
 
 
 _STANDALONE: dict[tuple[str, int], set[tuple[str, str, int]]] = {}
-# What each helper's own findings explain of its callers' (classify.RootCauses), by (path, helper name).
-_STANDALONE_CAUSES: dict[tuple[str, str], RootCauses] = {}
+# What each helper's own findings explain of its callers' (`Rulebook.root_causes`), by (path, helper name).
+_STANDALONE_CAUSES: dict[tuple[str, str], Explanations] = {}
 
 
 def _reported_in_callee(
@@ -409,7 +415,7 @@ def _reported_in_callee(
     catalog: Catalog,
     settings: Settings,
     project: Project | None,
-    rules: Classifier,
+    rules: Rulebook,
 ) -> bool:
     """A divergence that a helper in another file shows on its own is reported there, once."""
     finding, origin, sites = candidate.finding, candidate.origin, candidate.sites
@@ -421,7 +427,7 @@ def _reported_in_callee(
     for site in sites:
         if not site.callee_path or site.callee_path == path:
             continue
-        standalone = _standalone_origins(site.callee_path, site.callee, catalog, settings, project)
+        standalone = _standalone_origins(site.callee_path, site.callee, catalog, settings, project, rules)
         if origin[1] != path and origin in standalone:
             return True
         # The helper's own finding that explains this one (an early exit), reported there.
@@ -432,7 +438,7 @@ def _reported_in_callee(
 
 
 def _standalone_origins(
-    path: str, function_name: str, catalog: Catalog, settings: Settings, project: Project
+    path: str, function_name: str, catalog: Catalog, settings: Settings, project: Project, rules: Rulebook
 ) -> set[tuple[str, str, int]]:
     module = Loader(catalog, project, settings, complete_loaded_module).load(path)
     if module is None:
@@ -450,7 +456,7 @@ def _standalone_origins(
             regions = []
         for region in regions:
             region.conditions = extractor.conditions
-        every_rule = classifier(None)  # the helper's findings, whatever the run's selection
+        every_rule = rules.every_rule()  # the helper's findings, whatever the run's selection
         try:  # bounded like any function's queries; over the allowance it places nothing
             with solver_allowance(settings.z3_function_rlimit):
                 facts = catalog_group_facts(catalog)

@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import ast
 
+from collcheck.findings import ConditionKind
 from collcheck.static.calls import CallKind
-from collcheck.static.conditions import ConditionKind, source_of
+from collcheck.static.conditions import source_of
 from collcheck.static.inliner import HelperInliner
 from collcheck.static.names import nodes_under, qualified_name, source_text
+from collcheck.static.program import CAUGHT_EXCEPTION, ExitKind
 from collcheck.static.raises import catches
 from collcheck.static.state import Frame, State, merge_envs
 from collcheck.static.symbolic import Atom, is_rank_dependent, negate
@@ -53,8 +55,8 @@ class ExceptionFlow(HelperInliner):
             body_states = self.exec_block(stmt.body, [state.fork()], frame)
         finally:
             self.raises_followed -= follow
-        normal = [s for s in body_states if s.exit is None or s.exit.kind != "raise"]
-        raised = [s for s in body_states if s.exit is not None and s.exit.kind == "raise"]
+        normal = [s for s in body_states if s.exit is None or s.exit.kind is not ExitKind.RAISE]
+        raised = [s for s in body_states if s.exit is not None and s.exit.kind is ExitKind.RAISE]
         handled: list[State] = []
         for handler in stmt.handlers:
             states, flag = self._handler(stmt, handler, state, raised, normal, frame)
@@ -88,7 +90,7 @@ class ExceptionFlow(HelperInliner):
             start.exit = None
             starts.append(start)
         per_rank = catches_data_errors(handler, self._class_bases())
-        flag = Atom(f"exception@{where_of(handler)}", "nondet", why="an exception")
+        flag = Atom(f"exception@{where_of(handler)}", "nondet", why=CAUGHT_EXCEPTION)
         text = "except" + (f" {source_text(handler.type)}" if handler.type is not None else "")
         origin = source_of(handler, self.module.path, ConditionKind.EXCEPTION, text)
         self.conditions.note(flag, origin)

@@ -37,6 +37,7 @@ from collcheck.static.names import ImportTable, nodes_under, source_text
 from collcheck.static.program import (
     Element,
     Exit,
+    ExitKind,
     LoopRange,
     Path,
     Rebase,
@@ -269,7 +270,7 @@ class HelperInliner(CollectiveEvents):
                     resumed.env[receiver + key[4:]] = value  # attribute writes outlive the call
                 elif key in declared or is_filled_key(key):
                     resumed.env[key] = value  # and so do `global` ones and filled caches
-            if final.exit is not None and final.exit.kind in ("raise", "exit"):
+            if final.exit is not None and final.exit.kind in (ExitKind.RAISE, ExitKind.EXIT):
                 resumed.exit = final.exit
             results.append((resumed, final.returned if final.returned is not None else Const(None)))
         collapsed = collapse_returns(state, results)

@@ -22,11 +22,11 @@ from dataclasses import replace
 from functools import partial
 
 from collcheck.config import Settings
-from collcheck.findings import Budget
+from collcheck.findings import Budget, ConditionKind
 from collcheck.static.budget import check_active
 from collcheck.static.catalog_values import BIN_OPS, value_from_spec
 from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
-from collcheck.static.conditions import ConditionKind, source_of
+from collcheck.static.conditions import source_of
 from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simple, join_paths
 from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.inliner import LoopOp
@@ -36,7 +36,17 @@ from collcheck.static.loop_values import is_collection, loop_carried, loop_eleme
 from collcheck.static.names import ImportTable, add_import, nodes_under, source_text
 from collcheck.static.object_protocols import ObjectProtocols
 from collcheck.static.object_values import record_container_change, record_keyword_attributes
-from collcheck.static.program import CommEvent, Exit, LoopEvent, LoopRange, Path, Region, Site
+from collcheck.static.program import (
+    CommEvent,
+    Exit,
+    ExitKind,
+    LoopEvent,
+    LoopRange,
+    Path,
+    Region,
+    RegionKind,
+    Site,
+)
 from collcheck.static.raises import data_tests, raised_class
 from collcheck.static.receivers import passed_object, used_object
 from collcheck.static.state import (
@@ -119,8 +129,12 @@ class Interpreter(ObjectProtocols):
         states = self.exec_block(node.body, [start], frame)
         if condition is not None:
             states.append(State(env, (*start.conds[:-1], negate(condition))))
-        paths = [Path(s.conds, s.events, s.exit) for s in states if s.exit is None or s.exit.kind != "break"]
-        region = Region(qualname, "function", paths, node.lineno, path_name=self.module.path)
+        paths = [
+            Path(s.conds, s.events, s.exit)
+            for s in states
+            if s.exit is None or s.exit.kind is not ExitKind.BREAK
+        ]
+        region = Region(qualname, RegionKind.FUNCTION, paths, node.lineno, path_name=self.module.path)
         return [region, *self.regions]
 
     def nested_roots(
@@ -147,7 +161,7 @@ class Interpreter(ObjectProtocols):
         frame = Frame("<module>", None, (), 0, ())
         states = self.exec_block(body, [State(dict(self.module.globals))], frame)
         paths = [Path(s.conds, s.events, s.exit) for s in states]
-        return [Region("<module>", "function", paths, 1, path_name=self.module.path), *self.regions]
+        return [Region("<module>", RegionKind.FUNCTION, paths, 1, path_name=self.module.path), *self.regions]
 
     def module_environment(self, body: list[ast.stmt]) -> dict[str, Expr]:
         """Module-level constants and groups, without recording events."""
@@ -315,7 +329,7 @@ class Interpreter(ObjectProtocols):
     def _stmt_Return(self, stmt: ast.Return, state: State, frame: Frame) -> list[State]:
         pairs = self.eval(stmt.value, state, frame) if stmt.value is not None else [(state, Const(None))]
         for current, value in pairs:
-            current.exit = Exit("return", self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
+            current.exit = Exit(ExitKind.RETURN, self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
             current.returned = value
         return [current for current, _ in pairs]
 
@@ -323,7 +337,7 @@ class Interpreter(ObjectProtocols):
         raised = raised_class(stmt, self.module.classes)
         on_data = data_tests(state.conds, self._held_by_module)
         where = (self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
-        state.exit = Exit("raise", *where, raised=raised, data_tests=on_data)
+        state.exit = Exit(ExitKind.RAISE, *where, raised=raised, data_tests=on_data)
         return [state]
 
     def _held_by_module(self, name: str) -> bool:
@@ -333,11 +347,11 @@ class Interpreter(ObjectProtocols):
         return name in module.classes or self.local_imports.lookup(name) is not None
 
     def _stmt_Break(self, stmt: ast.Break, state: State, frame: Frame) -> list[State]:
-        state.exit = Exit("break", self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
+        state.exit = Exit(ExitKind.BREAK, self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
         return [state]
 
     def _stmt_Continue(self, stmt: ast.Continue, state: State, frame: Frame) -> list[State]:
-        state.exit = Exit("continue", self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
+        state.exit = Exit(ExitKind.CONTINUE, self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
         return [state]
 
     def _stmt_FunctionDef(self, stmt: FunctionNode, state: State, frame: Frame) -> list[State]:
@@ -577,7 +591,7 @@ class Interpreter(ObjectProtocols):
         if region is None:
             region = Region(
                 op.function,
-                "loop",
+                RegionKind.LOOP,
                 [],
                 op.stmt.lineno,
                 over_set=op.over_set,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 
 from collcheck.static.names import nodes_under
-from collcheck.static.program import CommEvent
+from collcheck.static.program import CommEvent, EventKind
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import Const
 from collcheck.static.syntax import loop_variant_names, mentions
@@ -31,7 +31,7 @@ def iterations_alike(stmt: ast.For | ast.AsyncFor | ast.While, body: list[State]
     }
     depth = len(frame.chain)
     for event in sequences[0]:
-        if not isinstance(event, CommEvent) or event.kind != "collective":
+        if not isinstance(event, CommEvent) or event.kind is not EventKind.COLLECTIVE:
             return False
         if event.chain[:depth] != frame.chain:
             return False

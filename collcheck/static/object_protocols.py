@@ -39,7 +39,7 @@ from collcheck.static.calls import CallKind, HeldTarget, Resolution, callback_ev
 from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.loader import FunctionNode, ModuleInfo, property_names
 from collcheck.static.names import dotted, qualified_name
-from collcheck.static.program import Exit, Site
+from collcheck.static.program import Exit, ExitKind, Site
 from collcheck.static.receivers import ObjectClass, method_of, object_class
 from collcheck.static.state import Frame, PathLimitExceeded, State
 from collcheck.static.symbolic import Atom, Const, Expr, opaque
@@ -132,7 +132,7 @@ class ObjectProtocols(ExceptionFlow):
         self, call: ast.Call, resolved: Resolution, state: State, frame: Frame, known: dict[int, Expr]
     ) -> list[tuple[State, Expr]]:
         if resolved.kind is CallKind.EXIT:
-            state.exit = Exit("exit", self.module.path, call.lineno, call.col_offset, frame.chain)
+            state.exit = Exit(ExitKind.EXIT, self.module.path, call.lineno, call.col_offset, frame.chain)
             return [(state, Const(None))]
         if resolved.spec is not None:
             return [self.communicate(call, resolved.spec, state, frame, known)]
@@ -317,7 +317,7 @@ class ObjectProtocols(ExceptionFlow):
                 self._carry(after.env, resumed.env, f"{run.receiver}.", "self.", run)
                 resumed.env.update((CALLER + key, value) for key, value in after.env.items())
                 resumed.env[RESUMED] = Const(True)
-                if after.exit is not None and after.exit.kind in ("raise", "exit"):
+                if after.exit is not None and after.exit.kind in (ExitKind.RAISE, ExitKind.EXIT):
                     resumed.exit = after.exit  # thrown into the generator at its `yield`
                 elif after.exit is not None:
                     resumed.env[PENDING_EXIT] = Atom(f"pending:{len(run.pending)}", "shared")
@@ -331,14 +331,14 @@ class ObjectProtocols(ExceptionFlow):
     def _leave_generator(self, run: GeneratorRun, final: State, call: ast.Call) -> State:
         """The caller's state after the generator ran to its end on one path."""
         carried = {key[len(CALLER) :]: value for key, value in final.env.items() if key.startswith(CALLER)}
-        if RESUMED not in final.env and (final.exit is None or final.exit.kind == "return"):
+        if RESUMED not in final.env and (final.exit is None or final.exit.kind is ExitKind.RETURN):
             # It ended without a `yield`: `with` raises RuntimeError (the generator didn't yield).
             left = State(dict(run.entry_env), final.conds, final.events)
-            left.exit = Exit("raise", self.module.path, call.lineno, call.col_offset, run.caller.chain)
+            left.exit = Exit(ExitKind.RAISE, self.module.path, call.lineno, call.col_offset, run.caller.chain)
             return left
         left = State(carried if RESUMED in final.env else dict(run.entry_env), final.conds, final.events)
         self._carry(final.env, left.env, "self.", f"{run.receiver}.", run)
-        if final.exit is not None and final.exit.kind in ("raise", "exit"):
+        if final.exit is not None and final.exit.kind in (ExitKind.RAISE, ExitKind.EXIT):
             left.exit = final.exit
             return left
         token = final.env.get(PENDING_EXIT)

@@ -26,7 +26,7 @@ from collcheck.findings import Budget, BudgetCut, Finding
 from collcheck.static.conditions import ConditionSources
 from collcheck.static.interpret import Interpreter
 from collcheck.static.loader import FunctionNode
-from collcheck.static.program import Region
+from collcheck.static.program import Region, RegionKind
 from collcheck.static.state import PathLimitExceeded
 from collcheck.static.symbolic import Expr, is_rank_dependent
 
@@ -124,7 +124,7 @@ def owning_a_split(
         return hit is not None and hit[0].path == path and first <= hit[0].line <= last
 
     def wanted(region: Region) -> bool:
-        if region.kind == "loop" and first <= region.line <= last:
+        if region.kind is RegionKind.LOOP and first <= region.line <= last:
             return True
         return any(own(c) and is_rank_dependent(c) for p in region.paths for c in p.conds)
 

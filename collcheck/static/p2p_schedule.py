@@ -58,7 +58,18 @@ from typing import Any
 
 from collcheck.static.comprehensions import FILTERED
 from collcheck.static.divergence import Blocked, Divergence, DivergenceKind, PairQuery, found
-from collcheck.static.program import CommEvent, Element, LoopEvent, Path, Region, Site
+from collcheck.static.program import (
+    CommEvent,
+    Element,
+    EventKind,
+    ExitKind,
+    LoopEvent,
+    Path,
+    Region,
+    RegionKind,
+    Site,
+    answering,
+)
 from collcheck.static.smt import RegionSolver, SolveStats
 from collcheck.static.symbolic import (
     Atom,
@@ -85,7 +96,7 @@ MAX_SIMULATED_WORLD = 1024
 MAX_TRIPS = 32  # iterations of one loop
 MAX_CALLS = 256  # blocking calls in one rank's schedule
 MAX_DEPTH = 4  # loops inside loops
-BLOCKING = ("p2p_send", "p2p_recv")
+BLOCKING = (EventKind.P2P_SEND, EventKind.P2P_RECV)
 
 Value = int | bool | str | None
 Call = tuple[CommEvent, int]  # a blocking send or receive and its peer
@@ -98,7 +109,7 @@ class _Undecided(Exception):
 
 def loop_table(regions: Iterable[Region]) -> dict[LoopKey, Region]:
     """The loop regions of one run, by the place and call chain of their loop."""
-    return {(r.path_name, r.line, r.chain): r for r in regions if r.kind == "loop"}
+    return {(r.path_name, r.line, r.chain): r for r in regions if r.kind is RegionKind.LOOP}
 
 
 def has_blocking_p2p(region: Region, loops: dict[LoopKey, Region]) -> bool:
@@ -294,7 +305,7 @@ def _schedule(
 
 
 def _may_take(path: Path, numbers: _Numbers) -> bool:
-    if path.exit is not None and path.exit.kind == "raise":
+    if path.exit is not None and path.exit.kind is ExitKind.RAISE:
         return False  # a rank that raises crashes: another rule's matter
     return all(numbers.truth(cond) is not False for cond in path.conds)
 
@@ -342,7 +353,7 @@ def _loop_calls(loop: LoopEvent, numbers: _Numbers, loops: dict[LoopKey, Region]
 
 def _iteration(region: Region, numbers: _Numbers, loops: dict[LoopKey, Region], depth: int) -> list[Call]:
     path, calls = _schedule(region.paths, numbers, loops, depth + 1)
-    if path.exit is not None and path.exit.kind != "continue":
+    if path.exit is not None and path.exit.kind is not ExitKind.CONTINUE:
         raise _Undecided  # an iteration that leaves the loop or the function
     return calls
 
@@ -393,10 +404,10 @@ def run(schedules: list[list[Call]]) -> tuple[list[int], Wait | None]:
         for sender in range(len(schedules)):
             while True:
                 call = head(sender)
-                if call is None or call[0].kind != "p2p_send":
+                if call is None or call[0].kind is not EventKind.P2P_SEND:
                     break
                 other = head(call[1])
-                if other is None or other[0].kind != "p2p_recv" or other[1] != sender:
+                if other is None or other[0].kind is not EventKind.P2P_RECV or other[1] != sender:
                     break
                 heads[sender] += 1
                 heads[call[1]] += 1
@@ -418,10 +429,10 @@ def _wait_chain(start: int, schedules: list[list[Call]], heads: list[int]) -> Wa
     return Wait(tuple(chain[chain.index(rank) :]))
 
 
-def _answers(schedule: list[Call], waiting: int, kind: str) -> bool:
+def _answers(schedule: list[Call], waiting: int, kind: EventKind) -> bool:
     """The rank waited on issues, somewhere, a blocking call that would answer `kind` from `waiting`."""
-    wanted = "p2p_recv" if kind == "p2p_send" else "p2p_send"
-    return any(event.kind == wanted and peer == waiting for event, peer in schedule)
+    wanted = answering(kind)
+    return any(event.kind is wanted and peer == waiting for event, peer in schedule)
 
 
 def _believable(stuck: Wait, schedules: list[list[Call]], heads: list[int]) -> bool:
@@ -470,7 +481,7 @@ def schedule_deadlock(
     non-blocking point-to-point call (then no wait is kept: those calls are not recorded, and one of
     them may be what answers a blocking call)."""
     paths = [p for p in region.paths if p.events]
-    if region.kind != "function" or not paths or not has_blocking_p2p(region, loops):
+    if region.kind is not RegionKind.FUNCTION or not paths or not has_blocking_p2p(region, loops):
         return Verdict()
     clean = True
     found: list[StuckWorld] = []
@@ -560,6 +571,6 @@ def _confirmed(region: Region, solver: RegionSolver, candidate: StuckWorld) -> D
 
 def _answering(finished: Blocked, waiting: Blocked) -> CommEvent | None:
     """The finished rank's last call in the direction that would have answered the waiting one."""
-    wanted = "p2p_recv" if waiting.event.kind == "p2p_send" else "p2p_send"
-    matching = [event for event, peer in finished.calls if event.kind == wanted and peer == waiting.rank]
+    wanted = answering(waiting.event.kind)
+    matching = [event for event, peer in finished.calls if event.kind is wanted and peer == waiting.rank]
     return matching[-1] if matching else None

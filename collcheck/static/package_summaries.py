@@ -29,7 +29,6 @@ from collcheck.catalog import Catalog
 from collcheck.config import Settings
 from collcheck.findings import FileError
 from collcheck.import_scan import imported_names
-from collcheck.index_facts import rank_words
 from collcheck.source import FileRefused, read_regular_file, read_source
 from collcheck.static.budget import BudgetExceeded, file_budget
 from collcheck.static.groups import SIZE_PREFIX, atoms_of
@@ -37,8 +36,8 @@ from collcheck.static.interpret import Interpreter
 from collcheck.static.loader import FunctionNode, Loader, ModuleInfo
 from collcheck.static.module_values import complete_loaded_module
 from collcheck.static.names import module_imports, qualified_name, resolve_relative
-from collcheck.static.prefilter import trigger_pattern
-from collcheck.static.program import CommEvent
+from collcheck.static.prefilter import rank_words, trigger_pattern
+from collcheck.static.program import CommEvent, EventKind, ExitKind
 from collcheck.static.program import Path as ProgramPath
 from collcheck.static.project import MODULE_CODE, FileFacts, build_project, file_facts, realpath_once
 from collcheck.static.smt import SolveStats
@@ -352,7 +351,7 @@ class _Subject:
 def _op_entry(paths: list[ProgramPath], subject: _Subject) -> dict[str, Any] | None:
     """The `[[op]]` entry of a function whose every path that does not raise issues the same
     collectives on the same group, or None."""
-    kept = [p for p in paths if p.exit is None or p.exit.kind == "return"]
+    kept = [p for p in paths if p.exit is None or p.exit.kind is ExitKind.RETURN]
     sequences = {tuple(p.events) and _sequence(p, subject) for p in kept}
     if len(sequences) > 1:  # some may be the paths of a process alone in its world or group
         kept = [p for p in kept if _possible(p, subject.solving)]
@@ -403,7 +402,7 @@ def _sequence(path: ProgramPath, subject: _Subject) -> tuple[Step, ...] | None:
     none of the function's parameters, its receiver's attributes or the catalog's groups)."""
     steps: list[Step] = []
     for event in path.events:
-        if not isinstance(event, CommEvent) or event.kind != "collective":
+        if not isinstance(event, CommEvent) or event.kind is not EventKind.COLLECTIVE:
             return None
         group = _group_role(event.group, subject)
         if group is False:
@@ -445,7 +444,9 @@ def _add_op(found: _Found, entry: dict[str, Any], class_name: str | None, name: 
 
 def _returned_rank(states: tuple[State, ...]) -> str | None:
     """The value expression every path returns, when it reads the rank or the world size."""
-    if not states or any(s.exit is None or s.exit.kind != "return" or s.returned is None for s in states):
+    if not states or any(
+        s.exit is None or s.exit.kind is not ExitKind.RETURN or s.returned is None for s in states
+    ):
         return None
     values = {s.returned for s in states}
     if len(values) != 1:

@@ -1,4 +1,6 @@
-"""The textual prefilter's pattern: words that mean a file may communicate. Cheap to import."""
+"""The textual prefilter's pattern: words that mean a file may communicate, and the catalog's words
+that mark a function as computing something from the rank (the project index reads both). Cheap
+to import."""
 
 from __future__ import annotations
 
@@ -69,6 +71,21 @@ def trigger_pattern(catalog: Catalog) -> Trigger:
 
 
 _TRIGGERS: dict[str, Trigger] = {}
+_RANK_WORDS: dict[str, frozenset[str]] = {}
+
+
+def rank_words(catalog: Catalog) -> frozenset[str]:
+    """Words that mark a function as computing something from the rank (catalog-driven)."""
+    words = _RANK_WORDS.get(catalog.fingerprint)
+    if words is None:
+        found = {name.rsplit(".", 1)[-1] for name in catalog.rank_functions}
+        found |= set(catalog.rank_env) | set(catalog.rank_attributes) | set(catalog.rank_methods)
+        found |= {name.rsplit(".", 1)[-1] for name in catalog.rank_decorators}
+        # `x.size()` is everywhere and says nothing about a rank.
+        words = _RANK_WORDS[catalog.fingerprint] = frozenset(found - {"size"})
+    return words
+
+
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

@@ -7,14 +7,55 @@ whether two ranks can take paths whose sequences differ).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import Enum
 
 from collcheck.static.conditions import NO_SOURCES, ConditionSources
 from collcheck.static.symbolic import Expr, GroupVal
 
 # The start of the `why` of a per-process value found by where the code sends it (local_data.py):
 # a value handed to a combining collective is this process's own (a decision taken on it is told
-# apart by this prefix of `Divergence.nondet_why`).
+# apart by this prefix of `Divergence.nondet_why`: `Divergence.per_process`).
 OWN_DATA = "this process's own data"
+# The `why` of the flag an `except` handler is entered under (handlers.py): a caught exception.
+CAUGHT_EXCEPTION = "an exception"
+
+
+class EventKind(Enum):
+    """What a recorded call is; the catalog's op kinds (`kind = "p2p_send"`, catalog.OP_KINDS) and
+    the two kinds of a call into unknown code handed a communicating callable (calls.py)."""
+
+    COLLECTIVE = "collective"
+    GROUP_CREATE = "group_create"
+    P2P_SEND = "p2p_send"
+    P2P_RECV = "p2p_recv"
+    P2P_NONBLOCKING = "p2p_nonblocking"
+    OPAQUE = "opaque"  # unknown code that may call the callable any number of times
+    REMOTE = "remote"  # the callable is sent to run on another process
+
+
+POINT_TO_POINT = frozenset({EventKind.P2P_SEND, EventKind.P2P_RECV, EventKind.P2P_NONBLOCKING})
+
+
+def answering(kind: EventKind) -> EventKind:
+    """The blocking call that answers `kind` on the peer: a receive answers a send, and back."""
+    return EventKind.P2P_RECV if kind is EventKind.P2P_SEND else EventKind.P2P_SEND
+
+
+class ExitKind(Enum):
+    """The statement (or call) a path leaves by; the value is the word messages show."""
+
+    RETURN = "return"
+    RAISE = "raise"
+    EXIT = "exit"  # sys.exit() and the like
+    BREAK = "break"
+    CONTINUE = "continue"
+
+
+class RegionKind(Enum):
+    """What a region's paths run through: a whole function body, or one iteration of a loop."""
+
+    FUNCTION = "function"
+    LOOP = "loop"
 
 
 @dataclass(frozen=True)
@@ -32,7 +73,7 @@ class Site:
 @dataclass(frozen=True)
 class CommEvent:
     op: str
-    kind: str  # collective | group_create | p2p_send | p2p_recv
+    kind: EventKind
     path: str
     line: int
     column: int
@@ -86,12 +127,11 @@ Element = CommEvent | LoopEvent
 
 @dataclass(frozen=True)
 class Exit:
-    kind: str  # return | raise | exit | break | continue
+    kind: ExitKind
     path: str
     line: int
     column: int
     chain: tuple[Site, ...] = ()
-    why: str = ""  # "an exception" for except-handler exits
     raised: str = ""  # a `raise`: the class it names ("" when the statement does not say)
     data_tests: tuple[Expr, ...] = ()  # a `raise`: the tests of its path that read data (raises.py)
 
@@ -120,7 +160,7 @@ class Region:
     """Paths to compare across ranks: a whole function body, or one iteration of a loop."""
 
     function: str
-    kind: str  # function | loop
+    kind: RegionKind
     paths: list[Path] = field(default_factory=list)
     line: int = 0
     over_set: bool = False

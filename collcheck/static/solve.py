@@ -26,7 +26,19 @@ from collcheck.static.divergence import (
 )
 from collcheck.static.groups import NO_GROUP_FACTS, GroupFacts, is_listed_member
 from collcheck.static.handoff import is_callback
-from collcheck.static.program import CommEvent, Element, Exit, LoopEvent, LoopRange, Path, Region
+from collcheck.static.program import (
+    POINT_TO_POINT,
+    CommEvent,
+    Element,
+    EventKind,
+    Exit,
+    ExitKind,
+    LoopEvent,
+    LoopRange,
+    Path,
+    Region,
+    RegionKind,
+)
 from collcheck.static.roots import raises_on_named_ranks, unreported_root
 from collcheck.static.smt import RegionSolver, SolveStats, produced_at
 from collcheck.static.symbolic import (
@@ -47,16 +59,16 @@ from collcheck.static.symbolic import (
 )
 
 WORLD_CHANNEL = "world"
-LEAVING_EXITS = frozenset({"break", "return", "raise", "exit"})
+LEAVING_EXITS = frozenset({ExitKind.BREAK, ExitKind.RETURN, ExitKind.RAISE, ExitKind.EXIT})
 
 
 def _channel_key(event: Element) -> str | None:
     """The channel an element belongs to; None when it cannot be compared (unknown membership)."""
     if isinstance(event, LoopEvent):
         return _channel_key(event.first) if event.first is not None else WORLD_CHANNEL
-    if event.kind.startswith("p2p"):
+    if event.kind in POINT_TO_POINT:
         return "p2p"
-    if event.kind == "remote":
+    if event.kind is EventKind.REMOTE:
         return None  # a callable sent to run on another process: not the sender's collective
     group = event.group
     if group is None:
@@ -168,7 +180,7 @@ def _term_pairs(
             pairs.append((DivergenceKind.ROOT, index, x.root, y.root))
         if x.reduce_op is not None and y.reduce_op is not None:
             pairs.append((DivergenceKind.REDUCE_OP, index, x.reduce_op, y.reduce_op))
-        creates = x.kind == "group_create" and x.ranks_arg is not None and y.ranks_arg is not None
+        creates = x.kind is EventKind.GROUP_CREATE and x.ranks_arg is not None and y.ranks_arg is not None
         if creates and not (_singleton(x.ranks_arg) and _singleton(y.ranks_arg)):  # type: ignore[arg-type]
             pairs.append((DivergenceKind.GROUP_ARGS, index, x.ranks_arg, y.ranks_arg))  # type: ignore[arg-type]
     return [p for p in pairs if p[2] != p[3] or is_rank_dependent(p[2])]
@@ -233,12 +245,23 @@ def _leaves(path: Path) -> bool:
 def _exit_responsible(shorter: Path, longer: Path, skipped: Element, region: Region) -> Exit | None:
     """The exit that made `shorter` miss `skipped`: it must come before it (or end an iteration)."""
     exit_ = shorter.exit
-    if exit_ is None or exit_.kind not in ("return", "raise", "exit", "break", "continue"):
+    if exit_ is None or exit_.kind not in (
+        ExitKind.RETURN,
+        ExitKind.RAISE,
+        ExitKind.EXIT,
+        ExitKind.BREAK,
+        ExitKind.CONTINUE,
+    ):
         return None
     if longer.exit is not None and (longer.exit.line, longer.exit.path) == (exit_.line, exit_.path):
         return None
     anchor = skipped.chain[0].line if skipped.chain and not exit_.chain else skipped.line
-    if region.kind == "function" and skipped.path == exit_.path and anchor < exit_.line and not exit_.chain:
+    if (
+        region.kind is RegionKind.FUNCTION
+        and skipped.path == exit_.path
+        and anchor < exit_.line
+        and not exit_.chain
+    ):
         return None
     return exit_
 
@@ -256,7 +279,7 @@ def _pairs(paths: list[Path]) -> Iterator[tuple[Path, Path]]:
 
 
 def _compared(path: Path) -> bool:
-    return path.exit is None or path.exit.kind != "raise" or raises_on_named_ranks(path)
+    return path.exit is None or path.exit.kind is not ExitKind.RAISE or raises_on_named_ranks(path)
 
 
 def solve_region(
@@ -272,7 +295,9 @@ def solve_region(
     are searched only when `wanted` holds their kind (no other kind depends on that search)."""
     if not region.paths or _region_is_uniform(region):
         live = sum(
-            1 for p in region.paths if p.exit is None or p.exit.kind != "raise" or raises_on_named_ranks(p)
+            1
+            for p in region.paths
+            if p.exit is None or p.exit.kind is not ExitKind.RAISE or raises_on_named_ranks(p)
         )
         stats.settled += live * (live + 1) // 2  # every rank takes the same path (as `_pairs` pairs them)
         return []
@@ -282,7 +307,7 @@ def solve_region(
     # Two ranks that issue the same collectives but one of them on the default group: that pair is
     # reported once, as the group mismatch, not again as a collective missing from each channel.
     grouped: set[tuple[int, int]] = set()
-    counted = region.kind == "loop" and _skips_one_iteration(solver, region)
+    counted = region.kind is RegionKind.LOOP and _skips_one_iteration(solver, region)
     if counted:  # an iteration skipped against one that communicates is not a divergence here
         grouped.update((id(a), id(b)) for a, b in _pairs(region.paths) if bool(a.events) != bool(b.events))
     for a, b in _pairs(region.paths):
@@ -358,7 +383,11 @@ def _compare(
             return []
         if _first_structural_difference(seq_a, seq_b) is not None:
             return []
-        if region.kind == "loop" and _leaves(a) != _leaves(b) and any(p.events for p in region.paths):
+        if (
+            region.kind is RegionKind.LOOP
+            and _leaves(a) != _leaves(b)
+            and any(p.events for p in region.paths)
+        ):
             query = PairQuery(solver, region, channel, membership, a, b, seq_a, seq_b)
             return found(query, DivergenceKind.LOOP_EXIT, len(seq_a), None, (a if _leaves(a) else b).exit)
         swapped = _operand_permutation(seq_a, seq_b)
@@ -415,8 +444,10 @@ def _skips_one_iteration(solver: RegionSolver, region: Region) -> bool:
     loop = region.loop_range
     if loop is None:
         return False
-    paths = [p for p in region.paths if p.exit is None or p.exit.kind != "raise"]  # a raise crashes
-    if any(p.exit is not None and p.exit.kind != "continue" for p in paths):
+    paths = [
+        p for p in region.paths if p.exit is None or p.exit.kind is not ExitKind.RAISE
+    ]  # a raise crashes
+    if any(p.exit is not None and p.exit.kind is not ExitKind.CONTINUE for p in paths):
         return False
     issuing = [p for p in paths if p.events]
     skipping = [p for p in paths if not p.events]
@@ -529,7 +560,7 @@ def _may_mismatch(x: Expr, y: Expr) -> bool:
 
 
 def _group_blind(events: tuple[Element, ...]) -> tuple[Element, ...]:
-    return tuple(e for e in events if not (isinstance(e, CommEvent) and e.kind.startswith("p2p")))
+    return tuple(e for e in events if not (isinstance(e, CommEvent) and e.kind in POINT_TO_POINT))
 
 
 def _compare_groups(solver: RegionSolver, region: Region, a: Path, b: Path) -> list[Divergence]:

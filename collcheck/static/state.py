@@ -15,6 +15,7 @@ from collcheck.static.loader import FunctionNode
 from collcheck.static.program import (
     Element,
     Exit,
+    ExitKind,
     Site,
 )
 from collcheck.static.symbolic import (
@@ -141,7 +142,7 @@ def collapse_returns(caller: State, results: list[tuple[State, Expr]]) -> list[t
 
 def kept_sequences(states: list[State]) -> set[tuple[Element, ...]]:
     """The event sequences of the states that do not end in a `raise` (a crash, not a choice)."""
-    return {after.events for after in states if after.exit is None or after.exit.kind != "raise"}
+    return {after.events for after in states if after.exit is None or after.exit.kind is not ExitKind.RAISE}
 
 
 def attributes_changed(start: State, body: list[State]) -> set[str]:

@@ -4,17 +4,20 @@ In: the two paths of a satisfiable pair query, the translator and the raw z3 mod
 with, and the region's `ConditionSources`. Out: one `Reason` per source condition that holds on
 one rank and not on the other — its text, place and value on each rank, with the rank-derived
 values it reads (global rank, local rank in a group, world size, per-process values) as the
-model chose them; and, for a divergence among the members of a group, each rank's local rank.
+model chose them — and, beside each, the per-process values it reads on each rank as
+`ProcessRead`s (typed: the rules read these, not the words); and, for a divergence among the
+members of a group, each rank's local rank.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from collcheck.findings import RankValue, Reason
-from collcheck.static.conditions import ConditionKind, ConditionSources
+from collcheck.findings import ConditionKind, RankValue, Reason
+from collcheck.static.conditions import ConditionSources
 from collcheck.static.groups import (
     ANONYMOUS_LOCAL_RANK_PREFIX,
     GLOBAL_OF_PREFIX,
@@ -27,8 +30,29 @@ from collcheck.static.program import Path
 from collcheck.static.symbolic import LOCAL_WORLD, PER_RANK_KINDS, Atom, Expr, GroupVal, Z3Translator, atoms
 
 MAX_REASONS = 4  # more splitting conditions than this are not listed (the first ones explain most)
+GLOBAL_RANK = "rank"  # how a condition's read of the global rank is named (`quantity`)
 
 Pretty = Callable[[str], str]  # a model value in words (strings and None decoded)
+
+
+@dataclass(frozen=True)
+class ProcessRead:
+    """A per-process value a condition reads: the call that gave it (`time.time()`), the line it
+    is read at (None when unknown) and what varies (the catalog's words, `wall-clock time`)."""
+
+    call: str
+    line: int | None
+    why: str
+
+    @property
+    def shown(self) -> str:
+        """How a counterexample names it: `time.time() at line 14 (wall-clock time)`."""
+        read = f"{self.call} at line {self.line}" if self.line is not None else self.call
+        return f"{read} ({self.why})" if self.why else read
+
+
+# The per-process values one splitting condition reads, on each of its ranks (`Reason.ranks` order).
+ReadsByRank = tuple[tuple[ProcessRead, ...], ...]
 
 
 def reasons(
@@ -39,10 +63,12 @@ def reasons(
     tr: Z3Translator,
     raw: Any,
     pretty: Pretty,
-) -> tuple[Reason, ...]:
+) -> tuple[tuple[Reason, ...], tuple[ReadsByRank, ...]]:
     """The source conditions of `a` and `b` that hold on one rank (`sides`: the ranks of side a and
-    side b) and not on the other, in path order, each once."""
+    side b) and not on the other, in path order, each once; beside them, the per-process values
+    each reads on each rank."""
     found: list[Reason] = []
+    process: list[ReadsByRank] = []
     seen: set[tuple[str, int, int, str]] = set()
     read = (_varying(a.conds), _varying(b.conds))
     for condition in _conditions(a, b):
@@ -53,7 +79,7 @@ def reasons(
         key = (source.path, source.line, source.column, source.text)
         if key in seen:
             continue
-        if source.kind == ConditionKind.EXCEPTION:
+        if source.kind is ConditionKind.EXCEPTION:
             # Only the rank that raised holds the handler's flag; the other went on without one.
             holds: list[bool | None] = [condition in a.conds, condition in b.conds]
         elif _varying((test,)) <= read[0] and _varying((test,)) <= read[1]:
@@ -63,19 +89,19 @@ def reasons(
         if None in holds or holds[0] == holds[1]:
             continue
         seen.add(key)
-        ranks = tuple(
-            sorted(
-                (
-                    RankValue(rank, bool(value), _reads(test, side, source.kind, tr, raw, pretty))
-                    for rank, value, side in zip(sides, holds, ("a", "b"), strict=True)
-                ),
-                key=lambda item: item.rank,
-            )
+        on_ranks = sorted(
+            (
+                (rank, bool(value), _reads(test, side, source.kind, tr, raw, pretty))
+                for rank, value, side in zip(sides, holds, ("a", "b"), strict=True)
+            ),
+            key=lambda item: item[0],
         )
+        ranks = tuple(RankValue(rank, value, shown) for rank, value, (shown, _) in on_ranks)
         found.append(Reason(source.text, source.path, source.line, source.kind, ranks, source.column))
+        process.append(tuple(reads for _, _, (_, reads) in on_ranks))
         if len(found) >= MAX_REASONS:
             break
-    return tuple(found)
+    return tuple(found), tuple(process)
 
 
 def local_ranks(
@@ -146,12 +172,14 @@ def _int(tr: Z3Translator, raw: Any, atom: Atom, side: str) -> int | None:
 
 
 def _reads(
-    test: Expr, side: str, kind: str, tr: Z3Translator, raw: Any, pretty: Pretty
-) -> tuple[tuple[str, str], ...]:
-    """The rank-derived values `test` reads on one side, named and valued as the model chose them."""
-    if kind == ConditionKind.EXCEPTION:
-        return ()  # the exception itself is the per-process value: nothing more to show
+    test: Expr, side: str, kind: ConditionKind, tr: Z3Translator, raw: Any, pretty: Pretty
+) -> tuple[tuple[tuple[str, str], ...], tuple[ProcessRead, ...]]:
+    """The rank-derived values `test` reads on one side, named and valued as the model chose them,
+    and those of them that are per-process values."""
+    if kind is ConditionKind.EXCEPTION:
+        return (), ()  # the exception itself is the per-process value: nothing more to show
     shown: dict[str, str] = {}
+    process: list[ProcessRead] = []
     for atom in sorted(set(atoms(test)), key=_reading_order):
         name = quantity(atom)
         if name is None or name in shown:
@@ -162,7 +190,19 @@ def _reads(
         sort, var = values[0]
         value = str(raw.eval(var, model_completion=True))
         shown[name] = value.lower() if sort == "bool" else pretty(value)
-    return tuple(shown.items())
+        read = process_read(atom)
+        if read is not None and read.shown == name:  # named as a per-process value (`quantity`)
+            process.append(read)
+    return tuple(shown.items()), tuple(process)
+
+
+def process_read(atom: Atom) -> ProcessRead | None:
+    """A per-process atom (`time.time()@14:11`) as the call, and the line it is read at."""
+    if atom.kind != "nondet":
+        return None
+    call, _, where = atom.name.partition("@")
+    line = where.split(":", 1)[0]
+    return ProcessRead(call, int(line) if line.isdigit() else None, atom.why)
 
 
 def _reading_order(atom: Atom) -> tuple[int, str, int]:
@@ -177,7 +217,7 @@ def quantity(atom: Atom) -> str | None:
     reader does not need (arguments, constants)."""
     name = atom.name
     if atom.kind == "rank":
-        return "rank"
+        return GLOBAL_RANK
     if atom.kind == "world":
         return "world size"
     if atom == LOCAL_WORLD or name == "local_world":
@@ -196,11 +236,9 @@ def quantity(atom: Atom) -> str | None:
         return f"ranks of `{group_label(name[len(RANKS_PREFIX) :])}`"
     if name.startswith("env:"):
         return f"${name[4:]}"
-    if atom.kind == "nondet":  # `time.time()@14:11`: the call, and the line it is read at
-        call, _, where = name.partition("@")
-        line = where.split(":", 1)[0]
-        read = f"{call} at line {line}" if line.isdigit() else call
-        return f"{read} ({atom.why})" if atom.why else read
+    read = process_read(atom)
+    if read is not None:
+        return read.shown
     if name.startswith("match@"):
         return "case index"  # which case of the `match` the subject selects (interpret.py)
     if atom.kind in PER_RANK_KINDS:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collcheck.findings import Location
 from collcheck.static.anchor import Anchor, locate
 from collcheck.static.divergence import Divergence, DivergenceKind
-from collcheck.static.program import Element, Exit, LoopEvent, Path, Site
+from collcheck.static.program import Element, Exit, ExitKind, LoopEvent, Path, Site
 from collcheck.static.smt import RankWitness
 from collcheck.static.symbolic import RANK
 
 from .solve_support import event, region
 
-LEAVE = Exit("return", "m.py", 5, 8)
+LEAVE = Exit(ExitKind.RETURN, "m.py", 5, 8)
 BARRIER = event("barrier", 9)
 
 

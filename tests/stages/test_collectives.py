@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from collcheck.static.collectives import CollectiveEvents
-from collcheck.static.program import CommEvent
+from collcheck.static.program import CommEvent, EventKind
 from collcheck.static.state import State
 from collcheck.static.symbolic import (
     MEMBER,
@@ -57,7 +57,7 @@ def test_the_terms_that_must_agree_across_ranks_are_recorded(events: CollectiveE
     rooted, _ = communicate(events, "dist.broadcast(t, src=dist.get_rank())")
     assert last(rooted).root == RANK
     sent, _ = communicate(events, "dist.send(t, dst=dist.get_rank() + 1)")
-    assert (last(sent).kind, last(sent).peer) == ("p2p_send", BinOp("+", RANK, Const(1)))
+    assert (last(sent).kind, last(sent).peer) == (EventKind.P2P_SEND, BinOp("+", RANK, Const(1)))
 
 
 def test_a_group_argument_is_the_events_group(events: CollectiveEvents) -> None:
@@ -69,7 +69,9 @@ def test_a_group_argument_is_the_events_group(events: CollectiveEvents) -> None:
 
 def test_a_created_group_is_the_calls_value_with_its_members(events: CollectiveEvents) -> None:
     state, value = communicate(events, "dist.new_group([0, 1])")
-    assert last(state).kind == "group_create" and last(state).ranks_arg == TupleVal((Const(0), Const(1)))
+    assert last(state).kind is EventKind.GROUP_CREATE and last(state).ranks_arg == TupleVal(
+        (Const(0), Const(1))
+    )
     assert (
         isinstance(value, GroupVal)
         and value.created

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ast
 
-from collcheck.static.conditions import ConditionKind, ConditionSources, shorten, source_of
+from collcheck.findings import ConditionKind
+from collcheck.static.conditions import ConditionSources, shorten, source_of
 from collcheck.static.symbolic import RANK, Compare, Const, Not, negate
 
 from .conftest import interpreter_of

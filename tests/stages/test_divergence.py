@@ -12,7 +12,7 @@ from collcheck.static.divergence import (
     group_term,
     is_world,
 )
-from collcheck.static.program import Path
+from collcheck.static.program import EventKind, Path
 from collcheck.static.smt import RegionSolver, SolveStats
 from collcheck.static.symbolic import RANK, Compare, Const, GroupVal, IfExp
 
@@ -50,7 +50,7 @@ def test_the_values_of_a_root_divergence_are_each_ranks_root() -> None:
 
 
 def test_blocked_ranks_say_where_they_wait() -> None:
-    send = event("send", 3, kind="p2p_send")
+    send = event("send", 3, kind=EventKind.P2P_SEND)
     waiting = Blocked(rank=0, calls=((send, 1),), at=0)
     assert not waiting.finished and waiting.event == send and waiting.peer == 1
     assert Blocked(rank=1, calls=((send, 0),), at=1).finished

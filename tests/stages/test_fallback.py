@@ -7,14 +7,14 @@ from __future__ import annotations
 import ast
 
 from collcheck.static.fallback import RankedConditions, is_simple, join_paths
-from collcheck.static.program import CommEvent, Exit
+from collcheck.static.program import CommEvent, EventKind, Exit, ExitKind
 from collcheck.static.state import State
 from collcheck.static.symbolic import RANK, Atom, BoolOp, Compare, Const, IfExp, Not
 
 DATA = Atom("flag", "shared")
 OTHER = Atom("other", "shared")
 RANKED = Compare("==", RANK, Const(0))
-BARRIER = CommEvent("barrier", "collective", "m.py", 3, 4, 3, 20)
+BARRIER = CommEvent("barrier", EventKind.COLLECTIVE, "m.py", 3, 4, 3, 20)
 
 
 def test_paths_parted_by_a_data_test_alike_on_every_rank_are_joined_exactly() -> None:
@@ -41,7 +41,7 @@ def test_paths_parted_on_the_rank_or_on_their_events_are_never_joined() -> None:
 
 
 def test_ended_paths_stay_as_they_are_in_place() -> None:
-    ended = State({}, (DATA,), (), Exit("return", "m.py", 3, 4))
+    ended = State({}, (DATA,), (), Exit(ExitKind.RETURN, "m.py", 3, 4))
     first, second = State({}, (OTHER,), ()), State({}, (Not(OTHER),), ())
     joined = join_paths([first, ended, second], RankedConditions())
     assert len(joined) == 2 and joined[1] is ended

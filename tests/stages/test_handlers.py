@@ -4,7 +4,7 @@ other exception taken by every rank together (a flag alike on every rank); then 
 
 from __future__ import annotations
 
-from collcheck.static.program import Path
+from collcheck.static.program import ExitKind, Path
 from collcheck.static.symbolic import RANK, Atom, Compare, Const, Not, atoms
 
 from .conftest import ops, regions_of
@@ -50,7 +50,11 @@ def test_an_error_one_rank_can_hit_alone_enters_on_a_per_process_flag() -> None:
         dist.all_reduce(t)
     """
     handled, normal = regions_of(body)[0].paths
-    assert flags(handled) == [("nondet", True)] and handled.exit is not None and handled.exit.kind == "return"
+    assert (
+        flags(handled) == [("nondet", True)]
+        and handled.exit is not None
+        and handled.exit.kind is ExitKind.RETURN
+    )
     assert ops(normal) == ("all_reduce",)
     (flag,) = [a for c in handled.conds for a in atoms(c)]
     assert flag.why == "an exception"
@@ -98,5 +102,5 @@ def test_a_path_that_leaves_the_body_is_not_lost() -> None:
     """
     paths = regions_of(body)[0].paths
     left = [p for p in paths if p.exit is not None]
-    assert [(p.conds, p.exit.kind) for p in left if p.exit is not None] == [((RANK_ZERO,), "return")]
+    assert [(p.conds, p.exit.kind) for p in left if p.exit is not None] == [((RANK_ZERO,), ExitKind.RETURN)]
     assert ("all_reduce",) in {ops(p) for p in paths}

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collcheck.static.program import CommEvent, LoopEvent, Region, Site
+from collcheck.static.program import CommEvent, EventKind, ExitKind, LoopEvent, Region, RegionKind, Site
 from collcheck.static.symbolic import RANK, Compare, Const, GroupVal, Not, is_rank_dependent
 
 from .conftest import comm_events, interpreter_of, line_of, op_sequences, ops, regions_of
@@ -19,14 +19,14 @@ def test_a_rank_test_forks_two_paths_with_the_test_and_its_negation() -> None:
         dist.all_reduce(t)
     """
     (region,) = regions_of(body)
-    assert region.kind == "function" and region.function == "f"
+    assert region.kind is RegionKind.FUNCTION and region.function == "f"
     early, late = region.paths
     assert early.conds == (RANK_ZERO,) and early.events == ()
-    assert early.exit is not None and early.exit.kind == "return"
+    assert early.exit is not None and early.exit.kind is ExitKind.RETURN
     assert early.exit.line == line_of(body, "return")
     assert late.conds == (Not(RANK_ZERO),) and ops(late) == ("all_reduce",) and late.exit is None
     (event,) = comm_events(late.events)
-    assert (event.kind, event.line, event.chain) == ("collective", line_of(body, "all_reduce"), ())
+    assert (event.kind, event.line, event.chain) == (EventKind.COLLECTIVE, line_of(body, "all_reduce"), ())
 
 
 def test_raises_and_process_exits_end_paths_with_their_kind() -> None:
@@ -43,7 +43,7 @@ def test_raises_and_process_exits_end_paths_with_their_kind() -> None:
     """
     (region,) = regions_of(body)
     exits = [(p.exit.kind, p.exit.raised) if p.exit else None for p in region.paths]
-    assert exits == [("raise", "Boom"), ("exit", ""), None]
+    assert exits == [(ExitKind.RAISE, "Boom"), (ExitKind.EXIT, ""), None]
     assert not is_rank_dependent(region.paths[0].conds[0])  # `t is None`: the caller's value
     assert ops(region.paths[2]) == ("barrier",)
 
@@ -63,7 +63,7 @@ def test_a_short_constant_loop_is_unrolled_and_a_while_loop_is_one_element_and_a
     assert isinstance(element, LoopEvent) and element.body_ops == ("all_reduce",)
     assert element.line == line_of(body, "while")
     assert (
-        loop.kind == "loop"
+        loop.kind is RegionKind.LOOP
         and loop.line == line_of(body, "while")
         and op_sequences(loop) == {("all_reduce",)}
     )
@@ -113,7 +113,7 @@ def test_a_created_group_is_the_event_group_with_its_members() -> None:
     """
     (region,) = regions_of(body)
     create, reduce, barrier = comm_events(region.paths[0].events)
-    assert create.kind == "group_create" and create.group is None
+    assert create.kind is EventKind.GROUP_CREATE and create.group is None
     assert isinstance(reduce.group, GroupVal) and reduce.group.created and reduce.group.members is not None
     assert barrier.group is None  # the default group
 
@@ -220,5 +220,5 @@ def test_a_break_under_a_rank_test_ends_the_iteration_in_the_loop_region() -> No
     """
     function, loop = regions_of(body)
     assert op_sequences(function) == {("loop[all_reduce]",)}
-    exits = sorted((p.exit.kind if p.exit else "", ops(p)) for p in loop.paths)
+    exits = sorted((p.exit.kind.value if p.exit else "", ops(p)) for p in loop.paths)
     assert exits == [("", ("all_reduce",)), ("break", ())]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from collcheck.static.loop_shapes import fixed_arguments, iterations_alike
-from collcheck.static.program import CommEvent, Site
+from collcheck.static.program import CommEvent, EventKind, Site
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import RANK, Const, GroupVal
 
@@ -24,7 +24,7 @@ def event_at(stmt: ast.For, index: int = 0, **fields: object) -> CommEvent:
     calls = [n for part in stmt.body for n in ast.walk(part) if isinstance(n, ast.Call)]
     node = calls[index]
     op = node.func.attr if isinstance(node.func, ast.Attribute) else "helper"
-    return CommEvent(op, "collective", "m.py", node.lineno, node.col_offset, node.lineno, 0, **fields)  # type: ignore[arg-type]
+    return CommEvent(op, EventKind.COLLECTIVE, "m.py", node.lineno, node.col_offset, node.lineno, 0, **fields)  # type: ignore[arg-type]
 
 
 def test_the_same_collective_on_loop_invariant_arguments_is_alike() -> None:
@@ -54,12 +54,12 @@ def test_a_helpers_collective_counts_with_fixed_arguments_only() -> None:
     stmt = loop("for x in data:\n    sync(t)\n")
     call = stmt.body[0].value  # type: ignore[attr-defined]
     site = Site("f", "sync", "m.py", call.lineno, call.col_offset)
-    fixed = CommEvent("broadcast", "collective", "m.py", 2, 4, 2, 20, chain=(site,), root=Const(0))
-    moving = CommEvent("broadcast", "collective", "m.py", 2, 4, 2, 20, chain=(site,), root=RANK)
+    fixed = CommEvent("broadcast", EventKind.COLLECTIVE, "m.py", 2, 4, 2, 20, chain=(site,), root=Const(0))
+    moving = CommEvent("broadcast", EventKind.COLLECTIVE, "m.py", 2, 4, 2, 20, chain=(site,), root=RANK)
     assert iterations_alike(stmt, [State({}, (), (fixed,))], frame())
     assert not iterations_alike(stmt, [State({}, (), (moving,))], frame())
     assert fixed_arguments(fixed, set()) and not fixed_arguments(fixed, {"self.step"})
-    looked_up = CommEvent("barrier", "collective", "m.py", 2, 4, 2, 20, group=GroupVal("g", None))
+    looked_up = CommEvent("barrier", EventKind.COLLECTIVE, "m.py", 2, 4, 2, 20, group=GroupVal("g", None))
     assert not fixed_arguments(looked_up, set())  # a group not created here may be another each time
 
 
@@ -67,6 +67,6 @@ def test_events_of_a_caller_frame_are_matched_below_its_chain() -> None:
     stmt = loop("for x in data:\n    dist.all_reduce(t)\n")
     outer = Site("main", "f", "m.py", 30, 4)
     inside: Frame = Frame("f", None, (outer,), 1, ())
-    nested = CommEvent("all_reduce", "collective", "m.py", 2, 4, 2, 20, chain=(outer,))
+    nested = CommEvent("all_reduce", EventKind.COLLECTIVE, "m.py", 2, 4, 2, 20, chain=(outer,))
     assert iterations_alike(stmt, [State({}, (), (nested,))], inside)
     assert not iterations_alike(stmt, [State({}, (), (nested,))], frame())  # another chain

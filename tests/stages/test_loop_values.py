@@ -14,7 +14,7 @@ from collcheck.static.loop_values import (
     unrolled_loop,
     while_trips,
 )
-from collcheck.static.program import CommEvent
+from collcheck.static.program import CommEvent, EventKind
 from collcheck.static.state import State
 from collcheck.static.symbolic import (
     RANK,
@@ -43,7 +43,7 @@ def length_of(value: Expr, node: ast.AST) -> Expr:
 
 
 SHARED = Atom("n", "shared")
-BARRIER = CommEvent("barrier", "collective", "m.py", 3, 4, 3, 20)
+BARRIER = CommEvent("barrier", EventKind.COLLECTIVE, "m.py", 3, 4, 3, 20)
 
 
 def test_in_place_methods_change_a_lists_length() -> None:

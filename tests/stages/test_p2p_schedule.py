@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collcheck.static.divergence import DivergenceKind
 from collcheck.static.p2p_schedule import confirm, has_blocking_p2p, schedule_deadlock
-from collcheck.static.program import CommEvent, Path
+from collcheck.static.program import CommEvent, EventKind, Path
 from collcheck.static.smt import SolveStats
 from collcheck.static.symbolic import RANK, BinOp, Compare, Const, Not
 
@@ -18,11 +18,11 @@ OTHER = BinOp("-", Const(1), RANK)  # the other rank of two
 
 
 def send(line: int) -> CommEvent:
-    return CommEvent("send", "p2p_send", "m.py", line, 4, line, 20, peer=OTHER)
+    return CommEvent("send", EventKind.P2P_SEND, "m.py", line, 4, line, 20, peer=OTHER)
 
 
 def recv(line: int) -> CommEvent:
-    return CommEvent("recv", "p2p_recv", "m.py", line, 4, line, 20, peer=OTHER)
+    return CommEvent("recv", EventKind.P2P_RECV, "m.py", line, 4, line, 20, peer=OTHER)
 
 
 def never_nonblocking(path: str) -> bool:
@@ -49,7 +49,7 @@ def test_a_matched_exchange_runs_to_its_end_on_every_rank() -> None:
 
 
 def test_a_region_without_blocking_point_to_point_calls_is_not_simulated() -> None:
-    barrier = CommEvent("barrier", "collective", "m.py", 3, 4, 3, 20)
+    barrier = CommEvent("barrier", EventKind.COLLECTIVE, "m.py", 3, 4, 3, 20)
     quiet = region(Path((), (barrier,)))
     assert not has_blocking_p2p(quiet, {})
     assert schedule_deadlock(quiet, {}, 2, never_nonblocking).region is None

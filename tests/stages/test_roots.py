@@ -5,11 +5,11 @@ every rank from 0 (`unknown_rank_raise`), a root the code means to differ (`unre
 from __future__ import annotations
 
 from collcheck.static import groups
-from collcheck.static.program import Exit, Path
+from collcheck.static.program import Exit, ExitKind, Path
 from collcheck.static.roots import raises_on_named_ranks, unknown_rank_raise, unreported_root
 from collcheck.static.symbolic import RANK, Atom, Compare, Const, Expr, GroupVal, Member, Not
 
-RAISE = Exit("raise", "m.py", 3, 8)
+RAISE = Exit(ExitKind.RAISE, "m.py", 3, 8)
 
 
 def raising(*conds: Expr) -> Path:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from collcheck.findings import Budget
-from collcheck.static.program import CommEvent, Path, Region
+from collcheck.static.program import CommEvent, EventKind, Path, Region, RegionKind
 from collcheck.static.smt import RankWitness, RegionSolver, SolveStats
 from collcheck.static.symbolic import RANK, Atom, Compare, Const, GroupVal, Not, Z3Translator
 
-BARRIER = CommEvent("barrier", "collective", "m.py", 3, 4, 3, 18)
+BARRIER = CommEvent("barrier", EventKind.COLLECTIVE, "m.py", 3, 4, 3, 18)
 RANK_ZERO = Compare("==", RANK, Const(0))
 ON_ZERO = Path((RANK_ZERO,), (BARRIER,))
 ELSEWHERE = Path((Not(RANK_ZERO),), ())
@@ -20,7 +20,7 @@ def solver_for(
     *paths: Path, world: int | None = None, rlimit: int = 2_000_000
 ) -> tuple[RegionSolver, SolveStats]:
     stats = SolveStats()
-    region = Region("f", "function", list(paths), 1, path_name="m.py")
+    region = Region("f", RegionKind.FUNCTION, list(paths), 1, path_name="m.py")
     return RegionSolver(region, world, rlimit, stats), stats
 
 

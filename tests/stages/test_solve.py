@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collcheck.static.divergence import Divergence, DivergenceKind
-from collcheck.static.program import Exit, LoopEvent, Path
+from collcheck.static.program import Exit, ExitKind, LoopEvent, Path
 from collcheck.static.smt import RankWitness, SolveStats
 from collcheck.static.solve import solve_region
 from collcheck.static.symbolic import RANK, Atom, BinOp, Compare, Const, Not
@@ -28,7 +28,7 @@ def test_a_collective_on_some_ranks_only_is_a_sequence_divergence() -> None:
 
 
 def test_the_exit_that_left_the_shorter_path_is_named() -> None:
-    leave = Exit("return", "m.py", 3, 8)
+    leave = Exit(ExitKind.RETURN, "m.py", 3, 8)
     (divergence,), _ = solve(Path((RANK_ZERO,), (), leave), Path((NOT_RANK_ZERO,), (event("barrier", 5),)))
     assert divergence.kind is DivergenceKind.SEQUENCE and divergence.exit == leave
 

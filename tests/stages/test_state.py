@@ -4,7 +4,7 @@ another call site (`Rebase`)."""
 
 from __future__ import annotations
 
-from collcheck.static.program import CommEvent, Exit, LoopEvent, Path, Rebase, Site
+from collcheck.static.program import CommEvent, EventKind, Exit, ExitKind, LoopEvent, Path, Rebase, Site
 from collcheck.static.state import (
     State,
     attributes_changed,
@@ -17,7 +17,7 @@ from collcheck.static.state import (
 from collcheck.static.symbolic import RANK, Atom, Compare, Const, IfExp, Not, is_rank_dependent
 
 TEST = Compare("==", RANK, Const(0))
-BARRIER = CommEvent("barrier", "collective", "m.py", 3, 4, 3, 20)
+BARRIER = CommEvent("barrier", EventKind.COLLECTIVE, "m.py", 3, 4, 3, 20)
 
 
 def test_arms_that_did_not_communicate_are_joined_into_one_state() -> None:
@@ -39,7 +39,7 @@ def test_arms_that_communicate_or_exit_are_not_joined() -> None:
     talking.events = (BARRIER,)
     assert merge_branches(start, TEST, [talking], [start.fork()]) is None
     leaving = start.fork(TEST)
-    leaving.exit = Exit("return", "m.py", 3, 4)
+    leaving.exit = Exit(ExitKind.RETURN, "m.py", 3, 4)
     assert merge_branches(start, TEST, [leaving], [start.fork()]) is None
 
 
@@ -69,7 +69,7 @@ def test_a_helpers_quiet_returns_collapse_into_one_value() -> None:
 
 
 def test_kept_sequences_leave_out_paths_that_raise() -> None:
-    raised = State({}, (), (BARRIER,), Exit("raise", "m.py", 3, 4))
+    raised = State({}, (), (BARRIER,), Exit(ExitKind.RAISE, "m.py", 3, 4))
     assert kept_sequences([raised, State({}, (), ())]) == {()}
 
 
@@ -85,13 +85,15 @@ def test_a_rebase_moves_a_recorded_element_onto_another_call_site() -> None:
     here = Site("g", "sync", "m.py", 20, 4)
     inner = Site("sync", "leaf", "m.py", 2, 4)
     rebase = Rebase((recorded,), (here,), (TEST,), (Not(TEST),))
-    moved = rebase.element(CommEvent("barrier", "collective", "m.py", 2, 4, 2, 20, chain=(recorded, inner)))
+    moved = rebase.element(
+        CommEvent("barrier", EventKind.COLLECTIVE, "m.py", 2, 4, 2, 20, chain=(recorded, inner))
+    )
     assert moved.chain == (here, inner)
     loop = LoopEvent("m.py", 2, 4, RANK, ("barrier",), "xs", None, (recorded,), body_conds=((TEST, RANK),))
     moved_loop = rebase.element(loop)
     assert isinstance(moved_loop, LoopEvent) and moved_loop.chain == (here,)
     assert moved_loop.body_conds == ((Not(TEST), RANK),)
-    path = Path((TEST, RANK), (), Exit("raise", "m.py", 2, 4, (recorded,)))
-    assert rebase.path(path) == Path((Not(TEST), RANK), (), Exit("raise", "m.py", 2, 4, (here,)))
+    path = Path((TEST, RANK), (), Exit(ExitKind.RAISE, "m.py", 2, 4, (recorded,)))
+    assert rebase.path(path) == Path((Not(TEST), RANK), (), Exit(ExitKind.RAISE, "m.py", 2, 4, (here,)))
     same = Rebase((recorded,), (recorded,), (), ())
     assert same.identity and same.path(path) is path
