@@ -199,6 +199,25 @@ class Monitor:
         elif self.links.degraded:  # its followers may be blocked on this one's slot
             self.agreement.skip_degraded(event)
 
+    def queue_issued(self, event: CollectiveEvent, gated: bool) -> bool:
+        """Async mode with the native kernel: a collective it issued (its position comes from
+        `sync_collectives`), queued for the background comparison. `gated`: the kernel had not
+        seen its (group, op, call site) before and has not issued it yet; whether it must be
+        agreed on now (`agree`), its site being new here too."""
+        first = self.publisher.queue(event, first_seen=gated)
+        if not first and self.links.degraded:  # its followers may be blocked on this one's slot
+            self.agreement.skip_degraded(event)
+        return first
+
+    def agree(self, event: CollectiveEvent) -> None:
+        """Agree on a queued collective with the other ranks before it is issued (see
+        `queue_issued`): the issuing thread, with no lock of the tracer's held."""
+        self.agreement.agree(event)
+
+    def not_queued(self, count: int) -> None:
+        """Collectives the native kernel could not keep for the monitor (its queue was full)."""
+        self.comparer.not_compared("the native kernel's queue", count, "it was full")
+
     def issued_p2p(self, event: CollectiveEvent, check: bool = True) -> None:
         """A send or recv: in flight and in positions like a collective, and paired on its channel
         (strict mode: before it is issued; async mode: on the background thread). `check=False`

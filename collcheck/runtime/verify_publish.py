@@ -81,15 +81,16 @@ class Publisher:
 
     # -- the issuing threads -------------------------------------------------------------------
 
-    def queue(self, event: CollectiveEvent) -> bool:
+    def queue(self, event: CollectiveEvent, first_seen: bool = True) -> bool:
         """Queue a collective; whether its (group, op, call site) is new here, to be agreed on
         before it is issued. The steady state costs a set lookup; a new site is remembered
         (bounded). A first-seen one is queued too: a leader publishes it with what precedes it;
-        a follower compares it before issue, and folds it into its chain."""
+        a follower compares it before issue, and folds it into its chain. `first_seen=False`:
+        the native kernel has seen its site before (it asks about new ones), so it is not new."""
         site = event.site
         key = (event.group, event.op, site.file, site.line)
         with self._lock:
-            first = key not in self._seen and self._remember_site(key)
+            first = first_seen and key not in self._seen and self._remember_site(key)
             if first and event.rank != self.comparer.leader(event):
                 self._agreed.add((event.group, event.seq))
             self._new.append(event)

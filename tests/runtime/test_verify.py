@@ -826,3 +826,39 @@ def test_an_async_leader_that_degrades_releases_a_follower_blocked_at_a_new_site
     waiting.join(5.0)
     assert not waiting.is_alive() and time.monotonic() - started < 2.0
     assert [kind for kind, _, _ in said.reports] == ["behind"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Async mode on the native kernel (issue 28): the kernel records, the monitor only queues
+
+
+def test_the_native_kernels_collectives_are_compared_in_the_background_and_new_sites_first() -> None:
+    store, leader, follower, reports = _pair()
+    first = [_event(0, 1, line=10), _event(1, 1, line=10)]
+    for monitor, event in zip((leader, follower), first, strict=True):
+        assert monitor.queue_issued(event, gated=True)  # a site new to the kernel and here: agree
+        monitor.agree(event)
+    assert store.head("0") == 1 and reports.reports == []
+    for seq in range(2, 6):
+        assert not leader.queue_issued(_event(0, seq, line=10), gated=False)
+        assert not follower.queue_issued(_event(1, seq, line=10, numel=8 if seq == 5 else 4), gated=False)
+    assert store.head("0") == 1  # nothing on the issuing thread: the background thread publishes
+    assert not follower.ledger._inflight  # positions come from the kernel (sync_collectives)
+    assert not follower.queue_issued(_event(1, 6, line=10), gated=True)  # another chain, same line
+    leader.queue_issued(_event(0, 6, line=10), gated=False)
+    leader.publisher.publish_and_compare(store)
+    follower.publisher.publish_and_compare(store)
+    assert reports.reports == [
+        (
+            "mismatch",
+            "error",
+            "collective mismatch: rank 0 all_reduce(float32[4]) at train.py:10 vs rank 1 "
+            "all_reduce(float32[8]) at train.py:10 (group 0, #5)",
+        )
+    ]
+
+
+def test_collectives_the_native_kernel_could_not_keep_are_said_to_be_not_compared() -> None:
+    _, _, follower, reports = _pair()
+    follower.not_queued(3)
+    assert reports.reports[0][:2] == ("behind", "warning") and "3 collective(s)" in str(reports.reports[0][2])
