@@ -11,6 +11,7 @@ a divergence at a new call site is still found before the backend sees it.
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import threading
@@ -18,6 +19,8 @@ import threading
 from collcheck.runtime.native_recorder import NativeRecorder
 from collcheck.runtime.record import CollectiveEncoder, CollectiveEvent, TraceWriter
 from collcheck.runtime.verify import Monitor
+
+TEMPLATE_LIMIT = 4_096  # distinct lines (but number and clock) whose parsed event is kept
 
 
 class NativeFeed:
@@ -40,6 +43,7 @@ class NativeFeed:
         self._last: tuple[str, CollectiveEvent] | None = None
         self._lock = threading.Lock()  # async verify: the kernel's lines reach the monitor in order
         self._known: dict[str, bool] = {}  # group -> c10d knows its members (compared)
+        self._templates: dict[str, CollectiveEvent] = {}  # a line but its number and clock -> event
 
     def tick(self) -> None:
         """The monitor's tick: the deferred `done` lines out, and what the kernel has in flight
@@ -110,10 +114,24 @@ class NativeFeed:
         return known
 
     def _event_of(self, line: str) -> CollectiveEvent:
-        """The event of one of the kernel's `coll` lines, with the members its gid names."""
-        row = json.loads(line)
-        event = CollectiveEvent.from_json(row)
-        known = self.encoder.members(int(row["gid"]))
-        if known is not None:
-            event.group_ranks, event.group_desc = known
+        """The event of one of the kernel's `coll` lines, with the members its gid names. A loop's
+        lines differ only in their number and clock: the rest is parsed once per distinct line
+        (JSON escapes every quote inside a string, so the keys found here are the line's own)."""
+        head, _, rest = line.partition(',"seq":')
+        number, _, tail = rest.partition(",")
+        body, _, clock = tail.rpartition('"t_start":')
+        key = head + body
+        template = self._templates.get(key)
+        if template is None:
+            row = json.loads(line)
+            event = CollectiveEvent.from_json(row)
+            known = self.encoder.members(int(row["gid"]))
+            if known is not None:
+                event.group_ranks, event.group_desc = known
+            if len(self._templates) >= TEMPLATE_LIMIT:
+                self._templates.clear()
+            self._templates[key] = event
+            return copy.copy(event)
+        event = copy.copy(template)
+        event.seq, event.t_start = int(number), float(clock.rstrip("}\n"))
         return event

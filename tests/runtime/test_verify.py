@@ -862,3 +862,27 @@ def test_collectives_the_native_kernel_could_not_keep_are_said_to_be_not_compare
     _, _, follower, reports = _pair()
     follower.not_queued(3)
     assert reports.reports[0][:2] == ("behind", "warning") and "3 collective(s)" in str(reports.reports[0][2])
+
+
+def test_the_native_feed_parses_each_distinct_line_once_and_keeps_number_and_clock() -> None:
+    import json
+
+    from collcheck.runtime.native_feed import NativeFeed
+
+    class Encoder:
+        def members(self, gid: int) -> tuple[tuple[int, ...], str]:
+            return (0, 1), "default_pg"
+
+    feed = NativeFeed(None, None, Encoder(), None, verify=True)  # type: ignore[arg-type]
+    site = {"file": "/x/t.py", "line": 11, "func": "f", "stack": [], "via": "", "operand": 'g["seq":1]'}
+    row = {"ev": "coll", "rank": 0, "group": "0", "gid": 1, "seq": 12, "op": "all_reduce", "shapes": [[4]]}
+    row.update(dtypes=["float32"], reduce_op="sum", root=None, site=site, thread='a "t_start":', t_start=5.25)
+    line = json.dumps(row, separators=(",", ":")) + "\n"
+    full = CollectiveEvent.from_json(row)
+    full.group_ranks, full.group_desc = (0, 1), "default_pg"
+    assert feed._event_of(line) == full
+    later = line.replace('"seq":12,', '"seq":13,').replace("5.25}", "6.5}")
+    assert feed._event_of(later) == CollectiveEvent.from_json(
+        dict(row, seq=13, t_start=6.5, group_ranks=[0, 1], group_desc="default_pg")
+    )
+    assert len(feed._templates) == 1 and feed._event_of(line) == full
