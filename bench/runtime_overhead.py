@@ -21,10 +21,11 @@ Measures, in one run:
    this part alone; `--kinds` picks the kinds. Separate runs on this
    2-core VM differ by up to ±30% from minute to minute, far more than the 5% goal (record mode
    within 5% of untraced at 1 MiB); pairs a few hundred milliseconds apart see much less of that.
-3. Record mode's added cost per collective in isolation: one process (world size 1, gloo), a
-   loop of `--single-iters` all_reduces of 1024 floats, best of 5 loops, untraced and both
-   record kernels in alternating processes, `--rounds` times each, in µs/op with the issuing
-   thread's CPU time, and as a share of the 2-rank 1 MiB untraced time of part 1.
+3. The added cost per collective in isolation: one process (world size 1, gloo), a loop of
+   `--single-iters` all_reduces of 1024 floats, best of 5 loops, untraced, both record kernels
+   and async verify on both kernels in alternating processes, `--rounds` times each, in µs/op
+   with the issuing thread's CPU time, and as a share of the 2-rank 1 MiB untraced time of part
+   1. `--only-single` runs this part alone.
 
 The 1-minute load average range is printed last. Not a test.
 """
@@ -77,7 +78,7 @@ def worker(mode: str, small_iters: int, large_iters: int, trace_dir: str) -> Non
     dist.destroy_process_group()
 
 
-SINGLE_MODES = ("untraced", "record", "record-py")
+SINGLE_MODES = ("untraced", "record", "record-py", "async", "async-py")
 SINGLE_NUMEL = 1024
 SINGLE_LOOPS = 5
 
@@ -87,10 +88,11 @@ def single_worker(mode: str, iters: int, trace_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
-    if mode in ("record", "record-py"):
+    if mode != "untraced":
         import collcheck.runtime
 
-        collcheck.runtime.enable(trace_dir, adapters=False, native=mode == "record")
+        verify, native = mode.startswith("async"), not mode.endswith("-py")
+        collcheck.runtime.enable(trace_dir, adapters=False, verify=verify, timeout=600, native=native)
     dist.init_process_group("gloo")
     tensor = torch.ones(SINGLE_NUMEL)
     for _ in range(max(iters // 10, 5)):
@@ -208,6 +210,16 @@ def run_single(mode: str, iters: int) -> dict[str, float]:
     return run_ranks(command, job_env(1), f"single-process {mode}")
 
 
+def run_singles(rounds: int, iters: int) -> dict[str, dict[str, float]]:
+    """Each world-size-1 mode in its own process, round-robin `rounds` times; the best of each."""
+    single: dict[str, dict[str, float]] = {}
+    for _ in range(rounds):
+        for mode in SINGLE_MODES:
+            for key, value in run_single(mode, iters).items():
+                single.setdefault(mode, {})[key] = min(value, single.get(mode, {}).get(key, float("inf")))
+    return single
+
+
 def job_env(world_size: int) -> dict[str, str]:
     """A clean environment for a gloo job on this machine: no collcheck or torch debug switches."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COLLCHECK_", "TORCH_DISTRIBUTED"))}
@@ -268,6 +280,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=80, help="paired blocks per kind and size")
     parser.add_argument("--kinds", default=",".join(PAIRED_KINDS), help="paired kinds (comma-separated)")
     parser.add_argument("--only-paired", action="store_true", help="the paired blocks only")
+    parser.add_argument("--only-single", action="store_true", help="the world-size-1 loops only")
     args = parser.parse_args()
     kinds = tuple(kind for kind in args.kinds.split(",") if kind)
     if not kinds or not set(kinds) <= set(PAIRED_KINDS):
@@ -286,6 +299,10 @@ def main() -> None:
 
     if native.load(build=True) is None:  # traced processes never build it themselves
         print("NOTE: the native kernel is unavailable here: the 'record' rows use the Python kernel")
+    if args.only_single:
+        single_only = run_singles(args.rounds, args.single_iters)
+        report_single(single_only, None)
+        return
     if args.only_paired:
         loads = [os.getloadavg()[0]]
         paired = run_paired(args.blocks, kinds)
@@ -302,12 +319,8 @@ def main() -> None:
                 best.setdefault(mode, {})[label] = min(value, best.get(mode, {}).get(label, float("inf")))
             loads.append(os.getloadavg()[0])
         print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-    single: dict[str, dict[str, float]] = {}
-    for _ in range(args.rounds):
-        for mode in SINGLE_MODES:
-            for key, value in run_single(mode, args.single_iters).items():
-                single.setdefault(mode, {})[key] = min(value, single.get(mode, {}).get(key, float("inf")))
-            loads.append(os.getloadavg()[0])
+    single = run_singles(args.rounds, args.single_iters)
+    loads.append(os.getloadavg()[0])
     paired = run_paired(args.blocks, kinds)
     loads.append(os.getloadavg()[0])
     report(best)
@@ -341,20 +354,32 @@ def report(best: dict[str, dict[str, float]]) -> None:
         )
 
 
-def report_single(single: dict[str, dict[str, float]], two_rank_mib_ms: float) -> None:
+SINGLE_NAMES = {
+    "record": "record (native kernel)",
+    "record-py": "record (Python kernel)",
+    "async": "async verify (native kernel)",
+    "async-py": "async verify (Python kernel, as before)",
+}
+
+
+def report_single(single: dict[str, dict[str, float]], two_rank_mib_ms: float | None) -> None:
     base = single["untraced"]
     print(
         f"world size 1, {SINGLE_NUMEL}-float all_reduce: untraced {base['us']:.1f} us/op "
         f"({base['cpu_us']:.1f} us thread cpu)"
     )
-    for mode, label in (("record", "record (native kernel)"), ("record-py", "record (Python kernel)")):
+    for mode, label in SINGLE_NAMES.items():
         traced = single[mode]
         added, added_cpu = traced["us"] - base["us"], traced["cpu_us"] - base["cpu_us"]
+        share = ""
+        if two_rank_mib_ms is not None:
+            share = (
+                f" = {added / (two_rank_mib_ms * 1e3) * 100:.1f}% of a 2-rank 1 MiB untraced "
+                f"all_reduce ({two_rank_mib_ms:.3f} ms)"
+            )
         print(
             f"  {label}: {traced['us']:.1f} us/op ({traced['cpu_us']:.1f} us thread cpu), adds "
-            f"{added:.1f} us/op ({added_cpu:.1f} us thread cpu) = "
-            f"{added / (two_rank_mib_ms * 1e3) * 100:.1f}% of a 2-rank 1 MiB untraced all_reduce "
-            f"({two_rank_mib_ms:.3f} ms)"
+            f"{added:.1f} us/op ({added_cpu:.1f} us thread cpu){share}"
         )
 
 
