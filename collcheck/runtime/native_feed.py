@@ -15,12 +15,16 @@ import copy
 import json
 import sys
 import threading
+import time
 
 from collcheck.runtime.native_recorder import NativeRecorder
 from collcheck.runtime.record import CollectiveEncoder, CollectiveEvent, TraceWriter
 from collcheck.runtime.verify import Monitor
 
 TEMPLATE_LIMIT = 4_096  # distinct lines (but number and clock) whose parsed event is kept
+# Lines taken between two releases of the GIL: a thread that wants it waits for a release, up to
+# the interpreter's switch interval (5 ms), and the issuing thread wants it on every collective.
+YIELD_EVERY = 32
 
 
 class NativeFeed:
@@ -87,7 +91,9 @@ class NativeFeed:
         agree = None
         with self._lock:
             lines, unwatched = self.native.drain()
-            for line in lines:
+            for count, line in enumerate(lines, start=1):
+                if count % YIELD_EVERY == 0:
+                    time.sleep(0)  # let the issuing thread take the GIL: it walks its frames
                 event = self._event_of(line)
                 if self._group_known(event.group):
                     self.monitor.queue_issued(event, gated=False)

@@ -43,6 +43,8 @@ from collcheck.runtime.verify_wire import (
 PENDING_LIMIT = 2 * RING  # fingerprints queued per channel for comparison, at most (memory)
 FIRST_SEEN_LIMIT = 4_096  # (group, op, call site) agreed synchronously in async mode, at most
 AHEAD_LIMIT = 1_024  # fingerprints published past a missing number before head/ skips it
+YIELD_EVERY = 64  # queued items fingerprinted between two releases of the GIL (a wait for it can
+# last the interpreter's switch interval, 5 ms)
 
 
 class Publisher:
@@ -144,7 +146,9 @@ class Publisher:
         keys: list[str] = []
         values: list[str] = []
         published: dict[str, list[int]] = {}
-        for item in new:
+        for count, item in enumerate(new, start=1):
+            if count % YIELD_EVERY == 0:
+                time.sleep(0)  # release the GIL: the issuing thread needs it for every collective
             channel, seq, fp, publisher = self._outgoing(item)
             if publisher == self.rank:
                 self.add_record(keys, values, channel, seq, fp)
