@@ -128,7 +128,7 @@ def paired_worker(blocks: int, trace_dir: str, kinds: tuple[str, ...]) -> None:
     import torch
     import torch.distributed as dist
 
-    from collcheck.runtime import hook, tracer
+    from collcheck.runtime import hook, tracer, verify_store
 
     dist.init_process_group("gloo")
     configs = {
@@ -146,9 +146,13 @@ def paired_worker(blocks: int, trace_dir: str, kinds: tuple[str, ...]) -> None:
         ratios: dict[str, list[float]] = {kind: [] for kind in kinds}
         added: dict[str, list[float]] = {kind: [] for kind in kinds}
         added_cpu: dict[str, list[float]] = {kind: [] for kind in kinds}
-        for _ in range(blocks):
+        for block in range(blocks):
             for kind in kinds:
                 base, base_cpu = _timed_block(dist, tensor, iters)
+                # Each tracer numbers its collectives from 1 and the store outlives it: a follower
+                # would compare its first-seen #n with the previous tracer's record #n (another
+                # size). A job starts one tracer; here each block's keys get a prefix of their own.
+                verify_store.PREFIX = f"collcheck-bench/{label}/{block}/{kind}"
                 tracer.start(configs[kind])
                 traced, traced_cpu = _timed_block(dist, tensor, iters)
                 tracer.stop()
