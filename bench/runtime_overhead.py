@@ -1,7 +1,8 @@
 """Overhead of the runtime tracer on small and 1 MiB all_reduces (2 gloo ranks on this machine).
 
     python bench/runtime_overhead.py [--rounds 3] [--small-iters 2000] [--large-iters 300]
-                                      [--single-iters 3000] [--blocks 80]
+                                      [--single-iters 3000] [--blocks 80] [--only-paired]
+                                      [--kinds record,record-py,async,async-py]
 
 Measures, in one run:
 
@@ -10,16 +11,21 @@ Measures, in one run:
    processes, round-robin `--rounds` times, keeping the best round of each: per-op wall time,
    rank 0's CPU time per op (all its threads), and their ratios to untraced. Goal: async verify
    adds at most a third of what DETAIL adds.
-2. Record mode against untraced in paired blocks: one pair of processes alternates untraced
-   blocks (no kernel registered) and traced blocks (the tracer started for the block), and
-   compares each traced block with the untraced block just before it (`--blocks` pairs per
-   kernel and size); prints the median and quartiles of the added time. Separate runs on this
+2. Record mode and async verify against untraced in paired blocks: one pair of processes
+   alternates untraced blocks (no kernel registered) and traced blocks (the tracer started for
+   the block), and compares each traced block with the untraced block just before it (`--blocks`
+   pairs per kind and size); prints the median and quartiles of the added wall time per op and
+   of the added CPU time of the issuing thread per op (rank 0). `async` is async verify with the
+   native kernel (the issuing thread records, the background thread compares); `async-py` is
+   async verify on the Python kernel, the path async verify took before. `--only-paired` runs
+   this part alone; `--kinds` picks the kinds. Separate runs on this
    2-core VM differ by up to ±30% from minute to minute, far more than the 5% goal (record mode
    within 5% of untraced at 1 MiB); pairs a few hundred milliseconds apart see much less of that.
-3. Record mode's added cost per collective in isolation: one process (world size 1, gloo), a
-   loop of `--single-iters` all_reduces of 1024 floats, best of 5 loops, untraced and both
-   record kernels in alternating processes, `--rounds` times each, in µs/op with the issuing
-   thread's CPU time, and as a share of the 2-rank 1 MiB untraced time of part 1.
+3. The added cost per collective in isolation: one process (world size 1, gloo), a loop of
+   `--single-iters` all_reduces of 1024 floats, best of 5 loops, untraced, both record kernels
+   and async verify on both kernels in alternating processes, `--rounds` times each, in µs/op
+   with the issuing thread's CPU time, and as a share of the 2-rank 1 MiB untraced time of part
+   1. `--only-single` runs this part alone.
 
 The 1-minute load average range is printed last. Not a test.
 """
@@ -72,7 +78,7 @@ def worker(mode: str, small_iters: int, large_iters: int, trace_dir: str) -> Non
     dist.destroy_process_group()
 
 
-SINGLE_MODES = ("untraced", "record", "record-py")
+SINGLE_MODES = ("untraced", "record", "record-py", "async", "async-py")
 SINGLE_NUMEL = 1024
 SINGLE_LOOPS = 5
 
@@ -82,10 +88,11 @@ def single_worker(mode: str, iters: int, trace_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
-    if mode in ("record", "record-py"):
+    if mode != "untraced":
         import collcheck.runtime
 
-        collcheck.runtime.enable(trace_dir, adapters=False, native=mode == "record")
+        verify, native = mode.startswith("async"), not mode.endswith("-py")
+        collcheck.runtime.enable(trace_dir, adapters=False, verify=verify, timeout=600, native=native)
     dist.init_process_group("gloo")
     tensor = torch.ones(SINGLE_NUMEL)
     for _ in range(max(iters // 10, 5)):
@@ -101,10 +108,16 @@ def single_worker(mode: str, iters: int, trace_dir: str) -> None:
     dist.destroy_process_group()
 
 
-PAIRED_KINDS = ("record", "record-py")
+PAIRED_KINDS = ("record", "record-py", "async", "async-py")
+PAIRED_NAMES = {
+    "record": "record (native kernel)",
+    "record-py": "record (Python kernel)",
+    "async": "async verify (native kernel)",
+    "async-py": "async verify (Python kernel, as before)",
+}
 
 
-def paired_worker(blocks: int, trace_dir: str) -> None:
+def paired_worker(blocks: int, trace_dir: str, kinds: tuple[str, ...]) -> None:
     """Two ranks, one process each for the whole measurement: blocks of all_reduces alternate
     between untraced (no kernel registered) and traced (the tracer started for that block), so
     each traced block is compared with the untraced block just before it, on the same processes
@@ -115,12 +128,14 @@ def paired_worker(blocks: int, trace_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from collcheck.runtime import hook, tracer
+    from collcheck.runtime import hook, tracer, verify_store
 
     dist.init_process_group("gloo")
     configs = {
         "record": tracer.TraceConfig(trace_dir, native=True),
         "record-py": tracer.TraceConfig(trace_dir, native=False),
+        "async": tracer.TraceConfig(trace_dir, verify=True, timeout_s=600, native=True),
+        "async-py": tracer.TraceConfig(trace_dir, verify=True, timeout_s=600, native=False),
     }
     results: dict[str, dict[str, list[float]]] = {}
     for label, numel in SIZES.items():
@@ -128,55 +143,67 @@ def paired_worker(blocks: int, trace_dir: str) -> None:
         iters = 300 if numel == SIZES["small (4 KiB)"] else 100  # blocks of 150-200 ms
         for _ in range(50):
             dist.all_reduce(tensor)
-        ratios: dict[str, list[float]] = {kind: [] for kind in PAIRED_KINDS}
-        added: dict[str, list[float]] = {kind: [] for kind in PAIRED_KINDS}
-        for _ in range(blocks):
-            for kind in PAIRED_KINDS:
-                base = _timed_block(dist, tensor, iters)
+        ratios: dict[str, list[float]] = {kind: [] for kind in kinds}
+        added: dict[str, list[float]] = {kind: [] for kind in kinds}
+        added_cpu: dict[str, list[float]] = {kind: [] for kind in kinds}
+        for block in range(blocks):
+            for kind in kinds:
+                base, base_cpu = _timed_block(dist, tensor, iters)
+                # Each tracer numbers its collectives from 1 and the store outlives it: a follower
+                # would compare its first-seen #n with the previous tracer's record #n (another
+                # size). A job starts one tracer; here each block's keys get a prefix of their own.
+                verify_store.PREFIX = f"collcheck-bench/{label}/{block}/{kind}"
                 tracer.start(configs[kind])
-                traced = _timed_block(dist, tensor, iters)
+                traced, traced_cpu = _timed_block(dist, tensor, iters)
                 tracer.stop()
                 hook.uninstall()
                 ratios[kind].append(traced / base)
                 added[kind].append((traced - base) * 1e6)
+                added_cpu[kind].append((traced_cpu - base_cpu) * 1e6)
         results[label] = {
             f"{kind} {stat}": [statistics.median(values[kind]), *statistics.quantiles(values[kind], n=4)]
-            for kind in PAIRED_KINDS
-            for stat, values in (("ratio", ratios), ("added_us", added))
+            for kind in kinds
+            for stat, values in (("ratio", ratios), ("added_us", added), ("added_cpu_us", added_cpu))
         }
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps(results), flush=True)
     dist.destroy_process_group()
 
 
-def _timed_block(dist: Any, tensor: Any, iters: int) -> float:
+def _timed_block(dist: Any, tensor: Any, iters: int) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this thread) per op."""
     for _ in range(10):  # past the switch: the monitor's start, first position, caches
         dist.all_reduce(tensor)
     dist.barrier()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.thread_time()
     for _ in range(iters):
         dist.all_reduce(tensor)
-    return (time.perf_counter() - started) / iters
+    return (time.perf_counter() - started) / iters, (time.thread_time() - cpu) / iters
 
 
-def run_paired(blocks: int) -> dict[str, dict[str, list[float]]]:
+def run_paired(blocks: int, kinds: tuple[str, ...]) -> dict[str, dict[str, list[float]]]:
     trace_dir = tempfile.mkdtemp(prefix="collcheck-bench-")
     command = [sys.executable, __file__, "--paired-worker", "--blocks", str(blocks), "--trace-dir", trace_dir]
-    return run_ranks(command, job_env(2), "paired run", timeout=1200)
+    command += ["--kinds", ",".join(kinds)]
+    return run_ranks(command, job_env(2), "paired run", timeout=3600)
 
 
 def report_paired(paired: dict[str, dict[str, list[float]]], blocks: int) -> None:
     print(
-        f"2 ranks, paired blocks ({blocks} pairs per kernel and size; each traced block against the "
-        "untraced block just before it, same processes): median [quartiles]"
+        f"2 ranks, paired blocks ({blocks} pairs per kind and size; each traced block against the "
+        "untraced block just before it, same processes): median [quartiles] of the added wall "
+        "time, and of the issuing thread's added CPU time (rank 0)"
     )
     for label, stats in paired.items():
-        for kind, name in (("record", "native kernel"), ("record-py", "Python kernel")):
+        for kind, name in PAIRED_NAMES.items():
+            if f"{kind} ratio" not in stats:
+                continue
             ratio, low, _, high = stats[f"{kind} ratio"]
-            added = stats[f"{kind} added_us"]
+            added, cpu = stats[f"{kind} added_us"], stats[f"{kind} added_cpu_us"]
             print(
-                f"  {label}, record ({name}): {(ratio - 1) * 100:+.1f}% [{(low - 1) * 100:+.1f}%, "
-                f"{(high - 1) * 100:+.1f}%], {added[0]:+.0f} us/op [{added[1]:+.0f}, {added[3]:+.0f}]"
+                f"  {label}, {name}: {(ratio - 1) * 100:+.1f}% [{(low - 1) * 100:+.1f}%, "
+                f"{(high - 1) * 100:+.1f}%], {added[0]:+.0f} us/op [{added[1]:+.0f}, {added[3]:+.0f}]; "
+                f"issuing thread CPU {cpu[0]:+.1f} us/op [{cpu[1]:+.1f}, {cpu[3]:+.1f}]"
             )
 
 
@@ -185,6 +212,16 @@ def run_single(mode: str, iters: int) -> dict[str, float]:
     command = [sys.executable, __file__, "--single-worker", mode, "--single-iters", str(iters)]
     command += ["--trace-dir", trace_dir]
     return run_ranks(command, job_env(1), f"single-process {mode}")
+
+
+def run_singles(rounds: int, iters: int) -> dict[str, dict[str, float]]:
+    """Each world-size-1 mode in its own process, round-robin `rounds` times; the best of each."""
+    single: dict[str, dict[str, float]] = {}
+    for _ in range(rounds):
+        for mode in SINGLE_MODES:
+            for key, value in run_single(mode, iters).items():
+                single.setdefault(mode, {})[key] = min(value, single.get(mode, {}).get(key, float("inf")))
+    return single
 
 
 def job_env(world_size: int) -> dict[str, str]:
@@ -244,10 +281,16 @@ def main() -> None:
     parser.add_argument("--single-worker", choices=SINGLE_MODES)
     parser.add_argument("--trace-dir", default="")
     parser.add_argument("--paired-worker", action="store_true")
-    parser.add_argument("--blocks", type=int, default=80, help="paired blocks per kernel and size")
+    parser.add_argument("--blocks", type=int, default=80, help="paired blocks per kind and size")
+    parser.add_argument("--kinds", default=",".join(PAIRED_KINDS), help="paired kinds (comma-separated)")
+    parser.add_argument("--only-paired", action="store_true", help="the paired blocks only")
+    parser.add_argument("--only-single", action="store_true", help="the world-size-1 loops only")
     args = parser.parse_args()
+    kinds = tuple(kind for kind in args.kinds.split(",") if kind)
+    if not kinds or not set(kinds) <= set(PAIRED_KINDS):
+        parser.error(f"--kinds: one or more of {', '.join(PAIRED_KINDS)}")
     if args.paired_worker:
-        paired_worker(args.blocks, args.trace_dir)
+        paired_worker(args.blocks, args.trace_dir, kinds)
         return
     if args.worker:
         worker(args.worker, args.small_iters, args.large_iters, args.trace_dir)
@@ -260,6 +303,17 @@ def main() -> None:
 
     if native.load(build=True) is None:  # traced processes never build it themselves
         print("NOTE: the native kernel is unavailable here: the 'record' rows use the Python kernel")
+    if args.only_single:
+        single_only = run_singles(args.rounds, args.single_iters)
+        report_single(single_only, None)
+        return
+    if args.only_paired:
+        loads = [os.getloadavg()[0]]
+        paired = run_paired(args.blocks, kinds)
+        loads.append(os.getloadavg()[0])
+        report_paired(paired, args.blocks)
+        print(f"1-minute load average: {min(loads):.2f} to {max(loads):.2f} ({os.cpu_count()} CPUs)")
+        return
     best: dict[str, dict[str, float]] = {}
     loads = [os.getloadavg()[0]]
     for round_number in range(args.rounds):
@@ -269,13 +323,9 @@ def main() -> None:
                 best.setdefault(mode, {})[label] = min(value, best.get(mode, {}).get(label, float("inf")))
             loads.append(os.getloadavg()[0])
         print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-    single: dict[str, dict[str, float]] = {}
-    for _ in range(args.rounds):
-        for mode in SINGLE_MODES:
-            for key, value in run_single(mode, args.single_iters).items():
-                single.setdefault(mode, {})[key] = min(value, single.get(mode, {}).get(key, float("inf")))
-            loads.append(os.getloadavg()[0])
-    paired = run_paired(args.blocks)
+    single = run_singles(args.rounds, args.single_iters)
+    loads.append(os.getloadavg()[0])
+    paired = run_paired(args.blocks, kinds)
     loads.append(os.getloadavg()[0])
     report(best)
     report_paired(paired, args.blocks)
@@ -308,20 +358,32 @@ def report(best: dict[str, dict[str, float]]) -> None:
         )
 
 
-def report_single(single: dict[str, dict[str, float]], two_rank_mib_ms: float) -> None:
+SINGLE_NAMES = {
+    "record": "record (native kernel)",
+    "record-py": "record (Python kernel)",
+    "async": "async verify (native kernel)",
+    "async-py": "async verify (Python kernel, as before)",
+}
+
+
+def report_single(single: dict[str, dict[str, float]], two_rank_mib_ms: float | None) -> None:
     base = single["untraced"]
     print(
         f"world size 1, {SINGLE_NUMEL}-float all_reduce: untraced {base['us']:.1f} us/op "
         f"({base['cpu_us']:.1f} us thread cpu)"
     )
-    for mode, label in (("record", "record (native kernel)"), ("record-py", "record (Python kernel)")):
+    for mode, label in SINGLE_NAMES.items():
         traced = single[mode]
         added, added_cpu = traced["us"] - base["us"], traced["cpu_us"] - base["cpu_us"]
+        share = ""
+        if two_rank_mib_ms is not None:
+            share = (
+                f" = {added / (two_rank_mib_ms * 1e3) * 100:.1f}% of a 2-rank 1 MiB untraced "
+                f"all_reduce ({two_rank_mib_ms:.3f} ms)"
+            )
         print(
             f"  {label}: {traced['us']:.1f} us/op ({traced['cpu_us']:.1f} us thread cpu), adds "
-            f"{added:.1f} us/op ({added_cpu:.1f} us thread cpu) = "
-            f"{added / (two_rank_mib_ms * 1e3) * 100:.1f}% of a 2-rank 1 MiB untraced all_reduce "
-            f"({two_rank_mib_ms:.3f} ms)"
+            f"{added:.1f} us/op ({added_cpu:.1f} us thread cpu){share}"
         )
 
 

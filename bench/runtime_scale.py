@@ -216,9 +216,9 @@ def inproc(members: int, collectives: int) -> tuple[float, float]:
             monitor.completed("0", seq)  # a blocking collective: done before the next one
         if seq % 50 == 0:  # a 50 ms tick at 1,000 collectives a second
             for monitor in monitors:
-                monitor._tick()
+                monitor.tick()
     for monitor in monitors:
-        monitor._tick()
+        monitor.tick()
     spent = (time.process_time() - cpu) / collectives * 1e6
     return spent, (store.bytes - before) / collectives
 

@@ -1,4 +1,5 @@
-"""Build, load and drive the native recorder (native/recorder.cpp), record mode's C++ kernel.
+"""Build, load and drive the native recorder (native/recorder.cpp), the C++ kernel of record mode and
+async verify.
 
 The Python kernel of hook.py costs each collective a round trip through Python; the native kernel
 writes the same trace line from C++ and enters Python only to walk the caller's frames (and, once
@@ -32,7 +33,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import CodeType, ModuleType
 from typing import TYPE_CHECKING
@@ -344,11 +345,20 @@ class NativeRecorder:
         self._main = main_thread_ident
         self._encoder = encoder  # the Python kernel's, writing the same file: one numbering of gids
 
-    def start(self, fd: int) -> None:
+    def start(self, fd: int, gate: Callable[[str], None] | None = None) -> None:
+        """`gate` (async verify): the kernel keeps every `coll` line for `drain` and calls
+        `gate(line)` before the first collective of each (group, op, call site) is issued."""
         self.module.configure(
             self.rank, json.dumps(self.rank), self._group_info, _skip_code, self._site_json, _thread_piece
         )
+        self.module.watch(gate)  # None: an earlier tracer's watching stops
         self.module.start(fd)
+
+    def drain(self) -> tuple[list[str], int]:
+        """(the `coll` lines issued since the last drain, in issue order; how many were not kept,
+        the queue being full). Async verify only."""
+        lines, unwatched = self.module.drain()
+        return list(lines), int(unwatched)
 
     def _group_info(self, name: str) -> tuple[list[int], str, int, str]:
         """(global ranks, name as JSON, gid, `group` line) of the c10d group `name`."""

@@ -7,7 +7,6 @@ Only imported once torch.distributed is in use (by `enable` or by the bootstrap 
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import socket
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 
 from collcheck.runtime import liveline, native_recorder, verify_store
 from collcheck.runtime.hook import OpSpec, call_site, install, reduce_code
+from collcheck.runtime.native_feed import NativeFeed
 from collcheck.runtime.record import (
     ENV_ALLOW_SHARED_DIR,
     SCHEMA_VERSION,
@@ -50,12 +50,13 @@ class TraceConfig:
     timeout_s: float = DEFAULT_TIMEOUT_S
     store_address: str | None = None  # host:port; default: the job's own store
     abort: bool = True  # end the job on an error (mismatch, stall) instead of only reporting it
-    native: bool = True  # record mode: the C++ kernel (native_recorder.py) where it can be built
+    native: bool = True  # record and async verify: the C++ kernel (native_recorder.py) where built
     allow_shared_dir: bool = False  # write into a world-writable folder owned by another user
 
     @property
     def uses_native(self) -> bool:
-        return self.native and not self.verify
+        """Strict mode keeps the Python kernel: it agrees on every collective before issuing it."""
+        return self.native and not self.strict
 
     @property
     def mode(self) -> str:
@@ -121,12 +122,16 @@ class _Group:
 class Tracer:
     """Implements the hook's Sink: one instance per process.
 
-    Completion. Verify modes add a callback to each Work's future, which gloo runs on its worker
-    thread (taking the GIL) before `wait()` returns. Record mode keeps that off the collective's
-    path: it notes the completion when `Work.wait()` returns in Python (the blocking
-    `torch.distributed` calls), and polls the future's `done()` for the rest (DDP's buckets,
-    functional collectives, async ops) when the next collective is issued and on every monitor
-    tick, so their `t_end` may be up to one tick (50 ms) late.
+    Completion. Strict mode (and async mode without the native kernel configured) adds a
+    callback to each Work's future, which gloo runs on its worker thread (taking the GIL) before
+    `wait()` returns. Record mode and async mode keep that off the collective's path: they note
+    the completion when `Work.wait()` returns in Python (the blocking `torch.distributed` calls),
+    and poll the future's `done()` for the rest (DDP's buckets, functional collectives, async ops)
+    when the next collective is issued and on every monitor tick, so their `t_end` may be up to
+    one tick (50 ms) late; the native kernel notes them in C++.
+
+    With the native kernel, what it records reaches the monitor through a NativeFeed
+    (native_feed.py): in async verify the issuing thread pays only the record.
     """
 
     def __init__(self, config: TraceConfig, rank: int, world_size: int) -> None:
@@ -149,16 +154,15 @@ class Tracer:
         path = os.path.join(config.trace_dir, trace_file_name(rank))
         self.writer = TraceWriter(path, config.allow_shared_dir)
         self.encoder = CollectiveEncoder(rank)
-        # Record mode: works whose completion is not yet noted (see the class docstring).
-        self._poll_completion = not config.verify
+        # Works whose completion is not yet noted (see the class docstring).
+        self._poll_completion = config.uses_native or not config.verify
         # work -> [event, its future (asked for at the first poll)]
         self._pending: dict[Any, list[Any]] = {}
         self._observable: dict[tuple[str, str], bool] = {}  # (group, op) -> the backend gives futures
         self._pending_lock = threading.Lock()
         self._p2p_waits: dict[Any, CollectiveEvent] = {}  # send/recv Works without a future
         self.native: native_recorder.NativeRecorder | None = None
-        self._native_events: dict[str, CollectiveEvent] = {}  # in-flight line -> its event
-        self._native_last: tuple[str, CollectiveEvent] | None = None
+        self.feed: NativeFeed | None = None  # what the native kernel records, to the monitor
         self.monitor = Monitor(
             MonitorConfig(
                 rank,
@@ -185,11 +189,13 @@ class Tracer:
         self.mechanism = install(_FORWARD, native=module)
         if self.mechanism == "native" and module is not None:
             self.native = native_recorder.NativeRecorder(module, self.rank, self._main, self.encoder)
+            self.feed = NativeFeed(self.native, self.writer, self.encoder, self.monitor, self.config.verify)
         _FORWARD.route(self)  # with the native kernel, sends and recvs still come here
         _patch_existing_backends()
         self.writer.write(self._header())
         if self.native is not None:
-            self.native.start(self.writer.fileno())
+            assert self.feed is not None
+            self.native.start(self.writer.fileno(), self.feed.gate if self.config.verify else None)
         self.monitor.start()
 
     def _native_module(self) -> Any:
@@ -202,7 +208,7 @@ class Tracer:
         status = native_recorder.build_in_background()
         if status == "started":
             native_recorder.warn(
-                "record mode uses the Python kernel in this run; the native kernel is being built "
+                "this run uses the Python kernel; the native kernel is being built "
                 "in the background for later runs (`python -m collcheck.runtime.native build` "
                 "builds it ahead of time, e.g. as a step of a container image build)"
             )
@@ -238,6 +244,8 @@ class Tracer:
         if self.native is not None:
             self.native.stop()
             self.writer.lost_elsewhere(self.native.lost())
+            if self.feed is not None and self.config.verify:  # the last ones, for the final comparison
+                self.feed.take_watched()
         self.monitor.stop(exited=True)
         self.writer.write({"ev": "exit", "t": time.time()})
         self.writer.close()
@@ -471,38 +479,13 @@ class Tracer:
         """The monitor's tick in record mode: note completions, write the deferred `done` lines."""
         self.poll_completions()  # with the native kernel: sends and recvs (the Python kernel's)
         self.writer.flush()
-        if self.native is not None:
-            self._native_tick()
-
-    def _native_tick(self) -> None:
-        """Give the monitor what the native recorder has in flight (for positions and stalls)."""
-        assert self.native is not None
-        self.native.flush()
-        self.writer.lost_elsewhere(self.native.lost())
-        issued, inflight, last, last_done = self.native.snapshot()
-        events = {line: self._native_events.get(line) or self._event_of(line) for line in inflight}
-        self._native_events = events
-        last_event = events.get(last)
-        if last_event is None and last:
-            if self._native_last is None or self._native_last[0] != last:
-                self._native_last = (last, self._event_of(last))
-            last_event = self._native_last[1]
-        self.monitor.sync_collectives(issued, list(events.values()), last_event, last_done)
-
-    def _event_of(self, line: str) -> CollectiveEvent:
-        """The event of one of the native kernel's `coll` lines, with the members its gid names."""
-        row = json.loads(line)
-        event = CollectiveEvent.from_json(row)
-        known = self.encoder.members(int(row["gid"]))
-        if known is not None:
-            event.group_ranks, event.group_desc = known
-        return event
+        if self.feed is not None:
+            self.feed.tick()
 
     def _flush_native(self) -> None:
         """Before the monitor ends the process: the native kernel's deferred `done` lines."""
-        if self.native is not None:
-            self.native.flush()
-            self.writer.lost_elsewhere(self.native.lost())
+        if self.feed is not None:
+            self.feed.flush()
 
     def _drain(self, grace_s: float) -> None:
         deadline = time.monotonic() + grace_s

@@ -1,11 +1,12 @@
 """The store client of cross-rank verification: connections to the job's own c10d store under the
 `collcheck/` prefix (verify_protocol.PREFIX), and how often a rank may talk to it for a world of a
-given size. In: an address or the job's default store; a world size. Out: store clients, Pacing.
+given size. In: an address or the job's default store; a world size. Out: store clients (held in
+a rank's Connections), Pacing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +22,22 @@ HEARTBEAT_S = 5.0  # an unchanged position is republished this often (a live ran
 POSITION_REQUESTS_PER_S = 5_000
 CONNECT_BUDGET_S = 10.0  # retrying the extra store connections for at least this long,
 CONNECT_PER_RANK_S = 0.02  # plus this per rank of the world (a thousand clients connect at once)
+
+
+@dataclass
+class Connections:
+    """One rank's clients of the job's store, shared by the parts of its monitor. `store` serves the
+    background thread; `sync` the issuing threads (strict mode, async mode's first-seen checks), so
+    a wait there never delays the background thread's abort polling; `abort` the abort waiter,
+    blocked in its wait. `store` and `sync` are None once the rank degraded to recording only."""
+
+    store: Any = None
+    sync: Any = None
+    abort: Any = None
+    degraded: bool = False  # store failures made this rank recording only: it publishes nothing
+    ended: bool = False  # the process group is being destroyed: store errors are expected
+    # says `degraded/<rank>` when no connection of ours works: the job's own client
+    fallback: Any = field(default=None, repr=False)
 
 
 def connect_store(address: str | None, timeout_s: float) -> Any:

@@ -1,5 +1,5 @@
 """Point-to-point checks without processes: pairing, texts, stalls, and the store protocol run by
-monitors sharing an in-memory store (`_publish_and_compare` is one tick of the background thread;
+monitors sharing an in-memory store (`publisher.publish_and_compare` is one tick of the background thread;
 `_check_late` is the part of a tick that compares strict recvs that gave way)."""
 
 from __future__ import annotations
@@ -191,9 +191,9 @@ def test_async_mode_compares_each_recv_with_its_send_in_the_background() -> None
     receiver.issued_p2p(_p2p(1, "recv", 0, seq=1))
     receiver.issued_p2p(_p2p(1, "recv", 0, seq=2, numel=8, line=15))
     assert not store.data  # nothing on the issuing thread
-    sender._publish_and_compare(store)
+    sender.publisher.publish_and_compare(store)
     assert store.head("0:p2p/0-1") == 2 and store.sets["fp/0:p2p/0-1/2"] == 1
-    receiver._publish_and_compare(store)
+    receiver.publisher.publish_and_compare(store)
     assert reports.reports == [MISMATCH]
 
 
@@ -229,11 +229,11 @@ def test_strict_recvs_posted_before_the_sends_on_both_ranks_give_way(numel: int)
     for thread in ranks:
         thread.join(3.0)  # the stall timeout is 10 s: a recv saw the other rank wait for it
     assert not any(thread.is_alive() for thread in ranks)
-    assert 1 <= len(rank0._late) + len(rank1._late) <= 2  # at least one gave way
+    assert 1 <= len(rank0.agreement._late) + len(rank1.agreement._late) <= 2  # at least one gave way
     assert store.data["pwait/0"] == store.data["pwait/1"] == b""  # nobody is waiting any more
-    rank0._check_late(store)
-    rank1._check_late(store)
-    assert not rank0._late and not rank1._late and not reports0.reports
+    rank0.agreement.check_late(store)
+    rank1.agreement.check_late(store)
+    assert not rank0.agreement._late and not rank1.agreement._late and not reports0.reports
     expected = [] if numel == 4 else [(*MISMATCH[:2], MISMATCH[2].replace("#2", "#1"))]
     assert reports1.reports == expected
 
@@ -243,8 +243,8 @@ def test_a_recv_from_any_source_is_tracked_but_not_paired() -> None:
     receiver, _ = _monitor(1, store)
     receiver.issued_p2p(_p2p(1, "recv_any_source", None, seq=1))
     receiver.issued_p2p(_p2p(1, "recv", 0, seq=2))  # which send it takes cannot be told any more
-    assert set(receiver._inflight) == {("0:p2p", 1), ("0:p2p", 2)} and not receiver._slots
-    assert not receiver._new
+    assert set(receiver.ledger._inflight) == {("0:p2p", 1), ("0:p2p", 2)} and not receiver.ledger._slots
+    assert not receiver.publisher._new
 
 
 def test_sends_and_recvs_with_different_peers_complete_in_any_order() -> None:
@@ -252,19 +252,20 @@ def test_sends_and_recvs_with_different_peers_complete_in_any_order() -> None:
     monitor.issued_p2p(_p2p(1, "recv", 0, seq=1))
     monitor.issued_p2p(_p2p(1, "send", 2, seq=2))
     monitor.completed("0:p2p", 2)  # unlike a group's collectives, #1 is still in flight
-    assert set(monitor._inflight) == {("0:p2p", 1)} and set(monitor._slots) == {("0:p2p", 1)}
+    assert set(monitor.ledger._inflight) == {("0:p2p", 1)} and set(monitor.ledger._slots) == {("0:p2p", 1)}
 
 
 def test_send_records_take_a_fixed_ring_of_slots_per_channel(monkeypatch: pytest.MonkeyPatch) -> None:
-    from collcheck.runtime import verify, verify_wire
+    from collcheck.runtime import verify_agree, verify_publish, verify_wire
 
     monkeypatch.setattr(verify_wire, "RING", 2)
-    monkeypatch.setattr(verify, "RING", 2)
+    monkeypatch.setattr(verify_publish, "RING", 2)
+    monkeypatch.setattr(verify_agree, "RING", 2)
     store = FakeStore()
     sender, _ = _monitor(0, store)
     for seq in range(1, 6):
         sender.issued_p2p(_p2p(0, "send", 1, seq=seq))
-    sender._publish_and_compare(store)
+    sender.publisher.publish_and_compare(store)
     slots = {key: store.data[key].split(b" ")[0] for key in store.data if key.startswith("fp/")}
     assert slots == {"fp/0:p2p/0-1/0": b"4", "fp/0:p2p/0-1/1": b"5"}  # overwritten, never deleted
     assert store.calls["delete_key"] == 0

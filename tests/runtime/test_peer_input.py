@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fake_store import FakeStore, ReportWriter
 
-from collcheck.runtime import verify, verify_protocol
+from collcheck.runtime import verify_protocol, verify_report
 from collcheck.runtime.record import CallSite, CollectiveEvent, trace_file_name
 from collcheck.runtime.verify import Monitor, MonitorConfig
 from collcheck.runtime.verify_protocol import Position, fingerprint
@@ -94,11 +94,11 @@ def test_a_stall_report_is_written_when_a_peer_trace_and_position_are_damaged(
     class Ended(BaseException):  # like the os._exit it stands for: no handler catches it
         pass
 
-    def finish(self: Monitor, kind: str | None, text: str | None, echo: bool) -> None:
+    def finish(self: verify_report.Reporter, kind: str | None, text: str | None, echo: bool) -> None:
         raise Ended(kind)
 
-    monkeypatch.setattr(verify, "ABORT_LINGER_S", 0.0)
-    monkeypatch.setattr(verify.Monitor, "_finish", finish)
+    monkeypatch.setattr(verify_report, "ABORT_LINGER_S", 0.0)
+    monkeypatch.setattr(verify_report.Reporter, "finish", finish)
     store = FakeStore()
     store.set("pos/1", b'{"rank": 1, "t": 0.0, "inflight": [{"g": 5}]}')  # damaged: no usable fields
     _write_trace(tmp_path / trace_file_name(1), [{"ev": "coll", "rank": 1}])
@@ -112,9 +112,9 @@ def test_a_stall_report_is_written_when_a_peer_trace_and_position_are_damaged(
     monitor.store = monitor.sync_store = store
     event = _event(0, 1, 12)
     monitor.issued(event, check=False)
-    monitor._publish_members(store)
+    monitor.ledger.publish_members(store)
     with pytest.raises(Ended):
-        monitor._report_stall(verify_protocol.blocked_fingerprint(event), store)
+        monitor.watchdog.report_stall(verify_protocol.blocked_fingerprint(event), store)
     kinds = [report[0] for report in writer.reports]
     assert kinds[0] == "stall" and "degraded" not in kinds
     assert "rank 1: never reported a position" in str(writer.reports[0][2])

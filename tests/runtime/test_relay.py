@@ -52,7 +52,7 @@ class Job:
             monitor.store = monitor.sync_store = self.store
             if relay is not None:
                 relay.start(self.store)
-                monitor._say_relay()
+                monitor.publisher.say_relay()
             self.monitors[rank] = monitor
 
     def _relay(self, rank: int, serve_fails: bool, stale_s: float) -> NodeRelay:
@@ -77,13 +77,13 @@ class Job:
     def tick(self, rounds: int = 1, ranks: tuple[int, ...] = RANKS) -> None:
         for _ in range(rounds):
             for rank in ranks:
-                self.monitors[rank]._tick()
+                self.monitors[rank].tick()
                 self.settle()
 
     def settle(self) -> None:
         """Until every reader's thread has read what its monitor asked for."""
         for monitor in self.monitors.values():
-            reader = monitor._relay._reader if monitor._relay is not None else None
+            reader = monitor.publisher.relay._reader if monitor.publisher.relay is not None else None
             deadline = time.monotonic() + 10.0
             while reader is not None and time.monotonic() < deadline:
                 if reader.idle.is_set() and not reader._wake.is_set():
@@ -98,7 +98,7 @@ class Job:
 
 
 def _relay(job: Job, rank: int) -> NodeRelay:
-    relay = job.monitors[rank]._relay
+    relay = job.monitors[rank].publisher.relay
     assert relay is not None
     return relay
 
@@ -108,7 +108,7 @@ def _state(job: Job, rank: int) -> RelayState:
 
 
 def _all_compared(job: Job) -> bool:
-    return all(not any(job.monitors[rank]._pending.values()) for rank in (1, 2, 3))
+    return all(not any(job.monitors[rank].publisher._pending.values()) for rank in (1, 2, 3))
 
 
 def test_followers_read_the_rolling_hash_through_one_relay_per_node() -> None:
@@ -194,7 +194,7 @@ def test_a_relay_whose_rank_ended_is_left_without_a_warning() -> None:
     job.issue(range(3, 10))
     job.tick(2, ranks=(0, 1, 3))
     assert _state(job, 3) is RelayState.DIRECT
-    assert job.reports(3) == [] and not job.monitors[3]._pending["0"]
+    assert job.reports(3) == [] and not job.monitors[3].publisher._pending["0"]
 
 
 def test_an_idle_node_asks_the_job_store_nothing() -> None:
@@ -216,7 +216,7 @@ def test_the_pace_counts_relays_and_publishers_not_ranks() -> None:
     job.tick(3)
     # Two relays and one publisher (rank 0, the group's leader): 3 job-store clients per tick.
     assert [_relay(job, rank).requesters() for rank in RANKS] == [3, 3, 3, 3]
-    assert job.monitors[1]._compare_every() == 0.05
+    assert job.monitors[1].publisher.compare_every() == 0.05
     assert relayed_compare_s(1_000) == 0.05
     assert relayed_compare_s(10_000 // 8 + 1) == pytest.approx(0.06255)  # 10,000 ranks, 8 a node
 
@@ -254,8 +254,8 @@ def test_a_stopped_relay_never_blocks_a_readers_monitor_thread() -> None:
     job.issue(range(3, 20), odd=(3, 12))
     started = time.monotonic()
     for _ in range(15):
-        job.monitors[0]._tick()  # the leader publishes
-        job.monitors[3]._tick()
+        job.monitors[0].tick()  # the leader publishes
+        job.monitors[3].tick()
         time.sleep(0.1)
     assert time.monotonic() - started < 5.0
     assert _state(job, 3) is RelayState.DIRECT

@@ -75,7 +75,7 @@ def test_stall_names_missing_rank_and_where_it_is() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Async mode's first-seen checks, on monitors sharing an in-memory store (no threads but the
-# ones a test starts; `_publish_and_compare` is one tick of the background thread)
+# ones a test starts; `publisher.publish_and_compare` is one tick of the background thread)
 
 
 def _monitor(rank: int, store: FakeStore, strict: bool = False) -> tuple[Monitor, ReportWriter]:
@@ -94,7 +94,7 @@ def test_a_new_call_site_is_published_before_issue_and_later_ones_in_the_backgro
     for seq in range(2, 6):  # the same call site with other shapes: a loop, not a new site
         leader.issued(_event(0, seq, line=10, numel=seq))
     assert "fp/0/2" not in store.data and store.head("0") == 1
-    leader._publish_and_compare(store)  # the background thread's tick
+    leader.publisher.publish_and_compare(store)  # the background thread's tick
     assert store.head("0") == 5
     assert [store.sets[f"fp/0/{seq}"] for seq in range(1, 6)] == [1] * 5  # each published once
 
@@ -106,7 +106,7 @@ def test_a_new_leader_site_publishes_what_was_queued_before_it_in_order() -> Non
     leader.issued(_event(0, 2, line=10))  # queued for the background thread
     leader.issued(_event(0, 3, line=11))  # new: #2 must go out first, or head/0 would run ahead
     assert store.head("0") == 3 and [store.sets[f"fp/0/{seq}"] for seq in (1, 2, 3)] == [1, 1, 1]
-    leader._publish_and_compare(store)
+    leader.publisher.publish_and_compare(store)
     assert store.head("0") == 3 and store.sets["fp/0/2"] == 1
 
 
@@ -121,7 +121,7 @@ def test_a_follower_at_a_new_site_waits_for_what_the_leader_publishes_in_the_bac
     waiting.start()
     waiting.join(0.3)
     assert waiting.is_alive()  # the follower's collective is not issued yet
-    leader._publish_and_compare(store)
+    leader.publisher.publish_and_compare(store)
     waiting.join(5.0)
     assert not waiting.is_alive()
     assert reports.reports == [
@@ -134,8 +134,8 @@ def test_a_follower_at_a_new_site_waits_for_what_the_leader_publishes_in_the_bac
             "in a swapped pair)",
         )
     ]
-    follower._publish_and_compare(store)  # compared once: nothing pending, nothing reported again
-    assert len(reports.reports) == 1 and not any(follower._pending.values())
+    follower.publisher.publish_and_compare(store)  # compared once: nothing pending, nothing reported again
+    assert len(reports.reports) == 1 and not any(follower.publisher._pending.values())
     assert store.head("0") == 2 and store.sets["fp/0/2"] == 1
 
 
@@ -156,14 +156,14 @@ def test_a_different_shape_at_a_new_site_is_a_mismatch_before_it_is_issued() -> 
 
 
 def test_first_seen_sites_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    from collcheck.runtime import verify
+    from collcheck.runtime import verify_publish
 
-    monkeypatch.setattr(verify, "FIRST_SEEN_LIMIT", 2)
+    monkeypatch.setattr(verify_publish, "FIRST_SEEN_LIMIT", 2)
     store = FakeStore()
     leader, _ = _monitor(0, store)
     for seq, line in enumerate((10, 11, 12, 13), start=1):
         leader.issued(_event(0, seq, line=line))
-    assert store.head("0") == 2 and len(leader._new) == 2  # the rest are left asynchronous
+    assert store.head("0") == 2 and len(leader.publisher._new) == 2  # the rest are left asynchronous
 
 
 def test_head_never_counts_a_fingerprint_queued_out_of_order() -> None:
@@ -174,7 +174,7 @@ def test_head_never_counts_a_fingerprint_queued_out_of_order() -> None:
     leader.issued(_event(0, 3, line=11))
     assert "fp/0/3" in store.data and store.head("0") == 1  # #2 is missing: head stays
     leader.issued(_event(0, 2, line=10))
-    leader._publish_and_compare(store)
+    leader.publisher.publish_and_compare(store)
     assert store.head("0") == 3
 
 
@@ -191,7 +191,7 @@ def test_a_follower_does_not_wait_for_a_leader_that_degraded_to_recording() -> N
     started = time.monotonic()
     follower.issued(_event(1, 2, line=11))
     assert time.monotonic() - started < 0.5  # known to be gone: no wait at all
-    assert reports.reports == [] and follower._gone == {0}
+    assert reports.reports == [] and follower.comparer.gone == {0}
 
 
 def test_a_collective_of_a_group_c10d_does_not_know_is_never_compared() -> None:
@@ -202,7 +202,7 @@ def test_a_collective_of_a_group_c10d_does_not_know_is_never_compared() -> None:
     recv = CollectiveEvent(1, "0:p2p", (0, 1), 1, "recv", ((4,),), ("float32",), root=0)
     follower.issued_p2p(recv, check=False)  # nor does its guessed sender
     assert time.monotonic() - started < 1.0 and reports.reports == []
-    assert {("0", 1), ("0:p2p", 1)} <= set(follower._inflight)  # still watched for stalls
+    assert {("0", 1), ("0:p2p", 1)} <= set(follower.ledger._inflight)  # still watched for stalls
 
 
 def test_native_sync_keeps_what_other_kernels_have_in_flight() -> None:
@@ -213,10 +213,13 @@ def test_native_sync_keeps_what_other_kernels_have_in_flight() -> None:
     native = _event(0, 7, line=10)
     native.t_start = 10.0
     monitor.sync_collectives({"0": 7}, [native], native, False)
-    assert set(monitor._inflight) == {("pynccl:0", 1), ("0", 7)}
-    assert monitor._last is adapter  # issued after the native kernel's last collective
+    assert set(monitor.ledger._inflight) == {("pynccl:0", 1), ("0", 7)}
+    assert monitor.ledger._last is adapter  # issued after the native kernel's last collective
     monitor.sync_collectives({"0": 7}, [], native, True)  # the native one completed
-    assert set(monitor._inflight) == {("pynccl:0", 1)} and monitor._issued == {"pynccl:0": 1, "0": 7}
+    assert set(monitor.ledger._inflight) == {("pynccl:0", 1)} and monitor.ledger._issued == {
+        "pynccl:0": 1,
+        "0": 7,
+    }
 
 
 def test_operands_are_read_from_the_call_expression() -> None:
@@ -289,12 +292,12 @@ def _leader_traffic(members: int, collectives: int) -> tuple[int, int, int]:
 
     store = FakeStore()
     leader, _ = _monitor(0, store)
-    leader._pace = Pacing(0.05, 1e9, 1e9)  # one position, the first: not a loaded machine's timing
+    leader.ledger.pace = Pacing(0.05, 1e9, 1e9)  # one position, the first: not a loaded machine's timing
     for seq in range(1, collectives + 1):
         leader.issued(_wide_event(0, seq, members))
         if seq % 10 == 0:
-            leader._tick()
-    leader._tick()
+            leader.tick()
+    leader.tick()
     members_bytes = len("members/0") + len(store.data["members/0"])
     records = [len(value) for key, value in store.data.items() if key.startswith("fp/")]
     return (store.written - members_bytes) // collectives, max(records), sum(store.calls.values())
@@ -308,10 +311,10 @@ def test_what_a_leader_writes_per_collective_does_not_grow_with_the_group() -> N
     store = FakeStore()
     leader, _ = _monitor(0, store)
     leader.issued(_wide_event(0, 1, 1024))
-    leader._tick()
+    leader.tick()
     assert store.sets["members/0"] == 1  # the member list is written once per group
     leader.issued(_wide_event(0, 2, 1024))
-    leader._tick()
+    leader.tick()
     assert store.sets["members/0"] == 1
     assert b"ranks" not in store.data["pos/0"] and len(store.data["pos/0"]) < 600
 
@@ -321,11 +324,11 @@ def test_a_member_list_is_written_once_by_whichever_member_uses_the_group_first(
     follower, _ = _monitor(1, store)
     leader, _ = _monitor(0, store)
     follower.issued(_event(1, 1, line=10), check=False)  # the lowest rank has not used it yet
-    follower._publish_members(store)
+    follower.ledger.publish_members(store)
     assert store.data["members/0"] == b"[0,1]"
     leader.issued(_event(0, 1, line=10), check=False)
-    leader._publish_members(store)
-    follower._publish_members(store)
+    leader.ledger.publish_members(store)
+    follower.ledger.publish_members(store)
     assert store.sets["members/0"] == 1 and store.calls["add"] == 2  # one claim per rank, once
 
 
@@ -336,9 +339,9 @@ def test_a_follower_reads_details_only_when_the_hashes_differ() -> None:
     for seq in range(1, 21):
         leader.issued(_event(0, seq, line=10))
         follower.issued(_event(1, seq, line=10, numel=8 if seq == 20 else 4))
-    leader._publish_and_compare(store)
+    leader.publisher.publish_and_compare(store)
     store.reads.clear()
-    follower._publish_and_compare(store)
+    follower.publisher.publish_and_compare(store)
     details_reads = [key for key in store.reads if key.startswith("dt/")]
     assert details_reads == ["dt/0/0"]  # once, for #20, the only one that differs
     assert reports.reports == [
@@ -354,18 +357,19 @@ def test_a_follower_reads_details_only_when_the_hashes_differ() -> None:
 def test_a_follower_that_falls_behind_the_ring_says_so_and_keeps_comparing(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from collcheck.runtime import verify, verify_wire
+    from collcheck.runtime import verify_agree, verify_publish, verify_wire
 
     monkeypatch.setattr(verify_wire, "RING", 4)
-    monkeypatch.setattr(verify, "RING", 4)
+    monkeypatch.setattr(verify_publish, "RING", 4)
+    monkeypatch.setattr(verify_agree, "RING", 4)
     store = FakeStore()
     leader, _ = _monitor(0, store)
     follower, reports = _monitor(1, store)
     for seq in range(1, 11):  # the leader publishes 10 before the follower reads any
         leader.issued(_event(0, seq, line=10))
         follower.issued(_event(1, seq, line=10, numel=8 if seq == 10 else 4))
-    leader._publish_and_compare(store)
-    follower._publish_and_compare(store)
+    leader.publisher.publish_and_compare(store)
+    follower.publisher.publish_and_compare(store)
     kinds = [(kind, severity) for kind, severity, _ in reports.reports]
     assert kinds == [("behind", "warning"), ("mismatch", "error")]  # #10 is still compared
     assert "5 collective(s) not compared" in str(reports.reports[0][2])  # #2-#6; #1 was first-seen
@@ -375,33 +379,33 @@ def test_a_follower_that_falls_behind_the_ring_says_so_and_keeps_comparing(
 
 
 def test_a_queue_too_long_for_memory_is_cut_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
-    from collcheck.runtime import verify
+    from collcheck.runtime import verify_publish
 
-    monkeypatch.setattr(verify, "PENDING_LIMIT", 4)
+    monkeypatch.setattr(verify_publish, "PENDING_LIMIT", 4)
     store = FakeStore()
     follower, reports = _monitor(1, store)
-    follower._gone.add(0)  # no first-seen wait for the leader: it publishes nothing here
+    follower.comparer.gone.add(0)  # no first-seen wait for the leader: it publishes nothing here
     for seq in range(1, 8):
         follower.issued(_event(1, seq, line=10))
-    with follower._publish_lock:
-        follower._publish_queued(store)  # the leader never published: 7 queued, 4 kept
-    assert [seq for seq, _ in follower._pending["0"]] == [4, 5, 6, 7]
-    assert follower._missed == {"0": 2} and reports.reports[-1][0] == "behind"
+    with follower.publisher.publish_lock:
+        follower.publisher.publish_queued(store)  # the leader never published: 7 queued, 4 kept
+    assert [seq for seq, _ in follower.publisher._pending["0"]] == [4, 5, 6, 7]
+    assert follower.comparer.missed == {"0": 2} and reports.reports[-1][0] == "behind"
 
 
 def test_a_stall_report_reads_positions_once_for_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every rank of a 32-rank group times out together: one reads the positions, the others
     wait for its abort (the W*W reads of every rank reading every position are gone)."""
-    from collcheck.runtime import verify, verify_protocol
+    from collcheck.runtime import verify_protocol, verify_report
 
     class Ended(BaseException):  # like the os._exit it stands for: no handler catches it
         pass
 
-    def finish(self: Monitor, kind: str | None, text: str | None, echo: bool) -> None:
+    def finish(self: verify_report.Reporter, kind: str | None, text: str | None, echo: bool) -> None:
         raise Ended(kind)
 
-    monkeypatch.setattr(verify, "ABORT_LINGER_S", 0.0)
-    monkeypatch.setattr(verify.Monitor, "_finish", finish)
+    monkeypatch.setattr(verify_report, "ABORT_LINGER_S", 0.0)
+    monkeypatch.setattr(verify_report.Reporter, "finish", finish)
     store = FakeStore()
     members = 32
     monitors = []
@@ -412,12 +416,12 @@ def test_a_stall_report_reads_positions_once_for_the_job(monkeypatch: pytest.Mon
         monitor.store = monitor.sync_store = store
         event = _wide_event(rank, 1, members)
         monitor.issued(event, check=False)
-        monitor._publish_members(store)
-        monitor._publish_position()
+        monitor.ledger.publish_members(store)
+        monitor.ledger.publish_position(store)
         monitors.append((monitor, writer, event))
     for monitor, _, event in monitors:
         with pytest.raises(Ended):
-            monitor._report_stall(verify_protocol.blocked_fingerprint(event), store)
+            monitor.watchdog.report_stall(verify_protocol.blocked_fingerprint(event), store)
     position_reads = sum(count for key, count in store.reads.items() if key.startswith("pos/"))
     assert position_reads <= 2 * members
     reporter = monitors[0][1].reports
@@ -426,14 +430,14 @@ def test_a_stall_report_reads_positions_once_for_the_job(monkeypatch: pytest.Mon
 
 
 def test_a_rank_that_lost_the_claim_reports_itself_if_no_abort_comes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from collcheck.runtime import verify
+    from collcheck.runtime import verify_watchdog
 
-    monkeypatch.setattr(verify, "STALL_CLAIM_GRACE_S", 0.2)
+    monkeypatch.setattr(verify_watchdog, "STALL_CLAIM_GRACE_S", 0.2)
     store = FakeStore()
     store.add("stall_claim", 1)  # a reporter that died before it could write
     config = MonitorConfig(rank=1, verify=True, strict=False, timeout_s=5.0, world_size=2)
     monitor = Monitor(config, writer=ReportWriter(), store_factory=None)  # type: ignore[arg-type]
-    assert monitor._claim_report(store)  # after the grace: nobody else will say it
+    assert monitor.watchdog.claim_report(store)  # after the grace: nobody else will say it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -516,28 +520,30 @@ def test_an_idle_rank_asks_the_store_almost_nothing_and_stops_its_waiter() -> No
     time.sleep(2.0)  # 40 ticks: 40 polls of `abort` before
     assert sum(store.calls.values()) - before == 0
     monitor.stop(exited=False)
-    assert monitor._waiter is not None and not monitor._waiter.is_alive()  # woken by its own key
+    assert (
+        monitor.reporter.waiter is not None and not monitor.reporter.waiter.is_alive()
+    )  # woken by its own key
     assert not any(thread.name == "collcheck-abort" for thread in threading.enumerate())
     assert writer.reports == []
 
 
 def test_an_abort_is_learned_through_the_wait_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from collcheck.runtime import verify
+    from collcheck.runtime import verify_report
 
     ended: list[tuple[float, str | None]] = []
 
-    def finish(self: Monitor, kind: str | None, text: str | None, echo: bool) -> None:
+    def finish(self: verify_report.Reporter, kind: str | None, text: str | None, echo: bool) -> None:
         ended.append((time.monotonic(), text))
 
-    monkeypatch.setattr(verify.Monitor, "_finish", finish)
-    monkeypatch.setattr(verify, "ABORT_LINGER_S", 0.0)
+    monkeypatch.setattr(verify_report.Reporter, "finish", finish)
+    monkeypatch.setattr(verify_report, "ABORT_LINGER_S", 0.0)
     store = FakeStore()
     follower, _ = _started(2, store, world=3)
     time.sleep(0.2)
     reporter, _ = _monitor(1, store)
     reporter.config.world_size, reporter.config.abort = 3, True
     reported = time.monotonic()
-    reporter._fail("mismatch", "collective mismatch: rank 0 ... vs rank 1 ...")
+    reporter.reporter.fail("mismatch", "collective mismatch: rank 0 ... vs rank 1 ...")
     deadline = time.monotonic() + 5.0
     while len(ended) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -582,10 +588,11 @@ def test_a_strict_follower_learns_a_late_leader_record_through_one_wait() -> Non
 def test_a_strict_leader_empties_the_next_slot_of_the_ring_for_its_waiters(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from collcheck.runtime import verify, verify_wire
+    from collcheck.runtime import verify_agree, verify_publish, verify_wire
 
     monkeypatch.setattr(verify_wire, "RING", 4)
-    monkeypatch.setattr(verify, "RING", 4)
+    monkeypatch.setattr(verify_publish, "RING", 4)
+    monkeypatch.setattr(verify_agree, "RING", 4)
     store, leader, follower, reports = _pair(strict=True)
     for seq in range(1, 6):
         leader.issued(_event(0, seq, line=10))
@@ -603,7 +610,7 @@ def test_a_strict_leader_that_degrades_releases_its_blocked_followers() -> None:
     _, leader, follower, reports = _pair(strict=True)
     leader.issued(_event(0, 1, line=10))
     follower.issued(_event(1, 1, line=10))
-    leader._issued["0"] = 2  # it issued #2, and its publication failed
+    leader.ledger._issued["0"] = 2  # it issued #2, and its publication failed
     waiting = _issue_later(follower, _event(1, 2, line=10))
     time.sleep(0.3)
     started = time.monotonic()
@@ -628,13 +635,16 @@ def _lockstep(leader: Monitor, follower: Monitor, seqs: range, follower_numel: i
 def test_a_follower_compares_a_ticks_collectives_with_one_read_of_the_chain() -> None:
     store, leader, follower, reports = _pair()
     _lockstep(leader, follower, range(1, 101))
-    leader._publish_and_compare(store)
+    leader.publisher.publish_and_compare(store)
     store.calls.clear()
     store.reads.clear()
-    follower._publish_and_compare(store)
+    follower.publisher.publish_and_compare(store)
     assert dict(store.calls) == {"compare_set": 1}  # rh/0; no record read
     assert list(store.reads) == ["rh/0"] and reports.reports == []
-    assert not follower._pending["0"] and follower._base["0"] == (100, leader._chain["0"])
+    assert not follower.publisher._pending["0"] and follower.publisher._base["0"] == (
+        100,
+        leader.publisher._chain["0"],
+    )
 
 
 def test_a_missing_collective_in_the_middle_of_a_tick_is_named_with_both_call_sites() -> None:
@@ -644,8 +654,8 @@ def test_a_missing_collective_in_the_middle_of_a_tick_is_named_with_both_call_si
     for seq in range(31, 61):
         leader.issued(_event(0, seq, line=10))
         follower.issued(_event(1, seq - 1, line=10))
-    leader._publish_and_compare(store)
-    follower._publish_and_compare(store)
+    leader.publisher.publish_and_compare(store)
+    follower.publisher.publish_and_compare(store)
     assert reports.reports[0] == (
         "mismatch",
         "error",
@@ -658,20 +668,20 @@ def test_a_follower_behind_the_publisher_still_compares_and_resumes_the_chain() 
     store, leader, follower, reports = _pair()
     for seq in range(1, 21):
         leader.issued(_event(0, seq, line=10))
-    leader._publish_and_compare(store)  # the chain covers 1..20
+    leader.publisher.publish_and_compare(store)  # the chain covers 1..20
     for seq in range(1, 11):  # the follower is at #10: it cannot fold to #20 yet
         follower.issued(_event(1, seq, line=10, numel=8 if seq == 10 else 4))
-    follower._publish_and_compare(store)
+    follower.publisher.publish_and_compare(store)
     assert [kind for kind, _, _ in reports.reports] == ["mismatch"]  # #10, from its record
-    assert "(group 0, #10)" in str(reports.reports[0][2]) and follower._base["0"] is None
+    assert "(group 0, #10)" in str(reports.reports[0][2]) and follower.publisher._base["0"] is None
     for seq in range(11, 21):
         follower.issued(_event(1, seq, line=10))
-    follower._publish_and_compare(store)  # records again (no known base), then the leader's chain
-    assert follower._base["0"] == (20, leader._chain["0"])
+    follower.publisher.publish_and_compare(store)  # records again (no known base), then the leader's chain
+    assert follower.publisher._base["0"] == (20, leader.publisher._chain["0"])
     _lockstep(leader, follower, range(21, 41))
-    leader._publish_and_compare(store)
+    leader.publisher.publish_and_compare(store)
     store.calls.clear()
-    follower._publish_and_compare(store)
+    follower.publisher.publish_and_compare(store)
     assert dict(store.calls) == {"compare_set": 1} and len(reports.reports) == 1
 
 
@@ -762,7 +772,7 @@ def test_a_strict_leader_degraded_before_its_first_collective_still_wakes_its_fo
     leader.issued(_event(0, 1, line=10))  # through the job's client: #1 was never published
     waiting.join(5.0)
     assert not waiting.is_alive() and time.monotonic() - started < 2.0  # not the 5 s stall
-    assert [kind for kind, _, _ in reports.reports] == ["behind"] and follower._gone == {0}
+    assert [kind for kind, _, _ in reports.reports] == ["behind"] and follower.comparer.gone == {0}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -779,7 +789,7 @@ def test_an_async_follower_at_a_new_site_learns_a_late_leader_record_through_one
     time.sleep(0.5)  # polling from 0.2 ms up to every 20 ms would have asked ~30 times by now
     assert waiting.is_alive()
     before = dict(store.calls)
-    leader._publish_and_compare(store)
+    leader.publisher.publish_and_compare(store)
     waiting.join(5.0)
     assert not waiting.is_alive()
     # The slot (empty), `degraded/0`, then the wait: no poll.
@@ -806,7 +816,7 @@ def test_an_async_leader_that_degrades_releases_a_follower_blocked_at_a_new_site
     # A follower that looked a moment before the leader degraded, blocked on a collective the
     # degraded leader issues later (not new to it): that collective's slot wakes it.
     other, said = _monitor(1, store)
-    other._gone_checked[0] = time.monotonic()
+    other.agreement._gone_checked[0] = time.monotonic()
     waiting = _issue_later(other, _event(1, 4, line=14))
     time.sleep(0.3)
     assert waiting.is_alive()
@@ -816,3 +826,63 @@ def test_an_async_leader_that_degrades_releases_a_follower_blocked_at_a_new_site
     waiting.join(5.0)
     assert not waiting.is_alive() and time.monotonic() - started < 2.0
     assert [kind for kind, _, _ in said.reports] == ["behind"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Async mode on the native kernel (issue 28): the kernel records, the monitor only queues
+
+
+def test_the_native_kernels_collectives_are_compared_in_the_background_and_new_sites_first() -> None:
+    store, leader, follower, reports = _pair()
+    first = [_event(0, 1, line=10), _event(1, 1, line=10)]
+    for monitor, event in zip((leader, follower), first, strict=True):
+        assert monitor.queue_issued(event, gated=True)  # a site new to the kernel and here: agree
+        monitor.agree(event)
+    assert store.head("0") == 1 and reports.reports == []
+    for seq in range(2, 6):
+        assert not leader.queue_issued(_event(0, seq, line=10), gated=False)
+        assert not follower.queue_issued(_event(1, seq, line=10, numel=8 if seq == 5 else 4), gated=False)
+    assert store.head("0") == 1  # nothing on the issuing thread: the background thread publishes
+    assert not follower.ledger._inflight  # positions come from the kernel (sync_collectives)
+    assert not follower.queue_issued(_event(1, 6, line=10), gated=True)  # another chain, same line
+    leader.queue_issued(_event(0, 6, line=10), gated=False)
+    leader.publisher.publish_and_compare(store)
+    follower.publisher.publish_and_compare(store)
+    assert reports.reports == [
+        (
+            "mismatch",
+            "error",
+            "collective mismatch: rank 0 all_reduce(float32[4]) at train.py:10 vs rank 1 "
+            "all_reduce(float32[8]) at train.py:10 (group 0, #5)",
+        )
+    ]
+
+
+def test_collectives_the_native_kernel_could_not_keep_are_said_to_be_not_compared() -> None:
+    _, _, follower, reports = _pair()
+    follower.not_queued(3)
+    assert reports.reports[0][:2] == ("behind", "warning") and "3 collective(s)" in str(reports.reports[0][2])
+
+
+def test_the_native_feed_parses_each_distinct_line_once_and_keeps_number_and_clock() -> None:
+    import json
+
+    from collcheck.runtime.native_feed import NativeFeed
+
+    class Encoder:
+        def members(self, gid: int) -> tuple[tuple[int, ...], str]:
+            return (0, 1), "default_pg"
+
+    feed = NativeFeed(None, None, Encoder(), None, verify=True)  # type: ignore[arg-type]
+    site = {"file": "/x/t.py", "line": 11, "func": "f", "stack": [], "via": "", "operand": 'g["seq":1]'}
+    row = {"ev": "coll", "rank": 0, "group": "0", "gid": 1, "seq": 12, "op": "all_reduce", "shapes": [[4]]}
+    row.update(dtypes=["float32"], reduce_op="sum", root=None, site=site, thread='a "t_start":', t_start=5.25)
+    line = json.dumps(row, separators=(",", ":")) + "\n"
+    full = CollectiveEvent.from_json(row)
+    full.group_ranks, full.group_desc = (0, 1), "default_pg"
+    assert feed._event_of(line) == full
+    later = line.replace('"seq":12,', '"seq":13,').replace("5.25}", "6.5}")
+    assert feed._event_of(later) == CollectiveEvent.from_json(
+        dict(row, seq=13, t_start=6.5, group_ranks=[0, 1], group_desc="default_pg")
+    )
+    assert len(feed._templates) == 1 and feed._event_of(line) == full

@@ -1,4 +1,4 @@
-// collcheck's native recorder: record mode's c10d kernel in C++.
+// collcheck's native recorder: the c10d kernel of record mode and async verify, in C++.
 //
 // The Python kernel of hook.py costs every collective a round trip through Python (boxing the
 // arguments into Python objects, redispatching from Python). This kernel is registered for the
@@ -10,7 +10,10 @@
 // the `done` line goes out with the next line or at the monitor's next flush.
 //
 // Built once by collcheck/runtime/native.py with torch.utils.cpp_extension; the Python
-// side (tracer.py) reads in-flight collectives back with `snapshot()` for stall reports.
+// side (tracer.py) reads in-flight collectives back with `snapshot()` for stall reports. In async
+// verify (`watch`) it also keeps every `coll` line for the monitor's background thread (`drain`)
+// and, before the first collective of each (group, op, call site), calls the monitor's gate on the
+// issuing thread, which agrees on it with the other ranks before it is issued.
 
 #include <torch/extension.h>
 #include <torch/library.h>
@@ -46,6 +49,10 @@ namespace {
 
 constexpr int kStackDepth = 4;  // user frames per call site, as hook.STACK_DEPTH
 constexpr size_t kCacheLimit = 1 << 16;
+// Async verify: `coll` lines kept for the monitor between two drains (about 6 MB), and call sites
+// (group, op, site) sent to the gate before their first collective is issued, at most.
+constexpr size_t kWatchLimit = 1 << 14;
+constexpr size_t kGateLimit = 1 << 12;
 const char* const kReduceNames[] = {"sum", "avg", "product", "min", "max", "band", "bor", "bxor", "premul_sum"};
 
 double now_seconds() {
@@ -100,6 +107,9 @@ struct State {
   int64_t last_seq = 0;
   std::string last_line;
   bool last_done = false;
+  bool watching = false;  // async verify: every `coll` line is kept for the monitor (`drain`)
+  std::vector<std::string> watched;
+  int64_t unwatched = 0;  // lines not kept since the last drain: the queue was full
 
   // Whether all of `line` (after the deferred lines) was written.
   bool write_locked(std::string line) {
@@ -156,6 +166,10 @@ struct PythonSide {
   py::object skip_code;  // code -> bool
   py::object site_json;  // () -> str, the encoded site of the current frames
   py::object thread_piece;  // () -> ',"thread":"...","t_start":'
+  // Async verify: (line) -> None, called on the issuing thread before a collective from a
+  // (group, op, site) not seen yet is issued (the monitor agrees on it with the other ranks).
+  py::object gate;
+  std::unordered_set<std::string> gated;
   std::string rank_json;
   int64_t rank = 0;
   std::unordered_map<std::string, GroupInfo> groups;
@@ -337,6 +351,7 @@ class RecorderKernel final : public c10::OperatorKernel {
 
     std::string head, site, thread, definition, group_json;
     int64_t gid = 0;
+    bool gate_new = false;
     std::vector<std::string> dtypes;
     {
       py::gil_scoped_acquire gil;
@@ -350,6 +365,9 @@ class RecorderKernel final : public c10::OperatorKernel {
         gid = info.gid;
         definition = info.definition;
         site = site_of_current_frames(side);
+        if (side.gate && !side.gate.is_none() && side.gated.size() < kGateLimit) {
+          gate_new = side.gated.insert(name + '\n' + info_.label + '\n' + site).second;
+        }
         thread = thread_of(side);
         for (const at::Tensor& tensor : tensors) dtypes.push_back(dtype_json(side, tensor.scalar_type()));
       } catch (py::error_already_set& error) {
@@ -396,25 +414,52 @@ class RecorderKernel final : public c10::OperatorKernel {
     result->group_json = group_json;
     result->observable_key = name + '\n' + info_.label;
     State& state = *g_state;
-    std::lock_guard<std::mutex> guard(state.mu);
-    if (!state.active) return nullptr;
-    int64_t seq = ++state.seq[name];
-    result->seq = seq;
-    result->session = state.session;
-    std::string line = head + std::to_string(seq) + middle + site + thread;
-    append_double(line, now_seconds());
-    line += "}\n";
-    state.inflight[{name, seq}] = line;
-    state.last_group = name;
-    state.last_seq = seq;
-    state.last_line = line;
-    state.last_done = false;
-    // The group's `group` line goes out in the same write as its first `coll` line, so a rank
-    // killed at any point leaves no `coll` line naming a gid its trace does not define; after a
-    // failed write it goes out again with the next one (readers accept an unchanged repeat).
-    bool known = state.defined.count(gid) > 0;
-    if (!known) line.insert(0, definition);
-    if (state.write_locked(std::move(line)) && !known) state.defined.insert(gid);
+    std::string gated_line;
+    {
+      std::lock_guard<std::mutex> guard(state.mu);
+      if (!state.active) return nullptr;
+      int64_t seq = ++state.seq[name];
+      result->seq = seq;
+      result->session = state.session;
+      std::string line = head + std::to_string(seq) + middle + site + thread;
+      append_double(line, now_seconds());
+      line += "}\n";
+      state.inflight[{name, seq}] = line;
+      state.last_group = name;
+      state.last_seq = seq;
+      state.last_line = line;
+      state.last_done = false;
+      // A gated line goes to the gate instead, which queues it after the lines before it: a
+      // drain on another thread in between must not take it for one already agreed on.
+      if (state.watching && !gate_new) {
+        if (state.watched.size() < kWatchLimit) {
+          state.watched.push_back(line);
+        } else {
+          state.unwatched += 1;
+        }
+      }
+      if (gate_new) gated_line = line;
+      // The group's `group` line goes out in the same write as its first `coll` line, so a rank
+      // killed at any point leaves no `coll` line naming a gid its trace does not define; after a
+      // failed write it goes out again with the next one (readers accept an unchanged repeat).
+      bool known = state.defined.count(gid) > 0;
+      if (!known) line.insert(0, definition);
+      if (state.write_locked(std::move(line)) && !known) state.defined.insert(gid);
+    }
+    if (gate_new) {  // written, not yet issued: the monitor agrees on it first (without `mu`)
+      py::gil_scoped_acquire gil;
+      if (g_python != nullptr && g_python->gate && !g_python->gate.is_none()) {
+        try {
+          g_python->gate(gated_line);
+        } catch (py::error_already_set& error) {
+          if (error.matches(PyExc_KeyboardInterrupt)) {
+            PyErr_SetInterrupt();
+          } else {
+            error.discard_as_unraisable(__func__);
+          }
+        }
+      }
+    }
     return result;
   }
 
@@ -482,6 +527,8 @@ void configure(int64_t rank, const std::string& rank_json, py::object group_info
   side.skip_code = std::move(skip_code);
   side.site_json = std::move(site_json);
   side.thread_piece = std::move(thread_piece);
+  side.gate = py::none();
+  side.gated.clear();
   side.groups.clear();
   clear_code_caches(side);
 }
@@ -505,6 +552,36 @@ void install(const std::vector<std::tuple<std::string, std::string, int, std::ve
 }
 
 void uninstall() { g_library.reset(); }
+
+// Async verify: keep every `coll` line for `drain`, and call `gate(line)` before the first
+// collective of each (group, op, site); None stops both. After configure(), before start().
+void watch(py::object gate) {
+  if (g_python == nullptr) throw std::runtime_error("collcheck native recorder: not configured");
+  g_python->gated.clear();
+  g_python->gate = gate;
+  bool watching = !gate.is_none();
+  py::gil_scoped_release release;  // the issuing thread may need the GIL before it releases `mu`
+  State& state = *g_state;
+  std::lock_guard<std::mutex> guard(state.mu);
+  state.watching = watching;
+  state.watched.clear();
+  state.unwatched = 0;
+}
+
+// (the `coll` lines kept since the last drain, in issue order; how many were not kept)
+py::tuple drain() {
+  std::vector<std::string> lines;
+  int64_t unwatched = 0;
+  {
+    py::gil_scoped_release release;
+    State& state = *g_state;
+    std::lock_guard<std::mutex> guard(state.mu);
+    lines.swap(state.watched);
+    unwatched = state.unwatched;
+    state.unwatched = 0;
+  }
+  return py::make_tuple(lines, unwatched);
+}
 
 // Start writing to `fd` (the module keeps its own duplicate); sequence numbers start afresh.
 void start(int fd) {
@@ -571,10 +648,12 @@ int64_t lost() {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "collcheck's native recorder (record mode's c10d kernel)";
+  m.doc() = "collcheck's native recorder (the c10d kernel of record mode and async verify)";
   m.def("configure", &configure);
   m.def("install", &install);
   m.def("uninstall", &uninstall);
+  m.def("watch", &watch);
+  m.def("drain", &drain);
   m.def("start", &start);
   m.def("flush", &flush, py::call_guard<py::gil_scoped_release>());
   m.def("stop", &stop, py::call_guard<py::gil_scoped_release>());
