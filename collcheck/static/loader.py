@@ -394,8 +394,8 @@ _LOADED: dict[str, ModuleInfo | None] = {}
 # without bound (sglang, -j 1: 709 MB peak; 588 MB with a bound of 128, 384 MB with 32; -j 2,
 # summed over the processes: 867 MB unbounded, 462 MB with 32, 340 MB with 12; no slower on
 # sglang or torch/distributed: helpers come mostly from the few files a package's files share).
-# Past this many, the next file starts with none (`forget_loaded`): a model is a function of its file alone, so
-# this costs re-parsing, never a different answer.
+# Past this many, the next file starts with none (`forget_loaded`): a model is a function of its
+# file alone, so this costs re-parsing, never a different answer.
 MAX_LOADED_MODULES = 12
 
 
