@@ -19,6 +19,7 @@ child's own `ru_maxrss`, from wait4) are printed. Exits 1 when a run failed (a s
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -61,24 +62,58 @@ def parse_size(text: str) -> Size:
     return Size(int(ranks), int(events))
 
 
-def write_traces(folder: Path, size: Size, schema: int = 2) -> int:
-    """Write `size.ranks` traces of `size.events` collectives into `folder`; return the bytes written."""
+def write_traces(folder: Path, size: Size, schema: int = 2, binary: bool = False, diverge: bool = False) -> int:
+    """Write `size.ranks` traces of `size.events` collectives into `folder`; return the bytes written.
+    `binary`: collcheck's binary format (`.ccbin`, the same lines: each collective a record);
+    `diverge`: the last rank's last collective of the world group reduces a bigger tensor."""
     world = ",".join(map(str, range(size.ranks)))
     evens = ",".join(map(str, range(0, size.ranks, 2)))
     total = 0
     for rank in range(size.ranks):
-        path = folder / f"collcheck-rank{rank}.jsonl"
-        with open(path, "w", encoding="utf-8") as handle:
-            for chunk in _rank_lines(rank, size, world, evens, schema):
-                handle.write(chunk)
+        last = diverge and rank == size.ranks - 1
+        if binary:
+            path = folder / f"collcheck-rank{rank}.ccbin"
+            _write_binary(path, _rank_lines(rank, size, world, evens, schema, last))
+        else:
+            path = folder / f"collcheck-rank{rank}.jsonl"
+            with open(path, "w", encoding="utf-8") as handle:
+                for chunk in _rank_lines(rank, size, world, evens, schema, last):
+                    handle.write(chunk)
         total += path.stat().st_size
     return total
+
+
+def _write_binary(path: Path, chunks: Iterator[str]) -> None:
+    """The lines of `chunks` as the binary writer writes them: a `coll` line as a record of its
+    template, its `done` line folded into that record, any other line as it is."""
+    from collcheck.runtime.trace_binary import COLL_LINE, BinaryWriter
+
+    writer = BinaryWriter(str(path))
+    offsets: dict[tuple[str, int], int] = {}
+    try:
+        for chunk in chunks:
+            for line in chunk.encode().splitlines():
+                found = COLL_LINE.match(line)
+                if found is not None:
+                    before, seq, middle, start, after = found.groups()
+                    group = line.split(b'"group":"', 1)[1].split(b'"', 1)[0].decode()
+                    template = writer.template((before, middle, after))
+                    offsets[(group, int(seq))] = writer.coll(template, int(seq), float(start))
+                elif line.startswith(b'{"ev":"done"'):
+                    row = json.loads(line)
+                    writer.done(offsets.pop((row["group"], row["seq"])), row["t_end"])
+                else:
+                    writer.line(line)
+    finally:
+        writer.close()
 
 
 CHUNK = 10_000  # collectives per write: a 100K-collective trace is never held whole
 
 
-def _rank_lines(rank: int, size: Size, world: str, evens: str, schema: int) -> Iterator[str]:
+def _rank_lines(
+    rank: int, size: Size, world: str, evens: str, schema: int, diverge: bool = False
+) -> Iterator[str]:
     lines = [
         f'{{"ev":"header","schema":{schema},"rank":{rank},"world_size":{size.ranks},"pid":{1000 + rank},'
         f'"mode":"async","t":1000.0}}\n',
@@ -112,8 +147,9 @@ def _rank_lines(rank: int, size: Size, world: str, evens: str, schema: int) -> I
             lines.append(definitions[group])
         line = 10 + index % 2
         t += 1e-3
+        numel = 2048 if diverge and group == "0" and index >= size.events - SUBGROUP_EVERY else 1024
         lines.append(
-            f'{heads[group]}{seq},"op":"all_reduce","shapes":[[1024]],"dtypes":["float32"],"reduce_op":"sum",'
+            f'{heads[group]}{seq},"op":"all_reduce","shapes":[[{numel}]],"dtypes":["float32"],"reduce_op":"sum",'
             f'"root":null,"site":{{"file":"/job/train.py","line":{line},"func":"step",'
             f'"stack":["/job/train.py:{line} in step","/job/train.py:40 in main"],"via":""}},'
             f'"thread":"MainThread","t_start":{t!r}{tail}'

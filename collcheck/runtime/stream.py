@@ -29,8 +29,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collcheck.runtime.analyze import SwapSearch, channel_findings, divergence_of, group_order, split_at
+from collcheck.runtime import trace_prefix
 from collcheck.runtime.p2p import ANY_SOURCE, SEND, Channel, Pair, channel_of, is_p2p, payload
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
+from collcheck.runtime.trace_binary import (
+    SLOT,
+    BinaryFormatError,
+    BinaryLines,
+    BinaryRecords,
+    CollRun,
+    Record,
+    TextRecord,
+    is_binary_trace,
+    json_name_of,
+)
 from collcheck.runtime.trace_model import (
     Analysis,
     Divergence,
@@ -150,6 +162,15 @@ class _Group:
             heapq.heappush(self.frontier, (seq, rank))
         self._compare_complete()
         return True
+
+    def skip(self, rank: int, members: tuple[int, ...], top: int) -> None:
+        """`rank` issued this group's collectives up to `top`, all in its agreed prefix
+        (trace_prefix.py): counted, never bucketed."""
+        self._learn(rank, members)
+        self.top[rank] = max(self.top.get(rank, -1), top)
+        if top > self.pos.get(rank, _INF):
+            self.pos[rank] = top
+            heapq.heappush(self.frontier, (top, rank))
 
     def end(self, rank: int) -> None:
         """`rank`'s trace ended."""
@@ -340,11 +361,14 @@ class _Groups:
         self.traced = traced
         self.ended: set[int] = set()
         self.by_name: dict[str, _Group] = {}
+        self.agreed: dict[str, int] = {}  # group -> sequence numbers compared by trace_prefix.py
 
     def get(self, name: str) -> _Group:
         group = self.by_name.get(name)
         if group is None:
             group = self.by_name[name] = _Group(name, self.traced, self.ended)
+            if self.agreed.get(name, 0) > 0:
+                group.compared = self.agreed[name]
         return group
 
     def end(self, rank: int) -> None:
@@ -429,6 +453,132 @@ class _Source:
         )
 
 
+class _BinarySource(_Source):
+    """A binary trace (trace_binary.py): its agreed prefix (trace_prefix.py) counted from columns,
+    the rest fed event by event, LINES_PER_TURN slots per turn, as the JSON lines would be."""
+
+    def __init__(self, trace: RankTrace, shared: _Shared) -> None:
+        super().__init__(trace, False, shared)
+        self.feeder = BinaryLines(self.lines)
+        self.queue: deque[Record] = deque()
+        self.prefixes: trace_prefix.Prefixes | None = None
+        self.records: BinaryRecords | None = None
+
+    def start(self, groups: _Groups | None) -> None:
+        self.lines.feed = _Feed(self.key, groups) if groups is not None else None
+        try:
+            self.records = BinaryRecords(self.trace.path)
+        except BinaryFormatError as error:
+            self.trace.note(0, str(error))
+            return
+        except OSError as error:
+            self.trace.note(0, f"could not be read: {error.strerror or error}")
+            return
+        self.reader = self.records.chunks()
+        self.first_open = self.prefixes.start(self.key) if self.prefixes is not None else 0
+
+    def turn(self) -> bool:
+        if self.reader is None:
+            self._close()
+            return False
+        budget = LINES_PER_TURN
+        try:
+            while budget > 0:
+                if not self.queue:
+                    self.queue.extend(next(self.reader))
+                budget -= self._take(self.queue.popleft(), budget)
+        except StopIteration:
+            self._close()
+            return False
+        except OSError as error:
+            self.trace.note(0, f"could not be read: {error.strerror or error}")
+            self._close()
+            return False
+        return True
+
+    def _close(self) -> None:
+        if self.records is not None:
+            self.records.close()
+        super()._close()
+
+    def _take(self, record: Record, budget: int) -> int:
+        """Feed (part of) `record`; how much of the turn's budget it used."""
+        if not isinstance(record, CollRun):
+            self.feeder.feed(record)
+            return 1
+        covered = min(self.first_open - record.first, record.count)
+        if covered > 0:  # slots of agreed prefixes only: from the columns
+            if covered < record.count:
+                self.queue.appendleft(CollRun(record.first + covered, record.data[covered * SLOT :]))
+            self._covered(CollRun(record.first, record.data[: covered * SLOT]))
+            return 1
+        count = min(budget, record.count)
+        for index in range(count):
+            self._slot(record, index)
+        if count < record.count:
+            self.queue.appendleft(CollRun(record.first + count, record.data[count * SLOT :]))
+        return count
+
+    def _covered(self, run: CollRun) -> None:
+        totals = trace_prefix.totals(run)
+        lines = self.lines
+        lines.count += totals.count
+        lines.origin = min(lines.origin, totals.earliest)
+        lines.latest = max(lines.latest, totals.latest)
+        if lines.last is None or totals.last_start > lines.last.t_start:
+            self._hold_last(run, totals.last_at)
+        models = self.feeder.templates
+        for template, count in totals.per_template.items():
+            model = models[template]
+            assert model is not None  # the scan covers no slot of an unusable template
+            lines.tops[model.group] = lines.tops.get(model.group, 0) + count
+        for template in totals.per_template:
+            model = models[template]
+            assert model is not None
+            self._skip(model, lines.tops[model.group])
+        final = models[run.templates()[-1]]
+        if lines.feed is not None and final is not None:
+            lines.feed.last = (lines.feed.groups.get(final.group), lines.tops[final.group])
+
+    def _skip(self, model: CollectiveEvent, top: int) -> None:
+        feed = self.lines.feed
+        if feed is not None:
+            feed.groups.get(model.group).skip(self.key, model.group_ranks, top)
+
+    def _hold_last(self, run: CollRun, index: int) -> None:
+        event = self.feeder.event(run, index)
+        if event is not None:
+            self.lines.last = event
+            self.lines.live[(event.group, event.seq)] = event
+
+    def _slot(self, run: CollRun, index: int) -> None:
+        """One slot past the start of the first open prefix: counted if its group's agreed prefix
+        covers it, else fed as its event."""
+        _, _, _, template, seq, t_start, t_end = run.slot(index)
+        models = self.feeder.templates
+        model = models[template] if template < len(models) else None
+        slot = run.first + index
+        finite = math.isfinite(t_start) and math.isfinite(t_end)
+        lines = self.lines
+        if model is not None and finite and self.prefixes and self.prefixes.covered(self.key, model.group, slot):
+            lines.count += 1
+            lines.tops[model.group] = max(lines.tops.get(model.group, 0), seq)
+            if lines.last is None or t_start > lines.last.t_start:
+                self._hold_last(run, index)
+            lines.origin = min(lines.origin, t_start)
+            lines.latest = max(lines.latest, t_start, t_end)
+            self._skip(model, seq)
+            if lines.feed is not None:
+                lines.feed.last = (lines.feed.groups.get(model.group), seq)
+            return
+        lines.number = slot + 1
+        event = self.feeder.event(run, index)
+        if event is not None:
+            lines.event(event)
+            if event.t_end is not None:  # its `done` line, folded into the record
+                lines.latest = max(lines.latest, event.t_end or event.t_start)
+
+
 # ---------------------------------------------------------------------------------------------
 # The pass
 
@@ -441,6 +591,12 @@ def analyze_dir(path: str, problems: list[Problem] | None = None) -> Analysis:
     full = {source.key: source for source in sources}  # a rank traced twice: its last file, as analyze does
     groups = _Groups(frozenset(full))
     _raise_file_limit(len(sources))
+    binary = {key: source for key, source in full.items() if isinstance(source, _BinarySource)}
+    if binary:
+        prefixes = trace_prefix.scan(frozenset(full), {key: s.trace.path for key, s in binary.items()})
+        for source in binary.values():
+            source.prefixes = prefixes
+        groups.agreed = prefixes.agreed if prefixes is not None else {}
     for source in sources:
         source.start(groups if full[source.key] is source else None)
     active = list(sources)
@@ -465,9 +621,15 @@ def _sources(path: str, problems: list[Problem]) -> list[_Source]:
         raise TraceError(f"{path}: not a directory")
     sources: list[_Source] = []
     shared = _Shared()
-    for name in sorted(os.listdir(path)):
+    names = sorted(os.listdir(path))
+    for name in _one_form(path, names):
         full = os.path.join(path, name)
         if not os.path.isfile(full):
+            continue
+        if is_binary_trace(name):
+            trace = new_trace(full)
+            trace.rank = _binary_header_rank(full, trace.rank)
+            sources.append(_BinarySource(trace, shared))
             continue
         if name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX):
             trace = new_trace(full)
@@ -484,6 +646,46 @@ def _sources(path: str, problems: list[Problem]) -> list[_Source]:
     if not sources:
         raise TraceError(f"{path}: no collcheck traces or Flight Recorder dumps found")
     return sources
+
+
+def _one_form(path: str, names: list[str]) -> list[str]:
+    """`names` with one file per trace: where a binary trace and its JSON lines are both there,
+    the binary one when it is as new as the JSON lines (converted after their last write)."""
+    present = set(names)
+    chosen = []
+    for name in names:
+        json_name = json_name_of(name) if is_binary_trace(name) else None
+        if json_name in present:
+            assert json_name is not None
+            newer = _mtime(os.path.join(path, name)) >= _mtime(os.path.join(path, json_name))
+            present.discard(json_name if newer else name)
+    chosen = [name for name in names if name in present]
+    return chosen
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return -_INF
+
+
+def _binary_header_rank(path: str, rank: int) -> int:
+    """The rank of a binary trace's header lines, the last one winning (`_header_rank`)."""
+    try:
+        records = BinaryRecords(path)
+    except (BinaryFormatError, OSError):
+        return rank
+    try:
+        for chunk in records.chunks():
+            for record in chunk:
+                if isinstance(record, TextRecord) and record.sub == 0 and b"header" in record.payload:
+                    rank = _rank_in(record.payload, rank)
+    except OSError:
+        pass
+    finally:
+        records.close()
+    return rank
 
 
 def _header_rank(path: str, rank: int) -> int:

@@ -168,6 +168,17 @@ class TraceLines:
         self.number = 0  # the line being read
         # Call sites, shapes and member lists, each kept once (`_shared`, `_define`).
         self.pieces: dict[Any, Any] = {}
+        self._captured: list[CollectiveEvent] | None = None  # `parse` in progress
+
+    def parse(self, number: int, line: bytes) -> CollectiveEvent | None:
+        """The event of one `coll` line, checked (and its problems noted) as `take` does, returned
+        instead of passed on; None when it is not a usable `coll` line."""
+        self._captured = captured = []
+        try:
+            self.take(number, line)
+        finally:
+            self._captured = None
+        return captured[0] if captured else None
 
     def take(self, number: int, line: bytes | None) -> None:
         self.number = number
@@ -227,7 +238,11 @@ class TraceLines:
                 members, event.group_desc = defined.members, defined.desc
             if members is not None:
                 event.group_ranks = members
-            self.event(self._shared(_checked(event, members_checked=members is not None)))
+            event = self._shared(_checked(event, members_checked=members is not None))
+            if self._captured is not None:
+                self._captured.append(event)
+            else:
+                self.event(event)
         elif kind == GROUP_LINE:
             self._define(row)
         elif kind == "done":

@@ -1,0 +1,356 @@
+"""The agreed prefix of every group across binary traces, found by comparing columns of bytes.
+
+In: the binary traces of a folder (trace_binary.py), by rank, and which ranks are traced at all.
+Out: Prefixes: per group, how many collectives every traced member issued alike (same op, shapes,
+dtypes, reduce op, root, call site; sequence numbers 1, 2, 3, ... in order); per rank and group,
+the first slot past that prefix. The streaming analysis (stream.py) then counts the agreed slots
+without making an event of each and compares the rest as it compares JSON lines.
+
+Each rank's trace is read a chunk at a time, all ranks in turn. A chunk's COLL slots are split
+into groups as arrays (`itertools.compress` over the slots' template column: no Python object per
+collective is kept), each template standing for one global key (its signature and call site,
+interned across ranks). A group's arrays are compared across its members as wholes (array
+equality is a memcmp); at the first difference the group stops: that collective and everything
+after it is the streaming analysis's. A group stops too when a member's trace is not binary, when
+a member has ended, when a member's buffered slots pass CAP (a member far behind), or for sends and
+recvs (paired by channel, not by sequence number). A member met only after part of a group was
+agreed makes the prefixes unsafe: `scan` returns None and everything is compared event by event.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import compress
+from typing import Any
+
+from collcheck.runtime.p2p import is_p2p
+from collcheck.runtime.record import CollectiveEvent
+from collcheck.runtime.trace_binary import (
+    BinaryFormatError,
+    BinaryLines,
+    BinaryRecords,
+    CollRun,
+    Record,
+    TextRecord,
+    TEMPLATE,
+    LINE,
+    BadRecord,
+)
+from collcheck.runtime.trace_model import RankTrace
+from collcheck.runtime.trace_read import TraceLines
+
+NEVER = 1 << 62  # a slot number past every file
+UNUSABLE = 255  # a template's group index when the template cannot be used (or too many groups)
+_SELECT = [bytes(1 if value == index else 0 for value in range(256)) for index in range(256)]
+BUFFERED = 1 << 22  # slots buffered per group, over all its members, before it stops waiting
+
+
+@dataclass
+class Prefixes:
+    """What `scan` found."""
+
+    agreed: dict[str, int] = field(default_factory=dict)  # group -> its agreed collectives
+    uncovered: dict[int, dict[str, int]] = field(default_factory=dict)  # rank -> group -> first slot past
+    other: dict[int, int] = field(default_factory=dict)  # rank -> first slot the scan did not take
+
+    def start(self, rank: int) -> int:
+        """The first slot of `rank`'s trace that is not part of an agreed prefix."""
+        return min([self.other.get(rank, NEVER), *self.uncovered.get(rank, {}).values()])
+
+    def covered(self, rank: int, group: str, slot: int) -> bool:
+        return slot < self.uncovered.get(rank, {}).get(group, NEVER)
+
+
+@dataclass
+class _Buffer:
+    keys: array[int] = field(default_factory=lambda: array("I"))
+    seqs: array[int] = field(default_factory=lambda: array("Q"))
+    slots: array[int] = field(default_factory=lambda: array("Q"))
+
+    def drop(self, count: int) -> None:
+        del self.keys[:count], self.seqs[:count], self.slots[:count]
+
+
+class _Group:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.members: set[int] = set()
+        self.agreed = 0
+        self.stopped = is_p2p(name)
+        self.buffers: dict[int, _Buffer] = {}
+
+
+class _Lines(TraceLines):
+    """A rank's LINE records, read for their group definitions; a `coll` line among them is noted."""
+
+    def __init__(self, trace: RankTrace) -> None:
+        super().__init__(trace)
+        self.colls: list[CollectiveEvent] = []
+
+    def event(self, event: CollectiveEvent) -> None:
+        self.colls.append(event)
+
+    def done(self, key: tuple[str, int], row: dict[str, Any]) -> None:
+        return
+
+    def unobserved(self, key: tuple[str, int]) -> None:
+        return
+
+
+class _Scan:
+    """One rank's trace being scanned."""
+
+    def __init__(self, rank: int, path: str, chunk_slots: int) -> None:
+        self.rank = rank
+        self.records = BinaryRecords(path, chunk_slots)
+        self.chunks: Iterator[list[Record]] = self.records.chunks(chunk_slots)
+        self.lines = _Lines(RankTrace(rank=rank, source="collcheck", path=path))
+        self.feeder = BinaryLines(self.lines)
+        self.group_of: bytearray = bytearray()  # template -> index into `groups`
+        self.key_of: array[int] = array("I")  # template -> global key
+        self.groups: list[str] = []
+        self.ended = False
+
+
+class _Scanner:
+    def __init__(self, traced: frozenset[int], binary: dict[int, str], chunk_slots: int) -> None:
+        self.traced, self.binary = traced, binary
+        self.chunk = chunk_slots
+        self.groups: dict[str, _Group] = {}
+        self.keys: dict[tuple[str, str], int] = {}
+        self.found = Prefixes()
+        self.unsafe = False
+        self.cap = max(4 * chunk_slots, BUFFERED // max(len(binary), 1))
+
+    # Reading -----------------------------------------------------------------------------------
+
+    def step(self, scan: _Scan) -> None:
+        try:
+            chunk = next(scan.chunks)
+        except StopIteration:
+            scan.ended = True
+            scan.records.close()
+            return
+        for record in chunk:
+            if isinstance(record, CollRun):
+                self._run(scan, record)
+            elif isinstance(record, BadRecord):
+                self._other(scan, record.first)
+            elif isinstance(record, TextRecord):
+                self._text(scan, record)
+
+    def _other(self, scan: _Scan, slot: int) -> None:
+        self.found.other[scan.rank] = min(self.found.other.get(scan.rank, NEVER), slot)
+
+    def _text(self, scan: _Scan, record: TextRecord) -> None:
+        if record.sub == TEMPLATE:
+            before = len(scan.feeder.templates)
+            scan.feeder.text(record)
+            if len(scan.feeder.templates) > before:
+                self._template(scan, scan.feeder.templates[-1])
+        elif record.sub == LINE:
+            scan.lines.take(record.first + 1, record.payload + b"\n")
+            for event in scan.lines.colls:  # a collective kept as a line: compared event by event
+                group = self._group(event.group)
+                self._stop(group)
+                self._uncover(scan.rank, group.name, record.first)
+            scan.lines.colls.clear()
+
+    def _template(self, scan: _Scan, event: CollectiveEvent | None) -> None:
+        if event is None:
+            scan.group_of.append(UNUSABLE)
+            scan.key_of.append(0)
+            return
+        if event.group not in scan.groups and len(scan.groups) < UNUSABLE:
+            scan.groups.append(event.group)
+        index = scan.groups.index(event.group) if event.group in scan.groups else UNUSABLE
+        scan.group_of.append(index)
+        key = (event.group, event.signature, event.site.short)
+        scan.key_of.append(self.keys.setdefault(key, len(self.keys)))
+        group = self._group(event.group)
+        expected = ({scan.rank, *event.group_ranks} if event.group_ranks else set(self.traced)) & self.traced
+        if expected - self.binary.keys():  # a member read from JSON lines or a dump
+            self._stop(group)
+        new = expected - group.members
+        if new and group.agreed and not group.stopped:
+            self.unsafe = True
+        group.members |= new
+
+    def _group(self, name: str) -> _Group:
+        group = self.groups.get(name)
+        if group is None:
+            group = self.groups[name] = _Group(name)
+        return group
+
+    def _run(self, scan: _Scan, run: CollRun) -> None:
+        templates = run.templates()
+        bad = _first_bad(templates, run.starts(), run.ends(), len(scan.group_of))
+        if bad >= 0:
+            if bad:
+                self._run(scan, CollRun(run.first, run.data[: bad * 32]))
+            self._other(scan, run.first + bad)
+            if bad + 1 < run.count:
+                self._run(scan, CollRun(run.first + bad + 1, run.data[(bad + 1) * 32 :]))
+            return
+        column = bytes(map(scan.group_of.__getitem__, templates))
+        present = set(column)
+        for index in present:
+            if index == UNUSABLE:
+                self._other(scan, run.first + column.index(index))
+                continue
+            name = scan.groups[index]
+            group = self.groups[name]
+            if group.stopped:
+                self._uncover(scan.rank, name, run.first + column.index(index))
+                continue
+            slots = range(run.first, run.first + run.count)
+            buffer = group.buffers.setdefault(scan.rank, _Buffer())
+            if len(present) == 1:
+                buffer.keys.extend(array("I", map(scan.key_of.__getitem__, templates)))
+                buffer.seqs.extend(array("Q", run.seqs()))
+                buffer.slots.extend(array("Q", slots))
+            else:
+                chosen = column.translate(_SELECT[index])
+                buffer.keys.extend(array("I", map(scan.key_of.__getitem__, compress(templates, chosen))))
+                buffer.seqs.extend(array("Q", compress(run.seqs(), chosen)))
+                buffer.slots.extend(array("Q", compress(slots, chosen)))
+
+    # Comparing ---------------------------------------------------------------------------------
+
+    def compare(self, ended: set[int]) -> None:
+        for group in self.groups.values():
+            if not group.stopped:
+                self._compare(group, ended)
+
+    def _compare(self, group: _Group, ended: set[int]) -> None:
+        buffers = [group.buffers.get(member) for member in sorted(group.members)]
+        if not buffers:
+            return
+        length = min(len(buffer.keys) if buffer is not None else 0 for buffer in buffers)
+        if length:
+            expected = array("Q", range(group.agreed + 1, group.agreed + length + 1))
+            reference = buffers[0].keys[:length]  # type: ignore[union-attr]
+            first = length
+            for buffer in buffers:
+                assert buffer is not None
+                if buffer.seqs[:length] != expected:
+                    first = min(first, _first_difference(buffer.seqs, expected, first))
+                if buffer.keys[:length] != reference:
+                    first = min(first, _first_difference(buffer.keys, reference, first))
+            group.agreed += first
+            for buffer in buffers:
+                buffer.drop(first)  # type: ignore[union-attr]
+            if first < length:
+                self._stop(group)
+                return
+        done = any(member in ended and not len(group.buffers.get(member, _Buffer()).keys) for member in group.members)
+        full = sum(len(buffer.keys) for buffer in buffers if buffer is not None) > self.cap
+        if done or full:
+            self._stop(group)
+
+    def _stop(self, group: _Group) -> None:
+        if group.stopped and not group.buffers:
+            return
+        group.stopped = True
+        for rank, buffer in group.buffers.items():
+            if len(buffer.slots):
+                self._uncover(rank, group.name, buffer.slots[0])
+        group.buffers.clear()
+
+    def _uncover(self, rank: int, name: str, slot: int) -> None:
+        known = self.found.uncovered.setdefault(rank, {})
+        known[name] = min(known.get(name, NEVER), slot)
+
+
+def scan(traced: frozenset[int], binary: dict[int, str], chunk_slots: int = 0) -> Prefixes | None:
+    """The agreed prefixes of the binary traces `binary` (rank -> path) among the `traced` ranks;
+    None when they cannot be trusted (a member met late), and the analysis compares every event."""
+    chunk = chunk_slots or min(1 << 16, max(1 << 10, (1 << 20) // max(len(binary), 1)))
+    scanner = _Scanner(traced, binary, chunk)
+    scans: list[_Scan] = []
+    try:
+        for rank, path in sorted(binary.items()):
+            try:
+                scans.append(_Scan(rank, path, chunk))
+            except (BinaryFormatError, OSError):
+                scanner.found.other[rank] = 0
+        ended: set[int] = set(binary) - {one.rank for one in scans}
+        active = list(scans)
+        while active and not scanner.unsafe:
+            for one in active:
+                try:
+                    scanner.step(one)
+                except OSError:
+                    one.ended = True
+                    scanner.found.other[one.rank] = 0
+                if one.ended:
+                    ended.add(one.rank)
+            active = [one for one in active if not one.ended]
+            scanner.compare(ended)
+        if scanner.unsafe:
+            return None
+        scanner.compare(ended | set(binary))
+        for group in scanner.groups.values():
+            scanner._stop(group)
+            scanner.found.agreed[group.name] = group.agreed
+    finally:
+        for one in scans:
+            one.records.close()
+    return scanner.found
+
+
+def _first_bad(templates: memoryview, starts: memoryview, ends: memoryview, known: int) -> int:
+    """The first slot naming a template not defined before it or holding a time that is not
+    finite; -1 when there is none (checked on whole columns first)."""
+    if not len(templates):
+        return -1
+    if max(templates) < known and math.isfinite(sum(starts)) and math.isfinite(sum(ends)):
+        return -1
+    for index in range(len(templates)):
+        if templates[index] >= known or not (math.isfinite(starts[index]) and math.isfinite(ends[index])):
+            return index
+    return -1
+
+
+def _first_difference(one: array[int], two: array[int], length: int) -> int:
+    """The first index below `length` where the arrays differ (`length` when none does)."""
+    low, high = 0, min(length, len(one), len(two))
+    while high - low > 64:
+        middle = (low + high) // 2
+        if one[low:middle] == two[low:middle]:
+            low = middle
+        else:
+            high = middle
+    for index in range(low, high):
+        if one[index] != two[index]:
+            return index
+    return high
+
+
+@dataclass(frozen=True)
+class RunTotals:
+    """What the streaming analysis keeps of a run of agreed slots, from its columns."""
+
+    count: int
+    earliest: float  # the earliest t_start
+    latest: float  # the latest t_start or completion
+    last_at: int  # the first slot (index in the run) with the latest t_start
+    last_start: float
+    per_template: dict[int, int]  # template -> its slots in the run
+
+
+def totals(run: CollRun) -> RunTotals:
+    starts = array("d", run.starts())
+    latest = max(starts)
+    return RunTotals(
+        count=run.count,
+        earliest=min(starts),
+        latest=max(latest, max(run.ends())),
+        last_at=starts.index(latest),
+        last_start=latest,
+        per_template=Counter(run.templates()),
+    )
