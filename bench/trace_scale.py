@@ -62,7 +62,9 @@ def parse_size(text: str) -> Size:
     return Size(int(ranks), int(events))
 
 
-def write_traces(folder: Path, size: Size, schema: int = 2, binary: bool = False, diverge: bool = False) -> int:
+def write_traces(
+    folder: Path, size: Size, schema: int = 2, binary: bool = False, diverge: bool = False
+) -> int:
     """Write `size.ranks` traces of `size.events` collectives into `folder`; return the bytes written.
     `binary`: collcheck's binary format (`.ccbin`, the same lines: each collective a record);
     `diverge`: the last rank's last collective of the world group reduces a bigger tensor."""

@@ -81,7 +81,8 @@ def text_slots(sub: int, payload: bytes) -> bytes:
 
 def coll_slot(template: int, seq: int, t_start: float, t_end: float | None, flags: int = 0) -> bytes:
     done = t_end is not None
-    return COLL_SLOT.pack(COLL, flags | (DONE if done else 0), 0, template, seq, t_start, t_end if done else t_start)
+    end = t_end if t_end is not None else t_start
+    return COLL_SLOT.pack(COLL, flags | (DONE if done else 0), 0, template, seq, t_start, end)
 
 
 class BinaryWriter:
@@ -182,16 +183,17 @@ class CollRun:
     def seqs(self) -> memoryview:
         return self.data.cast("Q")[1::4]
 
-    def starts(self) -> memoryview:
+    def starts(self) -> memoryview[float]:
         return self.data.cast("d")[2::4]
 
-    def ends(self) -> memoryview:
+    def ends(self) -> memoryview[float]:
         return self.data.cast("d")[3::4]
 
     def flags(self) -> bytes:
         return bytes(self.data[1::SLOT])
 
-    def slot(self, index: int) -> tuple[int, int, int, int, float, float]:
+    def slot(self, index: int) -> tuple[int, int, int, int, int, float, float]:
+        """(kind, flags, 0, template, seq, t_start, t_end) of slot `index` of the run."""
         return COLL_SLOT.unpack_from(self.data, index * SLOT)  # type: ignore[return-value]
 
 
@@ -410,7 +412,9 @@ def load_binary(path: str) -> RankTrace:
 
 # `..."seq":N,...,"t_start":T}` as the tracer writes a `coll` line: N and T are cut out.
 COLL_LINE = re.compile(rb'^(\{"ev":"coll",.*?,"seq":)(\d{1,19})(,.*,"t_start":)([-+0-9.eE]{1,40})(\})$')
-_DONE_LINE = re.compile(rb'^\{"ev":"done","group":.{1,4096}?,"seq":\d{1,19},"t_end":[-+0-9.eE]{1,40},"ok":true\}$')
+_DONE_LINE = re.compile(
+    rb'^\{"ev":"done","group":.{1,4096}?,"seq":\d{1,19},"t_end":[-+0-9.eE]{1,40},"ok":true\}$'
+)
 PENDING_COMPLETIONS = 1 << 16  # collectives a `done` line may still fold into
 
 
@@ -573,4 +577,3 @@ def _group_text(before: bytes) -> bytes | None:
 
 def json_name_of(binary: str) -> str:
     return binary[: -len(BINARY_SUFFIX)] + TRACE_SUFFIX
-

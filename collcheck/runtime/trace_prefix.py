@@ -30,15 +30,15 @@ from typing import Any
 from collcheck.runtime.p2p import is_p2p
 from collcheck.runtime.record import CollectiveEvent
 from collcheck.runtime.trace_binary import (
+    LINE,
+    TEMPLATE,
+    BadRecord,
     BinaryFormatError,
     BinaryLines,
     BinaryRecords,
     CollRun,
     Record,
     TextRecord,
-    TEMPLATE,
-    LINE,
-    BadRecord,
 )
 from collcheck.runtime.trace_model import RankTrace
 from collcheck.runtime.trace_read import TraceLines
@@ -73,6 +73,9 @@ class _Buffer:
 
     def drop(self, count: int) -> None:
         del self.keys[:count], self.seqs[:count], self.slots[:count]
+
+
+_EMPTY = _Buffer()
 
 
 class _Group:
@@ -121,7 +124,7 @@ class _Scanner:
         self.traced, self.binary = traced, binary
         self.chunk = chunk_slots
         self.groups: dict[str, _Group] = {}
-        self.keys: dict[tuple[str, str], int] = {}
+        self.keys: dict[tuple[str, str, str], int] = {}
         self.found = Prefixes()
         self.unsafe = False
         self.cap = max(4 * chunk_slots, BUFFERED // max(len(binary), 1))
@@ -247,7 +250,9 @@ class _Scanner:
             if first < length:
                 self._stop(group)
                 return
-        done = any(member in ended and not len(group.buffers.get(member, _Buffer()).keys) for member in group.members)
+        done = any(
+            member in ended and not len(group.buffers.get(member, _EMPTY).keys) for member in group.members
+        )
         full = sum(len(buffer.keys) for buffer in buffers if buffer is not None) > self.cap
         if done or full:
             self._stop(group)
@@ -303,7 +308,7 @@ def scan(traced: frozenset[int], binary: dict[int, str], chunk_slots: int = 0) -
     return scanner.found
 
 
-def _first_bad(templates: memoryview, starts: memoryview, ends: memoryview, known: int) -> int:
+def _first_bad(templates: memoryview, starts: memoryview[float], ends: memoryview[float], known: int) -> int:
     """The first slot naming a template not defined before it or holding a time that is not
     finite; -1 when there is none (checked on whole columns first)."""
     if not len(templates):

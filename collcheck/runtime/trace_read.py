@@ -173,7 +173,8 @@ class TraceLines:
     def parse(self, number: int, line: bytes) -> CollectiveEvent | None:
         """The event of one `coll` line, checked (and its problems noted) as `take` does, returned
         instead of passed on; None when it is not a usable `coll` line."""
-        self._captured = captured = []
+        captured: list[CollectiveEvent] = []
+        self._captured = captured
         try:
             self.take(number, line)
         finally:
