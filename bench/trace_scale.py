@@ -1,8 +1,8 @@
 """Time and peak memory of the offline analysis (`collcheck trace`) on large synthetic traces.
 
-    python bench/trace_scale.py                      # 64 x 10K, 64 x 100K, 1,024 x 1K
-    python bench/trace_scale.py --size 256x10000 --size 8x1000 --formats text
-    python bench/trace_scale.py --pythonpath /work/main --schema 1   # another checkout, old traces
+    python bench/trace_scale.py                      # 16 x 40K, 256 x 10K, 1,024 x 1K, binary
+    python bench/trace_scale.py --json --size 64x10000 --formats text,perfetto  # JSON Lines traces
+    python bench/trace_scale.py --pythonpath /work/main --json --schema 1   # another checkout, old traces
 
 Each size R x E writes R rank traces of E collectives each into a temporary folder (never inside
 the repository; removed afterwards unless --keep), in the format the tracer writes: a header, the
@@ -12,8 +12,13 @@ line before the group's first `coll` line; `--schema 1` puts the member list on 
 line, as the tracer did before. Every fourth collective is on a second group holding the even ranks
 (the odd ranks issue nothing there), call sites alternate between two lines. Then `collcheck
 trace` runs in a child process for each format; its wall time and peak resident memory (the
-child's own `ru_maxrss`, from wait4) are printed. Exits 1 when a run failed (a status outside
-0-3, or past --timeout).
+child's own `ru_maxrss`, from wait4) are printed, with the collectives read per second (all
+ranks' together, the child's start included). By default the traces are written in collcheck's
+binary format (`.ccbin`, trace_binary.py: the same lines, each collective a record of its template
+with its `done` folded in) and the last rank's last few world-group collectives reduce a bigger
+tensor, so the analysis reads every collective and finds a divergence at the end (`--json` writes
+JSON Lines, `--no-divergence` keeps every rank alike). Exits 1 when a run failed (a status outside
+0-3, or past --timeout) or, with a divergence written, when the run did not exit 1.
 """
 
 from __future__ import annotations
@@ -33,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SIZES = ("64x10000", "64x100000", "1024x1000")
-FORMATS = ("text", "perfetto")
+DEFAULT_SIZES = ("16x40000", "256x10000", "1024x1000")
+FORMATS = ("text",)
 SUBGROUP_EVERY = 4  # every fourth collective is on the even ranks' group
 
 
@@ -47,6 +52,12 @@ class Size:
     def label(self) -> str:
         return f"{self.ranks} x {self.events:,}"
 
+    @property
+    def collectives(self) -> int:
+        """All ranks' collectives: the odd ranks skip the even ranks' group."""
+        on_subgroup = self.events // SUBGROUP_EVERY
+        return self.ranks * self.events - (self.ranks // 2) * on_subgroup
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -55,6 +66,7 @@ class Measured:
     seconds: float
     peak_mib: float
     status: int
+    cpu_seconds: float = 0.0  # the child's user + system time: what the machine's other load does not change
 
 
 def parse_size(text: str) -> Size:
@@ -186,7 +198,8 @@ def measure(folder: Path, size: Size, output_format: str, pythonpath: str, timeo
         sys.stderr.write(child.stderr.read().decode("utf-8", "replace")[-2000:])
     if out.exists():
         out.unlink()
-    return Measured(size, output_format, seconds, usage.ru_maxrss / 1024, status)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Measured(size, output_format, seconds, usage.ru_maxrss / 1024, status, cpu)
 
 
 def _wait(child: subprocess.Popen[bytes], timeout: float) -> tuple[int, resource.struct_rusage]:
@@ -224,25 +237,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--schema", type=int, choices=(1, 2), default=2, help="trace schema (1: members on each line)"
     )
+    parser.add_argument("--json", action="store_true", help="write JSON Lines traces, not binary ones")
+    parser.add_argument("--no-divergence", action="store_true", help="every rank issues the same")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)  # a stopped bench still removes its traces
     sizes = [parse_size(text) for text in (args.size or DEFAULT_SIZES)]
     failed = False
     print(
-        f"{'size':>14}  {'format':<9} {'trace MB':>9} {'seconds':>8} {'peak RSS MiB':>13} status", flush=True
+        f"{'size':>14}  {'format':<9} {'trace MB':>9} {'seconds':>8} {'events/s':>10} {'CPU s':>7} "
+        f"{'events/CPU s':>12} {'peak RSS MiB':>13} status",
+        flush=True,
     )
+    diverge = not args.no_divergence
     for size in sizes:
         scratch = Path(tempfile.mkdtemp(prefix="collcheck-trace-scale-", dir=args.tmp))
         try:
             folder = scratch / "traces"
             folder.mkdir()
-            written = write_traces(folder, size, args.schema)
+            written = write_traces(folder, size, args.schema, not args.json, diverge)
             for output_format in args.formats.split(","):
                 found = measure(folder, size, output_format, args.pythonpath, args.timeout)
-                failed = failed or found.status not in (0, 1, 3)
+                failed = failed or found.status not in ((1,) if diverge else (0, 1, 3))
+                rate = size.collectives / found.seconds
+                cpu_rate = size.collectives / max(found.cpu_seconds, 1e-6)
                 print(
                     f"{size.label:>14}  {output_format:<9} {written / 1e6:9.0f} {found.seconds:8.1f} "
-                    f"{found.peak_mib:13.0f} {found.status}",
+                    f"{rate:10,.0f} {found.cpu_seconds:7.2f} {cpu_rate:12,.0f} {found.peak_mib:13.0f} "
+                    f"{found.status}",
                     flush=True,
                 )
         finally:

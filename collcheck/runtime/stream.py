@@ -291,11 +291,18 @@ def analyze_dir(path: str, problems: list[Problem] | None = None) -> Analysis:
     full = {source.key: source for source in sources}  # a rank traced twice: its last file, as analyze does
     groups = _Groups(frozenset(full))
     raise_file_limit(len(sources))
-    binary = {key: one for key, one in full.items() if isinstance(one, BinarySource)}
-    if binary:  # each group's agreed prefix, compared as columns, is only counted below
-        prefixes = trace_prefix.scan(frozenset(full), {key: one.trace.path for key, one in binary.items()})
-        for reader in binary.values():
+    readers = [one for one in sources if isinstance(one, BinarySource)]
+    if readers:  # each group's agreed prefix, compared as columns, is only counted below
+        prefixes = _prefixes(full)
+        if prefixes is None or prefixes.moved:  # rare: read every header line, and scan again
+            for reader in readers:
+                reader.exact_rank()
+            full = {source.key: source for source in sources}
+            groups = _Groups(frozenset(full))
+            prefixes = _prefixes(full)
+        for reader in readers:
             reader.prefixes = prefixes
+            reader.chunk_slots = trace_prefix.chunk_slots(len(readers))
         groups.agreed = prefixes.agreed if prefixes is not None else {}
     for source in sources:
         source.start(groups if full[source.key] is source else None)
@@ -314,6 +321,11 @@ def analyze_dir(path: str, problems: list[Problem] | None = None) -> Analysis:
                 groups.end(source.key)
         active = still
     return _analysis(sources, full, groups, problems)
+
+
+def _prefixes(full: dict[int, Source]) -> trace_prefix.Prefixes | None:
+    binary = {key: one.trace.path for key, one in full.items() if isinstance(one, BinarySource)}
+    return trace_prefix.scan(frozenset(full), binary)
 
 
 def _analysis(

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from collcheck.runtime import trace_prefix
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
 from collcheck.runtime.trace_binary import (
+    CHUNK_SLOTS,
     SLOT,
     BinaryFormatError,
     BinaryLines,
@@ -215,11 +216,16 @@ class BinarySource(Source):
         self.queue: deque[Record] = deque()
         self.prefixes: trace_prefix.Prefixes | None = None
         self.records: BinaryRecords | None = None
+        self.chunk_slots = CHUNK_SLOTS  # fewer where many ranks are read at once
+
+    def exact_rank(self) -> None:
+        """Take the rank from every header line of the trace (see binary_header_rank)."""
+        self.trace.rank = self.key = binary_header_rank(self.trace.path, new_trace(self.trace.path).rank)
 
     def start(self, groups: GroupsSink | None) -> None:
         self.lines.feed = Feed(self.key, groups) if groups is not None else None
         try:
-            self.records = BinaryRecords(self.trace.path)
+            self.records = BinaryRecords(self.trace.path, self.chunk_slots)
         except BinaryFormatError as error:
             self.trace.note(0, str(error))
             return
@@ -344,7 +350,7 @@ def find_sources(path: str, problems: list[Problem]) -> list[Source]:
             continue
         if is_binary_trace(name):
             trace = new_trace(full)
-            trace.rank = _binary_header_rank(full, trace.rank)
+            trace.rank = binary_header_rank(full, trace.rank, whole=False)
             sources.append(BinarySource(trace, shared))
             continue
         if name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX):
@@ -386,10 +392,12 @@ def _mtime(path: str) -> float:
         return -_INF
 
 
-def _binary_header_rank(path: str, rank: int) -> int:
-    """The rank of a binary trace's header lines, the last one winning (`_header_rank`)."""
+def binary_header_rank(path: str, rank: int, whole: bool = True) -> int:
+    """The rank of a binary trace's header lines, the last one winning (`_header_rank`); not
+    `whole`: of the first header line, when it is among the first HEAD_SLOTS slots (the writer
+    puts it first; trace_prefix.scan reads every header and says where the last one differs)."""
     try:
-        records = BinaryRecords(path)
+        records = BinaryRecords(path, CHUNK_SLOTS if whole else HEAD_SLOTS)
     except (BinaryFormatError, OSError):
         return rank
     try:
@@ -397,11 +405,18 @@ def _binary_header_rank(path: str, rank: int) -> int:
             for record in chunk:
                 if isinstance(record, TextRecord) and record.sub == 0 and b"header" in record.payload:
                     rank = _rank_in(record.payload, rank)
+                    if not whole:
+                        return rank
+            if not whole:  # no header first: read them all
+                return binary_header_rank(path, rank)
     except OSError:
         pass
     finally:
         records.close()
     return rank
+
+
+HEAD_SLOTS = 64
 
 
 def _header_rank(path: str, rank: int) -> int:

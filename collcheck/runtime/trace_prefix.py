@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import compress
@@ -46,7 +46,7 @@ from collcheck.runtime.trace_read import TraceLines
 NEVER = 1 << 62  # a slot number past every file
 UNUSABLE = 255  # a template's group index when the template cannot be used (or too many groups)
 _SELECT = [bytes(1 if value == index else 0 for value in range(256)) for index in range(256)]
-BUFFERED = 1 << 22  # slots buffered per group, over all its members, before it stops waiting
+BUFFERED = 1 << 22  # slots one group may buffer over all its members (a member far behind)
 
 
 @dataclass
@@ -56,6 +56,7 @@ class Prefixes:
     agreed: dict[str, int] = field(default_factory=dict)  # group -> its agreed collectives
     uncovered: dict[int, dict[str, int]] = field(default_factory=dict)  # rank -> group -> first slot past
     other: dict[int, int] = field(default_factory=dict)  # rank -> first slot the scan did not take
+    moved: bool = False  # a trace's header lines name another rank than the one it was read as
 
     def start(self, rank: int) -> int:
         """The first slot of `rank`'s trace that is not part of an agreed prefix."""
@@ -66,13 +67,50 @@ class Prefixes:
 
 
 @dataclass
+class _Span:
+    """Where buffered slots came from: a run's slots from `first`, those `chosen` marks (all when
+    None), `used` of them compared already."""
+
+    first: int
+    chosen: bytes | None
+    size: int
+    used: int = 0
+
+    def head(self) -> int:
+        """The slot number of the first one not compared."""
+        if self.chosen is None:
+            return self.first + self.used
+        at = -1
+        for _ in range(self.used + 1):
+            at = self.chosen.index(1, at + 1)
+        return self.first + at
+
+
+@dataclass
 class _Buffer:
+    """One member's slots of one group not compared yet: keys and seqs as arrays."""
+
     keys: array[int] = field(default_factory=lambda: array("I"))
     seqs: array[int] = field(default_factory=lambda: array("Q"))
-    slots: array[int] = field(default_factory=lambda: array("Q"))
+    spans: deque[_Span] = field(default_factory=deque)
+
+    def add(self, keys: array[int], seqs: array[int], span: _Span) -> None:
+        self.keys.extend(keys)
+        self.seqs.extend(seqs)
+        self.spans.append(span)
 
     def drop(self, count: int) -> None:
-        del self.keys[:count], self.seqs[:count], self.slots[:count]
+        del self.keys[:count], self.seqs[:count]
+        while count:
+            span = self.spans[0]
+            taken = min(count, span.size - span.used)
+            span.used += taken
+            count -= taken
+            if span.used == span.size:
+                self.spans.popleft()
+
+    def head(self) -> int | None:
+        return self.spans[0].head() if self.spans else None
 
 
 _EMPTY = _Buffer()
@@ -115,6 +153,9 @@ class _Scan:
         self.feeder = BinaryLines(self.lines)
         self.group_of: bytearray = bytearray()  # template -> index into `groups`
         self.key_of: array[int] = array("I")  # template -> global key
+        # The same for templates 0-255, for bytes.translate on a column of template ids' low bytes.
+        self.group_table = bytearray([UNUSABLE]) * 256
+        self.key_table = bytearray(256)
         self.groups: list[str] = []
         self.ended = False
 
@@ -125,6 +166,7 @@ class _Scanner:
         self.chunk = chunk_slots
         self.groups: dict[str, _Group] = {}
         self.keys: dict[tuple[str, str, str], int] = {}
+        self.lists: dict[tuple[int, ...], frozenset[int]] = {}
         self.found = Prefixes()
         self.unsafe = False
         self.cap = max(4 * chunk_slots, BUFFERED // max(len(binary), 1))
@@ -174,14 +216,29 @@ class _Scanner:
         scan.group_of.append(index)
         key = (event.group, event.signature, event.site.short)
         scan.key_of.append(self.keys.setdefault(key, len(self.keys)))
+        template = len(scan.group_of) - 1
+        if template < 256:
+            scan.group_table[template] = index
+            scan.key_table[template] = scan.key_of[-1] & 255
         group = self._group(event.group)
-        expected = ({scan.rank, *event.group_ranks} if event.group_ranks else set(self.traced)) & self.traced
-        if expected - self.binary.keys():  # a member read from JSON lines or a dump
+        listed = self._listed(event.group_ranks)
+        new = (listed - group.members) | ({scan.rank} & self.traced - group.members)
+        if not new:
+            return
+        if new - self.binary.keys():  # a member read from JSON lines or a dump
             self._stop(group)
-        new = expected - group.members
-        if new and group.agreed and not group.stopped:
+        if group.agreed and not group.stopped:
             self.unsafe = True
         group.members |= new
+
+    def _listed(self, members: tuple[int, ...]) -> frozenset[int]:
+        """The traced ranks of a member list (every traced rank for an empty one), once per list."""
+        found = self.lists.get(members)
+        if found is None:
+            found = frozenset(members) & self.traced if members else self.traced
+            if len(self.lists) < 4096:
+                self.lists[members] = found
+        return found
 
     def _group(self, name: str) -> _Group:
         group = self.groups.get(name)
@@ -191,7 +248,7 @@ class _Scanner:
 
     def _run(self, scan: _Scan, run: CollRun) -> None:
         templates = run.templates()
-        bad = _first_bad(templates, run.starts(), run.ends(), len(scan.group_of))
+        bad, top = _first_bad(templates, run.starts(), run.ends(), len(scan.group_of))
         if bad >= 0:
             if bad:
                 self._run(scan, CollRun(run.first, run.data[: bad * 32]))
@@ -199,7 +256,13 @@ class _Scanner:
             if bad + 1 < run.count:
                 self._run(scan, CollRun(run.first + bad + 1, run.data[(bad + 1) * 32 :]))
             return
-        column = bytes(map(scan.group_of.__getitem__, templates))
+        keys: bytes | array[int]
+        if top < 256 and len(self.keys) <= 256:  # one byte a slot: C's translate, no Python ints
+            low = bytes(run.data[4::32])
+            column, keys = low.translate(scan.group_table), low.translate(scan.key_table)
+        else:
+            column = bytes(map(scan.group_of.__getitem__, templates))
+            keys = array("I", map(scan.key_of.__getitem__, templates))
         present = set(column)
         for index in present:
             if index == UNUSABLE:
@@ -210,17 +273,14 @@ class _Scanner:
             if group.stopped:
                 self._uncover(scan.rank, name, run.first + column.index(index))
                 continue
-            slots = range(run.first, run.first + run.count)
             buffer = group.buffers.setdefault(scan.rank, _Buffer())
             if len(present) == 1:
-                buffer.keys.extend(array("I", map(scan.key_of.__getitem__, templates)))
-                buffer.seqs.extend(array("Q", run.seqs()))
-                buffer.slots.extend(array("Q", slots))
+                buffer.add(array("I", iter(keys)), array("Q", run.seqs()), _Span(run.first, None, run.count))
             else:
                 chosen = column.translate(_SELECT[index])
-                buffer.keys.extend(array("I", map(scan.key_of.__getitem__, compress(templates, chosen))))
-                buffer.seqs.extend(array("Q", compress(run.seqs(), chosen)))
-                buffer.slots.extend(array("Q", compress(slots, chosen)))
+                size = chosen.count(1)
+                span = _Span(run.first, chosen, size)
+                buffer.add(array("I", compress(keys, chosen)), array("Q", compress(run.seqs(), chosen)), span)
 
     # Comparing ---------------------------------------------------------------------------------
 
@@ -253,7 +313,7 @@ class _Scanner:
         done = any(
             member in ended and not len(group.buffers.get(member, _EMPTY).keys) for member in group.members
         )
-        full = sum(len(buffer.keys) for buffer in buffers if buffer is not None) > self.cap
+        full = max(len(buffer.keys) if buffer is not None else 0 for buffer in buffers) > self.cap
         if done or full:
             self._stop(group)
 
@@ -262,8 +322,9 @@ class _Scanner:
             return
         group.stopped = True
         for rank, buffer in group.buffers.items():
-            if len(buffer.slots):
-                self._uncover(rank, group.name, buffer.slots[0])
+            head = buffer.head()
+            if head is not None:
+                self._uncover(rank, group.name, head)
         group.buffers.clear()
 
     def _uncover(self, rank: int, name: str, slot: int) -> None:
@@ -271,10 +332,16 @@ class _Scanner:
         known[name] = min(known.get(name, NEVER), slot)
 
 
-def scan(traced: frozenset[int], binary: dict[int, str], chunk_slots: int = 0) -> Prefixes | None:
+def chunk_slots(readers: int) -> int:
+    """Slots read from one trace at a time when `readers` traces are read in turn: about 32 MiB
+    in all, 32 KiB to 2 MiB each."""
+    return min(1 << 16, max(1 << 10, (1 << 20) // max(readers, 1)))
+
+
+def scan(traced: frozenset[int], binary: dict[int, str], slots: int = 0) -> Prefixes | None:
     """The agreed prefixes of the binary traces `binary` (rank -> path) among the `traced` ranks;
     None when they cannot be trusted (a member met late), and the analysis compares every event."""
-    chunk = chunk_slots or min(1 << 16, max(1 << 10, (1 << 20) // max(len(binary), 1)))
+    chunk = slots or chunk_slots(len(binary))
     scanner = _Scanner(traced, binary, chunk)
     scans: list[_Scan] = []
     try:
@@ -302,23 +369,27 @@ def scan(traced: frozenset[int], binary: dict[int, str], chunk_slots: int = 0) -
         for group in scanner.groups.values():
             scanner._stop(group)
             scanner.found.agreed[group.name] = group.agreed
+        scanner.found.moved = any(one.lines.trace.rank != one.rank for one in scans)
     finally:
         for one in scans:
             one.records.close()
     return scanner.found
 
 
-def _first_bad(templates: memoryview, starts: memoryview[float], ends: memoryview[float], known: int) -> int:
+def _first_bad(
+    templates: memoryview, starts: memoryview[float], ends: memoryview[float], known: int
+) -> tuple[int, int]:
     """The first slot naming a template not defined before it or holding a time that is not
-    finite; -1 when there is none (checked on whole columns first)."""
+    finite, -1 when there is none (checked on whole columns first); and the highest template."""
     if not len(templates):
-        return -1
-    if max(templates) < known and math.isfinite(sum(starts)) and math.isfinite(sum(ends)):
-        return -1
+        return -1, 0
+    top = max(templates)
+    if top < known and math.isfinite(sum(starts)) and math.isfinite(sum(ends)):
+        return -1, top
     for index in range(len(templates)):
         if templates[index] >= known or not (math.isfinite(starts[index]) and math.isfinite(ends[index])):
-            return index
-    return -1
+            return index, top
+    return -1, top
 
 
 def _first_difference(one: array[int], two: array[int], length: int) -> int:
