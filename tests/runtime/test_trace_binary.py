@@ -1,0 +1,269 @@
+"""collcheck's binary traces (trace_binary.py) and their columnar comparison (trace_prefix.py): the
+same findings as the JSON lines they were converted from, on every kind of folder and on real gloo
+jobs; agreed prefixes counted without an event per collective; malformed files as problems, never
+tracebacks; memory that does not grow with the number of events."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import shutil
+import struct
+import tracemalloc
+from pathlib import Path
+
+import pytest
+import test_stream
+from conftest import REPO, run_job
+
+from collcheck.cli import main
+from collcheck.runtime import stream, trace_binary, trace_prefix
+from collcheck.runtime.analyze import analyze
+from collcheck.runtime.perfetto import to_perfetto, write_perfetto
+from collcheck.runtime.record import CollectiveEncoder, DoneEvent, TraceWriter, trace_file_name
+from collcheck.runtime.trace_binary import (
+    BINARY_SUFFIX,
+    COLL_SLOT,
+    MAGIC,
+    SLOT,
+    binary_name,
+    convert_to_binary,
+    convert_to_json,
+    text_slots,
+)
+from collcheck.runtime.trace_model import Analysis
+from collcheck.runtime.trace_read import load_dir
+from collcheck.runtime.trace_render import render_text, to_json
+from collcheck.runtime.tracer import TraceConfig
+
+DATA = REPO / "tests" / "runtime" / "data"
+
+
+def _to_binary(folder: Path, into: Path, ranks: set[int] | None = None) -> None:
+    """`folder`'s JSON traces as binary ones in `into` (only `ranks` converted, the others copied)."""
+    into.mkdir(parents=True, exist_ok=True)
+    for path in sorted(folder.iterdir()):
+        if not path.name.endswith(".jsonl"):
+            shutil.copy(path, into / path.name)
+            continue
+        rank = int(path.name[len("collcheck-rank") : -len(".jsonl")])
+        if ranks is None or rank in ranks:
+            convert_to_binary(str(path), str(into / path.name.replace(".jsonl", BINARY_SUFFIX)))
+        else:
+            shutil.copy(path, into / path.name)
+
+
+def _reports(folder: Path) -> tuple[str, str, str, int]:
+    """Text, JSON and Perfetto reports of `folder` and its exit status, with file names made alike."""
+    analysis = stream.analyze_dir(str(folder))
+    document = io.StringIO()
+    write_perfetto(analysis, document)
+
+    def alike(text: str) -> str:
+        return text.replace(str(folder), "<folder>").replace(BINARY_SUFFIX, ".jsonl")
+
+    return (
+        alike(render_text(analysis)),
+        alike(json.dumps(to_json(analysis))),
+        document.getvalue(),
+        analysis.exit_code(),
+    )
+
+
+@pytest.mark.parametrize("trace_format", test_stream.FORMATS)
+def test_binary_traces_give_the_findings_of_their_json_lines(tmp_path: Path, trace_format: str) -> None:
+    folders = test_stream._scenarios(tmp_path / "json", trace_format)
+    folders.update({"seed v1": DATA / "seed_trace", "seed v2": DATA / "seed_trace_v2"})
+    for name, folder in folders.items():
+        binary = tmp_path / "binary" / name
+        _to_binary(folder, binary)
+        assert _reports(binary) == _reports(folder), name
+        mixed = tmp_path / "mixed" / name  # some ranks binary, some JSON lines
+        _to_binary(folder, mixed, ranks={0, 2})
+        assert _reports(mixed) == _reports(folder), name
+        back = tmp_path / "back" / name
+        back.mkdir(parents=True)
+        for path in binary.glob(f"*{BINARY_SUFFIX}"):
+            assert convert_to_json(str(path), str(back / path.name.replace(BINARY_SUFFIX, ".jsonl"))) == 0
+        assert _reports(back)[:2] == _reports(folder)[:2], name
+
+
+def _consistent(folder: Path, ranks: int, events: int, bigger_at: int | None = None) -> None:
+    """`ranks` binary traces of `events` all_reduces on two call sites; rank 1's collective
+    `bigger_at` reduces a bigger tensor."""
+    for rank in range(ranks):
+        changed = {bigger_at: {"shapes": ((8,),)}} if rank == 1 and bigger_at else {}
+        events_of = [
+            test_stream._event(rank, seq, line=10 + seq % 2, **changed.get(seq, {}))
+            for seq in range(1, events + 1)
+        ]
+        for event in events_of:
+            event.group_ranks = tuple(range(ranks))
+        test_stream._write(folder, rank, events_of)
+        path = folder / trace_file_name(rank)
+        convert_to_binary(str(path), str(folder / binary_name(rank)))
+        path.unlink()
+
+
+def test_agreed_prefixes_are_counted_without_an_event_per_collective(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _consistent(tmp_path / "same", 3, 3000)
+    _consistent(tmp_path / "late", 3, 3000, bigger_at=2990)
+    binary = {rank: str(tmp_path / "late" / binary_name(rank)) for rank in range(3)}
+    found = trace_prefix.scan(frozenset(range(3)), binary, slots=1024)
+    assert found is not None and found.agreed == {"0": 2989}
+    decoded = []
+    original = trace_binary.BinaryLines.event
+
+    def counted(self: trace_binary.BinaryLines, run: trace_binary.CollRun, index: int) -> object:
+        decoded.append(index)
+        return original(self, run, index)
+
+    monkeypatch.setattr(trace_binary.BinaryLines, "event", counted)
+    same = stream.analyze_dir(str(tmp_path / "same"))
+    assert not same.diverged and [s.collectives for s in same.summaries] == [3000] * 3
+    assert len(decoded) <= 2 * 3  # the latest collective so far, per run of agreed slots, per rank
+    decoded.clear()
+    late = stream.analyze_dir(str(tmp_path / "late"))
+    assert [(d.seq, d.sides[1].describe) for d in late.mismatches] == [(2990, "all_reduce(float32[8])")]
+    assert len(decoded) < 3 * 20  # the ten after the divergence, on each rank
+
+
+def test_peak_memory_does_not_grow_with_the_number_of_events(tmp_path: Path) -> None:
+    peaks = []
+    for events in (2000, 16000):
+        folder = tmp_path / str(events)
+        _consistent(folder, 4, events, bigger_at=events - 5)
+        tracemalloc.start()
+        analysis = stream.analyze_dir(str(folder))
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert [d.seq for d in analysis.mismatches] == [events - 5]
+    assert peaks[1] < 1.5 * peaks[0] + 2**20, peaks
+
+
+def _binary_trace(folder: Path) -> Path:
+    _consistent(folder, 2, 50)
+    return folder / binary_name(1)
+
+
+def _slot(data: bytes, kind: int) -> int:
+    """The offset of the first slot of `kind`."""
+    for at in range(len(MAGIC), len(data), SLOT):
+        if data[at] == kind:
+            return at
+    raise AssertionError(kind)
+
+
+def _mutations() -> dict[str, object]:
+    def coll(data: bytes, template: int = 0, seq: int = 1, start: float = 1.0, end: float = 1.0) -> bytes:
+        at = _slot(data, trace_binary.COLL)
+        return data[:at] + COLL_SLOT.pack(1, 0, 0, template, seq, start, end) + data[at + SLOT :]
+
+    return {
+        "no magic": lambda data: b"JUNK" + data[4:],
+        "cut inside a slot": lambda data: data[: len(data) // 2 + 5],
+        "cut inside a text record": lambda data: data[: _slot(data, trace_binary.CONT) + 3 * SLOT],
+        "unknown kind": lambda data: data[: SLOT + 8] + b"\x09" + data[SLOT + 9 :],
+        "stray continuation": lambda data: data + text_slots(0, b"x" * 200)[SLOT:],
+        "absurd text length": lambda data: data + struct.pack("<BBHI", 2, 0, 0, 0xFFFFFFFF) + bytes(24),
+        "unknown text kind": lambda data: data + text_slots(7, b"{}"),
+        "template out of order": lambda data: (
+            data + text_slots(trace_binary.TEMPLATE, struct.pack("<III", 99, 0, 0))
+        ),
+        "undefined template": lambda data: coll(data, template=10**9),
+        "time not finite": lambda data: coll(data, start=float("nan")),
+        "sequence number out of range": lambda data: coll(data, seq=2**63),
+        "a line that is no JSON": lambda data: data + text_slots(0, b"\xff{not json"),
+    }
+
+
+@pytest.mark.parametrize("mutation", list(_mutations()))
+def test_a_malformed_binary_trace_is_a_problem_never_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mutation: str
+) -> None:
+    path = _binary_trace(tmp_path)
+    path.write_bytes(_mutations()[mutation](path.read_bytes()))  # type: ignore[operator]
+    status = main(["trace", str(tmp_path)])
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err
+    torn = mutation.startswith("cut inside")  # a torn write at the end: skipped silently
+    assert status in ((0, 1) if torn else (1, 3)), out.out
+    if not torn:
+        assert "could not read:" in out.out and binary_name(1) in out.out
+
+
+def test_random_damage_to_a_binary_trace_never_raises(tmp_path: Path) -> None:
+    path = _binary_trace(tmp_path)
+    original = path.read_bytes()
+    generator = random.Random(7)
+    for _ in range(150):
+        data = bytearray(original)
+        for _ in range(generator.randint(1, 12)):
+            data[generator.randrange(len(MAGIC), len(data))] = generator.randrange(256)
+        path.write_bytes(bytes(data[: generator.randint(len(MAGIC), len(data))]))
+        analysis = stream.analyze_dir(str(tmp_path))
+        assert isinstance(analysis, Analysis) and analysis.exit_code() in (0, 1, 3)
+
+
+def test_the_newer_of_a_binary_trace_and_its_json_lines_is_read(tmp_path: Path) -> None:
+    _consistent(tmp_path, 2, 20, bigger_at=5)  # binary traces: rank 1 reduces a bigger tensor at #5
+    for rank in range(2):  # and both ranks' consistent JSON lines, older than the binary traces
+        events = [test_stream._event(rank, seq, line=10 + seq % 2) for seq in range(1, 21)]
+        for event in events:
+            event.group_ranks = (0, 1)
+        test_stream._write(tmp_path, rank, events)
+        os.utime(tmp_path / trace_file_name(rank), (1, 1))
+    assert [d.seq for d in stream.analyze_dir(str(tmp_path)).mismatches] == [5]
+    os.utime(tmp_path / binary_name(1), (0, 0))  # now rank 1's binary trace is the stale one
+    analysis = stream.analyze_dir(str(tmp_path))
+    assert not analysis.mismatches
+    assert [Path(s.path).name for s in analysis.summaries] == [binary_name(0), trace_file_name(1)]
+
+
+def test_convert_trace_reports_what_it_could_not_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["convert-trace", str(tmp_path), str(tmp_path / "out")]) == 2
+    assert main(["convert-trace", str(tmp_path), str(tmp_path), "--to", "yaml"]) == 2
+    (tmp_path / binary_name(0)).write_bytes(b"not binary")
+    assert main(["convert-trace", str(tmp_path), str(tmp_path / "out"), "--to", "json"]) == 3
+    assert "not a collcheck binary trace" in capsys.readouterr().err
+
+
+@pytest.mark.multirank
+def test_real_gloo_traces_read_the_same_as_binary_traces(tmp_path: Path) -> None:
+    """Every kind of collective (subgroups, sends and recvs, a second thread) and a swapped pair,
+    recorded by the tracer on gloo, converted and read again."""
+    for program in ("mixed_groups.py", "swap_same.py"):
+        job = run_job(program, tmp_path / program, trace=TraceConfig(timeout_s=5.0))
+        assert job.returncodes == [0, 0], job.stderr
+        binary = tmp_path / program / "binary"
+        assert main(["convert-trace", str(job.trace_dir), str(binary)]) == 0
+        assert sorted(p.name for p in binary.iterdir()) == [binary_name(0), binary_name(1)]
+        assert _reports(binary) == _reports(job.trace_dir), program
+
+
+def test_a_completion_after_a_later_collectives_keeps_its_perfetto_slice_complete(tmp_path: Path) -> None:
+    """The streaming Perfetto export let every waiting slice go, incomplete, at any `done` line;
+    a collective completed after a later one (two groups, or a send waited for late) lost its end."""
+    events = {
+        rank: [test_stream._event(rank, 1), test_stream._event(rank, 1, group="1")] for rank in range(2)
+    }
+    for rank, (first, second) in events.items():
+        writer = TraceWriter(str(tmp_path / trace_file_name(rank)))
+        encoder = CollectiveEncoder(rank)
+        writer.write({"ev": "header", "rank": rank})
+        writer.write_coll(*encoder.coll(first))
+        writer.write_coll(*encoder.coll(second))
+        for event in (second, first):  # the later collective completes first
+            writer.write(DoneEvent(event.group, event.seq, event.t_start + 0.5).to_json())
+        writer.close()
+    document = io.StringIO()
+    write_perfetto(stream.analyze_dir(str(tmp_path)), document)
+    reference = to_perfetto(analyze(load_dir(str(tmp_path))))
+    assert json.loads(document.getvalue()) == reference
+    assert all(item["args"]["completed"] for item in reference["traceEvents"] if item["ph"] == "X")
