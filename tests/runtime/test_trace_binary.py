@@ -21,6 +21,7 @@ from conftest import REPO, run_job
 from collcheck.cli import main
 from collcheck.runtime import stream, trace_binary, trace_prefix
 from collcheck.runtime.analyze import analyze
+from collcheck.runtime.launch import clear_old_traces
 from collcheck.runtime.perfetto import to_perfetto, write_perfetto
 from collcheck.runtime.record import CollectiveEncoder, DoneEvent, TraceWriter, trace_file_name
 from collcheck.runtime.trace_binary import (
@@ -267,3 +268,11 @@ def test_a_completion_after_a_later_collectives_keeps_its_perfetto_slice_complet
     reference = to_perfetto(analyze(load_dir(str(tmp_path))))
     assert json.loads(document.getvalue()) == reference
     assert all(item["args"]["completed"] for item in reference["traceEvents"] if item["ph"] == "X")
+
+
+def test_a_new_run_removes_the_previous_runs_binary_traces_too(tmp_path: Path) -> None:
+    """A binary trace left from an earlier run of more ranks would be read as one more rank."""
+    _consistent(tmp_path, 3, 5)
+    (tmp_path / "notes.txt").write_text("kept")
+    clear_old_traces(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
