@@ -24,7 +24,9 @@ from collcheck.runtime import trace_prefix
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
 from collcheck.runtime.trace_binary import (
     CHUNK_SLOTS,
+    DONE,
     SLOT,
+    UNOBSERVED,
     BinaryFormatError,
     BinaryLines,
     BinaryRecords,
@@ -270,12 +272,17 @@ class BinarySource(Source):
                 self.queue.appendleft(CollRun(record.first + covered, record.data[covered * SLOT :]))
             self._covered(CollRun(record.first, record.data[: covered * SLOT]))
             return 1
-        count = min(budget, record.count)
-        for index in range(count):
-            self._slot(record, index)
+        # As many slots as the JSON lines they stand for (a folded completion was a `done` line), so
+        # ranks take turns as they would over their JSON traces.
+        used = count = 0
+        flags = bytes(record.data[1 : budget * SLOT : SLOT])  # at most `budget` slots are fed
+        while used < budget and count < record.count:
+            self._slot(record, count)
+            used += 1 + bin(flags[count] & (DONE | UNOBSERVED)).count("1")
+            count += 1
         if count < record.count:
             self.queue.appendleft(CollRun(record.first + count, record.data[count * SLOT :]))
-        return count
+        return used
 
     def _covered(self, run: CollRun) -> None:
         totals = trace_prefix.totals(run)

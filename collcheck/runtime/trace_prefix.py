@@ -221,6 +221,10 @@ class _Scanner:
             scan.group_table[template] = index
             scan.key_table[template] = scan.key_of[-1] & 255
         group = self._group(event.group)
+        if event.group_ranks and scan.rank not in event.group_ranks:
+            # A rank issuing in a group its member lists leave out: what is compared then depends
+            # on the order lines are read in (stream.py), so every collective is read in that order.
+            self.unsafe = True
         listed = self._listed(event.group_ranks)
         new = (listed - group.members) | ({scan.rank} & self.traced - group.members)
         if not new:
@@ -333,9 +337,9 @@ class _Scanner:
 
 
 def chunk_slots(readers: int) -> int:
-    """Slots read from one trace at a time when `readers` traces are read in turn: about 32 MiB
-    in all, 32 KiB to 2 MiB each."""
-    return min(1 << 16, max(1 << 10, (1 << 20) // max(readers, 1)))
+    """Slots read from one trace at a time when `readers` traces are read in turn: about 16 MiB
+    in all, 32 KiB to 1 MiB each."""
+    return min(1 << 15, max(1 << 10, (1 << 19) // max(readers, 1)))
 
 
 def scan(traced: frozenset[int], binary: dict[int, str], slots: int = 0) -> Prefixes | None:
