@@ -100,7 +100,7 @@ def write_traces(
 def _write_binary(path: Path, chunks: Iterator[str]) -> None:
     """The lines of `chunks` as the binary writer writes them: a `coll` line as a record of its
     template, its `done` line folded into that record, any other line as it is."""
-    from collcheck.runtime.trace_binary import COLL_LINE, BinaryWriter
+    from collcheck.runtime.trace_binary import COLL_LINE, DONE, BinaryWriter
 
     writer = BinaryWriter(str(path))
     offsets: dict[tuple[str, int], int] = {}
@@ -115,7 +115,7 @@ def _write_binary(path: Path, chunks: Iterator[str]) -> None:
                     offsets[(group, int(seq))] = writer.coll(template, int(seq), float(start))
                 elif line.startswith(b'{"ev":"done"'):
                     row = json.loads(line)
-                    writer.done(offsets.pop((row["group"], row["seq"])), row["t_end"])
+                    writer.mark(offsets.pop((row["group"], row["seq"])), DONE, row["t_end"])
                 else:
                     writer.line(line)
     finally:

@@ -49,7 +49,7 @@ TEXT_HEAD = struct.Struct("<BBHI")
 TEXT_FIRST = SLOT - TEXT_HEAD.size  # payload bytes in a TEXT slot
 CONT_BYTES = SLOT - 1
 TEMPLATE_HEAD = struct.Struct("<III")
-MAX_TEMPLATES = 1 << 20  # distinct collectives one trace may define (a job has a few hundred)
+MAX_TEMPLATES = 1 << 16  # distinct collectives one trace may define (a job has a few hundred)
 CHUNK_SLOTS = 1 << 16  # slots read at once (2 MiB)
 _MAX_TEXT_SLOTS = 1 + (MAX_LINE_BYTES + TEMPLATE_HEAD.size + CONT_BYTES - 1) // CONT_BYTES
 
@@ -123,24 +123,19 @@ class BinaryWriter:
         self._append(coll_slot(template, seq, t_start, None))
         return offset
 
-    def done(self, offset: int, t_end: float) -> None:
-        self._patch(offset, 1, struct.pack("<B", DONE), 24, struct.pack("<d", t_end))
+    def mark(self, offset: int, flags: int, t_end: float | None = None) -> None:
+        """Give the record at `offset` these flags (DONE, UNOBSERVED) and its completion time; the
+        caller keeps each record's flags (the file may be open for writing only)."""
+        self._patch(offset, 1, struct.pack("<B", flags))
+        if t_end is not None:
+            self._patch(offset, 24, struct.pack("<d", t_end))
 
-    def unobserved(self, offset: int, flags: int) -> None:
-        self._patch(offset, 1, struct.pack("<B", flags | UNOBSERVED))
-
-    def flags(self, offset: int) -> int:
-        if offset >= self._flushed:
-            return self._buffer[offset - self._flushed + 1]
-        return os.pread(self._fd, 2, offset)[1]
-
-    def _patch(self, offset: int, *pieces: Any) -> None:
-        for at, data in zip(pieces[::2], pieces[1::2], strict=True):
-            if offset + at >= self._flushed:
-                start = offset + at - self._flushed
-                self._buffer[start : start + len(data)] = data
-            else:
-                os.pwrite(self._fd, data, offset + at)
+    def _patch(self, offset: int, at: int, data: bytes) -> None:
+        if offset + at >= self._flushed:
+            start = offset + at - self._flushed
+            self._buffer[start : start + len(data)] = data
+        else:
+            os.pwrite(self._fd, data, offset + at)
 
     def _append(self, data: bytes) -> None:
         self._buffer += data
@@ -428,25 +423,28 @@ class _Converting(TraceLines):
         self.folded = False
         self.lines_only = False  # the line being read cannot fold into a record
         self.expected: dict[int, CollectiveEvent] = {}  # template -> its event (seq 1, t_start 0.0)
-        self.offsets: dict[tuple[str, int], int] = {}  # (group, seq) -> its latest record's offset
+        # (group, seq) -> [offset, flags] of its latest record
+        self.offsets: dict[tuple[str, int], list[int]] = {}
 
     def event(self, event: CollectiveEvent) -> None:
         self.parsed = event
 
     def done(self, key: tuple[str, int], row: dict[str, Any]) -> None:
-        offset = None if self.lines_only else self.offsets.get(key)
+        record = None if self.lines_only else self.offsets.get(key)
         t_end = row.get("t_end")
-        if offset is None or type(t_end) is not float or not math.isfinite(t_end):
+        if record is None or type(t_end) is not float or not math.isfinite(t_end):
             return
-        if self.writer.flags(offset) & DONE:  # a second completion: kept as a line
+        if record[1] & DONE:  # a second completion: kept as a line
             return
-        self.writer.done(offset, t_end)
+        record[1] |= DONE
+        self.writer.mark(record[0], record[1], t_end)
         self.folded = True
 
     def unobserved(self, key: tuple[str, int]) -> None:
-        offset = None if self.lines_only else self.offsets.get(key)
-        if offset is not None:
-            self.writer.unobserved(offset, self.writer.flags(offset))
+        record = None if self.lines_only else self.offsets.get(key)
+        if record is not None:
+            record[1] |= UNOBSERVED
+            self.writer.mark(record[0], record[1])
             self.folded = True
 
     def convert(self, number: int, line: bytes | None) -> None:
@@ -501,7 +499,7 @@ class _Converting(TraceLines):
         if CollectiveEvent(**{**expected.__dict__, "seq": seq, "t_start": t_start}) != event:
             return False
         self.offsets.pop((event.group, seq), None)
-        self.offsets[(event.group, seq)] = self.writer.coll(template, seq, t_start)
+        self.offsets[(event.group, seq)] = [self.writer.coll(template, seq, t_start), 0]
         if len(self.offsets) > PENDING_COMPLETIONS:
             del self.offsets[next(iter(self.offsets))]
         return True

@@ -334,3 +334,29 @@ def test_a_header_naming_another_rank_later_and_a_member_list_that_grows(tmp_pat
         # and a folded completion moves a line: the findings are the same, the problems nearly.
         assert _findings(binary, counted=False) == _findings(folder, counted=False), folder.name
     assert [s.rank for s in stream.analyze_dir(str(tmp_path / "moved binary")).summaries] == [0, 1, 7]
+
+
+def test_completions_fold_into_records_already_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The converter writes its output as it goes (here every 4 KiB): a completion that comes
+    after its record left the buffer is written into the file in place, with the flags it had."""
+    monkeypatch.setattr(trace_binary.BinaryWriter, "FLUSH_BYTES", 4096)
+    events = [test_stream._event(0, seq) for seq in range(1, 400)]
+    writer = TraceWriter(str(tmp_path / trace_file_name(0)))
+    encoder = CollectiveEncoder(0)
+    writer.write({"ev": "header", "rank": 0})
+    for event in events:
+        writer.write_coll(*encoder.coll(event))
+    for event in events:  # every completion after every collective: 30 KiB later at most
+        if event.seq % 2:
+            writer.write({"ev": "unobserved", "group": event.group, "seq": event.seq})
+        writer.write(DoneEvent(event.group, event.seq, event.t_start + 0.25).to_json())
+    writer.close()
+    convert_to_binary(str(tmp_path / trace_file_name(0)), str(tmp_path / binary_name(0)))
+    (tmp_path / trace_file_name(0)).rename(tmp_path / "json.txt")
+    read = trace_binary.load_binary(str(tmp_path / binary_name(0)))
+    assert [(e.t_end, e.observable) for e in read.events] == [
+        (e.t_start + 0.25, not e.seq % 2) for e in events
+    ]
+    assert not read.problems
