@@ -6,15 +6,19 @@ dtypes, reduce op, root, call site; sequence numbers 1, 2, 3, ... in order); per
 the first slot past that prefix. The streaming analysis (stream.py) then counts the agreed slots
 without making an event of each and compares the rest as it compares JSON lines.
 
-Each rank's trace is read a chunk at a time, all ranks in turn. A chunk's COLL slots are split
-into groups as arrays (`itertools.compress` over the slots' template column: no Python object per
-collective is kept), each template standing for one global key (its signature and call site,
-interned across ranks). A group's arrays are compared across its members as wholes (array
-equality is a memcmp); at the first difference the group stops: that collective and everything
-after it is the streaming analysis's. A group stops too when a member's trace is not binary, when
-a member has ended, when a member's buffered slots pass CAP (a member far behind), or for sends and
-recvs (paired by channel, not by sequence number). A member met only after part of a group was
-agreed makes the prefixes unsafe: `scan` returns None and everything is compared event by event.
+Each rank's trace is read a chunk at a time, all ranks in turn. A chunk's COLL slots become
+columns with no Python object per collective kept: the template ids' low bytes go through
+`bytes.translate` into a group column and a key column (a key is a template's group, signature and
+call site, interned across ranks; `map` over the ids where there are more than 256), and
+`itertools.compress` splits them, with the sequence numbers, into one array per group. A group's
+arrays are compared across its members as wholes (array equality is a memcmp) and checked to
+count 1, 2, 3, ...; at the first difference the group stops: that collective and everything after
+it is the streaming analysis's. A group stops too when a member's trace is not binary, when a
+member's trace has ended, when a member's buffered slots pass the scanner's cap (a member far
+behind), at a `coll` line kept as text, and from the start for sends and recvs (paired by channel,
+not by sequence number). A member met only after part of a group was agreed, or a rank issuing in
+a group whose member lists leave it out, makes the prefixes unsafe: `scan` returns None and every
+collective is compared event by event.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from collcheck.runtime.trace_read import TraceLines
 NEVER = 1 << 62  # a slot number past every file
 UNUSABLE = 255  # a template's group index when the template cannot be used (or too many groups)
 _SELECT = [bytes(1 if value == index else 0 for value in range(256)) for index in range(256)]
-BUFFERED = 1 << 22  # slots one group may buffer over all its members (a member far behind)
+BUFFERED = 1 << 22  # slots a group may buffer, shared among the ranks (a member far behind)
 
 
 @dataclass
@@ -161,6 +165,8 @@ class _Scan:
 
 
 class _Scanner:
+    """The groups being compared, and what was found, over every rank's scan."""
+
     def __init__(self, traced: frozenset[int], binary: dict[int, str], chunk_slots: int) -> None:
         self.traced, self.binary = traced, binary
         self.chunk = chunk_slots
