@@ -240,15 +240,19 @@ def test_convert_trace_reports_what_it_could_not_do(
 
 @pytest.mark.multirank
 def test_real_gloo_traces_read_the_same_as_binary_traces(tmp_path: Path) -> None:
-    """Every kind of collective (subgroups, sends and recvs, a second thread) and a swapped pair,
-    recorded by the tracer on gloo, converted and read again."""
-    for program in ("mixed_groups.py", "swap_same.py"):
+    """Every kind of collective (subgroups, sends and recvs, a second thread), a swapped pair and a
+    training loop of 304 collectives, recorded by the tracer on gloo, converted and read again; the
+    loop's group is agreed whole by the columnar scan."""
+    for program in ("mixed_groups.py", "swap_same.py", "steady_loop.py"):
         job = run_job(program, tmp_path / program, trace=TraceConfig(timeout_s=5.0))
         assert job.returncodes == [0, 0], job.stderr
         binary = tmp_path / program / "binary"
         assert main(["convert-trace", str(job.trace_dir), str(binary)]) == 0
         assert sorted(p.name for p in binary.iterdir()) == [binary_name(0), binary_name(1)]
         assert _reports(binary) == _reports(job.trace_dir), program
+    paths = {rank: str(tmp_path / "steady_loop.py" / "binary" / binary_name(rank)) for rank in (0, 1)}
+    found = trace_prefix.scan(frozenset((0, 1)), paths)
+    assert found is not None and found.agreed["0"] == 304
 
 
 def test_a_completion_after_a_later_collectives_keeps_its_perfetto_slice_complete(tmp_path: Path) -> None:
