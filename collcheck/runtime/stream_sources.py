@@ -219,6 +219,7 @@ class BinarySource(Source):
         self.prefixes: trace_prefix.Prefixes | None = None
         self.records: BinaryRecords | None = None
         self.chunk_slots = CHUNK_SLOTS  # fewer where many ranks are read at once
+        self.first_open = 0  # the first slot outside every agreed prefix (trace_prefix.Prefixes.start)
 
     def exact_rank(self) -> None:
         """Take the rank from every header line of the trace (see binary_header_rank)."""
@@ -270,8 +271,10 @@ class BinarySource(Source):
         if covered > 0:  # slots of agreed prefixes only: from the columns
             if covered < record.count:
                 self.queue.appendleft(CollRun(record.first + covered, record.data[covered * SLOT :]))
-            self._covered(CollRun(record.first, record.data[: covered * SLOT]))
-            return 1
+            run = CollRun(record.first, record.data[: covered * SLOT])
+            if self._covered(run):
+                return 1
+            record = run  # a template the scan took and this reading did not: slot by slot
         # As many slots as the JSON lines they stand for (a folded completion was a `done` line), so
         # ranks take turns as they would over their JSON traces.
         used = count = 0
@@ -284,26 +287,30 @@ class BinarySource(Source):
             self.queue.appendleft(CollRun(record.first + count, record.data[count * SLOT :]))
         return used
 
-    def _covered(self, run: CollRun) -> None:
+    def _covered(self, run: CollRun) -> bool:
+        """Count a run of agreed slots from its columns; False (nothing counted) if one of its
+        templates is unusable here."""
         totals = trace_prefix.totals(run)
+        models = self.feeder.templates
+        used = [models[t] if t < len(models) else None for t in totals.per_template]
+        if None in used:
+            return False
         lines = self.lines
         lines.count += totals.count
         lines.origin = min(lines.origin, totals.earliest)
         lines.latest = max(lines.latest, totals.latest)
         if lines.last is None or totals.last_start > lines.last.t_start:
             self._hold_last(run, totals.last_at)
-        models = self.feeder.templates
-        for template, count in totals.per_template.items():
-            model = models[template]
-            assert model is not None  # the scan covers no slot of an unusable template
+        for model, count in zip(used, totals.per_template.values(), strict=True):
+            assert model is not None  # checked above
             lines.tops[model.group] = lines.tops.get(model.group, 0) + count
-        for template in totals.per_template:
-            model = models[template]
+        for model in used:
             assert model is not None
             self._skip(model, lines.tops[model.group])
         final = models[run.templates()[-1]]
         if lines.feed is not None and final is not None:
             lines.feed.last = (lines.feed.groups.get(final.group), lines.tops[final.group])
+        return True
 
     def _skip(self, model: CollectiveEvent, top: int) -> None:
         feed = self.lines.feed
