@@ -1,8 +1,8 @@
 """Time and peak memory of the offline analysis (`collcheck trace`) on large synthetic traces.
 
-    python bench/trace_scale.py                      # 64 x 10K, 64 x 100K, 1,024 x 1K
-    python bench/trace_scale.py --size 256x10000 --size 8x1000 --formats text
-    python bench/trace_scale.py --pythonpath /work/main --schema 1   # another checkout, old traces
+    python bench/trace_scale.py                      # 16 x 40K, 256 x 10K, 1,024 x 1K, binary
+    python bench/trace_scale.py --json --size 64x10000 --formats text,perfetto  # JSON Lines traces
+    python bench/trace_scale.py --pythonpath /work/main --json --schema 1   # another checkout, old traces
 
 Each size R x E writes R rank traces of E collectives each into a temporary folder (never inside
 the repository; removed afterwards unless --keep), in the format the tracer writes: a header, the
@@ -12,13 +12,19 @@ line before the group's first `coll` line; `--schema 1` puts the member list on 
 line, as the tracer did before. Every fourth collective is on a second group holding the even ranks
 (the odd ranks issue nothing there), call sites alternate between two lines. Then `collcheck
 trace` runs in a child process for each format; its wall time and peak resident memory (the
-child's own `ru_maxrss`, from wait4) are printed. Exits 1 when a run failed (a status outside
-0-3, or past --timeout).
+child's own `ru_maxrss`, from wait4) are printed, with the collectives read per second (all
+ranks' together, the child's start included). By default the traces are written in collcheck's
+binary format (`.ccbin`, trace_binary.py: the same lines, each collective a record of its template
+with its `done` folded in) and the last rank's last few world-group collectives reduce a bigger
+tensor, so the analysis reads every collective and finds a divergence at the end (`--json` writes
+JSON Lines, `--no-divergence` keeps every rank alike). Exits 1 when a run failed (a status outside
+0-3, or past --timeout) or, with a divergence written, when the run did not exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -32,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SIZES = ("64x10000", "64x100000", "1024x1000")
-FORMATS = ("text", "perfetto")
+DEFAULT_SIZES = ("16x40000", "256x10000", "1024x1000")
+FORMATS = ("text",)
 SUBGROUP_EVERY = 4  # every fourth collective is on the even ranks' group
 
 
@@ -46,6 +52,12 @@ class Size:
     def label(self) -> str:
         return f"{self.ranks} x {self.events:,}"
 
+    @property
+    def collectives(self) -> int:
+        """All ranks' collectives: the odd ranks skip the even ranks' group."""
+        on_subgroup = self.events // SUBGROUP_EVERY
+        return self.ranks * self.events - (self.ranks // 2) * on_subgroup
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -54,6 +66,7 @@ class Measured:
     seconds: float
     peak_mib: float
     status: int
+    cpu_seconds: float = 0.0  # the child's user + system time: what the machine's other load does not change
 
 
 def parse_size(text: str) -> Size:
@@ -61,24 +74,60 @@ def parse_size(text: str) -> Size:
     return Size(int(ranks), int(events))
 
 
-def write_traces(folder: Path, size: Size, schema: int = 2) -> int:
-    """Write `size.ranks` traces of `size.events` collectives into `folder`; return the bytes written."""
+def write_traces(
+    folder: Path, size: Size, schema: int = 2, binary: bool = False, diverge: bool = False
+) -> int:
+    """Write `size.ranks` traces of `size.events` collectives into `folder`; return the bytes written.
+    `binary`: collcheck's binary format (`.ccbin`, the same lines: each collective a record);
+    `diverge`: the last rank's last collective of the world group reduces a bigger tensor."""
     world = ",".join(map(str, range(size.ranks)))
     evens = ",".join(map(str, range(0, size.ranks, 2)))
     total = 0
     for rank in range(size.ranks):
-        path = folder / f"collcheck-rank{rank}.jsonl"
-        with open(path, "w", encoding="utf-8") as handle:
-            for chunk in _rank_lines(rank, size, world, evens, schema):
-                handle.write(chunk)
+        last = diverge and rank == size.ranks - 1
+        if binary:
+            path = folder / f"collcheck-rank{rank}.ccbin"
+            _write_binary(path, _rank_lines(rank, size, world, evens, schema, last))
+        else:
+            path = folder / f"collcheck-rank{rank}.jsonl"
+            with open(path, "w", encoding="utf-8") as handle:
+                for chunk in _rank_lines(rank, size, world, evens, schema, last):
+                    handle.write(chunk)
         total += path.stat().st_size
     return total
+
+
+def _write_binary(path: Path, chunks: Iterator[str]) -> None:
+    """The lines of `chunks` as the binary writer writes them: a `coll` line as a record of its
+    template, its `done` line folded into that record, any other line as it is."""
+    from collcheck.runtime.trace_binary import COLL_LINE, DONE, BinaryWriter
+
+    writer = BinaryWriter(str(path))
+    offsets: dict[tuple[str, int], int] = {}
+    try:
+        for chunk in chunks:
+            for line in chunk.encode().splitlines():
+                found = COLL_LINE.match(line)
+                if found is not None:
+                    before, seq, middle, start, after = found.groups()
+                    group = line.split(b'"group":"', 1)[1].split(b'"', 1)[0].decode()
+                    template = writer.template((before, middle, after))
+                    offsets[(group, int(seq))] = writer.coll(template, int(seq), float(start))
+                elif line.startswith(b'{"ev":"done"'):
+                    row = json.loads(line)
+                    writer.mark(offsets.pop((row["group"], row["seq"])), DONE, row["t_end"])
+                else:
+                    writer.line(line)
+    finally:
+        writer.close()
 
 
 CHUNK = 10_000  # collectives per write: a 100K-collective trace is never held whole
 
 
-def _rank_lines(rank: int, size: Size, world: str, evens: str, schema: int) -> Iterator[str]:
+def _rank_lines(
+    rank: int, size: Size, world: str, evens: str, schema: int, diverge: bool = False
+) -> Iterator[str]:
     lines = [
         f'{{"ev":"header","schema":{schema},"rank":{rank},"world_size":{size.ranks},"pid":{1000 + rank},'
         f'"mode":"async","t":1000.0}}\n',
@@ -112,8 +161,9 @@ def _rank_lines(rank: int, size: Size, world: str, evens: str, schema: int) -> I
             lines.append(definitions[group])
         line = 10 + index % 2
         t += 1e-3
+        numel = 2048 if diverge and group == "0" and index >= size.events - SUBGROUP_EVERY else 1024
         lines.append(
-            f'{heads[group]}{seq},"op":"all_reduce","shapes":[[1024]],"dtypes":["float32"],"reduce_op":"sum",'
+            f'{heads[group]}{seq},"op":"all_reduce","shapes":[[{numel}]],"dtypes":["float32"],"reduce_op":"sum",'
             f'"root":null,"site":{{"file":"/job/train.py","line":{line},"func":"step",'
             f'"stack":["/job/train.py:{line} in step","/job/train.py:40 in main"],"via":""}},'
             f'"thread":"MainThread","t_start":{t!r}{tail}'
@@ -148,7 +198,8 @@ def measure(folder: Path, size: Size, output_format: str, pythonpath: str, timeo
         sys.stderr.write(child.stderr.read().decode("utf-8", "replace")[-2000:])
     if out.exists():
         out.unlink()
-    return Measured(size, output_format, seconds, usage.ru_maxrss / 1024, status)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Measured(size, output_format, seconds, usage.ru_maxrss / 1024, status, cpu)
 
 
 def _wait(child: subprocess.Popen[bytes], timeout: float) -> tuple[int, resource.struct_rusage]:
@@ -186,25 +237,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--schema", type=int, choices=(1, 2), default=2, help="trace schema (1: members on each line)"
     )
+    parser.add_argument("--json", action="store_true", help="write JSON Lines traces, not binary ones")
+    parser.add_argument("--no-divergence", action="store_true", help="every rank issues the same")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)  # a stopped bench still removes its traces
     sizes = [parse_size(text) for text in (args.size or DEFAULT_SIZES)]
     failed = False
     print(
-        f"{'size':>14}  {'format':<9} {'trace MB':>9} {'seconds':>8} {'peak RSS MiB':>13} status", flush=True
+        f"{'size':>14}  {'format':<9} {'trace MB':>9} {'seconds':>8} {'events/s':>10} {'CPU s':>7} "
+        f"{'events/CPU s':>12} {'peak RSS MiB':>13} status",
+        flush=True,
     )
+    diverge = not args.no_divergence
     for size in sizes:
         scratch = Path(tempfile.mkdtemp(prefix="collcheck-trace-scale-", dir=args.tmp))
         try:
             folder = scratch / "traces"
             folder.mkdir()
-            written = write_traces(folder, size, args.schema)
+            written = write_traces(folder, size, args.schema, not args.json, diverge)
             for output_format in args.formats.split(","):
                 found = measure(folder, size, output_format, args.pythonpath, args.timeout)
-                failed = failed or found.status not in (0, 1, 3)
+                failed = failed or found.status not in ((1,) if diverge else (0, 1, 3))
+                rate = size.collectives / found.seconds
+                cpu_rate = size.collectives / max(found.cpu_seconds, 1e-6)
                 print(
                     f"{size.label:>14}  {output_format:<9} {written / 1e6:9.0f} {found.seconds:8.1f} "
-                    f"{found.peak_mib:13.0f} {found.status}",
+                    f"{rate:10,.0f} {found.cpu_seconds:7.2f} {cpu_rate:12,.0f} {found.peak_mib:13.0f} "
+                    f"{found.status}",
                     flush=True,
                 )
         finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from collcheck import __version__
 
-SUBCOMMANDS = ("check", "summarize", "rule", "rules", "estimate", "run", "trace", "version")
+SUBCOMMANDS = ("check", "summarize", "rule", "rules", "estimate", "run", "trace", "convert-trace", "version")
 
 
 def _with_default_command(argv: list[str]) -> list[str]:

@@ -16,7 +16,7 @@ from collcheck import __version__
 from collcheck.config import CAPS, COMMAND_LINE_MAX_FILE_TIMEOUT
 from collcheck.memory.command import EPILOG as ESTIMATE_EPILOG
 from collcheck.memory.command import estimate_command
-from collcheck.runtime.command import run_command, trace_command
+from collcheck.runtime.command import convert_command, run_command, trace_command
 
 app = typer.Typer(
     name="collcheck",
@@ -259,3 +259,6 @@ app.command(
     help="Run a command (python script.py, torchrun ...) with the collective tracer switched on.",
 )(run_command)
 app.command("trace", help="Analyse recorded traces (collcheck or Flight Recorder) offline.")(trace_command)
+app.command("convert-trace", help="Convert collcheck traces between JSON Lines and the binary format.")(
+    convert_command
+)

@@ -1,4 +1,5 @@
-"""`collcheck run` and `collcheck trace`: thin CLI over launch.py and analyze.py."""
+"""`collcheck run`, `collcheck trace` and `collcheck convert-trace`: thin CLI over launch.py, stream.py
+and trace_binary.py."""
 
 from __future__ import annotations
 
@@ -297,3 +298,71 @@ def _emit(
         write_output(str(output), text + "\n", allow_shared)
     else:
         typer.echo(text)
+
+
+def convert_command(
+    directory: Annotated[Path, typer.Argument(help="A folder of collcheck traces.")],
+    output: Annotated[Path, typer.Argument(help="Where the converted traces go (may be the same folder).")],
+    to: Annotated[
+        str, typer.Option("--to", help="binary (.ccbin, read fastest) or json (.jsonl).")
+    ] = "binary",
+    allow_shared_dir: Annotated[
+        bool,
+        typer.Option(
+            "--allow-shared-trace-dir",
+            help="Write into a folder every user can write and another user owns.",
+        ),
+    ] = False,
+) -> None:
+    """Convert collcheck traces between JSON Lines and the binary format.
+
+    Each `collcheck-rank<R>.jsonl` becomes `collcheck-rank<R>.ccbin` (--to binary), or the other
+    way round (--to json). `collcheck trace` reads either; where both are in one folder it reads
+    the binary one when it is as new as the JSON lines. Exit status: 0 all converted; 2 nothing
+    to convert, a usage error, or an output that cannot be written; 3 some files could not be read.
+    """
+    from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX
+    from collcheck.runtime.trace_binary import (
+        BINARY_SUFFIX,
+        BinaryFormatError,
+        convert_to_binary,
+        convert_to_json,
+    )
+
+    if to not in ("binary", "json"):
+        typer.echo(f"collcheck: error: unknown format '{to}' (expected binary or json)", err=True)
+        raise typer.Exit(2)
+    source, target = (TRACE_SUFFIX, BINARY_SUFFIX) if to == "binary" else (BINARY_SUFFIX, TRACE_SUFFIX)
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.startswith(TRACE_PREFIX) and n.endswith(source))
+    except OSError as error:
+        typer.echo(f"collcheck: error: {directory}: {error.strerror or error}", err=True)
+        raise typer.Exit(2) from error
+    if not names:
+        typer.echo(f"collcheck: error: {directory}: no collcheck traces ending {source}", err=True)
+        raise typer.Exit(2)
+    failed = 0
+    for name in names:
+        into = output / (name[: -len(source)] + target)
+        try:
+            if to == "binary":
+                convert_to_binary(str(directory / name), str(into), allow_shared_dir or shared_dir_allowed())
+            else:
+                skipped = convert_to_json(
+                    str(directory / name), str(into), allow_shared_dir or shared_dir_allowed()
+                )
+                if skipped:
+                    typer.echo(
+                        f"collcheck: warning: {directory / name}: {skipped} records not written back",
+                        err=True,
+                    )
+        except BinaryFormatError as error:
+            typer.echo(f"collcheck: warning: {directory / name}: {error}", err=True)
+            failed += 1
+        except OSError as error:  # UnsafeLocation included
+            typer.echo(f"collcheck: error: cannot write {into}: {error}", err=True)
+            raise typer.Exit(2) from error
+    typer.echo(
+        f"wrote {len(names) - failed} trace{'' if len(names) - failed == 1 else 's'} into {output}", err=True
+    )
+    raise typer.Exit(3 if failed else 0)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from collcheck.runtime import jobtree
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, UnsafeLocation, make_folder
+from collcheck.runtime.trace_binary import BINARY_SUFFIX
 
 BOOT_DIR = str(Path(__file__).resolve().parent / "boot")
 PACKAGE_HOME = str(Path(__file__).resolve().parents[2])
@@ -96,7 +97,7 @@ def clear_old_traces(trace_dir: str) -> None:
     if not os.path.isdir(trace_dir):
         return
     for name in os.listdir(trace_dir):
-        if name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX):
+        if name.startswith(TRACE_PREFIX) and name.endswith((TRACE_SUFFIX, BINARY_SUFFIX)):
             os.remove(os.path.join(trace_dir, name))
 
 

@@ -3,10 +3,10 @@
 The Trace Event format (`traceEvents` with `ph: "X"` complete slices, `ph: "i"` instants and
 `ph: "M"` metadata) opens in ui.perfetto.dev and chrome://tracing.
 
-`write_perfetto` reads each rank's trace again after the analysis and writes its slices as they
-come (a slice waits only for its `done` line), so memory does not grow with the number of events;
-a Window keeps only some ranks, groups or a time range. `to_perfetto` builds the same document
-in memory from an Analysis that holds its events (analyze.analyze).
+`write_perfetto` reads each rank's trace again (JSON lines or binary) after the analysis and
+writes its slices as they come (a slice waits only for its `done` line), so memory does not grow
+with the number of events; a Window keeps only some ranks, groups or a time range. `to_perfetto`
+builds the same document in memory from an Analysis that holds its events (analyze.analyze).
 """
 
 from __future__ import annotations
@@ -20,6 +20,12 @@ from typing import Any, TextIO
 
 from collcheck.runtime.p2p import base_group
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
+from collcheck.runtime.trace_binary import (
+    BinaryFormatError,
+    BinaryLines,
+    BinaryRecords,
+    is_binary_trace,
+)
 from collcheck.runtime.trace_model import Analysis, RankTrace, Timeline
 from collcheck.runtime.trace_read import TraceLines, load_file, new_trace, numbered_lines
 
@@ -167,11 +173,11 @@ class _SliceLines(TraceLines):
 
     def done(self, key: tuple[str, int], row: dict[str, Any]) -> None:
         super().done(key, row)
-        self._release(0)
+        self._release(PENDING_LIMIT)
 
     def unobserved(self, key: tuple[str, int]) -> None:
         super().unobserved(key)
-        self._release(0)
+        self._release(PENDING_LIMIT)
 
     def _release(self, keep: int) -> None:
         while self.waiting and (len(self.waiting) > keep or _settled(self.waiting[0])):
@@ -196,6 +202,9 @@ def _reread(timeline: Timeline, rank: int) -> Iterator[CollectiveEvent]:
     if path is None:
         return
     name = os.path.basename(path)
+    if is_binary_trace(name):
+        yield from _reread_binary(path)
+        return
     if not (name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX)):
         dump = _quiet_load(path)
         yield from dump.events if dump is not None else ()
@@ -208,6 +217,29 @@ def _reread(timeline: Timeline, rank: int) -> Iterator[CollectiveEvent]:
                 yield from lines.drain()
     except OSError:
         pass
+    yield from lines.waiting
+
+
+REREAD_SLOTS = 4096  # a binary trace's slots read at once: its events are made a chunk at a time
+
+
+def _reread_binary(path: str) -> Iterator[CollectiveEvent]:
+    """A binary trace's events (trace_binary.py), as `_reread` gives a JSON trace's."""
+    lines = _SliceLines(new_trace(path))
+    feeder = BinaryLines(lines)
+    try:
+        records = BinaryRecords(path, REREAD_SLOTS)
+    except (BinaryFormatError, OSError):
+        return
+    try:
+        for chunk in records.chunks():
+            for record in chunk:
+                feeder.feed(record)
+                yield from lines.drain()
+    except OSError:
+        pass
+    finally:
+        records.close()
     yield from lines.waiting
 
 

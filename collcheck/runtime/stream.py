@@ -12,51 +12,33 @@ buckets ranks are apart by. Sends and recvs are paired per channel as they arriv
 Findings are those of analyze.analyze on the same folder. Where a trace is corrupt so that a
 rank's sequence numbers in a group go backwards past a bucket already compared, that collective
 is not compared and is named as a problem of the trace (the in-memory analysis would have placed
-it). Flight Recorder dumps are read whole (MAX_DUMP_BYTES bounds them) and fed the same way.
+it). The files are read by stream_sources.py; where traces are binary, trace_prefix.py first finds
+each group's agreed prefix, which is counted, not compared again.
 """
 
 from __future__ import annotations
 
 import heapq
-import json
 import math
-import os
-import resource
-import weakref
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
+from collcheck.runtime import trace_prefix
 from collcheck.runtime.analyze import SwapSearch, channel_findings, divergence_of, group_order, split_at
 from collcheck.runtime.p2p import ANY_SOURCE, SEND, Channel, Pair, channel_of, is_p2p, payload
-from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
+from collcheck.runtime.record import CollectiveEvent
+from collcheck.runtime.stream_sources import BinarySource, Source, find_sources, raise_file_limit
 from collcheck.runtime.trace_model import (
     Analysis,
     Divergence,
     Missing,
     P2PFinding,
     Problem,
-    RankSummary,
-    RankTrace,
     Side,
     Swap,
     Timeline,
 )
-from collcheck.runtime.trace_read import (
-    MAX_LINE_BYTES,
-    DumpRefused,
-    TraceError,
-    TraceLines,
-    bounded_int,
-    end_of_trace,
-    finite_time,
-    load_file,
-    new_trace,
-    numbered_lines,
-)
 
-LINES_PER_TURN = 64  # lines read from one rank's trace before the next rank's turn
 # A bucket is compared once every rank is this many sequence numbers past it: lines a little out
 # of order (a corrupt or concatenated trace) are still placed as the in-memory analysis places them.
 LAG = 16
@@ -150,6 +132,15 @@ class _Group:
             heapq.heappush(self.frontier, (seq, rank))
         self._compare_complete()
         return True
+
+    def skip(self, rank: int, members: tuple[int, ...], top: int) -> None:
+        """`rank` issued this group's collectives up to `top`, all in its agreed prefix
+        (trace_prefix.py): counted, never bucketed."""
+        self._learn(rank, members)
+        self.top[rank] = max(self.top.get(rank, -1), top)
+        if top > self.pos.get(rank, _INF):
+            self.pos[rank] = top
+            heapq.heappush(self.frontier, (top, rank))
 
     def end(self, rank: int) -> None:
         """`rank`'s trace ended."""
@@ -267,166 +258,25 @@ class _Group:
         return found
 
 
-# ---------------------------------------------------------------------------------------------
-# Per rank
-
-
-class _StreamLines(TraceLines):
-    """A collcheck trace's lines passed to the groups instead of kept: only the events something
-    still holds (a bucket, a finding, the rank's last) can take a completion."""
-
-    def __init__(
-        self, trace: RankTrace, member_lists: dict[bytes, tuple[int, ...]], pieces: dict[Any, Any]
-    ) -> None:
-        super().__init__(trace)
-        self.member_lists = member_lists  # shared by every rank: one tuple per distinct list
-        self.pieces = pieces  # and one call site per distinct site
-        self.feed: _Feed | None = None
-        self.live: weakref.WeakValueDictionary[tuple[str, int], CollectiveEvent] = (
-            weakref.WeakValueDictionary()
-        )
-        self.tops: dict[str, int] = {}
-        self.count = 0
-        self.last: CollectiveEvent | None = None
-        self.origin = _INF
-        self.latest = -_INF
-
-    def event(self, event: CollectiveEvent) -> None:
-        self.count += 1
-        self.live[(event.group, event.seq)] = event
-        self.tops[event.group] = max(self.tops.get(event.group, 0), event.seq)
-        if self.last is None or event.t_start > self.last.t_start:
-            self.last = event
-        self.origin = min(self.origin, event.t_start)
-        self.latest = max(self.latest, event.t_start)
-        if self.feed is not None and not self.feed.add(event):
-            why = f"collective #{event.seq} of group {event.group} comes after that number was compared"
-            self.trace.note(self.number, f"{why} (sequence numbers out of order); not compared")
-
-    def done(self, key: tuple[str, int], row: dict[str, Any]) -> None:
-        if not row.get("ok", True):
-            return
-        event = self.live.get(key)
-        if event is not None:
-            event.t_end = finite_time(row.get("t_end", event.t_start))
-            self.latest = max(self.latest, event.t_end or event.t_start)
-        elif "t_end" in row and 0 < key[1] <= self.tops.get(key[0], 0):  # an event already let go
-            self.latest = max(self.latest, finite_time(row["t_end"]))
-
-    def unobserved(self, key: tuple[str, int]) -> None:
-        event = self.live.get(key)
-        if event is not None:
-            event.observable = False
-
-
-class _Feed:
-    """Where one rank's collectives go: its groups."""
-
-    def __init__(self, rank: int, groups: _Groups) -> None:
-        self.rank, self.groups = rank, groups
-        self.last: tuple[_Group, int] | None = None  # the group of the last collective, its seq
-
-    def add(self, event: CollectiveEvent) -> bool:
-        group = self.groups.get(event.group)
-        self.last = (group, event.seq)
-        return group.add(self.rank, event)
-
-    def ahead(self) -> bool:
-        return self.last is not None and self.last[0].ahead(self.last[1])
-
-
 class _Groups:
     def __init__(self, traced: frozenset[int]) -> None:
         self.traced = traced
         self.ended: set[int] = set()
         self.by_name: dict[str, _Group] = {}
+        self.agreed: dict[str, int] = {}  # group -> sequence numbers compared by trace_prefix.py
 
     def get(self, name: str) -> _Group:
         group = self.by_name.get(name)
         if group is None:
             group = self.by_name[name] = _Group(name, self.traced, self.ended)
+            if self.agreed.get(name, 0) > 0:
+                group.compared = self.agreed[name]
         return group
 
     def end(self, rank: int) -> None:
         self.ended.add(rank)
         for group in self.by_name.values():
             group.end(rank)
-
-
-@dataclass
-class _Shared:
-    """What every rank's reader shares: parsed member lists by text, call sites and shapes."""
-
-    member_lists: dict[bytes, tuple[int, ...]] = field(default_factory=dict)
-    pieces: dict[Any, Any] = field(default_factory=dict)
-
-
-class _Source:
-    """One input file: a collcheck trace read LINES_PER_TURN lines per turn, or a dump's events."""
-
-    def __init__(self, trace: RankTrace, dump: bool, shared: _Shared) -> None:
-        self.trace, self.dump = trace, dump
-        self.key = trace.rank  # the rank its events are aligned as (header's, else file name's)
-        self.lines = _StreamLines(trace, shared.member_lists, shared.pieces)
-        self.closed = False
-        self.handle: Any = None
-        self.reader: Any = None
-        self.pending: deque[CollectiveEvent] = deque(trace.events) if dump else deque()
-
-    def start(self, groups: _Groups | None) -> None:
-        self.lines.feed = _Feed(self.key, groups) if groups is not None else None
-        if self.dump:
-            self.trace.events = []  # fed from `pending`, one turn at a time
-            return
-        try:
-            self.handle = open(self.trace.path, "rb")  # noqa: SIM115 - held across turns, closed at its end
-        except OSError as error:
-            self.trace.note(0, f"could not be read: {error.strerror or error}")
-            return
-        self.reader = numbered_lines(self.handle)
-
-    def turn(self) -> bool:
-        """Read up to LINES_PER_TURN lines; False once the input is used up (closed)."""
-        if self.dump:
-            for _ in range(min(LINES_PER_TURN, len(self.pending))):
-                self.lines.event(self.pending.popleft())
-            return bool(self.pending)
-        if self.reader is None:
-            self._close()
-            return False
-        try:
-            for _ in range(LINES_PER_TURN):
-                number, line = next(self.reader)
-                self.lines.take(number, line)
-        except StopIteration:
-            self._close()
-            return False
-        except OSError as error:
-            self.trace.note(0, f"could not be read: {error.strerror or error}")
-            self._close()
-            return False
-        return True
-
-    def _close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.reader = None
-        if self.handle is not None:
-            self.handle.close()
-            self.handle = None
-        end_of_trace(self.lines)
-
-    def ahead(self) -> bool:
-        feed = self.lines.feed
-        return feed is not None and feed.ahead()
-
-    def summary(self) -> RankSummary:
-        last = self.lines.last
-        side = Side.of(last) if last is not None else None
-        return RankSummary(
-            self.trace.rank, self.trace.source, self.lines.count, side, self.trace.exited, self.trace.path
-        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,10 +287,23 @@ def analyze_dir(path: str, problems: list[Problem] | None = None) -> Analysis:
     """The cross-rank analysis of every trace and dump in `path`, read in one streaming pass.
     Files refused as unsafe are added to `problems`; TraceError when nothing could be read."""
     problems = [] if problems is None else problems
-    sources = _sources(path, problems)
+    sources = find_sources(path, problems)
     full = {source.key: source for source in sources}  # a rank traced twice: its last file, as analyze does
     groups = _Groups(frozenset(full))
-    _raise_file_limit(len(sources))
+    raise_file_limit(len(sources))
+    readers = [one for one in sources if isinstance(one, BinarySource)]
+    if readers:  # each group's agreed prefix, compared as columns, is only counted below
+        prefixes = _prefixes(full)
+        if prefixes is None or prefixes.moved:  # rare: read every header line, and scan again
+            for reader in readers:
+                reader.exact_rank()
+            full = {source.key: source for source in sources}
+            groups = _Groups(frozenset(full))
+            prefixes = _prefixes(full)
+        for reader in readers:
+            reader.prefixes = prefixes
+            reader.chunk_slots = trace_prefix.chunk_slots(len(readers))
+        groups.agreed = prefixes.agreed if prefixes is not None else {}
     for source in sources:
         source.start(groups if full[source.key] is source else None)
     active = list(sources)
@@ -460,92 +323,13 @@ def analyze_dir(path: str, problems: list[Problem] | None = None) -> Analysis:
     return _analysis(sources, full, groups, problems)
 
 
-def _sources(path: str, problems: list[Problem]) -> list[_Source]:
-    if not os.path.isdir(path):
-        raise TraceError(f"{path}: not a directory")
-    sources: list[_Source] = []
-    shared = _Shared()
-    for name in sorted(os.listdir(path)):
-        full = os.path.join(path, name)
-        if not os.path.isfile(full):
-            continue
-        if name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX):
-            trace = new_trace(full)
-            trace.rank = _header_rank(full, trace.rank)
-            sources.append(_Source(trace, False, shared))
-            continue
-        try:
-            dump = load_file(full)
-        except DumpRefused as refused:
-            problems.append(Problem(full, 0, str(refused)))
-            continue
-        if dump is not None:
-            sources.append(_Source(dump, True, shared))
-    if not sources:
-        raise TraceError(f"{path}: no collcheck traces or Flight Recorder dumps found")
-    return sources
-
-
-def _header_rank(path: str, rank: int) -> int:
-    """The rank the trace's header lines give, the last one winning as when the whole trace is
-    read (`rank`, from the file name, where none does). Found by searching the bytes for
-    `header`, so only those lines are parsed."""
-    try:
-        with open(path, "rb") as handle:
-            for line in _lines_with(handle, b"header"):
-                rank = _rank_in(line, rank)
-    except OSError:
-        pass
-    return rank
-
-
-def _lines_with(handle: Any, needle: bytes) -> Iterator[bytes]:
-    """The complete lines of `handle` (at most MAX_LINE_BYTES) that contain `needle`."""
-    carry, skipping = b"", False
-    while chunk := handle.read(1 << 16):
-        if skipping:  # the rest of a line too long to be read
-            end = chunk.find(b"\n")
-            if end < 0:
-                continue
-            chunk, skipping = chunk[end + 1 :], False
-        data = carry + chunk
-        cut = data.rfind(b"\n") + 1
-        block, carry = data[:cut], data[cut:]
-        if len(carry) > MAX_LINE_BYTES:
-            carry, skipping = b"", True
-        at = block.find(needle)
-        while at >= 0:
-            start, end = block.rfind(b"\n", 0, at) + 1, block.find(b"\n", at) + 1
-            if end - start <= MAX_LINE_BYTES:
-                yield block[start:end]
-            at = block.find(needle, end)
-
-
-def _rank_in(line: bytes, rank: int) -> int:
-    """The rank of a header line, as TraceLines reads it; `rank` for any other line."""
-    try:
-        row = json.loads(line)
-        if isinstance(row, dict) and row.get("ev") == "header":
-            return bounded_int(row.get("rank", rank))
-    except (ValueError, TypeError, RecursionError):
-        pass
-    return rank
-
-
-def _raise_file_limit(files: int) -> None:
-    """Every rank's trace is open at once: raise the soft limit on open files where it is short."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = files + 64
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
-        except (ValueError, OSError):
-            return
+def _prefixes(full: dict[int, Source]) -> trace_prefix.Prefixes | None:
+    binary = {key: one.trace.path for key, one in full.items() if isinstance(one, BinarySource)}
+    return trace_prefix.scan(frozenset(full), binary)
 
 
 def _analysis(
-    sources: list[_Source], full: dict[int, _Source], groups: _Groups, problems: list[Problem]
+    sources: list[Source], full: dict[int, Source], groups: _Groups, problems: list[Problem]
 ) -> Analysis:
     divergences: list[Divergence] = []
     missing: list[Missing] = []
@@ -581,7 +365,7 @@ def _analysis(
     )
 
 
-def _timeline(full: dict[int, _Source], starts: dict[tuple[int, str, int], float]) -> Timeline:
+def _timeline(full: dict[int, Source], starts: dict[tuple[int, str, int], float]) -> Timeline:
     lines = {rank: source.lines for rank, source in full.items()}
     counted = [line for line in lines.values() if line.count]
     origin = min((line.origin for line in counted), default=0.0)

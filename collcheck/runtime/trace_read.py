@@ -168,6 +168,18 @@ class TraceLines:
         self.number = 0  # the line being read
         # Call sites, shapes and member lists, each kept once (`_shared`, `_define`).
         self.pieces: dict[Any, Any] = {}
+        self._captured: list[CollectiveEvent] | None = None  # `parse` in progress
+
+    def parse(self, number: int, line: bytes) -> CollectiveEvent | None:
+        """The event of one `coll` line, checked (and its problems noted) as `take` does, returned
+        instead of passed on; None when it is not a usable `coll` line."""
+        captured: list[CollectiveEvent] = []
+        self._captured = captured
+        try:
+            self.take(number, line)
+        finally:
+            self._captured = None
+        return captured[0] if captured else None
 
     def take(self, number: int, line: bytes | None) -> None:
         self.number = number
@@ -227,7 +239,11 @@ class TraceLines:
                 members, event.group_desc = defined.members, defined.desc
             if members is not None:
                 event.group_ranks = members
-            self.event(self._shared(_checked(event, members_checked=members is not None)))
+            event = self._shared(_checked(event, members_checked=members is not None))
+            if self._captured is not None:
+                self._captured.append(event)
+            else:
+                self.event(event)
         elif kind == GROUP_LINE:
             self._define(row)
         elif kind == "done":
@@ -268,7 +284,9 @@ class TraceLines:
             raise ValueError(f"negative group id {gid}")
         if not isinstance(name, str) or not isinstance(desc, str) or not isinstance(ranks, list):
             raise ValueError("group, desc or ranks of the wrong type")
-        if not all(type(rank) is int and -_INT_LIMIT < rank < _INT_LIMIT for rank in ranks):
+        # Checked on the whole list at once (a 10,000-rank list is read once per trace).
+        plain = not ranks or set(map(type, ranks)) == {int}
+        if not plain or (ranks and (min(ranks) <= -_INT_LIMIT or max(ranks) >= _INT_LIMIT)):
             raise ValueError("ranks are not all integers in range")
         known = self.groups.get(gid)
         if known is not None:
