@@ -82,10 +82,6 @@ KNOWN_GAPS: dict[str, str] = {
         "DeepspeedCheckpointer(...))`, makes it followed: receivers.py); and `engine` is an untyped "
         "parameter there too, so engine.save_checkpoint does not match the DeepSpeedEngine receiver"
     ),
-    "reports/megatron_last_stage_dist_ckpt_load_bug.py": (
-        "megatron.core.dist_checkpointing.load (a whole-world collective) is not in rules/megatron.toml; "
-        "the is_pipeline_last_stage() guard itself is understood (a dist.barrier() in its place is found)"
-    ),
     "reports/pp_first_stage_rpc_world_barrier_bug.py": (
         "the PP rank is a constructor argument kept in self.pp_rank, and the file never builds the "
         "scheduler, so its origin is unknown and `self.pp_rank == 0` is not a rank guard (a construction "
