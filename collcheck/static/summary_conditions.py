@@ -126,8 +126,8 @@ def _text(expr: Expr, configuration: Configuration) -> str | None:
     if isinstance(expr, Not) and isinstance(expr.operand, Not):
         return _text(expr.operand.operand, configuration)
     if isinstance(expr, Not) and isinstance(expr.operand, Compare) and expr.operand.op in _NEGATED:
-        inner_compare = expr.operand
-        return _text(Compare(_NEGATED[inner_compare.op], inner_compare.left, inner_compare.right), configuration)
+        negated = expr.operand
+        return _text(Compare(_NEGATED[negated.op], negated.left, negated.right), configuration)
     if isinstance(expr, Not):
         inner = _text(expr.operand, configuration)
         return None if inner is None else f"not ({inner})" if " " in inner else f"not {inner}"
