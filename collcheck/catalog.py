@@ -472,6 +472,19 @@ def _fingerprint(
     return digest.hexdigest()[:16], tuple(contents)
 
 
+def _with_defining_names(methods: list[MethodSpec], types: dict[str, str]) -> tuple[MethodSpec, ...]:
+    """Each receiver's class also under the name `[types]` gives it (a summary names a class where
+    it is defined, `lightning.pytorch.strategies.ddp.DDPStrategy`, a hand-written entry where users
+    import it, `lightning.pytorch.strategies.DDPStrategy`): one class, one set of methods."""
+    widened = []
+    for method in methods:
+        named = (types.get(r) for r in method.receivers)
+        extra = [t for t in named if isinstance(t, str) and t not in method.receivers]
+        receivers = (*method.receivers, *dict.fromkeys(extra))
+        widened.append(replace(method, receivers=receivers) if extra else method)
+    return tuple(widened)
+
+
 @lru_cache(maxsize=8)
 def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ())) -> Catalog:
     builder = _Builder()
@@ -487,7 +500,7 @@ def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ()))
     tables = builder.tables
     return Catalog(
         functions=builder.functions,
-        methods=tuple(builder.methods),
+        methods=_with_defining_names(builder.methods, tables.get("types", {})),
         rank_functions=tables.get("rank_functions", {}),
         rank_methods=tables.get("rank_methods", {}),
         rank_env=tables.get("rank_env", {}),
