@@ -249,9 +249,7 @@ def _condition(entry: dict[str, Any], where: str) -> str | None:
 
 def _defaults(entry: dict[str, Any], where: str) -> tuple[tuple[str, bool | int | float | str], ...]:
     table = entry.get("defaults", {})
-    if not isinstance(table, dict) or not all(
-        isinstance(v, (bool, int, float, str)) for v in table.values()
-    ):
+    if not isinstance(table, dict) or not all(isinstance(v, (bool, int, float, str)) for v in table.values()):
         raise CatalogError(f"{where}: 'defaults' must be a table of literals")
     return tuple(sorted((str(k), v) for k, v in table.items()))
 
