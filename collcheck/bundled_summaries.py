@@ -8,7 +8,8 @@ Which release: the installed version's summary when one is bundled; for a packag
 import but that is not installed where collcheck looks (no environment, or not in it), the newest
 bundled release, the best knowledge there is (as the hand-written catalogs, which speak of no
 version). Light on purpose: a run whose files import no bundled package lists one folder and
-searches each file's bytes once; nothing is parsed or imported.
+searches each file's bytes once (a warm run only stats them: the answers are kept in the project's
+cache by each file's size and modification time); nothing is parsed or imported.
 """
 
 from __future__ import annotations
@@ -34,13 +35,40 @@ def with_bundled_summaries(settings: Settings, root: Path | None, files: list[Pa
     run without an environment; none for a package the run checks itself (the project's own
     package, or files under a folder of that name: a check of deepspeed's own source)."""
     documents = []
-    for package in sorted(bundled_packages_imported(files)):
+    for package in sorted(_imported_by_stat(settings, files)):
         if project_owns(package, root) or any(package in file.parts[:-1] for file in files):
             continue
         newest = newest_bundled_summary(package)
         if newest is not None:
             documents.append(newest)
     return replace(settings, summary_documents=tuple(documents)) if documents else settings
+
+
+def _imported_by_stat(settings: Settings, files: list[Path]) -> set[str]:
+    """`bundled_packages_imported`, each file's answer kept in the project's cache by its size and
+    modification time: a warm run stats the files instead of reading them."""
+    from collcheck.cache import file_stamp, load_import_scan, store_import_scan
+
+    scanned_for = ",".join(sorted(bundled_releases()))
+    if not scanned_for:
+        return set()
+    table = load_import_scan(settings, scanned_for)
+    found: set[str] = set()
+    changed = False
+    for path in files:
+        name, stamp = str(path), file_stamp(str(path))
+        entry = table.get(name)
+        if stamp is not None and isinstance(entry, list) and len(entry) == 2 and entry[0] == stamp:
+            found.update(str(package) for package in entry[1])
+            continue
+        imported = bundled_packages_imported([path])
+        found |= imported
+        if stamp is not None:
+            table[name] = [stamp, sorted(imported)]
+            changed = True
+    if changed:
+        store_import_scan(settings, scanned_for, table)
+    return found
 
 
 def project_owns(package: str, root: Path | None) -> bool:
@@ -99,17 +127,21 @@ def bundled_packages_imported(files: Iterable[Path]) -> set[str]:
     packages = bundled_releases()
     if not packages:
         return set()
-    alternatives = "|".join(re.escape(name) for name in sorted(packages)).encode()
-    mention = re.compile(rb"(?:import|from)[ \t]+(?:" + alternatives + rb")\b")
     found: set[str] = set()
     for path in files:
         try:
             raw = read_regular_file(path, MAX_SOURCE_BYTES)
         except (OSError, FileRefused):
             continue
-        if mention.search(raw) is not None:
+        if _mention().search(raw) is not None:
             found |= {name.split(".")[0] for name in imported_names(raw, None)} & packages.keys()
     return found
+
+
+@cache
+def _mention() -> re.Pattern[bytes]:
+    alternatives = "|".join(re.escape(name) for name in sorted(bundled_releases())).encode()
+    return re.compile(rb"(?:import|from)[ \t]+(?:" + alternatives + rb")\b")
 
 
 def _read(name: str) -> str | None:

@@ -123,3 +123,26 @@ def test_a_condition_names_only_parameters_and_the_receiver(tmp_path: Path) -> N
     broken = _write(tmp_path / "broken.toml", '[[op]]\nop = "barrier"\nnames = ["lib.f"]\nwhen = "a +"\n')
     with pytest.raises(CatalogError, match="not a Python expression"):
         load_catalog(summaries=[broken])
+
+
+def test_a_warm_run_stats_the_files_instead_of_reading_them(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import collcheck.bundled_summaries as bundled
+
+    settings = Settings(cache_dir=str(isolated / "project-cache"))
+    source = _write(isolated / "project" / "step.py", DEEPSPEED_HELPER)
+    first = with_bundled_summaries(settings, None, [source]).summary_documents
+    assert [name.split("-")[0] for name, _ in first] == ["deepspeed"]
+
+    original = bundled.read_regular_file
+
+    def unread(path: Path, limit: int) -> bytes:
+        assert path != source, "the checked file was read again"
+        return original(path, limit)
+
+    monkeypatch.setattr(bundled, "read_regular_file", unread)
+    assert with_bundled_summaries(settings, None, [source]).summary_documents == first
+    monkeypatch.undo()
+    _write(source, "import os\n")  # another size: read again, and it imports no framework now
+    assert with_bundled_summaries(settings, None, [source]).summary_documents == ()
