@@ -19,6 +19,7 @@ paths only, loops, callbacks, point-to-point — is left out: the call stays unk
 from __future__ import annotations
 
 import ast
+import ctypes
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -249,6 +250,12 @@ def _summarise_files(
                 if module is not None:
                     _summarise_module(module, module_name, settings, found)
         except BudgetExceeded:
+            found.notes.append(f"{module_name}: over the {FILE_SECONDS:g} s budget, partly summarised")
+        except ctypes.ArgumentError as error:
+            # The budget's alarm went off while z3's arguments were being converted: ctypes wraps
+            # the BudgetExceeded it raised.
+            if not isinstance(error.__context__, BudgetExceeded) and "BudgetExceeded" not in str(error):
+                raise
             found.notes.append(f"{module_name}: over the {FILE_SECONDS:g} s budget, partly summarised")
         except RecursionError:
             found.notes.append(f"{module_name}: too deeply nested to summarise")
