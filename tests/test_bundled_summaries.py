@@ -146,3 +146,55 @@ def test_a_warm_run_stats_the_files_instead_of_reading_them(
     monkeypatch.undo()
     _write(source, "import os\n")  # another size: read again, and it imports no framework now
     assert with_bundled_summaries(settings, None, [source]).summary_documents == ()
+
+
+CONDITIONAL_PACKAGE = """
+import torch.distributed as dist
+
+
+def begin_then_differ(tensor, small):
+    dist.barrier()
+    if tensor.numel() < small:
+        dist.all_reduce(tensor)
+    else:
+        dist.broadcast(tensor, 0)
+
+
+def only_on_data(tensor):
+    if tensor.numel() > 0:
+        dist.all_reduce(tensor)
+
+
+def validated(state, validate=True, strict="assume"):
+    if validate or strict.startswith("x"):
+        dist.all_gather_object([None], state)
+
+
+class Saver:
+    def __init__(self, sharded):
+        self.sharded = sharded
+
+    def save(self, model):
+        if self.sharded:
+            dist.barrier()
+        return model
+"""
+
+
+def test_what_summaries_learn_from_paths_that_differ(tmp_path: Path) -> None:
+    """Paths that go on differently keep what they all begin with; collectives that depend on data
+    leave the function out; those the configuration decides carry the condition."""
+    from collcheck.package_summaries import make_summary
+
+    _write(tmp_path / "site" / "condlib" / "__init__.py", CONDITIONAL_PACKAGE)
+    document = make_summary(str(tmp_path / "site"), "condlib", ["condlib"], Settings(), "1.0")
+    ops = {name: entry for entry in document["op"] for name in entry["names"]}
+    assert ops["condlib.begin_then_differ"]["op"] == "barrier"
+    assert "when" not in ops["condlib.begin_then_differ"]
+    assert "condlib.only_on_data" not in ops
+    assert (ops["condlib.validated"]["when"], ops["condlib.validated"]["defaults"]) == (
+        "validate",
+        {"validate": True},
+    )
+    (save,) = [entry for entry in document["method"] if entry["method"] == "save"]
+    assert save["when"] == "self.sharded"
