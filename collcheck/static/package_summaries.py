@@ -374,7 +374,7 @@ def _op_entry(paths: list[ProgramPath], subject: _Subject) -> dict[str, Any] | N
         sequences = {tuple(p.events) and _sequence(p, subject) for p in kept}
     if None in sequences:
         return None
-    issued = [s for s in sequences if s]
+    issued = sorted((s for s in sequences if s), key=repr)  # `via` from the same path every run
     if len(issued) > 1:  # paths that go on differently: what every one of them begins with
         issued = [_common_prefix(issued)]
     condition = None
