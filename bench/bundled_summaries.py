@@ -1,15 +1,15 @@
 """Regenerate the bundled summaries, `rules/summaries/PACKAGE-VERSION.toml`, from pinned releases.
 
-    python bench/bundled_summaries.py [--into /tmp/collcheck-wheels]
+    python bench/bundled_summaries.py [--into /tmp/collcheck-wheels] [--packages accelerate,verl]
 
-For each pin below: `pip download --no-deps` the release (a wheel, or the sdist when there is no
-wheel for this platform), unpack it under `--into`, summarise every module of the package
-(`collcheck summarize`'s work; nothing is imported or run) and write the summary, with the time
-it took. A run with an environment where that exact version is installed uses the bundled summary
-instead of summarising (also for packages a catalog describes, whose source is otherwise not read).
-Only facts are committed (names, ops, parameters), no code of the packages.
-`pip download` of a release with only an sdist (deepspeed) prepares its metadata with the package's
-build backend: run this in a throwaway environment.
+For each pin below (or those named): `pip download --no-deps` the release (a wheel, or the sdist
+when there is no wheel for this platform), unpack its `.py` files under `--into`, summarise every
+module of the package (`collcheck summarize`'s work; nothing is imported or run) and write the
+summary, with the time it took. A run uses the bundled summary of the installed version, or the
+newest bundled one when the package is not installed (docs/summaries.md). To follow a new release,
+change its pin and run this once. Only facts are committed (names, ops, parameters), no code of
+the packages. `pip download` of a release with only an sdist (deepspeed) prepares its metadata
+with the package's build backend: run this in a throwaway environment.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ import sys
 import tarfile
 import time
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from collcheck.bundled_summaries import BUNDLED_SUMMARIES, bundled_summary_name  # noqa: E402
 from collcheck.config import Settings  # noqa: E402
-from collcheck.package_summaries import BUNDLED_SUMMARIES, bundled_summary_name, make_summary  # noqa: E402
+from collcheck.package_summaries import make_summary  # noqa: E402
 from collcheck.summarize import package_modules  # noqa: E402
 from collcheck.summary_toml import dumps  # noqa: E402
 
@@ -34,44 +35,71 @@ from collcheck.summary_toml import dumps  # noqa: E402
 PINS = (
     ("deepspeed", "0.19.8", "deepspeed"),
     ("megatron-core", "0.16.1", "megatron"),
+    ("accelerate", "1.15.0", "accelerate"),
+    ("transformers", "5.23.0", "transformers"),
+    ("lightning", "2.6.6", "lightning"),
+    ("pytorch-lightning", "2.6.6", "pytorch_lightning"),
+    ("torchmetrics", "1.9.0", "torchmetrics"),
+    ("torchtitan", "0.3.0", "torchtitan"),
+    ("verl", "0.9.1", "verl"),
+    ("vllm", "0.34.0", "vllm"),
+    ("sglang", "0.5.23", "sglang"),
 )
+# Generous: a bundled summary is made once per release, and a package cut short is a worse summary.
+PACKAGE_SECONDS = 1800.0
 
 
 def fetch(distribution: str, version: str, into: Path) -> Path:
-    """The folder that holds the unpacked package (the site-packages-like root)."""
+    """The folder that holds the unpacked package's `.py` files (a site-packages-like root)."""
     target = into / f"{distribution}-{version}"
     if not target.exists():
         download = into / "downloads"
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                f"{distribution}=={version}",
-                "-d",
-                str(download),
-            ],
-            check=True,
-        )
-        normalised = distribution.replace("-", "_").lower()
-        archives = [
-            a
-            for a in download.iterdir()
-            if a.name.lower().replace("-", "_").startswith(f"{normalised}_{version}")
-        ]
-        archive = archives[0]
-        if archive.suffix == ".whl":
-            with zipfile.ZipFile(archive) as wheel:
-                wheel.extractall(target)
-        else:
-            with tarfile.open(archive) as sdist:
-                sdist.extractall(target, filter="data")
-            (inner,) = list(target.iterdir())  # an sdist holds one folder, `name-version/`
-            return inner
+        if not _archives(download, distribution, version):  # downloaded once, kept under --into
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    f"{distribution}=={version}",
+                    "-d",
+                    str(download),
+                ],
+                check=True,
+            )
+        _unpack(_archives(download, distribution, version)[0], target)
     children = list(target.iterdir())
     return children[0] if len(children) == 1 and children[0].is_dir() and "-" in children[0].name else target
+
+
+def _archives(download: Path, distribution: str, version: str) -> list[Path]:
+    normalised = distribution.replace("-", "_").lower()
+    if not download.is_dir():
+        return []
+    return sorted(
+        a
+        for a in download.iterdir()
+        if a.name.lower().replace("-", "_").startswith(f"{normalised}_{version}")
+    )
+
+
+def _unpack(archive: Path, target: Path) -> None:
+    """Only the `.py` members with plain relative names (a wheel of compiled code is mostly not)."""
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as wheel:
+            for name in wheel.namelist():
+                if _plain_source(name):
+                    wheel.extract(name, target)
+        return
+    with tarfile.open(archive) as sdist:
+        members = [m for m in sdist.getmembers() if m.isfile() and _plain_source(m.name)]
+        sdist.extractall(target, members=members, filter="data")
+
+
+def _plain_source(name: str) -> bool:
+    path = PurePosixPath(name)
+    return name.endswith(".py") and not path.is_absolute() and ".." not in path.parts
 
 
 def main() -> None:
@@ -79,17 +107,33 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--into", type=Path, default=Path("/tmp/collcheck-wheels"))
+    parser.add_argument("--packages", default="", help="comma-separated distributions (default: all pins)")
     args = parser.parse_args()
+    wanted = {name for name in args.packages.split(",") if name}
     BUNDLED_SUMMARIES.mkdir(parents=True, exist_ok=True)
     for distribution, version, package in PINS:
+        if wanted and distribution not in wanted:
+            continue
         site = fetch(distribution, version, args.into)
         modules = package_modules(str(site), package)
-        started = time.process_time()
-        document = make_summary(str(site), package, modules, Settings(), version, len(modules) + 1)
-        seconds = time.process_time() - started
+        started, cpu = time.monotonic(), time.process_time()
+        document = make_summary(
+            str(site),
+            package,
+            modules,
+            Settings(),
+            version,
+            len(modules) + 1,
+            package_seconds=PACKAGE_SECONDS,
+        )
+        wall, cpu = time.monotonic() - started, time.process_time() - cpu
+        for old in BUNDLED_SUMMARIES.glob(bundled_summary_name(package, "*")):
+            old.unlink()  # one release of a package is bundled: the pin's
         target = BUNDLED_SUMMARIES / bundled_summary_name(package, version)
         target.write_text(dumps(document), encoding="utf-8")
-        print(f"{distribution} {version}: {len(modules)} modules, {seconds:.1f} s CPU -> {target}")
+        size = target.stat().st_size
+        timing = f"{wall:.1f} s wall, {cpu:.1f} s CPU"
+        print(f"{distribution} {version}: {len(modules)} modules, {timing}, {size} bytes")
 
 
 if __name__ == "__main__":

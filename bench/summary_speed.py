@@ -1,9 +1,11 @@
 """What summaries of installed packages cost (docs/summaries.md).
 
 python bench/summary_speed.py warm [--rounds 15]
-    A one-file check on a warm cache, plain and with `--python` naming a virtualenv that
-    holds an in-house package (made under a temporary folder, like the tests'), in
-    interleaved rounds: wall and CPU milliseconds of each command (fresh processes).
+    A one-file check on a warm cache, plain, with `--python` naming a virtualenv that
+    holds an in-house package (made under a temporary folder, like the tests'), and of a file
+    that imports four frameworks with bundled summaries (no environment: read from
+    rules/summaries/), in interleaved rounds: wall and CPU milliseconds of each command
+    (fresh processes).
 python bench/summary_speed.py cold PACKAGE_FOLDER...
     `collcheck summarize FOLDER` from scratch (a fresh user cache): wall and CPU seconds.
 python bench/summary_speed.py download REQUIREMENT... --into DIR
@@ -48,6 +50,22 @@ def _environment(cache: Path) -> dict[str, str]:
     return env
 
 
+# A one-file check without an environment that imports four frameworks with bundled summaries
+# (read from rules/summaries/ on every run); the same size of file as `train.py`'s.
+FRAMEWORKS = """
+import torch.distributed as dist
+import deepspeed
+from megatron.core import parallel_state
+from transformers import Trainer
+from accelerate import Accelerator
+
+
+def step(tensor):
+    if dist.get_rank() == 0:
+        dist.barrier()  # expect: CC001
+"""
+
+
 def warm(rounds: int) -> None:
     from test_package_summaries import BUG, make_venv
 
@@ -57,9 +75,14 @@ def warm(rounds: int) -> None:
         project = base / "project"
         project.mkdir()
         (project / "train.py").write_text(BUG, encoding="utf-8")
+        (project / "frameworks.py").write_text(FRAMEWORKS, encoding="utf-8")
         env = _environment(base / "cache")
         check = [sys.executable, "-m", "collcheck", "check", "train.py"]
-        commands = {"plain": check, "--python": [*check, "--python", str(python)]}
+        commands = {
+            "plain": check,
+            "--python": [*check, "--python", str(python)],
+            "bundled": [sys.executable, "-m", "collcheck", "check", "frameworks.py"],
+        }
         for command in commands.values():
             _run(command, env, project)  # fill the caches
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}

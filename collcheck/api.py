@@ -372,12 +372,15 @@ def _quiet(name: str) -> FileResult:
 
 def _with_environment(paths: Sequence[Path | str], settings: Settings, files: list[Path]) -> Settings:
     """The settings with the summaries of the installed packages the files import, when an
-    environment is named or found (`environment.find_environment`). Without one, nothing more is
-    imported or read than the variable and the one `stat` below: a plain check stays as it was."""
+    environment is named or found (`environment.find_environment`). Without one, only the bundled
+    summaries of the frameworks the files import (`bundled_summaries`: one listing, one search of
+    each file's bytes)."""
     root = Path(settings.root) if settings.root != "." else project_root(paths)
     venv = root is not None and os.path.isfile(root / ".venv" / "pyvenv.cfg")
     if settings.python is None and not os.environ.get("VIRTUAL_ENV") and not venv:
-        return settings
+        from collcheck.bundled_summaries import with_bundled_summaries
+
+        return with_bundled_summaries(settings, root, files)
     from collcheck.environment import EnvironmentSource, find_environment
     from collcheck.package_summaries import with_package_summaries
 

@@ -442,6 +442,33 @@ def store_facts(
     _store_json(cache_folder(settings), target, data)
 
 
+# --- which bundled frameworks each file imports (bundled_summaries.py), by its stat ------------
+
+
+def _import_scan_path(settings: Settings, scanned_for: str) -> Path:
+    material = f"{__version__}\0{CACHE_FORMAT}\0{scanned_for}"
+    return cache_folder(settings) / "imports" / (hashlib.sha256(material.encode()).hexdigest()[:32] + ".json")
+
+
+def load_import_scan(settings: Settings, scanned_for: str) -> dict[str, Any]:
+    """Path -> [its size and modification time, the bundled packages it imports], as the last run
+    that looked for the packages `scanned_for` names found them."""
+    if not settings.cache:
+        return {}
+    data = _load_json(cache_folder(settings), _import_scan_path(settings, scanned_for))
+    return data if isinstance(data, dict) else {}
+
+
+def store_import_scan(settings: Settings, scanned_for: str, table: dict[str, Any]) -> None:
+    if settings.cache:
+        _store_json(cache_folder(settings), _import_scan_path(settings, scanned_for), table)
+
+
+def file_stamp(path: str) -> list[int] | None:
+    """A file's size and modification time (what the stat-keyed tables compare)."""
+    return _file_stamp(path)
+
+
 # --- the run manifest: a warm run answers from file stats alone --------------------------------
 
 

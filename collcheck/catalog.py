@@ -6,6 +6,7 @@ hard-codes an API name: the analyzer only asks the catalog.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 import sys
@@ -54,6 +55,10 @@ class OpSpec:
     uniform_after: tuple[str, ...] = ()
     root_only_after: tuple[str, ...] = ()  # hold the result on the root only (`reduce`'s tensor)
     default_group: str | None = None  # the group used when none is passed (None: the world)
+    # A conditional summary: it communicates when this Python expression over `params` and
+    # `self.ATTRIBUTE` holds (docs/summaries.md); `when_defaults`: literal defaults it reads.
+    when: str | None = None
+    when_defaults: tuple[tuple[str, bool | int | float | str], ...] = ()
     # For methods: how many leading positional arguments the receiver already consumed (bound methods: 0).
     source: str = ""
 
@@ -220,8 +225,33 @@ def _op_spec(entry: dict[str, Any], where: str) -> OpSpec:
         uniform_after=_str_tuple(entry, "uniform_after", where),
         root_only_after=_str_tuple(entry, "root_only_after", where),
         default_group=_optional_str(entry, "default_group", where),
+        when=_condition(entry, where),
+        when_defaults=_defaults(entry, where),
         source=where,
     )
+
+
+def _condition(entry: dict[str, Any], where: str) -> str | None:
+    """`when`: a Python expression over the entry's parameters and `self.ATTRIBUTE`."""
+    text = _optional_str(entry, "when", where)
+    if text is None:
+        return None
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise CatalogError(f"{where}: 'when' is not a Python expression: {text!r}") from None
+    params = set(_str_tuple(entry, "params", where))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id not in params and node.id != "self":
+            raise CatalogError(f"{where}: 'when' names {node.id!r}, which is not in 'params'")
+    return text
+
+
+def _defaults(entry: dict[str, Any], where: str) -> tuple[tuple[str, bool | int | float | str], ...]:
+    table = entry.get("defaults", {})
+    if not isinstance(table, dict) or not all(isinstance(v, (bool, int, float, str)) for v in table.values()):
+        raise CatalogError(f"{where}: 'defaults' must be a table of literals")
+    return tuple(sorted((str(k), v) for k, v in table.items()))
 
 
 def _value_table(data: Any, where: str, default_value: str) -> dict[str, str]:
@@ -440,6 +470,19 @@ def _fingerprint(
     return digest.hexdigest()[:16], tuple(contents)
 
 
+def _with_defining_names(methods: list[MethodSpec], types: dict[str, str]) -> tuple[MethodSpec, ...]:
+    """Each receiver's class also under the name `[types]` gives it (a summary names a class where
+    it is defined, `lightning.pytorch.strategies.ddp.DDPStrategy`, a hand-written entry where users
+    import it, `lightning.pytorch.strategies.DDPStrategy`): one class, one set of methods."""
+    widened = []
+    for method in methods:
+        named = (types.get(r) for r in method.receivers)
+        extra = [t for t in named if isinstance(t, str) and t not in method.receivers]
+        receivers = (*method.receivers, *dict.fromkeys(extra))
+        widened.append(replace(method, receivers=receivers) if extra else method)
+    return tuple(widened)
+
+
 @lru_cache(maxsize=8)
 def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ())) -> Catalog:
     builder = _Builder()
@@ -455,7 +498,7 @@ def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ()))
     tables = builder.tables
     return Catalog(
         functions=builder.functions,
-        methods=tuple(builder.methods),
+        methods=_with_defining_names(builder.methods, tables.get("types", {})),
         rank_functions=tables.get("rank_functions", {}),
         rank_methods=tables.get("rank_methods", {}),
         rank_env=tables.get("rank_env", {}),

@@ -31,8 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from collcheck import __version__
+from collcheck.bundled_summaries import (
+    bundled_summary,
+    bundled_summary_name,
+    newest_bundled_summary,
+    project_owns,
+)
 from collcheck.cache_guard import read_entry, write_entry
-from collcheck.catalog import bundled_catalog_dir, catalog_fingerprint, catalogued_packages
+from collcheck.catalog import catalog_fingerprint, catalogued_packages
 from collcheck.config import Settings, user_cache_root
 from collcheck.environment import Environment
 from collcheck.import_scan import imported_names
@@ -46,7 +52,6 @@ else:  # pragma: no cover - exercised on 3.10 only
 SUMMARY_FORMAT = 1  # bump when what a summary holds changes
 MAX_CHAIN = 3  # packages summarised for another's summary, one on top of the other
 RUN_SECONDS = 300.0  # summarising packages from scratch in one run; the rest wait for a later run
-BUNDLED_SUMMARIES = bundled_catalog_dir() / "summaries"  # PACKAGE-VERSION.toml, made from releases
 MAX_IMPORT_SCAN_BYTES = MAX_SOURCE_BYTES
 _METADATA_VERSION = rb"^Version:[ \t]*([^\s]+)"  # compiled on use: most runs never ask
 
@@ -73,11 +78,16 @@ def summaries_for(
     by_package: dict[str, list[str]] = {}
     for module in sorted(modules):
         top = module.split(".")[0]
-        if not _project_owns(top, root):
+        if not project_owns(top, root):
             by_package.setdefault(top, []).append(module)
     documents: list[tuple[str, str]] = []
     notes: list[str] = []
     started = time.monotonic()
+    for package in sorted(by_package):
+        if not any(installed(site, package) for site in environment.site_packages):
+            newest = newest_bundled_summary(package)  # not installed here: the newest pinned release
+            if newest is not None:
+                documents.append(newest)
     for site in environment.site_packages:
         for package, imported in sorted(by_package.items()):
             if not installed(site, package):
@@ -117,7 +127,7 @@ def editable_notes(environment: Environment, modules: set[str], root: Path | Non
             if (
                 _normalised(package) in linked
                 and not installed(site, package)
-                and not _project_owns(package, root)
+                and not project_owns(package, root)
             ):
                 notes.append(f"{package}: an editable install, not read (see docs/summaries.md)")
     return tuple(notes)
@@ -132,21 +142,6 @@ def _linked_name(entry: str) -> str:
 def _has_entries(text: str) -> bool:
     """Whether a summary says anything beyond its `[catalog]` table (its tables' headers)."""
     return any(line.startswith("[") and not line.startswith("[catalog]") for line in text.splitlines())
-
-
-def bundled_summary_name(package: str, version: str) -> str:
-    return f"{package}-{version}.toml"
-
-
-def bundled_summary(package: str, version: str | None) -> str | None:
-    """The summary shipped with collcheck for this exact version (`bench/bundled_summaries.py`)."""
-    if version is None:
-        return None
-    try:
-        raw = read_regular_file(BUNDLED_SUMMARIES / bundled_summary_name(package, version), 16 * 1024 * 1024)
-    except (OSError, FileRefused):
-        return None
-    return raw.decode("utf-8", errors="replace")
 
 
 def package_summary(
@@ -189,12 +184,18 @@ def make_summary(
     version: str | None,
     max_files: int | None = None,
     chain: tuple[str, ...] = (),
+    package_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Summarise now (imports the engine): the catalog document, its `[catalog]` table saying
     what it summarises and the installed packages whose summaries it was made with (`uses`:
     `ourlib` built on an in-house `corelib`, bottom-up, at most `MAX_CHAIN` packages deep)."""
     from collcheck.catalog import load_catalog
-    from collcheck.static.package_summaries import MAX_FILES, reached_files, summarise_package
+    from collcheck.static.package_summaries import (
+        MAX_FILES,
+        PACKAGE_SECONDS,
+        reached_files,
+        summarise_package,
+    )
 
     limit = max_files or MAX_FILES
     uses: dict[str, str] = {}
@@ -211,7 +212,8 @@ def make_summary(
                 documents.append((f"{other}.summary.toml", text))
                 uses[other] = other_version or "unknown"
     catalog = load_catalog((Path(p) for p in settings.catalogs), settings.summaries, documents)
-    summary = summarise_package(site, package, modules, catalog, settings, limit)
+    seconds = package_seconds or PACKAGE_SECONDS
+    summary = summarise_package(site, package, modules, catalog, settings, limit, seconds)
     document = dict(summary.document)
     meta = dict(document.get("catalog", {}))
     meta["package"] = package
@@ -286,12 +288,6 @@ def installed(site: str, package: str) -> bool:
         return not os.path.islink(folder)
     single = folder + ".py"
     return os.path.isfile(single) and not os.path.islink(single)
-
-
-def _project_owns(package: str, root: Path | None) -> bool:
-    if root is None:
-        return False
-    return any(os.path.exists(os.path.join(root, *where, package)) for where in ((), ("src",)))
 
 
 def installed_version(site: str, package: str) -> str | None:

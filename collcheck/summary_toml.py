@@ -1,6 +1,7 @@
 """A catalog document (tables, arrays of tables, strings, lists of strings) written as TOML.
 
-In: the plain data of `static.package_summaries.PackageSummary.document`. Out: TOML text that
+In: the plain data (strings, numbers, booleans, lists, inline tables) of
+`static.package_summaries.PackageSummary.document`. Out: TOML text that
 `catalog.load_catalog` reads back (a round trip the tests check). Strings are written as TOML
 basic strings; JSON's string escapes are a subset of TOML's, so `json.dumps` writes them.
 """
@@ -56,10 +57,12 @@ def _key(key: str) -> str:
 def _value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
+    if isinstance(value, (int, float)):
+        return repr(value)
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, list):
         return "[" + ", ".join(_value(item) for item in value) + "]"
+    if isinstance(value, dict):  # an inline table (a conditional entry's `defaults`)
+        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"not a catalog value: {value!r}")

@@ -67,9 +67,10 @@ KNOWN_GAPS: dict[str, str] = {
         "per-process value, so the early-stopping `break` on it is not rank-dependent to collcheck"
     ),
     "reports/hf_trainer_save_model_fsdp_main_bug.py": (
-        "transformers Trainer.save_model is left out of rules/conventions.toml on purpose (it gathers "
-        "only under DeepSpeed ZeRO-3 / FSDP, which collcheck cannot see); the RANK-env guard itself is "
-        "understood"
+        "transformers Trainer.save_model gathers only under FSDP / DeepSpeed ZeRO-3, through "
+        "accelerator.get_state_dict and the wrapped model's state_dict (torch FSDP's state_dict is not "
+        "catalogued): the bundled transformers summary (5.23.0 source) does not yield it, with or without "
+        "a condition; the RANK-env guard itself is understood"
     ),
     "reports/lightning_oom_skip_step_bug.py": (
         "the skipped collective is implicit (Lightning runs backward and DDP's all-reduce after "
@@ -81,10 +82,6 @@ KNOWN_GAPS: dict[str, str] = {
         "the class of self._checkpointer is unknown (a construction in the file, `Trainer(engine, loader, "
         "DeepspeedCheckpointer(...))`, makes it followed: receivers.py); and `engine` is an untyped "
         "parameter there too, so engine.save_checkpoint does not match the DeepSpeedEngine receiver"
-    ),
-    "reports/megatron_last_stage_dist_ckpt_load_bug.py": (
-        "megatron.core.dist_checkpointing.load (a whole-world collective) is not in rules/megatron.toml; "
-        "the is_pipeline_last_stage() guard itself is understood (a dist.barrier() in its place is found)"
     ),
     "reports/pp_first_stage_rpc_world_barrier_bug.py": (
         "the PP rank is a constructor argument kept in self.pp_rank, and the file never builds the "
@@ -103,21 +100,25 @@ KNOWN_GAPS: dict[str, str] = {
         "reduce_to_root_decision_bug.py)"
     ),
     "reports/torchmetrics_compute_local_rank0_bug.py": (
-        "torchmetrics Metric.compute() (a cross-process state sync) is not catalogued; the LOCAL_RANK "
-        "guard itself is understood (a dist.barrier() in its place is found)"
+        "torchmetrics Metric.compute() (a cross-process state sync) is wrapped in Metric.__init__ and syncs "
+        "through callbacks over the metric's states (apply_to_collection): the bundled torchmetrics summary "
+        "(1.9.0 source) does not yield it; the LOCAL_RANK guard itself is understood (a dist.barrier() in "
+        "its place is found)"
     ),
     "reports/zero3_generate_unsynced_bug.py": (
-        "HF generate() under ZeRO-3 is not modelled: a data-dependent number of forwards, each "
-        "all-gathering partitioned parameters; generate is not catalogued and the ZeRO stage / "
-        "synced_gpus semantics are unknown"
+        "HF generate() under ZeRO-3: a data-dependent number of forwards, each all-gathering partitioned "
+        "parameters through DeepSpeed's forward hooks, which no source of transformers shows; the bundled "
+        "transformers summary has generate's own all-reduce only (GenerationMixin._sample, when "
+        "synced_gpus), and generate itself is not summarised (its paths differ by data)"
     ),
     "reports/zero3_profiled_forward_rank0_bug.py": (
         "the forward of a DeepSpeed engine (ZeRO-3 parameter all-gather) is not modelled as a collective "
         "(and `model` is an untyped parameter); the args.global_rank == 0 guard itself is understood"
     ),
     "reports/zero3_prompt_encoder_save_rank0_bug.py": (
-        "deepspeed.zero.GatheredParameters is left out of rules/deepspeed.toml on purpose (it all-gathers"
-        " only ZeRO-3 partitioned parameters)"
+        "deepspeed.zero.GatheredParameters gathers in __enter__ (context managers are not summarised) "
+        "through a function attached to each parameter at run time (Init._convert_to_deepspeed_param): no "
+        "source of deepspeed 0.19.8 shows that call as a collective, so its bundled summary cannot"
     ),
 }
 

@@ -188,9 +188,19 @@ import torch.distributed as dist
 from ourlib.comm import sometimes
 
 
-def step(tensor):
+def given(tensor):
     if dist.get_rank() == 0:
-        sometimes(True)
+        sometimes(True)  # expect: CC001
+
+
+def withheld(tensor):
+    if dist.get_rank() == 0:
+        sometimes(False)
+
+
+def unknown(tensor, flag):
+    if dist.get_rank() == 0:
+        sometimes(flag)  # expect: CC001
 """
 
 
@@ -325,10 +335,16 @@ def test_a_tampered_summary_entry_is_not_believed(isolated: Path) -> None:
     assert b"forged" not in entry.read_bytes()
 
 
-def test_conditional_helpers_are_not_summarised(isolated: Path) -> None:
+def test_helpers_conditional_on_a_parameter_are_decided_by_the_call(isolated: Path) -> None:
+    """`sometimes(flag)` communicates when `flag` holds (its summary's `when`): a literal argument
+    decides; an unknown one is reported, and the message names the condition."""
     python = make_venv(isolated / "env")
     bug_file = _write(isolated / "project" / "bug.py", CONDITIONAL)
-    assert _codes(bug_file, _settings(isolated, python=str(python))) == []
+    result = check_paths([bug_file], _settings(isolated, python=str(python)))
+    findings = [finding for f in result.files for finding in f.findings]
+    assert [(f.code, f.location.line) for f in findings] == _expected(bug_file)
+    assert "(a collective when flag)" not in findings[0].message
+    assert "(a collective when flag)" in findings[1].message
 
 
 def test_summarize_writes_a_catalog_that_summaries_can_name(isolated: Path) -> None:
@@ -340,7 +356,7 @@ def test_summarize_writes_a_catalog_that_summaries_can_name(isolated: Path) -> N
     spec = catalog.functions["ourlib.sync"]
     assert (spec.op, spec.params, spec.group) == ("barrier", ("group",), "group")
     assert catalog.functions["ourlib._impl.reduce_now"].op == "all_reduce"
-    assert "ourlib.comm.sometimes" not in catalog.functions
+    assert catalog.functions["ourlib.comm.sometimes"].when == "flag"
     assert "ourlib.comm.reduce_in" not in catalog.functions  # its group depends on an argument
     assert catalog.functions["ourlib.comm.mean_all"].group == "group"
     assert "ourlib.comm.not_on_leader" not in catalog.functions

@@ -27,6 +27,8 @@ def describe_element(element: Element | None) -> str:
         return f"a loop of {', '.join(element.body_ops)} at {where(element)}"
     if element.op == CALLBACK_OP:
         return f"{_handed(element)}, if anything, {HANDED} at {where(element)}"
+    if element.condition:  # a conditional summary the call site leaves undecided
+        return f"{element.op} at {where(element)} (a collective when {element.condition})"
     return f"{element.op} at {where(element)}"
 
 

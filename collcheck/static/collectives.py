@@ -21,6 +21,7 @@ from collcheck.static.program import (
     EventKind,
 )
 from collcheck.static.state import Frame, State
+from collcheck.static.summary_conditions import UNDECIDED, decide
 from collcheck.static.symbolic import (
     MEMBER,
     RANK,
@@ -58,6 +59,9 @@ class CollectiveEvents(CallResolver):
         self, call: ast.Call, spec: OpSpec, state: State, frame: Frame, known: dict[int, Expr]
     ) -> tuple[State, Expr]:
         args = _map_arguments(call, spec)
+        configured = True if spec.when is None else self._configured(call, spec, args, state, frame, known)
+        if configured is False:  # the configuration the call site shows makes it no collective
+            return state, Atom(f"result:{spec.op}@{where_of(call)}", "shared")
 
         def value(param: str | None) -> Expr | None:
             if param is None or param not in args:
@@ -103,6 +107,7 @@ class CollectiveEvents(CallResolver):
             operands=tuple(source_text(args[name]) for name in spec.operands if name in args),
             group_term=group_term,
             group_text=source_text(group_node) if group_node is not None else "",
+            condition=(spec.when or "") if configured is None else "",
         )
         joined = self.joined and spec.op in JOINABLE_OPS  # shadowed by the Join context (interpret.py)
         # `new_group(ranks, use_local_synchronization=True)` waits only for the ranks it lists, each
@@ -121,6 +126,36 @@ class CollectiveEvents(CallResolver):
             if isinstance(held, (ast.Name, ast.Attribute)):  # the root's result, a partial one elsewhere
                 self.bind(held, Atom(f"rooted:{source_text(held)}@{where_of(call)}", "perrank"), state)
         return state, self._op_result(call, spec, args, state, frame, known)
+
+    def _configured(
+        self,
+        call: ast.Call,
+        spec: OpSpec,
+        args: dict[str, ast.expr],
+        state: State,
+        frame: Frame,
+        known: dict[int, Expr],
+    ) -> bool | None:
+        """A conditional summary's `when` at this call: True, False, or None where the call site
+        does not show it (an argument or receiver attribute of unknown value)."""
+        defaults = dict(spec.when_defaults)
+        receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+
+        def literal(node: ast.expr) -> object:
+            if isinstance(node, ast.Constant):
+                return node.value
+            if isinstance(node, ast.Name):
+                if node.id in args:
+                    found = self.pure(args[node.id], state, frame, known)
+                    return found.value if isinstance(found, Const) else UNDECIDED
+                return defaults.get(node.id, UNDECIDED)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and receiver is not None:
+                read = ast.copy_location(ast.Attribute(value=receiver, attr=node.attr, ctx=ast.Load()), call)
+                found = self.pure(read, state, frame, known)
+                return found.value if isinstance(found, Const) else UNDECIDED
+            return UNDECIDED
+
+        return decide(spec.when or "", literal)
 
     def _is_method_call(self, call: ast.Call) -> bool:
         if not isinstance(call.func, ast.Attribute):

@@ -19,6 +19,7 @@ paths only, loops, callbacks, point-to-point — is left out: the call stays unk
 from __future__ import annotations
 
 import ast
+import ctypes
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -42,6 +43,7 @@ from collcheck.static.program import Path as ProgramPath
 from collcheck.static.project import MODULE_CODE, FileFacts, build_project, file_facts, realpath_once
 from collcheck.static.smt import SolveStats
 from collcheck.static.state import Frame, PathLimitExceeded, State
+from collcheck.static.summary_conditions import Condition, Configuration, sufficient_condition
 from collcheck.static.symbolic import Atom, BinOp, BoolOp, Compare, Const, Expr, GroupVal, Not, Z3Translator
 from collcheck.static.values import where_of
 
@@ -82,12 +84,14 @@ def summarise_package(
     catalog: Catalog,
     settings: Settings,
     max_files: int = MAX_FILES,
+    package_seconds: float = PACKAGE_SECONDS,
 ) -> PackageSummary:
-    """The summary of `package` (installed in `site`) as far as `modules` reach."""
+    """The summary of `package` (installed in `site`) as far as `modules` reach, made in at most
+    `package_seconds` (the files past it are left out, a note says so)."""
     files = reached_files(site, package, modules, max_files)
     found = _Found()
     if _imports_communication(files, catalog):
-        _summarise_files(files, catalog, settings, found)
+        _summarise_files(files, catalog, settings, found, package_seconds)
     document = _document(package, found)
     return PackageSummary(package, document, len(files), tuple(found.notes))
 
@@ -201,7 +205,11 @@ class _RootStates(Interpreter):
 
 
 def _summarise_files(
-    files: dict[str, tuple[str, frozenset[str]]], catalog: Catalog, settings: Settings, found: _Found
+    files: dict[str, tuple[str, frozenset[str]]],
+    catalog: Catalog,
+    settings: Settings,
+    found: _Found,
+    package_seconds: float,
 ) -> None:
     trigger, ranked = trigger_pattern(catalog), rank_words(catalog)
     facts = {}
@@ -223,9 +231,9 @@ def _summarise_files(
     loader = Loader(catalog, project, settings, complete_loaded_module, packages)
     started = time.monotonic()
     for module_name, (path, _) in sorted(files.items()):
-        if time.monotonic() - started > PACKAGE_SECONDS:
+        if time.monotonic() - started > package_seconds:
             found.notes.append(
-                f"over the {PACKAGE_SECONDS:g} s budget of a package: {module_name} and after left out"
+                f"over the {package_seconds:g} s budget of a package: {module_name} and after left out"
             )
             break
         if path not in facts:
@@ -241,6 +249,12 @@ def _summarise_files(
                 if module is not None:
                     _summarise_module(module, module_name, settings, found)
         except BudgetExceeded:
+            found.notes.append(f"{module_name}: over the {FILE_SECONDS:g} s budget, partly summarised")
+        except ctypes.ArgumentError as error:
+            # The budget's alarm went off while z3's arguments were being converted: ctypes wraps
+            # the BudgetExceeded it raised.
+            if not isinstance(error.__context__, BudgetExceeded) and "BudgetExceeded" not in str(error):
+                raise
             found.notes.append(f"{module_name}: over the {FILE_SECONDS:g} s budget, partly summarised")
         except RecursionError:
             found.notes.append(f"{module_name}: too deeply nested to summarise")
@@ -349,16 +363,28 @@ class _Subject:
 
 
 def _op_entry(paths: list[ProgramPath], subject: _Subject) -> dict[str, Any] | None:
-    """The `[[op]]` entry of a function whose every path that does not raise issues the same
-    collectives on the same group, or None."""
+    """The `[[op]]` entry of a function whose every path that does not raise and issues collectives
+    begins with the same ones on the same group (`when`: the configuration under which it does, if
+    some paths issue none), or None."""
     kept = [p for p in paths if p.exit is None or p.exit.kind is ExitKind.RETURN]
     sequences = {tuple(p.events) and _sequence(p, subject) for p in kept}
     if len(sequences) > 1:  # some may be the paths of a process alone in its world or group
         kept = [p for p in kept if _possible(p, subject.solving)]
         sequences = {tuple(p.events) and _sequence(p, subject) for p in kept}
-    if len(sequences) != 1:
+    if None in sequences:
         return None
-    sequence = sequences.pop()
+    issued = sorted((s for s in sequences if s), key=repr)  # `via` from the same path every run
+    if len(issued) > 1:  # paths that go on differently: what every one of them begins with
+        issued = [_common_prefix(issued)]
+    condition = None
+    if () in sequences and issued and issued[0]:
+        # Collectives on some paths only: summarised when the configuration decides (`when`).
+        condition = _configuration_condition(kept, subject)
+        if condition is None:
+            return None
+    if len(issued) != 1:
+        return None
+    sequence = issued[0]
     if not sequence:
         return None
     ops = [op for op, _, _ in sequence]
@@ -370,7 +396,31 @@ def _op_entry(paths: list[ProgramPath], subject: _Subject) -> dict[str, Any] | N
     if group is not None:
         role, value = group
         entry[role] = value
+    if condition is not None:
+        entry["when"] = condition.text
+        if condition.defaults:
+            entry["defaults"] = dict(condition.defaults)
     return entry
+
+
+def _common_prefix(sequences: list[tuple[Step, ...]]) -> tuple[Step, ...]:
+    """The collectives (op and group) every sequence begins with; `via` of the first one."""
+    first = sequences[0]
+    length = 0
+    while length < len(first) and all(
+        len(other) > length and other[length][:2] == first[length][:2] for other in sequences
+    ):
+        length += 1
+    return first[:length]
+
+
+def _configuration_condition(paths: list[ProgramPath], subject: _Subject) -> Condition | None:
+    communicating = [tuple(p.conds) for p in paths if p.events]
+    silent = [tuple(p.conds) for p in paths if not p.events]
+    configuration = Configuration(
+        tuple(subject.parameters), where_of(subject.function), subject.class_name is not None
+    )
+    return sufficient_condition(communicating, silent, configuration, subject.function, subject.solving)
 
 
 def _possible(path: ProgramPath, solving: SolveStats) -> bool:
@@ -379,8 +429,6 @@ def _possible(path: ProgramPath, solving: SolveStats) -> bool:
     (`if get_world_size(group) < 2: return t` before the all-reduce is no second behaviour).
     `solving` holds the one z3 context of the package's summary."""
     sizes = [a for a in atoms_of(path.conds) if a.kind == "world" or a.name.startswith(SIZE_PREFIX)]
-    if not sizes:
-        return True  # only a condition on a size can exclude a path here (the rest: taken possible)
     z3 = solving.z3_in_context()
     translator = Z3Translator(z3)
     world, rank = translator.world, translator.rank("a")

@@ -93,6 +93,9 @@ class CommEvent:
     # A callback event (unknown code handed a communicating callable): the collectives the
     # callable may issue; None when they are not all known (see handoff.py).
     callback_ops: frozenset[str] | None = None
+    # A conditional summary's configuration that the call site leaves undecided (`self.sharded`):
+    # the collective is counted, and the finding says under which configuration it is one.
+    condition: str = ""
 
     def signature(self) -> tuple[str, ...]:
         return (self.op,)

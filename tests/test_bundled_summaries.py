@@ -1,0 +1,200 @@
+"""Bundled summaries of pinned framework releases (rules/summaries/, bench/bundled_summaries.py),
+used for the frameworks a run's files import when no environment installs them, and conditional
+summaries (`when`): what a call site shows of the configuration decides."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from collcheck.api import check_paths
+from collcheck.bundled_summaries import (
+    BUNDLED_SUMMARIES,
+    bundled_packages_imported,
+    bundled_releases,
+    with_bundled_summaries,
+)
+from collcheck.catalog import CatalogError, load_catalog
+from collcheck.config import Settings
+from collcheck.static.summary_conditions import UNDECIDED, decide
+
+DEEPSPEED_HELPER = """
+import torch.distributed as dist
+
+from deepspeed.runtime.zero.utils import get_lst_from_rank0
+
+
+def step(values):
+    if dist.get_rank() == 0:
+        get_lst_from_rank0(values)  # expect: CC001
+"""
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def _lines(path: Path) -> list[tuple[str, int]]:
+    result = check_paths([path], Settings(cache=False, jobs=1))
+    assert all(f.error is None for f in result.files)
+    return [(finding.code, finding.location.line) for f in result.files for finding in f.findings]
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    return tmp_path
+
+
+def test_every_pinned_framework_has_one_bundled_release() -> None:
+    releases = bundled_releases()
+    for package in ("deepspeed", "megatron", "accelerate", "transformers", "lightning", "torchmetrics"):
+        assert package in releases, package
+        assert len(list(BUNDLED_SUMMARIES.glob(f"{package}-*.toml"))) == 1, package
+    load_catalog(summaries=sorted(BUNDLED_SUMMARIES.glob("*.toml")))  # every one reads back
+
+
+def test_a_framework_not_installed_is_read_from_its_bundled_summary(isolated: Path) -> None:
+    bug = _write(isolated / "project" / "bug.py", DEEPSPEED_HELPER)
+    assert _lines(bug) == [("CC001", 8)]
+
+
+def test_the_frameworks_own_source_is_checked_without_its_summary(isolated: Path) -> None:
+    own = _write(isolated / "deepspeed" / "runtime" / "step.py", DEEPSPEED_HELPER)
+    settings = with_bundled_summaries(Settings(), None, [own])
+    assert settings.summary_documents == ()
+    other = _write(isolated / "project" / "step.py", DEEPSPEED_HELPER)
+    names = [name for name, _ in with_bundled_summaries(Settings(), None, [other]).summary_documents]
+    assert names == [f"deepspeed-{bundled_releases()['deepspeed']}.toml"]
+
+
+def test_files_that_import_no_framework_read_nothing(isolated: Path) -> None:
+    plain = _write(isolated / "plain.py", "import os\n# from deepspeed import x, in a comment\n")
+    mention = _write(isolated / "mention.py", "text = 'import deepspeed'\n")
+    assert bundled_packages_imported([plain]) == set()
+    assert with_bundled_summaries(Settings(), None, [plain]).summary_documents == ()
+    assert bundled_packages_imported([mention]) == set()  # matched, then its imports read: none
+
+
+@pytest.mark.parametrize(
+    ("text", "values", "expected"),
+    [
+        ("validate", {"validate": True}, True),
+        ("validate", {"validate": False}, False),
+        ("validate", {}, None),
+        ("validate or strict == 'all'", {"validate": False, "strict": "all"}, True),
+        ("validate or strict == 'all'", {"validate": False}, None),
+        ("validate or strict == 'all'", {"validate": True}, True),
+        ("self.sharded and not offload", {"offload": True}, False),
+        ("self.sharded and not offload", {"offload": False}, None),
+        ("stage >= 3", {"stage": 2}, False),
+        ("stage >= 3", {"stage": "x"}, None),
+    ],
+)
+def test_a_condition_is_decided_with_three_values(
+    text: str, values: dict[str, object], expected: bool | None
+) -> None:
+    def literal(node: ast.expr) -> object:
+        if isinstance(node, ast.Constant):
+            return node.value
+        name = node.id if isinstance(node, ast.Name) else ""
+        return values.get(name, UNDECIDED)
+
+    assert decide(text, literal) is expected
+
+
+def test_a_condition_names_only_parameters_and_the_receiver(tmp_path: Path) -> None:
+    good = _write(
+        tmp_path / "good.toml",
+        '[[op]]\nop = "barrier"\nnames = ["lib.f"]\nparams = ["flag"]\nwhen = "flag and self.on"\n'
+        "defaults = {flag = true}\n",
+    )
+    spec = load_catalog(summaries=[good]).functions["lib.f"]
+    assert (spec.when, spec.when_defaults) == ("flag and self.on", (("flag", True),))
+    bad = _write(tmp_path / "bad.toml", '[[op]]\nop = "barrier"\nnames = ["lib.f"]\nwhen = "other"\n')
+    with pytest.raises(CatalogError, match="other"):
+        load_catalog(summaries=[bad])
+    broken = _write(tmp_path / "broken.toml", '[[op]]\nop = "barrier"\nnames = ["lib.f"]\nwhen = "a +"\n')
+    with pytest.raises(CatalogError, match="not a Python expression"):
+        load_catalog(summaries=[broken])
+
+
+def test_a_warm_run_stats_the_files_instead_of_reading_them(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import collcheck.bundled_summaries as bundled
+
+    settings = Settings(cache_dir=str(isolated / "project-cache"))
+    source = _write(isolated / "project" / "step.py", DEEPSPEED_HELPER)
+    first = with_bundled_summaries(settings, None, [source]).summary_documents
+    assert [name.split("-")[0] for name, _ in first] == ["deepspeed"]
+
+    original = bundled.read_regular_file
+
+    def unread(path: Path, limit: int) -> bytes:
+        assert path != source, "the checked file was read again"
+        return original(path, limit)
+
+    monkeypatch.setattr(bundled, "read_regular_file", unread)
+    assert with_bundled_summaries(settings, None, [source]).summary_documents == first
+    monkeypatch.undo()
+    _write(source, "import os\n")  # another size: read again, and it imports no framework now
+    assert with_bundled_summaries(settings, None, [source]).summary_documents == ()
+
+
+CONDITIONAL_PACKAGE = """
+import torch.distributed as dist
+
+
+def begin_then_differ(tensor, small):
+    dist.barrier()
+    if tensor.numel() < small:
+        dist.all_reduce(tensor)
+    else:
+        dist.broadcast(tensor, 0)
+
+
+def only_on_data(tensor):
+    if tensor.numel() > 0:
+        dist.all_reduce(tensor)
+
+
+def validated(state, validate=True, strict="assume"):
+    if validate or strict.startswith("x"):
+        dist.all_gather_object([None], state)
+
+
+class Saver:
+    def __init__(self, sharded):
+        self.sharded = sharded
+
+    def save(self, model):
+        if self.sharded:
+            dist.barrier()
+        return model
+"""
+
+
+def test_what_summaries_learn_from_paths_that_differ(tmp_path: Path) -> None:
+    """Paths that go on differently keep what they all begin with; collectives that depend on data
+    leave the function out; those the configuration decides carry the condition."""
+    from collcheck.package_summaries import make_summary
+
+    _write(tmp_path / "site" / "condlib" / "__init__.py", CONDITIONAL_PACKAGE)
+    document = make_summary(str(tmp_path / "site"), "condlib", ["condlib"], Settings(), "1.0")
+    ops = {name: entry for entry in document["op"] for name in entry["names"]}
+    assert ops["condlib.begin_then_differ"]["op"] == "barrier"
+    assert "when" not in ops["condlib.begin_then_differ"]
+    assert "condlib.only_on_data" not in ops
+    assert (ops["condlib.validated"]["when"], ops["condlib.validated"]["defaults"]) == (
+        "validate",
+        {"validate": True},
+    )
+    (save,) = [entry for entry in document["method"] if entry["method"] == "save"]
+    assert save["when"] == "self.sharded"
