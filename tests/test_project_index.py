@@ -228,11 +228,11 @@ def test_the_index_and_the_engine_bind_imports_alike() -> None:
 
 
 def test_reachable_sets_agree_with_a_walk_from_each_node() -> None:
-    """`_reach_bits` (one pass over strongly connected components) against a plain walk from every
+    """`reach_bits` (one pass over strongly connected components) against a plain walk from every
     node, on random graphs with cycles, self-contained components and isolated nodes."""
     import random
 
-    from collcheck.static.project import _bits, _reach_bits
+    from collcheck.static.call_graph import reach_bits, set_bits
 
     generator = random.Random(7)
     for _ in range(200):
@@ -241,7 +241,7 @@ def test_reachable_sets_agree_with_a_walk_from_each_node() -> None:
             sorted({generator.randrange(count) for _ in range(generator.randint(0, 3))} - {node})
             for node in range(count)
         ]
-        for node, bits in enumerate(_reach_bits(successors)):
+        for node, bits in enumerate(reach_bits(successors)):
             seen: set[int] = set()
             pending = list(successors[node])
             while pending:
@@ -249,7 +249,7 @@ def test_reachable_sets_agree_with_a_walk_from_each_node() -> None:
                 if other not in seen:
                     seen.add(other)
                     pending.extend(successors[other])
-            assert _bits(bits) == sorted(seen)
+            assert set_bits(bits) == sorted(seen)
 
 
 def test_two_projects_with_one_digest_keep_their_own_tables_and_loaded_modules(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path, PurePath
 from typing import TypeVar
 
+from collcheck.static.call_graph import MODULE_CODE, Function, closure, reach_bits, set_bits
 from collcheck.static.names import Alias, bind_from, bind_import
 from collcheck.static.prefilter import IDENTIFIER, Trigger, whole_words, word_pattern
 from collcheck.static.reexports import through_reexports
@@ -54,7 +55,6 @@ _FROM_HEAD = re.compile(r"from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+")
 _FROM_NAMES = re.compile(r"[^\n(#;]+")
 _IMPORT = re.compile(r"import[ \t]+([^\n#;(]+)")
 _T = TypeVar("_T")
-MODULE_CODE = ""  # the segment key for text outside top-level functions (classes, module body)
 
 
 @dataclass(frozen=True)
@@ -451,9 +451,6 @@ def module_names(paths: Iterable[Path | str]) -> list[tuple[str, str]]:
     return names
 
 
-Function = tuple[str, str]  # (path, top-level function name)
-
-
 def resolver_for(modules: Iterable[tuple[str, str]], paths: Iterable[str]) -> Resolver:
     """Where names land among `paths`, with the module table as `Project.lookup` sees it."""
     return Resolver(dict(sorted(modules)), frozenset(paths))
@@ -474,8 +471,8 @@ def build_project(
     ordered = tuple(sorted(modules))
     resolver = resolver or resolver_for(ordered, files)
     calls = _resolved_calls(files, resolver)
-    communicating = _closure({(path, name) for path, facts in files.items() for name in facts.hits}, calls)
-    ranked = _closure({(path, name) for path, facts in files.items() for name in facts.rank_hits}, calls)
+    communicating = closure({(path, name) for path, facts in files.items() for name in facts.hits}, calls)
+    ranked = closure({(path, name) for path, facts in files.items() for name in facts.rank_hits}, calls)
     # An unreadable file goes to the engine, which reports why.
     selected = {path for path, facts in files.items() if facts.triggered or not facts.readable}
     for (path, _), callees in calls.items():
@@ -519,24 +516,6 @@ def _resolved_calls(
     return calls
 
 
-def _closure(seeds: set[Function], calls: Mapping[Function, frozenset[Function]]) -> set[Function]:
-    """Seeds plus every top-level function that names one of them, transitively."""
-    callers: dict[Function, list[Function]] = {}
-    for caller, callees in calls.items():
-        if caller[1] == MODULE_CODE:
-            continue
-        for callee in callees:
-            callers.setdefault(callee, []).append(caller)
-    found = set(seeds)
-    pending = list(seeds)
-    while pending:
-        for caller in callers.get(pending.pop(), ()):
-            if caller not in found:
-                found.add(caller)
-                pending.append(caller)
-    return found
-
-
 def _dependency_digests(
     selected: set[str],
     calls: Mapping[Function, frozenset[Function]],
@@ -553,7 +532,7 @@ def _dependency_digests(
                 reaches.setdefault(path, set()).add(callee[0])
     order = sorted({*reaches, *(other for targets in reaches.values() for other in targets)})
     index = {path: number for number, path in enumerate(order)}
-    reach = _reach_bits([[index[other] for other in reaches.get(path, ())] for path in order])
+    reach = reach_bits([[index[other] for other in reaches.get(path, ())] for path in order])
     chunks = [f"{path}{files[path].digest}" for path in order]
     digests: dict[str, str] = {}
     for path in selected:
@@ -562,88 +541,9 @@ def _dependency_digests(
             continue
         seen = reach[number] & ~(1 << number)
         if seen:
-            material = "".join(chunks[bit] for bit in _bits(seen))  # in path order, as `order` is
+            material = "".join(chunks[bit] for bit in set_bits(seen))  # in path order, as `order` is
             digests[path] = hashlib.sha256(material.encode()).hexdigest()[:16]
     return digests
-
-
-def _reach_bits(successors: list[list[int]]) -> list[int]:
-    """For each node, the nodes reachable from it through one edge or more, as a bit set: one
-    pass over the strongly connected components, each component's set the union of its
-    successors' — instead of a walk per selected file (quadratic on a large tree)."""
-    component, components = _strong_components(successors)
-    reach_of_component = [0] * len(components)
-    for which, members in enumerate(components):
-        bits = 0
-        for member in members:
-            for nxt in successors[member]:
-                other = component[nxt]
-                if other != which:
-                    bits |= reach_of_component[other]
-                bits |= 1 << nxt  # a member of this component too, when the edge stays inside it
-        reach_of_component[which] = bits
-    return [reach_of_component[component[node]] for node in range(len(successors))]
-
-
-def _strong_components(successors: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-    """Tarjan's strongly connected components, iterative: each node's component number, and the
-    components' members in reverse topological order (a component's successors come first)."""
-    count = len(successors)
-    low = [0] * count
-    number = [-1] * count
-    component = [-1] * count
-    stack: list[int] = []
-    on_stack = [False] * count
-    components: list[list[int]] = []
-    counter = 0
-    for root in range(count):
-        if number[root] != -1:
-            continue
-        work = [(root, 0)]
-        number[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack[root] = True
-        while work:
-            node, position = work[-1]
-            if position < len(successors[node]):
-                work[-1] = (node, position + 1)
-                nxt = successors[node][position]
-                if number[nxt] == -1:
-                    number[nxt] = low[nxt] = counter
-                    counter += 1
-                    stack.append(nxt)
-                    on_stack[nxt] = True
-                    work.append((nxt, 0))
-                elif on_stack[nxt]:
-                    low[node] = min(low[node], number[nxt])
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-            if low[node] == number[node]:
-                members = []
-                while True:
-                    member = stack.pop()
-                    on_stack[member] = False
-                    component[member] = len(components)
-                    members.append(member)
-                    if member == node:
-                        break
-                components.append(members)
-    return component, components
-
-
-def _bits(value: int) -> list[int]:
-    """The positions of the set bits, lowest first."""
-    text = bin(value)[:1:-1]  # lowest bit first
-    found = []
-    position = text.find("1")
-    while position != -1:
-        found.append(position)
-        position = text.find("1", position + 1)
-    return found
 
 
 def _value_sources(files: Mapping[str, FileFacts], resolver: Resolver) -> dict[str, set[str]]:
