@@ -88,6 +88,42 @@ def test_an_edit_two_files_away_rechecks_the_caller(tmp_path: Path, settings: Se
     assert [code for name, code, _ in codes(project, settings) if name == "train.py"] == ["CC001"]
 
 
+def test_an_edit_of_a_raising_helper_in_another_file_rechecks_the_caller(
+    tmp_path: Path, settings: Settings
+) -> None:
+    """A helper of another file that neither communicates nor reads a rank decides, by what its
+    `raise` tests, whether the caller's `except` is entered on every rank or on one alone: the
+    index follows it inside such a `try`, and an edit of it checks the caller again."""
+    project = tmp_path / "project"
+    on_settings = """\
+    def check(record, size):
+        if record.size != size:
+            raise ValueError("another layout")
+    """
+    on_own_data = """\
+    def check(record, size):
+        if record.checksum() != size:
+            raise ValueError("a corrupt copy")
+    """
+    grow = """\
+    import torch.distributed as dist
+    from checks import check
+
+
+    def grow(record, size):
+        try:
+            check(record, size)
+        except ValueError:
+            return False
+        dist.barrier()
+        return True
+    """
+    write(project, {"checks.py": on_settings, "grow.py": grow})
+    assert codes(project, settings) == []
+    bump(project / "checks.py", textwrap.dedent(on_own_data))
+    assert codes(project, settings) == [("grow.py", "CC003", 9)]
+
+
 def test_relative_import_of_a_helper_in_a_package(tmp_path: Path, settings: Settings) -> None:
     package = tmp_path / "project" / "pkg"
     write(

@@ -119,6 +119,10 @@ class CallResolver(ValueEvaluator):
         super().__init__(module)
         self.nested: dict[str, FunctionNode] = {}  # functions defined inside the one being executed
         self.remote_modules: dict[FunctionNode, ModuleInfo] = {}  # helpers of other files: their module
+        # Depth of `try` bodies being run whose handler is entered by the `raise` statements the
+        # body reaches (handlers.py): helpers that may raise are run there, to see their raises,
+        # those of other files too.
+        self.raises_followed = 0
         self._callback_communicates: dict[FunctionNode, bool] = {}
         self._handed_ops: dict[tuple[FunctionNode, str | None], frozenset[str] | None] = {}
         self._lambda_ops: dict[tuple[ast.Lambda, str | None], _Ops] = {}
@@ -568,7 +572,10 @@ class CallResolver(ValueEvaluator):
         if self.module.project is None:
             return None
         name = qualified_name(func, self.local_imports)
-        if name is None or not self.module.project.may_follow(name.rsplit(".", 1)[-1]):
+        if name is None:
+            return None
+        project, last = self.module.project, name.rsplit(".", 1)[-1]
+        if not project.may_follow(last) and not (self.raises_followed and project.may_raise(last)):
             return None
         found = remote_function(self.module, name, communicating_only=False)
         if found is None:

@@ -163,9 +163,6 @@ class HelperInliner(CollectiveEvents):
         # The last resort: calls into communicating helpers are unknown collectives, not inlined.
         self.opaque_helpers = False
         self.children: dict[str, HelperInliner] = {}  # the runners of other files' helpers
-        # Depth of `try` bodies being run whose handler is entered by the `raise` statements the
-        # body reaches (handlers.py): helpers that may raise are run there, to see their raises.
-        self.raises_followed = 0
         self.raising: dict[FunctionNode, bool] = {}  # `raises.may_raise`, per function
         self.summaries = Summaries()
 

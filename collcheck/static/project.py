@@ -73,6 +73,12 @@ class FileFacts:
     # Top-level `def` names. A name imported from this file that is none of these may be a value
     # bound where `assigned` does not look (inside `try:`/`if`, a tuple target, an import).
     functions: tuple[str, ...] = ()
+    # Top-level functions whose own text says `raise`: with the functions that call them, the
+    # helpers of other files followed inside a `try` whose handler only their raises may enter.
+    raise_hits: tuple[str, ...] = ()
+
+
+_RAISE = word_pattern(("raise",))
 
 
 def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileFacts:
@@ -89,6 +95,7 @@ def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileF
     local = frozenset(name for name in names if name)
     references = _references(text, starts, names, imports, local, words)
     assigned = tuple(sorted({match.group(1) for _, match in _column_zero_matches(text, _ASSIGNED)}))
+    raise_hits = _segments_matching(_RAISE, text, starts, names) if "raise" in words else ()
     return FileFacts(
         digest,
         True,
@@ -99,6 +106,7 @@ def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileF
         tuple(imports.values()),
         assigned,
         tuple(sorted(local)),
+        raise_hits,
     )
 
 
@@ -291,10 +299,16 @@ class Project:
     dependencies: tuple[tuple[str, str], ...] = ()  # path -> digest of the files it depends on
     rank_names: frozenset[str] = frozenset()  # imported functions whose text reads a rank (helpers to follow)
     selected: frozenset[str] = frozenset()  # files worth parsing (they may communicate)
+    raising_names: frozenset[str] = frozenset()  # functions that say `raise` or call one that does
 
     def may_follow(self, name: str) -> bool:
         """Worth opening another file for: a helper that communicates or computes a rank value."""
         return name in self.communicating_names or name in self.rank_names
+
+    def may_raise(self, name: str) -> bool:
+        """Worth opening another file for inside a `try` whose handler is entered only by the
+        `raise` statements the analysis sees (handlers.py): a helper that may raise itself."""
+        return name in self.raising_names
 
     def indexed(self, path: str) -> bool:
         return path in _tables(self)[1]
@@ -397,6 +411,7 @@ def identity(project: Project) -> str:
                 sorted(project.selected),
                 sorted(project.communicating_names),
                 sorted(project.rank_names),
+                sorted(project.raising_names),
             )
         )
         entry = _IDENTITIES[id(project)] = (project, hashlib.sha256(text.encode()).hexdigest()[:16])
@@ -473,12 +488,13 @@ def build_project(
     calls = _resolved_calls(files, resolver)
     communicating = closure({(path, name) for path, facts in files.items() for name in facts.hits}, calls)
     ranked = closure({(path, name) for path, facts in files.items() for name in facts.rank_hits}, calls)
+    raising = closure({(path, name) for path, facts in files.items() for name in facts.raise_hits}, calls)
     # An unreadable file goes to the engine, which reports why.
     selected = {path for path, facts in files.items() if facts.triggered or not facts.readable}
     for (path, _), callees in calls.items():
         if path not in selected and not callees.isdisjoint(communicating):
             selected.add(path)
-    helpers = communicating | ranked
+    helpers = communicating | ranked | raising
     values = _value_sources(files, resolver)
     contributing = sorted(
         {path for path, _ in helpers} | {path for found in values.values() for path in found}
@@ -494,6 +510,7 @@ def build_project(
         dependencies=tuple(sorted(dependencies.items())),
         rank_names=frozenset(name for _, name in ranked),
         selected=frozenset(selected),
+        raising_names=frozenset(name for _, name in raising),
     )
 
 
