@@ -110,6 +110,24 @@ def called_names(tree: ast.Module) -> frozenset[str]:
     )
 
 
+def receiving_parameters(call: ast.Call, callee: FunctionNode, name: str) -> list[str]:
+    """The parameters of `callee` that `call` binds to the plain name `name` (by position or by
+    keyword; `*args` and `**kwargs` are not followed)."""
+    positional = [*callee.args.posonlyargs, *callee.args.args]
+    found = [
+        positional[index].arg
+        for index, argument in enumerate(call.args)
+        if index < len(positional) and isinstance(argument, ast.Name) and argument.id == name
+    ]
+    keywords = {arg.arg for arg in [*positional, *callee.args.kwonlyargs]}
+    found += [
+        keyword.arg
+        for keyword in call.keywords
+        if keyword.arg in keywords and isinstance(keyword.value, ast.Name) and keyword.value.id == name
+    ]
+    return found
+
+
 @lru_cache(maxsize=4096)
 def global_names(function: FunctionNode) -> frozenset[str]:
     return frozenset(
