@@ -54,7 +54,7 @@ from collcheck.static.symbolic import (
     is_rank_dependent,
     negate,
 )
-from collcheck.static.syntax import global_names, is_filled_key
+from collcheck.static.syntax import free_names, global_names, is_filled_key
 from collcheck.static.values import where_of
 
 DELIVERED = "uniform:"  # the atom a collective's `uniform_after` binds (collectives.communicate)
@@ -226,6 +226,10 @@ class HelperInliner(CollectiveEvents):
                 state.events = (*state.events, callback_event(call, self.module.path, frame))
             return [(state, self.pure(call, state, frame, known))]
         env = self.bind_call_arguments(call, function, bound_self, state, frame, known, receiver)
+        if function in self.nested.values():
+            # A nested function called by its name reads the variables of the function around it.
+            for name in free_names(function) & state.env.keys():
+                env.setdefault(name, state.env[name])
         site = Site(
             frame.function, function.name, self.module.path, call.lineno, call.col_offset, owner_module.path
         )

@@ -141,6 +141,18 @@ def receiving_parameters(call: ast.Call, callee: FunctionNode, name: str) -> lis
 
 
 @lru_cache(maxsize=4096)
+def free_names(function: FunctionNode) -> frozenset[str]:
+    """Plain names `function` reads but does not bind itself (its parameters, what it assigns other
+    than through `nonlocal`): what a nested function reads of the function around it."""
+    args = function.args
+    rest = [arg for arg in (args.vararg, args.kwarg) if arg is not None]
+    parameters = {arg.arg for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, *rest]}
+    shared = {name for node in nodes_under(function) if isinstance(node, ast.Nonlocal) for name in node.names}
+    bound = (assigned_names(function.body) - shared) | parameters
+    return frozenset(name for name in read_names(function) if "." not in name and name not in bound)
+
+
+@lru_cache(maxsize=4096)
 def global_names(function: FunctionNode) -> frozenset[str]:
     return frozenset(
         name for node in nodes_under(function) if isinstance(node, ast.Global) for name in node.names
