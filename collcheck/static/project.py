@@ -445,9 +445,7 @@ def module_names(paths: Iterable[Path | str]) -> list[tuple[str, str]]:
     """(module name, path) of every file (one `__init__.py` check per folder, not per file).
     Two files may share a name (scripts in different folders): both are kept, as each is found
     beside its importers. Each folder's `__init__.py` is asked for once (it runs before the
-    index's workers start). A folder without `__init__.py` inside a package is a namespace
-    package (PEP 420: `pkg/srt/layer.py` is `pkg.srt.layer` when only `pkg/` has one); a
-    folder without one outside any package is no package (its files are top-level modules)."""
+    index's workers start)."""
     prefixes: dict[str, list[str]] = {}
 
     def package_parts(folder: str) -> list[str]:
@@ -455,11 +453,8 @@ def module_names(paths: Iterable[Path | str]) -> list[tuple[str, str]]:
         found = prefixes.get(folder)
         if found is None:
             parent = os.path.dirname(folder)
-            above = package_parts(parent) if parent != folder else []
-            is_package = parent != folder and (
-                bool(above) or os.path.exists(os.path.join(folder, "__init__.py"))
-            )
-            found = [*above, os.path.basename(folder)] if is_package else []
+            is_package = parent != folder and os.path.exists(os.path.join(folder, "__init__.py"))
+            found = [*package_parts(parent), os.path.basename(folder)] if is_package else []
             prefixes[folder] = found
         return found
 
