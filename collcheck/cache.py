@@ -44,7 +44,7 @@ from collcheck.findings import (
 )
 from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 
-CACHE_FORMAT = 4  # bump when the stored layout changes; old entries then simply miss
+CACHE_FORMAT = 5  # bump when the stored layout changes; old entries then simply miss
 
 # Settings that choose which files are read or how the run is scheduled, not what a file yields.
 _KEY_IGNORED_SETTINGS = frozenset(
@@ -351,6 +351,7 @@ def load_project(files: list[Path], catalog_fingerprint: str, settings: Settings
             dependencies=tuple((str(a), str(b)) for a, b in data["dependencies"]),
             rank_names=frozenset(data["rank_names"]),
             selected=frozenset(data["selected"]),
+            raising_names=frozenset(data["raising_names"]),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -369,6 +370,7 @@ def store_project(files: list[Path], catalog_fingerprint: str, settings: Setting
         "dependencies": project.dependencies,
         "rank_names": sorted(project.rank_names),
         "selected": sorted(project.selected),
+        "raising_names": sorted(project.raising_names),
     }
     _store_json(folder, folder / "projects" / f"{key}.json", payload)
 
@@ -407,7 +409,18 @@ def load_facts(
         if not entry or entry[0] != _file_stamp(path):
             continue
         try:
-            digest, readable, triggered, hits, rank_hits, references, imports, assigned, functions = entry[1]
+            (
+                digest,
+                readable,
+                triggered,
+                hits,
+                rank_hits,
+                references,
+                imports,
+                assigned,
+                functions,
+                raise_hits,
+            ) = entry[1]
             found[path] = FileFacts(
                 str(digest),
                 bool(readable),
@@ -418,6 +431,7 @@ def load_facts(
                 tuple(imports),
                 tuple(assigned),
                 tuple(functions),
+                tuple(raise_hits),
             )
         except (ValueError, TypeError):
             continue

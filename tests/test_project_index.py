@@ -88,6 +88,42 @@ def test_an_edit_two_files_away_rechecks_the_caller(tmp_path: Path, settings: Se
     assert [code for name, code, _ in codes(project, settings) if name == "train.py"] == ["CC001"]
 
 
+def test_an_edit_of_a_raising_helper_in_another_file_rechecks_the_caller(
+    tmp_path: Path, settings: Settings
+) -> None:
+    """A helper of another file that neither communicates nor reads a rank decides, by what its
+    `raise` tests, whether the caller's `except` is entered on every rank or on one alone: the
+    index follows it inside such a `try`, and an edit of it checks the caller again."""
+    project = tmp_path / "project"
+    on_settings = """\
+    def check(record, size):
+        if record.size != size:
+            raise ValueError("another layout")
+    """
+    on_own_data = """\
+    def check(record, size):
+        if record.checksum() != size:
+            raise ValueError("a corrupt copy")
+    """
+    grow = """\
+    import torch.distributed as dist
+    from checks import check
+
+
+    def grow(record, size):
+        try:
+            check(record, size)
+        except ValueError:
+            return False
+        dist.barrier()
+        return True
+    """
+    write(project, {"checks.py": on_settings, "grow.py": grow})
+    assert codes(project, settings) == []
+    bump(project / "checks.py", textwrap.dedent(on_own_data))
+    assert codes(project, settings) == [("grow.py", "CC003", 9)]
+
+
 def test_relative_import_of_a_helper_in_a_package(tmp_path: Path, settings: Settings) -> None:
     package = tmp_path / "project" / "pkg"
     write(
@@ -228,11 +264,11 @@ def test_the_index_and_the_engine_bind_imports_alike() -> None:
 
 
 def test_reachable_sets_agree_with_a_walk_from_each_node() -> None:
-    """`_reach_bits` (one pass over strongly connected components) against a plain walk from every
+    """`reach_bits` (one pass over strongly connected components) against a plain walk from every
     node, on random graphs with cycles, self-contained components and isolated nodes."""
     import random
 
-    from collcheck.static.project import _bits, _reach_bits
+    from collcheck.static.call_graph import reach_bits, set_bits
 
     generator = random.Random(7)
     for _ in range(200):
@@ -241,7 +277,7 @@ def test_reachable_sets_agree_with_a_walk_from_each_node() -> None:
             sorted({generator.randrange(count) for _ in range(generator.randint(0, 3))} - {node})
             for node in range(count)
         ]
-        for node, bits in enumerate(_reach_bits(successors)):
+        for node, bits in enumerate(reach_bits(successors)):
             seen: set[int] = set()
             pending = list(successors[node])
             while pending:
@@ -249,7 +285,7 @@ def test_reachable_sets_agree_with_a_walk_from_each_node() -> None:
                 if other not in seen:
                     seen.add(other)
                     pending.extend(successors[other])
-            assert _bits(bits) == sorted(seen)
+            assert set_bits(bits) == sorted(seen)
 
 
 def test_two_projects_with_one_digest_keep_their_own_tables_and_loaded_modules(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ from collcheck.static.symbolic import (
     Atom,
     Expr,
 )
+from collcheck.static.syntax import starts_a_process
 from collcheck.static.values import ValueEvaluator, where_of
 from collcheck.static.wrapped import communicating_types
 
@@ -119,6 +120,7 @@ class CallResolver(ValueEvaluator):
         super().__init__(module)
         self.nested: dict[str, FunctionNode] = {}  # functions defined inside the one being executed
         self.remote_modules: dict[FunctionNode, ModuleInfo] = {}  # helpers of other files: their module
+        self.raises_followed = 0  # depth of `try` bodies whose helpers that may raise are run (handlers.py)
         self._callback_communicates: dict[FunctionNode, bool] = {}
         self._handed_ops: dict[tuple[FunctionNode, str | None], frozenset[str] | None] = {}
         self._lambda_ops: dict[tuple[ast.Lambda, str | None], _Ops] = {}
@@ -312,6 +314,8 @@ class CallResolver(ValueEvaluator):
         collective itself (`apply(dist.all_reduce, xs)`); None when it hands nothing such."""
         if qualified_name(call.func, self.local_imports) in PARTIAL_CALLS:
             return None  # binding arguments runs nothing: the partial is handed on (or called) later
+        if starts_a_process(call):
+            return None  # its target runs in a new process: that process's collectives, not this one's
         found: Handoff | None = None
         for argument in [*call.args, *(keyword.value for keyword in call.keywords)]:
             handed = self._handed(argument, call, frame, 0)
@@ -567,8 +571,9 @@ class CallResolver(ValueEvaluator):
     def _remote_target(self, func: ast.expr) -> tuple[FunctionNode, str | None, bool] | None:
         if self.module.project is None:
             return None
-        name = qualified_name(func, self.local_imports)
-        if name is None or not self.module.project.may_follow(name.rsplit(".", 1)[-1]):
+        name, project = qualified_name(func, self.local_imports) or "", self.module.project
+        last = name.rsplit(".", 1)[-1]
+        if not project.may_follow(last) and not (self.raises_followed and project.may_raise(last)):
             return None
         found = remote_function(self.module, name, communicating_only=False)
         if found is None:

@@ -14,7 +14,9 @@ Paths into a handler:
   what it catches comes only from `raise` statements the body reaches (itself, or in helpers
   it runs: inside such a body, helpers that may raise are run, `raises.may_raise`), each under
   tests that are the same on every rank and read no data (`raises.data_tests`), while every call
-  of the body is one the analysis follows or a function of the run: then every rank raises or
+  of the body is one the analysis follows or a function of the run (a helper of another file is
+  run there when the project index says it may raise: `Project.may_raise`, so that a validation
+  written in another module is seen with its tests): then every rank raises or
   none does, and the handler is entered only by those raises, under their conditions;
 * any other exception (`except RuntimeError:` around a call that fails the same way everywhere,
   a backend's missing feature) is followed as one that every rank takes together: a flag the

@@ -55,7 +55,7 @@ from collcheck.static.symbolic import (
     is_rank_dependent,
     negate,
 )
-from collcheck.static.syntax import global_names, is_filled_key
+from collcheck.static.syntax import free_names, global_names, is_filled_key
 from collcheck.static.values import where_of
 
 DELIVERED = "uniform:"  # the atom a collective's `uniform_after` binds (collectives.communicate)
@@ -164,9 +164,6 @@ class HelperInliner(CollectiveEvents):
         # The last resort: calls into communicating helpers are unknown collectives, not inlined.
         self.opaque_helpers = False
         self.children: dict[str, HelperInliner] = {}  # the runners of other files' helpers
-        # Depth of `try` bodies being run whose handler is entered by the `raise` statements the
-        # body reaches (handlers.py): helpers that may raise are run there, to see their raises.
-        self.raises_followed = 0
         self.raising: dict[FunctionNode, bool] = {}  # `raises.may_raise`, per function
         self.summaries = Summaries()
 
@@ -230,6 +227,10 @@ class HelperInliner(CollectiveEvents):
                 state.events = (*state.events, callback_event(call, self.module.path, frame))
             return [(state, self.pure(call, state, frame, known))]
         env = self.bind_call_arguments(call, function, bound_self, state, frame, known, receiver)
+        if function in self.nested.values():
+            # A nested function called by its name reads the variables of the function around it.
+            for name in free_names(function) & state.env.keys():
+                env.setdefault(name, state.env[name])
         site = Site(
             frame.function, function.name, self.module.path, call.lineno, call.col_offset, owner_module.path
         )

@@ -32,6 +32,7 @@ from collcheck.findings import FileError
 from collcheck.import_scan import imported_names
 from collcheck.source import FileRefused, read_regular_file, read_source
 from collcheck.static.budget import BudgetExceeded, file_budget
+from collcheck.static.call_graph import MODULE_CODE
 from collcheck.static.groups import SIZE_PREFIX, atoms_of
 from collcheck.static.interpret import Interpreter
 from collcheck.static.loader import FunctionNode, Loader, ModuleInfo
@@ -40,7 +41,7 @@ from collcheck.static.names import module_imports, qualified_name, resolve_relat
 from collcheck.static.prefilter import rank_words, trigger_pattern
 from collcheck.static.program import CommEvent, EventKind, ExitKind
 from collcheck.static.program import Path as ProgramPath
-from collcheck.static.project import MODULE_CODE, FileFacts, build_project, file_facts, realpath_once
+from collcheck.static.project import FileFacts, build_project, file_facts, realpath_once
 from collcheck.static.smt import SolveStats
 from collcheck.static.state import Frame, PathLimitExceeded, State
 from collcheck.static.summary_conditions import Condition, Configuration, sufficient_condition

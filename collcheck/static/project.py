@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path, PurePath
 from typing import TypeVar
 
+from collcheck.static.call_graph import MODULE_CODE, Function, closure, reach_bits, set_bits
 from collcheck.static.names import Alias, bind_from, bind_import
 from collcheck.static.prefilter import IDENTIFIER, Trigger, whole_words, word_pattern
 from collcheck.static.reexports import through_reexports
@@ -54,7 +55,6 @@ _FROM_HEAD = re.compile(r"from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+")
 _FROM_NAMES = re.compile(r"[^\n(#;]+")
 _IMPORT = re.compile(r"import[ \t]+([^\n#;(]+)")
 _T = TypeVar("_T")
-MODULE_CODE = ""  # the segment key for text outside top-level functions (classes, module body)
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,12 @@ class FileFacts:
     # Top-level `def` names. A name imported from this file that is none of these may be a value
     # bound where `assigned` does not look (inside `try:`/`if`, a tuple target, an import).
     functions: tuple[str, ...] = ()
+    # Top-level functions whose own text says `raise`: with the functions that call them, the
+    # helpers of other files followed inside a `try` whose handler only their raises may enter.
+    raise_hits: tuple[str, ...] = ()
+
+
+_RAISE = word_pattern(("raise",))
 
 
 def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileFacts:
@@ -89,6 +95,7 @@ def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileF
     local = frozenset(name for name in names if name)
     references = _references(text, starts, names, imports, local, words)
     assigned = tuple(sorted({match.group(1) for _, match in _column_zero_matches(text, _ASSIGNED)}))
+    raise_hits = _segments_matching(_RAISE, text, starts, names) if "raise" in words else ()
     return FileFacts(
         digest,
         True,
@@ -99,6 +106,7 @@ def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileF
         tuple(imports.values()),
         assigned,
         tuple(sorted(local)),
+        raise_hits,
     )
 
 
@@ -291,10 +299,16 @@ class Project:
     dependencies: tuple[tuple[str, str], ...] = ()  # path -> digest of the files it depends on
     rank_names: frozenset[str] = frozenset()  # imported functions whose text reads a rank (helpers to follow)
     selected: frozenset[str] = frozenset()  # files worth parsing (they may communicate)
+    raising_names: frozenset[str] = frozenset()  # functions that say `raise` or call one that does
 
     def may_follow(self, name: str) -> bool:
         """Worth opening another file for: a helper that communicates or computes a rank value."""
         return name in self.communicating_names or name in self.rank_names
+
+    def may_raise(self, name: str) -> bool:
+        """Worth opening another file for inside a `try` whose handler is entered only by the
+        `raise` statements the analysis sees (handlers.py): a helper that may raise itself."""
+        return name in self.raising_names
 
     def indexed(self, path: str) -> bool:
         return path in _tables(self)[1]
@@ -397,6 +411,7 @@ def identity(project: Project) -> str:
                 sorted(project.selected),
                 sorted(project.communicating_names),
                 sorted(project.rank_names),
+                sorted(project.raising_names),
             )
         )
         entry = _IDENTITIES[id(project)] = (project, hashlib.sha256(text.encode()).hexdigest()[:16])
@@ -451,9 +466,6 @@ def module_names(paths: Iterable[Path | str]) -> list[tuple[str, str]]:
     return names
 
 
-Function = tuple[str, str]  # (path, top-level function name)
-
-
 def resolver_for(modules: Iterable[tuple[str, str]], paths: Iterable[str]) -> Resolver:
     """Where names land among `paths`, with the module table as `Project.lookup` sees it."""
     return Resolver(dict(sorted(modules)), frozenset(paths))
@@ -474,14 +486,15 @@ def build_project(
     ordered = tuple(sorted(modules))
     resolver = resolver or resolver_for(ordered, files)
     calls = _resolved_calls(files, resolver)
-    communicating = _closure({(path, name) for path, facts in files.items() for name in facts.hits}, calls)
-    ranked = _closure({(path, name) for path, facts in files.items() for name in facts.rank_hits}, calls)
+    communicating = closure({(path, name) for path, facts in files.items() for name in facts.hits}, calls)
+    ranked = closure({(path, name) for path, facts in files.items() for name in facts.rank_hits}, calls)
+    raising = closure({(path, name) for path, facts in files.items() for name in facts.raise_hits}, calls)
     # An unreadable file goes to the engine, which reports why.
     selected = {path for path, facts in files.items() if facts.triggered or not facts.readable}
     for (path, _), callees in calls.items():
         if path not in selected and not callees.isdisjoint(communicating):
             selected.add(path)
-    helpers = communicating | ranked
+    helpers = communicating | ranked | raising
     values = _value_sources(files, resolver)
     contributing = sorted(
         {path for path, _ in helpers} | {path for found in values.values() for path in found}
@@ -497,6 +510,7 @@ def build_project(
         dependencies=tuple(sorted(dependencies.items())),
         rank_names=frozenset(name for _, name in ranked),
         selected=frozenset(selected),
+        raising_names=frozenset(name for _, name in raising),
     )
 
 
@@ -519,24 +533,6 @@ def _resolved_calls(
     return calls
 
 
-def _closure(seeds: set[Function], calls: Mapping[Function, frozenset[Function]]) -> set[Function]:
-    """Seeds plus every top-level function that names one of them, transitively."""
-    callers: dict[Function, list[Function]] = {}
-    for caller, callees in calls.items():
-        if caller[1] == MODULE_CODE:
-            continue
-        for callee in callees:
-            callers.setdefault(callee, []).append(caller)
-    found = set(seeds)
-    pending = list(seeds)
-    while pending:
-        for caller in callers.get(pending.pop(), ()):
-            if caller not in found:
-                found.add(caller)
-                pending.append(caller)
-    return found
-
-
 def _dependency_digests(
     selected: set[str],
     calls: Mapping[Function, frozenset[Function]],
@@ -553,7 +549,7 @@ def _dependency_digests(
                 reaches.setdefault(path, set()).add(callee[0])
     order = sorted({*reaches, *(other for targets in reaches.values() for other in targets)})
     index = {path: number for number, path in enumerate(order)}
-    reach = _reach_bits([[index[other] for other in reaches.get(path, ())] for path in order])
+    reach = reach_bits([[index[other] for other in reaches.get(path, ())] for path in order])
     chunks = [f"{path}{files[path].digest}" for path in order]
     digests: dict[str, str] = {}
     for path in selected:
@@ -562,88 +558,9 @@ def _dependency_digests(
             continue
         seen = reach[number] & ~(1 << number)
         if seen:
-            material = "".join(chunks[bit] for bit in _bits(seen))  # in path order, as `order` is
+            material = "".join(chunks[bit] for bit in set_bits(seen))  # in path order, as `order` is
             digests[path] = hashlib.sha256(material.encode()).hexdigest()[:16]
     return digests
-
-
-def _reach_bits(successors: list[list[int]]) -> list[int]:
-    """For each node, the nodes reachable from it through one edge or more, as a bit set: one
-    pass over the strongly connected components, each component's set the union of its
-    successors' — instead of a walk per selected file (quadratic on a large tree)."""
-    component, components = _strong_components(successors)
-    reach_of_component = [0] * len(components)
-    for which, members in enumerate(components):
-        bits = 0
-        for member in members:
-            for nxt in successors[member]:
-                other = component[nxt]
-                if other != which:
-                    bits |= reach_of_component[other]
-                bits |= 1 << nxt  # a member of this component too, when the edge stays inside it
-        reach_of_component[which] = bits
-    return [reach_of_component[component[node]] for node in range(len(successors))]
-
-
-def _strong_components(successors: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-    """Tarjan's strongly connected components, iterative: each node's component number, and the
-    components' members in reverse topological order (a component's successors come first)."""
-    count = len(successors)
-    low = [0] * count
-    number = [-1] * count
-    component = [-1] * count
-    stack: list[int] = []
-    on_stack = [False] * count
-    components: list[list[int]] = []
-    counter = 0
-    for root in range(count):
-        if number[root] != -1:
-            continue
-        work = [(root, 0)]
-        number[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack[root] = True
-        while work:
-            node, position = work[-1]
-            if position < len(successors[node]):
-                work[-1] = (node, position + 1)
-                nxt = successors[node][position]
-                if number[nxt] == -1:
-                    number[nxt] = low[nxt] = counter
-                    counter += 1
-                    stack.append(nxt)
-                    on_stack[nxt] = True
-                    work.append((nxt, 0))
-                elif on_stack[nxt]:
-                    low[node] = min(low[node], number[nxt])
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-            if low[node] == number[node]:
-                members = []
-                while True:
-                    member = stack.pop()
-                    on_stack[member] = False
-                    component[member] = len(components)
-                    members.append(member)
-                    if member == node:
-                        break
-                components.append(members)
-    return component, components
-
-
-def _bits(value: int) -> list[int]:
-    """The positions of the set bits, lowest first."""
-    text = bin(value)[:1:-1]  # lowest bit first
-    found = []
-    position = text.find("1")
-    while position != -1:
-        found.append(position)
-        position = text.find("1", position + 1)
-    return found
 
 
 def _value_sources(files: Mapping[str, FileFacts], resolver: Resolver) -> dict[str, set[str]]:

@@ -128,7 +128,7 @@ def may_raise(
 
 def _callees(function: FunctionNode, owner: ModuleInfo) -> list[tuple[ModuleInfo, FunctionNode]]:
     """The functions of the run that `function` calls by name or as `self.method(...)`, as the
-    resolver finds them (another file's only when it communicates or reads the rank)."""
+    resolver finds them (another file's only when it communicates, reads the rank or may raise)."""
     table: ImportTable | None = None
     class_name = next(
         (name for name, info in owner.classes.items() if function in info.methods.values()), None
@@ -154,7 +154,8 @@ def _callees(function: FunctionNode, owner: ModuleInfo) -> list[tuple[ModuleInfo
                 table = _function_imports(function, owner)
             name = qualified_name(func, table)
             # Only the files the resolver would open too (a verdict depends on no other file).
-            followed = name is not None and owner.project.may_follow(name.rsplit(".", 1)[-1])
+            last = name.rsplit(".", 1)[-1] if name is not None else ""
+            followed = owner.project.may_follow(last) or owner.project.may_raise(last)
             located = remote_function(owner, name, communicating_only=False) if followed and name else None
             if located is not None:
                 found.append(located)

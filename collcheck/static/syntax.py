@@ -110,6 +110,48 @@ def called_names(tree: ast.Module) -> frozenset[str]:
     )
 
 
+# `multiprocessing.Process(target=f)`, `ctx.Process(target=f)` of a context, torch.multiprocessing's:
+# the constructor of a process object, whose target runs in the child process.
+PROCESS_CONSTRUCTORS = frozenset({"Process"})
+
+
+def starts_a_process(call: ast.Call) -> bool:
+    """`call` builds a process object handed a `target` (the callable the new process runs)."""
+    func = call.func
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return called in PROCESS_CONSTRUCTORS and any(keyword.arg == "target" for keyword in call.keywords)
+
+
+def receiving_parameters(call: ast.Call, callee: FunctionNode, name: str) -> list[str]:
+    """The parameters of `callee` that `call` binds to the plain name `name` (by position or by
+    keyword; `*args` and `**kwargs` are not followed)."""
+    positional = [*callee.args.posonlyargs, *callee.args.args]
+    found = [
+        positional[index].arg
+        for index, argument in enumerate(call.args)
+        if index < len(positional) and isinstance(argument, ast.Name) and argument.id == name
+    ]
+    keywords = {arg.arg for arg in [*positional, *callee.args.kwonlyargs]}
+    found += [
+        keyword.arg
+        for keyword in call.keywords
+        if keyword.arg in keywords and isinstance(keyword.value, ast.Name) and keyword.value.id == name
+    ]
+    return found
+
+
+@lru_cache(maxsize=4096)
+def free_names(function: FunctionNode) -> frozenset[str]:
+    """Plain names `function` reads but does not bind itself (its parameters, what it assigns other
+    than through `nonlocal`): what a nested function reads of the function around it."""
+    args = function.args
+    rest = [arg for arg in (args.vararg, args.kwarg) if arg is not None]
+    parameters = {arg.arg for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, *rest]}
+    shared = {name for node in nodes_under(function) if isinstance(node, ast.Nonlocal) for name in node.names}
+    bound = (assigned_names(function.body) - shared) | parameters
+    return frozenset(name for name in read_names(function) if "." not in name and name not in bound)
+
+
 @lru_cache(maxsize=4096)
 def global_names(function: FunctionNode) -> frozenset[str]:
     return frozenset(

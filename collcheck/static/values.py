@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 
+from collcheck.catalog import OpSpec
 from collcheck.static import groups
 from collcheck.static.catalog_values import (
     BIN_OPS,
@@ -38,6 +39,7 @@ from collcheck.static.group_values import (
 )
 from collcheck.static.literals import is_boolean, is_numeral, is_text, numeric_text, small_literal_range
 from collcheck.static.loader import FunctionNode, ModuleInfo, inherited_attribute
+from collcheck.static.local_data import agreement_test
 from collcheck.static.loop_values import grown_collection
 from collcheck.static.names import PARTIAL_CALLS, ImportTable, dotted, qualified_name, source_text
 from collcheck.static.receivers import (
@@ -265,8 +267,18 @@ class ValueEvaluator:
     def _pure_BoolOp(
         self, node: ast.BoolOp, state: State, frame: Frame, known: dict[int, Expr] | None
     ) -> Expr:
+        if self._agreement(node, frame):
+            return Atom(f"agreed:{source_text(node)}@{where_of(node)}", "shared")
         values = tuple(self.pure(v, state, frame, known) for v in node.values)
         return BoolOp("and" if isinstance(node.op, ast.And) else "or", values)
+
+    def _agreement(self, node: ast.expr, frame: Frame) -> bool:
+        """`mine is not None and all(f == mine for f in gathered)` after gathering `mine`: the
+        same on every rank (local_data.agreement_test)."""
+        return bool(frame.stack) and agreement_test(node, frame.stack[-1], self._catalogued_op)
+
+    def _catalogued_op(self, call: ast.Call) -> OpSpec | None:
+        return self.catalog.functions.get(qualified_name(call.func, self.local_imports) or "")
 
     def _pure_Compare(
         self, node: ast.Compare, state: State, frame: Frame, known: dict[int, Expr] | None
@@ -308,6 +320,8 @@ class ValueEvaluator:
         return value
 
     def _pure_Call(self, node: ast.Call, state: State, frame: Frame, known: dict[int, Expr] | None) -> Expr:
+        if isinstance(node.func, ast.Name) and node.func.id == "all" and self._agreement(node, frame):
+            return Atom(f"agreed:{source_text(node)}@{where_of(node)}", "shared")
         name = qualified_name(node.func, self.local_imports)
         args = [self.pure(a, state, frame, known) for a in node.args]
         where = where_of(node)
