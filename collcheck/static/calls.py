@@ -583,12 +583,10 @@ class CallResolver(ValueEvaluator):
         return function, None, False
 
     def _find_method(self, class_name: str, name: str) -> FunctionNode | None:
-        """The method `name` of the class or its bases of the file; None for a `@property`, whose
-        attribute is the getter's value (handing `self.group` on hands a group, not the getter)."""
-        if inherited(self.module, class_name, name, lambda info: info.properties) is not None:
-            return None
+        """The method `name` of the class or its bases; None for a `@property` (its value is handed)."""
+        properties = inherited(self.module, class_name, name, lambda info: info.properties)
         found: FunctionNode | None = inherited(self.module, class_name, name, lambda info: info.methods)
-        return found
+        return None if properties is not None else found
 
     def owner_class(self, function: FunctionNode, default: str | None) -> str | None:
         if self._owners is None:
