@@ -15,7 +15,7 @@ import typer
 from collcheck.runtime.liveline import LiveReport
 from collcheck.runtime.perfetto import Window
 from collcheck.runtime.record import open_output, shared_dir_allowed, write_output
-from collcheck.runtime.stream import analyze_dir
+from collcheck.runtime.stream import Until, analyze_dir
 from collcheck.runtime.trace_model import Analysis, Problem
 from collcheck.runtime.trace_read import PERFETTO_FILE, TraceError
 from collcheck.runtime.trace_render import render_text, to_json
@@ -174,6 +174,14 @@ def trace_command(
         ),
     ] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Call-site divergence fails too.")] = False,
+    first: Annotated[
+        bool,
+        typer.Option(
+            "--first",
+            help="Stop at the first divergence (with --strict, call-site difference too) and print only it, "
+            "reading no further than needed; missing collectives and swaps are not looked for.",
+        ),
+    ] = False,
     allow_shared_dir: Annotated[
         bool,
         typer.Option(
@@ -209,12 +217,16 @@ def trace_command(
     except ValueError as error:
         typer.echo(f"collcheck: error: {error}", err=True)
         raise typer.Exit(2) from error
+    if first and output_format == "perfetto":
+        typer.echo("collcheck: error: --first goes with --format text or json", err=True)
+        raise typer.Exit(2)
     if window != Window() and output_format != "perfetto":
         typer.echo("collcheck: error: --ranks, --groups and --time go with --format perfetto", err=True)
         raise typer.Exit(2)
     problems: list[Problem] = []
     try:
-        analysis = analyze_dir(str(directory), problems)
+        until = Until.END if not first else Until.FIRST_DIVERGENCE if strict else Until.FIRST_MISMATCH
+        analysis = analyze_dir(str(directory), problems, until)
     except TraceError as error:
         _warn_problems(problems)
         typer.echo(f"collcheck: error: {error}", err=True)

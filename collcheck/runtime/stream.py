@@ -14,6 +14,11 @@ rank's sequence numbers in a group go backwards past a bucket already compared, 
 is not compared and is named as a problem of the trace (the in-memory analysis would have placed
 it). The files are read by stream_sources.py; where traces are binary, trace_prefix.py first finds
 each group's agreed prefix, which is counted, not compared again.
+
+`Until.FIRST_MISMATCH` (`collcheck trace --first`) ends the pass at the first mismatch found (with
+`FIRST_DIVERGENCE`, a call-site difference too), and the prefix scan at its first difference:
+nothing past what that needs is read, and the analysis holds that one divergence alone (findings
+that need whole traces, a missing collective or a swapped pair, are not looked for then).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import Enum
 
 from collcheck.runtime import trace_prefix
 from collcheck.runtime.analyze import SwapSearch, channel_findings, divergence_of, group_order, split_at
@@ -47,6 +53,14 @@ KNOWN_LISTS = 1024  # member-list objects a group remembers having learnt
 _INF = math.inf
 
 
+class Until(Enum):
+    """How far the pass reads."""
+
+    END = "end"  # every trace to its end: every finding
+    FIRST_MISMATCH = "first-mismatch"  # the first collective mismatch, then stop
+    FIRST_DIVERGENCE = "first-divergence"  # the first mismatch or call-site difference (--strict)
+
+
 # ---------------------------------------------------------------------------------------------
 # Per group
 
@@ -56,6 +70,7 @@ class _Split:
     """A divergence found while streaming; its sides are read at the end, once every `done`
     line (completion) of its events has been."""
 
+    group: str
     seq: int
     kind: str
     variants: list[tuple[int, ...]]
@@ -92,9 +107,10 @@ class _Group:
     """One group's lockstep comparison: buckets of events per sequence number, compared in order
     once complete."""
 
-    def __init__(self, name: str, traced: frozenset[int], ended: set[int]) -> None:
+    def __init__(self, name: str, traced: frozenset[int], ended: set[int], found: list[_Split]) -> None:
         self.name = name
         self.traced, self.ended = traced, ended
+        self.found = found  # every group's divergences, in the order they were found
         self.members: set[int] = set()
         self.top: dict[int, int] = {}  # rank -> the highest sequence number it issued here
         self.buckets: dict[int, dict[int, CollectiveEvent]] = {}
@@ -201,7 +217,10 @@ class _Group:
         split = split_at(present, sites_too=self.callsite is None)
         if split is not None:
             kind, variants = split
-            found = _Split(seq, kind, variants, {ranks[0]: present[ranks[0]] for ranks in variants})
+            found = _Split(
+                self.name, seq, kind, variants, {ranks[0]: present[ranks[0]] for ranks in variants}
+            )
+            self.found.append(found)
             self.starts.update(
                 ((rank, self.name, seq), present[rank].t_start) for ranks in variants for rank in ranks
             )
@@ -264,11 +283,20 @@ class _Groups:
         self.ended: set[int] = set()
         self.by_name: dict[str, _Group] = {}
         self.agreed: dict[str, int] = {}  # group -> sequence numbers compared by trace_prefix.py
+        self.found: list[_Split] = []  # every group's divergences, in the order they were found
+
+    def first(self, until: Until) -> _Split | None:
+        """The first divergence `until` stops at, once one is found: a group's first of its kind,
+        as the whole pass reports it (of several groups', whichever was compared first)."""
+        if until is Until.END:
+            return None
+        kinds = ("mismatch", "callsite") if until is Until.FIRST_DIVERGENCE else ("mismatch",)
+        return next((split for split in self.found if split.kind in kinds), None)
 
     def get(self, name: str) -> _Group:
         group = self.by_name.get(name)
         if group is None:
-            group = self.by_name[name] = _Group(name, self.traced, self.ended)
+            group = self.by_name[name] = _Group(name, self.traced, self.ended, self.found)
             if self.agreed.get(name, 0) > 0:
                 group.compared = self.agreed[name]
         return group
@@ -283,9 +311,11 @@ class _Groups:
 # The pass
 
 
-def analyze_dir(path: str, problems: list[Problem] | None = None) -> Analysis:
+def analyze_dir(path: str, problems: list[Problem] | None = None, until: Until = Until.END) -> Analysis:
     """The cross-rank analysis of every trace and dump in `path`, read in one streaming pass.
-    Files refused as unsafe are added to `problems`; TraceError when nothing could be read."""
+    Files refused as unsafe are added to `problems`; TraceError when nothing could be read.
+    With `until` other than END, the pass stops at the first divergence of its kind, and the
+    analysis names it alone (see the module's docstring)."""
     problems = [] if problems is None else problems
     sources = find_sources(path, problems)
     full = {source.key: source for source in sources}  # a rank traced twice: its last file, as analyze does
@@ -293,13 +323,14 @@ def analyze_dir(path: str, problems: list[Problem] | None = None) -> Analysis:
     raise_file_limit(len(sources))
     readers = [one for one in sources if isinstance(one, BinarySource)]
     if readers:  # each group's agreed prefix, compared as columns, is only counted below
-        prefixes = _prefixes(full)
+        early = until is not Until.END
+        prefixes = _prefixes(full, early)
         if prefixes is None or prefixes.moved:  # rare: read every header line, and scan again
             for reader in readers:
                 reader.exact_rank()
             full = {source.key: source for source in sources}
             groups = _Groups(frozenset(full))
-            prefixes = _prefixes(full)
+            prefixes = _prefixes(full, early)
         for reader in readers:
             reader.prefixes = prefixes
             reader.chunk_slots = trace_prefix.chunk_slots(len(readers))
@@ -307,7 +338,7 @@ def analyze_dir(path: str, problems: list[Problem] | None = None) -> Analysis:
     for source in sources:
         source.start(groups if full[source.key] is source else None)
     active = list(sources)
-    while active:
+    while active and groups.first(until) is None:
         # A rank far ahead in a group waits for the others; when every rank waits (each ahead in
         # a different group) they all read on.
         waits = [source.ahead() for source in active]
@@ -320,12 +351,19 @@ def analyze_dir(path: str, problems: list[Problem] | None = None) -> Analysis:
             elif full[source.key] is source:
                 groups.end(source.key)
         active = still
-    return _analysis(sources, full, groups, problems)
+    first = groups.first(until)
+    analysis = _analysis(sources, full, groups, problems)
+    if first is None:  # no divergence of that kind: every trace was read to its end
+        return analysis
+    for source in active:
+        source.stop()
+    divergence = divergence_of(first.group, first.seq, first.kind, first.variants, first.events)
+    return replace(analysis, divergences=(divergence,), missing=(), p2p=(), swaps=(), stopped=True)
 
 
-def _prefixes(full: dict[int, Source]) -> trace_prefix.Prefixes | None:
+def _prefixes(full: dict[int, Source], early: bool) -> trace_prefix.Prefixes | None:
     binary = {key: one.trace.path for key, one in full.items() if isinstance(one, BinarySource)}
-    return trace_prefix.scan(frozenset(full), binary)
+    return trace_prefix.scan(frozenset(full), binary, early=early)
 
 
 def _analysis(

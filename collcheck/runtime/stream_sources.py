@@ -186,6 +186,13 @@ class Source:
             return False
         return True
 
+    def stop(self) -> None:
+        """Close the input, unread past this point (`trace --first` found what was asked)."""
+        self.reader = None
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+
     def _close(self) -> None:
         if self.closed:
             return
@@ -256,6 +263,11 @@ class BinarySource(Source):
             self._close()
             return False
         return True
+
+    def stop(self) -> None:
+        if self.records is not None:
+            self.records.close()
+        super().stop()
 
     def _close(self) -> None:
         if self.records is not None:

@@ -239,6 +239,9 @@ class Analysis:
 
     swaps: tuple[Swap, ...] = ()
     timeline: Timeline = field(default_factory=Timeline, compare=False)
+    # The pass stopped at its first divergence (`trace --first`): `divergences` holds it alone, and
+    # the rest of the traces (and every finding that needs them whole) was not read.
+    stopped: bool = False
 
     @property
     def mismatches(self) -> tuple[Divergence, ...]:

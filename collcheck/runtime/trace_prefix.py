@@ -19,6 +19,10 @@ behind), at a `coll` line kept as text, and from the start for sends and recvs (
 not by sequence number). A member met only after part of a group was agreed, or a rank issuing in
 a group whose member lists leave it out, makes the prefixes unsafe: `scan` returns None and every
 collective is compared event by event.
+
+With `early` (`collcheck trace --first`), the scan stops at the first difference it finds in any
+group: what each rank's trace had read by then bounds what is counted (`read`), and the streaming
+analysis compares everything past it.
 """
 
 from __future__ import annotations
@@ -61,13 +65,17 @@ class Prefixes:
     uncovered: dict[int, dict[str, int]] = field(default_factory=dict)  # rank -> group -> first slot past
     other: dict[int, int] = field(default_factory=dict)  # rank -> first slot the scan did not take
     moved: bool = False  # a trace's header lines name another rank than the one it was read as
+    read: dict[int, int] = field(default_factory=dict)  # rank -> first slot not read (an early stop)
 
     def start(self, rank: int) -> int:
         """The first slot of `rank`'s trace that is not part of an agreed prefix."""
-        return min([self.other.get(rank, NEVER), *self.uncovered.get(rank, {}).values()])
+        return min(
+            [self.other.get(rank, NEVER), self.read.get(rank, NEVER), *self.uncovered.get(rank, {}).values()]
+        )
 
     def covered(self, rank: int, group: str, slot: int) -> bool:
-        return slot < self.uncovered.get(rank, {}).get(group, NEVER)
+        # Past what an early stop read, no group (not even one the scan never met) is agreed.
+        return slot < min(self.uncovered.get(rank, {}).get(group, NEVER), self.read.get(rank, NEVER))
 
 
 @dataclass
@@ -175,6 +183,7 @@ class _Scanner:
         self.lists: dict[tuple[int, ...], frozenset[int]] = {}
         self.found = Prefixes()
         self.unsafe = False
+        self.differed = False  # a group stopped at a difference (not at an end or its cap)
         self.cap = max(4 * chunk_slots, BUFFERED // max(len(binary), 1))
 
     # Reading -----------------------------------------------------------------------------------
@@ -318,6 +327,7 @@ class _Scanner:
             for buffer in buffers:
                 buffer.drop(first)  # type: ignore[union-attr]
             if first < length:
+                self.differed = True
                 self._stop(group)
                 return
         done = any(
@@ -348,9 +358,12 @@ def chunk_slots(readers: int) -> int:
     return min(1 << 15, max(1 << 10, (1 << 19) // max(readers, 1)))
 
 
-def scan(traced: frozenset[int], binary: dict[int, str], slots: int = 0) -> Prefixes | None:
+def scan(
+    traced: frozenset[int], binary: dict[int, str], slots: int = 0, early: bool = False
+) -> Prefixes | None:
     """The agreed prefixes of the binary traces `binary` (rank -> path) among the `traced` ranks;
-    None when they cannot be trusted (a member met late), and the analysis compares every event."""
+    None when they cannot be trusted (a member met late), and the analysis compares every event.
+    With `early`, reading stops at the first difference (see the module's docstring)."""
     chunk = slots or chunk_slots(len(binary))
     scanner = _Scanner(traced, binary, chunk)
     scans: list[_Scan] = []
@@ -373,6 +386,9 @@ def scan(traced: frozenset[int], binary: dict[int, str], slots: int = 0) -> Pref
                     ended.add(one.rank)
             active = [one for one in active if not one.ended]
             scanner.compare(ended)
+            if early and scanner.differed:
+                scanner.found.read = {one.rank: one.records.next_slot for one in active}
+                break
         if scanner.unsafe:
             return None
         scanner.compare(ended | set(binary))

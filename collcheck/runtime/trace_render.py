@@ -19,6 +19,8 @@ from collcheck.runtime.trace_model import (
 
 
 def render_text(analysis: Analysis) -> str:
+    if analysis.stopped:
+        return render_first(analysis)
     lines = [
         f"collcheck trace: {_plural(len(analysis.ranks), 'rank')}, {_plural(len(analysis.groups), 'group')}"
     ]
@@ -64,6 +66,21 @@ def render_text(analysis: Analysis) -> str:
     return "\n".join(lines)
 
 
+def render_first(analysis: Analysis) -> str:
+    """What `trace --first` prints: the first divergence found, and nothing that needed the rest
+    of the traces (counts, per-rank summaries)."""
+    lines = [f"collcheck trace: {_plural(len(analysis.ranks), 'rank')}, stopped at the first divergence"]
+    for divergence in analysis.divergences:
+        label = "first divergence" if divergence.kind == "mismatch" else "warning: call sites differ"
+        lines.append(f"group {divergence.group}: {label}: {divergence.text}")
+        for side, ranks in zip(divergence.sides, divergence.ranks, strict=False):
+            lines.append(f"  {_plural_label(ranks)}: {side.describe} at {side.stack_text}")
+    if analysis.problems:
+        lines.append("could not read:")
+        lines.extend(f"  {problem.where}: {problem.text}" for problem in analysis.problems)
+    return "\n".join(lines)
+
+
 def undiverged_verdict(analysis: Analysis) -> str:
     """ "consistent" only when everything was read."""
     if not analysis.incomplete:
@@ -99,6 +116,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
 
     return {
         "ranks": list(analysis.ranks),
+        **({"stopped_at_first": True} if analysis.stopped else {}),
         "diverged": analysis.diverged,
         "groups": [{"name": g, "ranks": list(m), "collectives": c} for g, m, c in analysis.groups],
         "divergences": [

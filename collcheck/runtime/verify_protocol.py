@@ -1,6 +1,7 @@
 """What cross-rank verification writes where in the job's store, and the plain data it exchanges.
 
-Protocol (keys live under the `collcheck/` prefix of the job's store; no new service):
+Protocol (keys live under the `collcheck/attempt<n>/` prefix of the job's store, `key_prefix`; no
+new service):
 
 * `fp/<group>/<seq mod RING>`: a constant-size record of collective #seq of a group (hashes of
   its signature and call site, see verify_wire.py), published by the group's leader (its lowest
@@ -33,6 +34,8 @@ and the names of channels' ends; the constant-size records and rolling hashes ar
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +44,20 @@ from collcheck.runtime.p2p import Channel, pair_text, payload
 from collcheck.runtime.record import CollectiveEvent
 
 PREFIX = "collcheck"  # every key lives under it, in the job's own store
+# How many times torchrun restarted the job's workers (`--max-restarts`). A restarted attempt
+# rendezvouses again on the same store, so without it in the prefix the new attempt would read
+# the previous one's records (a false mismatch) and its `abort`/`wake/` keys (a false abort).
+ENV_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+_COUNT = re.compile(r"[0-9]{1,9}")
+
+
+def key_prefix(environ: Mapping[str, str]) -> str:
+    """`collcheck/attempt<n>`: the keys of one attempt of the job, n its restart count (0 without
+    torchrun or when the count is unreadable: every rank of an attempt has the same environment,
+    so they agree either way). Not the run id: torchrun keeps it across restarts."""
+    count = environ.get(ENV_RESTART_COUNT, "").strip()
+    attempt = int(count) if _COUNT.fullmatch(count) else 0
+    return f"{PREFIX}/attempt{attempt}"
 
 
 def fingerprint(event: CollectiveEvent, members: bool = True) -> dict[str, Any]:

@@ -1,17 +1,18 @@
 """The store client of cross-rank verification: connections to the job's own c10d store under the
-`collcheck/` prefix (verify_protocol.PREFIX), and how often a rank may talk to it for a world of a
-given size. In: an address or the job's default store; a world size. Out: store clients (held in
-a rank's Connections), Pacing.
+`collcheck/attempt<n>/` prefix (verify_protocol.key_prefix: one per torchrun restart), and how
+often a rank may talk to it for a world of a given size. In: an address or the job's default
+store; a world size. Out: store clients (held in a rank's Connections), Pacing.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from collcheck.runtime.relay import STORE_REQUESTS_PER_S
-from collcheck.runtime.verify_protocol import PREFIX
+from collcheck.runtime.verify_protocol import key_prefix
 
 TICK_S = 0.05
 POSITION_EVERY_S = 0.25
@@ -65,7 +66,7 @@ def connect_store(address: str | None, timeout_s: float) -> Any:
         else:  # FileStore / HashStore: sharing is safe because we only use non-blocking calls
             client = base
         client.set_timeout(timeout)
-    return c10d.PrefixStore(PREFIX, client)
+    return c10d.PrefixStore(key_prefix(os.environ), client)
 
 
 def blocking_ok(store: Any) -> bool:
@@ -89,7 +90,7 @@ def job_store() -> Any:
     base: Any = distributed_c10d._get_default_store()
     while hasattr(base, "underlying_store"):
         base = base.underlying_store
-    return c10d.PrefixStore(PREFIX, base)
+    return c10d.PrefixStore(key_prefix(os.environ), base)
 
 
 @dataclass(frozen=True)

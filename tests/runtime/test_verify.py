@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_job
 from fake_store import FakeStore, ReportWriter
 
 from collcheck.runtime.record import CallSite, CollectiveEvent
-from collcheck.runtime.verify import Monitor, MonitorConfig
-from collcheck.runtime.verify_protocol import Position, fingerprint, mismatch_kind, mismatch_text
+from collcheck.runtime.tracer import TraceConfig
+from collcheck.runtime.verify import ABORT_EXIT_CODE, Monitor, MonitorConfig
+from collcheck.runtime.verify_protocol import Position, fingerprint, key_prefix, mismatch_kind, mismatch_text
 from collcheck.runtime.verify_stall import find_wait_cycle, stall_text
 
 
@@ -886,3 +889,43 @@ def test_the_native_feed_parses_each_distinct_line_once_and_keeps_number_and_clo
         dict(row, seq=13, t_start=6.5, group_ranks=[0, 1], group_desc="default_pg")
     )
     assert len(feed._templates) == 1 and feed._event_of(line) == full
+
+
+# ---------------------------------------------------------------------------------------------
+# One store, several attempts: torchrun's `--max-restarts` rendezvouses the restarted workers on
+# the store the failed attempt wrote into.
+
+
+def test_each_restart_attempt_has_its_own_key_prefix() -> None:
+    assert key_prefix({}) == "collcheck/attempt0"
+    assert key_prefix({"TORCHELASTIC_RESTART_COUNT": "0"}) == "collcheck/attempt0"
+    assert key_prefix({"TORCHELASTIC_RESTART_COUNT": "3"}) == "collcheck/attempt3"
+    # Unreadable counts fall back to 0 alike on every rank (they share the environment).
+    assert key_prefix({"TORCHELASTIC_RESTART_COUNT": "x/../y"}) == "collcheck/attempt0"
+    assert key_prefix({"TORCHELASTIC_RESTART_COUNT": "١"}) == "collcheck/attempt0"  # a non-ASCII digit
+
+
+def test_a_restarted_attempt_on_the_same_store_ignores_the_failed_attempts_keys(tmp_path: Path) -> None:
+    # Attempt 0 ends with a mismatch, leaving its records, `abort` and `wake/` keys in the store;
+    # attempt 1, the same job restarted on that store with agreeing ranks, must finish cleanly.
+    import torch.distributed as dist
+
+    c10d: Any = dist
+    server = c10d.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    mode = TraceConfig(verify=True, store_address=f"127.0.0.1:{server.port}", timeout_s=5.0)
+    first = run_job(
+        "restart_attempt.py",
+        tmp_path / "0",
+        trace=mode,
+        args=("differ",),
+        extra_env={"TORCHELASTIC_RESTART_COUNT": "0"},
+    )
+    assert first.returncodes == [ABORT_EXIT_CODE] * 2, first.stderr
+    assert "mismatch" in first.stderr
+    assert server.check(["collcheck/attempt0/abort"])
+    second = run_job(
+        "restart_attempt.py", tmp_path / "1", trace=mode, extra_env={"TORCHELASTIC_RESTART_COUNT": "1"}
+    )
+    assert second.returncodes == [0, 0], second.stderr
+    assert "mismatch" not in second.stderr and "collcheck: rank" not in second.stderr
+    assert all("finished" in rank.stdout for rank in second.ranks)

@@ -17,7 +17,8 @@ def exit_on_abort() -> None:
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     c10d: Any = dist  # TCPStore is re-exported without type stubs
     client = c10d.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=120))
-    client.wait(["collcheck/abort"], timedelta(seconds=120))
+    # The key verify_protocol.key_prefix names for this (never restarted) attempt.
+    client.wait(["collcheck/attempt0/abort"], timedelta(seconds=120))
     os._exit(3)
 
 
