@@ -223,10 +223,11 @@ class Interpreter(ObjectProtocols):
                 break
             calls = sliced.get(stmt)
             if calls is not None and self._quiet(calls, live, frame):
-                # Statements that cannot matter to a collective (slicing.py): each run of them
-                # is one step a path, and none of them is executed.
+                # Statements that cannot matter to a collective (slicing.py): none of them is
+                # executed, and each run of them costs a path what one statement without a call
+                # that needs running costs it (a step; in the reduced mode, 1/INERT_PER_STEP).
                 if not skipping:
-                    self._count(len(live) * (INERT_PER_STEP if self.reduced else 1))
+                    self._count(len(live))
                 skipping = True
                 continue
             skipping = False
