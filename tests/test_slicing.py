@@ -35,14 +35,17 @@ def _sliced_lines(source: str, properties: frozenset[str] = frozenset(), calls: 
     return sorted(stmt.lineno for stmt, held in sliced.items() if bool(held) == calls)
 
 
-def test_the_main_loop_fixture_is_analysed_in_full_and_its_helper_decided_hang_found() -> None:
-    """fixtures/budget/sliced_main_loop_*: 32 paths times the bookkeeping went over the step
-    budget (the reduced mode then dropped the hang, decided in the helper's lines); sliced, the
-    full analysis fits: the hang is found and the fixed twin is quiet."""
-    bug = _check(FIXTURES / "budget" / "sliced_main_loop_bug.py")
-    assert [(f.code, f.location.line) for f in bug.findings] == [("CC001", 216)]
+@pytest.mark.parametrize(("name", "line"), [("sliced_main_loop", 216), ("sliced_epoch_logging", 200)])
+def test_main_loop_fixtures_are_analysed_in_full_and_their_helper_decided_hang_found(
+    name: str, line: int
+) -> None:
+    """fixtures/budget/sliced_*: 32 live paths times the bookkeeping went over the step budget (the
+    reduced mode then dropped the hang, decided in the helper's lines); sliced, the full analysis
+    fits: the hang is found and the fixed twin is quiet."""
+    bug = _check(FIXTURES / "budget" / f"{name}_bug.py")
+    assert [(f.code, f.location.line) for f in bug.findings] == [("CC001", line)]
     assert budget_counts(bug.notes) == (0, 0), bug.notes
-    fixed = _check(FIXTURES / "budget" / "sliced_main_loop_fixed.py")
+    fixed = _check(FIXTURES / "budget" / f"{name}_fixed.py")
     assert fixed.findings == [] and budget_counts(fixed.notes) == (0, 0), fixed.notes
 
 
