@@ -36,8 +36,9 @@ def _check(path: Path) -> RunResult:
 
 
 def _straight_line_trainer(statements: int, fixed: bool) -> str:
-    """A generated-looking trainer method: `statements` lines of bookkeeping, then a barrier that
-    only rank 0 issues (or, fixed, every rank)."""
+    """A generated-looking trainer method: `statements` lines of bookkeeping that the all_reduce
+    reads (so slicing keeps them: slicing.py), then a barrier that only rank 0 issues (or, fixed,
+    every rank)."""
     lines = [
         "import torch.distributed as dist",
         "",
@@ -48,7 +49,7 @@ def _straight_line_trainer(statements: int, fixed: bool) -> str:
         "        m0 = loss * 1.0",
     ]
     lines.extend(f"        m{i} = m{i - 1} * 0.5 + step" for i in range(1, statements))
-    lines.append("        dist.all_reduce(loss)")
+    lines.append(f"        dist.all_reduce(loss + m{statements - 1})")
     if fixed:
         lines.extend(["        if rank == 0:", "            print(m0)", "        dist.barrier()"])
     else:

@@ -49,6 +49,7 @@ from collcheck.static.program import (
 )
 from collcheck.static.raises import data_tests, raised_class
 from collcheck.static.receivers import passed_object, used_object
+from collcheck.static.slicing import sliced_statements
 from collcheck.static.state import (
     Frame,
     PathLimitExceeded,
@@ -90,6 +91,7 @@ OWN_RANK_SPECS = frozenset({"rank", "local_rank", "node_rank", "group_rank"})
 MAX_RANK_HANDOFFS = 2  # functions of the file a rank-named parameter is followed into
 
 _DEFAULTS = Settings()  # one set of defaults: the bounds a run uses unless configured
+_NOTHING_SLICED: dict[ast.stmt, tuple[ast.Call, ...]] = {}
 
 
 class Interpreter(ObjectProtocols):
@@ -109,6 +111,7 @@ class Interpreter(ObjectProtocols):
         # The states that reached each `def` in the root's own body (not in helpers it inlined).
         self.definitions: dict[FunctionNode, list[State]] = {}
         self.ranked = RankedConditions()  # the reduced mode's judgements, one run at a time
+        self._slices: dict[FunctionNode, dict[ast.stmt, tuple[ast.Call, ...]]] = {}  # slicing.py
 
     def run_function(
         self, node: FunctionNode, class_name: str | None, qualname: str, closure: Closure | None = None
@@ -267,10 +270,22 @@ class Interpreter(ObjectProtocols):
         return spec in OWN_RANK_SPECS
 
     def exec_block(self, body: Sequence[ast.stmt], states: list[State], frame: Frame) -> list[State]:
+        sliced = self._sliced(frame)
+        skipping = False
         for index, stmt in enumerate(body):
             live = [state for state in states if state.exit is None]
             if not live:
                 break
+            calls = sliced.get(stmt)
+            if calls is not None and self._quiet(calls, live, frame):
+                # Statements that cannot matter to a collective (slicing.py): none of them is
+                # executed, and each run of them costs a path what one statement without a call
+                # that needs running costs it (a step; in the reduced mode, 1/INERT_PER_STEP).
+                if not skipping:
+                    self._count(len(live))
+                skipping = True
+                continue
+            skipping = False
             finished = [state for state in states if state.exit is not None]
             produced: list[State] = []
             for state in live:
@@ -283,6 +298,20 @@ class Interpreter(ObjectProtocols):
             if len(states) > self.max_paths:
                 raise PathLimitExceeded(f"more than {self.max_paths} paths", Budget.PATHS)
         return states
+
+    def _sliced(self, frame: Frame) -> dict[ast.stmt, tuple[ast.Call, ...]]:
+        """The statements of the function `frame` runs that may be stepped over (slicing.py)."""
+        if not frame.stack:
+            return _NOTHING_SLICED  # a module body: its names are the module's, read everywhere
+        function = frame.stack[-1]
+        found = self._slices.get(function)
+        if found is None:
+            found = self._slices[function] = sliced_statements(function, self.property_names)
+        return found
+
+    def _quiet(self, calls: tuple[ast.Call, ...], live: list[State], frame: Frame) -> bool:
+        """No call of a sliced statement needs running on any live path (`has_effect`)."""
+        return not calls or not any(self.has_effect(call, frame, state) for state in live for call in calls)
 
     def exec_stmt(self, stmt: ast.stmt, state: State, frame: Frame) -> list[State]:
         check_active()  # the file's safety clock (budget.py)
