@@ -33,9 +33,10 @@ from collcheck.static.inliner import LoopOp
 from collcheck.static.loader import FunctionNode, ModuleInfo
 from collcheck.static.loop_shapes import iterations_alike
 from collcheck.static.loop_values import is_collection, loop_carried, loop_element, unrolled_loop, while_trips
-from collcheck.static.names import ImportTable, add_import, nodes_under, qualified_name, source_text
+from collcheck.static.names import ImportTable, add_import, nodes_under, source_text
 from collcheck.static.object_protocols import ObjectProtocols
 from collcheck.static.object_values import record_container_change, record_keyword_attributes
+from collcheck.static.own_rank import MAX_RANK_HANDOFFS, OWN_RANK_SPECS, OwnRankComparisons
 from collcheck.static.program import (
     CommEvent,
     Exit,
@@ -82,13 +83,8 @@ from collcheck.static.syntax import (
     memo_lookup,
     mutated_name,
     mutated_names,
-    receiving_parameters,
 )
 from collcheck.static.values import where_of
-
-# Catalog values that are a process's own rank in some numbering (not a size, not a predicate).
-OWN_RANK_SPECS = frozenset({"rank", "local_rank", "node_rank", "group_rank"})
-MAX_RANK_HANDOFFS = 2  # functions of the file a rank-named parameter is followed into
 
 _DEFAULTS = Settings()  # one set of defaults: the bounds a run uses unless configured
 _NOTHING_SLICED: dict[ast.stmt, tuple[ast.Call, ...]] = {}
@@ -231,43 +227,10 @@ class Interpreter(ObjectProtocols):
         spec = self.catalog.rank_parameters.get(name)
         if spec is None or node.name in called_names(self.module.tree):
             return Atom(f"param:{name}@{where_of(node)}", "shared")
-        if not (spec in OWN_RANK_SPECS and self._compared_with_own_rank(name, node, MAX_RANK_HANDOFFS)):
+        chosen = OwnRankComparisons(self.module, self.catalog, self.function_imports)
+        if not (spec in OWN_RANK_SPECS and chosen.compared(name, node, MAX_RANK_HANDOFFS)):
             return value_from_spec(spec, f"param:{name}")
         return Atom(f"param:{name}@{where_of(node)}", "shared")
-
-    def _compared_with_own_rank(self, name: str, node: FunctionNode, handoffs: int) -> bool:
-        """The code tests parameter `name` against this process's own rank (`pg.rank() == rank`),
-        in `node` (its nested functions too) or in a function of the file it hands the parameter
-        to: then it names a chosen rank (a leader, a root), which the code compares with its own,
-        not this process's rank (comparing one's rank with itself would decide nothing)."""
-        imports = self.function_imports(node)
-        for sub in ast.walk(node):
-            if (
-                isinstance(sub, ast.Compare)
-                and len(sub.ops) == 1
-                and isinstance(sub.ops[0], (ast.Eq, ast.NotEq))
-            ):
-                sides = (sub.left, sub.comparators[0])
-                named = any(isinstance(side, ast.Name) and side.id == name for side in sides)
-                if named and any(self._reads_own_rank(side, imports) for side in sides):
-                    return True
-            elif handoffs > 0 and isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name):
-                callee = self.module.functions.get(sub.func.id)
-                if callee is None or callee is node or imports.lookup(sub.func.id) is not None:
-                    continue
-                for parameter in receiving_parameters(sub, callee, name):
-                    if self._compared_with_own_rank(parameter, callee, handoffs - 1):
-                        return True
-        return False
-
-    def _reads_own_rank(self, node: ast.expr, imports: ImportTable) -> bool:
-        """`dist.get_rank()`, `pg.rank()`: a catalogued read of this process's rank."""
-        if not isinstance(node, ast.Call):
-            return False
-        spec = self.catalog.rank_functions.get(qualified_name(node.func, imports) or "")
-        if spec is None and isinstance(node.func, ast.Attribute):
-            spec = self.catalog.rank_methods.get(node.func.attr)
-        return spec in OWN_RANK_SPECS
 
     def exec_block(self, body: Sequence[ast.stmt], states: list[State], frame: Frame) -> list[State]:
         sliced = self._sliced(frame)
