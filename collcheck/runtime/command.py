@@ -334,7 +334,12 @@ def convert_command(
         raise typer.Exit(2)
     source, target = (TRACE_SUFFIX, BINARY_SUFFIX) if to == "binary" else (BINARY_SUFFIX, TRACE_SUFFIX)
     try:
-        names = sorted(n for n in os.listdir(directory) if n.startswith(TRACE_PREFIX) and n.endswith(source))
+        names = sorted(
+            n
+            for n in os.listdir(directory)
+            # Only regular files, as `trace` reads: opening a FIFO named like a trace would block.
+            if n.startswith(TRACE_PREFIX) and n.endswith(source) and os.path.isfile(directory / n)
+        )
     except OSError as error:
         typer.echo(f"collcheck: error: {directory}: {error.strerror or error}", err=True)
         raise typer.Exit(2) from error

@@ -238,6 +238,26 @@ def test_convert_trace_reports_what_it_could_not_do(
     assert "not a collcheck binary trace" in capsys.readouterr().err
 
 
+def test_convert_trace_skips_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    """A FIFO (or a folder) named like a trace would block convert-trace's open forever (a FIFO
+    nobody writes) or be reported as an output it cannot write: it is skipped, as `trace` skips it."""
+    import subprocess
+    import sys
+
+    _consistent(tmp_path, 1, 5)
+    os.mkfifo(tmp_path / binary_name(1))
+    os.mkfifo(tmp_path / trace_file_name(1))
+    (tmp_path / binary_name(2)).mkdir()
+    for to in ("json", "binary"):
+        done = subprocess.run(
+            [sys.executable, "-m", "collcheck", "convert-trace", str(tmp_path), str(tmp_path / to), "--to", to],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        assert done.returncode in (0, 2), done.stderr
+        assert "Traceback" not in done.stderr and "cannot write" not in done.stderr
+    assert (tmp_path / "json" / trace_file_name(0)).is_file()
+
+
 @pytest.mark.multirank
 def test_real_gloo_traces_read_the_same_as_binary_traces(tmp_path: Path) -> None:
     """Every kind of collective (subgroups, sends and recvs, a second thread), a swapped pair and a
