@@ -249,10 +249,14 @@ def test_convert_trace_skips_what_is_not_a_regular_file(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / trace_file_name(1))
     (tmp_path / binary_name(2)).mkdir()
     for to in ("json", "binary"):
+        command = ["convert-trace", str(tmp_path), str(tmp_path / to), "--to", to]
         done = subprocess.run(
-            [sys.executable, "-m", "collcheck", "convert-trace", str(tmp_path), str(tmp_path / to), "--to", to],
-            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)},
-        )  # fmt: skip
+            [sys.executable, "-m", "collcheck", *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
         assert done.returncode in (0, 2), done.stderr
         assert "Traceback" not in done.stderr and "cannot write" not in done.stderr
     assert (tmp_path / "json" / trace_file_name(0)).is_file()
