@@ -468,6 +468,7 @@ class Interpreter(ObjectProtocols):
             for index, case in enumerate(stmt.cases):
                 taken = Compare("==", choice, Const(index))
                 text = f"case {source_text(case.pattern)}"
+                text += f" if {source_text(case.guard)}" if case.guard is not None else ""
                 self.conditions.note(
                     taken, source_of(case.pattern, self.module.path, ConditionKind.CASE, text)
                 )
