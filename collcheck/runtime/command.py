@@ -325,6 +325,7 @@ def convert_command(
     from collcheck.runtime.trace_binary import (
         BINARY_SUFFIX,
         BinaryFormatError,
+        UnreadableSource,
         convert_to_binary,
         convert_to_json,
     )
@@ -361,7 +362,7 @@ def convert_command(
                         f"collcheck: warning: {directory / name}: {skipped} records not written back",
                         err=True,
                     )
-        except BinaryFormatError as error:
+        except (BinaryFormatError, UnreadableSource) as error:
             typer.echo(f"collcheck: warning: {directory / name}: {error}", err=True)
             failed += 1
         except OSError as error:  # UnsafeLocation included

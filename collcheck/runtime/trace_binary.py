@@ -66,6 +66,10 @@ class BinaryFormatError(Exception):
     """The file does not start like a collcheck binary trace."""
 
 
+class UnreadableSource(Exception):
+    """A trace to convert could not be opened (nothing was written for it)."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Writing
 
@@ -509,21 +513,28 @@ def convert_to_binary(source: str, target: str, allow_shared: bool = False) -> R
     """Write the JSON trace `source` as the binary trace `target`; returns the source as read
     (its problems: the lines written as they were, for the analysis to report again)."""
     trace = new_trace(source)
-    writer = BinaryWriter(target, allow_shared)
-    try:
-        converting = _Converting(trace, writer)
-        with open(source, "rb") as handle:
+    try:  # before the target is truncated: an unreadable source leaves it as it was
+        handle = open(source, "rb")  # noqa: SIM115 - closed below
+    except OSError as error:
+        raise UnreadableSource(f"could not be read: {error.strerror or error}") from error
+    with handle:
+        writer = BinaryWriter(target, allow_shared)
+        try:
+            converting = _Converting(trace, writer)
             for number, line in numbered_lines(handle):
                 converting.convert(number, line)
-    finally:
-        writer.close()
+        finally:
+            writer.close()
     return trace
 
 
 def convert_to_json(source: str, target: str, allow_shared: bool = False) -> int:
     """Write the binary trace `source` as JSON lines (each completion as a `done` line after its
     collective); returns the number of records that could not be written back."""
-    records = BinaryRecords(source)
+    try:
+        records = BinaryRecords(source)
+    except OSError as error:
+        raise UnreadableSource(f"could not be read: {error.strerror or error}") from error
     texts: list[tuple[bytes, bytes, bytes] | None] = []
     skipped = 0
     with os.fdopen(open_output(target, allow_shared), "wb") as out:

@@ -262,6 +262,29 @@ def test_convert_trace_skips_what_is_not_a_regular_file(tmp_path: Path) -> None:
     assert (tmp_path / "json" / trace_file_name(0)).is_file()
 
 
+def test_a_source_that_cannot_be_read_leaves_its_converted_trace_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The target was truncated before the source was opened: an unreadable JSON trace left an
+    empty binary trace, newer than its lines, in place of a good one, and was reported as an
+    output that cannot be written (exit 2) instead of a file that could not be read (exit 3)."""
+    _consistent(tmp_path, 1, 5)
+    before = (tmp_path / binary_name(0)).read_bytes()
+    assert main(["convert-trace", str(tmp_path), str(tmp_path / "lines"), "--to", "json"]) == 0
+    shutil.copy(tmp_path / "lines" / trace_file_name(0), tmp_path / trace_file_name(0))
+    real_open = open
+
+    def refused(path: object, *args: object, **kwargs: object) -> object:
+        if str(path).endswith(trace_binary.TRACE_SUFFIX):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(trace_binary, "open", refused, raising=False)
+    assert main(["convert-trace", str(tmp_path), str(tmp_path)]) == 3
+    assert "cannot write" not in capsys.readouterr().err
+    assert (tmp_path / binary_name(0)).read_bytes() == before
+
+
 @pytest.mark.multirank
 def test_real_gloo_traces_read_the_same_as_binary_traces(tmp_path: Path) -> None:
     """Every kind of collective (subgroups, sends and recvs, a second thread), a swapped pair and a
