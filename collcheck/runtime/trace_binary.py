@@ -542,10 +542,15 @@ def convert_to_json(source: str, target: str, allow_shared: bool = False) -> int
             for chunk in records.chunks():
                 for record in chunk:
                     if isinstance(record, TextRecord):
+                        # A raw newline is in no line the tracer writes (JSON escapes it): read as
+                        # one unreadable line here, written back it would be two that may parse.
                         if record.sub == TEMPLATE:
                             parts = template_parts(record.payload)
-                            texts.append(parts[1:] if parts is not None and parts[0] == len(texts) else None)
-                        elif record.sub == LINE:
+                            usable = (
+                                parts is not None and parts[0] == len(texts) and b"\n" not in record.payload
+                            )
+                            texts.append(parts[1:] if parts is not None and usable else None)
+                        elif record.sub == LINE and b"\n" not in record.payload:
                             out.write(record.payload + b"\n")
                         else:
                             skipped += 1

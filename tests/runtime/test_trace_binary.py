@@ -285,6 +285,17 @@ def test_a_source_that_cannot_be_read_leaves_its_converted_trace_alone(
     assert (tmp_path / binary_name(0)).read_bytes() == before
 
 
+def test_a_text_record_holding_a_newline_is_not_written_back_as_two_lines(tmp_path: Path) -> None:
+    """A binary trace reads a TEXT record as one line (JSON escapes every newline, so one holding
+    a raw newline is unreadable); written back as it was, it became two lines that each parse."""
+    _consistent(tmp_path, 1, 3)
+    path = tmp_path / binary_name(0)
+    hidden = b'{"ev":"exit","rank":0,"t":1.0}'
+    path.write_bytes(path.read_bytes() + text_slots(trace_binary.LINE, b"{}\n" + hidden))
+    assert main(["convert-trace", str(tmp_path), str(tmp_path / "lines"), "--to", "json"]) == 0
+    assert hidden not in (tmp_path / "lines" / trace_file_name(0)).read_bytes().splitlines()
+
+
 @pytest.mark.multirank
 def test_real_gloo_traces_read_the_same_as_binary_traces(tmp_path: Path) -> None:
     """Every kind of collective (subgroups, sends and recvs, a second thread), a swapped pair and a
