@@ -228,6 +228,19 @@ def test_the_newer_of_a_binary_trace_and_its_json_lines_is_read(tmp_path: Path) 
     assert [Path(s.path).name for s in analysis.summaries] == [binary_name(0), trace_file_name(1)]
 
 
+def test_a_newer_folder_named_like_a_binary_trace_does_not_hide_the_json_lines(tmp_path: Path) -> None:
+    """Where a binary trace and JSON lines share a name, the newer is read; something newer that is
+    no regular file (a folder, a FIFO) made the JSON lines be left out and was then skipped itself:
+    the rank's whole trace vanished from the analysis."""
+    _consistent(tmp_path, 2, 20, bigger_at=5)
+    assert main(["convert-trace", str(tmp_path), str(tmp_path), "--to", "json"]) == 0
+    (tmp_path / binary_name(1)).unlink()
+    (tmp_path / binary_name(1)).mkdir()
+    analysis = stream.analyze_dir(str(tmp_path))
+    assert [d.seq for d in analysis.mismatches] == [5]
+    assert [Path(s.path).name for s in analysis.summaries] == [trace_file_name(0), trace_file_name(1)]
+
+
 def test_convert_trace_reports_what_it_could_not_do(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
