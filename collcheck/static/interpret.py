@@ -464,7 +464,18 @@ class Interpreter(ObjectProtocols):
                 for case, env in zip(stmt.cases, bound, strict=True)
                 if case.guard is not None
             )
-            choice = opaque(f"match@{where_of(stmt)}", (subject, *guards))
+            # `case Config(rank=0):` reads the subject's attributes, which its value may not show.
+            read = tuple(
+                self.pure(
+                    ast.copy_location(ast.Attribute(stmt.subject, attr, ast.Load()), case.pattern),
+                    current,
+                    frame,
+                )
+                for case in stmt.cases
+                if isinstance(case.pattern, ast.MatchClass)
+                for attr in case.pattern.kwd_attrs
+            )
+            choice = opaque(f"match@{where_of(stmt)}", (subject, *read, *guards))
             for index, case in enumerate(stmt.cases):
                 taken = Compare("==", choice, Const(index))
                 text = f"case {source_text(case.pattern)}"
