@@ -528,6 +528,11 @@ def convert_to_binary(source: str, target: str, allow_shared: bool = False) -> R
     return trace
 
 
+# Written back where a record could not be (an overlong line, a damaged record): a line the JSON
+# reader counts as unreadable too, so the converted trace still reads as incomplete.
+UNREADABLE_LINE = b"(collcheck convert-trace: a record that could not be read was here)\n"
+
+
 def convert_to_json(source: str, target: str, allow_shared: bool = False) -> int:
     """Write the binary trace `source` as JSON lines (each completion as a `done` line after its
     collective); returns the number of records that could not be written back."""
@@ -550,11 +555,16 @@ def convert_to_json(source: str, target: str, allow_shared: bool = False) -> int
                                 parts is not None and parts[0] == len(texts) and b"\n" not in record.payload
                             )
                             texts.append(parts[1:] if parts is not None and usable else None)
+                            if not usable:
+                                out.write(UNREADABLE_LINE)
+                                skipped += 1
                         elif record.sub == LINE and b"\n" not in record.payload:
                             out.write(record.payload + b"\n")
                         else:
+                            out.write(UNREADABLE_LINE)
                             skipped += 1
                     elif isinstance(record, BadRecord):
+                        out.write(UNREADABLE_LINE)
                         skipped += record.count
                     else:
                         skipped += _write_colls(out, record, texts)
@@ -569,6 +579,7 @@ def _write_colls(out: Any, run: CollRun, texts: list[tuple[bytes, bytes, bytes] 
         _, flags, _, template, seq, t_start, t_end = run.slot(index)
         parts = texts[template] if template < len(texts) else None
         if parts is None or not math.isfinite(t_start):
+            out.write(UNREADABLE_LINE)
             skipped += 1
             continue
         out.write(template_line(parts, seq, t_start) + b"\n")

@@ -309,6 +309,19 @@ def test_a_text_record_holding_a_newline_is_not_written_back_as_two_lines(tmp_pa
     assert hidden not in (tmp_path / "lines" / trace_file_name(0)).read_bytes().splitlines()
 
 
+@pytest.mark.parametrize("damage", ["overlong line", "unknown record"])
+def test_what_cannot_be_written_back_still_reads_as_incomplete(tmp_path: Path, damage: str) -> None:
+    """A record converted back to JSON lines that could not be (a line over MAX_LINE_BYTES, a
+    damaged record) was left out, so the JSON trace read as complete (exit 0, not 3)."""
+    _consistent(tmp_path, 2, 5)
+    path = tmp_path / binary_name(1)
+    extra = text_slots(trace_binary.OVERLONG, b"") if damage == "overlong line" else b"\x09" + bytes(SLOT - 1)
+    path.write_bytes(path.read_bytes() + extra)
+    assert main(["trace", str(tmp_path)]) == 3
+    assert main(["convert-trace", str(tmp_path), str(tmp_path / "lines"), "--to", "json"]) == 0
+    assert main(["trace", str(tmp_path / "lines")]) == 3
+
+
 @pytest.mark.multirank
 def test_real_gloo_traces_read_the_same_as_binary_traces(tmp_path: Path) -> None:
     """Every kind of collective (subgroups, sends and recvs, a second thread), a swapped pair and a
