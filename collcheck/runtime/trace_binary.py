@@ -292,6 +292,10 @@ class BinaryRecords:
             return BadRecord(base + at, 1, f"text record of kind {sub} and {length} bytes"), 1
         extra = max(0, -(-(length - TEXT_FIRST) // CONT_BYTES))
         if at + 1 + extra > len(kinds):
+            # Cut by the chunk (or a torn last write) only if every slot that follows continues it:
+            # a damaged length must not hide the records after it.
+            if kinds[at + 1 :].count(CONT) != len(kinds) - at - 1:
+                return BadRecord(base + at, 1, "text record cut short"), 1
             return None, 0
         if kinds[at + 1 : at + 1 + extra].count(CONT) != extra:
             return BadRecord(base + at, 1, "text record cut short"), 1

@@ -322,6 +322,22 @@ def test_what_cannot_be_written_back_still_reads_as_incomplete(tmp_path: Path, d
     assert main(["trace", str(tmp_path / "lines")]) == 3
 
 
+def test_a_damaged_text_length_near_the_end_does_not_hide_the_slots_after_it(tmp_path: Path) -> None:
+    """A TEXT record whose length runs past the end of the file was taken for a torn last write
+    and skipped silently with every slot after it, though those slots are no continuations: a
+    damaged length hid the end of a trace (exit 0). It is a problem of its slot, and the
+    collectives after it are read."""
+    _consistent(tmp_path, 2, 20, bigger_at=19)
+    path = tmp_path / binary_name(1)
+    data = path.read_bytes()
+    colls = [at for at in range(len(MAGIC), len(data), SLOT) if data[at] == trace_binary.COLL]
+    at = colls[-3]  # before the last three collectives (the bigger tensor at #19 among them)
+    path.write_bytes(data[:at] + struct.pack("<BBHI", 2, 0, 0, 4000) + bytes(24) + data[at:])
+    analysis = stream.analyze_dir(str(tmp_path))
+    assert [d.seq for d in analysis.mismatches] == [19]
+    assert analysis.exit_code() == 1 and analysis.unreadable == 1
+
+
 @pytest.mark.multirank
 def test_real_gloo_traces_read_the_same_as_binary_traces(tmp_path: Path) -> None:
     """Every kind of collective (subgroups, sends and recvs, a second thread), a swapped pair and a
