@@ -337,6 +337,7 @@ def convert_command(
     from collcheck.runtime.trace_binary import (
         BINARY_SUFFIX,
         BinaryFormatError,
+        UnreadableSource,
         convert_to_binary,
         convert_to_json,
     )
@@ -346,7 +347,12 @@ def convert_command(
         raise typer.Exit(2)
     source, target = (TRACE_SUFFIX, BINARY_SUFFIX) if to == "binary" else (BINARY_SUFFIX, TRACE_SUFFIX)
     try:
-        names = sorted(n for n in os.listdir(directory) if n.startswith(TRACE_PREFIX) and n.endswith(source))
+        names = sorted(
+            n
+            for n in os.listdir(directory)
+            # Only regular files, as `trace` reads: opening a FIFO named like a trace would block.
+            if n.startswith(TRACE_PREFIX) and n.endswith(source) and os.path.isfile(directory / n)
+        )
     except OSError as error:
         typer.echo(f"collcheck: error: {directory}: {error.strerror or error}", err=True)
         raise typer.Exit(2) from error
@@ -368,7 +374,7 @@ def convert_command(
                         f"collcheck: warning: {directory / name}: {skipped} records not written back",
                         err=True,
                     )
-        except BinaryFormatError as error:
+        except (BinaryFormatError, UnreadableSource) as error:
             typer.echo(f"collcheck: warning: {directory / name}: {error}", err=True)
             failed += 1
         except OSError as error:  # UnsafeLocation included

@@ -403,7 +403,9 @@ def _one_form(path: str, names: list[str]) -> list[str]:
     chosen = []
     for name in names:
         json_name = json_name_of(name) if is_binary_trace(name) else None
-        if json_name in present:
+        # Only a regular file competes: a folder or FIFO is skipped later, and must not take the
+        # JSON lines' place.
+        if json_name in present and os.path.isfile(os.path.join(path, name)):
             assert json_name is not None
             newer = _mtime(os.path.join(path, name)) >= _mtime(os.path.join(path, json_name))
             present.discard(json_name if newer else name)

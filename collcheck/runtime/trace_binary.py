@@ -66,6 +66,10 @@ class BinaryFormatError(Exception):
     """The file does not start like a collcheck binary trace."""
 
 
+class UnreadableSource(Exception):
+    """A trace to convert could not be opened (nothing was written for it)."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Writing
 
@@ -288,6 +292,10 @@ class BinaryRecords:
             return BadRecord(base + at, 1, f"text record of kind {sub} and {length} bytes"), 1
         extra = max(0, -(-(length - TEXT_FIRST) // CONT_BYTES))
         if at + 1 + extra > len(kinds):
+            # Cut by the chunk (or a torn last write) only if every slot that follows continues it:
+            # a damaged length must not hide the records after it.
+            if kinds[at + 1 :].count(CONT) != len(kinds) - at - 1:
+                return BadRecord(base + at, 1, "text record cut short"), 1
             return None, 0
         if kinds[at + 1 : at + 1 + extra].count(CONT) != extra:
             return BadRecord(base + at, 1, "text record cut short"), 1
@@ -509,21 +517,33 @@ def convert_to_binary(source: str, target: str, allow_shared: bool = False) -> R
     """Write the JSON trace `source` as the binary trace `target`; returns the source as read
     (its problems: the lines written as they were, for the analysis to report again)."""
     trace = new_trace(source)
-    writer = BinaryWriter(target, allow_shared)
-    try:
-        converting = _Converting(trace, writer)
-        with open(source, "rb") as handle:
+    try:  # before the target is truncated: an unreadable source leaves it as it was
+        handle = open(source, "rb")  # noqa: SIM115 - closed below
+    except OSError as error:
+        raise UnreadableSource(f"could not be read: {error.strerror or error}") from error
+    with handle:
+        writer = BinaryWriter(target, allow_shared)
+        try:
+            converting = _Converting(trace, writer)
             for number, line in numbered_lines(handle):
                 converting.convert(number, line)
-    finally:
-        writer.close()
+        finally:
+            writer.close()
     return trace
+
+
+# Written back where a record could not be (an overlong line, a damaged record): a line the JSON
+# reader counts as unreadable too, so the converted trace still reads as incomplete.
+UNREADABLE_LINE = b"(collcheck convert-trace: a record that could not be read was here)\n"
 
 
 def convert_to_json(source: str, target: str, allow_shared: bool = False) -> int:
     """Write the binary trace `source` as JSON lines (each completion as a `done` line after its
     collective); returns the number of records that could not be written back."""
-    records = BinaryRecords(source)
+    try:
+        records = BinaryRecords(source)
+    except OSError as error:
+        raise UnreadableSource(f"could not be read: {error.strerror or error}") from error
     texts: list[tuple[bytes, bytes, bytes] | None] = []
     skipped = 0
     with os.fdopen(open_output(target, allow_shared), "wb") as out:
@@ -531,14 +551,24 @@ def convert_to_json(source: str, target: str, allow_shared: bool = False) -> int
             for chunk in records.chunks():
                 for record in chunk:
                     if isinstance(record, TextRecord):
+                        # A raw newline is in no line the tracer writes (JSON escapes it): read as
+                        # one unreadable line here, written back it would be two that may parse.
                         if record.sub == TEMPLATE:
                             parts = template_parts(record.payload)
-                            texts.append(parts[1:] if parts is not None and parts[0] == len(texts) else None)
-                        elif record.sub == LINE:
+                            usable = (
+                                parts is not None and parts[0] == len(texts) and b"\n" not in record.payload
+                            )
+                            texts.append(parts[1:] if parts is not None and usable else None)
+                            if not usable:
+                                out.write(UNREADABLE_LINE)
+                                skipped += 1
+                        elif record.sub == LINE and b"\n" not in record.payload:
                             out.write(record.payload + b"\n")
                         else:
+                            out.write(UNREADABLE_LINE)
                             skipped += 1
                     elif isinstance(record, BadRecord):
+                        out.write(UNREADABLE_LINE)
                         skipped += record.count
                     else:
                         skipped += _write_colls(out, record, texts)
@@ -553,6 +583,7 @@ def _write_colls(out: Any, run: CollRun, texts: list[tuple[bytes, bytes, bytes] 
         _, flags, _, template, seq, t_start, t_end = run.slot(index)
         parts = texts[template] if template < len(texts) else None
         if parts is None or not math.isfinite(t_start):
+            out.write(UNREADABLE_LINE)
             skipped += 1
             continue
         out.write(template_line(parts, seq, t_start) + b"\n")

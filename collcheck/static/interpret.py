@@ -488,18 +488,54 @@ class Interpreter(ObjectProtocols):
     def _stmt_Match(self, stmt: ast.Match, state: State, frame: Frame) -> list[State]:
         results: list[State] = []
         for current, subject in self.eval(stmt.subject, state, frame):
-            choice = opaque(f"match@{where_of(stmt)}", (subject,))
+            # Which case runs depends on the subject and on every guard (`case "a" if rank == 0`):
+            # a guard read per rank makes the choice per rank even when the subject is shared.
+            # A name a pattern captures is a value computed from the subject.
+            bound = [self._match_captures(case.pattern, subject, current) for case in stmt.cases]
+            guards = tuple(
+                self.pure(case.guard, State(env, current.conds, ()), frame)
+                for case, env in zip(stmt.cases, bound, strict=True)
+                if case.guard is not None
+            )
+            # `case Config(rank=0):` reads the subject's attributes, which its value may not show.
+            read = tuple(
+                self.pure(
+                    ast.copy_location(ast.Attribute(stmt.subject, attr, ast.Load()), case.pattern),
+                    current,
+                    frame,
+                )
+                for case in stmt.cases
+                if isinstance(case.pattern, ast.MatchClass)
+                for attr in case.pattern.kwd_attrs
+            )
+            choice = opaque(f"match@{where_of(stmt)}", (subject, *read, *guards))
             for index, case in enumerate(stmt.cases):
                 taken = Compare("==", choice, Const(index))
                 text = f"case {source_text(case.pattern)}"
+                text += f" if {source_text(case.guard)}" if case.guard is not None else ""
                 self.conditions.note(
                     taken, source_of(case.pattern, self.module.path, ConditionKind.CASE, text)
                 )
                 branch = current.fork(taken)
+                branch.env.update(bound[index])
                 results.extend(self.exec_block(case.body, [branch], frame))
             if not (stmt.cases and irrefutable(stmt.cases[-1])):  # else some case always matches
                 results.append(current.fork(Compare(">=", choice, Const(len(stmt.cases)))))
         return results
+
+    @staticmethod
+    def _match_captures(pattern: ast.pattern, subject: Expr, state: State) -> dict[str, Expr]:
+        """The environment of `state` with the names `pattern` captures bound: `case name:` to the
+        subject itself, a name inside a pattern to a value computed from the subject."""
+        env = dict(state.env)
+        for node in ast.walk(pattern):
+            name = node.name if isinstance(node, (ast.MatchAs, ast.MatchStar)) else None
+            name = node.rest if isinstance(node, ast.MatchMapping) else name
+            if name is None:
+                continue
+            whole = node is pattern and isinstance(node, ast.MatchAs) and node.pattern is None
+            env[name] = subject if whole else opaque(f"capture:{name}@{where_of(node)}", (subject,))
+        return env
 
     def _stmt_With(self, stmt: ast.With | ast.AsyncWith, state: State, frame: Frame) -> list[State]:
         return self.with_statement(stmt, state, frame)  # object_protocols.py

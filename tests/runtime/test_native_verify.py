@@ -11,7 +11,9 @@ import pytest
 from conftest import line_of, run_job
 
 from collcheck.runtime import native_recorder as native
+from collcheck.runtime.analyze import analyze
 from collcheck.runtime.record import read_trace
+from collcheck.runtime.trace_read import load_dir
 from collcheck.runtime.tracer import TraceConfig
 from collcheck.runtime.verify import ABORT_EXIT_CODE
 
@@ -66,3 +68,18 @@ def test_a_divergence_at_a_site_already_used_is_found_in_the_background(
     )
     assert f"collcheck: rank 1: {expected}" in job.ranks[1].stderr, job.stderr
     assert all("finished" not in rank.stdout for rank in job.ranks)  # stopped within a few steps
+
+
+def test_a_rank_killed_under_async_verify_leaves_a_readable_trace(tmp_path: Path) -> None:
+    """The native kernel writes the lines the background thread compares: a rank killed between
+    two collectives leaves every collective it issued readable (the last one included)."""
+    job = run_job("sigkill.py", tmp_path, trace=ASYNC)
+    assert job.returncodes[1] == -9, job.stderr
+    assert _rows(job.trace_dir, 1)[0]["hook"] == "native"
+    analysis = analyze(load_dir(str(job.trace_dir)))
+    rank1 = analysis.summaries[1]
+    assert rank1.last is not None and rank1.last.site.endswith(
+        f"sigkill.py:{line_of('sigkill.py', 'LAST_OF_RANK1')}"
+    )
+    assert rank1.exited is False
+    assert [event.seq for event in analysis.events[1]] == [1, 2]

@@ -228,6 +228,19 @@ def test_the_newer_of_a_binary_trace_and_its_json_lines_is_read(tmp_path: Path) 
     assert [Path(s.path).name for s in analysis.summaries] == [binary_name(0), trace_file_name(1)]
 
 
+def test_a_newer_folder_named_like_a_binary_trace_does_not_hide_the_json_lines(tmp_path: Path) -> None:
+    """Where a binary trace and JSON lines share a name, the newer is read; something newer that is
+    no regular file (a folder, a FIFO) made the JSON lines be left out and was then skipped itself:
+    the rank's whole trace vanished from the analysis."""
+    _consistent(tmp_path, 2, 20, bigger_at=5)
+    assert main(["convert-trace", str(tmp_path), str(tmp_path), "--to", "json"]) == 0
+    (tmp_path / binary_name(1)).unlink()
+    (tmp_path / binary_name(1)).mkdir()
+    analysis = stream.analyze_dir(str(tmp_path))
+    assert [d.seq for d in analysis.mismatches] == [5]
+    assert [Path(s.path).name for s in analysis.summaries] == [trace_file_name(0), trace_file_name(1)]
+
+
 def test_convert_trace_reports_what_it_could_not_do(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -236,6 +249,93 @@ def test_convert_trace_reports_what_it_could_not_do(
     (tmp_path / binary_name(0)).write_bytes(b"not binary")
     assert main(["convert-trace", str(tmp_path), str(tmp_path / "out"), "--to", "json"]) == 3
     assert "not a collcheck binary trace" in capsys.readouterr().err
+
+
+def test_convert_trace_skips_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    """A FIFO (or a folder) named like a trace would block convert-trace's open forever (a FIFO
+    nobody writes) or be reported as an output it cannot write: it is skipped, as `trace` skips it."""
+    import subprocess
+    import sys
+
+    _consistent(tmp_path, 1, 5)
+    os.mkfifo(tmp_path / binary_name(1))
+    os.mkfifo(tmp_path / trace_file_name(1))
+    (tmp_path / binary_name(2)).mkdir()
+    for to in ("json", "binary"):
+        command = ["convert-trace", str(tmp_path), str(tmp_path / to), "--to", to]
+        done = subprocess.run(
+            [sys.executable, "-m", "collcheck", *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        assert done.returncode in (0, 2), done.stderr
+        assert "Traceback" not in done.stderr and "cannot write" not in done.stderr
+    assert (tmp_path / "json" / trace_file_name(0)).is_file()
+
+
+def test_a_source_that_cannot_be_read_leaves_its_converted_trace_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The target was truncated before the source was opened: an unreadable JSON trace left an
+    empty binary trace, newer than its lines, in place of a good one, and was reported as an
+    output that cannot be written (exit 2) instead of a file that could not be read (exit 3)."""
+    _consistent(tmp_path, 1, 5)
+    before = (tmp_path / binary_name(0)).read_bytes()
+    assert main(["convert-trace", str(tmp_path), str(tmp_path / "lines"), "--to", "json"]) == 0
+    shutil.copy(tmp_path / "lines" / trace_file_name(0), tmp_path / trace_file_name(0))
+    real_open = open
+
+    def refused(path: object, *args: object, **kwargs: object) -> object:
+        if str(path).endswith(trace_binary.TRACE_SUFFIX):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(trace_binary, "open", refused, raising=False)
+    assert main(["convert-trace", str(tmp_path), str(tmp_path)]) == 3
+    assert "cannot write" not in capsys.readouterr().err
+    assert (tmp_path / binary_name(0)).read_bytes() == before
+
+
+def test_a_text_record_holding_a_newline_is_not_written_back_as_two_lines(tmp_path: Path) -> None:
+    """A binary trace reads a TEXT record as one line (JSON escapes every newline, so one holding
+    a raw newline is unreadable); written back as it was, it became two lines that each parse."""
+    _consistent(tmp_path, 1, 3)
+    path = tmp_path / binary_name(0)
+    hidden = b'{"ev":"exit","rank":0,"t":1.0}'
+    path.write_bytes(path.read_bytes() + text_slots(trace_binary.LINE, b"{}\n" + hidden))
+    assert main(["convert-trace", str(tmp_path), str(tmp_path / "lines"), "--to", "json"]) == 0
+    assert hidden not in (tmp_path / "lines" / trace_file_name(0)).read_bytes().splitlines()
+
+
+@pytest.mark.parametrize("damage", ["overlong line", "unknown record"])
+def test_what_cannot_be_written_back_still_reads_as_incomplete(tmp_path: Path, damage: str) -> None:
+    """A record converted back to JSON lines that could not be (a line over MAX_LINE_BYTES, a
+    damaged record) was left out, so the JSON trace read as complete (exit 0, not 3)."""
+    _consistent(tmp_path, 2, 5)
+    path = tmp_path / binary_name(1)
+    extra = text_slots(trace_binary.OVERLONG, b"") if damage == "overlong line" else b"\x09" + bytes(SLOT - 1)
+    path.write_bytes(path.read_bytes() + extra)
+    assert main(["trace", str(tmp_path)]) == 3
+    assert main(["convert-trace", str(tmp_path), str(tmp_path / "lines"), "--to", "json"]) == 0
+    assert main(["trace", str(tmp_path / "lines")]) == 3
+
+
+def test_a_damaged_text_length_near_the_end_does_not_hide_the_slots_after_it(tmp_path: Path) -> None:
+    """A TEXT record whose length runs past the end of the file was taken for a torn last write
+    and skipped silently with every slot after it, though those slots are no continuations: a
+    damaged length hid the end of a trace (exit 0). It is a problem of its slot, and the
+    collectives after it are read."""
+    _consistent(tmp_path, 2, 20, bigger_at=19)
+    path = tmp_path / binary_name(1)
+    data = path.read_bytes()
+    colls = [at for at in range(len(MAGIC), len(data), SLOT) if data[at] == trace_binary.COLL]
+    at = colls[-3]  # before the last three collectives (the bigger tensor at #19 among them)
+    path.write_bytes(data[:at] + struct.pack("<BBHI", 2, 0, 0, 4000) + bytes(24) + data[at:])
+    analysis = stream.analyze_dir(str(tmp_path))
+    assert [d.seq for d in analysis.mismatches] == [19]
+    assert analysis.exit_code() == 1 and analysis.unreadable == 1
 
 
 @pytest.mark.multirank
