@@ -76,6 +76,7 @@ from collcheck.static.syntax import (
     assigned_names,
     cached_return,
     called_names,
+    class_pattern_reads,
     filled_key,
     irrefutable,
     is_set_expr,
@@ -498,16 +499,7 @@ class Interpreter(ObjectProtocols):
                 if case.guard is not None
             )
             # `case Config(rank=0):` reads the subject's attributes, which its value may not show.
-            read = tuple(
-                self.pure(
-                    ast.copy_location(ast.Attribute(stmt.subject, attr, ast.Load()), case.pattern),
-                    current,
-                    frame,
-                )
-                for case in stmt.cases
-                if isinstance(case.pattern, ast.MatchClass)
-                for attr in case.pattern.kwd_attrs
-            )
+            read = tuple(self.pure(node, current, frame) for node in class_pattern_reads(stmt))
             choice = opaque(f"match@{where_of(stmt)}", (subject, *read, *guards))
             for index, case in enumerate(stmt.cases):
                 taken = Compare("==", choice, Const(index))

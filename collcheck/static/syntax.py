@@ -264,6 +264,17 @@ def _checks_out_of_memory(handler: ast.ExceptHandler) -> bool:
     return any(isinstance(text, str) and OUT_OF_MEMORY_TEXT.search(text) for text in texts)
 
 
+def class_pattern_reads(stmt: ast.Match) -> list[ast.expr]:
+    """The subject's attributes the class patterns of `match` test (`case Config(rank=0):` reads
+    `subject.rank`), as expressions placed at their patterns."""
+    return [
+        ast.copy_location(ast.Attribute(stmt.subject, attr, ast.Load()), case.pattern)
+        for case in stmt.cases
+        if isinstance(case.pattern, ast.MatchClass)
+        for attr in case.pattern.kwd_attrs
+    ]
+
+
 def irrefutable(case: ast.match_case) -> bool:
     """`case _:` or `case name:` without a guard: it matches whatever no earlier case did."""
     pattern = case.pattern
