@@ -13,9 +13,10 @@ from collcheck.static.program import Region
 from .conftest import module_of
 
 # Many plain assignments (inert: a sixteenth of a step each in the reduced mode), then a rank test.
+# They store on a parameter's object, so slicing (static/slicing.py) keeps them: the caller reads it.
 WIDE = (
     "def f(t, a):\n"
-    + "".join(f"    y{i} = a + {i}\n" for i in range(120))
+    + "".join(f"    t.y{i} = a + {i}\n" for i in range(120))
     + ("    if dist.get_rank() == 0:\n        dist.barrier()\n")
 )
 
