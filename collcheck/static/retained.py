@@ -6,7 +6,7 @@ cache keyed by their trees' nodes) were dropped before the next file.
 A worker keeps the model of every file it met as a helper (`loader._LOADED`) and several caches
 keyed by AST nodes or functions of those models (the caches hold the trees alive even once the
 models are gone). On a large tree that is hundreds of files, about 1 MB each. Past
-`loader.MAX_LOADED_MODULES` they are all dropped between two files. Every one of them is a pure
+`loader.MAX_LOADED_MODULES` the least recently used are dropped between two files. Every one of them is a pure
 function of a file's text, so dropping them changes no answer, only what is parsed again.
 """
 
