@@ -16,7 +16,7 @@ import os
 import resource
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -170,13 +170,21 @@ class Source:
             for _ in range(min(LINES_PER_TURN, len(self.pending))):
                 self.lines.event(self.pending.popleft())
             return bool(self.pending)
+        return self._read(self._take_lines)
+
+    def _take_lines(self) -> None:
+        for _ in range(LINES_PER_TURN):
+            number, line = next(self.reader)
+            self.lines.take(number, line)
+
+    def _read(self, step: Callable[[], None]) -> bool:
+        """Run one turn's `step` over the input; False (and the trace ended) once it is used up or
+        cannot be read."""
         if self.reader is None:
             self._close()
             return False
         try:
-            for _ in range(LINES_PER_TURN):
-                number, line = next(self.reader)
-                self.lines.take(number, line)
+            step()
         except StopIteration:
             self._close()
             return False
@@ -187,7 +195,8 @@ class Source:
         return True
 
     def stop(self) -> None:
-        """Close the input, unread past this point (`trace --first` found what was asked)."""
+        """Close the input, unread past this point (`trace --first` found what was asked, or the
+        input is used up)."""
         self.reader = None
         if self.handle is not None:
             self.handle.close()
@@ -197,10 +206,7 @@ class Source:
         if self.closed:
             return
         self.closed = True
-        self.reader = None
-        if self.handle is not None:
-            self.handle.close()
-            self.handle = None
+        self.stop()
         end_of_trace(self.lines)
 
     def ahead(self) -> bool:
@@ -246,33 +252,19 @@ class BinarySource(Source):
         self.first_open = self.prefixes.start(self.key) if self.prefixes is not None else 0
 
     def turn(self) -> bool:
-        if self.reader is None:
-            self._close()
-            return False
+        return self._read(self._take_slots)
+
+    def _take_slots(self) -> None:
         budget = LINES_PER_TURN
-        try:
-            while budget > 0:
-                if not self.queue:
-                    self.queue.extend(next(self.reader))
-                budget -= self._take(self.queue.popleft(), budget)
-        except StopIteration:
-            self._close()
-            return False
-        except OSError as error:
-            self.trace.note(0, f"could not be read: {error.strerror or error}")
-            self._close()
-            return False
-        return True
+        while budget > 0:
+            if not self.queue:
+                self.queue.extend(next(self.reader))
+            budget -= self._take(self.queue.popleft(), budget)
 
     def stop(self) -> None:
         if self.records is not None:
             self.records.close()
         super().stop()
-
-    def _close(self) -> None:
-        if self.records is not None:
-            self.records.close()
-        super()._close()
 
     def _take(self, record: Record, budget: int) -> int:
         """Feed (part of) `record`; how much of the turn's budget it used."""
