@@ -595,9 +595,7 @@ def test_unknown_while_minimising_the_model_does_not_escape(monkeypatch: pytest.
 @pytest.mark.parametrize("fixture", sorted((FIXTURES / "CC002").glob("*_bug.py")), ids=lambda p: p.name)
 def test_a_query_out_of_units_is_a_note_not_a_silent_pass(fixture: Path) -> None:
     """With 1 resource unit a query, each bug is either still found or the give-up is a note."""
-    # On its own, as the fixture suite checks it: in the repository's project context a thread's
-    # target handed on by a helper is not followed (node_launcher_bug.py; noted in docs/recall.md).
-    result = check_paths([fixture], Settings(z3_rlimit=1, cache=False, jobs=1, project_context=False))
+    result = check_paths([fixture], Settings(z3_rlimit=1, cache=False, jobs=1))
 
     assert result.errors == []
     found = [f.code for f in result.findings] == ["CC002"]

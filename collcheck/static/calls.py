@@ -21,8 +21,15 @@ from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.group_values import type_of
 from collcheck.static.loader import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.local_data import LocalData, combining_words
-from collcheck.static.names import PARTIAL_CALLS, dotted, nodes_under, qualified_name, source_text
-from collcheck.static.program import OWN_DATA, CommEvent, EventKind
+from collcheck.static.names import (
+    PARTIAL_CALLS,
+    dotted,
+    nodes_under,
+    qualified_name,
+    source_text,
+    starts_a_process,
+)
+from collcheck.static.program import OWN_DATA
 from collcheck.static.receivers import (
     Partial,
     call_method,
@@ -38,7 +45,6 @@ from collcheck.static.symbolic import (
     Atom,
     Expr,
 )
-from collcheck.static.syntax import starts_a_process
 from collcheck.static.values import ValueEvaluator, where_of
 from collcheck.static.wrapped import communicating_types
 
@@ -677,24 +683,3 @@ def _unknown(value: Expr | None) -> bool:
     (where data arrives through a parameter, the caller's own assignment is the one judged)."""
     computed = ("call:", "item@", "item:", "unpack", "len(")
     return isinstance(value, Atom) and value.kind == "shared" and value.name.startswith(computed)
-
-
-def callback_event(
-    call: ast.Call, path: str, frame: Frame, remote: bool = False, ops: frozenset[str] | None = None
-) -> CommEvent:
-    """A call into unknown code with a communicating callback: what it issues, and how often,
-    is unknown (an `opaque` event: a divergence it may absorb is not reported, see handoff.py).
-    `ops`: the collectives the callable may issue (None: not all known). `remote`: the callable
-    runs on another process: a `remote` event, on no channel (the sender's own sequence is known;
-    see the engine for the destination's)."""
-    return CommEvent(
-        op=REMOTE_OP if remote else CALLBACK_OP,
-        kind=EventKind.REMOTE if remote else EventKind.OPAQUE,
-        path=path,
-        line=call.lineno,
-        column=call.col_offset,
-        end_line=call.end_lineno or call.lineno,
-        end_column=call.end_col_offset or call.col_offset,
-        chain=frame.chain,
-        callback_ops=ops,
-    )

@@ -8,7 +8,7 @@ read, and the condition under which it exists.
 
 Why: `recursively_apply(_gather_one, data)`, `return loss_func`, `study.optimize(objective)`
 hand the function to unknown code; at the outer function's call the interpreter records only
-that a callback ran (`calls.callback_event`), so a divergence inside the function's own body is
+that a callback ran (`handoff.callback_event`), so a divergence inside the function's own body is
 seen nowhere else. A nested function that is only called directly is inlined at its calls and is
 not a root.
 

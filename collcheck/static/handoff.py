@@ -14,11 +14,13 @@ In: a `Divergence` (its kind and the two ranks' sequences). Out: whether it may 
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 
-from collcheck.static.calls import CALLBACK_OP
+from collcheck.static.calls import CALLBACK_OP, REMOTE_OP
 from collcheck.static.divergence import Divergence, DivergenceKind
-from collcheck.static.program import CommEvent, Element, LoopEvent
+from collcheck.static.program import CommEvent, Element, EventKind, LoopEvent
+from collcheck.static.state import Frame
 
 # Kinds whose divergence index is a position in the sequences (elements after it are not reached).
 ORDERED_KINDS = frozenset({DivergenceKind.SEQUENCE, DivergenceKind.SWAP, DivergenceKind.LOOP_EXIT})
@@ -111,3 +113,24 @@ def _absorbs(callback: Element, other: Element) -> bool:
         return True
     wanted = set(other.body_ops) if isinstance(other, LoopEvent) else {other.op}
     return bool(wanted & ops)
+
+
+def callback_event(
+    call: ast.Call, path: str, frame: Frame, remote: bool = False, ops: frozenset[str] | None = None
+) -> CommEvent:
+    """A call into unknown code with a communicating callback: what it issues, and how often,
+    is unknown (an `opaque` event: a divergence it may absorb is not reported, see handoff.py).
+    `ops`: the collectives the callable may issue (None: not all known). `remote`: the callable
+    runs on another process: a `remote` event, on no channel (the sender's own sequence is known;
+    see the engine for the destination's)."""
+    return CommEvent(
+        op=REMOTE_OP if remote else CALLBACK_OP,
+        kind=EventKind.REMOTE if remote else EventKind.OPAQUE,
+        path=path,
+        line=call.lineno,
+        column=call.col_offset,
+        end_line=call.end_lineno or call.lineno,
+        end_column=call.end_col_offset or call.col_offset,
+        chain=frame.chain,
+        callback_ops=ops,
+    )

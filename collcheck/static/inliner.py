@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from collcheck.static.calls import callback_event
 from collcheck.static.collectives import CollectiveEvents
 from collcheck.static.fallback import INERT_PER_STEP
+from collcheck.static.handoff import callback_event
 from collcheck.static.loader import FunctionNode, ModuleInfo, inherited, is_property
 from collcheck.static.names import ImportTable, nodes_under, source_text
 from collcheck.static.program import (

@@ -26,12 +26,12 @@ from collcheck.lines import line_starts
 from collcheck.source import SourceFile, read_source
 from collcheck.static.launchers import launched_functions
 from collcheck.static.names import (
-    PARTIAL_CALLS,
     ImportTable,
     add_import,
     module_imports,
     nodes_under,
     qualified_name,
+    starts_a_process,
 )
 from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
 from collcheck.static.project import Project, realpath_once
@@ -255,8 +255,10 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 names.add(node.func.id)
             elif isinstance(node.func, ast.Attribute):
                 names.add(node.func.attr)
-            if _may_call_what_it_is_handed(node, module, imports):
-                # `apply(sync, t)`, `partial(sync, t)`: a function handed on by name may be called.
+            if not starts_a_process(node):
+                # `apply(sync, t)`, `partial(sync, t)`, `Thread(target=sync)`: a function handed on
+                # by name may be called, by a function of the file or, as a callback, by unknown
+                # code (calls.py models both); a new process's target runs elsewhere.
                 names.update(arg.id for arg in node.args if isinstance(arg, ast.Name))
                 names.update(k.value.id for k in node.keywords if isinstance(k.value, ast.Name))
         called[function] = names
@@ -270,15 +272,6 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 communicating.add(function)
                 changed = True
     return communicating
-
-
-def _may_call_what_it_is_handed(call: ast.Call, module: ModuleInfo, imports: ImportTable) -> bool:
-    """A function of the file, or `functools.partial` (whose result is called later), receives
-    the call's arguments; unknown code handed a function is a callback instead (calls.py)."""
-    func = call.func
-    if isinstance(func, ast.Name) and func.id in module.functions and imports.lookup(func.id) is None:
-        return True
-    return qualified_name(func, imports) in PARTIAL_CALLS
 
 
 def _called_classes(module: ModuleInfo, communicating: set[FunctionNode]) -> set[str]:

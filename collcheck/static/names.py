@@ -166,3 +166,13 @@ def module_imports(tree: ast.Module, current_package: str = "") -> ImportTable:
         elif isinstance(node, ast.ExceptHandler):
             stack.extend(node.body)
     return table
+
+
+PROCESS_CONSTRUCTORS = frozenset({"Process"})
+
+
+def starts_a_process(call: ast.Call) -> bool:
+    """`call` builds a process object handed a `target` (the callable the new process runs)."""
+    func = call.func
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return called in PROCESS_CONSTRUCTORS and any(keyword.arg == "target" for keyword in call.keywords)

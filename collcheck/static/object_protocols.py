@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from collcheck.findings import Budget
-from collcheck.static.calls import CallKind, HeldTarget, Resolution, callback_event
+from collcheck.static.calls import CallKind, HeldTarget, Resolution
 from collcheck.static.handlers import ExceptionFlow
+from collcheck.static.handoff import callback_event
 from collcheck.static.loader import FunctionNode, ModuleInfo, property_names
 from collcheck.static.names import dotted, qualified_name
 from collcheck.static.program import Exit, ExitKind, Site

@@ -112,16 +112,6 @@ def called_names(tree: ast.Module) -> frozenset[str]:
 
 # `multiprocessing.Process(target=f)`, `ctx.Process(target=f)` of a context, torch.multiprocessing's:
 # the constructor of a process object, whose target runs in the child process.
-PROCESS_CONSTRUCTORS = frozenset({"Process"})
-
-
-def starts_a_process(call: ast.Call) -> bool:
-    """`call` builds a process object handed a `target` (the callable the new process runs)."""
-    func = call.func
-    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-    return called in PROCESS_CONSTRUCTORS and any(keyword.arg == "target" for keyword in call.keywords)
-
-
 def receiving_parameters(call: ast.Call, callee: FunctionNode, name: str) -> list[str]:
     """The parameters of `callee` that `call` binds to the plain name `name` (by position or by
     keyword; `*args` and `**kwargs` are not followed)."""

@@ -65,14 +65,32 @@ def test_the_model_holds_the_files_functions_and_classes() -> None:
 
 def test_communicating_functions_are_a_fixed_point_over_the_files_calls() -> None:
     module = module_of(SNIPPET)
-    # `handed` only hands `direct` to unknown code: walked, that is no call of it (calls.py makes
-    # it a callback) ...
+    # `handed` hands `direct` to unknown code, which may call it (calls.py makes it a callback):
+    # walked or read from its words, it reaches the collective.
     tree = ast.parse(source_of(SNIPPET))
     walked = names(build_module(tree, "m.py", catalog()).communicating)
-    assert walked == {"forward", "direct", "through", "builds"}
-    # ... but with the text, a function whose words name no collective is not walked and every
-    # word of it counts as a call: a superset, by design (the cheap path of large modules).
-    assert names(module.communicating) == walked | {"handed"}
+    assert walked == {"forward", "direct", "through", "handed", "builds"}
+    assert names(module.communicating) == walked
+
+
+THREADS = """
+import threading
+import multiprocessing
+def work(t):
+    dist.all_reduce(t)
+def in_a_thread(t):
+    threading.Thread(target=work, args=(t,)).start()
+def in_a_process(t):
+    multiprocessing.Process(target=work, args=(t,)).start()
+"""
+
+
+def test_a_thread_target_reaches_its_collectives_and_a_process_target_does_not() -> None:
+    # Walked (as when another file of the project names `work`, so the words do not settle it):
+    # a thread of this process runs `work`; a new process runs it elsewhere.
+    tree = ast.parse(source_of(THREADS))
+    walked = names(build_module(tree, "m.py", catalog()).communicating)
+    assert walked == {"work", "in_a_thread"}
 
 
 def test_launched_functions_and_the_main_guard() -> None:
