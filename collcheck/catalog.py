@@ -344,7 +344,8 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
         item_where = f"{where}: async_session #{index + 1}"
         for name in _str_tuple(entry, "names", item_where):
             builder.sessions[name] = _session_spec(entry, item_where)
-    builder.default_groups.update(_str_tuple(data.get("default_group", {}), "names", f"{where}: [default_group]"))
+    default_groups = data.get("default_group", {})
+    builder.default_groups.update(_str_tuple(default_groups, "names", f"{where}: [default_group]"))
     _add_rank_section(builder, data.get("rank", {}), f"{where}: [rank]", "rank", "rank")
     world = data.get("world", {})
     world_functions = _value_table(world.get("functions"), f"{where}: [world].functions", "world")

@@ -17,6 +17,8 @@ saves on one group interleave their planning collectives the same way.
 
 ## Example
 ```python
+import torch.distributed.checkpoint as dcp
+
 def save(step, state, path):
     future = dcp.async_save(state, checkpoint_id=path)   # collectives go on in the background
     if dist.get_rank() == 0:
@@ -27,6 +29,8 @@ def save(step, state, path):
 
 ## Use instead
 ```python
+import torch.distributed.checkpoint as dcp
+
 SAVE_GROUP = dist.new_group(backend="gloo")             # a group of the save's own
 
 def save(step, state, path):
@@ -58,14 +62,14 @@ NAME = "collective-during-async-save"
 # hangs is chance, but the code is wrong every time the pattern is reached.
 SEVERITY = Severity.ERROR
 MESSAGE = (
-    "`{call}` runs on {group} while the {what} started by `{session}` at line {session_line} may "
-    "still issue collectives on it from its background thread; wait for its future first, or give "
-    "one of them a dedicated group (`dist.new_group(backend=\"gloo\")`)"
+    "`{call}` runs on {group}, the group of the {what} started by `{session}` at line {session_line} "
+    "({session_group}), which may still issue collectives on it from its background thread; wait for "
+    'its future first, or give one of them a dedicated group (`dist.new_group(backend="gloo")`)'
 )
 MESSAGE_SECOND = (
     "`{call}` starts a second {what} on {group} while the one started by `{session}` at line "
-    "{session_line} may still run there: their background collectives can pair up differently on "
-    "each rank; wait for the first's future, or save both in one call"
+    "{session_line} ({session_group}) may still run there: their background collectives can pair up "
+    "differently on each rank; wait for the first's future, or save both in one call"
 )
 
 
@@ -93,6 +97,7 @@ def _finding(context: ModuleContext, race: SessionRace) -> Finding:
         "what": race.what,
         "session": race.session.call,
         "session_line": str(race.session.line),
+        "session_group": f"`{race.session_group}`" if race.session_group else "the default process group",
     }
     template = MESSAGE_SECOND if race.kind is RaceKind.SECOND_SESSION else MESSAGE
     return Finding(

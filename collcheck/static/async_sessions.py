@@ -21,6 +21,7 @@ not reassigned. Everything else is quiet.
 from __future__ import annotations
 
 import ast
+import contextlib
 import itertools
 from dataclasses import dataclass
 from enum import Enum
@@ -67,12 +68,14 @@ class SessionRace:
     racing: CallSite  # the collective, or the second session's call
     group: str  # the group as the racing call names it; "" for the default group
     what: str  # what the session is, in the catalog's words
+    session_group: str  # the group as the session's call names it; "" for the default group
 
 
 @dataclass(frozen=True)
 class _Session:
     site: CallSite
     group: GroupKey
+    group_text: str
     spec: SessionSpec
 
 
@@ -187,18 +190,27 @@ class _Walker:
                 owner_class = cls
             if owner_class is not None:
                 bound[param.arg] = Value(obj=Obj(param.arg, owner_class, exact=False))
-        try:
+        with contextlib.suppress(_OutOfSteps, RecursionError):  # what was found so far stands
             self._call(function, qualname, bound, state, 0)
-        except (_OutOfSteps, RecursionError):
-            pass
 
     # --- frames --------------------------------------------------------------------------
-    def _call(self, function: FunctionNode, qualname: str, bound: dict[str, Value], state: _State, depth: int) -> Value:
-        stored = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    def _call(
+        self, function: FunctionNode, qualname: str, bound: dict[str, Value], state: _State, depth: int
+    ) -> Value:
+        stored = {
+            n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }
         params = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
         declared = frozenset(n for s in ast.walk(function) if isinstance(s, ast.Global) for n in s.names)
         frame = _Frame(
-            f"f{next(self.frames)}", function, qualname, depth, frozenset((stored | params) - declared), declared, [], []
+            f"f{next(self.frames)}",
+            function,
+            qualname,
+            depth,
+            frozenset((stored | params) - declared),
+            declared,
+            [],
+            [],
         )
         for name, value in bound.items():
             state.slots[f"{frame.key}:{name}"] = value
@@ -218,7 +230,9 @@ class _Walker:
             result = result if value == result else _join_values(result, value, "")
         return result
 
-    def _inline(self, function: FunctionNode, call: ast.Call, receiver: Value | None, state: _State, frame: _Frame) -> Value | None:
+    def _inline(
+        self, function: FunctionNode, call: ast.Call, receiver: Value | None, state: _State, frame: _Frame
+    ) -> Value | None:
         if frame.depth >= MAX_DEPTH or function in self.stack:
             return None
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
@@ -231,9 +245,10 @@ class _Walker:
                 return None
             bound[params[0]] = receiver
             params = params[1:]
+        named = set(params) | {a.arg for a in function.args.kwonlyargs}
+        if len(call.args) > len(params) or any(k.arg not in named for k in call.keywords):
+            return None  # checked before any argument runs: the call is then run once, as unknown code
         args = [self._expr(a, state, frame) for a in call.args]
-        if len(args) > len(params):
-            return None
         bound.update(zip(params, args, strict=False))
         for keyword in call.keywords:
             bound[keyword.arg or ""] = self._expr(keyword.value, state, frame)
@@ -302,7 +317,9 @@ class _Walker:
         state.slots[place] = NONE_VALUE
 
     def _loop(self, stmt: ast.For | ast.AsyncFor | ast.While, state: _State, frame: _Frame) -> _State:
-        forever = isinstance(stmt, ast.While) and isinstance(stmt.test, ast.Constant) and bool(stmt.test.value)
+        forever = (
+            isinstance(stmt, ast.While) and isinstance(stmt.test, ast.Constant) and bool(stmt.test.value)
+        )
         if isinstance(stmt, ast.While):
             self._expr(stmt.test, state, frame)
         else:
@@ -357,6 +374,10 @@ class _Walker:
             return known
         if not isinstance(node, (ast.Name, ast.Attribute)):
             return None
+        if isinstance(node, ast.Attribute):
+            handle = self._read(node.value, state, frame)
+            if handle is not None and self._leads_to_end(handle, node.attr):
+                return Value(sessions=handle.sessions)  # `response.upload_completion`, waited later
         place = self._place(node, state, frame)
         if place is None:
             return None
@@ -364,11 +385,20 @@ class _Walker:
             return state.slots[place]
         if isinstance(node, ast.Attribute):
             base = self._read(node.value, state, frame)
+            if base is not None and self._leads_to_end(base, node.attr):
+                return Value(sessions=base.sessions)  # `response.upload_completion`, waited later
             if base is not None and base.obj is not None:
                 fact = self.model.attribute(base.obj, node.attr)
                 if fact is not None:
                     return fact
         return Value(group=GroupKey(GroupKind.PLACE, place))
+
+    def _leads_to_end(self, handle: Value, attribute: str) -> bool:
+        return any(
+            len(chain) > 1 and chain[0] == attribute
+            for number in handle.sessions
+            for chain in self.sessions[number].spec.ends
+        )
 
     def _store(self, target: ast.expr, value: Value, state: _State, frame: _Frame) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
@@ -381,7 +411,9 @@ class _Walker:
             state.open = state.open - value.sessions
             return
         if value.group.kind is GroupKind.UNKNOWN:
-            value = Value(GroupKey(GroupKind.PLACE, f"{place}#{next(self.serials)}"), value.sessions, value.obj)
+            value = Value(
+                GroupKey(GroupKind.PLACE, f"{place}#{next(self.serials)}"), value.sessions, value.obj
+            )
         state.slots[place] = value
 
     # --- expressions -------------------------------------------------------------------------
@@ -419,7 +451,9 @@ class _Walker:
             return Value()
         if spec is not None and spec.kind == "group_create":
             self._arguments(node, state, frame)
-            return Value(group=GroupKey(GroupKind.FRESH, f"{node.lineno}:{node.col_offset}#{next(self.serials)}"))
+            return Value(
+                group=GroupKey(GroupKind.FRESH, f"{node.lineno}:{node.col_offset}#{next(self.serials)}")
+            )
         known = self.model.known_call(node)
         if known is not None:
             return known
@@ -500,12 +534,14 @@ class _Walker:
         if group is None:
             return Value()
         self._race(RaceKind.SECOND_SESSION, node, group, state, frame)
-        self.sessions.append(_Session(self._site(node, frame), group[0], spec))
+        self.sessions.append(_Session(self._site(node, frame), group[0], group[1], spec))
         number = len(self.sessions) - 1
         state.open = state.open | {number}
         return Value(sessions=frozenset({number}))
 
-    def _race(self, kind: RaceKind, node: ast.Call, group: tuple[GroupKey, str], state: _State, frame: _Frame) -> None:
+    def _race(
+        self, kind: RaceKind, node: ast.Call, group: tuple[GroupKey, str], state: _State, frame: _Frame
+    ) -> None:
         key, text = group
         if key == UNKNOWN_GROUP:
             return
@@ -514,7 +550,9 @@ class _Walker:
             if session.group.same(key):
                 site = self._site(node, frame)
                 where = (kind, session.site.line, session.site.column, site.line, site.column)
-                self.races.setdefault(where, SessionRace(kind, session.site, site, text, session.spec.what))
+                self.races.setdefault(
+                    where, SessionRace(kind, session.site, site, text, session.spec.what, session.group_text)
+                )
 
     def _waits(self, node: ast.Call, state: _State, frame: _Frame) -> bool:
         """`handle.result()`, `handle.upload_completion.result()`: the sessions it ends."""

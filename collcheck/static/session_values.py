@@ -151,10 +151,13 @@ class SessionModel:
         return None
 
     def _own(self, cls: str) -> set[str]:
-        return {s.name for s in self.classes[cls].body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        return {
+            s.name for s in self.classes[cls].body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
 
     def _lineage(self, cls: str) -> list[str]:
-        order, todo = [], [cls]
+        order: list[str] = []
+        todo = [cls]
         while todo and len(order) < 16:
             name = todo.pop(0)
             if name in self.classes and name not in order:
@@ -195,7 +198,10 @@ class SessionModel:
         return None
 
     def default_name(self, node: ast.expr) -> Value | None:
-        if isinstance(node, ast.Attribute) and qualified_name(node, self.imports) in self.catalog.default_groups:
+        if (
+            isinstance(node, ast.Attribute)
+            and qualified_name(node, self.imports) in self.catalog.default_groups
+        ):
             return Value(group=DEFAULT_GROUP)
         return None
 
@@ -239,7 +245,9 @@ class SessionModel:
             if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
-                    if isinstance(target, ast.Tuple) and any(self._is_slot(e, receiver, name) for e in target.elts):
+                    if isinstance(target, ast.Tuple) and any(
+                        self._is_slot(e, receiver, name) for e in target.elts
+                    ):
                         found.append(None)
                     elif self._is_slot(target, receiver, name):
                         aug = isinstance(node, ast.AugAssign)
@@ -269,7 +277,13 @@ class SessionModel:
         return first if first is not None and all(v == first for v in values) else None
 
     def _passed(
-        self, call: ast.Call, caller: FunctionNode | None, init: FunctionNode, name: str, owner: str, depth: int
+        self,
+        call: ast.Call,
+        caller: FunctionNode | None,
+        init: FunctionNode,
+        name: str,
+        owner: str,
+        depth: int,
     ) -> Value | None:
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
             return None
@@ -284,18 +298,26 @@ class SessionModel:
 
     def _index_constructions(self, tree: ast.Module) -> None:
         callers: list[tuple[ast.AST, FunctionNode | None]] = [(tree, None)]
-        callers.extend((f, f) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        callers.extend(
+            (f, f) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+        )
         for root, caller in callers:
             for node in _own_nodes(root):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.classes:
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id in self.classes
+                ):
                     self.constructions.setdefault(node.func.id, []).append((node, caller))
 
     def _factory_key(self, function: FunctionNode) -> GroupKey | None:
         """A function that returns the same group on every call: one that returns a global it
         fills (`global G; if G is None: G = new_group(); return G`), or a cached one without
         parameters."""
-        if not function.args.args and not function.args.posonlyargs and CACHING_DECORATORS & decorator_names(
-            function, self.imports
+        if (
+            not function.args.args
+            and not function.args.posonlyargs
+            and CACHING_DECORATORS & decorator_names(function, self.imports)
         ):
             return GroupKey(GroupKind.NAMED, f"cached {function.name}")
         declared = {n for s in ast.walk(function) if isinstance(s, ast.Global) for n in s.names}
