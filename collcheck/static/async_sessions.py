@@ -38,6 +38,7 @@ from collcheck.static.session_values import (
     Obj,
     SessionModel,
     Value,
+    default_of,
     parameter_names,
 )
 
@@ -252,6 +253,11 @@ class _Walker:
         bound.update(zip(params, args, strict=False))
         for keyword in call.keywords:
             bound[keyword.arg or ""] = self._expr(keyword.value, state, frame)
+        for name in named - set(bound):  # a default the call leaves in place (`group=None`)
+            default = default_of(function, name)
+            known = self.model.pure(default, None, "") if default is not None else None
+            if known is not None:
+                bound[name] = known
         owner = self.model.owner.get(function)
         qualname = f"{owner}.{function.name}" if owner else function.name
         return self._call(function, qualname, bound, state, frame.depth + 1)

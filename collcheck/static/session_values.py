@@ -293,7 +293,7 @@ class SessionModel:
                 return self.pure(keyword.value, caller, owner, depth + 1)
         if position < len(call.args):
             return self.pure(call.args[position], caller, owner, depth + 1)
-        default = _default(init, name)
+        default = default_of(init, name)
         return self.pure(default, None, owner, depth + 1) if default is not None else None
 
     def _index_constructions(self, tree: ast.Module) -> None:
@@ -328,7 +328,7 @@ class SessionModel:
         return None
 
 
-def _default(function: FunctionNode, name: str) -> ast.expr | None:
+def default_of(function: FunctionNode, name: str) -> ast.expr | None:
     arguments = function.args
     positional = [*arguments.posonlyargs, *arguments.args]
     offset = len(positional) - len(arguments.defaults)

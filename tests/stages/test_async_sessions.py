@@ -209,3 +209,19 @@ def test_a_malformed_session_entry_is_a_catalog_error(tmp_path) -> None:  # type
         assert "ends" in str(error)
     else:
         raise AssertionError("a session entry without valid ends was accepted")
+
+
+def test_a_followed_call_keeps_the_defaults_it_does_not_pass() -> None:
+    body = """
+    def start(state, path, group=None):
+        return dcp.async_save(state, checkpoint_id=path, process_group=group)
+
+    def run(state, path, group):
+        fut = start(state, path)
+        dist.barrier()
+        fut.result()
+        other = start(state, path, group=dist.new_group(backend="gloo"))
+        dist.barrier()
+        other.result()
+    """
+    assert lines(body) == [(RaceKind.COLLECTIVE, 3, 7)]
