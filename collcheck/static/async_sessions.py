@@ -44,6 +44,8 @@ from collcheck.static.session_values import (
 
 MAX_DEPTH = 4  # calls followed below a root
 MAX_STEPS = 4000  # statements run from one root before it is given up
+MAX_FILE_STEPS = 100_000  # statements run for one file: the roots after that are not run
+MAX_SESSIONS = 64  # sessions followed in one file; those started after are not (nothing reported)
 UNROLL = 2
 
 
@@ -112,6 +114,8 @@ def session_races(tree: ast.Module, imports: ImportTable, catalog: Catalog) -> t
         return ()
     walker = _Walker(SessionModel(tree, imports, catalog))
     for function, qualname, cls in _roots(tree):
+        if walker.spent > MAX_FILE_STEPS:
+            break
         walker.run_root(function, qualname, cls)
     return tuple(walker.races.values())
 
@@ -174,9 +178,11 @@ class _Walker:
         self.frames = itertools.count()
         self.serials = itertools.count()
         self.steps = 0
+        self.spent = 0  # statements run for the file's earlier roots
         self.stack: list[FunctionNode] = []
 
     def run_root(self, function: FunctionNode, qualname: str, cls: str | None) -> None:
+        self.spent += self.steps
         self.steps = 0
         state = _State()
         bound: dict[str, Value] = {}
@@ -537,7 +543,7 @@ class _Walker:
                     self._arguments(node, state, frame)
                     return Value()
         group = self._argument(node, spec.params, spec.group, state, frame)
-        if group is None:
+        if group is None or len(self.sessions) >= MAX_SESSIONS:
             return Value()
         self._race(RaceKind.SECOND_SESSION, node, group, state, frame)
         self.sessions.append(_Session(self._site(node, frame), group[0], group[1], spec))

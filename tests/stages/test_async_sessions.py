@@ -225,3 +225,14 @@ def test_a_followed_call_keeps_the_defaults_it_does_not_pass() -> None:
         other.result()
     """
     assert lines(body) == [(RaceKind.COLLECTIVE, 3, 7)]
+
+
+def test_bounded_on_hostile_input() -> None:
+    """Deep nesting and many loops end (the step bounds), with whatever was found before."""
+    nested = "def deep(state):\n    fut = dcp.async_save(state, checkpoint_id='x')\n    v = 1" + " + 1" * 900
+    loops = "".join(f"{'    ' * (i + 1)}for x{i} in range(3):\n" for i in range(19))
+    innermost = "    " * 20 + "dist.barrier(dcp.async_save(state, checkpoint_id='x'))\n"
+    many = "def loops(state):\n" + loops + innermost
+    for body in (nested, many):
+        tree = ast.parse(PREAMBLE + body)
+        assert isinstance(session_races(tree, module_imports(tree), catalog()), tuple)
