@@ -352,6 +352,7 @@ class _Walker:
 
     def _try(self, stmt: ast.Try, state: _State, frame: _Frame) -> _State:
         before = state.copy()
+        returned = len(frame.returns)
         body = self._block(stmt.body, state, frame)
         ends = []
         for handler in stmt.handlers:
@@ -359,6 +360,9 @@ class _Walker:
         body = self._block(stmt.orelse, body, frame)
         after = _join([body, *ends])
         if stmt.finalbody:
+            for index in range(returned, len(frame.returns)):  # a `return` in the body runs it first
+                at_return, value = frame.returns[index]
+                frame.returns[index] = (self._block(stmt.finalbody, at_return.copy(), frame), value)
             after = self._block(stmt.finalbody, after if not after.dead else before.copy(), frame)
         return after
 

@@ -236,3 +236,20 @@ def test_bounded_on_hostile_input() -> None:
     for body in (nested, many):
         tree = ast.parse(PREAMBLE + body)
         assert isinstance(session_races(tree, module_imports(tree), catalog()), tuple)
+
+
+def test_a_finally_runs_before_the_return_it_guards() -> None:
+    body = """
+    def save(state, compute):
+        fut = dcp.async_save(state, checkpoint_id="x")
+        try:
+            return compute()
+        finally:
+            fut.result()
+
+    def caller(state, compute):
+        value = save(state, compute)
+        dist.barrier()
+        return value
+    """
+    assert races(body) == []
