@@ -23,7 +23,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from collcheck.catalog import Catalog, SessionSpec
@@ -167,7 +167,8 @@ def _join_values(a: Value | None, b: Value | None, place: str) -> Value:
         group = a.group
     else:  # whatever the place holds after the join, two reads of it see the same object
         group = GroupKey(GroupKind.PLACE, f"{place}#join{next(_JOINS)}")
-    return Value(group=group, sessions=sessions, obj=obj)
+    present = a is not None and b is not None and a.present and b.present
+    return Value(group=group, sessions=sessions, obj=obj, present=present)
 
 
 class _Walker:
@@ -316,7 +317,13 @@ class _Walker:
         then, other = state.copy(), state.copy()
         tested, none_when_true = _none_test(stmt.test)
         if tested is not None:
-            self._refine(tested, other if not none_when_true else then, frame)
+            none_branch, held_branch = (then, other) if none_when_true else (other, then)
+            current = self._read(tested, state, frame)
+            if current is not None and current.present:
+                none_branch.dead = True  # a lazy fill already done: `if self._group is None:`
+            else:
+                self._refine(tested, none_branch, frame)
+                self._holds(tested, current, held_branch, frame)
         return _join([self._block(stmt.body, then, frame), self._block(stmt.orelse, other, frame)])
 
     def _refine(self, tested: ast.expr, state: _State, frame: _Frame) -> None:
@@ -327,6 +334,15 @@ class _Walker:
         held = state.slots.get(place, Value()).sessions
         state.open = state.open - held
         state.slots[place] = NONE_VALUE
+
+    def _holds(self, tested: ast.expr, current: Value | None, state: _State, frame: _Frame) -> None:
+        """On this branch `tested` is not None."""
+        place = self._place(tested, state, frame)
+        if place is None or current is None:
+            return
+        if current.group.kind is GroupKind.UNKNOWN:
+            current = replace(current, group=GroupKey(GroupKind.PLACE, place))
+        state.slots[place] = replace(current, present=True)
 
     def _loop(self, stmt: ast.For | ast.AsyncFor | ast.While, state: _State, frame: _Frame) -> _State:
         forever = (
@@ -467,9 +483,8 @@ class _Walker:
             return Value()
         if spec is not None and spec.kind == "group_create":
             self._arguments(node, state, frame)
-            return Value(
-                group=GroupKey(GroupKind.FRESH, f"{node.lineno}:{node.col_offset}#{next(self.serials)}")
-            )
+            key = GroupKey(GroupKind.FRESH, f"{node.lineno}:{node.col_offset}#{next(self.serials)}")
+            return Value(group=key, present=True)
         known = self.model.known_call(node)
         if known is not None:
             return known
@@ -514,7 +529,7 @@ class _Walker:
         if isinstance(func, ast.Name) and func.id not in frame.local and func.id in self.model.classes:
             self._arguments(node, state, frame)
             path = f"new {node.lineno}:{node.col_offset}#{next(self.serials)}"
-            return Value(obj=Obj(path, func.id, exact=True))
+            return Value(obj=Obj(path, func.id, exact=True), present=True)
         if not isinstance(func, ast.Attribute):
             return None
         receiver = self._read(func.value, state, frame)
@@ -553,7 +568,7 @@ class _Walker:
         self.sessions.append(_Session(self._site(node, frame), group[0], group[1], spec))
         number = len(self.sessions) - 1
         state.open = state.open | {number}
-        return Value(sessions=frozenset({number}))
+        return Value(sessions=frozenset({number}), present=True)
 
     def _race(
         self, kind: RaceKind, node: ast.Call, group: tuple[GroupKey, str], state: _State, frame: _Frame

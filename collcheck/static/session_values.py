@@ -63,6 +63,7 @@ class Value:
     sessions: frozenset[int] = frozenset()  # the background sessions whose handle it may be
     obj: Obj | None = None
     is_none: bool = False
+    present: bool = False  # known to hold an object (not None): made here, or tested so
 
 
 NONE_VALUE = Value(group=DEFAULT_GROUP, is_none=True)
@@ -176,9 +177,10 @@ class SessionModel:
             return known
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Name) and node.func.id in self.classes:
-                return Value(obj=Obj(owner, node.func.id, exact=True))
+                return Value(obj=Obj(owner, node.func.id, exact=True), present=True)
             if self._creates_group(node):
-                return Value(group=GroupKey(GroupKind.FRESH, f"{node.lineno}:{node.col_offset}@{owner}"))
+                key = GroupKey(GroupKind.FRESH, f"{node.lineno}:{node.col_offset}@{owner}")
+                return Value(group=key, present=True)
             return None
         if isinstance(node, ast.Name) and function is not None and depth < MAX_DEPTH:
             return self._parameter(function, node.id, owner, depth)
@@ -189,12 +191,14 @@ class SessionModel:
         memoized factory of the file) or the default group."""
         name = qualified_name(node.func, self.imports)
         if name in self.catalog.default_groups:
-            return Value(group=DEFAULT_GROUP)
+            return Value(group=DEFAULT_GROUP, present=True)
         if name is not None and name in self.catalog.groups:
             arguments = ", ".join(source_text(a) for a in (*node.args, *node.keywords))
-            return Value(group=GroupKey(GroupKind.NAMED, f"{self.catalog.groups[name]}({arguments})"))
+            return Value(
+                group=GroupKey(GroupKind.NAMED, f"{self.catalog.groups[name]}({arguments})"), present=True
+            )
         if isinstance(node.func, ast.Name) and node.func.id in self.factories:
-            return Value(group=self.factories[node.func.id])
+            return Value(group=self.factories[node.func.id], present=True)
         return None
 
     def default_name(self, node: ast.expr) -> Value | None:

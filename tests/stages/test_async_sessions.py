@@ -253,3 +253,27 @@ def test_a_finally_runs_before_the_return_it_guards() -> None:
         return value
     """
     assert races(body) == []
+
+
+def test_a_group_filled_lazily_by_a_method_is_one_group() -> None:
+    body = """
+    class Trainer:
+        def __init__(self):
+            self._side = None
+
+        def side(self):
+            if self._side is None:
+                self._side = dist.new_group(backend="gloo")
+            return self._side
+
+        def step(self, state, batch):
+            fut = dcp.async_save(state, checkpoint_id="x", process_group=self.side())
+            dist.all_reduce(batch, group=self.side())
+            fut.result()
+
+        def fresh_each_time(self, state, batch):
+            fut = dcp.async_save(state, checkpoint_id="x", process_group=dist.new_group(backend="gloo"))
+            dist.all_reduce(batch, group=dist.new_group(backend="gloo"))
+            fut.result()
+    """
+    assert lines(body) == [(RaceKind.COLLECTIVE, 12, 13)]
