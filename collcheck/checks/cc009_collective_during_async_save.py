@@ -112,5 +112,5 @@ def _finding(context: ModuleContext, race: SessionRace) -> Finding:
 
 
 def check_module(context: ModuleContext) -> list[Finding]:
-    races = session_races(context.tree, context.imports, context.catalog)
+    races = session_races(context.tree, context.imports, context.catalog, context.source.text)
     return [_finding(context, race) for race in races]
