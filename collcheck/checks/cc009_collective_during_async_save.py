@@ -50,8 +50,6 @@ or wait for the save (`future.result()`) before the barrier, or save everything 
 
 from __future__ import annotations
 
-from enum import Enum
-
 from collcheck.findings import Finding, Location, Severity
 from collcheck.static.async_sessions import CallSite, RaceKind, SessionRace, session_races
 from collcheck.static.context import ModuleContext
@@ -71,19 +69,6 @@ MESSAGE_SECOND = (
     "{session_line} ({session_group}) may still run there: their background collectives can pair up "
     "differently on each rank; wait for the first's future, or save both in one call"
 )
-
-
-class Variant(Enum):
-    """The shapes of this rule's findings."""
-
-    COLLECTIVE = "collective"  # MESSAGE
-    SECOND_SESSION = "second session"  # MESSAGE_SECOND
-
-
-def variant(finding: Finding) -> Variant | None:
-    if finding.code != CODE:
-        return None
-    return Variant.SECOND_SESSION if finding.message_template == MESSAGE_SECOND else Variant.COLLECTIVE
 
 
 def _location(context: ModuleContext, site: CallSite) -> Location:

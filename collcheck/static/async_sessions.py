@@ -99,7 +99,6 @@ class _Frame:
     qualname: str
     depth: int
     local: frozenset[str]
-    declared_global: frozenset[str]
     returns: list[tuple[_State, Value]]
     loops: list[tuple[list[_State], list[_State]]]
 
@@ -164,7 +163,7 @@ def _join(states: list[_State]) -> _State:
     return joined
 
 
-_JOINS = itertools.count()
+_JOINS = itertools.count()  # names the values two paths leave in one place (identity only)
 
 
 def _join_values(a: Value | None, b: Value | None, place: str) -> Value:
@@ -223,7 +222,6 @@ class _Walker:
             qualname,
             depth,
             frozenset((stored | params) - declared),
-            declared,
             [],
             [],
         )
