@@ -498,11 +498,23 @@ class _Walker:
         followed = self._follow(node, state, frame)
         if followed is not None:
             return followed
-        for value in self._arguments(node, state, frame):  # handed to code not followed
-            state.open = state.open - value.sessions
+        handed = self._arguments(node, state, frame)
         if isinstance(node.func, ast.Attribute):
-            self._expr(node.func.value, state, frame)
+            handed.append(self._expr(node.func.value, state, frame))
+        for value in handed:  # handed to code not followed, which may wait for what it holds
+            state.open = state.open - value.sessions - self._held_under(value, state)
         return Value()
+
+    def _held_under(self, value: Value, state: _State) -> frozenset[int]:
+        """The sessions whose handles an object of the file keeps in its attributes."""
+        if value.obj is None:
+            return frozenset()
+        prefix = f"{value.obj.path}."
+        held: frozenset[int] = frozenset()
+        for place, kept in state.slots.items():
+            if kept.sessions and place.startswith(prefix):
+                held |= kept.sessions
+        return held
 
     def _arguments(self, node: ast.Call, state: _State, frame: _Frame) -> list[Value]:
         values = [self._expr(a.value if isinstance(a, ast.Starred) else a, state, frame) for a in node.args]

@@ -277,3 +277,25 @@ def test_a_group_filled_lazily_by_a_method_is_one_group() -> None:
             fut.result()
     """
     assert lines(body) == [(RaceKind.COLLECTIVE, 12, 13)]
+
+
+def test_an_object_holding_a_handle_handed_to_unknown_code_is_no_longer_followed() -> None:
+    body = """
+    class Saver:
+        def __init__(self):
+            self.job = None
+
+        def start(self, state):
+            self.job = dcp.async_save(state, checkpoint_id="x")
+
+    def handed(saver: Saver, state, hooks):
+        saver.start(state)
+        hooks.on_save(saver)
+        dist.barrier()
+
+    def kept(saver: Saver, state, hooks):
+        saver.start(state)
+        hooks.on_save(state)
+        dist.barrier()
+    """
+    assert lines(body) == [(RaceKind.COLLECTIVE, 7, 17)]
