@@ -77,6 +77,21 @@ class MethodSpec:
 
 
 @dataclass(frozen=True)
+class SessionSpec:
+    """A call that goes on issuing collectives on its group from a background thread after it
+    returns (an asynchronous checkpoint save), until the handle it returns is waited on."""
+
+    what: str  # what the session is, for messages
+    params: tuple[str, ...] = ()  # the positional parameter order
+    group: str | None = None  # the parameter naming its group (not passed: the default group)
+    # attribute chains called on the returned handle that wait for the session (`result`,
+    # `upload_completion.result`)
+    ends: tuple[tuple[str, ...], ...] = ()
+    # keyword -> the source text of a value with which the call issues no collective on that group
+    quiet_when: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class Catalog:
     functions: dict[str, OpSpec] = field(default_factory=dict)
     methods: tuple[MethodSpec, ...] = ()
@@ -106,6 +121,10 @@ class Catalog:
     # functions that start processes running the callable they are handed (`mp.spawn`) -> the value
     # the callable's first parameter holds (`local_rank`: the process index)
     launchers: dict[str, str] = field(default_factory=dict)
+    # calls that start a background collective session -> what it is (`[[async_session]]`)
+    sessions: dict[str, SessionSpec] = field(default_factory=dict)
+    # qualified names of the default group (`torch.distributed.group.WORLD`; `[default_group]`)
+    default_groups: frozenset[str] = frozenset()
     names: tuple[str, ...] = ()
     fingerprint: str = ""
 
@@ -130,6 +149,7 @@ class Catalog:
             if (type_name or factory) in wrapped_types:
                 words.add(factory.rsplit(".", 1)[-1])
         words.update(name.rsplit(".", 1)[-1] for name in self.types_in_place)
+        words.update(name.rsplit(".", 1)[-1] for name in self.sessions)
         return frozenset(words)
 
     @cached_property
@@ -269,6 +289,8 @@ def _value_table(data: Any, where: str, default_value: str) -> dict[str, str]:
 class _Builder:
     functions: dict[str, OpSpec] = field(default_factory=dict)
     methods: list[MethodSpec] = field(default_factory=list)
+    sessions: dict[str, SessionSpec] = field(default_factory=dict)
+    default_groups: set[str] = field(default_factory=set)
     tables: dict[str, dict[str, str]] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
     grids: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -318,6 +340,12 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
                     any_receiver=bool(entry.get("any_receiver", False)),
                 )
             )
+    for index, entry in enumerate(data.get("async_session", [])):
+        item_where = f"{where}: async_session #{index + 1}"
+        for name in _str_tuple(entry, "names", item_where):
+            builder.sessions[name] = _session_spec(entry, item_where)
+    default_groups = data.get("default_group", {})
+    builder.default_groups.update(_str_tuple(default_groups, "names", f"{where}: [default_group]"))
     _add_rank_section(builder, data.get("rank", {}), f"{where}: [rank]", "rank", "rank")
     world = data.get("world", {})
     world_functions = _value_table(world.get("functions"), f"{where}: [world].functions", "world")
@@ -364,6 +392,22 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
         raise CatalogError(f"{where}: [group_grids] must be a table of name = [group, ...]")
     for name in grids:
         builder.grids[f"{where}:{name}"] = _str_tuple(grids, name, f"{where}: [group_grids]")
+
+
+def _session_spec(entry: dict[str, Any], where: str) -> SessionSpec:
+    quiet = entry.get("quiet_when", {})
+    if not isinstance(quiet, dict) or not all(isinstance(v, str) for v in quiet.values()):
+        raise CatalogError(f"{where}: 'quiet_when' must be a table of keyword = source text")
+    ends = tuple(tuple(chain.split(".")) for chain in _str_tuple(entry, "ends", where))
+    if not ends or not all(all(part.isidentifier() for part in chain) for chain in ends):
+        raise CatalogError(f"{where}: 'ends' must list dotted method names called on the handle")
+    return SessionSpec(
+        what=_optional_str(entry, "what", where) or "background session",
+        params=_str_tuple(entry, "params", where),
+        group=_optional_str(entry, "group", where),
+        ends=ends,
+        quiet_when=tuple(sorted((str(k), v) for k, v in quiet.items())),
+    )
 
 
 def _attribute_types(data: Any, where: str) -> dict[str, str]:
@@ -515,6 +559,8 @@ def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ()))
         remote_calls=tables.get("remote_calls", {}),
         attribute_types=tables.get("attribute_types", {}),
         launchers=tables.get("launchers", {}),
+        sessions=builder.sessions,
+        default_groups=frozenset(builder.default_groups),
         names=tuple(builder.names),
         fingerprint=fingerprint,
     )

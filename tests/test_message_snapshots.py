@@ -1,4 +1,4 @@
-"""Snapshots of what the collective rules (CC001-CC007) print: the full text of every message
+"""Snapshots of what the collective rules (CC001-CC007, CC009) print: the full text of every message
 template, and every fixture finding's rendered message and counterexample.
 
 The snapshot files are written by the code itself, never by hand:
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 UPDATE = os.environ.get("COLLCHECK_UPDATE_SNAPSHOTS") == "1"
-COLLECTIVE_CODES = tuple(f"CC00{n}" for n in range(1, 8))
+COLLECTIVE_CODES = (*(f"CC00{n}" for n in range(1, 8)), "CC009")
 
 
 def _units() -> list[Path]:

@@ -1,0 +1,639 @@
+"""Collectives that race a background session (an asynchronous checkpoint save) on its group.
+
+In: a module's tree, its import table and the catalog (`[[async_session]]`: the calls that start a
+session, the parameter naming its group, the calls on the returned handle that wait for it).
+Out: `SessionRace`s: a collective issued, or a second session started, on the group an earlier
+session still drives, on some path from the call that started it and before its handle is waited.
+
+Each function and method of the file is run from its start, in order, over one joined state per
+program point (not per path): which sessions may be open, and what each variable and object
+attribute holds (`session_values.Value`: a group, the handles of sessions, an object of the file).
+Calls of the file's functions and of methods of the file's objects are followed (four deep), so a
+handle stored on `self` in one method and waited in another is followed from the caller that
+runs both; loops run twice, so a session left open by one iteration meets the next one's
+collectives. A session is open until a call the catalog names is made on its handle; a branch on
+`handle is None` closes it there; a handle handed to code that is not followed (a list, a logger,
+another library) is no longer tracked, and nothing is reported about it. Two groups are the same
+only when `GroupKey.same` says so: both the default group, one factory, or one storage read while
+not reassigned. Everything else is quiet.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import itertools
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from collcheck.catalog import Catalog, SessionSpec
+from collcheck.static.names import ImportTable, qualified_name, source_text
+from collcheck.static.session_values import (
+    DEFAULT_GROUP,
+    NONE_VALUE,
+    UNKNOWN_GROUP,
+    FunctionNode,
+    GroupKey,
+    GroupKind,
+    Obj,
+    SessionModel,
+    Value,
+    default_of,
+    parameter_names,
+)
+
+MAX_DEPTH = 4  # calls followed below a root
+MAX_STEPS = 4000  # statements run from one root before it is given up
+MAX_FILE_STEPS = 100_000  # statements run for one file: the roots after that are not run
+MAX_SESSIONS = 64  # sessions followed in one file; those started after are not (nothing reported)
+UNROLL = 2
+
+
+class RaceKind(Enum):
+    COLLECTIVE = "collective"  # a collective on the session's group
+    SECOND_SESSION = "second session"  # another session started on it
+
+
+@dataclass(frozen=True)
+class CallSite:
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    call: str  # the callee as written
+    function: str  # the qualified name of the function it is in
+
+
+@dataclass(frozen=True)
+class SessionRace:
+    kind: RaceKind
+    session: CallSite  # the call that started the session still open
+    racing: CallSite  # the collective, or the second session's call
+    group: str  # the group as the racing call names it; "" for the default group
+    what: str  # what the session is, in the catalog's words
+    session_group: str  # the group as the session's call names it; "" for the default group
+
+
+@dataclass(frozen=True)
+class _Session:
+    site: CallSite
+    group: GroupKey
+    group_text: str
+    spec: SessionSpec
+
+
+class _State:
+    def __init__(self, open_: frozenset[int] = frozenset(), slots: dict[str, Value] | None = None) -> None:
+        self.open = open_
+        self.slots = dict(slots or {})
+        self.dead = False
+
+    def copy(self) -> _State:
+        return _State(self.open, self.slots)
+
+
+@dataclass
+class _Frame:
+    key: str
+    function: FunctionNode
+    qualname: str
+    depth: int
+    local: frozenset[str]
+    returns: list[tuple[_State, Value]]
+    loops: list[tuple[list[_State], list[_State]]]
+
+
+class _OutOfSteps(Exception):
+    pass
+
+
+def session_races(
+    tree: ast.Module, imports: ImportTable, catalog: Catalog, text: str | None = None
+) -> tuple[SessionRace, ...]:
+    """The races of the file's functions, each once; `text`, the file's source, lets a file that
+    never names a session's call be passed over without walking its tree."""
+    if not catalog.sessions:
+        return ()
+    if text is not None and not any(name.rsplit(".", 1)[-1] in text for name in catalog.sessions):
+        return ()
+    if not _starts_a_session(tree, imports, catalog):
+        return ()
+    walker = _Walker(SessionModel(tree, imports, catalog))
+    for function, qualname, cls in _roots(tree):
+        if walker.spent > MAX_FILE_STEPS:
+            break
+        walker.run_root(function, qualname, cls)
+    return tuple(walker.races.values())
+
+
+def _starts_a_session(tree: ast.Module, imports: ImportTable, catalog: Catalog) -> bool:
+    return any(
+        isinstance(node, ast.Call) and qualified_name(node.func, imports) in catalog.sessions
+        for node in ast.walk(tree)
+    )
+
+
+def _roots(tree: ast.Module) -> list[tuple[FunctionNode, str, str | None]]:
+    found: list[tuple[FunctionNode, str, str | None]] = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.append((stmt, stmt.name, None))
+        elif isinstance(stmt, ast.ClassDef):
+            found.extend(
+                (item, f"{stmt.name}.{item.name}", stmt.name)
+                for item in stmt.body
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+            )
+    return found
+
+
+def _join(states: list[_State]) -> _State:
+    live = [s for s in states if not s.dead]
+    if not live:
+        dead = _State()
+        dead.dead = True
+        return dead
+    joined = live[0].copy()
+    for other in live[1:]:
+        joined.open = joined.open | other.open
+        for place in set(joined.slots) | set(other.slots):
+            mine, theirs = joined.slots.get(place), other.slots.get(place)
+            if mine != theirs:
+                joined.slots[place] = _join_values(mine, theirs, place)
+    return joined
+
+
+_JOINS = itertools.count()  # names the values two paths leave in one place (identity only)
+
+
+def _join_values(a: Value | None, b: Value | None, place: str) -> Value:
+    sessions = (a.sessions if a else frozenset()) | (b.sessions if b else frozenset())
+    obj = a.obj if a is not None and b is not None and a.obj == b.obj else None
+    if a is not None and b is not None and a.group == b.group:
+        group = a.group
+    else:  # whatever the place holds after the join, two reads of it see the same object
+        group = GroupKey(GroupKind.PLACE, f"{place}#join{next(_JOINS)}")
+    present = a is not None and b is not None and a.present and b.present
+    return Value(group=group, sessions=sessions, obj=obj, present=present)
+
+
+class _Walker:
+    def __init__(self, model: SessionModel) -> None:
+        self.model = model
+        self.sessions: list[_Session] = []
+        self.races: dict[tuple[RaceKind, int, int, int, int], SessionRace] = {}
+        self.frames = itertools.count()
+        self.serials = itertools.count()
+        self.steps = 0
+        self.spent = 0  # statements run for the file's earlier roots
+        self.stack: list[FunctionNode] = []
+
+    def run_root(self, function: FunctionNode, qualname: str, cls: str | None) -> None:
+        self.spent += self.steps
+        self.steps = 0
+        state = _State()
+        bound: dict[str, Value] = {}
+        params = function.args.posonlyargs + function.args.args + function.args.kwonlyargs
+        for index, param in enumerate(params):
+            owner_class = self.model.annotated_class(param.annotation)
+            kind = self.model.kind_of(function)
+            if index == 0 and cls is not None and kind == "class":
+                bound[param.arg] = Value(obj=Obj(f"class {cls}", cls, exact=False))
+                continue
+            if index == 0 and cls is not None and kind == "instance":
+                owner_class = cls
+            if owner_class is not None:
+                bound[param.arg] = Value(obj=Obj(param.arg, owner_class, exact=False))
+        with contextlib.suppress(_OutOfSteps, RecursionError):  # what was found so far stands
+            self._call(function, qualname, bound, state, 0)
+
+    # --- frames --------------------------------------------------------------------------
+    def _call(
+        self, function: FunctionNode, qualname: str, bound: dict[str, Value], state: _State, depth: int
+    ) -> Value:
+        stored = {
+            n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }
+        params = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+        declared = frozenset(n for s in ast.walk(function) if isinstance(s, ast.Global) for n in s.names)
+        frame = _Frame(
+            f"f{next(self.frames)}",
+            function,
+            qualname,
+            depth,
+            frozenset((stored | params) - declared),
+            [],
+            [],
+        )
+        for name, value in bound.items():
+            state.slots[f"{frame.key}:{name}"] = value
+        self.stack.append(function)
+        try:
+            end = self._block(function.body, state, frame)
+        finally:
+            self.stack.pop()
+        outcomes = [end, *(s for s, _ in frame.returns)]
+        joined = _join(outcomes)
+        state.open, state.slots, state.dead = joined.open, joined.slots, joined.dead
+        values = [v for _, v in frame.returns]
+        if not values:
+            return Value()
+        result = values[0]
+        for value in values[1:]:
+            result = result if value == result else _join_values(result, value, "")
+        return result
+
+    def _inline(
+        self, function: FunctionNode, call: ast.Call, receiver: Value | None, state: _State, frame: _Frame
+    ) -> Value | None:
+        if frame.depth >= MAX_DEPTH or function in self.stack:
+            return None
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return None
+        params = parameter_names(function)
+        kind = self.model.kind_of(function)
+        bound: dict[str, Value] = {}
+        if kind in ("instance", "class") and params:
+            if receiver is None:
+                return None
+            bound[params[0]] = receiver
+            params = params[1:]
+        named = set(params) | {a.arg for a in function.args.kwonlyargs}
+        if len(call.args) > len(params) or any(k.arg not in named for k in call.keywords):
+            return None  # checked before any argument runs: the call is then run once, as unknown code
+        args = [self._expr(a, state, frame) for a in call.args]
+        bound.update(zip(params, args, strict=False))
+        for keyword in call.keywords:
+            bound[keyword.arg or ""] = self._expr(keyword.value, state, frame)
+        for name in named - set(bound):  # a default the call leaves in place (`group=None`)
+            default = default_of(function, name)
+            known = self.model.pure(default, None, "") if default is not None else None
+            if known is not None:
+                bound[name] = known
+        owner = self.model.owner.get(function)
+        qualname = f"{owner}.{function.name}" if owner else function.name
+        return self._call(function, qualname, bound, state, frame.depth + 1)
+
+    # --- statements ----------------------------------------------------------------------
+    def _block(self, body: list[ast.stmt], state: _State, frame: _Frame) -> _State:
+        for stmt in body:
+            if state.dead:
+                break
+            self.steps += 1
+            if self.steps > MAX_STEPS:
+                raise _OutOfSteps
+            state = self._stmt(stmt, state, frame)
+        return state
+
+    def _stmt(self, stmt: ast.stmt, state: _State, frame: _Frame) -> _State:
+        if isinstance(stmt, ast.Expr):
+            self._expr(stmt.value, state, frame)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            if stmt.value is not None:
+                value = self._expr(stmt.value, state, frame)
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for target in targets:
+                    self._store(target, Value() if isinstance(stmt, ast.AugAssign) else value, state, frame)
+        elif isinstance(stmt, ast.If):
+            return self._if(stmt, state, frame)
+        elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
+            return self._loop(stmt, state, frame)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                self._expr(item.context_expr, state, frame)
+                if item.optional_vars is not None:
+                    self._store(item.optional_vars, Value(), state, frame)
+            return self._block(stmt.body, state, frame)
+        elif isinstance(stmt, ast.Try):
+            return self._try(stmt, state, frame)
+        elif isinstance(stmt, ast.Return):
+            value = self._expr(stmt.value, state, frame) if stmt.value is not None else NONE_VALUE
+            frame.returns.append((state.copy(), value))
+            state.dead = True
+        elif isinstance(stmt, ast.Raise):
+            state.dead = True
+        elif isinstance(stmt, (ast.Break, ast.Continue)) and frame.loops:
+            frame.loops[-1][0 if isinstance(stmt, ast.Break) else 1].append(state.copy())
+            state.dead = True
+        return state
+
+    def _if(self, stmt: ast.If, state: _State, frame: _Frame) -> _State:
+        self._expr(stmt.test, state, frame)
+        then, other = state.copy(), state.copy()
+        tested, none_when_true = _none_test(stmt.test)
+        if tested is not None:
+            none_branch, held_branch = (then, other) if none_when_true else (other, then)
+            current = self._read(tested, state, frame)
+            if current is not None and current.present:
+                none_branch.dead = True  # a lazy fill already done: `if self._group is None:`
+            else:
+                self._refine(tested, none_branch, frame)
+                self._holds(tested, current, held_branch, frame)
+        return _join([self._block(stmt.body, then, frame), self._block(stmt.orelse, other, frame)])
+
+    def _refine(self, tested: ast.expr, state: _State, frame: _Frame) -> None:
+        """On this branch `tested` is None: it holds no session's handle."""
+        place = self._place(tested, state, frame)
+        if place is None:
+            return
+        held = state.slots.get(place, Value()).sessions
+        state.open = state.open - held
+        state.slots[place] = NONE_VALUE
+
+    def _holds(self, tested: ast.expr, current: Value | None, state: _State, frame: _Frame) -> None:
+        """On this branch `tested` is not None."""
+        place = self._place(tested, state, frame)
+        if place is None or current is None:
+            return
+        if current.group.kind is GroupKind.UNKNOWN:
+            current = replace(current, group=GroupKey(GroupKind.PLACE, place))
+        state.slots[place] = replace(current, present=True)
+
+    def _loop(self, stmt: ast.For | ast.AsyncFor | ast.While, state: _State, frame: _Frame) -> _State:
+        forever = (
+            isinstance(stmt, ast.While) and isinstance(stmt.test, ast.Constant) and bool(stmt.test.value)
+        )
+        if isinstance(stmt, ast.While):
+            self._expr(stmt.test, state, frame)
+        else:
+            self._expr(stmt.iter, state, frame)
+        exits: list[_State] = [] if forever else [state.copy()]
+        for _ in range(UNROLL):
+            if isinstance(stmt, (ast.For, ast.AsyncFor)):
+                self._store(stmt.target, Value(), state, frame)
+            frame.loops.append(([], []))
+            state = self._block(stmt.body, state, frame)
+            breaks, continues = frame.loops.pop()
+            state = _join([state, *continues])
+            exits.extend(breaks)
+            if not forever:
+                exits.append(state.copy())
+        after = _join(exits)
+        return self._block(stmt.orelse, after, frame) if stmt.orelse else after
+
+    def _try(self, stmt: ast.Try, state: _State, frame: _Frame) -> _State:
+        before = state.copy()
+        returned = len(frame.returns)
+        body = self._block(stmt.body, state, frame)
+        ends = []
+        for handler in stmt.handlers:
+            ends.append(self._block(handler.body, _join([before, body]), frame))
+        body = self._block(stmt.orelse, body, frame)
+        after = _join([body, *ends])
+        if stmt.finalbody:
+            for index in range(returned, len(frame.returns)):  # a `return` in the body runs it first
+                at_return, value = frame.returns[index]
+                frame.returns[index] = (self._block(stmt.finalbody, at_return.copy(), frame), value)
+            after = self._block(stmt.finalbody, after if not after.dead else before.copy(), frame)
+        return after
+
+    # --- places ---------------------------------------------------------------------------
+    def _place(self, node: ast.expr, state: _State, frame: _Frame) -> str | None:
+        """Where a name or attribute chain is stored, as a path from the root's names."""
+        if isinstance(node, ast.Name):
+            if node.id in frame.local:
+                return f"{frame.key}:{node.id}"
+            return f"global {node.id}"
+        if isinstance(node, ast.Attribute):
+            base = self._read(node.value, state, frame)
+            if base is not None and base.obj is not None:
+                return f"{base.obj.path}.{node.attr}"
+            place = self._place(node.value, state, frame)
+            return f"{place}.{node.attr}" if place is not None else None
+        return None
+
+    def _read(self, node: ast.expr, state: _State, frame: _Frame) -> Value | None:
+        """The value of a name or attribute chain (no call runs); None for other expressions."""
+        if isinstance(node, ast.Name) and node.id not in frame.local and node.id in self.model.classes:
+            return Value(obj=Obj(f"class {node.id}", node.id, exact=True))
+        known = self.model.default_name(node)
+        if known is not None:
+            return known
+        if not isinstance(node, (ast.Name, ast.Attribute)):
+            return None
+        if isinstance(node, ast.Attribute):
+            handle = self._read(node.value, state, frame)
+            if handle is not None and self._leads_to_end(handle, node.attr):
+                return Value(sessions=handle.sessions)  # `response.upload_completion`, waited later
+        place = self._place(node, state, frame)
+        if place is None:
+            return None
+        if place in state.slots:
+            return state.slots[place]
+        if isinstance(node, ast.Attribute):
+            base = self._read(node.value, state, frame)
+            if base is not None and self._leads_to_end(base, node.attr):
+                return Value(sessions=base.sessions)  # `response.upload_completion`, waited later
+            if base is not None and base.obj is not None:
+                fact = self.model.attribute(base.obj, node.attr)
+                if fact is not None:
+                    return fact
+        return Value(group=GroupKey(GroupKind.PLACE, place))
+
+    def _leads_to_end(self, handle: Value, attribute: str) -> bool:
+        return any(
+            len(chain) > 1 and chain[0] == attribute
+            for number in handle.sessions
+            for chain in self.sessions[number].spec.ends
+        )
+
+    def _store(self, target: ast.expr, value: Value, state: _State, frame: _Frame) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            state.open = state.open - value.sessions  # unpacked: no longer followed
+            for element in target.elts:
+                self._store(element, Value(), state, frame)
+            return
+        place = self._place(target, state, frame)
+        if place is None:  # a subscript, a container: the handle is no longer followed
+            state.open = state.open - value.sessions
+            return
+        if value.group.kind is GroupKind.UNKNOWN:
+            value = Value(
+                GroupKey(GroupKind.PLACE, f"{place}#{next(self.serials)}"), value.sessions, value.obj
+            )
+        state.slots[place] = value
+
+    # --- expressions -------------------------------------------------------------------------
+    def _expr(self, node: ast.expr, state: _State, frame: _Frame) -> Value:
+        if isinstance(node, ast.Call):
+            return self._call_expr(node, state, frame)
+        if isinstance(node, ast.Constant) and node.value is None:
+            return NONE_VALUE
+        if isinstance(node, ast.IfExp):
+            self._expr(node.test, state, frame)
+            a, b = self._expr(node.body, state, frame), self._expr(node.orelse, state, frame)
+            return a if a == b else Value(sessions=a.sessions | b.sessions)
+        if isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+            return Value()  # runs later, or in its own scope: not followed
+        read = self._read(node, state, frame)
+        if read is not None:
+            return read
+        held: frozenset[int] = frozenset()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                held |= self._expr(child, state, frame).sessions
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
+            state.open = state.open - held  # put in a container: no longer followed
+        return Value()
+
+    def _call_expr(self, node: ast.Call, state: _State, frame: _Frame) -> Value:
+        name = qualified_name(node.func, self.model.imports)
+        if name is not None and name in self.model.catalog.sessions:
+            return self._start(node, self.model.catalog.sessions[name], state, frame)
+        spec = self.model.catalog.functions.get(name or "")
+        if spec is not None and spec.kind == "collective":
+            group = self._argument(node, spec.params, spec.group, state, frame)
+            if group is not None and not (group[1] == "" and spec.default_group is not None):
+                self._race(RaceKind.COLLECTIVE, node, group, state, frame)
+            return Value()
+        if spec is not None and spec.kind == "group_create":
+            self._arguments(node, state, frame)
+            key = GroupKey(GroupKind.FRESH, f"{node.lineno}:{node.col_offset}#{next(self.serials)}")
+            return Value(group=key, present=True)
+        known = self.model.known_call(node)
+        if known is not None:
+            return known
+        if self._waits(node, state, frame):
+            return Value()
+        followed = self._follow(node, state, frame)
+        if followed is not None:
+            return followed
+        handed = self._arguments(node, state, frame)
+        if isinstance(node.func, ast.Attribute):
+            handed.append(self._expr(node.func.value, state, frame))
+        for value in handed:  # handed to code not followed, which may wait for what it holds
+            state.open = state.open - value.sessions - self._held_under(value, state)
+        return Value()
+
+    def _held_under(self, value: Value, state: _State) -> frozenset[int]:
+        """The sessions whose handles an object of the file keeps in its attributes."""
+        if value.obj is None:
+            return frozenset()
+        prefix = f"{value.obj.path}."
+        held: frozenset[int] = frozenset()
+        for place, kept in state.slots.items():
+            if kept.sessions and place.startswith(prefix):
+                held |= kept.sessions
+        return held
+
+    def _arguments(self, node: ast.Call, state: _State, frame: _Frame) -> list[Value]:
+        values = [self._expr(a.value if isinstance(a, ast.Starred) else a, state, frame) for a in node.args]
+        values.extend(self._expr(k.value, state, frame) for k in node.keywords)
+        return values
+
+    def _argument(
+        self, node: ast.Call, params: tuple[str, ...], wanted: str | None, state: _State, frame: _Frame
+    ) -> tuple[GroupKey, str] | None:
+        """The group a call names (the default group when it names none); None when unknown."""
+        values = self._arguments(node, state, frame)
+        if wanted is None or any(k.arg is None for k in node.keywords):
+            return None
+        for keyword, value in zip(node.keywords, values[len(node.args) :], strict=True):
+            if keyword.arg == wanted:
+                return value.group, source_text(keyword.value)
+        index = params.index(wanted) if wanted in params else None
+        if any(isinstance(a, ast.Starred) for a in node.args):
+            return None
+        if index is not None and index < len(node.args):
+            return values[index].group, source_text(node.args[index])
+        return DEFAULT_GROUP, ""
+
+    def _follow(self, node: ast.Call, state: _State, frame: _Frame) -> Value | None:
+        """Run a function of the file, or a method of an object of the file."""
+        func = node.func
+        if isinstance(func, ast.Name) and func.id not in frame.local and func.id in self.model.functions:
+            return self._inline(self.model.functions[func.id], node, None, state, frame)
+        if isinstance(func, ast.Name) and func.id not in frame.local and func.id in self.model.classes:
+            self._arguments(node, state, frame)
+            path = f"new {node.lineno}:{node.col_offset}#{next(self.serials)}"
+            return Value(obj=Obj(path, func.id, exact=True), present=True)
+        if not isinstance(func, ast.Attribute):
+            return None
+        receiver = self._read(func.value, state, frame)
+        if receiver is None or receiver.obj is None:
+            return None
+        method = self.model.method(receiver.obj, func.attr)
+        if method is None:
+            return None
+        if self.model.kind_of(method) == "class" and not receiver.obj.path.startswith("class "):
+            cls = receiver.obj.cls
+            receiver = Value(obj=Obj(f"class {cls}", cls, exact=True))
+        return self._inline(method, node, receiver, state, frame)
+
+    # --- sessions ----------------------------------------------------------------------------
+    def _site(self, node: ast.Call, frame: _Frame) -> CallSite:
+        return CallSite(
+            node.lineno,
+            node.col_offset,
+            node.end_lineno or node.lineno,
+            node.end_col_offset or node.col_offset,
+            source_text(node.func),
+            frame.qualname,
+        )
+
+    def _start(self, node: ast.Call, spec: SessionSpec, state: _State, frame: _Frame) -> Value:
+        for keyword in node.keywords:
+            text = source_text(keyword.value)
+            for quiet, quiet_text in spec.quiet_when:
+                if keyword.arg == quiet and (text == quiet_text or text.endswith(f".{quiet_text}")):
+                    self._arguments(node, state, frame)
+                    return Value()
+        group = self._argument(node, spec.params, spec.group, state, frame)
+        if group is None or len(self.sessions) >= MAX_SESSIONS:
+            return Value()
+        self._race(RaceKind.SECOND_SESSION, node, group, state, frame)
+        self.sessions.append(_Session(self._site(node, frame), group[0], group[1], spec))
+        number = len(self.sessions) - 1
+        state.open = state.open | {number}
+        return Value(sessions=frozenset({number}), present=True)
+
+    def _race(
+        self, kind: RaceKind, node: ast.Call, group: tuple[GroupKey, str], state: _State, frame: _Frame
+    ) -> None:
+        key, text = group
+        if key == UNKNOWN_GROUP:
+            return
+        for number in sorted(state.open):
+            session = self.sessions[number]
+            if session.group.same(key):
+                site = self._site(node, frame)
+                where = (kind, session.site.line, session.site.column, site.line, site.column)
+                self.races.setdefault(
+                    where, SessionRace(kind, session.site, site, text, session.spec.what, session.group_text)
+                )
+
+    def _waits(self, node: ast.Call, state: _State, frame: _Frame) -> bool:
+        """`handle.result()`, `handle.upload_completion.result()`: the sessions it ends."""
+        chain: list[str] = []
+        target: ast.expr = node.func
+        while isinstance(target, ast.Attribute):
+            chain.insert(0, target.attr)
+            target = target.value
+            held = self._read(target, state, frame)
+            if held is None or not held.sessions:
+                continue
+            ended = {n for n in held.sessions if tuple(chain) in self.sessions[n].spec.ends}
+            if ended:
+                self._arguments(node, state, frame)
+                state.open = state.open - ended
+                return True
+        return False
+
+
+def _none_test(test: ast.expr) -> tuple[ast.expr | None, bool]:
+    """(the expression tested against None, whether it is None when the test holds)."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and _is_none(test.comparators[0]):
+        if isinstance(test.ops[0], ast.Is):
+            return test.left, True
+        if isinstance(test.ops[0], ast.IsNot):
+            return test.left, False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner, when = _none_test(test.operand)
+        return (inner, not when) if inner is not None else (test.operand, True)
+    if isinstance(test, (ast.Name, ast.Attribute)):
+        return test, False
+    return None, False
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
