@@ -26,6 +26,10 @@ from collcheck.static.receivers import passed_argument
 from collcheck.static.symbolic import RANK, Atom, Expr, IfExp, is_rank_dependent
 
 _METHOD_CALLS: WeakKeyDictionary[ModuleInfo, dict[str, list[ast.Call]]] = WeakKeyDictionary()
+# (class, attribute) -> the method and parameter that store it, found once per module model
+_STORES: WeakKeyDictionary[ModuleInfo, dict[tuple[str, str], tuple[FunctionNode, str] | None]] = (
+    WeakKeyDictionary()
+)
 
 MAX_CHOICES = 4  # nested `a if c else b` looked into
 
@@ -54,7 +58,10 @@ def stored_from(
     info = module.classes.get(class_name)
     if info is None or function is None:
         return None
-    store = _storing_method(info.methods, attribute)
+    stores = _STORES.setdefault(module, {})
+    if (class_name, attribute) not in stores:
+        stores[(class_name, attribute)] = _storing_method(info.methods, attribute)
+    store = stores[(class_name, attribute)]
     if store is None:
         return None
     method, parameter = store
