@@ -70,7 +70,8 @@ def stored_from(
     passed: set[str] = set()
     inside = {id(n) for n in nodes_under(function)}
     for call in _method_calls(module).get(method.name, []):
-        assert isinstance(call.func, ast.Attribute)
+        if not isinstance(call.func, ast.Attribute):  # `_method_calls` keeps method calls only
+            return None
         if id(call) not in inside or source_text(call.func.value) != holder_text:
             return None
         argument = passed_argument(call, params, parameter)
