@@ -47,6 +47,7 @@ from collcheck.static.program import (
     Region,
     RegionKind,
     Site,
+    communicating_conds,
 )
 from collcheck.static.raises import data_tests, raised_class
 from collcheck.static.receivers import passed_object, used_object
@@ -636,7 +637,7 @@ class Interpreter(ObjectProtocols):
             first,
             frame.chain,
             over_set,
-            tuple(s.conds for s in body_states if s.events),
+            *communicating_conds([(s.conds, s.events) for s in body_states]),
         )
         if self.record_events:
             after.events = (*outer.events, loop)

@@ -6,6 +6,7 @@ whether two ranks can take paths whose sequences differ).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -116,6 +117,9 @@ class LoopEvent:
     over_set: bool = False
     # Conditions under which one iteration communicates: an extra iteration matters only then.
     body_conds: tuple[tuple[Expr, ...], ...] = ()
+    # The collectives each of `body_conds` issues (read for their channels: a loop that meets
+    # on two groups communicates on one of them only under that one's conditions); () when unknown.
+    body_comms: tuple[tuple[CommEvent, ...], ...] = ()
 
     @property
     def op(self) -> str:
@@ -126,6 +130,52 @@ class LoopEvent:
 
 
 Element = CommEvent | LoopEvent
+
+# More alternatives than this in one loop's "when an iteration communicates" and the loop keeps
+# its body paths' own conditions (it may then be taken to communicate where it does not).
+MAX_COMMUNICATING_CONDS = 64
+
+
+def communicating_conds(
+    body: Sequence[tuple[tuple[Expr, ...], tuple[Element, ...]]],
+) -> tuple[tuple[tuple[Expr, ...], ...], tuple[tuple[CommEvent, ...], ...]]:
+    """When one iteration of a loop communicates, and what it then issues (`LoopEvent.body_conds`,
+    `body_comms`): in: each body path's conditions and events; out: alternatives, each a
+    conjunction, with the collectives issued under it. A path that issues a collective itself
+    communicates under its own conditions; a path whose only events are inner loops communicates
+    only when one of them does (`for s in states: for v in s: if sharded: all_reduce(v)`
+    communicates only when `sharded`; an inner loop's conditions begin with the outer path's)."""
+    conds_found: list[tuple[Expr, ...]] = []
+    comms_found: list[tuple[CommEvent, ...]] = []
+    for conds, events in body:
+        if not events:
+            continue
+        inner = [e for e in events if isinstance(e, LoopEvent)]
+        if len(inner) < len(events) or any(len(loop.body_comms) != len(loop.body_conds) for loop in inner):
+            conds_found.append(conds)
+            comms_found.append(tuple(_issued(events)))
+            continue
+        for loop in inner:
+            for alternative, comms in zip(loop.body_conds, loop.body_comms, strict=True):
+                conds_found.append(tuple(dict.fromkeys((*conds, *alternative))))
+                comms_found.append(comms)
+    if len(conds_found) > MAX_COMMUNICATING_CONDS:
+        kept = [(conds, events) for conds, events in body if events]
+        return tuple(c for c, _ in kept), tuple(tuple(_issued(e)) for _, e in kept)
+    return tuple(conds_found), tuple(comms_found)
+
+
+def _issued(events: tuple[Element, ...]) -> list[CommEvent]:
+    """The collectives among `events`, an inner loop's as each of its iterations may issue them."""
+    found: list[CommEvent] = []
+    for event in events:
+        if isinstance(event, CommEvent):
+            found.append(event)
+        elif event.body_comms:
+            found.extend(e for comms in event.body_comms for e in comms)
+        elif event.first is not None:
+            found.append(event.first)
+    return found
 
 
 @dataclass(frozen=True)

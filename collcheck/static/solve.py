@@ -226,14 +226,22 @@ def _differs(tr: Z3Translator, x: Expr, y: Expr) -> Any:
     return tr.value(x, "a") != tr.value(y, "b")
 
 
-def _communicates(tr: Z3Translator, loop: LoopEvent, side: str) -> Any:
-    """Some iteration of the loop issues a collective on this rank (else extra trips are harmless)."""
+def _communicates(tr: Z3Translator, loop: LoopEvent, side: str, channel: str) -> Any:
+    """Some iteration of the loop issues a collective on `channel` on this rank (else extra trips
+    are harmless there)."""
     z3 = tr.z3
-    if not loop.body_conds:
+    alternatives = list(loop.body_conds)
+    if len(loop.body_comms) == len(alternatives):
+        on_channel = [
+            conds
+            for conds, comms in zip(alternatives, loop.body_comms, strict=True)
+            if channel_sequence(comms, channel)
+        ]
+        alternatives = on_channel or alternatives  # none: the channel came from elsewhere, keep all
+    if not alternatives:
         return z3.BoolVal(True)
     options = [
-        z3.And(*[tr.as_bool(c, side) for c in conds]) if conds else z3.BoolVal(True)
-        for conds in loop.body_conds
+        z3.And(*[tr.as_bool(c, side) for c in conds]) if conds else z3.BoolVal(True) for conds in alternatives
     ]
     return z3.Or(*options)
 
@@ -368,7 +376,7 @@ def _compare(
                 return _structural(PairQuery(solver, region, channel, membership, a, b, seq_a, seq_b), index)
 
             def runs(tr: Z3Translator, loop: LoopEvent = loop, side: str = side) -> Any:
-                return tr.z3.And(tr.as_int(loop.trip, side) >= 1, _communicates(tr, loop, side))
+                return tr.z3.And(tr.as_int(loop.trip, side) >= 1, _communicates(tr, loop, side, channel))
 
             query = PairQuery(solver, region, channel, membership, a, b, seq_a, seq_b)
             divergences = _structural(query, index, runs)
@@ -417,7 +425,8 @@ def _compare(
             loop_a, loop_b = seq_a[index], seq_b[index]
             assert isinstance(loop_a, LoopEvent) and isinstance(loop_b, LoopEvent)
             return tr.z3.And(
-                differs, tr.z3.Or(_communicates(tr, loop_a, "a"), _communicates(tr, loop_b, "b"))
+                differs,
+                tr.z3.Or(_communicates(tr, loop_a, "a", channel), _communicates(tr, loop_b, "b", channel)),
             )
 
         query = PairQuery(solver, region, channel, membership, a, b, seq_a, seq_b)

@@ -50,6 +50,7 @@ from collcheck.static.receivers import (
     object_class,
 )
 from collcheck.static.state import Frame, State
+from collcheck.static.stored_values import kept_alike, stored_from
 from collcheck.static.symbolic import (
     MEMBER,
     RANK,
@@ -165,6 +166,9 @@ class ValueEvaluator:
                 if imported is not None:
                     return imported
         if node.attr in self.catalog.rank_attributes:
+            stored = self._stored_place(node, state, frame, known)
+            if stored is not None:
+                return stored
             spec = self.catalog.rank_attributes[node.attr]
             if spec == "group_rank":  # the rank inside the group the attribute is read from
                 owner = self.pure(node.value, state, frame, known)
@@ -375,6 +379,24 @@ class ValueEvaluator:
         # passed as an argument (a sampler, a device, a constructor) does not make it per-rank.
         # Equal text, equal value: the same helper asked twice answers the same.
         return Atom(f"call:{source_text(node)}", "shared")
+
+    def _stored_place(
+        self, node: ast.Attribute, state: State, frame: Frame, known: dict[int, Expr] | None
+    ) -> Expr | None:
+        """`ws.rank` where the object's class stores it from what this function passes it, a value
+        kept alike (stored_values): `None` until stored, then that value, not the name's catalogued
+        one."""
+        instance_of = object_class(self.module, self.pure(node.value, state, frame, known))
+        function = frame.stack[-1] if frame.stack else None
+        name = (
+            None
+            if instance_of is None
+            else stored_from(self.module, instance_of.name, node.attr, node.value, function)
+        )
+        value = None if name is None else self.pure(name, state, frame, known)
+        if value is None or not kept_alike(value):
+            return None
+        return IfExp(Atom(f"stored:{source_text(node)}@{frame.function}", "shared"), value, Const(None))
 
     def class_attribute(self, class_name: str, attribute: str) -> Expr | None:
         return inherited_attribute(self.module, class_name, attribute)

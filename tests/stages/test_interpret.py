@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collcheck.static.program import CommEvent, EventKind, ExitKind, LoopEvent, Region, RegionKind, Site
-from collcheck.static.symbolic import RANK, Compare, Const, GroupVal, Not, is_rank_dependent
+from collcheck.static.symbolic import RANK, Atom, Compare, Const, GroupVal, Not, is_rank_dependent
 
 from .conftest import comm_events, interpreter_of, line_of, op_sequences, ops, regions_of
 
@@ -222,3 +222,33 @@ def test_a_break_under_a_rank_test_ends_the_iteration_in_the_loop_region() -> No
     assert op_sequences(function) == {("loop[all_reduce]",)}
     exits = sorted((p.exit.kind.value if p.exit else "", ops(p)) for p in loop.paths)
     assert exits == [("", ("all_reduce",)), ("break", ())]
+
+
+def test_an_outer_loop_communicates_only_when_an_inner_loop_does_and_on_that_loops_groups() -> None:
+    # The outer loop's body path issues nothing itself: one of its iterations communicates on
+    # `a` only when `sharded` (the inner loop's test), on `b` either way.
+    body = """
+    def f(states, sharded, a, b):
+        for state in states:
+            for value in state:
+                if sharded:
+                    dist.all_reduce(value, group=a)
+                dist.barrier(group=b)
+    """
+    (function, *_) = regions_of(body)
+    (path,) = function.paths
+    (outer,) = path.events
+    assert isinstance(outer, LoopEvent)
+    issued = [
+        tuple((e.op, e.group.key.split("@")[0] if e.group else "") for e in comms)
+        for comms in outer.body_comms
+    ]
+    tests = [conds[-1] for conds in outer.body_conds]  # after the two loops' `len(...) >= 1`
+    assert [len(conds) for conds in outer.body_conds] == [3, 3]
+    sharded = tests[0]
+    assert isinstance(sharded, Atom) and sharded.name.startswith("param:sharded")
+    assert tests == [sharded, Not(sharded)]
+    assert issued == [
+        (("all_reduce", "param:a"), ("barrier", "param:b")),
+        (("barrier", "param:b"),),
+    ]
