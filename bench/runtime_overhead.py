@@ -128,7 +128,7 @@ def paired_worker(blocks: int, trace_dir: str, kinds: tuple[str, ...]) -> None:
     import torch
     import torch.distributed as dist
 
-    from collcheck.runtime import hook, tracer, verify_store
+    from collcheck.runtime import hook, tracer, verify_protocol
 
     dist.init_process_group("gloo")
     configs = {
@@ -151,8 +151,10 @@ def paired_worker(blocks: int, trace_dir: str, kinds: tuple[str, ...]) -> None:
                 base, base_cpu = _timed_block(dist, tensor, iters)
                 # Each tracer numbers its collectives from 1 and the store outlives it: a follower
                 # would compare its first-seen #n with the previous tracer's record #n (another
-                # size). A job starts one tracer; here each block's keys get a prefix of their own.
-                verify_store.PREFIX = f"collcheck-bench/{label}/{block}/{kind}"
+                # size). A job starts one tracer; here each block's keys get a prefix of their own
+                # (verify_protocol.key_prefix reads PREFIX when the monitor connects; setting the
+                # name where it no longer lives, as this bench did after the split, changed nothing).
+                verify_protocol.PREFIX = f"collcheck-bench/{label}/{block}/{kind}"
                 tracer.start(configs[kind])
                 traced, traced_cpu = _timed_block(dist, tensor, iters)
                 tracer.stop()
