@@ -3,6 +3,7 @@
     python bench/runtime_overhead.py [--rounds 3] [--small-iters 2000] [--large-iters 300]
                                       [--single-iters 3000] [--blocks 80] [--only-paired]
                                       [--kinds record,record-py,async,async-py]
+    python bench/runtime_overhead.py --only-paired --against /work/main --repeat 4 [--blocks 15]
 
 Measures, in one run:
 
@@ -18,7 +19,10 @@ Measures, in one run:
    of the added CPU time of the issuing thread per op (rank 0). `async` is async verify with the
    native kernel (the issuing thread records, the background thread compares); `async-py` is
    async verify on the Python kernel, the path async verify took before. `--only-paired` runs
-   this part alone; `--kinds` picks the kinds. Separate runs on this
+   this part alone; `--kinds` picks the kinds. `--against DIR --repeat N` (with `--only-paired`)
+   runs it N times for this checkout and N times for the collcheck in DIR, alternating (and
+   alternating which goes first), and prints the median over the runs of each run's median
+   added issuing-thread CPU: a before/after comparison in one window. Separate runs on this
    2-core VM differ by up to ±30% from minute to minute, far more than the 5% goal (record mode
    within 5% of untraced at 1 MiB); pairs a few hundred milliseconds apart see much less of that.
 3. The added cost per collective in isolation: one process (world size 1, gloo), a loop of
@@ -36,6 +40,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -128,7 +133,7 @@ def paired_worker(blocks: int, trace_dir: str, kinds: tuple[str, ...]) -> None:
     import torch
     import torch.distributed as dist
 
-    from collcheck.runtime import hook, tracer, verify_store
+    from collcheck.runtime import hook, tracer, verify_protocol
 
     dist.init_process_group("gloo")
     configs = {
@@ -151,8 +156,10 @@ def paired_worker(blocks: int, trace_dir: str, kinds: tuple[str, ...]) -> None:
                 base, base_cpu = _timed_block(dist, tensor, iters)
                 # Each tracer numbers its collectives from 1 and the store outlives it: a follower
                 # would compare its first-seen #n with the previous tracer's record #n (another
-                # size). A job starts one tracer; here each block's keys get a prefix of their own.
-                verify_store.PREFIX = f"collcheck-bench/{label}/{block}/{kind}"
+                # size). A job starts one tracer; here each block's keys get a prefix of their own
+                # (verify_protocol.key_prefix reads PREFIX when the monitor connects; setting the
+                # name where it no longer lives, as this bench did after the split, changed nothing).
+                verify_protocol.PREFIX = f"collcheck-bench/{label}/{block}/{kind}"
                 tracer.start(configs[kind])
                 traced, traced_cpu = _timed_block(dist, tensor, iters)
                 tracer.stop()
@@ -181,11 +188,38 @@ def _timed_block(dist: Any, tensor: Any, iters: int) -> tuple[float, float]:
     return (time.perf_counter() - started) / iters, (time.thread_time() - cpu) / iters
 
 
-def run_paired(blocks: int, kinds: tuple[str, ...]) -> dict[str, dict[str, list[float]]]:
+def run_paired(
+    blocks: int, kinds: tuple[str, ...], checkout: Path = REPO
+) -> dict[str, dict[str, list[float]]]:
     trace_dir = tempfile.mkdtemp(prefix="collcheck-bench-")
     command = [sys.executable, __file__, "--paired-worker", "--blocks", str(blocks), "--trace-dir", trace_dir]
     command += ["--kinds", ",".join(kinds)]
-    return run_ranks(command, job_env(2), "paired run", timeout=3600)
+    return run_ranks(command, job_env(2, checkout), "paired run", timeout=3600)
+
+
+def run_against(blocks: int, kinds: tuple[str, ...], other: Path, repeat: int) -> None:
+    """The paired blocks `repeat` times for this checkout and for `other`, alternating."""
+    probe = "from collcheck.runtime import native_recorder as n; print(n.load(build=True) is not None)"
+    env = job_env(1, other)
+    built = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=False
+    )
+    if built.stdout.strip() != "True":  # its workers would fall back to the Python kernel unsaid
+        raise SystemExit(f"{other}: its native kernel is unavailable:\n{built.stderr[-2000:]}")
+    checkouts = {"this": REPO, "other": other}
+    medians: dict[tuple[str, str, str], list[float]] = {}
+    for run in range(repeat):
+        for name in ("this", "other") if run % 2 == 0 else ("other", "this"):
+            print(f"run {run + 1}/{repeat}, {name} ({checkouts[name]}):", flush=True)
+            paired = run_paired(blocks, kinds, checkouts[name])
+            report_paired(paired, blocks)
+            for label, stats in paired.items():
+                for kind in kinds:
+                    medians.setdefault((label, kind, name), []).append(stats[f"{kind} added_cpu_us"][0])
+    print(f"issuing thread's added CPU, median of the {repeat} runs' medians (each run's in brackets):")
+    for (label, kind, name), values in sorted(medians.items()):
+        runs = ", ".join(f"{value:+.1f}" for value in values)
+        print(f"  {label}, {PAIRED_NAMES[kind]}, {name}: {statistics.median(values):+.1f} us/op [{runs}]")
 
 
 def report_paired(paired: dict[str, dict[str, list[float]]], blocks: int) -> None:
@@ -224,15 +258,16 @@ def run_singles(rounds: int, iters: int) -> dict[str, dict[str, float]]:
     return single
 
 
-def job_env(world_size: int) -> dict[str, str]:
-    """A clean environment for a gloo job on this machine: no collcheck or torch debug switches."""
+def job_env(world_size: int, checkout: Path = REPO) -> dict[str, str]:
+    """A clean environment for a gloo job on this machine: no collcheck or torch debug switches;
+    `checkout`'s collcheck is the one imported."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COLLCHECK_", "TORCH_DISTRIBUTED"))}
     env.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(free_port()),
         WORLD_SIZE=str(world_size),
         OMP_NUM_THREADS="1",
-        PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
+        PYTHONPATH=str(checkout) + os.pathsep + env.get("PYTHONPATH", ""),
     )
     return env
 
@@ -285,6 +320,8 @@ def main() -> None:
     parser.add_argument("--kinds", default=",".join(PAIRED_KINDS), help="paired kinds (comma-separated)")
     parser.add_argument("--only-paired", action="store_true", help="the paired blocks only")
     parser.add_argument("--only-single", action="store_true", help="the world-size-1 loops only")
+    parser.add_argument("--against", type=Path, help="with --only-paired: another checkout, run alternately")
+    parser.add_argument("--repeat", type=int, default=1, help="with --against: runs per checkout")
     args = parser.parse_args()
     kinds = tuple(kind for kind in args.kinds.split(",") if kind)
     if not kinds or not set(kinds) <= set(PAIRED_KINDS):
@@ -306,6 +343,14 @@ def main() -> None:
     if args.only_single:
         single_only = run_singles(args.rounds, args.single_iters)
         report_single(single_only, None)
+        return
+    if args.against is not None and not args.only_paired:
+        parser.error("--against needs --only-paired")
+    if args.only_paired and args.against is not None:
+        loads = [os.getloadavg()[0]]
+        run_against(args.blocks, kinds, args.against.resolve(), args.repeat)
+        loads.append(os.getloadavg()[0])
+        print(f"1-minute load average: {min(loads):.2f} to {max(loads):.2f} ({os.cpu_count()} CPUs)")
         return
     if args.only_paired:
         loads = [os.getloadavg()[0]]

@@ -4,6 +4,7 @@ call site the rank has not used yet is still agreed on before it is issued (the 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +84,16 @@ def test_a_rank_killed_under_async_verify_leaves_a_readable_trace(tmp_path: Path
     )
     assert rank1.exited is False
     assert [event.seq for event in analysis.events[1]] == [1, 2]
+
+
+def test_the_gate_sees_each_group_and_op_of_one_line_once_per_tracer(tmp_path: Path) -> None:
+    """The kernel remembers which (group, op) it has gated for a cached call site, so the steady
+    state builds no key; a line that issues two ops into two groups still reaches the gate once for
+    each pair, and a tracer started again in the process gates them again."""
+    job = run_job("gate_sites.py", tmp_path, nranks=1, args=(str(tmp_path / "trace"),))
+    assert job.returncodes == [0], job.stderr
+    assert _rows(job.trace_dir, 0)[0]["hook"] == "native"
+    gated = [tuple(entry) for entry in json.loads(job.ranks[0].stdout.splitlines()[-1])]
+    pairs = {(group, op) for _session, group, op in gated}
+    assert len(pairs) == 4 and {op for _group, op in pairs} == {"all_reduce", "broadcast"}
+    assert sorted(gated) == sorted((session, group, op) for session in (1, 2) for group, op in pairs)

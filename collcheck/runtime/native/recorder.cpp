@@ -85,7 +85,9 @@ struct GroupInfo {
   std::vector<int64_t> ranks;
   std::string name_json;
   int64_t gid = 0;  // numbered by the Python encoder, which writes the same file
-  std::string definition;  // its `group` line, written before the first `coll` line naming gid
+  // Its `group` line, written before the first `coll` line naming gid: shared, not copied per
+  // collective (it lists every member, kilobytes for a group of thousands).
+  std::shared_ptr<const std::string> definition;
   std::string head;  // {"ev":"coll","rank":R,"group":G,"gid":N,"seq":
 };
 
@@ -160,6 +162,15 @@ struct State {
 
 std::shared_ptr<State> g_state = std::make_shared<State>();
 
+// A cached call site: its encoded JSON, and the (group, op) pairs whose gate key with this site
+// is already in PythonSide::gated, so that the steady state neither builds nor hashes that key.
+struct SiteEntry {
+  std::string json;
+  // (group, op label): the group by its GroupInfo, which lives as long as this entry (configure()
+  // clears both); the op by its label, as a kernel re-registered for another op may reuse an address.
+  std::vector<std::pair<const void*, std::string>> gated;
+};
+
 // Caches below are only touched with the GIL held.
 struct PythonSide {
   py::object group_info;  // name -> (ranks, name_json, gid, group line)
@@ -174,7 +185,7 @@ struct PythonSide {
   int64_t rank = 0;
   std::unordered_map<std::string, GroupInfo> groups;
   std::unordered_map<PyObject*, bool> skipped;  // holds a reference to each code object
-  std::map<std::vector<std::pair<PyObject*, int>>, std::string> sites;
+  std::map<std::vector<std::pair<PyObject*, int>>, SiteEntry> sites;
   std::vector<std::string> dtype_json;  // by ScalarType
 };
 
@@ -206,8 +217,10 @@ int frame_lasti(PyFrameObject* frame) {
 }
 
 // The encoded call site of the current Python frames, cached per chain of (code, instruction) of
-// the user frames, as hook._site_from does. With the GIL held.
-std::string site_of_current_frames(PythonSide& side) {
+// the user frames, as hook._site_from does; `entry` is set to its cache entry (null when the site
+// is not cached). With the GIL held.
+std::string site_of_current_frames(PythonSide& side, SiteEntry*& entry) {
+  entry = nullptr;
   // Bounded caches are cleared between walks, never during one: a chain being built refers to
   // code objects that only `skipped` keeps alive once the frames are gone.
   if (side.skipped.size() >= kCacheLimit || side.sites.size() >= kCacheLimit) clear_code_caches(side);
@@ -236,9 +249,12 @@ std::string site_of_current_frames(PythonSide& side) {
   Py_XDECREF(frame);
   if (chain.empty()) return side.site_json().cast<std::string>();
   auto found = side.sites.find(chain);
-  if (found != side.sites.end()) return found->second;
+  if (found != side.sites.end()) {
+    entry = &found->second;
+    return found->second.json;
+  }
   std::string site = side.site_json().cast<std::string>();
-  side.sites.emplace(std::move(chain), site);
+  entry = &side.sites.emplace(std::move(chain), SiteEntry{site, {}}).first->second;
   return site;
 }
 
@@ -250,7 +266,7 @@ const GroupInfo& group_of(PythonSide& side, const std::string& name) {
   for (auto rank : info[0].cast<py::list>()) group.ranks.push_back(rank.cast<int64_t>());
   group.name_json = info[1].cast<std::string>();
   group.gid = info[2].cast<int64_t>();
-  group.definition = info[3].cast<std::string>();
+  group.definition = std::make_shared<const std::string>(info[3].cast<std::string>());
   group.head = "{\"ev\":\"coll\",\"rank\":" + side.rank_json + ",\"group\":" + group.name_json +
       ",\"gid\":" + std::to_string(group.gid) + ",\"seq\":";
   return side.groups.emplace(name, std::move(group)).first->second;
@@ -259,14 +275,16 @@ const GroupInfo& group_of(PythonSide& side, const std::string& name) {
 // The thread's name, kept in its thread state's dict: thread idents are reused by new threads,
 // thread states are not, so a new thread is always asked for (as hook.py reads it per event).
 std::string thread_of(PythonSide& side) {
-  static const char* const kKey = "collcheck.thread_piece";
+  // Interned once: PyDict_GetItemString would make and hash a new str on every collective.
+  static PyObject* const kKey = PyUnicode_InternFromString("collcheck.thread_piece");  // never freed
   PyObject* dict = PyThreadState_GetDict();  // borrowed
-  if (dict != nullptr) {
-    PyObject* known = PyDict_GetItemString(dict, kKey);  // borrowed
+  if (dict != nullptr && kKey != nullptr) {
+    PyObject* known = PyDict_GetItemWithError(dict, kKey);  // borrowed
     if (known != nullptr && PyUnicode_Check(known)) return py::reinterpret_borrow<py::str>(known).cast<std::string>();
   }
+  if (PyErr_Occurred()) throw py::error_already_set();
   py::str piece = side.thread_piece();
-  if (dict != nullptr) PyDict_SetItemString(dict, kKey, piece.ptr());
+  if (dict != nullptr && kKey != nullptr) PyDict_SetItem(dict, kKey, piece.ptr());
   return piece.cast<std::string>();
 }
 
@@ -349,7 +367,8 @@ class RecorderKernel final : public c10::OperatorKernel {
     bool has_root = info_.root_at >= 0 && arg(info_.root_at).isInt();
     int64_t root = has_root ? arg(info_.root_at).toInt() : -1;
 
-    std::string head, site, thread, definition, group_json;
+    std::string head, site, thread, group_json;
+    std::shared_ptr<const std::string> definition;
     int64_t gid = 0;
     bool gate_new = false;
     std::vector<std::string> dtypes;
@@ -364,9 +383,21 @@ class RecorderKernel final : public c10::OperatorKernel {
         head = info.head;
         gid = info.gid;
         definition = info.definition;
-        site = site_of_current_frames(side);
-        if (side.gate && !side.gate.is_none() && side.gated.size() < kGateLimit) {
-          gate_new = side.gated.insert(name + '\n' + info_.label + '\n' + site).second;
+        SiteEntry* entry = nullptr;
+        site = site_of_current_frames(side, entry);
+        if (side.gate && !side.gate.is_none()) {
+          // The key (group, op, site) goes into `gated` once per cached site and (group, op); after
+          // that the site's cache entry answers without building the key.
+          bool answered = false;
+          if (entry != nullptr) {
+            for (const auto& known : entry->gated) {
+              if (known.first == &info && known.second == info_.label) answered = true;
+            }
+          }
+          if (!answered && side.gated.size() < kGateLimit) {
+            gate_new = side.gated.insert(name + '\n' + info_.label + '\n' + site).second;
+            if (entry != nullptr) entry->gated.emplace_back(&info, info_.label);
+          }
         }
         thread = thread_of(side);
         for (const at::Tensor& tensor : tensors) dtypes.push_back(dtype_json(side, tensor.scalar_type()));
@@ -443,7 +474,7 @@ class RecorderKernel final : public c10::OperatorKernel {
       // killed at any point leaves no `coll` line naming a gid its trace does not define; after a
       // failed write it goes out again with the next one (readers accept an unchanged repeat).
       bool known = state.defined.count(gid) > 0;
-      if (!known) line.insert(0, definition);
+      if (!known) line.insert(0, *definition);
       if (state.write_locked(std::move(line)) && !known) state.defined.insert(gid);
     }
     if (gate_new) {  // written, not yet issued: the monitor agrees on it first (without `mu`)
@@ -558,6 +589,7 @@ void uninstall() { g_library.reset(); }
 void watch(py::object gate) {
   if (g_python == nullptr) throw std::runtime_error("collcheck native recorder: not configured");
   g_python->gated.clear();
+  for (auto& cached : g_python->sites) cached.second.gated.clear();  // they stand for keys in `gated`
   g_python->gate = gate;
   bool watching = !gate.is_none();
   py::gil_scoped_release release;  // the issuing thread may need the GIL before it releases `mu`
