@@ -18,12 +18,7 @@ from enum import Enum
 from collcheck.catalog import OpSpec
 from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.conditions import ConditionSources, source_of
-from collcheck.static.group_values import (
-    GLOBAL_RANK_TRANSLATORS,
-    GROUP_RANK_LISTS,
-    GROUP_RANK_TRANSLATORS,
-    type_of,
-)
+from collcheck.static.group_values import GROUP_PLACES, type_of
 from collcheck.static.loader import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.local_data import LocalData, combining_words
 from collcheck.static.names import PARTIAL_CALLS, dotted, nodes_under, qualified_name, source_text
@@ -644,7 +639,7 @@ class CallResolver(ValueEvaluator):
                         return True
             if isinstance(node, ast.Call):
                 name = qualified_name(node.func, imports)
-                if name in self.catalog.rank_functions or name in _GROUP_PLACES:
+                if name in self.catalog.rank_functions or name in GROUP_PLACES:
                     return True
                 if isinstance(node.func, ast.Attribute) and node.func.attr in self.catalog.rank_methods:
                     return True
@@ -673,12 +668,6 @@ class CallResolver(ValueEvaluator):
                 )
                 return value
         return None
-
-
-# A group's member list and the translations between local and global ranks: per-rank values (a
-# rank of another block of the same kind of group holds another list), so a helper that returns one
-# (`return dist.get_process_group_ranks(self.pp_group)`) is inlined like one that reads the rank.
-_GROUP_PLACES = GROUP_RANK_LISTS | GROUP_RANK_TRANSLATORS | GLOBAL_RANK_TRANSLATORS
 
 
 def _unknown(value: Expr | None) -> bool:
