@@ -27,8 +27,8 @@ from collcheck.static.receivers import (
     Partial,
     call_method,
     class_named,
-    function_of,
     function_value,
+    held_function,
     method_of,
     object_class,
     object_value,
@@ -265,9 +265,9 @@ class CallResolver(ValueEvaluator):
             return None
         value = self.held_value(parts, state, frame)
         if not method_name:
-            function = function_of(self.module, value)
-            if function is not None:
-                return HeldTarget(function, None, None)
+            held = held_function(self.module, value)  # a function, or a method with its object
+            if held is not None:
+                return HeldTarget(held[0], held[1], ".".join(parts) if held[1] else None)
             partial = self.partials.get(value.name) if isinstance(value, Atom) else None
             if partial is not None:
                 return HeldTarget(partial.function, None, None, partial)
