@@ -47,6 +47,7 @@ ANY_RECEIVER_OK = {
 #   lightning 2.6.6 / pytorch_lightning 2.6.6 (pytorch/core/module.py, pytorch/trainer/trainer.py,
 #     pytorch/strategies/*.py, fabric/fabric.py, fabric/strategies/*.py)
 #   megatron-core 0.16.1 (core/parallel_state.py, core/tensor_parallel/mappings.py, .../data.py)
+#   Megatron-LM's megatron/training (not in the megatron-core wheel): training/async_utils.py
 #   torch_npu 2.14.0 (distributed/distributed_c10d.py; csrc/aten/npu_native_functions_by_codegen.yaml
 #     for the torch_npu.npu_* op schemas, keyword-only parameters in schema order)
 #   transformers 5.24.0 (trainer_pt_utils.py, training_args.py)
@@ -274,6 +275,7 @@ VERIFIED_PARAMS: dict[str, tuple[str, ...]] = {
         "input_split_sizes",
     ),
     "megatron.core.tensor_parallel.mappings.all_to_all_hp2sp": ("input_", "group"),
+    "megatron.training.async_utils.maybe_finalize_async_save": ("blocking", "terminate"),
     "megatron.core.tensor_parallel.mappings.all_to_all_sp2hp": ("input_", "group"),
     "megatron.core.tensor_parallel.mappings.gather_from_sequence_parallel_region": (
         "input_",

@@ -18,7 +18,7 @@ from enum import Enum
 from collcheck.catalog import OpSpec
 from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.conditions import ConditionSources, source_of
-from collcheck.static.group_values import type_of
+from collcheck.static.group_values import GROUP_PLACES, type_of
 from collcheck.static.loader import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.local_data import LocalData, combining_words
 from collcheck.static.names import (
@@ -34,8 +34,8 @@ from collcheck.static.receivers import (
     Partial,
     call_method,
     class_named,
-    function_of,
     function_value,
+    held_function,
     method_of,
     object_class,
     object_value,
@@ -271,9 +271,9 @@ class CallResolver(ValueEvaluator):
             return None
         value = self.held_value(parts, state, frame)
         if not method_name:
-            function = function_of(self.module, value)
-            if function is not None:
-                return HeldTarget(function, None, None)
+            held = held_function(self.module, value)  # a function, or a method with its object
+            if held is not None:
+                return HeldTarget(held[0], held[1], ".".join(parts) if held[1] else None)
             partial = self.partials.get(value.name) if isinstance(value, Atom) else None
             if partial is not None:
                 return HeldTarget(partial.function, None, None, partial)
@@ -645,7 +645,7 @@ class CallResolver(ValueEvaluator):
                         return True
             if isinstance(node, ast.Call):
                 name = qualified_name(node.func, imports)
-                if name in self.catalog.rank_functions:
+                if name in self.catalog.rank_functions or name in GROUP_PLACES:
                     return True
                 if isinstance(node.func, ast.Attribute) and node.func.attr in self.catalog.rank_methods:
                     return True

@@ -67,6 +67,10 @@ GROUP_RANK_LISTS = frozenset(
         "torch.distributed.distributed_c10d.get_process_group_ranks",
     }
 )
+# A group's member list and the translations between local and global ranks: per-rank values (a
+# rank of another block of the same kind of group holds another list), so a helper that returns one
+# (`return dist.get_process_group_ranks(self.pp_group)`) is inlined like one that reads the rank.
+GROUP_PLACES = GROUP_RANK_LISTS | GROUP_RANK_TRANSLATORS | GLOBAL_RANK_TRANSLATORS
 GROUP_METHODS = frozenset({"rank", "get_rank", "size", "get_world_size", "get_local_rank", "get_group"})
 WORLD_NAMES = (".group.WORLD", ".GroupMember.WORLD")
 # Calls that always return a tensor: `x = torch.empty(n) if not src else t; if x is not None`.

@@ -36,6 +36,7 @@ EXACT = "object:"
 SUBCLASS = "instance:"
 FUNCTION = "function:"  # a function of the file named as a value (`apply(sync, t)` hands `sync`)
 PARTIAL = "partial:"  # `functools.partial(sync, t)`: the function and arguments bound (`Partial`)
+BOUND = "bound:"  # `saver.save` read as a value: a method of a class of the file and its object
 # Methods of Python's containers (list, dict, set, deque) that change the container in place.
 CONTAINER_MUTATORS = frozenset(
     {
@@ -88,6 +89,30 @@ def function_of(module: ModuleInfo, value: Expr | None) -> FunctionNode | None:
         return None
     path, _, name = value.name[len(FUNCTION) :].rpartition("::")
     return module.functions.get(name) if path == module.path else None
+
+
+def bound_method_value(module: ModuleInfo, value: Expr, name: str) -> Atom | None:
+    """`saver.save` read without a call, when `saver` is an object of a class of `module` whose
+    method `name` is known: the method and the object, to be called later by whoever receives
+    it (`run_main_only(saver.save)`). None otherwise."""
+    owner = object_class(module, value)
+    if owner is None or not isinstance(value, Atom) or method_of(module, owner, name) is None:
+        return None
+    return Atom(f"{BOUND}{value.name}::{name}", "shared")
+
+
+def held_function(module: ModuleInfo, value: Expr | None) -> tuple[FunctionNode, str | None] | None:
+    """The function of `module` a value names and, for a bound method, the class of its object
+    (None for a plain function)."""
+    function = function_of(module, value)
+    if function is not None:
+        return function, None
+    if not isinstance(value, Atom) or not value.name.startswith(BOUND):
+        return None
+    holder, _, name = value.name[len(BOUND) :].rpartition("::")
+    owner = object_class(module, Atom(holder, "shared"))
+    method = method_of(module, owner, name) if owner is not None else None
+    return (method, owner.name) if method is not None and owner is not None else None
 
 
 @dataclass(frozen=True, eq=False)

@@ -44,6 +44,7 @@ from collcheck.static.loop_values import grown_collection
 from collcheck.static.names import PARTIAL_CALLS, ImportTable, dotted, qualified_name, source_text
 from collcheck.static.receivers import (
     Partial,
+    bound_method_value,
     function_value,
     made_object,
     make_partial,
@@ -189,6 +190,9 @@ class ValueEvaluator:
             attribute = self.class_attribute(instance_of.name, node.attr)
             if attribute is not None:
                 return attribute
+            bound = bound_method_value(self.module, base, node.attr)
+            if bound is not None:  # `run_main_only(saver.save)`: the method, called by the receiver
+                return bound
         if isinstance(base, Atom):
             # Named after the object, not the place it is read: `self.remote` read in two
             # branches (or in two methods) is one value (an assignment in between is in `state.env`).
