@@ -176,8 +176,7 @@ class ValueEvaluator:
                 return groups.local_rank(group_key(owner, node.value))
             return value_from_spec(spec, f"attr:{node.attr}")
         base = self.pure(node.value, state, frame, known)
-        shape = shape_attribute(node.attr, base)
-        if shape is not None:
+        if (shape := shape_attribute(node.attr, base)) is not None:
             return shape
         if isinstance(base, Atom) and base.name.startswith("type:"):
             type_name, _, where = base.name[5:].partition("@")
@@ -187,12 +186,11 @@ class ValueEvaluator:
             return Atom(f"{base.name}.{node.attr}", "shared")
         instance_of = object_class(self.module, base)
         if instance_of is not None:  # `s.seen` of an object of a class of the file: as its methods set it
-            attribute = self.class_attribute(instance_of.name, node.attr)
-            if attribute is not None:
-                return attribute
-            bound = bound_method_value(self.module, base, node.attr)
-            if bound is not None:  # `run_main_only(saver.save)`: the method, called by the receiver
-                return bound
+            found = self.class_attribute(instance_of.name, node.attr)
+            if found is None:  # `run_main_only(saver.save)`: the method, called by the receiver
+                found = bound_method_value(self.module, base, node.attr)
+            if found is not None:
+                return found
         if isinstance(base, Atom):
             # Named after the object, not the place it is read: `self.remote` read in two
             # branches (or in two methods) is one value (an assignment in between is in `state.env`).
