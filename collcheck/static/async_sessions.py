@@ -39,6 +39,8 @@ from collcheck.static.session_values import (
     SessionModel,
     Value,
     default_of,
+    nested_functions,
+    none_test,
     parameter_names,
 )
 
@@ -187,6 +189,8 @@ class _Walker:
         self.steps = 0
         self.spent = 0  # statements run for the file's earlier roots
         self.stack: list[FunctionNode] = []
+        self.waits_made: set[ast.Call] = set()  # the calls run as a session's wait
+        self.nested: dict[FunctionNode, dict[str, FunctionNode]] = {}
 
     def run_root(self, function: FunctionNode, qualname: str, cls: str | None) -> None:
         self.spent += self.steps
@@ -299,11 +303,7 @@ class _Walker:
         elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
             return self._loop(stmt, state, frame)
         elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-            for item in stmt.items:
-                self._expr(item.context_expr, state, frame)
-                if item.optional_vars is not None:
-                    self._store(item.optional_vars, Value(), state, frame)
-            return self._block(stmt.body, state, frame)
+            return self._with(stmt, state, frame)
         elif isinstance(stmt, ast.Try):
             return self._try(stmt, state, frame)
         elif isinstance(stmt, ast.Return):
@@ -317,10 +317,39 @@ class _Walker:
             state.dead = True
         return state
 
+    def _with(self, stmt: ast.With | ast.AsyncWith, state: _State, frame: _Frame) -> _State:
+        """An object of the file as a context manager runs its `__enter__` and, after the body,
+        its `__exit__` (which may wait for a save its methods started)."""
+        managers: list[tuple[ast.withitem, Value]] = []
+        for item in stmt.items:
+            manager = self._expr(item.context_expr, state, frame)
+            entered = self._protocol(item, manager, "__enter__", state, frame)
+            managers.append((item, manager))
+            if item.optional_vars is not None:
+                self._store(item.optional_vars, entered or Value(), state, frame)
+        state = self._block(stmt.body, state, frame)
+        for item, manager in reversed(managers):
+            if not state.dead:
+                self._protocol(item, manager, "__exit__", state, frame)
+        return state
+
+    def _protocol(
+        self, item: ast.withitem, manager: Value, name: str, state: _State, frame: _Frame
+    ) -> Value | None:
+        """Run `manager.name()`; where it cannot be followed, what the object holds is handed to it."""
+        method = self.model.method(manager.obj, name) if manager.obj is not None else None
+        if method is None:
+            return None
+        call = ast.copy_location(ast.Call(func=item.context_expr, args=[], keywords=[]), item.context_expr)
+        result = self._inline(method, call, manager, state, frame)
+        if result is None:
+            state.open = state.open - self._held_under(manager, state)
+        return result
+
     def _if(self, stmt: ast.If, state: _State, frame: _Frame) -> _State:
         self._expr(stmt.test, state, frame)
         then, other = state.copy(), state.copy()
-        tested, none_when_true = _none_test(stmt.test)
+        tested, none_when_true = none_test(stmt.test)
         if tested is not None:
             none_branch, held_branch = (then, other) if none_when_true else (other, then)
             current = self._read(tested, state, frame)
@@ -371,13 +400,33 @@ class _Walker:
         after = _join(exits)
         return self._block(stmt.orelse, after, frame) if stmt.orelse else after
 
+    def _plain_wait(self, stmt: ast.stmt) -> bool:
+        """`handle.result()` alone, just run as a wait: if it raises, the session is over (a
+        timeout, which leaves it running, is passed as an argument)."""
+        return (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and not stmt.value.args
+            and not stmt.value.keywords
+            and stmt.value in self.waits_made
+        )
+
     def _try(self, stmt: ast.Try, state: _State, frame: _Frame) -> _State:
         before = state.copy()
         returned = len(frame.returns)
-        body = self._block(stmt.body, state, frame)
+        raised: list[_State] = []  # the states a handler may start from
+        body = state
+        for inner in stmt.body:
+            if body.dead:
+                break
+            entry = body.copy()
+            body = self._block([inner], body, frame)
+            if not self._plain_wait(inner):  # a plain wait that raises has ended its session
+                raised.append(entry)
+            raised.append(body.copy())
         ends = []
         for handler in stmt.handlers:
-            ends.append(self._block(handler.body, _join([before, body]), frame))
+            ends.append(self._block(handler.body, _join(raised), frame))
         body = self._block(stmt.orelse, body, frame)
         after = _join([body, *ends])
         if stmt.finalbody:
@@ -463,8 +512,15 @@ class _Walker:
             self._expr(node.test, state, frame)
             a, b = self._expr(node.body, state, frame), self._expr(node.orelse, state, frame)
             return a if a == b else Value(sessions=a.sessions | b.sessions)
-        if isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
-            return Value()  # runs later, or in its own scope: not followed
+        if isinstance(node, ast.NamedExpr):  # `(handle := async_save(...))`: stored, then used
+            value = self._expr(node.value, state, frame)
+            self._store(node.target, value, state, frame)
+            return self._read(node.target, state, frame) or value
+        if isinstance(node, ast.Lambda):  # runs later: what it reads is handed away
+            self._release_captured(node.body, state, frame)
+            return Value()
+        if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+            return Value()  # runs in its own scope: not followed
         read = self._read(node, state, frame)
         if read is not None:
             return read
@@ -495,6 +551,14 @@ class _Walker:
             return known
         if self._waits(node, state, frame):
             return Value()
+        if frame.function not in self.nested:
+            self.nested[frame.function] = nested_functions(frame.function)
+        callee = node.func.id if isinstance(node.func, ast.Name) else ""
+        nested = self.nested[frame.function].get(callee)
+        if nested is not None:  # a closure of this function: may wait what it reads (not followed)
+            self._release_captured(nested, state, frame)
+            self._arguments(node, state, frame)
+            return Value()
         followed = self._follow(node, state, frame)
         if followed is not None:
             return followed
@@ -504,6 +568,15 @@ class _Walker:
         for value in handed:  # handed to code not followed, which may wait for what it holds
             state.open = state.open - value.sessions - self._held_under(value, state)
         return Value()
+
+    def _release_captured(self, code: ast.AST, state: _State, frame: _Frame) -> None:
+        """Code that runs later (a closure, a lambda) and reads this frame's variables: the
+        sessions they hold are handed to it, and no longer followed."""
+        for node in ast.walk(code):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in frame.local:
+                held = state.slots.get(f"{frame.key}:{node.id}")
+                if held is not None:
+                    state.open = state.open - held.sessions - self._held_under(held, state)
 
     def _held_under(self, value: Value, state: _State) -> frozenset[int]:
         """The sessions whose handles an object of the file keeps in its attributes."""
@@ -614,26 +687,8 @@ class _Walker:
                 continue
             ended = {n for n in held.sessions if tuple(chain) in self.sessions[n].spec.ends}
             if ended:
+                self.waits_made.add(node)
                 self._arguments(node, state, frame)
                 state.open = state.open - ended
                 return True
         return False
-
-
-def _none_test(test: ast.expr) -> tuple[ast.expr | None, bool]:
-    """(the expression tested against None, whether it is None when the test holds)."""
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and _is_none(test.comparators[0]):
-        if isinstance(test.ops[0], ast.Is):
-            return test.left, True
-        if isinstance(test.ops[0], ast.IsNot):
-            return test.left, False
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner, when = _none_test(test.operand)
-        return (inner, not when) if inner is not None else (test.operand, True)
-    if isinstance(test, (ast.Name, ast.Attribute)):
-        return test, False
-    return None, False
-
-
-def _is_none(node: ast.expr) -> bool:
-    return isinstance(node, ast.Constant) and node.value is None

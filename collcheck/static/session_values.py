@@ -356,3 +356,34 @@ def _own_nodes(root: ast.AST) -> list[ast.AST]:
         found.append(node)
         todo.extend(ast.iter_child_nodes(node))
     return found
+
+
+def none_test(test: ast.expr) -> tuple[ast.expr | None, bool]:
+    """(the expression tested against None, whether it is None when the test holds)."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and is_none(test.comparators[0]):
+        left = test.left.target if isinstance(test.left, ast.NamedExpr) else test.left
+        if isinstance(test.ops[0], ast.Is):
+            return left, True
+        if isinstance(test.ops[0], ast.IsNot):
+            return left, False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner, when = none_test(test.operand)
+        return (inner, not when) if inner is not None else (test.operand, True)
+    if isinstance(test, (ast.Name, ast.Attribute)):
+        return test, False
+    if isinstance(test, ast.NamedExpr):  # `if (handle := ...):` tests the target
+        return test.target, False
+    return None, False
+
+
+def is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def nested_functions(function: FunctionNode) -> dict[str, FunctionNode]:
+    """The functions defined inside `function` (at any depth), by name; the first one wins."""
+    found: dict[str, FunctionNode] = {}
+    for node in ast.walk(function):
+        if node is not function and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.setdefault(node.name, node)
+    return found
