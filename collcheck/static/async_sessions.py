@@ -28,6 +28,7 @@ from enum import Enum
 
 from collcheck.catalog import Catalog, SessionSpec
 from collcheck.static.names import ImportTable, qualified_name, source_text
+from collcheck.static.session_states import Fact, PathState, join_states, join_values
 from collcheck.static.session_values import (
     DEFAULT_GROUP,
     NONE_VALUE,
@@ -84,16 +85,6 @@ class _Session:
     spec: SessionSpec
 
 
-class _State:
-    def __init__(self, open_: frozenset[int] = frozenset(), slots: dict[str, Value] | None = None) -> None:
-        self.open = open_
-        self.slots = dict(slots or {})
-        self.dead = False
-
-    def copy(self) -> _State:
-        return _State(self.open, self.slots)
-
-
 @dataclass
 class _Frame:
     key: str
@@ -101,8 +92,8 @@ class _Frame:
     qualname: str
     depth: int
     local: frozenset[str]
-    returns: list[tuple[_State, Value]]
-    loops: list[tuple[list[_State], list[_State]]]
+    returns: list[tuple[PathState, Value]]
+    loops: list[tuple[list[PathState], list[PathState]]]
 
 
 class _OutOfSteps(Exception):
@@ -149,36 +140,6 @@ def _roots(tree: ast.Module) -> list[tuple[FunctionNode, str, str | None]]:
     return found
 
 
-def _join(states: list[_State]) -> _State:
-    live = [s for s in states if not s.dead]
-    if not live:
-        dead = _State()
-        dead.dead = True
-        return dead
-    joined = live[0].copy()
-    for other in live[1:]:
-        joined.open = joined.open | other.open
-        for place in set(joined.slots) | set(other.slots):
-            mine, theirs = joined.slots.get(place), other.slots.get(place)
-            if mine != theirs:
-                joined.slots[place] = _join_values(mine, theirs, place)
-    return joined
-
-
-_JOINS = itertools.count()  # names the values two paths leave in one place (identity only)
-
-
-def _join_values(a: Value | None, b: Value | None, place: str) -> Value:
-    sessions = (a.sessions if a else frozenset()) | (b.sessions if b else frozenset())
-    obj = a.obj if a is not None and b is not None and a.obj == b.obj else None
-    if a is not None and b is not None and a.group == b.group:
-        group = a.group
-    else:  # whatever the place holds after the join, two reads of it see the same object
-        group = GroupKey(GroupKind.PLACE, f"{place}#join{next(_JOINS)}")
-    present = a is not None and b is not None and a.present and b.present
-    return Value(group=group, sessions=sessions, obj=obj, present=present)
-
-
 class _Walker:
     def __init__(self, model: SessionModel) -> None:
         self.model = model
@@ -195,7 +156,7 @@ class _Walker:
     def run_root(self, function: FunctionNode, qualname: str, cls: str | None) -> None:
         self.spent += self.steps
         self.steps = 0
-        state = _State()
+        state = PathState()
         bound: dict[str, Value] = {}
         params = function.args.posonlyargs + function.args.args + function.args.kwonlyargs
         for index, param in enumerate(params):
@@ -213,7 +174,7 @@ class _Walker:
 
     # --- frames --------------------------------------------------------------------------
     def _call(
-        self, function: FunctionNode, qualname: str, bound: dict[str, Value], state: _State, depth: int
+        self, function: FunctionNode, qualname: str, bound: dict[str, Value], state: PathState, depth: int
     ) -> Value:
         stored = {
             n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
@@ -237,18 +198,19 @@ class _Walker:
         finally:
             self.stack.pop()
         outcomes = [end, *(s for s, _ in frame.returns)]
-        joined = _join(outcomes)
+        joined = join_states(outcomes)
         state.open, state.slots, state.dead = joined.open, joined.slots, joined.dead
+        state.assumed, state.started_under = joined.assumed, joined.started_under
         values = [v for _, v in frame.returns]
         if not values:
             return Value()
         result = values[0]
         for value in values[1:]:
-            result = result if value == result else _join_values(result, value, "")
+            result = result if value == result else join_values(result, value, "")
         return result
 
     def _inline(
-        self, function: FunctionNode, call: ast.Call, receiver: Value | None, state: _State, frame: _Frame
+        self, function: FunctionNode, call: ast.Call, receiver: Value | None, state: PathState, frame: _Frame
     ) -> Value | None:
         if frame.depth >= MAX_DEPTH or function in self.stack:
             return None
@@ -279,7 +241,7 @@ class _Walker:
         return self._call(function, qualname, bound, state, frame.depth + 1)
 
     # --- statements ----------------------------------------------------------------------
-    def _block(self, body: list[ast.stmt], state: _State, frame: _Frame) -> _State:
+    def _block(self, body: list[ast.stmt], state: PathState, frame: _Frame) -> PathState:
         for stmt in body:
             if state.dead:
                 break
@@ -289,7 +251,7 @@ class _Walker:
             state = self._stmt(stmt, state, frame)
         return state
 
-    def _stmt(self, stmt: ast.stmt, state: _State, frame: _Frame) -> _State:
+    def _stmt(self, stmt: ast.stmt, state: PathState, frame: _Frame) -> PathState:
         if isinstance(stmt, ast.Expr):
             self._expr(stmt.value, state, frame)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
@@ -317,7 +279,7 @@ class _Walker:
             state.dead = True
         return state
 
-    def _with(self, stmt: ast.With | ast.AsyncWith, state: _State, frame: _Frame) -> _State:
+    def _with(self, stmt: ast.With | ast.AsyncWith, state: PathState, frame: _Frame) -> PathState:
         """An object of the file as a context manager runs its `__enter__` and, after the body,
         its `__exit__` (which may wait for a save its methods started)."""
         managers: list[tuple[ast.withitem, Value]] = []
@@ -334,7 +296,7 @@ class _Walker:
         return state
 
     def _protocol(
-        self, item: ast.withitem, manager: Value, name: str, state: _State, frame: _Frame
+        self, item: ast.withitem, manager: Value, name: str, state: PathState, frame: _Frame
     ) -> Value | None:
         """Run `manager.name()`; where it cannot be followed, what the object holds is handed to it."""
         method = self.model.method(manager.obj, name) if manager.obj is not None else None
@@ -346,9 +308,13 @@ class _Walker:
             state.open = state.open - self._held_under(manager, state)
         return result
 
-    def _if(self, stmt: ast.If, state: _State, frame: _Frame) -> _State:
+    def _if(self, stmt: ast.If, state: PathState, frame: _Frame) -> PathState:
         self._expr(stmt.test, state, frame)
         then, other = state.copy(), state.copy()
+        condition = self._condition(stmt.test, state, frame)
+        if condition is not None:  # `if async_mode: start ...` then `if async_mode: wait`
+            then.assume(condition.place, condition.test, condition.holds)
+            other.assume(condition.place, condition.test, not condition.holds)
         tested, none_when_true = none_test(stmt.test)
         if tested is not None:
             none_branch, held_branch = (then, other) if none_when_true else (other, then)
@@ -358,9 +324,32 @@ class _Walker:
             else:
                 self._refine(tested, none_branch, frame)
                 self._holds(tested, current, held_branch, frame)
-        return _join([self._block(stmt.body, then, frame), self._block(stmt.orelse, other, frame)])
+        return join_states([self._block(stmt.body, then, frame), self._block(stmt.orelse, other, frame)])
 
-    def _refine(self, tested: ast.expr, state: _State, frame: _Frame) -> None:
+    def _condition(self, test: ast.expr, state: PathState, frame: _Frame) -> Fact | None:
+        """The place a branch tests, how, and the outcome on its `then` side: a variable or
+        attribute, or one compared to a constant or a dotted name."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self._condition(test.operand, state, frame)
+            return Fact(inner.place, inner.test, not inner.holds) if inner is not None else None
+        if isinstance(test, (ast.Name, ast.Attribute)):
+            place = self._place(test, state, frame)
+            return Fact(place, "", True) if place is not None else None
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+            return None
+        operator, compared = test.ops[0], test.comparators[0]
+        if not isinstance(operator, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
+            return None
+        if not isinstance(compared, (ast.Constant, ast.Attribute, ast.Name)):
+            return None
+        if not isinstance(test.left, (ast.Name, ast.Attribute)):
+            return None
+        place = self._place(test.left, state, frame)
+        if place is None:
+            return None
+        return Fact(place, f"== {source_text(compared)}", isinstance(operator, (ast.Eq, ast.Is)))
+
+    def _refine(self, tested: ast.expr, state: PathState, frame: _Frame) -> None:
         """On this branch `tested` is None: it holds no session's handle."""
         place = self._place(tested, state, frame)
         if place is None:
@@ -369,7 +358,7 @@ class _Walker:
         state.open = state.open - held
         state.slots[place] = NONE_VALUE
 
-    def _holds(self, tested: ast.expr, current: Value | None, state: _State, frame: _Frame) -> None:
+    def _holds(self, tested: ast.expr, current: Value | None, state: PathState, frame: _Frame) -> None:
         """On this branch `tested` is not None."""
         place = self._place(tested, state, frame)
         if place is None or current is None:
@@ -378,7 +367,7 @@ class _Walker:
             current = replace(current, group=GroupKey(GroupKind.PLACE, place))
         state.slots[place] = replace(current, present=True)
 
-    def _loop(self, stmt: ast.For | ast.AsyncFor | ast.While, state: _State, frame: _Frame) -> _State:
+    def _loop(self, stmt: ast.For | ast.AsyncFor | ast.While, state: PathState, frame: _Frame) -> PathState:
         forever = (
             isinstance(stmt, ast.While) and isinstance(stmt.test, ast.Constant) and bool(stmt.test.value)
         )
@@ -386,18 +375,18 @@ class _Walker:
             self._expr(stmt.test, state, frame)
         else:
             self._expr(stmt.iter, state, frame)
-        exits: list[_State] = [] if forever else [state.copy()]
+        exits: list[PathState] = [] if forever else [state.copy()]
         for _ in range(UNROLL):
             if isinstance(stmt, (ast.For, ast.AsyncFor)):
                 self._store(stmt.target, Value(), state, frame)
             frame.loops.append(([], []))
             state = self._block(stmt.body, state, frame)
             breaks, continues = frame.loops.pop()
-            state = _join([state, *continues])
+            state = join_states([state, *continues])
             exits.extend(breaks)
             if not forever:
                 exits.append(state.copy())
-        after = _join(exits)
+        after = join_states(exits)
         return self._block(stmt.orelse, after, frame) if stmt.orelse else after
 
     def _plain_wait(self, stmt: ast.stmt) -> bool:
@@ -411,10 +400,10 @@ class _Walker:
             and stmt.value in self.waits_made
         )
 
-    def _try(self, stmt: ast.Try, state: _State, frame: _Frame) -> _State:
+    def _try(self, stmt: ast.Try, state: PathState, frame: _Frame) -> PathState:
         before = state.copy()
         returned = len(frame.returns)
-        raised: list[_State] = []  # the states a handler may start from
+        raised: list[PathState] = []  # the states a handler may start from
         body = state
         for inner in stmt.body:
             if body.dead:
@@ -426,9 +415,9 @@ class _Walker:
             raised.append(body.copy())
         ends = []
         for handler in stmt.handlers:
-            ends.append(self._block(handler.body, _join(raised), frame))
+            ends.append(self._block(handler.body, join_states(raised), frame))
         body = self._block(stmt.orelse, body, frame)
-        after = _join([body, *ends])
+        after = join_states([body, *ends])
         if stmt.finalbody:
             for index in range(returned, len(frame.returns)):  # a `return` in the body runs it first
                 at_return, value = frame.returns[index]
@@ -437,7 +426,7 @@ class _Walker:
         return after
 
     # --- places ---------------------------------------------------------------------------
-    def _place(self, node: ast.expr, state: _State, frame: _Frame) -> str | None:
+    def _place(self, node: ast.expr, state: PathState, frame: _Frame) -> str | None:
         """Where a name or attribute chain is stored, as a path from the root's names."""
         if isinstance(node, ast.Name):
             if node.id in frame.local:
@@ -451,7 +440,7 @@ class _Walker:
             return f"{place}.{node.attr}" if place is not None else None
         return None
 
-    def _read(self, node: ast.expr, state: _State, frame: _Frame) -> Value | None:
+    def _read(self, node: ast.expr, state: PathState, frame: _Frame) -> Value | None:
         """The value of a name or attribute chain (no call runs); None for other expressions."""
         if isinstance(node, ast.Name) and node.id not in frame.local and node.id in self.model.classes:
             return Value(obj=Obj(f"class {node.id}", node.id, exact=True))
@@ -486,7 +475,7 @@ class _Walker:
             for chain in self.sessions[number].spec.ends
         )
 
-    def _store(self, target: ast.expr, value: Value, state: _State, frame: _Frame) -> None:
+    def _store(self, target: ast.expr, value: Value, state: PathState, frame: _Frame) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
             state.open = state.open - value.sessions  # unpacked: no longer followed
             for element in target.elts:
@@ -501,9 +490,10 @@ class _Walker:
                 GroupKey(GroupKind.PLACE, f"{place}#{next(self.serials)}"), value.sessions, value.obj
             )
         state.slots[place] = value
+        state.forget(place)
 
     # --- expressions -------------------------------------------------------------------------
-    def _expr(self, node: ast.expr, state: _State, frame: _Frame) -> Value:
+    def _expr(self, node: ast.expr, state: PathState, frame: _Frame) -> Value:
         if isinstance(node, ast.Call):
             return self._call_expr(node, state, frame)
         if isinstance(node, ast.Constant) and node.value is None:
@@ -532,7 +522,7 @@ class _Walker:
             state.open = state.open - held  # put in a container: no longer followed
         return Value()
 
-    def _call_expr(self, node: ast.Call, state: _State, frame: _Frame) -> Value:
+    def _call_expr(self, node: ast.Call, state: PathState, frame: _Frame) -> Value:
         name = qualified_name(node.func, self.model.imports)
         if name is not None and name in self.model.catalog.sessions:
             return self._start(node, self.model.catalog.sessions[name], state, frame)
@@ -569,7 +559,7 @@ class _Walker:
             state.open = state.open - value.sessions - self._held_under(value, state)
         return Value()
 
-    def _release_captured(self, code: ast.AST, state: _State, frame: _Frame) -> None:
+    def _release_captured(self, code: ast.AST, state: PathState, frame: _Frame) -> None:
         """Code that runs later (a closure, a lambda) and reads this frame's variables: the
         sessions they hold are handed to it, and no longer followed."""
         for node in ast.walk(code):
@@ -578,7 +568,7 @@ class _Walker:
                 if held is not None:
                     state.open = state.open - held.sessions - self._held_under(held, state)
 
-    def _held_under(self, value: Value, state: _State) -> frozenset[int]:
+    def _held_under(self, value: Value, state: PathState) -> frozenset[int]:
         """The sessions whose handles an object of the file keeps in its attributes."""
         if value.obj is None:
             return frozenset()
@@ -589,13 +579,13 @@ class _Walker:
                 held |= kept.sessions
         return held
 
-    def _arguments(self, node: ast.Call, state: _State, frame: _Frame) -> list[Value]:
+    def _arguments(self, node: ast.Call, state: PathState, frame: _Frame) -> list[Value]:
         values = [self._expr(a.value if isinstance(a, ast.Starred) else a, state, frame) for a in node.args]
         values.extend(self._expr(k.value, state, frame) for k in node.keywords)
         return values
 
     def _argument(
-        self, node: ast.Call, params: tuple[str, ...], wanted: str | None, state: _State, frame: _Frame
+        self, node: ast.Call, params: tuple[str, ...], wanted: str | None, state: PathState, frame: _Frame
     ) -> tuple[GroupKey, str] | None:
         """The group a call names (the default group when it names none); None when unknown."""
         values = self._arguments(node, state, frame)
@@ -611,7 +601,7 @@ class _Walker:
             return values[index].group, source_text(node.args[index])
         return DEFAULT_GROUP, ""
 
-    def _follow(self, node: ast.Call, state: _State, frame: _Frame) -> Value | None:
+    def _follow(self, node: ast.Call, state: PathState, frame: _Frame) -> Value | None:
         """Run a function of the file, or a method of an object of the file."""
         func = node.func
         if isinstance(func, ast.Name) and func.id not in frame.local and func.id in self.model.functions:
@@ -644,7 +634,7 @@ class _Walker:
             frame.qualname,
         )
 
-    def _start(self, node: ast.Call, spec: SessionSpec, state: _State, frame: _Frame) -> Value:
+    def _start(self, node: ast.Call, spec: SessionSpec, state: PathState, frame: _Frame) -> Value:
         for keyword in node.keywords:
             text = source_text(keyword.value)
             for quiet, quiet_text in spec.quiet_when:
@@ -658,10 +648,11 @@ class _Walker:
         self.sessions.append(_Session(self._site(node, frame), group[0], group[1], spec))
         number = len(self.sessions) - 1
         state.open = state.open | {number}
+        state.started_under[number] = state.assumed
         return Value(sessions=frozenset({number}), present=True)
 
     def _race(
-        self, kind: RaceKind, node: ast.Call, group: tuple[GroupKey, str], state: _State, frame: _Frame
+        self, kind: RaceKind, node: ast.Call, group: tuple[GroupKey, str], state: PathState, frame: _Frame
     ) -> None:
         key, text = group
         if key == UNKNOWN_GROUP:
@@ -675,7 +666,7 @@ class _Walker:
                     where, SessionRace(kind, session.site, site, text, session.spec.what, session.group_text)
                 )
 
-    def _waits(self, node: ast.Call, state: _State, frame: _Frame) -> bool:
+    def _waits(self, node: ast.Call, state: PathState, frame: _Frame) -> bool:
         """`handle.result()`, `handle.upload_completion.result()`: the sessions it ends."""
         chain: list[str] = []
         target: ast.expr = node.func
