@@ -311,10 +311,11 @@ class _Walker:
     def _if(self, stmt: ast.If, state: PathState, frame: _Frame) -> PathState:
         self._expr(stmt.test, state, frame)
         then, other = state.copy(), state.copy()
-        condition = self._condition(stmt.test, state, frame)
-        if condition is not None:  # `if async_mode: start ...` then `if async_mode: wait`
-            then.assume(condition.place, condition.test, condition.holds)
-            other.assume(condition.place, condition.test, not condition.holds)
+        on_then, on_else = self._conditions(stmt.test, state, frame)
+        for fact in on_then:  # `if async_mode: start ...` then `if async_mode: wait`
+            then.assume(fact.place, fact.test, fact.holds)
+        for fact in on_else:
+            other.assume(fact.place, fact.test, fact.holds)
         tested, none_when_true = none_test(stmt.test)
         if tested is not None:
             none_branch, held_branch = (then, other) if none_when_true else (other, then)
@@ -326,12 +327,25 @@ class _Walker:
                 self._holds(tested, current, held_branch, frame)
         return join_states([self._block(stmt.body, then, frame), self._block(stmt.orelse, other, frame)])
 
+    def _conditions(self, test: ast.expr, state: PathState, frame: _Frame) -> tuple[list[Fact], list[Fact]]:
+        """What a branch's `then` side and its `else` side each assume: `a and b` holds both on
+        `then`, `a or b` fails both on `else`."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            on_then, on_else = self._conditions(test.operand, state, frame)
+            return on_else, on_then
+        if isinstance(test, ast.BoolOp):
+            parts = [self._conditions(value, state, frame) for value in test.values]
+            if isinstance(test.op, ast.And):
+                return [f for on_then, _ in parts for f in on_then], []
+            return [], [f for _, on_else in parts for f in on_else]
+        fact = self._condition(test, state, frame)
+        if fact is None:
+            return [], []
+        return [fact], [Fact(fact.place, fact.test, not fact.holds)]
+
     def _condition(self, test: ast.expr, state: PathState, frame: _Frame) -> Fact | None:
         """The place a branch tests, how, and the outcome on its `then` side: a variable or
         attribute, or one compared to a constant or a dotted name."""
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            inner = self._condition(test.operand, state, frame)
-            return Fact(inner.place, inner.test, not inner.holds) if inner is not None else None
         if isinstance(test, (ast.Name, ast.Attribute)):
             place = self._place(test, state, frame)
             return Fact(place, "", True) if place is not None else None
