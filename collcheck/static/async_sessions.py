@@ -39,6 +39,7 @@ from collcheck.static.session_values import (
     Obj,
     SessionModel,
     Value,
+    branch_test,
     default_of,
     nested_functions,
     none_test,
@@ -282,17 +283,20 @@ class _Walker:
     def _with(self, stmt: ast.With | ast.AsyncWith, state: PathState, frame: _Frame) -> PathState:
         """An object of the file as a context manager runs its `__enter__` and, after the body,
         its `__exit__` (which may wait for a save its methods started)."""
+        enter, leave = (
+            ("__aenter__", "__aexit__") if isinstance(stmt, ast.AsyncWith) else ("__enter__", "__exit__")
+        )
         managers: list[tuple[ast.withitem, Value]] = []
         for item in stmt.items:
             manager = self._expr(item.context_expr, state, frame)
-            entered = self._protocol(item, manager, "__enter__", state, frame)
+            entered = self._protocol(item, manager, enter, state, frame)
             managers.append((item, manager))
             if item.optional_vars is not None:
                 self._store(item.optional_vars, entered or Value(), state, frame)
         state = self._block(stmt.body, state, frame)
         for item, manager in reversed(managers):
             if not state.dead:
-                self._protocol(item, manager, "__exit__", state, frame)
+                self._protocol(item, manager, leave, state, frame)
         return state
 
     def _protocol(
@@ -344,24 +348,10 @@ class _Walker:
         return [fact], [Fact(fact.place, fact.test, not fact.holds)]
 
     def _condition(self, test: ast.expr, state: PathState, frame: _Frame) -> Fact | None:
-        """The place a branch tests, how, and the outcome on its `then` side: a variable or
-        attribute, or one compared to a constant or a dotted name."""
-        if isinstance(test, (ast.Name, ast.Attribute)):
-            place = self._place(test, state, frame)
-            return Fact(place, "", True) if place is not None else None
-        if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
-            return None
-        operator, compared = test.ops[0], test.comparators[0]
-        if not isinstance(operator, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
-            return None
-        if not isinstance(compared, (ast.Constant, ast.Attribute, ast.Name)):
-            return None
-        if not isinstance(test.left, (ast.Name, ast.Attribute)):
-            return None
-        place = self._place(test.left, state, frame)
-        if place is None:
-            return None
-        return Fact(place, f"== {source_text(compared)}", isinstance(operator, (ast.Eq, ast.Is)))
+        """The place a branch tests, how, and the outcome on its `then` side (`branch_test`)."""
+        tested = branch_test(test)
+        place = self._place(tested[0], state, frame) if tested is not None else None
+        return Fact(place, tested[1], tested[2]) if place is not None and tested is not None else None
 
     def _refine(self, tested: ast.expr, state: PathState, frame: _Frame) -> None:
         """On this branch `tested` is None: it holds no session's handle."""

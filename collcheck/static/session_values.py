@@ -358,6 +358,23 @@ def _own_nodes(root: ast.AST) -> list[ast.AST]:
     return found
 
 
+def branch_test(test: ast.expr) -> tuple[ast.expr, str, bool] | None:
+    """A branch's test of one variable or attribute: (it, how it is tested (`""`: for truth,
+    `"== X"`: against a constant or dotted name `X`), whether the test holds on the `then` side)."""
+    if isinstance(test, (ast.Name, ast.Attribute)):
+        return test, "", True
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    operator, compared = test.ops[0], test.comparators[0]
+    if (
+        isinstance(operator, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot))
+        and isinstance(compared, (ast.Constant, ast.Attribute, ast.Name))
+        and isinstance(test.left, (ast.Name, ast.Attribute))
+    ):
+        return test.left, f"== {source_text(compared)}", isinstance(operator, (ast.Eq, ast.Is))
+    return None
+
+
 def none_test(test: ast.expr) -> tuple[ast.expr | None, bool]:
     """(the expression tested against None, whether it is None when the test holds)."""
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and is_none(test.comparators[0]):
