@@ -640,10 +640,9 @@ class _Walker:
 
     def _start(self, node: ast.Call, spec: SessionSpec, state: PathState, frame: _Frame) -> Value:
         for keyword in node.keywords:
-            text = source_text(keyword.value)
             for quiet, quiet_text in spec.quiet_when:
-                if keyword.arg == quiet and (text == quiet_text or text.endswith(f".{quiet_text}")):
-                    self._arguments(node, state, frame)
+                if keyword.arg == quiet and not _other_than(keyword.value, quiet_text):
+                    self._arguments(node, state, frame)  # no collectives, or maybe none
                     return Value()
         group = self._argument(node, spec.params, spec.group, state, frame)
         if group is None or len(self.sessions) >= MAX_SESSIONS:
@@ -687,3 +686,15 @@ class _Walker:
                 state.open = state.open - ended
                 return True
         return False
+
+
+def _other_than(value: ast.expr, quiet_text: str) -> bool:
+    """`value` is written as a value other than `quiet_text`: another constant, or another member
+    of the same enumeration (`Kind.THREAD` for `Kind.PROCESS`). A variable may hold either."""
+    text = source_text(value)
+    if text == quiet_text or text.endswith(f".{quiet_text}"):
+        return False
+    if isinstance(value, ast.Constant):
+        return True
+    owner = quiet_text.rpartition(".")[0]
+    return bool(owner) and isinstance(value, ast.Attribute) and source_text(value.value).endswith(owner)
