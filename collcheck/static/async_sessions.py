@@ -43,6 +43,7 @@ from collcheck.static.session_values import (
     default_of,
     nested_functions,
     none_test,
+    other_than,
     parameter_names,
 )
 
@@ -616,6 +617,8 @@ class _Walker:
             return Value(obj=Obj(path, func.id, exact=True), present=True)
         if not isinstance(func, ast.Attribute):
             return None
+        if self.model.is_super(func.value, frame.function):  # `super().wait()`: the base's method
+            return self._follow_super(node, func.attr, state, frame)
         receiver = self._read(func.value, state, frame)
         if receiver is None or receiver.obj is None:
             return None
@@ -626,6 +629,15 @@ class _Walker:
             cls = receiver.obj.cls
             receiver = Value(obj=Obj(f"class {cls}", cls, exact=True))
         return self._inline(method, node, receiver, state, frame)
+
+    def _follow_super(self, node: ast.Call, name: str, state: PathState, frame: _Frame) -> Value:
+        params = parameter_names(frame.function)
+        receiver = state.slots.get(f"{frame.key}:{params[0]}") if params else None
+        method = self.model.base_method(frame.function, name)
+        followed = self._inline(method, node, receiver, state, frame) if receiver and method else None
+        for value in [] if followed else [*self._arguments(node, state, frame), receiver or Value()]:
+            state.open = state.open - value.sessions - self._held_under(value, state)  # handed to it
+        return followed or Value()
 
     # --- sessions ----------------------------------------------------------------------------
     def _site(self, node: ast.Call, frame: _Frame) -> CallSite:
@@ -641,7 +653,7 @@ class _Walker:
     def _start(self, node: ast.Call, spec: SessionSpec, state: PathState, frame: _Frame) -> Value:
         for keyword in node.keywords:
             for quiet, quiet_text in spec.quiet_when:
-                if keyword.arg == quiet and not _other_than(keyword.value, quiet_text):
+                if keyword.arg == quiet and not other_than(keyword.value, quiet_text):
                     self._arguments(node, state, frame)  # no collectives, or maybe none
                     return Value()
         group = self._argument(node, spec.params, spec.group, state, frame)
@@ -686,15 +698,3 @@ class _Walker:
                 state.open = state.open - ended
                 return True
         return False
-
-
-def _other_than(value: ast.expr, quiet_text: str) -> bool:
-    """`value` is written as a value other than `quiet_text`: another constant, or another member
-    of the same enumeration (`Kind.THREAD` for `Kind.PROCESS`). A variable may hold either."""
-    text = source_text(value)
-    if text == quiet_text or text.endswith(f".{quiet_text}"):
-        return False
-    if isinstance(value, ast.Constant):
-        return True
-    owner = quiet_text.rpartition(".")[0]
-    return bool(owner) and isinstance(value, ast.Attribute) and source_text(value.value).endswith(owner)

@@ -130,6 +130,30 @@ class SessionModel:
                 return None
         return found
 
+    def is_super(self, node: ast.expr, function: FunctionNode) -> bool:
+        """`super()` or `super(Class, self)` in a method of the file."""
+        return (
+            function in self.owner
+            and isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "super"
+            and "super" not in self.functions
+        )
+
+    def base_method(self, method: FunctionNode, name: str) -> FunctionNode | None:
+        """The method `super().name()` runs in `method`: the first base of the file along single
+        inheritance that defines it; None where a class on the way has several bases."""
+        cls = self.classes[self.owner[method]]
+        for _ in range(16):  # a cycle of bases (not valid Python) ends too
+            base = cls.bases[0] if len(cls.bases) == 1 else None
+            if not (isinstance(base, ast.Name) and base.id in self.classes):
+                return None
+            cls = self.classes[base.id]
+            own = {s.name: s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            if name in own:
+                return own[name]
+        return None
+
     def kind_of(self, function: FunctionNode) -> str:
         """`static`, `class` or `instance` for a method; `function` otherwise."""
         if function not in self.owner:
@@ -404,3 +428,15 @@ def nested_functions(function: FunctionNode) -> dict[str, FunctionNode]:
         if node is not function and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             found.setdefault(node.name, node)
     return found
+
+
+def other_than(value: ast.expr, quiet_text: str) -> bool:
+    """`value` is written as a value other than `quiet_text`: another constant, or another member
+    of the same enumeration (`Kind.THREAD` for `Kind.PROCESS`). A variable may hold either."""
+    text = source_text(value)
+    if text == quiet_text or text.endswith(f".{quiet_text}"):
+        return False
+    if isinstance(value, ast.Constant):
+        return True
+    owner = quiet_text.rpartition(".")[0]
+    return bool(owner) and isinstance(value, ast.Attribute) and source_text(value.value).endswith(owner)
