@@ -45,6 +45,7 @@ from collcheck.static.session_values import (
     none_test,
     other_than,
     parameter_names,
+    runs_once_at_least,
 )
 
 MAX_DEPTH = 4  # calls followed below a root
@@ -376,11 +377,8 @@ class _Walker:
         forever = (
             isinstance(stmt, ast.While) and isinstance(stmt.test, ast.Constant) and bool(stmt.test.value)
         )
-        if isinstance(stmt, ast.While):
-            self._expr(stmt.test, state, frame)
-        else:
-            self._expr(stmt.iter, state, frame)
-        exits: list[PathState] = [] if forever else [state.copy()]
+        self._expr(stmt.test if isinstance(stmt, ast.While) else stmt.iter, state, frame)
+        exits: list[PathState] = [] if forever or runs_once_at_least(stmt) else [state.copy()]
         for _ in range(UNROLL):
             if isinstance(stmt, (ast.For, ast.AsyncFor)):
                 self._store(stmt.target, Value(), state, frame)

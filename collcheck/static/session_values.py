@@ -440,3 +440,19 @@ def other_than(value: ast.expr, quiet_text: str) -> bool:
         return True
     owner = quiet_text.rpartition(".")[0]
     return bool(owner) and isinstance(value, ast.Attribute) and source_text(value.value).endswith(owner)
+
+
+def runs_once_at_least(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
+    """A `for` over `range` of constants that is not empty, or over a literal list or tuple with
+    elements: its body runs before the loop can end (`for attempt in range(3):`)."""
+    if not isinstance(loop, ast.For):
+        return False
+    if isinstance(loop.iter, (ast.List, ast.Tuple)):
+        return bool(loop.iter.elts) and not any(isinstance(e, ast.Starred) for e in loop.iter.elts)
+    call = loop.iter
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "range"):
+        return False
+    bounds = [a.value for a in call.args if isinstance(a, ast.Constant) and type(a.value) is int]
+    if call.keywords or len(bounds) != len(call.args) or len(bounds) not in (1, 2):
+        return False
+    return bounds[-1] > (bounds[0] if len(bounds) == 2 else 0)
