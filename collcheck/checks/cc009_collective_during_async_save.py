@@ -6,12 +6,13 @@ is waited on (`future.result()`). A barrier or all-reduce of the main thread on 
 before the wait, or a second `async_save` on it while the first is still running, is reported.
 The handle is followed through local variables, object attributes (stored on `self` in one method,
 waited in another) and the file's own helpers; a group is the same when it is the default group in
-both, one object handed to both, or what one memoizing factory returns. A save started under a
-flag and waited under the same flag (`if self.async_mode:`), waited in a context manager's
-`__exit__`, in a base class's method reached through `super()`, or inside a `try` whose handler
-carries on, is followed as such. Where it cannot be told (the handle handed to other code, a group
-of unknown origin, a save whose kind, `async_checkpointer_type` or `no_dist`, is a variable),
-nothing is reported.
+both, one object handed to both, or what one memoizing factory returns. Where that cannot be told
+(the handle handed to other code, a group of unknown origin), nothing is reported.
+
+A save started under a flag and waited under the same flag (`if self.async_mode:`), waited in a
+context manager's `__exit__`, in a base class's method reached through `super()`, or inside a
+`try` whose handler carries on, is followed as such. A save whose kind (`async_checkpointer_type`,
+`no_dist`) is passed as a variable may be one without collectives on the group: it is not reported.
 
 ## Why is this bad?
 Two threads that issue collectives on one communicator give no order between them: rank 0 may post

@@ -344,16 +344,11 @@ class _Walker:
             if isinstance(test.op, ast.And):
                 return [f for on_then, _ in parts for f in on_then], []
             return [], [f for _, on_else in parts for f in on_else]
-        fact = self._condition(test, state, frame)
-        if fact is None:
-            return [], []
-        return [fact], [Fact(fact.place, fact.test, not fact.holds)]
-
-    def _condition(self, test: ast.expr, state: PathState, frame: _Frame) -> Fact | None:
-        """The place a branch tests, how, and the outcome on its `then` side (`branch_test`)."""
         tested = branch_test(test)
-        place = self._place(tested[0], state, frame) if tested is not None else None
-        return Fact(place, tested[1], tested[2]) if place is not None and tested is not None else None
+        place = self._place(tested.subject, state, frame) if tested is not None else None
+        if tested is None or place is None:
+            return [], []
+        return [Fact(place, *t) for t in tested.on_then], [Fact(place, *t) for t in tested.on_else]
 
     def _refine(self, tested: ast.expr, state: PathState, frame: _Frame) -> None:
         """On this branch `tested` is None: it holds no session's handle."""

@@ -382,21 +382,44 @@ def _own_nodes(root: ast.AST) -> list[ast.AST]:
     return found
 
 
-def branch_test(test: ast.expr) -> tuple[ast.expr, str, bool] | None:
-    """A branch's test of one variable or attribute: (it, how it is tested (`""`: for truth,
-    `"== X"`: against a constant or dotted name `X`), whether the test holds on the `then` side)."""
+@dataclass(frozen=True)
+class BranchTest:
+    """A branch's test of one variable or attribute, `subject`: what holds of it on each side, as
+    (how it is tested: `""` for truth, `"== X"` against a constant or dotted name `X`, whether
+    that holds)."""
+
+    subject: ast.expr
+    on_then: tuple[tuple[str, bool], ...]
+    on_else: tuple[tuple[str, bool], ...]
+
+
+def branch_test(test: ast.expr) -> BranchTest | None:
+    """`x`, `x == X`, `x is not X`, `x in (X, Y)`: what each side of the branch knows of `x`."""
     if isinstance(test, (ast.Name, ast.Attribute)):
-        return test, "", True
+        return BranchTest(test, (("", True),), (("", False),))
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return None
-    operator, compared = test.ops[0], test.comparators[0]
+    operator, compared, subject = test.ops[0], test.comparators[0], test.left
+    if not isinstance(subject, (ast.Name, ast.Attribute)):
+        return None
+    named = (ast.Constant, ast.Attribute, ast.Name)
+    if isinstance(operator, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)) and isinstance(compared, named):
+        holds = isinstance(operator, (ast.Eq, ast.Is))
+        key = f"== {source_text(compared)}"
+        return BranchTest(subject, ((key, holds),), ((key, not holds),))
+    choices = compared.elts if isinstance(compared, (ast.Tuple, ast.List, ast.Set)) else []
     if (
-        isinstance(operator, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot))
-        and isinstance(compared, (ast.Constant, ast.Attribute, ast.Name))
-        and isinstance(test.left, (ast.Name, ast.Attribute))
+        not isinstance(operator, (ast.In, ast.NotIn))
+        or not choices
+        or not all(isinstance(c, named) for c in choices)
     ):
-        return test.left, f"== {source_text(compared)}", isinstance(operator, (ast.Eq, ast.Is))
-    return None
+        return None
+    members = [f"== {source_text(c)}" for c in choices]
+    inside = ((members[0], True),) if len(members) == 1 else ()  # one of them: which, if only one
+    outside = tuple((m, False) for m in members)  # none of them
+    if isinstance(operator, ast.In):
+        return BranchTest(subject, inside, outside)
+    return BranchTest(subject, outside, inside)
 
 
 def none_test(test: ast.expr) -> tuple[ast.expr | None, bool]:
