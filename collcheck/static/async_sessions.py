@@ -295,10 +295,13 @@ class _Walker:
             managers.append((item, manager))
             if item.optional_vars is not None:
                 self._store(item.optional_vars, entered or Value(), state, frame)
+        returned = len(frame.returns)
         state = self._block(stmt.body, state, frame)
+        leaving = [state, *(at_return for at_return, _ in frame.returns[returned:])]  # `return` exits too
         for item, manager in reversed(managers):
-            if not state.dead:
-                self._protocol(item, manager, leave, state, frame)
+            for left in leaving:
+                if not left.dead:
+                    self._protocol(item, manager, leave, left, frame)
         return state
 
     def _protocol(
