@@ -28,7 +28,7 @@ from enum import Enum
 
 from collcheck.catalog import Catalog, SessionSpec
 from collcheck.static.names import ImportTable, qualified_name, source_text
-from collcheck.static.session_states import Fact, PathState, join_states, join_values
+from collcheck.static.session_states import PathState, join_states, join_values
 from collcheck.static.session_values import (
     DEFAULT_GROUP,
     NONE_VALUE,
@@ -46,6 +46,8 @@ from collcheck.static.session_values import (
     other_than,
     parameter_names,
     runs_once_at_least,
+    session_roots,
+    starts_a_session,
 )
 
 MAX_DEPTH = 4  # calls followed below a root
@@ -112,35 +114,14 @@ def session_races(
         return ()
     if text is not None and not any(name.rsplit(".", 1)[-1] in text for name in catalog.sessions):
         return ()
-    if not _starts_a_session(tree, imports, catalog):
+    if not starts_a_session(tree, imports, catalog):
         return ()
     walker = _Walker(SessionModel(tree, imports, catalog))
-    for function, qualname, cls in _roots(tree):
+    for function, qualname, cls in session_roots(tree):
         if walker.spent > MAX_FILE_STEPS:
             break
         walker.run_root(function, qualname, cls)
     return tuple(walker.races.values())
-
-
-def _starts_a_session(tree: ast.Module, imports: ImportTable, catalog: Catalog) -> bool:
-    return any(
-        isinstance(node, ast.Call) and qualified_name(node.func, imports) in catalog.sessions
-        for node in ast.walk(tree)
-    )
-
-
-def _roots(tree: ast.Module) -> list[tuple[FunctionNode, str, str | None]]:
-    found: list[tuple[FunctionNode, str, str | None]] = []
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found.append((stmt, stmt.name, None))
-        elif isinstance(stmt, ast.ClassDef):
-            found.extend(
-                (item, f"{stmt.name}.{item.name}", stmt.name)
-                for item in stmt.body
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-            )
-    return found
 
 
 class _Walker:
@@ -319,39 +300,50 @@ class _Walker:
 
     def _if(self, stmt: ast.If, state: PathState, frame: _Frame) -> PathState:
         self._expr(stmt.test, state, frame)
+        then, other = self._split(stmt.test, state, frame)
+        return join_states([self._block(stmt.body, then, frame), self._block(stmt.orelse, other, frame)])
+
+    def _split(self, test: ast.expr, state: PathState, frame: _Frame) -> tuple[PathState, PathState]:
+        """The states where `test` holds and where it fails: `a and b` fails where `a` fails, or
+        where `a` holds and `b` fails (`if async_mode and future is not None:`)."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            fails, holds = self._split(test.operand, state, frame)
+            return holds, fails
+        if isinstance(test, ast.BoolOp):
+            every = isinstance(test.op, ast.And)  # `and`: every part holds on the `then` side
+            through, exits = state, []
+            for value in test.values:
+                holds, fails = self._split(value, through, frame)
+                through = holds if every else fails
+                exits.append(fails if every else holds)
+            return (through, join_states(exits)) if every else (join_states(exits), through)
         then, other = state.copy(), state.copy()
-        on_then, on_else = self._conditions(stmt.test, state, frame)
-        for fact in on_then:  # `if async_mode: start ...` then `if async_mode: wait`
-            then.assume(fact.place, fact.test, fact.holds)
-        for fact in on_else:
-            other.assume(fact.place, fact.test, fact.holds)
-        tested, none_when_true = none_test(stmt.test)
-        if tested is not None:
+        tested = branch_test(test)
+        place = self._fact_place(tested.subject, state, frame) if tested is not None else None
+        if tested is not None and place is not None:  # `if async_mode: start` .. `if async_mode: wait`
+            for test_text, outcome in tested.on_then:
+                then.assume(place, test_text, outcome)
+            for test_text, outcome in tested.on_else:
+                other.assume(place, test_text, outcome)
+        tested_none, none_when_true = none_test(test)
+        if tested_none is not None:
             none_branch, held_branch = (then, other) if none_when_true else (other, then)
-            current = self._read(tested, state, frame)
+            current = self._read(tested_none, state, frame)
             if current is not None and current.present:
                 none_branch.dead = True  # a lazy fill already done: `if self._group is None:`
             else:
-                self._refine(tested, none_branch, frame)
-                self._holds(tested, current, held_branch, frame)
-        return join_states([self._block(stmt.body, then, frame), self._block(stmt.orelse, other, frame)])
+                self._refine(tested_none, none_branch, frame)
+                self._holds(tested_none, current, held_branch, frame)
+        return then, other
 
-    def _conditions(self, test: ast.expr, state: PathState, frame: _Frame) -> tuple[list[Fact], list[Fact]]:
-        """What a branch's `then` side and its `else` side each assume: `a and b` holds both on
-        `then`, `a or b` fails both on `else`."""
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            on_then, on_else = self._conditions(test.operand, state, frame)
-            return on_else, on_then
-        if isinstance(test, ast.BoolOp):
-            parts = [self._conditions(value, state, frame) for value in test.values]
-            if isinstance(test.op, ast.And):
-                return [f for on_then, _ in parts for f in on_then], []
-            return [], [f for _, on_else in parts for f in on_else]
-        tested = branch_test(test)
-        place = self._place(tested.subject, state, frame) if tested is not None else None
-        if tested is None or place is None:
-            return [], []
-        return [Fact(place, *t) for t in tested.on_then], [Fact(place, *t) for t in tested.on_else]
+    def _fact_place(self, node: ast.expr, state: PathState, frame: _Frame) -> str | None:
+        """Where a tested value is kept, named by what holds it: `cfg.flag` of one object read
+        in the caller and in the callee it was passed to is one place."""
+        if isinstance(node, ast.Attribute):
+            base = self._read(node.value, state, frame)
+            if base is not None and base.obj is None and base.group.kind is GroupKind.PLACE:
+                return f"{base.group.name}.{node.attr}"
+        return self._place(node, state, frame)
 
     def _refine(self, tested: ast.expr, state: PathState, frame: _Frame) -> None:
         """On this branch `tested` is None: it holds no session's handle."""
@@ -492,6 +484,8 @@ class _Walker:
             )
         state.slots[place] = value
         state.forget(place)
+        if (held_as := self._fact_place(target, state, frame)) not in (None, place):
+            state.forget(held_as)
 
     # --- expressions -------------------------------------------------------------------------
     def _expr(self, node: ast.expr, state: PathState, frame: _Frame) -> Value:

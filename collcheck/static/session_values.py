@@ -479,3 +479,26 @@ def runs_once_at_least(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
     if call.keywords or len(bounds) != len(call.args) or len(bounds) not in (1, 2):
         return False
     return bounds[-1] > (bounds[0] if len(bounds) == 2 else 0)
+
+
+def starts_a_session(tree: ast.Module, imports: ImportTable, catalog: Catalog) -> bool:
+    """The file calls a call that starts a session (the walk is not worth it otherwise)."""
+    return any(
+        isinstance(node, ast.Call) and qualified_name(node.func, imports) in catalog.sessions
+        for node in ast.walk(tree)
+    )
+
+
+def session_roots(tree: ast.Module) -> list[tuple[FunctionNode, str, str | None]]:
+    """The file's functions and methods, each with its qualified name and its class."""
+    found: list[tuple[FunctionNode, str, str | None]] = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.append((stmt, stmt.name, None))
+        elif isinstance(stmt, ast.ClassDef):
+            found.extend(
+                (item, f"{stmt.name}.{item.name}", stmt.name)
+                for item in stmt.body
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+            )
+    return found
