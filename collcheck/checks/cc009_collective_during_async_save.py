@@ -9,6 +9,11 @@ waited in another) and the file's own helpers; a group is the same when it is th
 both, one object handed to both, or what one memoizing factory returns. Where that cannot be told
 (the handle handed to other code, a group of unknown origin), nothing is reported.
 
+A save started under a flag and waited under the same flag (`if self.async_mode:`), waited in a
+context manager's `__exit__`, in a base class's method reached through `super()`, or inside a
+`try` whose handler carries on, is followed as such. A save whose kind (`async_checkpointer_type`,
+`no_dist`) is passed as a variable may be one without collectives on the group: it is not reported.
+
 ## Why is this bad?
 Two threads that issue collectives on one communicator give no order between them: rank 0 may post
 the barrier before the save's gather and rank 1 after it, so each waits in a different collective

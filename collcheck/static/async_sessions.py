@@ -28,6 +28,7 @@ from enum import Enum
 
 from collcheck.catalog import Catalog, SessionSpec
 from collcheck.static.names import ImportTable, qualified_name, source_text
+from collcheck.static.session_states import PathState, join_states, join_values
 from collcheck.static.session_values import (
     DEFAULT_GROUP,
     NONE_VALUE,
@@ -38,8 +39,15 @@ from collcheck.static.session_values import (
     Obj,
     SessionModel,
     Value,
+    branch_test,
     default_of,
+    nested_functions,
+    none_test,
+    other_than,
     parameter_names,
+    runs_once_at_least,
+    session_roots,
+    starts_a_session,
 )
 
 MAX_DEPTH = 4  # calls followed below a root
@@ -82,16 +90,6 @@ class _Session:
     spec: SessionSpec
 
 
-class _State:
-    def __init__(self, open_: frozenset[int] = frozenset(), slots: dict[str, Value] | None = None) -> None:
-        self.open = open_
-        self.slots = dict(slots or {})
-        self.dead = False
-
-    def copy(self) -> _State:
-        return _State(self.open, self.slots)
-
-
 @dataclass
 class _Frame:
     key: str
@@ -99,8 +97,8 @@ class _Frame:
     qualname: str
     depth: int
     local: frozenset[str]
-    returns: list[tuple[_State, Value]]
-    loops: list[tuple[list[_State], list[_State]]]
+    returns: list[tuple[PathState, Value]]
+    loops: list[tuple[list[PathState], list[PathState]]]
 
 
 class _OutOfSteps(Exception):
@@ -116,65 +114,14 @@ def session_races(
         return ()
     if text is not None and not any(name.rsplit(".", 1)[-1] in text for name in catalog.sessions):
         return ()
-    if not _starts_a_session(tree, imports, catalog):
+    if not starts_a_session(tree, imports, catalog):
         return ()
     walker = _Walker(SessionModel(tree, imports, catalog))
-    for function, qualname, cls in _roots(tree):
+    for function, qualname, cls in session_roots(tree):
         if walker.spent > MAX_FILE_STEPS:
             break
         walker.run_root(function, qualname, cls)
     return tuple(walker.races.values())
-
-
-def _starts_a_session(tree: ast.Module, imports: ImportTable, catalog: Catalog) -> bool:
-    return any(
-        isinstance(node, ast.Call) and qualified_name(node.func, imports) in catalog.sessions
-        for node in ast.walk(tree)
-    )
-
-
-def _roots(tree: ast.Module) -> list[tuple[FunctionNode, str, str | None]]:
-    found: list[tuple[FunctionNode, str, str | None]] = []
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found.append((stmt, stmt.name, None))
-        elif isinstance(stmt, ast.ClassDef):
-            found.extend(
-                (item, f"{stmt.name}.{item.name}", stmt.name)
-                for item in stmt.body
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-            )
-    return found
-
-
-def _join(states: list[_State]) -> _State:
-    live = [s for s in states if not s.dead]
-    if not live:
-        dead = _State()
-        dead.dead = True
-        return dead
-    joined = live[0].copy()
-    for other in live[1:]:
-        joined.open = joined.open | other.open
-        for place in set(joined.slots) | set(other.slots):
-            mine, theirs = joined.slots.get(place), other.slots.get(place)
-            if mine != theirs:
-                joined.slots[place] = _join_values(mine, theirs, place)
-    return joined
-
-
-_JOINS = itertools.count()  # names the values two paths leave in one place (identity only)
-
-
-def _join_values(a: Value | None, b: Value | None, place: str) -> Value:
-    sessions = (a.sessions if a else frozenset()) | (b.sessions if b else frozenset())
-    obj = a.obj if a is not None and b is not None and a.obj == b.obj else None
-    if a is not None and b is not None and a.group == b.group:
-        group = a.group
-    else:  # whatever the place holds after the join, two reads of it see the same object
-        group = GroupKey(GroupKind.PLACE, f"{place}#join{next(_JOINS)}")
-    present = a is not None and b is not None and a.present and b.present
-    return Value(group=group, sessions=sessions, obj=obj, present=present)
 
 
 class _Walker:
@@ -187,11 +134,13 @@ class _Walker:
         self.steps = 0
         self.spent = 0  # statements run for the file's earlier roots
         self.stack: list[FunctionNode] = []
+        self.waits_made: set[ast.Call] = set()  # the calls run as a session's wait
+        self.nested: dict[FunctionNode, dict[str, FunctionNode]] = {}
 
     def run_root(self, function: FunctionNode, qualname: str, cls: str | None) -> None:
         self.spent += self.steps
         self.steps = 0
-        state = _State()
+        state = PathState()
         bound: dict[str, Value] = {}
         params = function.args.posonlyargs + function.args.args + function.args.kwonlyargs
         for index, param in enumerate(params):
@@ -209,7 +158,7 @@ class _Walker:
 
     # --- frames --------------------------------------------------------------------------
     def _call(
-        self, function: FunctionNode, qualname: str, bound: dict[str, Value], state: _State, depth: int
+        self, function: FunctionNode, qualname: str, bound: dict[str, Value], state: PathState, depth: int
     ) -> Value:
         stored = {
             n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
@@ -233,18 +182,19 @@ class _Walker:
         finally:
             self.stack.pop()
         outcomes = [end, *(s for s, _ in frame.returns)]
-        joined = _join(outcomes)
+        joined = join_states(outcomes)
         state.open, state.slots, state.dead = joined.open, joined.slots, joined.dead
+        state.assumed, state.started_under = joined.assumed, joined.started_under
         values = [v for _, v in frame.returns]
         if not values:
             return Value()
         result = values[0]
         for value in values[1:]:
-            result = result if value == result else _join_values(result, value, "")
+            result = result if value == result else join_values(result, value, "")
         return result
 
     def _inline(
-        self, function: FunctionNode, call: ast.Call, receiver: Value | None, state: _State, frame: _Frame
+        self, function: FunctionNode, call: ast.Call, receiver: Value | None, state: PathState, frame: _Frame
     ) -> Value | None:
         if frame.depth >= MAX_DEPTH or function in self.stack:
             return None
@@ -275,7 +225,7 @@ class _Walker:
         return self._call(function, qualname, bound, state, frame.depth + 1)
 
     # --- statements ----------------------------------------------------------------------
-    def _block(self, body: list[ast.stmt], state: _State, frame: _Frame) -> _State:
+    def _block(self, body: list[ast.stmt], state: PathState, frame: _Frame) -> PathState:
         for stmt in body:
             if state.dead:
                 break
@@ -285,7 +235,7 @@ class _Walker:
             state = self._stmt(stmt, state, frame)
         return state
 
-    def _stmt(self, stmt: ast.stmt, state: _State, frame: _Frame) -> _State:
+    def _stmt(self, stmt: ast.stmt, state: PathState, frame: _Frame) -> PathState:
         if isinstance(stmt, ast.Expr):
             self._expr(stmt.value, state, frame)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
@@ -299,11 +249,7 @@ class _Walker:
         elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
             return self._loop(stmt, state, frame)
         elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-            for item in stmt.items:
-                self._expr(item.context_expr, state, frame)
-                if item.optional_vars is not None:
-                    self._store(item.optional_vars, Value(), state, frame)
-            return self._block(stmt.body, state, frame)
+            return self._with(stmt, state, frame)
         elif isinstance(stmt, ast.Try):
             return self._try(stmt, state, frame)
         elif isinstance(stmt, ast.Return):
@@ -317,21 +263,89 @@ class _Walker:
             state.dead = True
         return state
 
-    def _if(self, stmt: ast.If, state: _State, frame: _Frame) -> _State:
+    def _with(self, stmt: ast.With | ast.AsyncWith, state: PathState, frame: _Frame) -> PathState:
+        """An object of the file as a context manager runs its `__enter__` and, after the body,
+        its `__exit__` (which may wait for a save its methods started)."""
+        enter, leave = (
+            ("__aenter__", "__aexit__") if isinstance(stmt, ast.AsyncWith) else ("__enter__", "__exit__")
+        )
+        managers: list[tuple[ast.withitem, Value]] = []
+        for item in stmt.items:
+            manager = self._expr(item.context_expr, state, frame)
+            entered = self._protocol(item, manager, enter, state, frame)
+            managers.append((item, manager))
+            if item.optional_vars is not None:
+                self._store(item.optional_vars, entered or Value(), state, frame)
+        returned = len(frame.returns)
+        state = self._block(stmt.body, state, frame)
+        leaving = [state, *(at_return for at_return, _ in frame.returns[returned:])]  # `return` exits too
+        for item, manager in reversed(managers):
+            for left in leaving:
+                if not left.dead:
+                    self._protocol(item, manager, leave, left, frame)
+        return state
+
+    def _protocol(
+        self, item: ast.withitem, manager: Value, name: str, state: PathState, frame: _Frame
+    ) -> Value | None:
+        """Run `manager.name()`; where it cannot be followed, what the object holds is handed to it."""
+        method = self.model.method(manager.obj, name) if manager.obj is not None else None
+        if method is None:
+            return None
+        call = ast.copy_location(ast.Call(func=item.context_expr, args=[], keywords=[]), item.context_expr)
+        result = self._inline(method, call, manager, state, frame)
+        if result is None:
+            state.open = state.open - self._held_under(manager, state)
+        return result
+
+    def _if(self, stmt: ast.If, state: PathState, frame: _Frame) -> PathState:
         self._expr(stmt.test, state, frame)
+        then, other = self._split(stmt.test, state, frame)
+        return join_states([self._block(stmt.body, then, frame), self._block(stmt.orelse, other, frame)])
+
+    def _split(self, test: ast.expr, state: PathState, frame: _Frame) -> tuple[PathState, PathState]:
+        """The states where `test` holds and where it fails: `a and b` fails where `a` fails, or
+        where `a` holds and `b` fails (`if async_mode and future is not None:`)."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            fails, holds = self._split(test.operand, state, frame)
+            return holds, fails
+        if isinstance(test, ast.BoolOp):
+            every = isinstance(test.op, ast.And)  # `and`: every part holds on the `then` side
+            through, exits = state, []
+            for value in test.values:
+                holds, fails = self._split(value, through, frame)
+                through = holds if every else fails
+                exits.append(fails if every else holds)
+            return (through, join_states(exits)) if every else (join_states(exits), through)
         then, other = state.copy(), state.copy()
-        tested, none_when_true = _none_test(stmt.test)
-        if tested is not None:
+        tested = branch_test(test)
+        place = self._fact_place(tested.subject, state, frame) if tested is not None else None
+        if tested is not None and place is not None:  # `if async_mode: start` .. `if async_mode: wait`
+            for test_text, outcome in tested.on_then:
+                then.assume(place, test_text, outcome)
+            for test_text, outcome in tested.on_else:
+                other.assume(place, test_text, outcome)
+        tested_none, none_when_true = none_test(test)
+        if tested_none is not None:
             none_branch, held_branch = (then, other) if none_when_true else (other, then)
-            current = self._read(tested, state, frame)
+            current = self._read(tested_none, state, frame)
             if current is not None and current.present:
                 none_branch.dead = True  # a lazy fill already done: `if self._group is None:`
             else:
-                self._refine(tested, none_branch, frame)
-                self._holds(tested, current, held_branch, frame)
-        return _join([self._block(stmt.body, then, frame), self._block(stmt.orelse, other, frame)])
+                self._refine(tested_none, none_branch, frame)
+                self._holds(tested_none, current, held_branch, frame)
+        return then, other
 
-    def _refine(self, tested: ast.expr, state: _State, frame: _Frame) -> None:
+    def _fact_place(self, node: ast.expr, state: PathState, frame: _Frame) -> str | None:
+        """Where a tested value is kept, named by what holds it: `cfg.flag` of one object read
+        in the caller and in the callee it was passed to is one place."""
+        if isinstance(node, ast.Attribute):
+            base = self._read(node.value, state, frame)
+            if base is not None and base.obj is None and base.group.kind is GroupKind.PLACE:
+                return f"{base.group.name}.{node.attr}"
+        return self._place(node, state, frame)
+
+    def _refine(self, tested: ast.expr, state: PathState, frame: _Frame) -> None:
         """On this branch `tested` is None: it holds no session's handle."""
         place = self._place(tested, state, frame)
         if place is None:
@@ -340,7 +354,7 @@ class _Walker:
         state.open = state.open - held
         state.slots[place] = NONE_VALUE
 
-    def _holds(self, tested: ast.expr, current: Value | None, state: _State, frame: _Frame) -> None:
+    def _holds(self, tested: ast.expr, current: Value | None, state: PathState, frame: _Frame) -> None:
         """On this branch `tested` is not None."""
         place = self._place(tested, state, frame)
         if place is None or current is None:
@@ -349,37 +363,54 @@ class _Walker:
             current = replace(current, group=GroupKey(GroupKind.PLACE, place))
         state.slots[place] = replace(current, present=True)
 
-    def _loop(self, stmt: ast.For | ast.AsyncFor | ast.While, state: _State, frame: _Frame) -> _State:
+    def _loop(self, stmt: ast.For | ast.AsyncFor | ast.While, state: PathState, frame: _Frame) -> PathState:
         forever = (
             isinstance(stmt, ast.While) and isinstance(stmt.test, ast.Constant) and bool(stmt.test.value)
         )
-        if isinstance(stmt, ast.While):
-            self._expr(stmt.test, state, frame)
-        else:
-            self._expr(stmt.iter, state, frame)
-        exits: list[_State] = [] if forever else [state.copy()]
+        self._expr(stmt.test if isinstance(stmt, ast.While) else stmt.iter, state, frame)
+        exits: list[PathState] = [] if forever or runs_once_at_least(stmt) else [state.copy()]
         for _ in range(UNROLL):
             if isinstance(stmt, (ast.For, ast.AsyncFor)):
                 self._store(stmt.target, Value(), state, frame)
             frame.loops.append(([], []))
             state = self._block(stmt.body, state, frame)
             breaks, continues = frame.loops.pop()
-            state = _join([state, *continues])
+            state = join_states([state, *continues])
             exits.extend(breaks)
             if not forever:
                 exits.append(state.copy())
-        after = _join(exits)
+        after = join_states(exits)
         return self._block(stmt.orelse, after, frame) if stmt.orelse else after
 
-    def _try(self, stmt: ast.Try, state: _State, frame: _Frame) -> _State:
+    def _plain_wait(self, stmt: ast.stmt) -> bool:
+        """`handle.result()` alone, just run as a wait: if it raises, the session is over (a
+        timeout, which leaves it running, is passed as an argument)."""
+        return (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and not stmt.value.args
+            and not stmt.value.keywords
+            and stmt.value in self.waits_made
+        )
+
+    def _try(self, stmt: ast.Try, state: PathState, frame: _Frame) -> PathState:
         before = state.copy()
         returned = len(frame.returns)
-        body = self._block(stmt.body, state, frame)
+        raised: list[PathState] = []  # the states a handler may start from
+        body = state
+        for inner in stmt.body:
+            if body.dead:
+                break
+            entry = body.copy()
+            body = self._block([inner], body, frame)
+            if not self._plain_wait(inner):  # a plain wait that raises has ended its session
+                raised.append(entry)
+            raised.append(body.copy())
         ends = []
         for handler in stmt.handlers:
-            ends.append(self._block(handler.body, _join([before, body]), frame))
+            ends.append(self._block(handler.body, join_states(raised), frame))
         body = self._block(stmt.orelse, body, frame)
-        after = _join([body, *ends])
+        after = join_states([body, *ends])
         if stmt.finalbody:
             for index in range(returned, len(frame.returns)):  # a `return` in the body runs it first
                 at_return, value = frame.returns[index]
@@ -388,7 +419,7 @@ class _Walker:
         return after
 
     # --- places ---------------------------------------------------------------------------
-    def _place(self, node: ast.expr, state: _State, frame: _Frame) -> str | None:
+    def _place(self, node: ast.expr, state: PathState, frame: _Frame) -> str | None:
         """Where a name or attribute chain is stored, as a path from the root's names."""
         if isinstance(node, ast.Name):
             if node.id in frame.local:
@@ -402,7 +433,7 @@ class _Walker:
             return f"{place}.{node.attr}" if place is not None else None
         return None
 
-    def _read(self, node: ast.expr, state: _State, frame: _Frame) -> Value | None:
+    def _read(self, node: ast.expr, state: PathState, frame: _Frame) -> Value | None:
         """The value of a name or attribute chain (no call runs); None for other expressions."""
         if isinstance(node, ast.Name) and node.id not in frame.local and node.id in self.model.classes:
             return Value(obj=Obj(f"class {node.id}", node.id, exact=True))
@@ -437,7 +468,7 @@ class _Walker:
             for chain in self.sessions[number].spec.ends
         )
 
-    def _store(self, target: ast.expr, value: Value, state: _State, frame: _Frame) -> None:
+    def _store(self, target: ast.expr, value: Value, state: PathState, frame: _Frame) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
             state.open = state.open - value.sessions  # unpacked: no longer followed
             for element in target.elts:
@@ -452,9 +483,12 @@ class _Walker:
                 GroupKey(GroupKind.PLACE, f"{place}#{next(self.serials)}"), value.sessions, value.obj
             )
         state.slots[place] = value
+        state.forget(place)
+        if (held_as := self._fact_place(target, state, frame)) not in (None, place):
+            state.forget(held_as)
 
     # --- expressions -------------------------------------------------------------------------
-    def _expr(self, node: ast.expr, state: _State, frame: _Frame) -> Value:
+    def _expr(self, node: ast.expr, state: PathState, frame: _Frame) -> Value:
         if isinstance(node, ast.Call):
             return self._call_expr(node, state, frame)
         if isinstance(node, ast.Constant) and node.value is None:
@@ -463,8 +497,15 @@ class _Walker:
             self._expr(node.test, state, frame)
             a, b = self._expr(node.body, state, frame), self._expr(node.orelse, state, frame)
             return a if a == b else Value(sessions=a.sessions | b.sessions)
-        if isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
-            return Value()  # runs later, or in its own scope: not followed
+        if isinstance(node, ast.NamedExpr):  # `(handle := async_save(...))`: stored, then used
+            value = self._expr(node.value, state, frame)
+            self._store(node.target, value, state, frame)
+            return self._read(node.target, state, frame) or value
+        if isinstance(node, ast.Lambda):  # runs later: what it reads is handed away
+            self._release_captured(node.body, state, frame)
+            return Value()
+        if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+            return Value()  # runs in its own scope: not followed
         read = self._read(node, state, frame)
         if read is not None:
             return read
@@ -476,7 +517,7 @@ class _Walker:
             state.open = state.open - held  # put in a container: no longer followed
         return Value()
 
-    def _call_expr(self, node: ast.Call, state: _State, frame: _Frame) -> Value:
+    def _call_expr(self, node: ast.Call, state: PathState, frame: _Frame) -> Value:
         name = qualified_name(node.func, self.model.imports)
         if name is not None and name in self.model.catalog.sessions:
             return self._start(node, self.model.catalog.sessions[name], state, frame)
@@ -495,6 +536,14 @@ class _Walker:
             return known
         if self._waits(node, state, frame):
             return Value()
+        if frame.function not in self.nested:
+            self.nested[frame.function] = nested_functions(frame.function)
+        callee = node.func.id if isinstance(node.func, ast.Name) else ""
+        nested = self.nested[frame.function].get(callee)
+        if nested is not None:  # a closure of this function: may wait what it reads (not followed)
+            self._release_captured(nested, state, frame)
+            self._arguments(node, state, frame)
+            return Value()
         followed = self._follow(node, state, frame)
         if followed is not None:
             return followed
@@ -505,7 +554,16 @@ class _Walker:
             state.open = state.open - value.sessions - self._held_under(value, state)
         return Value()
 
-    def _held_under(self, value: Value, state: _State) -> frozenset[int]:
+    def _release_captured(self, code: ast.AST, state: PathState, frame: _Frame) -> None:
+        """Code that runs later (a closure, a lambda) and reads this frame's variables: the
+        sessions they hold are handed to it, and no longer followed."""
+        for node in ast.walk(code):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in frame.local:
+                held = state.slots.get(f"{frame.key}:{node.id}")
+                if held is not None:
+                    state.open = state.open - held.sessions - self._held_under(held, state)
+
+    def _held_under(self, value: Value, state: PathState) -> frozenset[int]:
         """The sessions whose handles an object of the file keeps in its attributes."""
         if value.obj is None:
             return frozenset()
@@ -516,13 +574,13 @@ class _Walker:
                 held |= kept.sessions
         return held
 
-    def _arguments(self, node: ast.Call, state: _State, frame: _Frame) -> list[Value]:
+    def _arguments(self, node: ast.Call, state: PathState, frame: _Frame) -> list[Value]:
         values = [self._expr(a.value if isinstance(a, ast.Starred) else a, state, frame) for a in node.args]
         values.extend(self._expr(k.value, state, frame) for k in node.keywords)
         return values
 
     def _argument(
-        self, node: ast.Call, params: tuple[str, ...], wanted: str | None, state: _State, frame: _Frame
+        self, node: ast.Call, params: tuple[str, ...], wanted: str | None, state: PathState, frame: _Frame
     ) -> tuple[GroupKey, str] | None:
         """The group a call names (the default group when it names none); None when unknown."""
         values = self._arguments(node, state, frame)
@@ -538,7 +596,7 @@ class _Walker:
             return values[index].group, source_text(node.args[index])
         return DEFAULT_GROUP, ""
 
-    def _follow(self, node: ast.Call, state: _State, frame: _Frame) -> Value | None:
+    def _follow(self, node: ast.Call, state: PathState, frame: _Frame) -> Value | None:
         """Run a function of the file, or a method of an object of the file."""
         func = node.func
         if isinstance(func, ast.Name) and func.id not in frame.local and func.id in self.model.functions:
@@ -549,6 +607,8 @@ class _Walker:
             return Value(obj=Obj(path, func.id, exact=True), present=True)
         if not isinstance(func, ast.Attribute):
             return None
+        if self.model.is_super(func.value, frame.function):  # `super().wait()`: the base's method
+            return self._follow_super(node, func.attr, state, frame)
         receiver = self._read(func.value, state, frame)
         if receiver is None or receiver.obj is None:
             return None
@@ -559,6 +619,15 @@ class _Walker:
             cls = receiver.obj.cls
             receiver = Value(obj=Obj(f"class {cls}", cls, exact=True))
         return self._inline(method, node, receiver, state, frame)
+
+    def _follow_super(self, node: ast.Call, name: str, state: PathState, frame: _Frame) -> Value:
+        params = parameter_names(frame.function)
+        receiver = state.slots.get(f"{frame.key}:{params[0]}") if params else None
+        method = self.model.base_method(frame.function, name)
+        followed = self._inline(method, node, receiver, state, frame) if receiver and method else None
+        for value in [] if followed else [*self._arguments(node, state, frame), receiver or Value()]:
+            state.open = state.open - value.sessions - self._held_under(value, state)  # handed to it
+        return followed or Value()
 
     # --- sessions ----------------------------------------------------------------------------
     def _site(self, node: ast.Call, frame: _Frame) -> CallSite:
@@ -571,12 +640,11 @@ class _Walker:
             frame.qualname,
         )
 
-    def _start(self, node: ast.Call, spec: SessionSpec, state: _State, frame: _Frame) -> Value:
+    def _start(self, node: ast.Call, spec: SessionSpec, state: PathState, frame: _Frame) -> Value:
         for keyword in node.keywords:
-            text = source_text(keyword.value)
             for quiet, quiet_text in spec.quiet_when:
-                if keyword.arg == quiet and (text == quiet_text or text.endswith(f".{quiet_text}")):
-                    self._arguments(node, state, frame)
+                if keyword.arg == quiet and not other_than(keyword.value, quiet_text):
+                    self._arguments(node, state, frame)  # no collectives, or maybe none
                     return Value()
         group = self._argument(node, spec.params, spec.group, state, frame)
         if group is None or len(self.sessions) >= MAX_SESSIONS:
@@ -585,10 +653,11 @@ class _Walker:
         self.sessions.append(_Session(self._site(node, frame), group[0], group[1], spec))
         number = len(self.sessions) - 1
         state.open = state.open | {number}
+        state.started_under[number] = state.assumed
         return Value(sessions=frozenset({number}), present=True)
 
     def _race(
-        self, kind: RaceKind, node: ast.Call, group: tuple[GroupKey, str], state: _State, frame: _Frame
+        self, kind: RaceKind, node: ast.Call, group: tuple[GroupKey, str], state: PathState, frame: _Frame
     ) -> None:
         key, text = group
         if key == UNKNOWN_GROUP:
@@ -602,7 +671,7 @@ class _Walker:
                     where, SessionRace(kind, session.site, site, text, session.spec.what, session.group_text)
                 )
 
-    def _waits(self, node: ast.Call, state: _State, frame: _Frame) -> bool:
+    def _waits(self, node: ast.Call, state: PathState, frame: _Frame) -> bool:
         """`handle.result()`, `handle.upload_completion.result()`: the sessions it ends."""
         chain: list[str] = []
         target: ast.expr = node.func
@@ -614,26 +683,8 @@ class _Walker:
                 continue
             ended = {n for n in held.sessions if tuple(chain) in self.sessions[n].spec.ends}
             if ended:
+                self.waits_made.add(node)
                 self._arguments(node, state, frame)
                 state.open = state.open - ended
                 return True
         return False
-
-
-def _none_test(test: ast.expr) -> tuple[ast.expr | None, bool]:
-    """(the expression tested against None, whether it is None when the test holds)."""
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and _is_none(test.comparators[0]):
-        if isinstance(test.ops[0], ast.Is):
-            return test.left, True
-        if isinstance(test.ops[0], ast.IsNot):
-            return test.left, False
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner, when = _none_test(test.operand)
-        return (inner, not when) if inner is not None else (test.operand, True)
-    if isinstance(test, (ast.Name, ast.Attribute)):
-        return test, False
-    return None, False
-
-
-def _is_none(node: ast.expr) -> bool:
-    return isinstance(node, ast.Constant) and node.value is None

@@ -130,6 +130,30 @@ class SessionModel:
                 return None
         return found
 
+    def is_super(self, node: ast.expr, function: FunctionNode) -> bool:
+        """`super()` or `super(Class, self)` in a method of the file."""
+        return (
+            function in self.owner
+            and isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "super"
+            and "super" not in self.functions
+        )
+
+    def base_method(self, method: FunctionNode, name: str) -> FunctionNode | None:
+        """The method `super().name()` runs in `method`: the first base of the file along single
+        inheritance that defines it; None where a class on the way has several bases."""
+        cls = self.classes[self.owner[method]]
+        for _ in range(16):  # a cycle of bases (not valid Python) ends too
+            base = cls.bases[0] if len(cls.bases) == 1 else None
+            if not (isinstance(base, ast.Name) and base.id in self.classes):
+                return None
+            cls = self.classes[base.id]
+            own = {s.name: s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            if name in own:
+                return own[name]
+        return None
+
     def kind_of(self, function: FunctionNode) -> str:
         """`static`, `class` or `instance` for a method; `function` otherwise."""
         if function not in self.owner:
@@ -355,4 +379,126 @@ def _own_nodes(root: ast.AST) -> list[ast.AST]:
             continue
         found.append(node)
         todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+@dataclass(frozen=True)
+class BranchTest:
+    """A branch's test of one variable or attribute, `subject`: what holds of it on each side, as
+    (how it is tested: `""` for truth, `"== X"` against a constant or dotted name `X`, whether
+    that holds)."""
+
+    subject: ast.expr
+    on_then: tuple[tuple[str, bool], ...]
+    on_else: tuple[tuple[str, bool], ...]
+
+
+def branch_test(test: ast.expr) -> BranchTest | None:
+    """`x`, `x == X`, `x is not X`, `x in (X, Y)`: what each side of the branch knows of `x`."""
+    if isinstance(test, (ast.Name, ast.Attribute)):
+        return BranchTest(test, (("", True),), (("", False),))
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    operator, compared, subject = test.ops[0], test.comparators[0], test.left
+    if not isinstance(subject, (ast.Name, ast.Attribute)):
+        return None
+    named = (ast.Constant, ast.Attribute, ast.Name)
+    if isinstance(operator, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)) and isinstance(compared, named):
+        holds = isinstance(operator, (ast.Eq, ast.Is))
+        key = f"== {source_text(compared)}"
+        return BranchTest(subject, ((key, holds),), ((key, not holds),))
+    choices = compared.elts if isinstance(compared, (ast.Tuple, ast.List, ast.Set)) else []
+    if (
+        not isinstance(operator, (ast.In, ast.NotIn))
+        or not choices
+        or not all(isinstance(c, named) for c in choices)
+    ):
+        return None
+    members = [f"== {source_text(c)}" for c in choices]
+    inside = ((members[0], True),) if len(members) == 1 else ()  # one of them: which, if only one
+    outside = tuple((m, False) for m in members)  # none of them
+    if isinstance(operator, ast.In):
+        return BranchTest(subject, inside, outside)
+    return BranchTest(subject, outside, inside)
+
+
+def none_test(test: ast.expr) -> tuple[ast.expr | None, bool]:
+    """(the expression tested against None, whether it is None when the test holds)."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and is_none(test.comparators[0]):
+        left = test.left.target if isinstance(test.left, ast.NamedExpr) else test.left
+        if isinstance(test.ops[0], ast.Is):
+            return left, True
+        if isinstance(test.ops[0], ast.IsNot):
+            return left, False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner, when = none_test(test.operand)
+        return (inner, not when) if inner is not None else (test.operand, True)
+    if isinstance(test, (ast.Name, ast.Attribute)):
+        return test, False
+    if isinstance(test, ast.NamedExpr):  # `if (handle := ...):` tests the target
+        return test.target, False
+    return None, False
+
+
+def is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def nested_functions(function: FunctionNode) -> dict[str, FunctionNode]:
+    """The functions defined inside `function` (at any depth), by name; the first one wins."""
+    found: dict[str, FunctionNode] = {}
+    for node in ast.walk(function):
+        if node is not function and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.setdefault(node.name, node)
+    return found
+
+
+def other_than(value: ast.expr, quiet_text: str) -> bool:
+    """`value` is written as a value other than `quiet_text`: another constant, or another member
+    of the same enumeration (`Kind.THREAD` for `Kind.PROCESS`). A variable may hold either."""
+    text = source_text(value)
+    if text == quiet_text or text.endswith(f".{quiet_text}"):
+        return False
+    if isinstance(value, ast.Constant):
+        return True
+    owner = quiet_text.rpartition(".")[0]
+    return bool(owner) and isinstance(value, ast.Attribute) and source_text(value.value).endswith(owner)
+
+
+def runs_once_at_least(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
+    """A `for` over `range` of constants that is not empty, or over a literal list or tuple with
+    elements: its body runs before the loop can end (`for attempt in range(3):`)."""
+    if not isinstance(loop, ast.For):
+        return False
+    if isinstance(loop.iter, (ast.List, ast.Tuple)):
+        return bool(loop.iter.elts) and not any(isinstance(e, ast.Starred) for e in loop.iter.elts)
+    call = loop.iter
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "range"):
+        return False
+    bounds = [a.value for a in call.args if isinstance(a, ast.Constant) and type(a.value) is int]
+    if call.keywords or len(bounds) != len(call.args) or len(bounds) not in (1, 2):
+        return False
+    return bounds[-1] > (bounds[0] if len(bounds) == 2 else 0)
+
+
+def starts_a_session(tree: ast.Module, imports: ImportTable, catalog: Catalog) -> bool:
+    """The file calls a call that starts a session (the walk is not worth it otherwise)."""
+    return any(
+        isinstance(node, ast.Call) and qualified_name(node.func, imports) in catalog.sessions
+        for node in ast.walk(tree)
+    )
+
+
+def session_roots(tree: ast.Module) -> list[tuple[FunctionNode, str, str | None]]:
+    """The file's functions and methods, each with its qualified name and its class."""
+    found: list[tuple[FunctionNode, str, str | None]] = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.append((stmt, stmt.name, None))
+        elif isinstance(stmt, ast.ClassDef):
+            found.extend(
+                (item, f"{stmt.name}.{item.name}", stmt.name)
+                for item in stmt.body
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+            )
     return found

@@ -12,7 +12,15 @@ import textwrap
 from collcheck.catalog import CatalogError, load_catalog
 from collcheck.static.async_sessions import RaceKind, SessionRace, session_races
 from collcheck.static.names import module_imports
-from collcheck.static.session_values import DEFAULT_GROUP, GroupKind, Obj, SessionModel
+from collcheck.static.session_values import (
+    DEFAULT_GROUP,
+    GroupKind,
+    Obj,
+    SessionModel,
+    branch_test,
+    other_than,
+    runs_once_at_least,
+)
 
 from .conftest import catalog
 
@@ -299,3 +307,76 @@ def test_an_object_holding_a_handle_handed_to_unknown_code_is_no_longer_followed
         dist.barrier()
     """
     assert lines(body) == [(RaceKind.COLLECTIVE, 7, 17)]
+
+
+def test_a_branch_condition_is_forgotten_once_its_place_is_stored() -> None:
+    """A save started under `flag` is not open where `flag` failed, until `flag` is stored again."""
+    same_flag = """
+    def save(state, path, flag):
+        if flag:
+            fut = dcp.async_save(state, checkpoint_id=path)
+        if not flag:
+            dist.barrier()
+        if flag:
+            fut.result()
+    """
+    restored = """
+    def save(state, path, flag, other):
+        if flag:
+            fut = dcp.async_save(state, checkpoint_id=path)
+        flag = other
+        if not flag:
+            dist.barrier()
+        if flag:
+            fut.result()
+    """
+    assert lines(same_flag) == []
+    assert lines(restored) == [(RaceKind.COLLECTIVE, 4, 7)]
+
+
+def test_a_handler_starts_before_each_statement_but_after_a_plain_wait() -> None:
+    def body(wait: str) -> str:
+        return f"""
+        def save(state, path, log):
+            fut = dcp.async_save(state, checkpoint_id=path)
+            try:
+                {wait}
+            except Exception:
+                log()
+            dist.barrier()
+        """
+
+    assert lines(body("fut.result()")) == []
+    assert lines(body("fut.result(timeout=5)")) == [(RaceKind.COLLECTIVE, 3, 8)]
+
+
+def test_branch_tests_loop_trips_and_quiet_keywords_read_from_syntax() -> None:
+    def test_of(text: str) -> tuple[tuple[tuple[str, bool], ...], tuple[tuple[str, bool], ...]] | None:
+        found = branch_test(ast.parse(text, mode="eval").body)
+        return None if found is None else (found.on_then, found.on_else)
+
+    assert test_of("mode") == ((("", True),), (("", False),))
+    assert test_of("mode is not Mode.A") == ((("== Mode.A", False),), (("== Mode.A", True),))
+    assert test_of("mode in (Mode.A, Mode.B)") == ((), (("== Mode.A", False), ("== Mode.B", False)))
+    assert test_of("mode not in [1]") == ((("== 1", False),), (("== 1", True),))
+    assert test_of("mode < 3") is None and test_of("f() == 1") is None and test_of("m in xs") is None
+
+    def loop(text: str) -> bool:
+        node = ast.parse(text).body[0]
+        assert isinstance(node, (ast.For, ast.While))
+        return runs_once_at_least(node)
+
+    assert (
+        loop("for i in range(3): pass") and loop("for i in range(1, 2): pass") and loop("for i in [0]: pass")
+    )
+    for never_sure in ("range(0)", "range(2, 2)", "range(n)", "range(True)", "[]", "[*xs]", "range(0, 9, 2)"):
+        assert not loop(f"for i in {never_sure}: pass"), never_sure
+    assert not loop("while True: pass")
+
+    def other(text: str) -> bool:
+        return other_than(ast.parse(text, mode="eval").body, "AsyncCheckpointerType.PROCESS")
+
+    assert (
+        other("AsyncCheckpointerType.THREAD") and other("dcp.AsyncCheckpointerType.THREAD") and other("None")
+    )
+    assert not other("AsyncCheckpointerType.PROCESS") and not other("kind") and not other("cfg.kind")
