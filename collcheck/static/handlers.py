@@ -35,14 +35,57 @@ import ast
 from collcheck.findings import ConditionKind
 from collcheck.static.calls import CallKind
 from collcheck.static.conditions import source_of
+from collcheck.static.failures import always_raises, catches_broadly, may_fail_alone
 from collcheck.static.inliner import HelperInliner
 from collcheck.static.names import nodes_under, qualified_name, source_text
-from collcheck.static.program import CAUGHT_EXCEPTION, ExitKind
+from collcheck.static.program import CAUGHT_EXCEPTION, Element, ExitKind
 from collcheck.static.raises import catches
 from collcheck.static.state import Frame, State, merge_envs
-from collcheck.static.symbolic import Atom, is_rank_dependent, negate
+from collcheck.static.symbolic import Atom, GroupVal, is_rank_dependent, negate
 from collcheck.static.syntax import assigned_names, catches_data_errors, may_leave
 from collcheck.static.values import where_of
+
+GROUP_KEYWORDS = frozenset({"group", "process_group", "pg"})  # a call handed a group communicates
+
+
+def _anchor_line(event: Element) -> int:
+    """The line, in the function being run, of the call that issued `event`."""
+    return event.chain[0].line if event.chain else event.line
+
+
+def _leaving_statements(body: list[ast.stmt]) -> list[ast.stmt]:
+    """`break`, `continue` and `return` statements of `body` that leave it (not those of a loop
+    or function nested in it)."""
+    found: list[ast.stmt] = []
+    for stmt in body:
+        if isinstance(stmt, (ast.Break, ast.Continue, ast.Return)):
+            found.append(stmt)
+        elif isinstance(stmt, ast.If):
+            found.extend(_leaving_statements(stmt.body) + _leaving_statements(stmt.orelse))
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            found.extend(_leaving_statements(stmt.body))
+    return found
+
+
+def _uncaught_calls(body: list[ast.stmt]) -> list[ast.Call]:
+    """The calls of `body` whose exceptions leave it: not those of an inner `try` whose handler
+    catches whatever they raise (`failures.catches_broadly`)."""
+    found: list[ast.Call] = []
+    for stmt in body:
+        if isinstance(stmt, ast.Try) and any(catches_broadly(h, {}) for h in stmt.handlers):
+            found.extend(_uncaught_calls(stmt.orelse) + _uncaught_calls(stmt.finalbody))
+            found.extend(call for h in stmt.handlers for call in _uncaught_calls(h.body))
+        elif isinstance(stmt, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+            heads: list[ast.AST] = (
+                [stmt.test] if isinstance(stmt, (ast.If, ast.While))
+                else [stmt.iter] if isinstance(stmt, (ast.For, ast.AsyncFor))
+                else list(stmt.items)
+            )  # fmt: skip
+            found.extend(node for head in heads for node in nodes_under(head) if isinstance(node, ast.Call))
+            found.extend(_uncaught_calls(stmt.body) + _uncaught_calls(getattr(stmt, "orelse", [])))
+        else:
+            found.extend(node for node in nodes_under(stmt) if isinstance(node, ast.Call))
+    return found
 
 
 class ExceptionFlow(HelperInliner):
@@ -108,11 +151,65 @@ class ExceptionFlow(HelperInliner):
         results = self.exec_block(handler.body, starts, frame) if starts else []
         if leaves or not stmt.body:
             return results, None
+        if self._skips_on_failure(stmt, handler, entry, normal, frame):
+            # A rank whose call failed goes on from the handler while the others went through the
+            # body: the body's collectives after that call, or its way out, are theirs alone.
+            return [*results, *self._failed_alone(stmt, handler, entry.fork(flag), normal, frame)], flag
         if not per_rank:
             flag = Atom(flag.name, "shared")
             self.conditions.note(flag, origin)
         entered = self._communicating_handler(stmt, handler, entry.fork(flag), normal, frame)
         return [*results, *entered], flag if entered else None
+
+    def _skips_on_failure(
+        self, stmt: ast.Try, handler: ast.ExceptHandler, entry: State, normal: list[State], frame: Frame
+    ) -> bool:
+        """`handler` lets a rank go on after a call of the body that may fail on that rank alone
+        (`failures.may_fail_alone`), and that rank then does what the others do not: the body
+        issues collectives after that call, or leaves (`break`, `return`) where the handler falls
+        through. A handler that always raises again ends its rank instead."""
+        if not normal or not catches_broadly(handler, self._class_bases()) or always_raises(handler.body):
+            return False
+        known = len(entry.events)
+        last = max((_anchor_line(event) for s in normal for event in s.events[known:]), default=0)
+        leaving = [node.lineno for node in _leaving_statements(stmt.body)]
+        if leaving and may_leave(handler.body):
+            leaving = []
+        limit = max(last, *leaving) if leaving else last
+        if limit == 0:
+            return False
+        return any(
+            node.lineno < limit and self._fails_alone(node, entry, frame)
+            for node in _uncaught_calls(stmt.body)
+        )
+
+    def _fails_alone(self, call: ast.Call, state: State, frame: Frame) -> bool:
+        kind = self.resolve(call, frame, state).kind
+        if kind is not CallKind.UNKNOWN:
+            return False
+        name = qualified_name(call.func, self.local_imports)
+        if name in self.catalog.rank_functions:
+            return False
+        if isinstance(call.func, ast.Attribute) and call.func.attr in self.catalog.rank_methods:
+            return False
+        handed_group = any(keyword.arg in GROUP_KEYWORDS for keyword in call.keywords) or any(
+            isinstance(self.pure(arg, state, frame), GroupVal)
+            for arg in [*call.args, *(keyword.value for keyword in call.keywords)]
+            if isinstance(arg, (ast.Name, ast.Attribute))
+        )
+        return may_fail_alone(call, name, handed_group, frozenset(self.catalog.nondeterministic))
+
+    def _failed_alone(
+        self, stmt: ast.Try, handler: ast.ExceptHandler, start: State, normal: list[State], frame: Frame
+    ) -> list[State]:
+        """The handler entered by a failure of one rank's own call, from `start` (flagged)."""
+        body_env = merge_envs([start, *normal])
+        for name in assigned_names(stmt.body):
+            if name in body_env:
+                start.env[name] = body_env[name]
+        if handler.name:
+            start.env[handler.name] = Atom(f"exc@{where_of(handler)}", "shared")
+        return self.exec_block(handler.body, [start], frame)
 
     def _class_bases(self) -> dict[str, list[str]]:
         return {name: info.bases for name, info in self.module.classes.items()}
