@@ -104,3 +104,51 @@ def test_a_path_that_leaves_the_body_is_not_lost() -> None:
     left = [p for p in paths if p.exit is not None]
     assert [(p.conds, p.exit.kind) for p in left if p.exit is not None] == [((RANK_ZERO,), ExitKind.RETURN)]
     assert ("all_reduce",) in {ops(p) for p in paths}
+
+
+def test_a_call_that_may_fail_alone_skips_the_collectives_after_it() -> None:
+    # The failed rank goes on from the handler: it skips the barrier the body issues after the
+    # launch; the flag is per-process, the paths through the body have it false.
+    body = """
+    def f(run):
+        try:
+            run()
+            dist.barrier()
+        except Exception:
+            pass
+        dist.all_reduce(t)
+    """
+    paths = regions_of(body)[0].paths
+    assert sorted(ops(p) for p in paths) == [("all_reduce",), ("barrier", "all_reduce")]
+    failed = [p for p in paths if ops(p) == ("all_reduce",)]
+    assert [flags(p) for p in failed] == [[("nondet", True)]]
+
+
+def test_collectives_before_any_call_that_may_fail_are_not_skipped() -> None:
+    # Only a collective and arithmetic in the body: every rank fails together or none does.
+    body = """
+    def f(t):
+        try:
+            dist.all_reduce(t)
+            n = len(t)
+        except Exception:
+            n = 0
+        dist.barrier()
+    """
+    paths = regions_of(body)[0].paths
+    assert all(flags(p) == [] or all(kind == "shared" for kind, _ in flags(p)) for p in paths)
+
+
+def test_a_failure_caught_where_the_body_breaks_keeps_the_failed_rank_in_the_loop() -> None:
+    body = """
+    def f(writer):
+        for _ in range(3):
+            try:
+                writer.write()
+                break
+            except Exception:
+                pass
+            dist.barrier()
+    """
+    regions = regions_of(body)
+    assert any(flags(p) == [("nondet", True)] for region in regions for p in region.paths)
