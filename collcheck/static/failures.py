@@ -116,3 +116,40 @@ def always_raises(body: list[ast.stmt]) -> bool:
     if isinstance(last, ast.If):
         return always_raises(last.body) and always_raises(last.orelse)
     return False
+
+
+# Modules whose functions read or write the process's own world (files, processes, the network).
+OWN_WORLD_MODULES = frozenset(
+    {"os", "shutil", "pathlib", "json", "pickle", "subprocess", "requests", "urllib", "socket", "tempfile"}
+)
+# Module functions of those that only compute (paths, the environment as the launcher set it).
+COMPUTED_ONLY = frozenset(
+    {
+        "os.environ.get", "os.getenv", "os.path.join", "os.path.basename", "os.path.dirname",
+        "json.loads", "json.dumps",
+    }
+)  # fmt: skip
+# Methods that read or write files or wait for another process's work (a future's `result`).
+OWN_WORLD_METHODS = frozenset(
+    {
+        "result", "read", "write", "open", "mkdir", "rename", "unlink", "rmdir", "touch", "read_text",
+        "write_text", "read_bytes", "write_bytes", "exists", "is_file", "is_dir", "iterdir", "stat",
+        "flush",
+    }
+)  # fmt: skip
+
+
+def touches_own_world(call: ast.Call, qualified: str | None, per_process: frozenset[str]) -> bool:
+    """Does `call` read or write what belongs to this process alone (a file, a future, the
+    network)? Narrower than `may_fail_alone`: a failure recorded in a flag that later code reads
+    is taken to differ between ranks only for these, since a value computed by unknown code
+    (`t = run(choice)`, with `t = inf` on failure) is, as every unknown call's result, taken to
+    be the same on every rank."""
+    if qualified is not None:
+        if qualified in per_process or qualified in TORCH_IO:
+            return True
+        return qualified.split(".", 1)[0] in OWN_WORLD_MODULES and qualified not in COMPUTED_ONLY
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id == "open"
+    return isinstance(func, ast.Attribute) and func.attr in OWN_WORLD_METHODS

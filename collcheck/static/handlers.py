@@ -31,20 +31,22 @@ the body assigns may hold their value from before the body or after it.
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 from collcheck.findings import ConditionKind
 from collcheck.static.calls import CallKind
 from collcheck.static.conditions import source_of
-from collcheck.static.failures import always_raises, catches_broadly, may_fail_alone
+from collcheck.static.failures import always_raises, catches_broadly, may_fail_alone, touches_own_world
 from collcheck.static.inliner import HelperInliner
 from collcheck.static.names import nodes_under, qualified_name, source_text
 from collcheck.static.program import CAUGHT_EXCEPTION, Element, ExitKind
 from collcheck.static.raises import catches
 from collcheck.static.state import Frame, State, merge_envs
 from collcheck.static.symbolic import Atom, GroupVal, is_rank_dependent, negate
-from collcheck.static.syntax import assigned_names, catches_data_errors, may_leave
+from collcheck.static.syntax import assigned_names, catches_data_errors, may_leave, read_names
 from collcheck.static.values import where_of
 
+MAX_HELPER_DEPTH = 2  # functions of the file looked into for the I/O a failure may come from
 GROUP_KEYWORDS = frozenset({"group", "process_group", "pg"})  # a call handed a group communicates
 
 
@@ -65,6 +67,17 @@ def _leaving_statements(body: list[ast.stmt]) -> list[ast.stmt]:
         elif isinstance(stmt, (ast.With, ast.AsyncWith)):
             found.extend(_leaving_statements(stmt.body))
     return found
+
+
+def _timed_wait(node: ast.AST) -> bool:
+    """`work.wait(timeout)`: a wait on an asynchronous collective's handle that gives up after a
+    time, so that the ranks whose peer failed raise too (into the same handler)."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "wait"
+        and bool(node.args or node.keywords)
+    )
 
 
 def _uncaught_calls(body: list[ast.stmt]) -> list[ast.Call]:
@@ -155,6 +168,13 @@ class ExceptionFlow(HelperInliner):
             # A rank whose call failed goes on from the handler while the others went through the
             # body: the body's collectives after that call, or its way out, are theirs alone.
             return [*results, *self._failed_alone(stmt, handler, entry.fork(flag), normal, frame)], flag
+        if self._records_failure(stmt, handler, entry, frame):
+            # The handler records the failure (`failed = True`) and what runs after it reads that.
+            failed = self._failed_alone(stmt, handler, entry.fork(flag), normal, frame)
+            for state in failed:
+                if state.exit is not None and state.exit.kind is ExitKind.RAISE and stmt.finalbody:
+                    state.exit = replace(state.exit, after_recorded_failure=True)
+            return [*results, *failed], flag
         if not per_rank:
             flag = Atom(flag.name, "shared")
             self.conditions.note(flag, origin)
@@ -170,6 +190,8 @@ class ExceptionFlow(HelperInliner):
         through. A handler that always raises again ends its rank instead."""
         if not normal or not catches_broadly(handler, self._class_bases()) or always_raises(handler.body):
             return False
+        if any(_timed_wait(node) for part in stmt.body for node in nodes_under(part)):
+            return False  # the body bounds its collectives: a peer's failure times them out too
         known = len(entry.events)
         last = max((_anchor_line(event) for s in normal for event in s.events[known:]), default=0)
         leaving = [node.lineno for node in _leaving_statements(stmt.body)]
@@ -182,6 +204,41 @@ class ExceptionFlow(HelperInliner):
             node.lineno < limit and self._fails_alone(node, entry, frame)
             for node in _uncaught_calls(stmt.body)
         )
+
+    def _records_failure(self, stmt: ast.Try, handler: ast.ExceptHandler, entry: State, frame: Frame) -> bool:
+        """`handler` catches a failure of a call of the body that may fail on this rank alone and
+        assigns a name that is read after it: in the `finally` clause (even when the handler raises
+        again), or, when the handler lets its rank go on, in the code of the function after the
+        `try`. That name then differs between ranks."""
+        if not catches_broadly(handler, self._class_bases()):
+            return False
+        recorded = assigned_names(handler.body) - {handler.name}
+        if not recorded:
+            return False
+        read_later = any(read_names(part) & recorded for part in stmt.finalbody)
+        if not read_later and not always_raises(handler.body) and frame.stack:
+            end = stmt.end_lineno or stmt.lineno
+            read_later = any(
+                isinstance(node, ast.Name) and node.id in recorded and node.lineno > end
+                for node in nodes_under(frame.stack[-1])
+            )
+        calls = _uncaught_calls(stmt.body)
+        return read_later and any(self._touches_own_world(call, entry, frame, 0) for call in calls)
+
+    def _touches_own_world(self, call: ast.Call, state: State, frame: Frame, depth: int) -> bool:
+        """`call` reads or writes this process's own files or waits on its own future
+        (`failures.touches_own_world`), itself or in a function of the file it calls (two calls
+        deep: `write_rows(path)` that opens the file)."""
+        per_process = frozenset(self.catalog.nondeterministic)
+        resolution = self.resolve(call, frame, state)
+        if resolution.kind is CallKind.HELPER and resolution.target is not None:
+            if depth >= MAX_HELPER_DEPTH:
+                return False
+            inner = [node for node in nodes_under(resolution.target[0]) if isinstance(node, ast.Call)]
+            return any(self._touches_own_world(node, state, frame, depth + 1) for node in inner)
+        if resolution.kind is not CallKind.UNKNOWN:
+            return False
+        return touches_own_world(call, qualified_name(call.func, self.local_imports), per_process)
 
     def _fails_alone(self, call: ast.Call, state: State, frame: Frame) -> bool:
         kind = self.resolve(call, frame, state).kind

@@ -54,3 +54,17 @@ def test_a_handler_that_always_raises_again() -> None:
     assert always_raises(_handler("try:\n  f()\nexcept Exception:\n  log()\n  raise").body)
     assert always_raises(_handler("try:\n  f()\nexcept Exception as e:\n  if a:\n    raise\n  else:\n    raise e").body)
     assert not always_raises(_handler("try:\n  f()\nexcept Exception:\n  if a:\n    raise\n  x = 1").body)
+
+
+def test_what_belongs_to_the_process_alone() -> None:
+    # Files, futures and processes: a failure recorded from these differs between ranks.
+    from collcheck.static.failures import touches_own_world
+
+    assert touches_own_world(_call("open(p)"), None, PER_PROCESS)
+    assert touches_own_world(_call("future.result()"), None, PER_PROCESS)
+    assert touches_own_world(_call("shutil.rmtree(p)"), "shutil.rmtree", PER_PROCESS)
+    assert touches_own_world(_call("out.write(s)"), None, PER_PROCESS)
+    # A value computed by unknown code is, as every unknown call's result, the same everywhere.
+    assert not touches_own_world(_call("run(choice)"), None, PER_PROCESS)
+    assert not touches_own_world(_call("os.environ.get('X')"), "os.environ.get", PER_PROCESS)
+    assert not touches_own_world(_call("json.loads(text)"), "json.loads", PER_PROCESS)

@@ -152,3 +152,41 @@ def test_a_failure_caught_where_the_body_breaks_keeps_the_failed_rank_in_the_loo
     """
     regions = regions_of(body)
     assert any(flags(p) == [("nondet", True)] for region in regions for p in region.paths)
+
+
+def test_a_recorded_failure_read_by_the_finally_marks_the_raise_after_it() -> None:
+    # The handler records the failure and raises again; the `finally` reads the record: the raise
+    # that ends the failed rank's path is marked, so that the solver compares it.
+    body = """
+    def f(writer):
+        failed = False
+        try:
+            writer.write()
+        except Exception:
+            failed = True
+            raise
+        finally:
+            if not failed:
+                dist.barrier()
+    """
+    paths = regions_of(body)[0].paths
+    raised = [p for p in paths if p.exit is not None and p.exit.kind is ExitKind.RAISE]
+    assert [(ops(p), p.exit.after_recorded_failure, flags(p)) for p in raised if p.exit] == [
+        ((), True, [("nondet", True)])
+    ]
+
+
+def test_a_recorded_failure_read_after_the_try_is_per_process() -> None:
+    body = """
+    def f(cache, t):
+        ok = True
+        try:
+            open(cache).read()
+        except Exception:
+            ok = False
+        if ok:
+            dist.all_reduce(t)
+    """
+    paths = regions_of(body)[0].paths
+    assert sorted(ops(p) for p in paths) == [(), ("all_reduce",)]
+    assert [flags(p) for p in paths if not ops(p)] == [[("nondet", True)]]
