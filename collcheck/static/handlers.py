@@ -241,8 +241,14 @@ class ExceptionFlow(HelperInliner):
         return touches_own_world(call, qualified_name(call.func, self.local_imports), per_process)
 
     def _fails_alone(self, call: ast.Call, state: State, frame: Frame) -> bool:
+        """`call` may raise on this rank alone (`failures.may_fail_alone`); a function of the file
+        when it touches the process's own world (`_touches_own_world`)."""
         kind = self.resolve(call, frame, state).kind
+        if kind is CallKind.HELPER:
+            return self._touches_own_world(call, state, frame, 0)
         if kind is not CallKind.UNKNOWN:
+            return False
+        if isinstance(call.func, ast.Name) and call.func.id in self.module.classes:
             return False
         name = qualified_name(call.func, self.local_imports)
         if name in self.catalog.rank_functions:

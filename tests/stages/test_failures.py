@@ -31,6 +31,9 @@ def test_pure_calls_and_communication_fail_alike() -> None:
     assert not may_fail_alone(_call("t.item()"), None, False, PER_PROCESS)
     assert not may_fail_alone(_call("torch.zeros(3)"), "torch.zeros", False, PER_PROCESS)
     assert not may_fail_alone(_call("time.perf_counter()"), "time.perf_counter", False, PER_PROCESS)
+    # A method of an unknown object or a library function fails on its inputs, alike everywhere.
+    assert not may_fail_alone(_call("param.data.narrow(0, a, b)"), None, False, PER_PROCESS)
+    assert not may_fail_alone(_call("lib.init_comm(rank, n)"), "lib.init_comm", False, PER_PROCESS)
     # A call handed a process group communicates: its failure is every member's.
     assert not may_fail_alone(_call("engine.sync(t, group=g)"), None, True, PER_PROCESS)
 
@@ -52,7 +55,8 @@ def test_broad_handlers() -> None:
 
 def test_a_handler_that_always_raises_again() -> None:
     assert always_raises(_handler("try:\n  f()\nexcept Exception:\n  log()\n  raise").body)
-    assert always_raises(_handler("try:\n  f()\nexcept Exception as e:\n  if a:\n    raise\n  else:\n    raise e").body)
+    both = "try:\n  f()\nexcept Exception as e:\n  if a:\n    raise\n  else:\n    raise e"
+    assert always_raises(_handler(both).body)
     assert not always_raises(_handler("try:\n  f()\nexcept Exception:\n  if a:\n    raise\n  x = 1").body)
 
 
