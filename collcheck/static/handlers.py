@@ -18,6 +18,16 @@ Paths into a handler:
   run there when the project index says it may raise: `Project.may_raise`, so that a validation
   written in another module is seen with its tests): then every rank raises or
   none does, and the handler is entered only by those raises, under their conditions;
+* a failure of a call that may fail on one rank alone (`failures.may_fail_alone`: files, a
+  future's `result()`, the network, a callable handed in), caught by a broad handler (`except
+  Exception:`, bare, a data error) that lets its rank go on, enters it on some ranks only when
+  that rank then does what the others do not: the body issues collectives after that call
+  (the failed rank skips them), or the body leaves (`break`, `return`) where the handler falls
+  through; and when the handler records the failure in a name read later (in the `finally`, or
+  after the `try`) and the call touches the process's own world (`failures.touches_own_world`).
+  A handler that always raises again ends its rank (not a divergence) unless its `finally` read
+  the record: that raise is marked (`Exit.after_recorded_failure`) and compared. A body that waits
+  on its collectives with a timeout (`work.wait(t)`) makes the others fail too: not followed;
 * any other exception (`except RuntimeError:` around a call that fails the same way everywhere,
   a backend's missing feature) is followed as one that every rank takes together: a flag the
   same on every rank (`shared`). Then the handler is compared only with itself, so its own
