@@ -41,6 +41,7 @@ the body assigns may hold their value from before the body or after it.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import replace
 
 from collcheck.findings import ConditionKind
@@ -177,10 +178,12 @@ class ExceptionFlow(HelperInliner):
         if self._skips_on_failure(stmt, handler, entry, normal, frame):
             # A rank whose call failed goes on from the handler while the others went through the
             # body: the body's collectives after that call, or its way out, are theirs alone.
-            return [*results, *self._failed_alone(stmt, handler, entry.fork(flag), normal, frame)], flag
+            start = self._failure_start(stmt, entry, flag, frame, self._fails_alone)
+            return [*results, *self._failed_alone(stmt, handler, start, normal, frame)], flag
         if self._records_failure(stmt, handler, entry, frame):
             # The handler records the failure (`failed = True`) and what runs after it reads that.
-            failed = self._failed_alone(stmt, handler, entry.fork(flag), normal, frame)
+            start = self._failure_start(stmt, entry, flag, frame, self._touches_at_top)
+            failed = self._failed_alone(stmt, handler, start, normal, frame)
             for state in failed:
                 if state.exit is not None and state.exit.kind is ExitKind.RAISE and stmt.finalbody:
                     state.exit = replace(state.exit, after_recorded_failure=True)
@@ -233,7 +236,34 @@ class ExceptionFlow(HelperInliner):
                 for node in nodes_under(frame.stack[-1])
             )
         calls = _uncaught_calls(stmt.body)
-        return read_later and any(self._touches_own_world(call, entry, frame, 0) for call in calls)
+        return read_later and any(self._touches_at_top(call, entry, frame) for call in calls)
+
+    def _failure_start(
+        self,
+        stmt: ast.Try,
+        entry: State,
+        flag: Atom,
+        frame: Frame,
+        fails: Callable[[ast.Call, State, Frame], bool],
+    ) -> State:
+        """Where a rank whose call failed enters the handler: `entry` under the flag and, when every
+        call of the body that may fail (`fails`) is under one `if` of the body whose test depends
+        on the rank (`if rank == 0:` around the writes), under that test too: only those ranks
+        can fail there."""
+        start = entry.fork(flag)
+        failing = {id(call) for call in _uncaught_calls(stmt.body) if fails(call, entry, frame)}
+        for part in stmt.body:
+            if not isinstance(part, ast.If):
+                continue
+            inside = {id(node) for branch in part.body for node in nodes_under(branch)}
+            if failing and failing <= inside:
+                test = self.pure(part.test, entry, frame)
+                if is_rank_dependent(test):
+                    return start.fork(test)
+        return start
+
+    def _touches_at_top(self, call: ast.Call, state: State, frame: Frame) -> bool:
+        return self._touches_own_world(call, state, frame, 0)
 
     def _touches_own_world(self, call: ast.Call, state: State, frame: Frame, depth: int) -> bool:
         """`call` reads or writes this process's own files or waits on its own future

@@ -190,3 +190,23 @@ def test_a_recorded_failure_read_after_the_try_is_per_process() -> None:
     paths = regions_of(body)[0].paths
     assert sorted(ops(p) for p in paths) == [(), ("all_reduce",)]
     assert [flags(p) for p in paths if not ops(p)] == [[("nondet", True)]]
+
+
+def test_a_failure_only_a_rank_guarded_block_can_have_is_entered_on_those_ranks() -> None:
+    # The only write is under `if rank == 0:`: the flag of the failure comes with that test.
+    body = """
+    def f(out):
+        failed = False
+        try:
+            if dist.get_rank() == 0:
+                open(out, "w").write("x")
+        except Exception:
+            failed = True
+            raise
+        finally:
+            if not failed:
+                dist.barrier()
+    """
+    paths = regions_of(body)[0].paths
+    raised = [p for p in paths if p.exit is not None and p.exit.after_recorded_failure]
+    assert len(raised) == 1 and RANK_ZERO in raised[0].conds
