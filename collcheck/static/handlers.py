@@ -44,6 +44,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import replace
 
+from collcheck.catalog import FILESYSTEM_STATE
 from collcheck.findings import ConditionKind
 from collcheck.static.calls import CallKind
 from collcheck.static.conditions import source_of
@@ -61,9 +62,10 @@ MAX_HELPER_DEPTH = 2  # functions of the file looked into for the I/O a failure 
 GROUP_KEYWORDS = frozenset({"group", "process_group", "pg"})  # a call handed a group communicates
 
 
-def _anchor_line(event: Element) -> int:
-    """The line, in the function being run, of the call that issued `event`."""
-    return event.chain[0].line if event.chain else event.line
+def _anchor_line(event: Element, depth: int) -> int:
+    """The line, in the function being run (`depth` calls below the root), of the call that
+    issued `event`: its chain holds the root's call first."""
+    return event.chain[depth].line if len(event.chain) > depth else event.line
 
 
 def _leaving_statements(body: list[ast.stmt]) -> list[ast.stmt]:
@@ -206,7 +208,8 @@ class ExceptionFlow(HelperInliner):
         if any(_timed_wait(node) for part in stmt.body for node in nodes_under(part)):
             return False  # the body bounds its collectives: a peer's failure times them out too
         known = len(entry.events)
-        last = max((_anchor_line(event) for s in normal for event in s.events[known:]), default=0)
+        depth = len(frame.chain)
+        last = max((_anchor_line(event, depth) for s in normal for event in s.events[known:]), default=0)
         leaving = [node.lineno for node in _leaving_statements(stmt.body)]
         if leaving and may_leave(handler.body):
             leaving = []
@@ -262,6 +265,13 @@ class ExceptionFlow(HelperInliner):
                     return start.fork(test)
         return start
 
+    def _filesystem_reads(self) -> frozenset[str]:
+        """The catalog's per-process sources that read the filesystem (`os.path.exists`, `open`);
+        not the clock or random numbers, which do not fail."""
+        return frozenset(
+            name for name, why in self.catalog.nondeterministic.items() if why == FILESYSTEM_STATE
+        )
+
     def _touches_at_top(self, call: ast.Call, state: State, frame: Frame) -> bool:
         return self._touches_own_world(call, state, frame, 0)
 
@@ -269,7 +279,7 @@ class ExceptionFlow(HelperInliner):
         """`call` reads or writes this process's own files or waits on its own future
         (`failures.touches_own_world`), itself or in a function of the file it calls (two calls
         deep: `write_rows(path)` that opens the file)."""
-        per_process = frozenset(self.catalog.nondeterministic)
+        per_process = self._filesystem_reads()
         resolution = self.resolve(call, frame, state)
         if resolution.kind is CallKind.HELPER and resolution.target is not None:
             if depth >= MAX_HELPER_DEPTH:
@@ -300,7 +310,7 @@ class ExceptionFlow(HelperInliner):
             for arg in [*call.args, *(keyword.value for keyword in call.keywords)]
             if isinstance(arg, (ast.Name, ast.Attribute))
         )
-        return may_fail_alone(call, name, handed_group, frozenset(self.catalog.nondeterministic))
+        return may_fail_alone(call, name, handed_group, self._filesystem_reads())
 
     def _failed_alone(
         self, stmt: ast.Try, handler: ast.ExceptHandler, start: State, normal: list[State], frame: Frame

@@ -210,3 +210,36 @@ def test_a_failure_only_a_rank_guarded_block_can_have_is_entered_on_those_ranks(
     paths = regions_of(body)[0].paths
     raised = [p for p in paths if p.exit is not None and p.exit.after_recorded_failure]
     assert len(raised) == 1 and RANK_ZERO in raised[0].conds
+
+
+def test_in_an_inlined_helper_only_collectives_after_the_call_count() -> None:
+    # `g` is run inside `f`: its barrier comes before the call that may fail, so a failure skips
+    # nothing (its events are placed by their lines in `g`, not by `g`'s call in `f`).
+    body = """
+    def g(run):
+        try:
+            dist.barrier()
+            run()
+        except Exception:
+            pass
+    def f(run, t):
+        g(run)
+        dist.all_reduce(t)
+    """
+    paths = regions_of(body)[0].paths
+    assert all(flags(p) == [] for p in paths)
+
+
+def test_reading_the_clock_does_not_fail() -> None:
+    body = """
+    import time
+    def f(t):
+        try:
+            start = time.time()
+            dist.all_reduce(t)
+        except Exception:
+            start = 0
+        dist.barrier()
+    """
+    paths = regions_of(body)[0].paths
+    assert all(flags(p) == [] for p in paths)
