@@ -93,6 +93,18 @@ def _timed_wait(node: ast.AST) -> bool:
     )
 
 
+def _block_after(root: ast.AST | None, stmt: ast.stmt) -> list[ast.stmt]:
+    """The statements after `stmt` in the block of `root` that holds it."""
+    if root is None:
+        return []
+    for node in nodes_under(root):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and stmt in block:
+                return block[block.index(stmt) + 1 :]
+    return []
+
+
 def _uncaught_calls(body: list[ast.stmt]) -> list[ast.Call]:
     """The calls of `body` whose exceptions leave it: not those of an inner `try` whose handler
     catches whatever they raise (`failures.catches_broadly`)."""
@@ -211,7 +223,9 @@ class ExceptionFlow(HelperInliner):
         depth = len(frame.chain)
         last = max((_anchor_line(event, depth) for s in normal for event in s.events[known:]), default=0)
         leaving = [node.lineno for node in _leaving_statements(stmt.body)]
-        if leaving and may_leave(handler.body):
+        if leaving and (may_leave(handler.body) or not self._communicates_after(stmt, entry, frame)):
+            # Only the statements after the `try` are the failed rank's alone: retrying the same
+            # attempt is not taken for a divergence (real code retries over alternatives).
             leaving = []
         limit = max(last, *leaving) if leaving else last
         if limit == 0:
@@ -220,6 +234,28 @@ class ExceptionFlow(HelperInliner):
             node.lineno < limit and self._fails_alone(node, entry, frame)
             for node in _uncaught_calls(stmt.body)
         )
+
+    def _communicates_after(self, stmt: ast.Try, state: State, frame: Frame) -> bool:
+        """A statement after `stmt` in its block issues a collective or calls a function of the
+        file that communicates."""
+        for node in (
+            node
+            for part in _block_after(frame.stack[-1] if frame.stack else None, stmt)
+            for node in nodes_under(part)
+        ):
+            if not isinstance(node, ast.Call):
+                continue
+            resolution = self.resolve(node, frame, state)
+            if resolution.kind is CallKind.COLLECTIVE:
+                return True
+            target = resolution.target
+            if (
+                resolution.kind is CallKind.HELPER
+                and target is not None
+                and target[0] in self.module.communicating
+            ):
+                return True
+        return False
 
     def _records_failure(self, stmt: ast.Try, handler: ast.ExceptHandler, entry: State, frame: Frame) -> bool:
         """`handler` catches a failure of a call of the body that may fail on this rank alone and
