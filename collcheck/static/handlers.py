@@ -93,6 +93,21 @@ def _timed_wait(node: ast.AST) -> bool:
     )
 
 
+def _read_to_decide(function: ast.AST, names: set[str], end: int) -> bool:
+    """`names` are read after line `end` of `function` other than to raise the failure again
+    (`if error is not None: raise error`, `raise error`): a record kept only to end the rank later
+    is an uncaught failure, not a divergence."""
+    reraising: set[int] = set()
+    for node in nodes_under(function):
+        guard = isinstance(node, ast.If) and always_raises(node.body) and not node.orelse
+        if guard or isinstance(node, ast.Raise):
+            reraising.update(id(read) for read in nodes_under(node))
+    return any(
+        isinstance(node, ast.Name) and node.id in names and node.lineno > end and id(node) not in reraising
+        for node in nodes_under(function)
+    )
+
+
 def _block_after(root: ast.AST | None, stmt: ast.stmt) -> list[ast.stmt]:
     """The statements after `stmt` in the block of `root` that holds it."""
     if root is None:
@@ -270,10 +285,7 @@ class ExceptionFlow(HelperInliner):
         read_later = any(read_names(part) & recorded for part in stmt.finalbody)
         if not read_later and not always_raises(handler.body) and frame.stack:
             end = stmt.end_lineno or stmt.lineno
-            read_later = any(
-                isinstance(node, ast.Name) and node.id in recorded and node.lineno > end
-                for node in nodes_under(frame.stack[-1])
-            )
+            read_later = _read_to_decide(frame.stack[-1], recorded, end)
         calls = _uncaught_calls(stmt.body)
         return read_later and any(self._touches_at_top(call, entry, frame) for call in calls)
 

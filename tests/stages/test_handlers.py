@@ -243,3 +243,20 @@ def test_reading_the_clock_does_not_fail() -> None:
     """
     paths = regions_of(body)[0].paths
     assert all(flags(p) == [] for p in paths)
+
+
+def test_a_failure_recorded_only_to_be_raised_again_is_not_followed() -> None:
+    # `error` is read only to raise it: the failed rank stops as with an uncaught exception.
+    body = """
+    def f(path):
+        error = None
+        try:
+            open(path).read()
+        except OSError as err:
+            error = err
+        if error is not None:
+            raise error
+        dist.barrier()
+    """
+    paths = regions_of(body)[0].paths
+    assert all(flags(p) == [] for p in paths)
