@@ -86,7 +86,9 @@ OWN_WORLD_MODULES = frozenset(
 COMPUTED_ONLY = frozenset(
     {
         "os.environ.get", "os.getenv", "os.path.join", "os.path.basename", "os.path.dirname",
-        "json.loads", "json.dumps",
+        "os.path.abspath", "os.path.normpath", "os.path.splitext", "os.path.relpath",
+        "os.path.expanduser", "os.getpid", "os.cpu_count", "os.fspath",
+        "json.loads", "json.dumps", "pickle.loads", "pickle.dumps",
     }
 )  # fmt: skip
 # Methods that read or write files or wait for another process's work (a future's `result`).

@@ -209,7 +209,7 @@ class ExceptionFlow(HelperInliner):
             # body: the body's collectives after that call, or its way out, are theirs alone.
             start = self._failure_start(stmt, entry, flag, frame, self._fails_alone)
             return [*results, *self._failed_alone(stmt, handler, start, normal, frame)], flag
-        if self._records_failure(stmt, handler, entry, frame):
+        if self._records_failure(stmt, handler, entry, normal, frame):
             # The handler records the failure (`failed = True`) and what runs after it reads that.
             start = self._failure_start(stmt, entry, flag, frame, self._touches_at_top)
             failed = self._failed_alone(stmt, handler, start, normal, frame)
@@ -272,7 +272,9 @@ class ExceptionFlow(HelperInliner):
                 return True
         return False
 
-    def _records_failure(self, stmt: ast.Try, handler: ast.ExceptHandler, entry: State, frame: Frame) -> bool:
+    def _records_failure(
+        self, stmt: ast.Try, handler: ast.ExceptHandler, entry: State, normal: list[State], frame: Frame
+    ) -> bool:
         """`handler` catches a failure of a call of the body that may fail on this rank alone and
         assigns a name that is read after it: in the `finally` clause (even when the handler raises
         again), or, when the handler lets its rank go on, in the code of the function after the
@@ -286,7 +288,12 @@ class ExceptionFlow(HelperInliner):
         if not read_later and not always_raises(handler.body) and frame.stack:
             end = stmt.end_lineno or stmt.lineno
             read_later = _read_to_decide(frame.stack[-1], recorded, end)
-        calls = _uncaught_calls(stmt.body)
+        # The failed rank is followed from the start of the body: only a call before the body's
+        # first collective can fail with none of them issued (a helper that communicates and then
+        # fails is not such a call).
+        known, depth = len(entry.events), len(frame.chain)
+        first = min((_anchor_line(e, depth) for s in normal for e in s.events[known:]), default=None)
+        calls = [call for call in _uncaught_calls(stmt.body) if first is None or call.lineno < first]
         return read_later and any(self._touches_at_top(call, entry, frame) for call in calls)
 
     def _failure_start(
@@ -332,7 +339,7 @@ class ExceptionFlow(HelperInliner):
         if resolution.kind is CallKind.HELPER and resolution.target is not None:
             if depth >= MAX_HELPER_DEPTH:
                 return False
-            inner = [node for node in nodes_under(resolution.target[0]) if isinstance(node, ast.Call)]
+            inner = _uncaught_calls(resolution.target[0].body)  # what the helper lets out
             return any(self._touches_own_world(node, state, frame, depth + 1) for node in inner)
         if resolution.kind is not CallKind.UNKNOWN:
             return False

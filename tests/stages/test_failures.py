@@ -72,3 +72,4 @@ def test_what_belongs_to_the_process_alone() -> None:
     assert not touches_own_world(_call("run(choice)"), None, PER_PROCESS)
     assert not touches_own_world(_call("os.environ.get('X')"), "os.environ.get", PER_PROCESS)
     assert not touches_own_world(_call("json.loads(text)"), "json.loads", PER_PROCESS)
+    assert not touches_own_world(_call("pickle.dumps(x)"), "pickle.dumps", PER_PROCESS)
