@@ -291,3 +291,13 @@ def test_a_per_process_guard_is_found_from_the_typed_reads() -> None:
     result = analyze_text(text, "clock.py")
     messages = [f.message for f in result.findings if f.code == "CC007"]
     assert messages and "(`time.time()` at line 6, tested at clock.py:7)" in messages[0], messages
+
+
+def test_the_rank_that_raised_is_the_one_that_went_through_the_handler() -> None:
+    # The handler of per_rank_error_handler_reduces_bug.py issues the all_reduce: the rank shown
+    # with it is the rank that raised (the paths through the body carry the flag negated).
+    finding = _only(_run(FIXTURES / "deep/try_except/per_rank_error_handler_reduces_bug.py"), "CC007")
+    assert finding.counterexample is not None
+    issued = {rank: bool(steps) for rank, steps in finding.counterexample.ranks}
+    (reason,) = _why(finding)
+    assert {value.rank: value.holds for value in reason.ranks} == issued

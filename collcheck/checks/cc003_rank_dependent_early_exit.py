@@ -61,6 +61,11 @@ MESSAGE_EXCEPTION = (
     "the ranks that did not fail wait forever"
 )
 
+MESSAGE_PASSED = (
+    "a rank whose call raised goes on from the `except` clause while the others `{exit}` here: "
+    "the exception parts them, and the failed rank goes on to {skipped} alone"
+)
+
 
 def applies(d: Divergence) -> bool:
     return d.exit is not None
@@ -79,6 +84,8 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
         else "the next iteration's collectives"
     )
     exit_word = "sys.exit()" if d.exit.kind is ExitKind.EXIT else d.exit.kind.value
+    if d.per_process is PerProcess.EXCEPTION and not d.exit_after_failure:
+        return MESSAGE_PASSED, {"exit": exit_word, "skipped": skipped}
     if d.per_process is PerProcess.EXCEPTION:
         return MESSAGE_EXCEPTION, {"exit": exit_word, "skipped": skipped}
     return MESSAGE, {

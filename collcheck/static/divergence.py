@@ -28,7 +28,7 @@ from collcheck.static.program import (
     Region,
 )
 from collcheck.static.smt import RankWitness, RegionSolver, event_terms
-from collcheck.static.symbolic import Const, Expr, GroupVal, IfExp, Z3Translator, atoms
+from collcheck.static.symbolic import Atom, Const, Expr, GroupVal, IfExp, Not, Z3Translator, atoms
 from collcheck.static.why import GLOBAL_RANK, ReadsByRank, group_label, local_ranks, reasons
 
 
@@ -130,6 +130,13 @@ class Divergence:
         if why.startswith(OWN_DATA):
             return PerProcess.OWN_DATA
         return PerProcess.FILESYSTEM if why == FILESYSTEM_STATE else PerProcess.OTHER
+
+    @property
+    def exit_after_failure(self) -> bool:
+        """The exit is taken by the rank that caught an exception (the handler's way out), not by
+        the ranks whose calls went through the body of the `try` (its `break` or `return`)."""
+        path = self.path_a if self.exit is self.path_a.exit else self.path_b
+        return all(not (isinstance(cond, Not) and _caught(cond.operand)) for cond in path.conds)
 
     @property
     def reads_global_rank(self) -> bool:
@@ -279,7 +286,20 @@ def terms(event: Element) -> list[Expr]:
     return event_terms(event)
 
 
+def _caught(term: Expr) -> bool:
+    return isinstance(term, Atom) and term.why == CAUGHT_EXCEPTION
+
+
 def _nondet_why(a: Path, b: Path) -> str:
+    # A condition both paths share does not part them: a per-process value read there (a check
+    # every rank passed) is not what differs.
+    for path, other in ((a, b), (b, a)):
+        for cond in path.conds:
+            if cond in other.conds:
+                continue
+            for atom in atoms(cond):
+                if atom.kind == "nondet":
+                    return atom.why
     for path in (a, b):
         for cond in path.conds:
             for atom in atoms(cond):

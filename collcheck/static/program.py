@@ -187,6 +187,9 @@ class Exit:
     chain: tuple[Site, ...] = ()
     raised: str = ""  # a `raise`: the class it names ("" when the statement does not say)
     data_tests: tuple[Expr, ...] = ()  # a `raise`: the tests of its path that read data (raises.py)
+    # A `raise` of an exception this rank alone caught, after a `finally` that read what the
+    # handler recorded (`failed = True`): that cleanup chose its collectives by the failure.
+    after_recorded_failure: bool = False
 
 
 @dataclass(frozen=True)

@@ -287,7 +287,14 @@ def _pairs(paths: list[Path]) -> Iterator[tuple[Path, Path]]:
 
 
 def _compared(path: Path) -> bool:
-    return path.exit is None or path.exit.kind is not ExitKind.RAISE or raises_on_named_ranks(path)
+    # A raise after a `finally` that chose its collectives by the failure the handler recorded is
+    # compared: that `finally` is where the failed rank parts from the others (handlers.py).
+    return (
+        path.exit is None
+        or path.exit.kind is not ExitKind.RAISE
+        or path.exit.after_recorded_failure
+        or raises_on_named_ranks(path)
+    )
 
 
 def solve_region(
@@ -302,11 +309,7 @@ def solve_region(
     """Divergences between two ranks of `region`, at most `max_findings`. Point-to-point deadlocks
     are searched only when `wanted` holds their kind (no other kind depends on that search)."""
     if not region.paths or _region_is_uniform(region):
-        live = sum(
-            1
-            for p in region.paths
-            if p.exit is None or p.exit.kind is not ExitKind.RAISE or raises_on_named_ranks(p)
-        )
+        live = sum(1 for p in region.paths if _compared(p))
         stats.settled += live * (live + 1) // 2  # every rank takes the same path (as `_pairs` pairs them)
         return []
     solver = RegionSolver(region, world_size, rlimit, stats, group_facts)

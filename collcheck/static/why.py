@@ -27,7 +27,16 @@ from collcheck.static.groups import (
     local_rank,
 )
 from collcheck.static.program import Path
-from collcheck.static.symbolic import LOCAL_WORLD, PER_RANK_KINDS, Atom, Expr, GroupVal, Z3Translator, atoms
+from collcheck.static.symbolic import (
+    LOCAL_WORLD,
+    PER_RANK_KINDS,
+    Atom,
+    Expr,
+    GroupVal,
+    Not,
+    Z3Translator,
+    atoms,
+)
 
 MAX_REASONS = 4  # more splitting conditions than this are not listed (the first ones explain most)
 GLOBAL_RANK = "rank"  # how a condition's read of the global rank is named (`quantity`)
@@ -80,8 +89,10 @@ def reasons(
         if key in seen:
             continue
         if source.kind is ConditionKind.EXCEPTION:
-            # Only the rank that raised holds the handler's flag; the other went on without one.
-            holds: list[bool | None] = [condition in a.conds, condition in b.conds]
+            # Only the rank that raised holds the handler's flag; the other went on without one
+            # (the paths through the body carry it negated, which is the same source).
+            flag = condition.operand if isinstance(condition, Not) else condition
+            holds: list[bool | None] = [flag in a.conds, flag in b.conds]
         elif _varying((test,)) <= read[0] and _varying((test,)) <= read[1]:
             holds = [_holds(tr, raw, test, side) for side in ("a", "b")]
         else:
