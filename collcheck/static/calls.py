@@ -22,7 +22,8 @@ from collcheck.static.group_values import type_of
 from collcheck.static.loader import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.local_data import LocalData, combining_words
 from collcheck.static.names import PARTIAL_CALLS, dotted, nodes_under, qualified_name, source_text
-from collcheck.static.program import OWN_DATA, CommEvent, EventKind
+from collcheck.static.own_data import mark_assigned, mark_combined
+from collcheck.static.program import CommEvent, EventKind
 from collcheck.static.receivers import (
     Partial,
     call_method,
@@ -137,36 +138,12 @@ class CallResolver(ValueEvaluator):
         )
 
     def own_data(self, target: ast.expr, state: State, frame: Frame, statement: ast.stmt) -> None:
-        """After an assignment at `line`: a variable that holds this rank's own data, which the
-        running function combines across ranks further down (local_data.py), is a per-process
-        value here, unless its value is already known to be more than an unknown."""
-        if not frame.stack:
-            return
-        function = frame.stack[-1]
-        held = self.local_data.names(function)
-        for node in () if not held else (target,) if isinstance(target, ast.Name) else ast.walk(target):
-            if not isinstance(node, ast.Name) or node.id not in held:
-                continue
-            evidence = self.local_data.evidence.get((function, node.id))
-            value = state.env.get(node.id)
-            line = statement.lineno
-            if evidence is None or evidence[1] <= line or not _unknown(value):
-                continue
-            if not self.local_data.reached_from(function, statement, evidence[1]):
-                continue
-            why = f"{OWN_DATA}, {evidence[0]}"
-            state.env[node.id] = Atom(f"{node.id}@{line}:{node.col_offset}", "nondet", why=why)
+        """After an assignment: own_data.mark_assigned."""
+        mark_assigned(self.local_data, target, state, frame, statement)
 
     def data_combined(self, call: ast.Call, state: State, frame: Frame) -> None:
-        """After the call that combines this rank's own data across ranks: a decision taken on
-        it from here on is taken knowing the others' (`all(f == mine for f in gathered)`), so it
-        is no longer reported as one on a per-process value."""
-        if not frame.stack:
-            return
-        for name in self.local_data.combined_at(frame.stack[-1], call.lineno):
-            value = state.env.get(name)
-            if isinstance(value, Atom) and value.kind == "nondet" and value.why.startswith(OWN_DATA):
-                state.env[name] = Atom(f"combined:{name}@{where_of(call)}", "shared")
+        """After a call that may combine this rank's own data: own_data.mark_combined."""
+        mark_combined(self.local_data, call, where_of(call), state, frame)
 
     def annotated_type(self, arg: ast.arg) -> Expr | None:
         """`accelerator: Accelerator` makes method calls on it resolve through the catalog."""
@@ -668,15 +645,6 @@ class CallResolver(ValueEvaluator):
                 )
                 return value
         return None
-
-
-def _unknown(value: Expr | None) -> bool:
-    """An unknown value taken to be the same on every rank that code computed: a call's result,
-    an item read from something, a part unpacked, a length. Not an argument of the function, a global, an
-    attribute of `self`, a size or rank the model knows, a constant or a value already per-rank
-    (where data arrives through a parameter, the caller's own assignment is the one judged)."""
-    computed = ("call:", "item@", "item:", "unpack", "len(")
-    return isinstance(value, Atom) and value.kind == "shared" and value.name.startswith(computed)
 
 
 def callback_event(

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from collcheck.catalog import OpSpec
 from collcheck.static.catalog_values import VALUE_METHODS
-from collcheck.static.names import nodes_under
+from collcheck.static.names import dotted, nodes_under
 from collcheck.static.tensor_shapes import SHAPED_FACTORIES
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
@@ -65,8 +65,11 @@ HOST_TENSORS = frozenset(
 
 # Methods whose result carries the receiver's contents (`t.float()`, `x.to(device)`).
 CARRYING_METHODS = VALUE_METHODS | frozenset(
-    {"to", "view", "reshape", "flatten", "contiguous", "unsqueeze", "squeeze", "size", "__len__"}
+    {"to", "view", "reshape", "flatten", "contiguous", "unsqueeze", "squeeze", "size", "__len__", "numel"}
 )
+
+# Attributes that read the size of what holds them: a per-rank size is per-rank data of the holder.
+SIZE_ATTRIBUTES = frozenset({"shape"})
 
 # Calls whose arguments are a shape or a template, not contents (`torch.zeros_like(t)`).
 TEMPLATE_SUFFIXES = ("_like",)
@@ -142,6 +145,19 @@ class LocalData:
         held = self.names(function)
         return tuple(a.arg for a in [*function.args.posonlyargs, *function.args.args] if a.arg in held)
 
+    def parameter_paths(self, function: FunctionNode) -> tuple[tuple[str, int], ...]:
+        """What of its parameters `function` combines across ranks, whole (`batch`) or by an
+        attribute path (`batch.num_tokens`, `self.pending`), each with the line of the first
+        call that combines it (directly or through a helper), in order of the paths."""
+        params = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
+        found = []
+        for path in sorted(self.names(function)):
+            root = path.partition(".")[0]
+            evidence = self.evidence.get((function, path))
+            if root in params and evidence is not None and path not in ("self", "cls"):
+                found.append((path, evidence[1]))
+        return tuple(found)
+
     def _compute(self, function: FunctionNode) -> frozenset[str]:
         found: set[str] = set()
         tensors: dict[str, tuple[str, int]] = {}  # tensor operands -> how and where combined
@@ -158,6 +174,12 @@ class LocalData:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 stored = frozenset(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
                 assignments.append((stored, node.value, node.lineno))
+        for node in nodes_under(function):  # `counts[rank] = n`, then `all_reduce(counts)`
+            for name, value, line in _item_stores(node):
+                if name in tensors and line < tensors[name][1]:
+                    for stored_item in data_names(value, self._called_name):
+                        found.add(stored_item)
+                        self.evidence.setdefault((function, stored_item), tensors[name])
         for stored, value, line in assignments:  # `t = torch.tensor([count])`, then `all_reduce(t)`
             for name in sorted(stored & tensors.keys()):
                 how, at = tensors[name]
@@ -216,20 +238,30 @@ class LocalData:
         params = [a.arg for a in [*helper.args.posonlyargs, *helper.args.args]]
         if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
             params = params[1:]
-        reaching = set(self.parameters(helper))
         handed = [
             (params[index], argument)
             for index, argument in enumerate(call.args)
             if index < len(params) and not isinstance(argument, ast.Starred)
         ]
         handed += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
+        if len(params) < len(helper.args.posonlyargs) + len(helper.args.args):  # `obj.method(...)`
+            assert isinstance(call.func, ast.Attribute)
+            handed.append((helper.args.args[0].arg if helper.args.args else "", call.func.value))
+        arguments = dict(handed)
         how = f"passed to {helper.name}() at line {call.lineno}, which combines it across ranks"
-        return [
-            (n, how, False)
-            for param, argument in handed
-            if param in reaching
-            for n in data_names(argument, self._called_name)
-        ]
+        found: list[tuple[str, str, bool]] = []
+        for path, _ in self.parameter_paths(helper):
+            param, _, rest = path.partition(".")
+            argument = arguments.get(param)
+            if argument is None:
+                continue
+            if not rest:  # the argument's value, whatever it was computed from
+                found += [(n, how, False) for n in data_names(argument, self._called_name)]
+                continue
+            holder = dotted(argument)  # `p.total` of the callee: the same attribute of what was passed
+            if holder is not None:
+                found.append((".".join([*holder, rest]), how, False))
+        return found
 
 
 def _enclosing_statements(function: FunctionNode) -> list[tuple[int, frozenset[int]]]:
@@ -251,6 +283,21 @@ def _enclosing_statements(function: FunctionNode) -> list[tuple[int, frozenset[i
 
     visit(function.body, frozenset())
     return sorted(found, key=lambda item: item[0])
+
+
+def _item_stores(node: ast.AST) -> list[tuple[str, ast.expr, int]]:
+    """`counts[rank] = n` (or `counts[i] += n`): the container written, the value, the line."""
+    if isinstance(node, ast.Assign):
+        targets, value = node.targets, node.value
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+        targets, value = [node.target], node.value
+    else:
+        return []
+    return [
+        (target.value.id, value, node.lineno)
+        for target in targets
+        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
+    ]
 
 
 def _argument(call: ast.Call, spec: OpSpec, name: str) -> ast.expr | None:
@@ -289,7 +336,13 @@ def data_names(node: ast.expr, called_name: NameOf) -> frozenset[str]:
         elif isinstance(current, ast.Subscript):
             stack.append(current.value)
         elif isinstance(current, ast.Attribute):
-            continue  # `state.flag`: the object itself is no per-rank data
+            # `state.flag`: that attribute (the object itself is no per-rank data); `x.shape`: x
+            if current.attr in SIZE_ATTRIBUTES:
+                stack.append(current.value)
+                continue
+            path = dotted(current)
+            if path is not None:
+                found.add(".".join(path))
         elif isinstance(current, (ast.Lambda, ast.NamedExpr)):
             continue
         elif isinstance(current, ast.comprehension):
