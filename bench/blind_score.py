@@ -125,10 +125,10 @@ def score(
             outcome.errors = bug_errors + fixed_errors
             outcomes.append(outcome)
             verdict = "caught" if outcome.caught else "missed"
-            extra = " (at the marked line)" if outcome.at_line else ""
+            marked = " (at the marked line)" if outcome.at_line else ""
             noisy = f"  FIXED TWIN FLAGGED {outcome.fixed_codes}" if outcome.noisy else ""
             errors = f"  errors: {outcome.errors}" if outcome.errors else ""
-            print(f"{case:<48} {verdict}{extra} {outcome.bug_codes}{noisy}{errors}")
+            print(f"{case:<48} {verdict}{marked} {outcome.bug_codes}{noisy}{errors}")
             if verbose:
                 for finding in bug_findings + fixed_findings:
                     print(f"    {finding['path']}:{finding['line']}: {finding['code']} {finding['message']}")
