@@ -12,7 +12,7 @@ the rank, does a decorator run it on some ranks only.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from collcheck.catalog import OpSpec
@@ -129,13 +129,33 @@ class CallResolver(ValueEvaluator):
         self._owners: dict[FunctionNode, str] | None = None
         self.conditions = ConditionSources()  # where each branch test came from (counterexamples)
         self.local_data = LocalData(
-            lambda call: self.op_spec(call, None),
+            self._combining_spec,
             self._same_file_helper,
             lambda func: qualified_name(func, self.local_imports),
             combining_words(
                 self.catalog.functions, tuple((m.method, m.spec.op) for m in self.catalog.methods)
             ),
         )
+
+    def _combining_spec(self, call: ast.Call, function: FunctionNode) -> OpSpec | None:
+        """The catalogued op of `call` in `function` (its parameters typed as annotated), for
+        local_data.py. A summary of an installed package (docs/summaries.md) says which op a
+        method issues but not which of its arguments is combined: those of a bundled entry of the
+        same method, op and receiver."""
+        arguments = [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]
+        typed = {a.arg: self.annotated_type(a) for a in arguments if a.annotation is not None}
+        known = State({name: value for name, value in typed.items() if value is not None})
+        spec = self.op_spec(call, known, self.owner_class(function, None))
+        if spec is None or spec.operands or not isinstance(call.func, ast.Attribute):
+            return spec
+        entries = self.catalog.method_specs(call.func.attr)
+        receivers = {r for entry in entries if entry.spec is spec for r in entry.receivers}
+        for entry in entries:
+            other = entry.spec
+            alike = other.op == spec.op and bool(receivers & set(entry.receivers))
+            if alike and other.operands and set(other.operands) <= set(spec.params):
+                return replace(spec, operands=other.operands)
+        return spec
 
     def own_data(self, target: ast.expr, state: State, frame: Frame, statement: ast.stmt) -> None:
         """After an assignment: own_data.mark_assigned."""

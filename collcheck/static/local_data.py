@@ -71,10 +71,13 @@ CARRYING_METHODS = VALUE_METHODS | frozenset(
 # Attributes that read the size of what holds them: a per-rank size is per-rank data of the holder.
 SIZE_ATTRIBUTES = frozenset({"shape"})
 
+# Calls whose result is as long as what the data selects (`torch.nonzero(x)`, `x.unique()`).
+DATA_SIZED = frozenset({"nonzero", "masked_select", "unique", "argwhere"})
+
 # Calls whose arguments are a shape or a template, not contents (`torch.zeros_like(t)`).
 TEMPLATE_SUFFIXES = ("_like",)
 
-OpSpecOf = Callable[[ast.Call], OpSpec | None]
+OpSpecOf = Callable[[ast.Call, FunctionNode], OpSpec | None]  # the op of a call in a function
 HelperOf = Callable[[ast.Call, FunctionNode], FunctionNode | None]
 NameOf = Callable[[ast.expr], str | None]
 SpecOf = Callable[[ast.Call], OpSpec | None]  # the catalogued op a call issues, if any
@@ -180,6 +183,7 @@ class LocalData:
                     for stored_item in data_names(value, self._called_name):
                         found.add(stored_item)
                         self.evidence.setdefault((function, stored_item), tensors[name])
+        masks = {name for stored, value, _ in assignments if _boolean(value, set()) for name in stored}
         for stored, value, line in assignments:  # `t = torch.tensor([count])`, then `all_reduce(t)`
             for name in sorted(stored & tensors.keys()):
                 how, at = tensors[name]
@@ -188,6 +192,9 @@ class LocalData:
                     for built in data_names(ast.Tuple(elts=list(value.args)), self._called_name):
                         found.add(built)
                         self.evidence.setdefault((function, built), (how, at))
+                elif line < at and _data_sized(value, masks):  # its length is what this rank selected
+                    found.add(name)
+                    self.evidence.setdefault((function, name), (how, at))
         changed = True
         while changed:  # backward through the assignments made before the combining call
             changed = False
@@ -214,7 +221,7 @@ class LocalData:
         whole (then only the host values it was built from are evidence)."""
         func = call.func
         last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-        spec = self._op_spec(call) if last in self._words else None
+        spec = self._op_spec(call, function) if last in self._words else None
         if spec is not None:
             if spec.op not in COMBINING_OPS:
                 return []
@@ -283,6 +290,35 @@ def _enclosing_statements(function: FunctionNode) -> list[tuple[int, frozenset[i
 
     visit(function.body, frozenset())
     return sorted(found, key=lambda item: item[0])
+
+
+def _boolean(node: ast.expr, masks: set[str]) -> bool:
+    """A boolean mask: a comparison (`labels != -100`), `m.bool()`, a name assigned one, or a
+    negation or `&`/`|` of them."""
+    if isinstance(node, ast.Compare) or (isinstance(node, ast.Name) and node.id in masks):
+        return True
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr == "bool" and not node.args
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Invert, ast.Not)):
+        return _boolean(node.operand, masks)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr)):
+        return _boolean(node.left, masks) and _boolean(node.right, masks)
+    return False
+
+
+def _data_sized(value: ast.expr, masks: set[str]) -> bool:
+    """A tensor whose length is chosen by its contents: the entries a boolean mask selects
+    (`x[valid]`, `x[m.bool()].float()`), `x.nonzero()`, `torch.masked_select(x, m)`, `x.unique()`.
+    Handed whole to a combining collective, its length is this rank's own."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        if value.func.attr in DATA_SIZED:
+            return True
+        if value.func.attr not in CARRYING_METHODS:
+            return False
+        value = value.func.value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+        return value.func.id in DATA_SIZED
+    return isinstance(value, ast.Subscript) and _boolean(value.slice, masks)
 
 
 def _item_stores(node: ast.AST) -> list[tuple[str, ast.expr, int]]:

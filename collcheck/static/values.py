@@ -42,6 +42,7 @@ from collcheck.static.loader import FunctionNode, ModuleInfo, inherited_attribut
 from collcheck.static.local_data import agreement_test
 from collcheck.static.loop_values import grown_collection
 from collcheck.static.names import PARTIAL_CALLS, ImportTable, dotted, qualified_name, source_text
+from collcheck.static.program import is_own_data
 from collcheck.static.receivers import (
     Partial,
     function_value,
@@ -77,6 +78,7 @@ from collcheck.static.syntax import is_set_expr
 from collcheck.static.tensor_shapes import SHAPED_FACTORIES, factory_tensor, shape_attribute, shape_read
 
 ENV_READERS = frozenset({"os.getenv", "os.environ.get"})
+SIZE_METHODS = frozenset({"numel", "size", "nelement", "dim"})  # what a tensor's size is read by
 
 
 def where_of(node: ast.AST) -> str:
@@ -365,7 +367,8 @@ class ValueEvaluator:
             shape = shape_read(method, receiver, args)
             if shape is not None:
                 return shape
-            if method in VALUE_METHODS:
+            if method in VALUE_METHODS or (method in SIZE_METHODS and is_own_data(receiver)):
+                # the size of this rank's own data is its own too (what else varies keeps to `len`)
                 inputs = (receiver, *args, *(self.pure(k.value, state, frame, known) for k in node.keywords))
                 return opaque(f"call:{source_text(node)}", inputs)
         made = made_object(self.module, self.local_imports, node, self._factories)
