@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from collcheck.static.loader import FunctionNode
 from collcheck.static.local_data import LocalData
-from collcheck.static.program import OWN_DATA
+from collcheck.static.program import OWN_DATA, is_own_data
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import Atom, Expr, atoms, substitute
 
@@ -52,7 +52,8 @@ def mark_assigned(data: LocalData, target: ast.expr, state: State, frame: Frame,
         evidence = data.evidence.get((function, node.id))
         value = state.env.get(node.id)
         line = statement.lineno
-        if evidence is None or evidence[1] <= line or not unknown(value):
+        derived = isinstance(value, Atom) and is_own_data(value)  # `n = len(batch)`: named `n` here
+        if evidence is None or evidence[1] <= line or not (unknown(value) or derived):
             continue
         if not data.reached_from(function, statement, evidence[1]):
             continue
