@@ -101,6 +101,9 @@ class LocalData:
         self._by_line: dict[FunctionNode, dict[int, tuple[str, ...]]] = {}
         # (function, name) -> how its value is combined across ranks, and the line of that call
         self.evidence: dict[tuple[FunctionNode, str], tuple[str, int]] = {}
+        # (function, name) whose value alone is what is combined (or computed into it), not one of
+        # several inputs: only those make a parameter this rank's own (`parameter_paths`)
+        self._direct: set[tuple[FunctionNode, str]] = set()
 
     def names(self, function: FunctionNode) -> frozenset[str]:
         found = self._names.get(function)
@@ -157,7 +160,8 @@ class LocalData:
         for path in sorted(self.names(function)):
             root = path.partition(".")[0]
             evidence = self.evidence.get((function, path))
-            if root in params and evidence is not None and path not in ("self", "cls"):
+            direct = (function, path) in self._direct  # all that flows where it is combined
+            if root in params and evidence is not None and direct and path not in ("self", "cls"):
                 found.append((path, evidence[1]))
         return tuple(found)
 
@@ -167,10 +171,13 @@ class LocalData:
         assignments: list[tuple[frozenset[str], ast.expr, int]] = []
         for node in nodes_under(function):
             if isinstance(node, ast.Call):
-                for name, how, operand in self._seeds(node, function):
+                for name, how, operand, direct in self._seeds(node, function):
                     if operand:
                         tensors.setdefault(name, (how, node.lineno))
-                    elif name not in found:
+                        continue
+                    if direct:
+                        self._direct.add((function, name))
+                    if name not in found:
                         found.add(name)
                         self.evidence.setdefault((function, name), (how, node.lineno))
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
@@ -180,21 +187,24 @@ class LocalData:
         for node in nodes_under(function):  # `counts[rank] = n`, then `all_reduce(counts)`
             for name, value, line in _item_stores(node):
                 if name in tensors and line < tensors[name][1]:
-                    for stored_item in data_names(value, self._called_name):
+                    for stored_item, direct in self._sources(value):
                         found.add(stored_item)
                         self.evidence.setdefault((function, stored_item), tensors[name])
+                        self._direct.update([(function, stored_item)] if direct else [])
         masks = {name for stored, value, _ in assignments if _boolean(value, set()) for name in stored}
         for stored, value, line in assignments:  # `t = torch.tensor([count])`, then `all_reduce(t)`
             for name in sorted(stored & tensors.keys()):
                 how, at = tensors[name]
                 if line < at and self._host_tensor(value):
                     assert isinstance(value, ast.Call)
-                    for built in data_names(ast.Tuple(elts=list(value.args)), self._called_name):
+                    for built, direct in self._sources(ast.Tuple(elts=list(value.args))):
                         found.add(built)
                         self.evidence.setdefault((function, built), (how, at))
+                        self._direct.update([(function, built)] if direct else [])
                 elif line < at and _data_sized(value, masks):  # its length is what this rank selected
                     found.add(name)
                     self.evidence.setdefault((function, name), (how, at))
+                    self._direct.add((function, name))
         changed = True
         while changed:  # backward through the assignments made before the combining call
             changed = False
@@ -203,9 +213,12 @@ class LocalData:
                 origin = next((o for o in origins if o is not None and line < o[1]), None)
                 if origin is None:
                     continue
-                fed = data_names(value, self._called_name) - found
+                computed = data_names(value, self._called_name)
+                fed = computed - found
+                single = len(computed) == 1 and any((function, n) in self._direct for n in stored & found)
                 for name in fed:
                     self.evidence.setdefault((function, name), origin)
+                    self._direct.update([(function, name)] if single else [])
                 if fed:
                     found |= fed
                     changed = True
@@ -215,7 +228,17 @@ class LocalData:
         """A tensor built from host values: `torch.tensor([n])`, `torch.LongTensor([n])`."""
         return isinstance(value, ast.Call) and self._called_name(value.func) in HOST_TENSORS
 
-    def _seeds(self, call: ast.Call, function: FunctionNode) -> list[tuple[str, str, bool]]:
+    def _sources(self, node: ast.expr) -> list[tuple[str, bool]]:
+        """The names whose contents flow into `node`, each element of a list or tuple apart, with
+        whether it is all that flows into its element (`[len(batch), world]`: both are; `a + b`:
+        neither, as one of them may be the same on every rank)."""
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            elements = [e.value if isinstance(e, ast.Starred) else e for e in node.elts]
+            return [source for element in elements for source in self._sources(element)]
+        names = data_names(node, self._called_name)
+        return [(name, len(names) == 1) for name in sorted(names)]
+
+    def _seeds(self, call: ast.Call, function: FunctionNode) -> list[tuple[str, str, bool, bool]]:
         """What `call` hands a combining collective, directly or through a helper: the names of
         this rank's data, each with how it is combined and whether it is a tensor operand named
         whole (then only the host values it was built from are evidence)."""
@@ -226,17 +249,17 @@ class LocalData:
             if spec.op not in COMBINING_OPS:
                 return []
             how = f"combined across ranks by {spec.op} at line {call.lineno}"
-            seeds: list[tuple[str, str, bool]] = []
+            seeds: list[tuple[str, str, bool, bool]] = []
             for node in (_argument(call, spec, name) for name in spec.operands):
                 if spec.op in OBJECT_OPS and node is not None:
-                    seeds += [(n, how, False) for n in data_names(node, self._called_name)]
+                    seeds += [(n, how, False, direct) for n, direct in self._sources(node)]
                 elif isinstance(node, ast.Name):
-                    seeds.append((node.id, how, True))
+                    seeds.append((node.id, how, True, True))
                 elif node is not None and self._host_tensor(node):
                     assert isinstance(node, ast.Call)
                     seeds += [
-                        (n, how, False)
-                        for n in data_names(ast.Tuple(elts=list(node.args)), self._called_name)
+                        (n, how, False, direct)
+                        for n, direct in self._sources(ast.Tuple(elts=list(node.args)))
                     ]
             return seeds
         helper = self._helper(call, function)
@@ -256,18 +279,18 @@ class LocalData:
             handed.append((helper.args.args[0].arg if helper.args.args else "", call.func.value))
         arguments = dict(handed)
         how = f"passed to {helper.name}() at line {call.lineno}, which combines it across ranks"
-        found: list[tuple[str, str, bool]] = []
+        found: list[tuple[str, str, bool, bool]] = []
         for path, _ in self.parameter_paths(helper):
             param, _, rest = path.partition(".")
             argument = arguments.get(param)
             if argument is None:
                 continue
             if not rest:  # the argument's value, whatever it was computed from
-                found += [(n, how, False) for n in data_names(argument, self._called_name)]
+                found += [(n, how, False, direct) for n, direct in self._sources(argument)]
                 continue
             holder = dotted(argument)  # `p.total` of the callee: the same attribute of what was passed
             if holder is not None:
-                found.append((".".join([*holder, rest]), how, False))
+                found.append((".".join([*holder, rest]), how, False, True))
         return found
 
 

@@ -78,7 +78,7 @@ from collcheck.static.syntax import is_set_expr
 from collcheck.static.tensor_shapes import SHAPED_FACTORIES, factory_tensor, shape_attribute, shape_read
 
 ENV_READERS = frozenset({"os.getenv", "os.environ.get"})
-SIZE_METHODS = frozenset({"numel", "size", "nelement", "dim"})  # what a tensor's size is read by
+SIZE_METHODS = frozenset({"numel", "size", "nelement"})  # what a tensor's size is read by
 
 
 def where_of(node: ast.AST) -> str:

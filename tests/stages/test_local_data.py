@@ -99,6 +99,11 @@ def sized(x):
     dist.all_reduce(torch.tensor([x.shape[0], x.numel()]))
 def configured(group, t):
     dist.all_reduce(t, group=group)
+def mixed(plan, reference):
+    same = int(plan.total == reference.total)
+    dist.all_reduce(torch.tensor([same]), op=dist.ReduceOp.MIN)
+def listed(count, world):
+    dist.all_reduce(torch.tensor([count, world * 2]))
 class Stager:
     def publish(self):
         out = [None] * 2
@@ -141,3 +146,11 @@ def test_an_attribute_of_self_combined_by_a_method_is_the_receivers_attribute_at
 def module_data(snippet: str) -> tuple[LocalData, ModuleInfo]:
     module = module_of(snippet)
     return CallResolver(module).local_data, module
+
+
+def test_a_parameter_is_its_own_only_where_it_is_all_that_flows_into_what_is_combined() -> None:
+    data, module = module_data(PATHS)
+    mixed = module.functions["mixed"]
+    assert {"plan.total", "reference.total"} <= data.names(mixed)  # evidence for the assignments
+    assert data.parameter_paths(mixed) == ()  # either may be the same on every rank
+    assert [path for path, _ in data.parameter_paths(module.functions["listed"])] == ["count", "world"]
