@@ -74,6 +74,9 @@ SIZE_ATTRIBUTES = frozenset({"shape"})
 # Calls whose result is as long as what the data selects (`torch.nonzero(x)`, `x.unique()`).
 DATA_SIZED = frozenset({"nonzero", "masked_select", "unique", "argwhere"})
 
+# Builtins that read a value's size or convert it, nothing more (`_plain`).
+PLAIN_BUILTINS = frozenset({"len", "int", "float", "bool"})
+
 # Calls whose arguments are a shape or a template, not contents (`torch.zeros_like(t)`).
 TEMPLATE_SUFFIXES = ("_like",)
 
@@ -215,7 +218,8 @@ class LocalData:
                     continue
                 computed = data_names(value, self._called_name)
                 fed = computed - found
-                single = len(computed) == 1 and any((function, n) in self._direct for n in stored & found)
+                single = len(computed) == 1 and _plain(value)
+                single = single and any((function, n) in self._direct for n in stored & found)
                 for name in fed:
                     self.evidence.setdefault((function, name), origin)
                     self._direct.update([(function, name)] if single else [])
@@ -236,7 +240,7 @@ class LocalData:
             elements = [e.value if isinstance(e, ast.Starred) else e for e in node.elts]
             return [source for element in elements for source in self._sources(element)]
         names = data_names(node, self._called_name)
-        return [(name, len(names) == 1) for name in sorted(names)]
+        return [(name, len(names) == 1 and _plain(node)) for name in sorted(names)]
 
     def _seeds(self, call: ast.Call, function: FunctionNode) -> list[tuple[str, str, bool, bool]]:
         """What `call` hands a combining collective, directly or through a helper: the names of
@@ -313,6 +317,22 @@ def _enclosing_statements(function: FunctionNode) -> list[tuple[int, frozenset[i
 
     visit(function.body, frozenset())
     return sorted(found, key=lambda item: item[0])
+
+
+def _plain(node: ast.expr) -> bool:
+    """`node` reads its data without handing it to a function: attributes, items, sizes and the
+    methods that return contents (`p.total`, `len(p)`, `x[mask].float()`). What an unknown function
+    makes of its argument (`poll(pollers)`) need not be all of that argument, nor all it reads."""
+    for part in ast.walk(node):
+        if not isinstance(part, ast.Call):
+            continue
+        func = part.func
+        if isinstance(func, ast.Attribute) and func.attr in CARRYING_METHODS | DATA_SIZED:
+            continue
+        if isinstance(func, ast.Name) and func.id in PLAIN_BUILTINS:
+            continue
+        return False
+    return True
 
 
 def _boolean(node: ast.expr, masks: set[str]) -> bool:

@@ -104,6 +104,10 @@ def mixed(plan, reference):
     dist.all_reduce(torch.tensor([same]), op=dist.ReduceOp.MIN)
 def listed(count, world):
     dist.all_reduce(torch.tensor([count, world * 2]))
+def polled(pollers, items):
+    polls = poll_all(pollers)
+    size = len(items)
+    dist.all_reduce(torch.tensor([polls, size]))
 class Stager:
     def publish(self):
         out = [None] * 2
@@ -154,3 +158,10 @@ def test_a_parameter_is_its_own_only_where_it_is_all_that_flows_into_what_is_com
     assert {"plan.total", "reference.total"} <= data.names(mixed)  # evidence for the assignments
     assert data.parameter_paths(mixed) == ()  # either may be the same on every rank
     assert [path for path, _ in data.parameter_paths(module.functions["listed"])] == ["count", "world"]
+
+
+def test_what_an_unknown_function_makes_of_a_parameter_does_not_make_it_own_but_its_size_does() -> None:
+    data, module = module_data(PATHS)
+    polled = module.functions["polled"]
+    assert {"pollers", "items"} <= data.names(polled)
+    assert [path for path, _ in data.parameter_paths(polled)] == ["items"]
