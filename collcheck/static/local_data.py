@@ -319,6 +319,18 @@ def _enclosing_statements(function: FunctionNode) -> list[tuple[int, frozenset[i
     return sorted(found, key=lambda item: item[0])
 
 
+SEQUENCES = (ast.List, ast.Tuple)
+
+
+def _repeated(node: ast.AST) -> bool:
+    """`[x] * n` or `n * [x]`: a literal sequence repeated."""
+    return (
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Mult)
+        and (isinstance(node.left, SEQUENCES) or isinstance(node.right, SEQUENCES))
+    )
+
+
 def _plain(node: ast.expr) -> bool:
     """`node` reads its data without handing it to a function: attributes, items, sizes and the
     methods that return contents (`p.total`, `len(p)`, `x[mask].float()`). What an unknown function
@@ -414,6 +426,9 @@ def data_names(node: ast.expr, called_name: NameOf) -> frozenset[str]:
             stack.extend(a.value if isinstance(a, ast.Starred) else a for a in current.args)
         elif isinstance(current, ast.Subscript):
             stack.append(current.value)
+        elif _repeated(current):  # `[0] * world`: a shape; only the repeated items are contents
+            assert isinstance(current, ast.BinOp)
+            stack.extend(side for side in (current.left, current.right) if isinstance(side, SEQUENCES))
         elif isinstance(current, ast.Attribute):
             # `state.flag`: that attribute (the object itself is no per-rank data); `x.shape`: x
             if current.attr in SIZE_ATTRIBUTES:

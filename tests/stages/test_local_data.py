@@ -104,6 +104,8 @@ def mixed(plan, reference):
     dist.all_reduce(torch.tensor([same]), op=dist.ReduceOp.MIN)
 def listed(count, world):
     dist.all_reduce(torch.tensor([count, world * 2]))
+def repeated(world, flag):
+    dist.all_reduce(torch.tensor([flag] * world))
 def polled(pollers, items):
     polls = poll_all(pollers)
     size = len(items)
@@ -165,3 +167,8 @@ def test_what_an_unknown_function_makes_of_a_parameter_does_not_make_it_own_but_
     polled = module.functions["polled"]
     assert {"pollers", "items"} <= data.names(polled)
     assert [path for path, _ in data.parameter_paths(polled)] == ["items"]
+
+
+def test_the_count_of_a_repeated_list_is_its_shape_not_its_contents() -> None:
+    data, module = module_data(PATHS)
+    assert [path for path, _ in data.parameter_paths(module.functions["repeated"])] == ["flag"]
