@@ -79,6 +79,10 @@ from collcheck.static.tensor_shapes import SHAPED_FACTORIES, factory_tensor, sha
 
 ENV_READERS = frozenset({"os.getenv", "os.environ.get"})
 SIZE_METHODS = frozenset({"numel", "size", "nelement"})  # what a tensor's size is read by
+# A tensor's kind, set by the code that made it alike on every rank, not by the data it holds.
+METADATA_ATTRIBUTES = frozenset(
+    {"dtype", "device", "requires_grad", "is_cuda", "layout", "is_nested", "ndim"}
+)
 
 
 def where_of(node: ast.AST) -> str:
@@ -191,6 +195,8 @@ class ValueEvaluator:
             # Named after the object, not the place it is read: `self.remote` read in two
             # branches (or in two methods) is one value (an assignment in between is in `state.env`).
             holder = "self" if base.name.startswith("param:self@") else base.name
+            if node.attr in METADATA_ATTRIBUTES and is_own_data(base):  # what code made it, not data
+                return Atom(f"{holder}.{node.attr}", "shared")
             return opaque(f"{holder}.{node.attr}", (base,))
         return opaque(f"{source_text(node)}@{where_of(node)}", (base,))
 

@@ -9,7 +9,7 @@ import ast
 
 from collcheck.static.own_data import mark_entry
 from collcheck.static.program import OWN_DATA
-from collcheck.static.state import State
+from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import Atom, BinOp, Expr, atoms
 
 from .conftest import interpreter_of, regions_of
@@ -88,3 +88,15 @@ def test_a_test_before_the_combining_call_forks_on_own_data_and_one_after_it_doe
     (region, *_) = regions_of(SNIPPET, "bounded")
     tests = [condition for path in region.paths for condition in path.conds]
     assert tests and not any(_own(condition) for condition in tests)
+
+
+def test_a_tensors_kind_read_off_own_data_is_not_own_but_its_size_is() -> None:
+    interpreter = interpreter_of(SNIPPET)
+    gather = interpreter.module.functions["gather"]
+    env = interpreter.entry_parameters(gather, root=True)
+    assert mark_entry(interpreter.local_data, gather, env) is not None
+    state = State(env)
+    frame = Frame("gather", None, (), 0, (gather,))
+    assert not _own(interpreter.pure(ast.parse("items.requires_grad", mode="eval").body, state, frame))
+    assert _own(interpreter.pure(ast.parse("items.numel()", mode="eval").body, state, frame))
+    assert _own(interpreter.pure(ast.parse("items.total", mode="eval").body, state, frame))
