@@ -1,6 +1,7 @@
 """Recall on blind cases: hangs rebuilt from public reports by writers who never saw collcheck.
 
     python bench/blind_score.py [--cases bench/blind/cases] [--out results.json] [-v]
+                                [--extend-select CC008,...]
 
 Each case is a pair `<id>_bug.py` / `<id>_fixed.py` under `bench/blind/cases/`, listed in
 `bench/blind/CASES.tsv` with its report's URL (how the reports were chosen: bench/blind/PROCEDURE.md;
@@ -9,7 +10,9 @@ file is copied alone into a scratch folder and checked there with `collcheck che
 --no-cache`, so no case sees another.
 
 A case is
-  caught       when the bug file gets at least one finding of a hang rule (CC001-CC007, CC009);
+  caught       when the bug file gets at least one finding of a hang rule (CC001-CC009 that the
+               default selection reports, and the rules named by `--extend-select`, which is
+               handed on to `collcheck check`: CC008 is in preview, off by default);
   at the line  when, further, a finding or a site of its counterexample (a collective, a `why`
                condition) stands on a line the writer marked `# DIVERGES`;
   noisy        when its fixed twin gets any hang-rule finding (a false alarm).
@@ -36,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 CASES = HERE / "blind" / "cases"
 INDEX = HERE / "blind" / "CASES.tsv"
-# CC008 (preview, off by default) is not counted; CC009 (a collective racing a background save) is.
+# CC008 (preview, off by default) is counted only when --extend-select names it.
 HANG_RULES = frozenset({*(f"CC00{n}" for n in range(1, 8)), "CC009"})
 MARK = "# DIVERGES"
 RUN_TIMEOUT_S = 300
@@ -77,18 +80,22 @@ def finding_lines(finding: dict[str, Any]) -> set[int]:
     return lines
 
 
-def check_alone(source: Path, scratch: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Hang-rule findings and file errors of one file checked in a folder of its own."""
+def check_alone(
+    source: Path, scratch: Path, extra: frozenset[str] = frozenset()
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Hang-rule findings (and those of the `extra` rules) and file errors of one file checked in
+    a folder of its own."""
     folder = scratch / source.stem
     folder.mkdir()
     shutil.copyfile(source, folder / source.name)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     command = [sys.executable, "-m", "collcheck", "check", source.name, "--format", "json", "--no-cache"]
+    command += ["--extend-select", ",".join(sorted(extra))] if extra else []
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     if done.returncode not in (0, 1):
         return [], [f"exit {done.returncode}: {done.stderr.strip()[-300:]}"]
     report = json.loads(done.stdout)
-    findings = [f for f in report["findings"] if f["code"] in HANG_RULES]
+    findings = [f for f in report["findings"] if f["code"] in HANG_RULES | extra]
     return findings, [str(error.get("message", error)) for error in report["errors"]]
 
 
@@ -97,7 +104,9 @@ def read_index(path: Path) -> dict[str, dict[str, str]]:
         return {row["id"]: row for row in csv.DictReader(handle, delimiter="\t")}
 
 
-def score(cases: Path, index: dict[str, dict[str, str]], verbose: bool) -> list[Outcome]:
+def score(
+    cases: Path, index: dict[str, dict[str, str]], verbose: bool, extra: frozenset[str] = frozenset()
+) -> list[Outcome]:
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="collcheck-blind-") as scratch_name:
         scratch = Path(scratch_name)
@@ -109,8 +118,8 @@ def score(cases: Path, index: dict[str, dict[str, str]], verbose: bool) -> list[
                 outcome.errors.append("missing file")
                 outcomes.append(outcome)
                 continue
-            bug_findings, bug_errors = check_alone(bug, scratch)
-            fixed_findings, fixed_errors = check_alone(fixed, scratch)
+            bug_findings, bug_errors = check_alone(bug, scratch, extra)
+            fixed_findings, fixed_errors = check_alone(fixed, scratch, extra)
             outcome.bug_codes = sorted(f["code"] for f in bug_findings)
             outcome.fixed_codes = sorted(f["code"] for f in fixed_findings)
             marks = marked_lines(bug)
@@ -118,10 +127,10 @@ def score(cases: Path, index: dict[str, dict[str, str]], verbose: bool) -> list[
             outcome.errors = bug_errors + fixed_errors
             outcomes.append(outcome)
             verdict = "caught" if outcome.caught else "missed"
-            extra = " (at the marked line)" if outcome.at_line else ""
+            marked = " (at the marked line)" if outcome.at_line else ""
             noisy = f"  FIXED TWIN FLAGGED {outcome.fixed_codes}" if outcome.noisy else ""
             errors = f"  errors: {outcome.errors}" if outcome.errors else ""
-            print(f"{case:<48} {verdict}{extra} {outcome.bug_codes}{noisy}{errors}")
+            print(f"{case:<48} {verdict}{marked} {outcome.bug_codes}{noisy}{errors}")
             if verbose:
                 for finding in bug_findings + fixed_findings:
                     print(f"    {finding['path']}:{finding['line']}: {finding['code']} {finding['message']}")
@@ -151,8 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", type=Path, default=INDEX)
     parser.add_argument("--out", type=Path)
     parser.add_argument("-v", "--verbose", action="store_true", help="print each finding")
+    parser.add_argument("--extend-select", default="", help="more rules that count (CC008,...)")
     args = parser.parse_args(argv)
-    outcomes = score(args.cases, read_index(args.index), args.verbose)
+    extra = frozenset(code.strip().upper() for code in args.extend_select.split(",") if code.strip())
+    outcomes = score(args.cases, read_index(args.index), args.verbose, extra)
+    print("rules counted: " + ", ".join(sorted(HANG_RULES | extra)))
     print("\n".join(figures(outcomes)))
     if args.out is not None:
         payload = [{**vars(o), "caught": o.caught, "noisy": o.noisy} for o in outcomes]

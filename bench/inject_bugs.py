@@ -754,11 +754,15 @@ class Report:
     seconds: float
 
 
-def run_collcheck(target: Path, cwd: Path, jobs: int, no_cache: bool = False) -> Report:
+def run_collcheck(
+    target: Path, cwd: Path, jobs: int, no_cache: bool = False, options: tuple[str, ...] = ()
+) -> Report:
+    """`collcheck check target` as JSON; `options`: more of its command line (`--extend-select CC008`)."""
     output = cwd / "report.json"
     output.unlink(missing_ok=True)
     command = [sys.executable, "-m", "collcheck", "check", str(target), "--format", "json"]
     command += ["-o", str(output), "-j", str(jobs), "--exit-zero"] + (["--no-cache"] if no_cache else [])
+    command += list(options)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     started = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)

@@ -2,6 +2,7 @@
 
     python bench/precision.py [--packages vllm,sglang,...] [-j 2] [--out results.json]
                               [--ledger bench/precision-ledger.tsv] [--write-missing FILE]
+                              [--extend-select CC008,...]
 
 Each package below is fetched at a pinned version with `pip download --no-deps` into
 `~/.cache/collcheck-bench/inject/` (bench/corpus.py, as for bench/inject_bugs.py: only `*.py`
@@ -98,10 +99,12 @@ class PackageResult:
     seconds: float
 
 
-def check_package(spec: PackageSpec, scratch: Path, jobs: int) -> PackageResult:
+def check_package(
+    spec: PackageSpec, scratch: Path, jobs: int, options: tuple[str, ...] = ()
+) -> PackageResult:
     package, source = fetch(spec, CACHE)
     workspace = inject_bugs.prepare(spec.name, package, scratch)
-    report = inject_bugs.run_collcheck(workspace.target, workspace.root, jobs, no_cache=True)
+    report = inject_bugs.run_collcheck(workspace.target, workspace.root, jobs, no_cache=True, options=options)
     findings = [
         (LedgerKey(spec.name, str(f["code"]), finding_path(f, workspace), int(f["line"])), str(f["message"]))
         for f in report.findings
@@ -142,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ledger", type=Path, default=LEDGER)
     parser.add_argument("--out", type=Path, help="write the findings and verdicts as JSON")
     parser.add_argument("--write-missing", type=Path, help="write unledgered findings as TSV rows")
+    parser.add_argument("--extend-select", default="", help="rules to enable beyond the defaults (CC008)")
     args = parser.parse_args(argv)
+    options = ("--extend-select", args.extend_select) if args.extend_select else ()
     wanted = [name.strip() for name in args.packages.split(",") if name.strip()]
     specs = {spec.name: spec for spec in PACKAGES}
     unknown = [name for name in wanted if name not in specs]
@@ -154,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="collcheck-precision-") as scratch:
         for name in wanted:
             try:
-                results.append(check_package(specs[name], Path(scratch), args.jobs))
+                results.append(check_package(specs[name], Path(scratch), args.jobs, options))
             except Exception as error:  # a package that cannot be fetched is reported, not fatal
                 print(f"{name}: skipped: {error}", file=sys.stderr)
     table, missing = summarise(results, ledger)
@@ -179,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             for key, message in result.findings
         ]
         args.out.write_text(json.dumps(payload, indent=1), encoding="utf-8")
-    print(f"{len(results)} packages in {time.perf_counter() - started:.0f} s")
+    selected = f", with --extend-select {args.extend_select}" if args.extend_select else ""
+    print(f"{len(results)} packages in {time.perf_counter() - started:.0f} s{selected}")
     return 1 if missing else 0
 
 

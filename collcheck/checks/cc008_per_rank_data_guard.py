@@ -5,6 +5,13 @@ with MAX or SUM, an all-gather), which says that it differs between ranks: a loc
 items, tokens or requests, an empty local batch, a per-rank shard's length. A decision taken on
 the combined value (after the collective) is the same on every rank and is not reported.
 
+The evidence may lie in a helper or a framework's gather or reduce: a function whose parameter
+(or an attribute of it, `plan.num_tokens`, or of `self`) is all that flows into a combining
+collective makes what its callers pass there their own data, and a function run on its own
+takes such parameters so; a tensor of the entries a mask selects, gathered whole, is its own too.
+Only a decision taken before the call that combines the data is reported, not one taken after
+the statement that combines it on some paths (`if dp > 1: n = agree(n)`).
+
 This rule is in preview and off by default (`extend-select = ["CC008"]`): on 17 real packages
 most of its findings were values that are in fact equal on every rank (a world size, a config
 field, a shape every rank computes alike) handed to a collective for other reasons.

@@ -12,7 +12,7 @@ the rank, does a decorator run it on some ranks only.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from collcheck.catalog import OpSpec
@@ -29,7 +29,7 @@ from collcheck.static.names import (
     source_text,
     starts_a_process,
 )
-from collcheck.static.program import OWN_DATA
+from collcheck.static.own_data import mark_assigned, mark_combined
 from collcheck.static.receivers import (
     Partial,
     call_method,
@@ -134,7 +134,7 @@ class CallResolver(ValueEvaluator):
         self._owners: dict[FunctionNode, str] | None = None
         self.conditions = ConditionSources()  # where each branch test came from (counterexamples)
         self.local_data = LocalData(
-            lambda call: self.op_spec(call, None),
+            self._combining_spec,
             self._same_file_helper,
             lambda func: qualified_name(func, self.local_imports),
             combining_words(
@@ -142,37 +142,33 @@ class CallResolver(ValueEvaluator):
             ),
         )
 
+    def _combining_spec(self, call: ast.Call, function: FunctionNode) -> OpSpec | None:
+        """The catalogued op of `call` in `function` (its parameters typed as annotated), for
+        local_data.py. A summary of an installed package (docs/summaries.md) says which op a
+        method issues but not which of its arguments is combined: those of a bundled entry of the
+        same method, op and receiver."""
+        arguments = [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]
+        typed = {a.arg: self.annotated_type(a) for a in arguments if a.annotation is not None}
+        known = State({name: value for name, value in typed.items() if value is not None})
+        spec = self.op_spec(call, known, self.owner_class(function, None))
+        if spec is None or spec.operands or not isinstance(call.func, ast.Attribute):
+            return spec
+        entries = self.catalog.method_specs(call.func.attr)
+        receivers = {r for entry in entries if entry.spec is spec for r in entry.receivers}
+        for entry in entries:
+            other = entry.spec
+            alike = other.op == spec.op and bool(receivers & set(entry.receivers))
+            if alike and other.operands and set(other.operands) <= set(spec.params):
+                return replace(spec, operands=other.operands)
+        return spec
+
     def own_data(self, target: ast.expr, state: State, frame: Frame, statement: ast.stmt) -> None:
-        """After an assignment at `line`: a variable that holds this rank's own data, which the
-        running function combines across ranks further down (local_data.py), is a per-process
-        value here, unless its value is already known to be more than an unknown."""
-        if not frame.stack:
-            return
-        function = frame.stack[-1]
-        held = self.local_data.names(function)
-        for node in () if not held else (target,) if isinstance(target, ast.Name) else ast.walk(target):
-            if not isinstance(node, ast.Name) or node.id not in held:
-                continue
-            evidence = self.local_data.evidence.get((function, node.id))
-            value = state.env.get(node.id)
-            line = statement.lineno
-            if evidence is None or evidence[1] <= line or not _unknown(value):
-                continue
-            if not self.local_data.reached_from(function, statement, evidence[1]):
-                continue
-            why = f"{OWN_DATA}, {evidence[0]}"
-            state.env[node.id] = Atom(f"{node.id}@{line}:{node.col_offset}", "nondet", why=why)
+        """After an assignment: own_data.mark_assigned."""
+        mark_assigned(self.local_data, target, state, frame, statement)
 
     def data_combined(self, call: ast.Call, state: State, frame: Frame) -> None:
-        """After the call that combines this rank's own data across ranks: a decision taken on
-        it from here on is taken knowing the others' (`all(f == mine for f in gathered)`), so it
-        is no longer reported as one on a per-process value."""
-        if not frame.stack:
-            return
-        for name in self.local_data.combined_at(frame.stack[-1], call.lineno):
-            value = state.env.get(name)
-            if isinstance(value, Atom) and value.kind == "nondet" and value.why.startswith(OWN_DATA):
-                state.env[name] = Atom(f"combined:{name}@{where_of(call)}", "shared")
+        """After a call that may combine this rank's own data: own_data.mark_combined."""
+        mark_combined(self.local_data, call, where_of(call), state, frame)
 
     def annotated_type(self, arg: ast.arg) -> Expr | None:
         """`accelerator: Accelerator` makes method calls on it resolve through the catalog."""
@@ -674,12 +670,3 @@ class CallResolver(ValueEvaluator):
                 )
                 return value
         return None
-
-
-def _unknown(value: Expr | None) -> bool:
-    """An unknown value taken to be the same on every rank that code computed: a call's result,
-    an item read from something, a part unpacked, a length. Not an argument of the function, a global, an
-    attribute of `self`, a size or rank the model knows, a constant or a value already per-rank
-    (where data arrives through a parameter, the caller's own assignment is the one judged)."""
-    computed = ("call:", "item@", "item:", "unpack", "len(")
-    return isinstance(value, Atom) and value.kind == "shared" and value.name.startswith(computed)

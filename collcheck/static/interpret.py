@@ -36,6 +36,7 @@ from collcheck.static.loop_values import is_collection, loop_carried, loop_eleme
 from collcheck.static.names import ImportTable, add_import, nodes_under, source_text
 from collcheck.static.object_protocols import ObjectProtocols
 from collcheck.static.object_values import record_container_change, record_keyword_attributes
+from collcheck.static.own_data import EntryData, mark_entry
 from collcheck.static.own_rank import MAX_RANK_HANDOFFS, OWN_RANK_SPECS, OwnRankComparisons
 from collcheck.static.program import (
     CommEvent,
@@ -110,6 +111,7 @@ class Interpreter(ObjectProtocols):
         self.definitions: dict[FunctionNode, list[State]] = {}
         self.ranked = RankedConditions()  # the reduced mode's judgements, one run at a time
         self._slices: dict[FunctionNode, dict[ast.stmt, tuple[ast.Call, ...]]] = {}  # slicing.py
+        self.entry_data: EntryData | None = None  # the root's parameters made its own (own_data.py)
 
     def run_function(
         self, node: FunctionNode, class_name: str | None, qualname: str, closure: Closure | None = None
@@ -124,6 +126,7 @@ class Interpreter(ObjectProtocols):
         self.ranked = RankedConditions()
         self.local_imports = self.function_imports(closure.outer if closure is not None else node)
         env = self.entry_parameters(node, root=True)
+        self.entry_data = mark_entry(self.local_data, node, env) if closure is None else None
         if closure is not None:
             env = {**closure.env, **env}
         frame = Frame(qualname, class_name, (), 0, (node,))
@@ -238,6 +241,8 @@ class Interpreter(ObjectProtocols):
         sliced = self._sliced(frame)
         skipping = False
         for index, stmt in enumerate(body):
+            if self.entry_data is not None:
+                self.entry_data.expire(body, stmt, states)
             live = [state for state in states if state.exit is None]
             if not live:
                 break
@@ -289,8 +294,7 @@ class Interpreter(ObjectProtocols):
             return result
         # A bound on work, not only on paths: inlining can make a few paths very expensive.
         self._count(INERT_PER_STEP if self.reduced else 1)
-        result = handler(stmt, state, frame)
-        return result
+        return handler(stmt, state, frame)  # type: ignore[no-any-return]
 
     def _count(self, steps: int) -> None:
         self.steps += steps

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from collcheck.catalog import OpSpec
 from collcheck.static.catalog_values import VALUE_METHODS
-from collcheck.static.names import nodes_under
+from collcheck.static.names import dotted, nodes_under
 from collcheck.static.tensor_shapes import SHAPED_FACTORIES
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
@@ -65,13 +65,22 @@ HOST_TENSORS = frozenset(
 
 # Methods whose result carries the receiver's contents (`t.float()`, `x.to(device)`).
 CARRYING_METHODS = VALUE_METHODS | frozenset(
-    {"to", "view", "reshape", "flatten", "contiguous", "unsqueeze", "squeeze", "size", "__len__"}
+    {"to", "view", "reshape", "flatten", "contiguous", "unsqueeze", "squeeze", "size", "__len__", "numel"}
 )
+
+# Attributes that read the size of what holds them: a per-rank size is per-rank data of the holder.
+SIZE_ATTRIBUTES = frozenset({"shape"})
+
+# Calls whose result is as long as what the data selects (`torch.nonzero(x)`, `x.unique()`).
+DATA_SIZED = frozenset({"nonzero", "masked_select", "unique", "argwhere"})
+
+# Builtins that read a value's size or convert it, nothing more (`_plain`).
+PLAIN_BUILTINS = frozenset({"len", "int", "float", "bool"})
 
 # Calls whose arguments are a shape or a template, not contents (`torch.zeros_like(t)`).
 TEMPLATE_SUFFIXES = ("_like",)
 
-OpSpecOf = Callable[[ast.Call], OpSpec | None]
+OpSpecOf = Callable[[ast.Call, FunctionNode], OpSpec | None]  # the op of a call in a function
 HelperOf = Callable[[ast.Call, FunctionNode], FunctionNode | None]
 NameOf = Callable[[ast.expr], str | None]
 SpecOf = Callable[[ast.Call], OpSpec | None]  # the catalogued op a call issues, if any
@@ -95,6 +104,9 @@ class LocalData:
         self._by_line: dict[FunctionNode, dict[int, tuple[str, ...]]] = {}
         # (function, name) -> how its value is combined across ranks, and the line of that call
         self.evidence: dict[tuple[FunctionNode, str], tuple[str, int]] = {}
+        # (function, name) whose value alone is what is combined (or computed into it), not one of
+        # several inputs: only those make a parameter this rank's own (`parameter_paths`)
+        self._direct: set[tuple[FunctionNode, str]] = set()
 
     def names(self, function: FunctionNode) -> frozenset[str]:
         found = self._names.get(function)
@@ -142,30 +154,60 @@ class LocalData:
         held = self.names(function)
         return tuple(a.arg for a in [*function.args.posonlyargs, *function.args.args] if a.arg in held)
 
+    def parameter_paths(self, function: FunctionNode) -> tuple[tuple[str, int], ...]:
+        """What of its parameters `function` combines across ranks, whole (`batch`) or by an
+        attribute path (`batch.num_tokens`, `self.pending`), each with the line of the first
+        call that combines it (directly or through a helper), in order of the paths."""
+        params = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
+        found = []
+        for path in sorted(self.names(function)):
+            root = path.partition(".")[0]
+            evidence = self.evidence.get((function, path))
+            direct = (function, path) in self._direct  # all that flows where it is combined
+            if root in params and evidence is not None and direct and path not in ("self", "cls"):
+                found.append((path, evidence[1]))
+        return tuple(found)
+
     def _compute(self, function: FunctionNode) -> frozenset[str]:
         found: set[str] = set()
         tensors: dict[str, tuple[str, int]] = {}  # tensor operands -> how and where combined
         assignments: list[tuple[frozenset[str], ast.expr, int]] = []
         for node in nodes_under(function):
             if isinstance(node, ast.Call):
-                for name, how, operand in self._seeds(node, function):
+                for name, how, operand, direct in self._seeds(node, function):
                     if operand:
                         tensors.setdefault(name, (how, node.lineno))
-                    elif name not in found:
+                        continue
+                    if direct:
+                        self._direct.add((function, name))
+                    if name not in found:
                         found.add(name)
                         self.evidence.setdefault((function, name), (how, node.lineno))
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 stored = frozenset(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
                 assignments.append((stored, node.value, node.lineno))
+        for node in nodes_under(function):  # `counts[rank] = n`, then `all_reduce(counts)`
+            for name, value, line in _item_stores(node):
+                if name in tensors and line < tensors[name][1]:
+                    for stored_item, direct in self._sources(value):
+                        found.add(stored_item)
+                        self.evidence.setdefault((function, stored_item), tensors[name])
+                        self._direct.update([(function, stored_item)] if direct else [])
+        masks = {name for stored, value, _ in assignments if _boolean(value, set()) for name in stored}
         for stored, value, line in assignments:  # `t = torch.tensor([count])`, then `all_reduce(t)`
             for name in sorted(stored & tensors.keys()):
                 how, at = tensors[name]
                 if line < at and self._host_tensor(value):
                     assert isinstance(value, ast.Call)
-                    for built in data_names(ast.Tuple(elts=list(value.args)), self._called_name):
+                    for built, direct in self._sources(ast.Tuple(elts=list(value.args))):
                         found.add(built)
                         self.evidence.setdefault((function, built), (how, at))
+                        self._direct.update([(function, built)] if direct else [])
+                elif line < at and _data_sized(value, masks):  # its length is what this rank selected
+                    found.add(name)
+                    self.evidence.setdefault((function, name), (how, at))
+                    self._direct.add((function, name))
         changed = True
         while changed:  # backward through the assignments made before the combining call
             changed = False
@@ -174,9 +216,13 @@ class LocalData:
                 origin = next((o for o in origins if o is not None and line < o[1]), None)
                 if origin is None:
                     continue
-                fed = data_names(value, self._called_name) - found
+                computed = data_names(value, self._called_name)
+                fed = computed - found
+                single = len(computed) == 1 and _plain(value)
+                single = single and any((function, n) in self._direct for n in stored & found)
                 for name in fed:
                     self.evidence.setdefault((function, name), origin)
+                    self._direct.update([(function, name)] if single else [])
                 if fed:
                     found |= fed
                     changed = True
@@ -186,28 +232,38 @@ class LocalData:
         """A tensor built from host values: `torch.tensor([n])`, `torch.LongTensor([n])`."""
         return isinstance(value, ast.Call) and self._called_name(value.func) in HOST_TENSORS
 
-    def _seeds(self, call: ast.Call, function: FunctionNode) -> list[tuple[str, str, bool]]:
+    def _sources(self, node: ast.expr) -> list[tuple[str, bool]]:
+        """The names whose contents flow into `node`, each element of a list or tuple apart, with
+        whether it is all that flows into its element (`[len(batch), world]`: both are; `a + b`:
+        neither, as one of them may be the same on every rank)."""
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            elements = [e.value if isinstance(e, ast.Starred) else e for e in node.elts]
+            return [source for element in elements for source in self._sources(element)]
+        names = data_names(node, self._called_name)
+        return [(name, len(names) == 1 and _plain(node)) for name in sorted(names)]
+
+    def _seeds(self, call: ast.Call, function: FunctionNode) -> list[tuple[str, str, bool, bool]]:
         """What `call` hands a combining collective, directly or through a helper: the names of
         this rank's data, each with how it is combined and whether it is a tensor operand named
         whole (then only the host values it was built from are evidence)."""
         func = call.func
         last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-        spec = self._op_spec(call) if last in self._words else None
+        spec = self._op_spec(call, function) if last in self._words else None
         if spec is not None:
             if spec.op not in COMBINING_OPS:
                 return []
             how = f"combined across ranks by {spec.op} at line {call.lineno}"
-            seeds: list[tuple[str, str, bool]] = []
+            seeds: list[tuple[str, str, bool, bool]] = []
             for node in (_argument(call, spec, name) for name in spec.operands):
                 if spec.op in OBJECT_OPS and node is not None:
-                    seeds += [(n, how, False) for n in data_names(node, self._called_name)]
+                    seeds += [(n, how, False, direct) for n, direct in self._sources(node)]
                 elif isinstance(node, ast.Name):
-                    seeds.append((node.id, how, True))
+                    seeds.append((node.id, how, True, True))
                 elif node is not None and self._host_tensor(node):
                     assert isinstance(node, ast.Call)
                     seeds += [
-                        (n, how, False)
-                        for n in data_names(ast.Tuple(elts=list(node.args)), self._called_name)
+                        (n, how, False, direct)
+                        for n, direct in self._sources(ast.Tuple(elts=list(node.args)))
                     ]
             return seeds
         helper = self._helper(call, function)
@@ -216,20 +272,30 @@ class LocalData:
         params = [a.arg for a in [*helper.args.posonlyargs, *helper.args.args]]
         if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
             params = params[1:]
-        reaching = set(self.parameters(helper))
         handed = [
             (params[index], argument)
             for index, argument in enumerate(call.args)
             if index < len(params) and not isinstance(argument, ast.Starred)
         ]
         handed += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
+        if len(params) < len(helper.args.posonlyargs) + len(helper.args.args):  # `obj.method(...)`
+            assert isinstance(call.func, ast.Attribute)
+            handed.append((helper.args.args[0].arg if helper.args.args else "", call.func.value))
+        arguments = dict(handed)
         how = f"passed to {helper.name}() at line {call.lineno}, which combines it across ranks"
-        return [
-            (n, how, False)
-            for param, argument in handed
-            if param in reaching
-            for n in data_names(argument, self._called_name)
-        ]
+        found: list[tuple[str, str, bool, bool]] = []
+        for path, _ in self.parameter_paths(helper):
+            param, _, rest = path.partition(".")
+            argument = arguments.get(param)
+            if argument is None:
+                continue
+            if not rest:  # the argument's value, whatever it was computed from
+                found += [(n, how, False, direct) for n, direct in self._sources(argument)]
+                continue
+            holder = dotted(argument)  # `p.total` of the callee: the same attribute of what was passed
+            if holder is not None:
+                found.append((".".join([*holder, rest]), how, False, True))
+        return found
 
 
 def _enclosing_statements(function: FunctionNode) -> list[tuple[int, frozenset[int]]]:
@@ -251,6 +317,78 @@ def _enclosing_statements(function: FunctionNode) -> list[tuple[int, frozenset[i
 
     visit(function.body, frozenset())
     return sorted(found, key=lambda item: item[0])
+
+
+SEQUENCES = (ast.List, ast.Tuple)
+
+
+def _repeated(node: ast.AST) -> bool:
+    """`[x] * n` or `n * [x]`: a literal sequence repeated."""
+    return (
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Mult)
+        and (isinstance(node.left, SEQUENCES) or isinstance(node.right, SEQUENCES))
+    )
+
+
+def _plain(node: ast.expr) -> bool:
+    """`node` reads its data without handing it to a function: attributes, items, sizes and the
+    methods that return contents (`p.total`, `len(p)`, `x[mask].float()`). What an unknown function
+    makes of its argument (`poll(pollers)`) need not be all of that argument, nor all it reads."""
+    for part in ast.walk(node):
+        if not isinstance(part, ast.Call):
+            continue
+        func = part.func
+        if isinstance(func, ast.Attribute) and func.attr in CARRYING_METHODS | DATA_SIZED:
+            continue
+        if isinstance(func, ast.Name) and func.id in PLAIN_BUILTINS:
+            continue
+        return False
+    return True
+
+
+def _boolean(node: ast.expr, masks: set[str]) -> bool:
+    """A boolean mask: a comparison (`labels != -100`), `m.bool()`, a name assigned one, or a
+    negation or `&`/`|` of them."""
+    if isinstance(node, ast.Compare) or (isinstance(node, ast.Name) and node.id in masks):
+        return True
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr == "bool" and not node.args
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Invert, ast.Not)):
+        return _boolean(node.operand, masks)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr)):
+        return _boolean(node.left, masks) and _boolean(node.right, masks)
+    return False
+
+
+def _data_sized(value: ast.expr, masks: set[str]) -> bool:
+    """A tensor whose length is chosen by its contents: the entries a boolean mask selects
+    (`x[valid]`, `x[m.bool()].float()`), `x.nonzero()`, `torch.masked_select(x, m)`, `x.unique()`.
+    Handed whole to a combining collective, its length is this rank's own."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        if value.func.attr in DATA_SIZED:
+            return True
+        if value.func.attr not in CARRYING_METHODS:
+            return False
+        value = value.func.value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+        return value.func.id in DATA_SIZED
+    return isinstance(value, ast.Subscript) and _boolean(value.slice, masks)
+
+
+def _item_stores(node: ast.AST) -> list[tuple[str, ast.expr, int]]:
+    """`counts[rank] = n` (or `counts[i] += n`): the container written, the value, the line."""
+    if isinstance(node, ast.Assign):
+        targets, value = node.targets, node.value
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+        targets, value = [node.target], node.value
+    else:
+        return []
+    return [
+        (target.value.id, value, node.lineno)
+        for target in targets
+        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
+    ]
 
 
 def _argument(call: ast.Call, spec: OpSpec, name: str) -> ast.expr | None:
@@ -288,8 +426,17 @@ def data_names(node: ast.expr, called_name: NameOf) -> frozenset[str]:
             stack.extend(a.value if isinstance(a, ast.Starred) else a for a in current.args)
         elif isinstance(current, ast.Subscript):
             stack.append(current.value)
+        elif _repeated(current):  # `[0] * world`: a shape; only the repeated items are contents
+            assert isinstance(current, ast.BinOp)
+            stack.extend(side for side in (current.left, current.right) if isinstance(side, SEQUENCES))
         elif isinstance(current, ast.Attribute):
-            continue  # `state.flag`: the object itself is no per-rank data
+            # `state.flag`: that attribute (the object itself is no per-rank data); `x.shape`: x
+            if current.attr in SIZE_ATTRIBUTES:
+                stack.append(current.value)
+                continue
+            path = dotted(current)
+            if path is not None:
+                found.add(".".join(path))
         elif isinstance(current, (ast.Lambda, ast.NamedExpr)):
             continue
         elif isinstance(current, ast.comprehension):

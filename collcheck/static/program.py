@@ -11,12 +11,19 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from collcheck.static.conditions import NO_SOURCES, ConditionSources
-from collcheck.static.symbolic import Expr, GroupVal
+from collcheck.static.symbolic import Expr, GroupVal, atoms
 
 # The start of the `why` of a per-process value found by where the code sends it (local_data.py):
 # a value handed to a combining collective is this process's own (a decision taken on it is told
 # apart by this prefix of `Divergence.nondet_why`: `Divergence.per_process`).
 OWN_DATA = "this process's own data"
+
+
+def is_own_data(value: Expr) -> bool:
+    """`value` is computed from this process's own data (an atom whose `why` says so)."""
+    return any(atom.kind == "nondet" and atom.why.startswith(OWN_DATA) for atom in atoms(value))
+
+
 # The `why` of the flag an `except` handler is entered under (handlers.py): a caught exception.
 CAUGHT_EXCEPTION = "an exception"
 

@@ -42,6 +42,7 @@ from collcheck.static.loader import FunctionNode, ModuleInfo, inherited_attribut
 from collcheck.static.local_data import agreement_test
 from collcheck.static.loop_values import grown_collection
 from collcheck.static.names import PARTIAL_CALLS, ImportTable, dotted, qualified_name, source_text
+from collcheck.static.program import is_own_data
 from collcheck.static.receivers import (
     Partial,
     bound_method_value,
@@ -79,6 +80,11 @@ from collcheck.static.syntax import is_set_expr
 from collcheck.static.tensor_shapes import SHAPED_FACTORIES, factory_tensor, shape_attribute, shape_read
 
 ENV_READERS = frozenset({"os.getenv", "os.environ.get"})
+SIZE_METHODS = frozenset({"numel", "size", "nelement"})  # what a tensor's size is read by
+# A tensor's kind, set by the code that made it alike on every rank, not by the data it holds.
+METADATA_ATTRIBUTES = frozenset(
+    {"dtype", "device", "requires_grad", "is_cuda", "layout", "is_nested", "ndim"}
+)
 
 
 def where_of(node: ast.AST) -> str:
@@ -195,6 +201,8 @@ class ValueEvaluator:
             # Named after the object, not the place it is read: `self.remote` read in two
             # branches (or in two methods) is one value (an assignment in between is in `state.env`).
             holder = "self" if base.name.startswith("param:self@") else base.name
+            if node.attr in METADATA_ATTRIBUTES and is_own_data(base):  # what code made it, not data
+                return Atom(f"{holder}.{node.attr}", "shared")
             return opaque(f"{holder}.{node.attr}", (base,))
         return opaque(f"{source_text(node)}@{where_of(node)}", (base,))
 
@@ -371,7 +379,8 @@ class ValueEvaluator:
             shape = shape_read(method, receiver, args)
             if shape is not None:
                 return shape
-            if method in VALUE_METHODS:
+            if method in VALUE_METHODS or (method in SIZE_METHODS and is_own_data(receiver)):
+                # the size of this rank's own data is its own too (what else varies keeps to `len`)
                 inputs = (receiver, *args, *(self.pure(k.value, state, frame, known) for k in node.keywords))
                 return opaque(f"call:{source_text(node)}", inputs)
         made = made_object(self.module, self.local_imports, node, self._factories)

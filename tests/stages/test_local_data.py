@@ -82,3 +82,93 @@ def test_evidence_under_a_test_is_not_reached_from_every_earlier_statement() -> 
     assert "tokens" in data.names(straight)  # computed on demand
     _, at = data.evidence[(straight, "tokens")]
     assert data.reached_from(straight, straight.body[0], at)
+
+
+PATHS = """
+def padded(plan):
+    sizes = torch.tensor([plan.num_tokens])
+    dist.all_reduce(sizes, op=dist.ReduceOp.MAX)
+def step(batch, dp):
+    if dp > 1:
+        padded(batch)
+def slots(count, rank, world):
+    counts = torch.zeros(world)
+    counts[rank] = count
+    dist.all_reduce(counts)
+def sized(x):
+    dist.all_reduce(torch.tensor([x.shape[0], x.numel()]))
+def configured(group, t):
+    dist.all_reduce(t, group=group)
+def mixed(plan, reference):
+    same = int(plan.total == reference.total)
+    dist.all_reduce(torch.tensor([same]), op=dist.ReduceOp.MIN)
+def listed(count, world):
+    dist.all_reduce(torch.tensor([count, world * 2]))
+def repeated(world, flag):
+    dist.all_reduce(torch.tensor([flag] * world))
+def polled(pollers, items):
+    polls = poll_all(pollers)
+    size = len(items)
+    dist.all_reduce(torch.tensor([polls, size]))
+class Stager:
+    def publish(self):
+        out = [None] * 2
+        dist.all_gather_object(out, self.staged)
+    def flush(self):
+        self.publish()
+"""
+
+
+def test_an_attribute_path_of_a_parameter_is_handed_on_as_the_same_path_of_the_argument() -> None:
+    data, module = module_data(PATHS)
+    helper = module.functions["padded"]
+    assert data.parameter_paths(helper) == (("plan.num_tokens", line_of(PATHS, "dist.all_reduce(sizes")),)
+    caller = module.functions["step"]
+    assert data.parameter_paths(caller) == (("batch.num_tokens", line_of(PATHS, "padded(batch)")),)
+    how, _ = data.evidence[(caller, "batch.num_tokens")]
+    assert how.startswith("passed to padded()")
+
+
+def test_an_item_stored_into_a_tensor_that_is_then_reduced_is_evidence() -> None:
+    data, module = module_data(PATHS)
+    assert data.parameter_paths(module.functions["slots"]) == (
+        ("count", line_of(PATHS, "dist.all_reduce(counts)")),
+    )
+
+
+def test_a_size_read_off_a_value_is_per_rank_data_of_that_value_and_a_group_is_none() -> None:
+    data, module = module_data(PATHS)
+    assert [path for path, _ in data.parameter_paths(module.functions["sized"])] == ["x"]
+    assert data.parameter_paths(module.functions["configured"]) == ()
+
+
+def test_an_attribute_of_self_combined_by_a_method_is_the_receivers_attribute_at_the_call() -> None:
+    data, module = module_data(PATHS)
+    methods = module.classes["Stager"].methods
+    assert [path for path, _ in data.parameter_paths(methods["publish"])] == ["self.staged"]
+    assert data.parameter_paths(methods["flush"]) == (("self.staged", line_of(PATHS, "self.publish()")),)
+
+
+def module_data(snippet: str) -> tuple[LocalData, ModuleInfo]:
+    module = module_of(snippet)
+    return CallResolver(module).local_data, module
+
+
+def test_a_parameter_is_its_own_only_where_it_is_all_that_flows_into_what_is_combined() -> None:
+    data, module = module_data(PATHS)
+    mixed = module.functions["mixed"]
+    assert {"plan.total", "reference.total"} <= data.names(mixed)  # evidence for the assignments
+    assert data.parameter_paths(mixed) == ()  # either may be the same on every rank
+    assert [path for path, _ in data.parameter_paths(module.functions["listed"])] == ["count", "world"]
+
+
+def test_what_an_unknown_function_makes_of_a_parameter_does_not_make_it_own_but_its_size_does() -> None:
+    data, module = module_data(PATHS)
+    polled = module.functions["polled"]
+    assert {"pollers", "items"} <= data.names(polled)
+    assert [path for path, _ in data.parameter_paths(polled)] == ["items"]
+
+
+def test_the_count_of_a_repeated_list_is_its_shape_not_its_contents() -> None:
+    data, module = module_data(PATHS)
+    assert [path for path, _ in data.parameter_paths(module.functions["repeated"])] == ["flag"]
