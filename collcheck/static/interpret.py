@@ -52,7 +52,7 @@ from collcheck.static.program import (
 )
 from collcheck.static.raises import data_tests, raised_class
 from collcheck.static.receivers import passed_object, used_object
-from collcheck.static.slicing import sliced_statements
+from collcheck.static.slicing import NOTHING_SLICED, sliced_statements
 from collcheck.static.state import (
     Frame,
     PathLimitExceeded,
@@ -90,7 +90,6 @@ from collcheck.static.syntax import (
 from collcheck.static.values import where_of
 
 _DEFAULTS = Settings()  # one set of defaults: the bounds a run uses unless configured
-_NOTHING_SLICED: dict[ast.stmt, tuple[ast.Call, ...]] = {}
 
 
 class Interpreter(ObjectProtocols):
@@ -272,7 +271,7 @@ class Interpreter(ObjectProtocols):
     def _sliced(self, frame: Frame) -> dict[ast.stmt, tuple[ast.Call, ...]]:
         """The statements of the function `frame` runs that may be stepped over (slicing.py)."""
         if not frame.stack:
-            return _NOTHING_SLICED  # a module body: its names are the module's, read everywhere
+            return NOTHING_SLICED  # a module body: its names are the module's, read everywhere
         function = frame.stack[-1]
         found = self._slices.get(function)
         if found is None:

@@ -176,3 +176,12 @@ def starts_a_process(call: ast.Call) -> bool:
     func = call.func
     called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
     return called in PROCESS_CONSTRUCTORS and any(keyword.arg == "target" for keyword in call.keywords)
+
+
+def environ_key(node: ast.Subscript, imports: ImportTable) -> str | None:
+    """The key of `os.environ["KEY"]`, when `node` reads one with a literal key."""
+    if qualified_name(node.value, imports) != "os.environ":
+        return None
+    if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+        return node.slice.value
+    return None

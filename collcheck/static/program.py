@@ -17,6 +17,11 @@ from collcheck.static.symbolic import Expr, GroupVal, atoms
 # a value handed to a combining collective is this process's own (a decision taken on it is told
 # apart by this prefix of `Divergence.nondet_why`: `Divergence.per_process`).
 OWN_DATA = "this process's own data"
+SIZE_METHODS = frozenset({"numel", "size", "nelement"})  # what a tensor's size is read by
+# A tensor's kind, set by the code that made it alike on every rank, not by the data it holds.
+METADATA_ATTRIBUTES = frozenset(
+    {"dtype", "device", "requires_grad", "is_cuda", "layout", "is_nested", "ndim"}
+)
 
 
 def is_own_data(value: Expr) -> bool:

@@ -65,6 +65,7 @@ _RUNS_CODE = (
 _MUTATORS = CONTAINER_MUTATORS | MUTATING_METHODS
 # Names through which code reads a namespace without naming the variable.
 _NAMESPACE_READERS = frozenset({"locals", "vars", "eval", "exec", "globals"})
+NOTHING_SLICED: dict[ast.stmt, tuple[ast.Call, ...]] = {}  # a module body's: every statement runs
 
 
 def sliced_statements(

@@ -41,8 +41,8 @@ from collcheck.static.literals import is_boolean, is_numeral, is_text, numeric_t
 from collcheck.static.loader import FunctionNode, ModuleInfo, inherited_attribute
 from collcheck.static.local_data import agreement_test
 from collcheck.static.loop_values import grown_collection
-from collcheck.static.names import PARTIAL_CALLS, ImportTable, dotted, qualified_name, source_text
-from collcheck.static.program import is_own_data
+from collcheck.static.names import PARTIAL_CALLS, dotted, environ_key, qualified_name, source_text
+from collcheck.static.program import METADATA_ATTRIBUTES, SIZE_METHODS, is_own_data
 from collcheck.static.receivers import (
     Partial,
     bound_method_value,
@@ -80,11 +80,6 @@ from collcheck.static.syntax import is_set_expr
 from collcheck.static.tensor_shapes import SHAPED_FACTORIES, factory_tensor, shape_attribute, shape_read
 
 ENV_READERS = frozenset({"os.getenv", "os.environ.get"})
-SIZE_METHODS = frozenset({"numel", "size", "nelement"})  # what a tensor's size is read by
-# A tensor's kind, set by the code that made it alike on every rank, not by the data it holds.
-METADATA_ATTRIBUTES = frozenset(
-    {"dtype", "device", "requires_grad", "is_cuda", "layout", "is_nested", "ndim"}
-)
 
 
 def where_of(node: ast.AST) -> str:
@@ -98,7 +93,7 @@ class ValueEvaluator:
     def __init__(self, module: ModuleInfo) -> None:
         self.module = module
         self.catalog = module.catalog
-        self.local_imports: ImportTable = module.imports
+        self.local_imports = module.imports
         self.set_names: set[str] = set()  # variables bound to a set: iterating one is unordered
         self.imported_values: dict[str, Expr | None] = {}  # values of other files, by qualified name
         self.held_groups: dict[str, GroupVal | None] = {}  # per-rank lookups as groups (group_values)
@@ -209,7 +204,7 @@ class ValueEvaluator:
     def _pure_Subscript(
         self, node: ast.Subscript, state: State, frame: Frame, known: dict[int, Expr] | None
     ) -> Expr:
-        env_key = _environ_key(node, self.local_imports)
+        env_key = environ_key(node, self.local_imports)
         if env_key is not None:
             return self._environment_value(env_key, node)
         base = self.pure(node.value, state, frame, known)
@@ -694,15 +689,6 @@ class ValueEvaluator:
                 key = ".".join(parts)
                 old = state.env.get(key)  # not what is stored: it may differ while the change does not
                 state.env[key] = opaque(f"stored:{key}@{where_of(target)}", (old,) if old is not None else ())
-
-
-def _environ_key(node: ast.Subscript, imports: ImportTable) -> str | None:
-    name = qualified_name(node.value, imports)
-    if name != "os.environ":
-        return None
-    if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
-        return node.slice.value
-    return None
 
 
 def _value_children(node: ast.AST) -> list[ast.expr]:
