@@ -55,6 +55,8 @@ MAX_STEPS = 4000  # statements run from one root before it is given up
 MAX_FILE_STEPS = 100_000  # statements run for one file: the roots after that are not run
 MAX_SESSIONS = 64  # sessions followed in one file; those started after are not (nothing reported)
 UNROLL = 2
+# Statements holding others: an exception may leave one after some of its statements ran.
+_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.Match)
 
 
 class RaceKind(Enum):
@@ -405,7 +407,8 @@ class _Walker:
             body = self._block([inner], body, frame)
             if not self._plain_wait(inner):  # a plain wait that raises has ended its session
                 raised.append(entry)
-            raised.append(body.copy())
+            if isinstance(inner, _COMPOUND):  # it may raise between its own statements; a simple
+                raised.append(body.copy())  # one that raised did not finish (no handle stored)
         ends = []
         for handler in stmt.handlers:
             ends.append(self._block(handler.body, join_states(raised), frame))
