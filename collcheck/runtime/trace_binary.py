@@ -579,9 +579,8 @@ def convert_to_json(source: str, target: str, allow_shared: bool = False) -> int
                         # one unreadable line here, written back it would be two that may parse.
                         if record.sub == TEMPLATE:
                             parts = template_parts(record.payload)
-                            usable = (
-                                parts is not None and parts[0] == len(texts) and b"\n" not in record.payload
-                            )
+                            text = record.payload[TEMPLATE_HEAD.size :]  # its binary head may hold a 10
+                            usable = parts is not None and parts[0] == len(texts) and b"\n" not in text
                             texts.append(parts[1:] if parts is not None and usable else None)
                             if not usable:
                                 out.write(UNREADABLE_LINE)
