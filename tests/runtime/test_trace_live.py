@@ -148,8 +148,10 @@ PROGRAMS = [
     ("swap_same.py", 2, 60.0, {}),  # a swapped pair
     ("sigkill.py", 2, 60.0, {}),  # a missing collective: rank 1 killed by SIGKILL
     ("barrier_rank0.py", 2, 12.0, {"PG_TIMEOUT": "60"}),  # a stall: both killed at the test's timeout
-    ("groups_mismatch.py", 4, 60.0, {"PG_TIMEOUT": "8"}),  # group creation
+    ("groups_ok.py", 2, 60.0, {}),  # every way of creating groups
 ]
+# (Not groups_mismatch.py: its ranks race the store's shutdown, so two runs differ in JSON alone;
+# and a problem's place is a line number in a JSON trace, a slot number in a binary one.)
 
 
 @pytest.mark.multirank
