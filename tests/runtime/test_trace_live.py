@@ -57,7 +57,9 @@ def _drive(writer: TraceWriter, groups: int = 2, count: int = 40) -> None:
                 writer.defer_line(encoder.done(name, 16, 1003.0, True))
         if seq == 20:
             writer.flush()
-            writer.write({"ev": "report", "kind": "callsite", "severity": "warning", "text": "x", "t": 1.0, "rank": 0})
+            writer.write(
+                {"ev": "report", "kind": "callsite", "severity": "warning", "text": "x", "t": 1.0, "rank": 0}
+            )
     writer.write({"ev": "exit", "t": 2000.0})
     writer.close()
 
@@ -83,7 +85,9 @@ def test_live_records_are_the_bytes_convert_trace_makes_of_the_json_lines(tmp_pa
     assert live == (tmp_path / "converted.ccbin").read_bytes()
     assert len(live) < (tmp_path / "json" / "collcheck-rank0.jsonl").stat().st_size / 3
     assert _reports(tmp_path / "live") == _reports(tmp_path / "json")
-    assert convert_to_json(str(tmp_path / "live" / "collcheck-rank0.ccbin"), str(tmp_path / "back.jsonl")) == 0
+    assert (
+        convert_to_json(str(tmp_path / "live" / "collcheck-rank0.ccbin"), str(tmp_path / "back.jsonl")) == 0
+    )
 
 
 def test_a_torn_last_record_is_a_note_at_every_cut(tmp_path: Path) -> None:
@@ -119,7 +123,9 @@ def test_a_failed_write_pads_to_a_whole_slot_and_counts_what_was_lost(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "write", short_once)
-    writer.write({"ev": "report", "kind": "stall", "severity": "error", "text": "y" * 60, "t": 1.0, "rank": 0})
+    writer.write(
+        {"ev": "report", "kind": "stall", "severity": "error", "text": "y" * 60, "t": 1.0, "rank": 0}
+    )
     monkeypatch.setattr(os, "write", real_write)
     writer.write({"ev": "exit", "t": 2.0})
     writer.close()
@@ -184,6 +190,9 @@ def test_a_sigkilled_rank_leaves_an_intact_binary_trace(tmp_path: Path) -> None:
     assert job.returncodes[1] == -9
     analysis = stream.analyze_dir(str(job.trace_dir))
     rank0, rank1 = analysis.summaries
-    assert rank1.last is not None and rank1.last.site.endswith(f"sigkill.py:{line_of('sigkill.py', 'LAST_OF_RANK1')}")
+    assert rank0.last is not None and rank0.last.site.endswith(f"sigkill.py:{line_of('sigkill.py', 'THIRD')}")
+    assert rank1.last is not None and rank1.last.site.endswith(
+        f"sigkill.py:{line_of('sigkill.py', 'LAST_OF_RANK1')}"
+    )
     assert rank1.exited is False and not analysis.problems
     assert analysis.missing[0].ranks == (1,) and analysis.missing[0].seq == 3
