@@ -21,7 +21,8 @@ defers `done` lines: patched before the next write, or at the monitor's next flu
 A failed or short write (a full disk) is counted as TraceWriter counts it, in a status LINE
 record of fixed size rewritten in place; the next write first pads the file to a whole slot, so a
 torn record costs only its own slots (read as a damaged record, a problem of the trace).
-Never imports torch.
+`open_collectives` and `header_line` read such a trace while the job runs (the launcher's
+backstop, the run's verdict), as launch.py and verdict.py read a JSON one. Never imports torch.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import threading
 
 from collcheck.runtime.record import GroupLine, TraceFormat, TraceWriter, status_line
 from collcheck.runtime.trace_binary import (
+    COLL,
     COLL_LINE,
     DONE,
     LINE,
@@ -47,7 +49,12 @@ from collcheck.runtime.trace_binary import (
     SLOT,
     TEMPLATE,
     TEMPLATE_HEAD,
+    TEXT,
+    TEXT_HEAD,
     UNOBSERVED,
+    BinaryFormatError,
+    BinaryRecords,
+    TextRecord,
     coll_slot,
     text_slots,
 )
@@ -294,3 +301,60 @@ class _Batch:
     def records_after(self, written_to: int) -> int:
         """Lines of this batch not whole in the file."""
         return sum(lines for end, lines in self.records if end > written_to)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a live binary trace while the job runs (the launcher's backstop, the run's verdict)
+
+TAIL_BYTES = 1 << 18  # the end of a trace that the backstop reads on each look
+_EXIT_TEXT = b'{"ev":"exit"'
+
+
+def open_collectives(path: str) -> list[tuple[int, float]]:
+    """(offset, t_start) of each collective among the last TAIL_BYTES of a binary trace that is
+    neither completed nor unobserved; [] once the trace has its exit record or when unreadable.
+    A completion is patched into its slot, so the window is read again on every look (a follower
+    that kept its offset would never see one); a rank that hangs has its open collectives at the
+    end of its trace."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            start = max(len(MAGIC), size - TAIL_BYTES)
+            start -= (start - len(MAGIC)) % SLOT  # slots are counted from the end of the magic
+            handle.seek(start)
+            data = handle.read(size - start)
+    except OSError:
+        return []
+    data = data[: len(data) - len(data) % SLOT]
+    found: list[tuple[int, float]] = []
+    for at in range(0, len(data), SLOT):
+        kind, flags = data[at], data[at + _FLAGS_AT]
+        if kind == COLL and not flags & (DONE | UNOBSERVED):
+            t_start = _END.unpack_from(data, at + 16)[0]
+            if math.isfinite(t_start):
+                found.append((start + at, t_start))
+        elif kind == TEXT and data[at + TEXT_HEAD.size : at + TEXT_HEAD.size + len(_EXIT_TEXT)] == _EXIT_TEXT:
+            found.clear()  # an exit record: nothing of this trace is still running
+    return found
+
+
+def header_line(path: str) -> bytes | None:
+    """The first record of a binary trace when it is its header line (the writer puts it first)."""
+    try:
+        records = BinaryRecords(path, HEAD_SLOTS)
+    except (BinaryFormatError, OSError):
+        return None
+    try:
+        for chunk in records.chunks():
+            for record in chunk:
+                if isinstance(record, TextRecord) and record.sub == LINE:
+                    return record.payload if record.payload.startswith(b'{"ev":"header"') else None
+                return None
+    except OSError:
+        return None
+    finally:
+        records.close()
+    return None
+
+
+HEAD_SLOTS = 64

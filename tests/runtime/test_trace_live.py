@@ -19,7 +19,7 @@ from collcheck.runtime import stream
 from collcheck.runtime.perfetto import write_perfetto
 from collcheck.runtime.record import CallSite, CollectiveEncoder, CollectiveEvent, TraceFormat, TraceWriter
 from collcheck.runtime.trace_binary import BINARY_SUFFIX, MAGIC, SLOT, convert_to_binary, convert_to_json
-from collcheck.runtime.trace_live import BinaryTraceWriter, trace_format_of
+from collcheck.runtime.trace_live import BinaryTraceWriter, header_line, open_collectives, trace_format_of
 from collcheck.runtime.trace_render import render_text, to_json
 from collcheck.runtime.tracer import TraceConfig, config_from_env, config_to_env
 
@@ -132,6 +132,28 @@ def test_a_failed_write_pads_to_a_whole_slot_and_counts_what_was_lost(
     assert (tmp_path / "collcheck-rank0.ccbin").stat().st_size % SLOT == len(MAGIC)
     text = render_text(stream.analyze_dir(str(tmp_path)))
     assert "1 events lost" in text and "without an exit record" not in text, text
+
+
+def test_the_backstop_sees_open_collectives_until_their_completion_is_patched_in(tmp_path: Path) -> None:
+    path = str(tmp_path / "collcheck-rank0.ccbin")
+    writer, encoder = BinaryTraceWriter(path), CollectiveEncoder(0)
+    writer.write({"ev": "header", "rank": 0, "pid": 4242, "schema": 2})
+    assert header_line(path) == b'{"ev":"header","rank":0,"pid":4242,"schema":2}'
+    starts = []
+    for seq in (1, 2, 3):
+        event = CollectiveEvent(0, "0", (0, 1), seq, "all_reduce", ((4,),), ("float32",), t_start=100.0 + seq)
+        writer.write_coll(*encoder.coll(event))
+        starts.append(100.0 + seq)
+        assert [start for _, start in open_collectives(path)] == starts
+    writer.defer_line(encoder.done("0", 1, 105.0, True))
+    assert [start for _, start in open_collectives(path)] == starts  # deferred: not in the file yet
+    writer.flush()
+    writer.write({"ev": "unobserved", "group": "0", "seq": 2})
+    assert [start for _, start in open_collectives(path)] == [103.0]
+    writer.write({"ev": "exit", "t": 200.0})
+    assert open_collectives(path) == []
+    writer.close()
+    assert open_collectives(str(tmp_path / "missing.ccbin")) == [] and header_line(path + ".none") is None
 
 
 def test_the_format_travels_in_the_environment_and_json_stays_the_default() -> None:
