@@ -2,7 +2,7 @@
 
     python bench/runtime_overhead.py [--rounds 3] [--small-iters 2000] [--large-iters 300]
                                       [--single-iters 3000] [--blocks 80] [--only-paired]
-                                      [--kinds record,record-py,async,async-py]
+                                      [--kinds record,record-py,async,async-py,record-bin]
     python bench/runtime_overhead.py --only-paired --against /work/main --repeat 4 [--blocks 15]
 
 Measures, in one run:
@@ -113,10 +113,11 @@ def single_worker(mode: str, iters: int, trace_dir: str) -> None:
     dist.destroy_process_group()
 
 
-PAIRED_KINDS = ("record", "record-py", "async", "async-py")
+PAIRED_KINDS = ("record", "record-py", "async", "async-py", "record-bin")
 PAIRED_NAMES = {
     "record": "record (native kernel)",
     "record-py": "record (Python kernel)",
+    "record-bin": "record (Python kernel, binary trace written live)",
     "async": "async verify (native kernel)",
     "async-py": "async verify (Python kernel, as before)",
 }
@@ -134,9 +135,11 @@ def paired_worker(blocks: int, trace_dir: str, kinds: tuple[str, ...]) -> None:
     import torch.distributed as dist
 
     from collcheck.runtime import hook, tracer, verify_protocol
+    from collcheck.runtime.record import TraceFormat
 
     dist.init_process_group("gloo")
     configs = {
+        "record-bin": tracer.TraceConfig(trace_dir, native=False, trace_format=TraceFormat.BINARY),
         "record": tracer.TraceConfig(trace_dir, native=True),
         "record-py": tracer.TraceConfig(trace_dir, native=False),
         "async": tracer.TraceConfig(trace_dir, verify=True, timeout_s=600, native=True),
@@ -317,7 +320,7 @@ def main() -> None:
     parser.add_argument("--trace-dir", default="")
     parser.add_argument("--paired-worker", action="store_true")
     parser.add_argument("--blocks", type=int, default=80, help="paired blocks per kind and size")
-    parser.add_argument("--kinds", default=",".join(PAIRED_KINDS), help="paired kinds (comma-separated)")
+    parser.add_argument("--kinds", default=",".join(PAIRED_KINDS[:4]), help="paired kinds (comma-separated)")
     parser.add_argument("--only-paired", action="store_true", help="the paired blocks only")
     parser.add_argument("--only-single", action="store_true", help="the world-size-1 loops only")
     parser.add_argument("--against", type=Path, help="with --only-paired: another checkout, run alternately")

@@ -3,6 +3,7 @@
     python bench/trace_scale.py                      # 16 x 40K, 256 x 10K, 1,024 x 1K, binary
     python bench/trace_scale.py --json --size 64x10000 --formats text,perfetto  # JSON Lines traces
     python bench/trace_scale.py --pythonpath /work/main --json --schema 1   # another checkout, old traces
+    python bench/trace_scale.py --live --size 16x40000   # binary traces as the tracer writes them live
 
 Each size R x E writes R rank traces of E collectives each into a temporary folder (never inside
 the repository; removed afterwards unless --keep), in the format the tracer writes: a header, the
@@ -75,19 +76,22 @@ def parse_size(text: str) -> Size:
 
 
 def write_traces(
-    folder: Path, size: Size, schema: int = 2, binary: bool = False, diverge: bool = False
+    folder: Path, size: Size, schema: int = 2, binary: bool = False, diverge: bool = False, live: bool = False
 ) -> int:
     """Write `size.ranks` traces of `size.events` collectives into `folder`; return the bytes written.
     `binary`: collcheck's binary format (`.ccbin`, the same lines: each collective a record);
+    `live`: that format written by the tracer's own writer (trace_live.BinaryTraceWriter, as
+    `collcheck run --trace-format binary` writes it), line by line;
     `diverge`: the last rank's last collective of the world group reduces a bigger tensor."""
     world = ",".join(map(str, range(size.ranks)))
     evens = ",".join(map(str, range(0, size.ranks, 2)))
     total = 0
     for rank in range(size.ranks):
         last = diverge and rank == size.ranks - 1
-        if binary:
+        if binary or live:
             path = folder / f"collcheck-rank{rank}.ccbin"
-            _write_binary(path, _rank_lines(rank, size, world, evens, schema, last))
+            write = _write_live if live else _write_binary
+            write(path, _rank_lines(rank, size, world, evens, schema, last))
         else:
             path = folder / f"collcheck-rank{rank}.jsonl"
             with open(path, "w", encoding="utf-8") as handle:
@@ -118,6 +122,19 @@ def _write_binary(path: Path, chunks: Iterator[str]) -> None:
                     writer.mark(offsets.pop((row["group"], row["seq"])), DONE, row["t_end"])
                 else:
                     writer.line(line)
+    finally:
+        writer.close()
+
+
+def _write_live(path: Path, chunks: Iterator[str]) -> None:
+    """The lines of `chunks` through the tracer's live binary writer, one call per line."""
+    from collcheck.runtime.trace_live import BinaryTraceWriter
+
+    writer = BinaryTraceWriter(str(path))
+    try:
+        for chunk in chunks:
+            for line in chunk.splitlines(keepends=True):
+                writer.write_line(line)
     finally:
         writer.close()
 
@@ -238,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
         "--schema", type=int, choices=(1, 2), default=2, help="trace schema (1: members on each line)"
     )
     parser.add_argument("--json", action="store_true", help="write JSON Lines traces, not binary ones")
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="binary traces written by the tracer's live writer (trace_live.py)",
+    )
     parser.add_argument("--no-divergence", action="store_true", help="every rank issues the same")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)  # a stopped bench still removes its traces
@@ -254,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             folder = scratch / "traces"
             folder.mkdir()
-            written = write_traces(folder, size, args.schema, not args.json, diverge)
+            written = write_traces(folder, size, args.schema, not args.json, diverge, args.live)
             for output_format in args.formats.split(","):
                 found = measure(folder, size, output_format, args.pythonpath, args.timeout)
                 failed = failed or found.status not in ((1,) if diverge else (0, 1, 3))

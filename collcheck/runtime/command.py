@@ -42,6 +42,14 @@ def run_command(
             help="Record mode: the compiled C++ kernel (built once, about a minute) or the Python one.",
         ),
     ] = True,
+    trace_format: Annotated[
+        str,
+        typer.Option(
+            "--trace-format",
+            help="json (default) or binary: the ranks write collcheck-rank<R>.ccbin records live "
+            "(the Python kernel; read by `collcheck trace` like converted traces).",
+        ),
+    ] = "json",
     print_env: Annotated[
         bool, typer.Option("--print-env", help="Print the environment for launchers collcheck does not wrap.")
     ] = False,
@@ -63,8 +71,12 @@ def run_command(
 ) -> None:
     """Run COMMAND (python script.py, torchrun ...) with the collective tracer in every process."""
     from collcheck.runtime import exits, launch, liveline
+    from collcheck.runtime.record import TraceFormat
     from collcheck.runtime.tracer import TraceConfig, config_to_env
 
+    if trace_format not in {kind.value for kind in TraceFormat}:
+        typer.echo(f"collcheck: error: --trace-format {trace_format!r}: use json or binary", err=True)
+        raise typer.Exit(2)
     config = TraceConfig(
         trace_dir=str(trace_dir),
         verify=verify or strict,
@@ -72,6 +84,7 @@ def run_command(
         timeout_s=timeout,
         native=native,
         allow_shared_dir=allow_shared_trace_dir or shared_dir_allowed(),
+        trace_format=TraceFormat(trace_format),
     )
     env = launch.tracing_env({}, config_to_env(config))
     if print_env:

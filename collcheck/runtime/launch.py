@@ -23,6 +23,7 @@ from pathlib import Path
 from collcheck.runtime import jobtree
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, UnsafeLocation, make_folder
 from collcheck.runtime.trace_binary import BINARY_SUFFIX
+from collcheck.runtime.trace_live import open_collectives
 
 BOOT_DIR = str(Path(__file__).resolve().parent / "boot")
 PACKAGE_HOME = str(Path(__file__).resolve().parents[2])
@@ -188,6 +189,12 @@ class _TraceWatcher:
         for name in os.listdir(self.trace_dir):
             if name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX):
                 self._follow(os.path.join(self.trace_dir, name))
+            elif name.startswith(TRACE_PREFIX) and name.endswith(BINARY_SUFFIX):  # written live
+                path = os.path.join(self.trace_dir, name)
+                for key in [key for key in self._open if key[0] == path]:
+                    del self._open[key]
+                for offset, started in open_collectives(path):
+                    self._open[(path, "", offset)] = started
 
     def _follow(self, path: str) -> None:
         offset = self._offsets.get(path, 0)

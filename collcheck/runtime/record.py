@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
 
 # 2: each member list is written once per trace, in a `group` line, and `coll` lines name it by
@@ -31,6 +32,14 @@ TRACE_SUFFIX = ".jsonl"
 
 def trace_file_name(rank: int) -> str:
     return f"{TRACE_PREFIX}{rank}{TRACE_SUFFIX}"
+
+
+class TraceFormat(Enum):
+    """What the tracer writes: JSON lines (this module's TraceWriter) or binary records
+    (trace_live.BinaryTraceWriter, `collcheck run --trace-format binary`)."""
+
+    JSON = "json"
+    BINARY = "binary"
 
 
 # Traces hold argv, the working directory and the host name: readable by the owner (and group).
@@ -398,7 +407,7 @@ LOST = "lost"  # `{"ev":"lost","n":N,"error":...}`: N lines this writer could no
 STATUS_BYTES = 160  # the fixed size of that line, rewritten in place as the count grows
 
 
-def _status_line(lost: int, error: str) -> bytes:
+def status_line(lost: int, error: str) -> bytes:
     """The `lost` line padded to STATUS_BYTES (JSON allows the trailing spaces)."""
     for text in (error, error[:60], ""):
         line = _dumps({"ev": LOST, "n": lost, "error": text}).encode("utf-8")
@@ -484,7 +493,7 @@ class TraceWriter:
         status = b""
         if not self._started:  # the file is empty: the status line goes after the first line
             self._started = True
-            status = _status_line(0, "")
+            status = status_line(0, "")
         data = prefix + lines + status
         sent = 0
         try:
@@ -520,7 +529,7 @@ class TraceWriter:
         self.lost += count
         if self._status_at >= 0:
             with contextlib.suppress(OSError):
-                os.pwrite(self._fd, _status_line(self.lost, error.strerror or str(error)), self._status_at)
+                os.pwrite(self._fd, status_line(self.lost, error.strerror or str(error)), self._status_at)
 
     def close(self) -> None:
         self.flush()

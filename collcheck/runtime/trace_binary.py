@@ -19,8 +19,10 @@ The file is an 8-byte magic (MAGIC) followed by 32-byte slots (SLOT), little-end
 
 Every slot says what it is in its first byte, so the column of first bytes (`data[0::SLOT]`)
 finds the collectives of a chunk without reading it record by record. Untrusted input: lengths
-and ids are bounded by the file, an unknown or torn record is a problem of its slot, never a
-traceback; a partial last slot is a torn write and is skipped silently, as a torn last line is.
+and ids are bounded by the file, an unknown or damaged record is a problem of its slot, never a
+traceback; a record cut short at the end of the file (a rank killed mid-write: a partial last
+slot, or a text record missing its last slots) is a TornTail, noted as such (one record that
+could not be read; a JSON reader skips a torn last line silently).
 Never imports torch.
 """
 
@@ -214,7 +216,15 @@ class BadRecord:
     why: str
 
 
-Record = CollRun | TextRecord | BadRecord
+@dataclass(frozen=True)
+class TornTail:
+    """The end of the file from slot `first`: `size` bytes of a record cut short there."""
+
+    first: int
+    size: int
+
+
+Record = CollRun | TextRecord | BadRecord | TornTail
 _NOT_COLL = re.compile(rb"[^\x01]+")
 
 
@@ -248,6 +258,13 @@ class BinaryRecords:
                 self.ended = True
             usable = len(data) - len(data) % SLOT  # a partial last slot: a torn write
             records, used = self._records(data[:usable], self.next_slot, self.ended)
+            if self.ended and usable < len(data):
+                first, size = self.next_slot + usable // SLOT, len(data) - usable
+                last = records[-1] if records else None
+                if isinstance(last, TornTail):  # one torn record: its whole slots and the partial one
+                    records.pop()
+                    first, size = last.first, last.size + size
+                records.append(TornTail(first, size))
             self.pending = data[used * SLOT : usable] if not self.ended else b""
             self.next_slot += used
             # A text record longer than the chunk: read on in bigger pieces until it is whole.
@@ -270,8 +287,9 @@ class BinaryRecords:
             while at < end:
                 record, width = self._text(data, kinds, at, base)
                 if record is None:  # cut by the end of the chunk
-                    if final:
-                        return records, len(kinds)  # torn at the end of the file: skipped silently
+                    if final:  # torn at the end of the file
+                        records.append(TornTail(base + at, (len(kinds) - at) * SLOT))
+                        return records, len(kinds)
                     return records, at
                 records.append(record)
                 at += width
@@ -353,6 +371,10 @@ class BinaryLines:
     def bad(self, record: BadRecord) -> None:
         self.lines.trace.note(record.first + 1, f"{record.why} ({record.count} slots)")
 
+    def torn(self, record: TornTail) -> None:
+        text = f"the last record is cut short ({record.size} bytes): the rank stopped while writing it"
+        self.lines.trace.note(record.first + 1, text)
+
     def event(self, run: CollRun, index: int) -> CollectiveEvent | None:
         """The collective of slot `index` of `run`; None (noted as a problem) when unusable."""
         _, flags, _, template, seq, t_start, t_end = run.slot(index)
@@ -377,6 +399,8 @@ class BinaryLines:
             self.text(record)
         elif isinstance(record, BadRecord):
             self.bad(record)
+        elif isinstance(record, TornTail):
+            self.torn(record)
         else:
             for index in range(record.count):
                 self.lines.number = record.first + index + 1
@@ -555,9 +579,8 @@ def convert_to_json(source: str, target: str, allow_shared: bool = False) -> int
                         # one unreadable line here, written back it would be two that may parse.
                         if record.sub == TEMPLATE:
                             parts = template_parts(record.payload)
-                            usable = (
-                                parts is not None and parts[0] == len(texts) and b"\n" not in record.payload
-                            )
+                            text = record.payload[TEMPLATE_HEAD.size :]  # its binary head may hold a 10
+                            usable = parts is not None and parts[0] == len(texts) and b"\n" not in text
                             texts.append(parts[1:] if parts is not None and usable else None)
                             if not usable:
                                 out.write(UNREADABLE_LINE)
@@ -570,7 +593,7 @@ def convert_to_json(source: str, target: str, allow_shared: bool = False) -> int
                     elif isinstance(record, BadRecord):
                         out.write(UNREADABLE_LINE)
                         skipped += record.count
-                    else:
+                    elif isinstance(record, CollRun):
                         skipped += _write_colls(out, record, texts)
         finally:
             records.close()

@@ -24,11 +24,14 @@ from collcheck.runtime.record import (
     SCHEMA_VERSION,
     CollectiveEncoder,
     CollectiveEvent,
+    TraceFormat,
     TraceWriter,
     shared_dir_allowed,
     trace_file_name,
 )
 from collcheck.runtime.relay import node_relay
+from collcheck.runtime.trace_binary import binary_name
+from collcheck.runtime.trace_live import ENV_FORMAT, BinaryTraceWriter, trace_format_of
 from collcheck.runtime.verify import Monitor, MonitorConfig
 
 DEFAULT_TRACE_DIR = "collcheck-trace"
@@ -52,11 +55,13 @@ class TraceConfig:
     abort: bool = True  # end the job on an error (mismatch, stall) instead of only reporting it
     native: bool = True  # record and async verify: the C++ kernel (native_recorder.py) where built
     allow_shared_dir: bool = False  # write into a world-writable folder owned by another user
+    trace_format: TraceFormat = TraceFormat.JSON
 
     @property
     def uses_native(self) -> bool:
-        """Strict mode keeps the Python kernel: it agrees on every collective before issuing it."""
-        return self.native and not self.strict
+        """Strict mode keeps the Python kernel: it agrees on every collective before issuing it.
+        So does a binary trace: the native kernel writes JSON lines into the trace file itself."""
+        return self.native and not self.strict and self.trace_format is TraceFormat.JSON
 
     @property
     def mode(self) -> str:
@@ -91,6 +96,7 @@ def config_from_env(environ: dict[str, str] | None = None) -> TraceConfig:
         abort=env.get(ENV_ABORT, "1") != "0",
         native=env.get(ENV_NATIVE, "1").strip().lower() not in ("0", "false", "no", "off"),
         allow_shared_dir=shared_dir_allowed(env),
+        trace_format=trace_format_of(env.get(ENV_FORMAT)),
     )
 
 
@@ -104,6 +110,8 @@ def config_to_env(config: TraceConfig) -> dict[str, str]:
         ENV_ABORT: "1" if config.abort else "0",
         ENV_NATIVE: "1" if config.native else "0",
     }
+    if config.trace_format is not TraceFormat.JSON:  # the default's environment stays as it was
+        env[ENV_FORMAT] = config.trace_format.value
     if config.store_address:
         env[ENV_STORE] = config.store_address
     if config.allow_shared_dir:
@@ -151,8 +159,12 @@ class Tracer:
         self._main = threading.main_thread().ident
         self._tensor_type = torch.Tensor
         self._dtypes: dict[Any, str] = {}
-        path = os.path.join(config.trace_dir, trace_file_name(rank))
-        self.writer = TraceWriter(path, config.allow_shared_dir)
+        if config.trace_format is TraceFormat.BINARY:
+            path = os.path.join(config.trace_dir, binary_name(rank))
+            self.writer: TraceWriter = BinaryTraceWriter(path, config.allow_shared_dir)
+        else:
+            path = os.path.join(config.trace_dir, trace_file_name(rank))
+            self.writer = TraceWriter(path, config.allow_shared_dir)
         self.encoder = CollectiveEncoder(rank)
         # Works whose completion is not yet noted (see the class docstring).
         self._poll_completion = config.uses_native or not config.verify

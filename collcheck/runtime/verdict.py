@@ -27,6 +27,8 @@ from enum import IntEnum
 
 from collcheck.runtime.liveline import LiveReport
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
+from collcheck.runtime.trace_binary import BINARY_SUFFIX
+from collcheck.runtime.trace_live import header_line
 from collcheck.runtime.trace_model import Analysis
 from collcheck.runtime.trace_render import undiverged_verdict
 
@@ -254,11 +256,16 @@ def _header_pids(trace_dir: str) -> dict[int, int]:
     except OSError:
         return found
     for name in names:
-        if not (name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX)):
+        if not name.startswith(TRACE_PREFIX):
             continue
         try:
-            with open(os.path.join(trace_dir, name), encoding="utf-8", errors="replace") as handle:
-                header = json.loads(handle.readline(1 << 16))
+            if name.endswith(BINARY_SUFFIX):  # written live (`--trace-format binary`)
+                header = json.loads(header_line(os.path.join(trace_dir, name)) or b"null")
+            elif name.endswith(TRACE_SUFFIX):
+                with open(os.path.join(trace_dir, name), encoding="utf-8", errors="replace") as handle:
+                    header = json.loads(handle.readline(1 << 16))
+            else:
+                continue
             found[int(header["rank"])] = int(header["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             continue

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import PROGRAMS, base_env, free_port
 
+from collcheck.runtime.trace_live import header_line
+
 pytestmark = pytest.mark.multirank
 
 MARK = "COLLCHECK_TEST_JOB"
@@ -46,6 +48,10 @@ def _header_pids(trace_dir: Path) -> list[int]:
             row = json.loads(line)
             if row.get("ev") == "header":
                 pids.append(int(row["pid"]))
+    for path in trace_dir.glob("collcheck-rank*.ccbin"):  # written live (--trace-format binary)
+        header = header_line(str(path))
+        if header is not None:
+            pids.append(int(json.loads(header)["pid"]))
     return pids
 
 
@@ -66,7 +72,9 @@ def tag() -> Iterator[str]:
         os.kill(pid, signal.SIGKILL)
 
 
-def _start(tmp_path: Path, tag: str, ignore_sigterm: int | None) -> subprocess.Popen[bytes]:
+def _start(
+    tmp_path: Path, tag: str, ignore_sigterm: int | None, trace_format: str = "json"
+) -> subprocess.Popen[bytes]:
     """`collcheck run -- torchrun stall_forever.py`, its output in files: a process of the job
     left running would hold a pipe open, and reading it to the end would never finish."""
     env = base_env()
@@ -77,6 +85,7 @@ def _start(tmp_path: Path, tag: str, ignore_sigterm: int | None) -> subprocess.P
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     torchrun += ["--master-port", str(free_port()), str(PROGRAMS / "stall_forever.py")]
     command = [sys.executable, "-m", "collcheck", "run", "--timeout", "1", "--trace-dir", str(tmp_path / "t")]
+    command += ["--trace-format", trace_format]
     with open(tmp_path / "run.out", "wb") as out, open(tmp_path / "run.err", "wb") as err:
         return subprocess.Popen([*command, "--", *torchrun], cwd=tmp_path, env=env, stdout=out, stderr=err)
 
@@ -99,9 +108,12 @@ def _wait_for_headers(trace_dir: Path, deadline: float) -> list[int]:
     raise AssertionError("the ranks never wrote their trace headers")
 
 
-@pytest.mark.parametrize("ignore_sigterm", [None, 1])
-def test_the_hang_backstop_ends_every_worker(tmp_path: Path, tag: str, ignore_sigterm: int | None) -> None:
-    run = _start(tmp_path, tag, ignore_sigterm)
+# binary: the traces written live, whose completions are patched in (trace_live.open_collectives)
+@pytest.mark.parametrize(("ignore_sigterm", "trace_format"), [(None, "json"), (1, "json"), (None, "binary")])
+def test_the_hang_backstop_ends_every_worker(
+    tmp_path: Path, tag: str, ignore_sigterm: int | None, trace_format: str
+) -> None:
+    run = _start(tmp_path, tag, ignore_sigterm, trace_format)
     try:
         run.wait(timeout=180)
     except subprocess.TimeoutExpired:

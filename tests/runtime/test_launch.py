@@ -92,11 +92,14 @@ def test_run_reports_groups_created_in_different_orders_on_4_ranks(tmp_path: Pat
 
 
 @pytest.mark.multirank
-def test_run_says_which_rank_died_and_how_when_one_is_sigkilled(tmp_path: Path) -> None:
+@pytest.mark.parametrize("trace_format", ["json", "binary"])  # binary: written live (trace_live.py)
+def test_run_says_which_rank_died_and_how_when_one_is_sigkilled(tmp_path: Path, trace_format: str) -> None:
     done = _collcheck(
         "run",
         "--timeout",
         "3",
+        "--trace-format",
+        trace_format,
         "--trace-dir",
         str(tmp_path / "t"),
         "--",

@@ -1,0 +1,375 @@
+"""The tracer's binary trace writer (`collcheck run --trace-format binary`): the records of
+trace_binary.py written live, as the run goes, instead of converted from JSON lines afterwards.
+
+In: the lines the tracer would write to a JSON trace (TraceWriter's interface: `write_line`,
+`write_coll`, `defer_line`, ...). Out: `collcheck-rank<R>.ccbin`, byte for byte the format that
+`collcheck convert-trace --to binary` writes, so every reader takes it as it takes a converted one.
+
+Each `coll` line becomes a COLL slot naming its template (a TEMPLATE record written before the
+first slot that names it, in the same `os.write`); every other line becomes a LINE record, in
+one `os.write` per call as TraceWriter writes its lines.
+
+Completions. A COLL slot holds its collective's completion, which is known only after the slot
+was written: an `ok` `done` line (or an `unobserved` one) is folded into the slot written earlier
+by patching it in place, in two `pwrite`s: first its 8-byte `t_end`, then its one-byte `flags`.
+A rank killed at any point leaves each slot either without the DONE flag (read as not completed,
+its `t_end` ignored: what a JSON trace says when the deferred `done` line never went out) or
+complete; a one-byte write cannot be torn. No write ever changes a slot's kind, template, seq or
+t_start, so the records after it are never at risk. Completions are deferred as TraceWriter
+defers `done` lines: patched before the next write, or at the monitor's next flush.
+
+A failed or short write (a full disk) is counted as TraceWriter counts it, in a status LINE
+record of fixed size rewritten in place; the next write first pads the file to a whole slot, so a
+torn record costs only its own slots (read as a damaged record, a problem of the trace).
+`open_collectives` and `header_line` read such a trace while the job runs (the launcher's
+backstop, the run's verdict), as launch.py and verdict.py read a JSON one. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import math
+import os
+import re
+import struct
+import sys
+import threading
+
+from collcheck.runtime.record import GroupLine, TraceFormat, TraceWriter, status_line
+from collcheck.runtime.trace_binary import (
+    COLL,
+    DONE,
+    LINE,
+    MAGIC,
+    MAX_TEMPLATES,
+    OVERLONG,
+    PENDING_COMPLETIONS,
+    SLOT,
+    TEMPLATE,
+    TEMPLATE_HEAD,
+    TEXT,
+    TEXT_HEAD,
+    UNOBSERVED,
+    BinaryFormatError,
+    BinaryRecords,
+    TextRecord,
+    coll_slot,
+    text_slots,
+)
+from collcheck.runtime.trace_read import MAX_LINE_BYTES
+
+# The lines that fold into a slot, as record.CollectiveEncoder.done and the tracer write them.
+_GROUP = rb'("(?:[^"\\]|\\.){0,4096}")'
+_DONE_LINE = re.compile(
+    rb'^\{"ev":"done","group":' + _GROUP + rb',"seq":(\d{1,19}),"t_end":([-+0-9.eE]{1,40}),"ok":true\}$'
+)
+_UNOBSERVED_LINE = re.compile(rb'^\{"ev":"unobserved","group":' + _GROUP + rb',"seq":(\d{1,19})\}$')
+_COLL_GROUP = re.compile(rb',"group":' + _GROUP)
+_FLAGS_AT, _END_AT = 1, 24  # byte offsets in a COLL slot (trace_binary.COLL_SLOT)
+_END = struct.Struct("<d")
+
+
+ENV_FORMAT = "COLLCHECK_TRACE_FORMAT"  # json (the default) or binary
+
+
+def trace_format_of(value: str | None) -> TraceFormat:
+    """COLLCHECK_TRACE_FORMAT's value: anything but `binary` keeps the JSON lines."""
+    binary = (value or "").strip().lower() == TraceFormat.BINARY.value
+    return TraceFormat.BINARY if binary else TraceFormat.JSON
+
+
+class BinaryTraceWriter(TraceWriter):
+    """TraceWriter's interface, writing binary records. One writer per file: it knows the offset
+    of every record it wrote (the native kernel, which writes into the same file as JSON lines,
+    is not used with it: tracer.TraceConfig.uses_native)."""
+
+    def __init__(self, path: str, allow_shared: bool = False) -> None:
+        super().__init__(path, allow_shared)  # opens the file (never through a link)
+        self._guard = threading.Lock()
+        self._waiting: list[bytes] = []  # deferred lines, encoded at the next write
+        self._offset = 0  # bytes written so far (this writer is the file's only one)
+        self._templates: dict[tuple[bytes, bytes, bytes], tuple[int, bytes]] = {}  # -> (id, group)
+        # (group as JSON, seq) -> [offset of its COLL slot, its flags], the newest PENDING_COMPLETIONS
+        self._slots: dict[tuple[bytes, int], list[int]] = {}
+        self._defined_gids: set[int] = set()
+        self._status_offset = -1
+        self._status_size = 0
+
+    # -- TraceWriter's interface -----------------------------------------------------------------
+
+    def write_line(self, line: str) -> None:
+        with self._guard:
+            self._send([line.encode("utf-8")])
+
+    def write_coll(self, group: GroupLine, line: str) -> None:
+        with self._guard:
+            known = group.gid in self._defined_gids
+            lines = [line.encode("utf-8")] if known else [group.text.encode("utf-8"), line.encode("utf-8")]
+            if self._send(lines) and not known:
+                self._defined_gids.add(group.gid)
+
+    def defer_line(self, line: str) -> None:
+        with self._guard:
+            self._waiting.append(line.encode("utf-8"))
+
+    def flush(self) -> None:
+        with self._guard:
+            if self._waiting:
+                self._send([])
+
+    def lost_elsewhere(self, total: int) -> None:
+        """Nobody else writes a binary trace: nothing to add."""
+
+    # -- encoding ----------------------------------------------------------------------------------
+
+    def _send(self, lines: list[bytes]) -> bool:
+        """The deferred lines and `lines` (holding the guard): completions patched into their
+        slots, everything else written at once. Whether all of it was written."""
+        if self.fileno() < 0:  # closed
+            return False
+        if self._waiting:
+            lines = self._waiting + lines
+            self._waiting = []
+        batch = _Batch(self._offset, len(self._templates))
+        if self._offset == 0:
+            batch.add(MAGIC, 0)
+        elif (self._offset - len(MAGIC)) % SLOT:  # a torn write before: pad to a whole slot
+            batch.add(bytes(SLOT - (self._offset - len(MAGIC)) % SLOT), 0)
+        for text in lines:
+            self._encode(text.rstrip(b"\n"), batch)
+        started = self._status_offset >= 0
+        if not started:
+            batch.status_at = batch.end
+            batch.add(self._status(0, ""), 0)
+        self._patch(batch.patches)
+        return self._put(batch, started)
+
+    def _encode(self, text: bytes, batch: _Batch) -> None:
+        if text.startswith(b'{"ev":"coll"') and self._coll(text, batch):
+            return
+        if text.startswith(b'{"ev":"done"'):
+            found = _DONE_LINE.match(text)
+            if found is not None and self._fold(found, batch, DONE):
+                return
+        elif text.startswith(b'{"ev":"unobserved"'):
+            found = _UNOBSERVED_LINE.match(text)
+            if found is not None and self._fold(found, batch, UNOBSERVED):
+                return
+        if len(text) > MAX_LINE_BYTES:
+            batch.add(text_slots(OVERLONG, b""), 1)  # read as a JSON reader reads it
+        else:
+            batch.add(text_slots(LINE, text), 1)
+
+    def _coll(self, text: bytes, batch: _Batch) -> bool:
+        """`text` as a COLL slot (and its template, when new); False to write it as a line."""
+        split = _split_coll(text)
+        if split is None:
+            return False
+        before, seq, middle, t_start, after = split
+        parts = (before, middle, after)
+        known = self._templates.get(parts) or batch.templates.get(parts)
+        if known is None:
+            group = _COLL_GROUP.search(before)
+            ident = batch.first_template + len(batch.templates)
+            if group is None or ident >= MAX_TEMPLATES:
+                return False
+            known = (ident, group.group(1))
+            head = TEMPLATE_HEAD.pack(ident, len(before), len(before) + len(middle))
+            batch.defined.append((batch.end, parts, known))
+            batch.add(text_slots(TEMPLATE, head + before + middle + after), 0)
+            batch.templates[parts] = known
+        batch.slots.append((batch.end, (known[1], seq)))
+        batch.add(coll_slot(known[0], seq, t_start, None), 1)
+        return True
+
+    def _fold(self, found: re.Match[bytes], batch: _Batch, flag: int) -> bool:
+        """A completion (DONE, with its t_end) or UNOBSERVED into the slot of its collective, when
+        this writer wrote that slot and it has no such mark yet; False to write it as a line."""
+        key = (found.group(1), int(found.group(2)))
+        slot = self._slots.get(key)
+        if slot is None or slot[1] & flag:
+            return False
+        t_end = None
+        if flag == DONE:
+            t_end = float(found.group(3))
+            if not math.isfinite(t_end) or repr(t_end).encode() != found.group(3):
+                return False
+        slot[1] |= flag
+        batch.patches.append((slot[0], slot[1], t_end))
+        return True
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def _patch(self, patches: list[tuple[int, int, float | None]]) -> None:
+        """t_end first, the flags last: a slot is never marked done before its time is there."""
+        fd = self.fileno()
+        for offset, flags, t_end in patches:
+            try:
+                if t_end is not None:
+                    os.pwrite(fd, _END.pack(t_end), offset + _END_AT)
+                os.pwrite(fd, bytes((flags,)), offset + _FLAGS_AT)
+            except OSError as error:
+                self._count_lost(1, error)
+
+    def _put(self, batch: _Batch, started: bool) -> bool:
+        data = b"".join(batch.pieces)
+        sent = 0
+        fd = self.fileno()
+        error: OSError | None = None
+        try:
+            while sent < len(data):
+                written = os.write(fd, data[sent:])
+                if written <= 0:
+                    raise OSError(errno.EIO, "short write")
+                sent += written
+        except OSError as failed:
+            error = failed
+        start = self._offset
+        self._offset += sent
+        written_to = start + sent
+        for at, parts, known in batch.defined:  # templates whose record is whole in the file
+            if batch.record_end(at) <= written_to:
+                self._templates[parts] = known
+        for at, key in batch.slots:
+            if at + SLOT <= written_to:
+                self._slots.pop(key, None)
+                self._slots[key] = [at, 0]
+                if len(self._slots) > PENDING_COMPLETIONS:
+                    del self._slots[next(iter(self._slots))]
+        if not started and batch.status_at + self._status_size <= written_to:
+            self._status_offset = batch.status_at
+        if error is not None:
+            self._count_lost(batch.records_after(written_to), error)
+            return False
+        return True
+
+    def _status(self, lost: int, error: str) -> bytes:
+        record = text_slots(LINE, status_line(lost, error).rstrip(b"\n"))
+        self._status_size = len(record)
+        return record
+
+    def _count_lost(self, count: int, error: OSError) -> None:
+        """As TraceWriter counts lost lines: once on stderr, and in the status record."""
+        if self.lost == 0 and count:
+            reason = error.strerror or str(error)
+            with contextlib.suppress(Exception):
+                sys.stderr.write(
+                    f"collcheck: cannot write the trace {self.path} ({reason}); its lines are being lost\n"
+                )
+        self.lost += count
+        if self._status_offset >= 0:
+            status = self._status(self.lost, error.strerror or str(error))
+            with contextlib.suppress(OSError):
+                os.pwrite(self.fileno(), status, self._status_offset)
+
+
+def _split_coll(text: bytes) -> tuple[bytes, int, bytes, float, bytes] | None:
+    """(text before the seq, seq, text between seq and t_start, t_start, text after) of a `coll`
+    line, as trace_binary.COLL_LINE splits it (the first `,"seq":`, the last `,"t_start":`; a JSON
+    string holds neither unescaped) with plain searches, which cost a fraction of the pattern's
+    backtracking on the issuing thread; None unless seq and t_start read back exactly."""
+    at_seq = text.find(b',"seq":') + 7
+    end_seq = text.find(b",", at_seq)
+    at_time = text.rfind(b',"t_start":') + 11
+    if at_seq < 7 or end_seq < 0 or at_time <= end_seq or text[-1:] != b"}" or not 0 < end_seq - at_seq < 19:
+        return None
+    seq_text, time_text = text[at_seq:end_seq], text[at_time:-1]
+    if not seq_text.isdigit() or len(time_text) > 40:
+        return None
+    seq = int(seq_text)
+    try:
+        t_start = float(time_text)
+    except ValueError:
+        return None
+    if not math.isfinite(t_start) or repr(t_start).encode() != time_text or b"%d" % seq != seq_text:
+        return None
+    return text[:at_seq], seq, text[end_seq:at_time], t_start, b"}"
+
+
+class _Batch:
+    """What one `_send` writes: its pieces with the offset each starts at, the templates and COLL
+    slots it defines, and the completions to patch into slots already in the file."""
+
+    def __init__(self, offset: int, first_template: int) -> None:
+        self.end = offset
+        self.first_template = first_template
+        self.pieces: list[bytes] = []
+        self.ends: dict[int, int] = {}  # start offset of a record -> its end
+        self.records: list[tuple[int, int]] = []  # (end offset, lines it stands for)
+        self.templates: dict[tuple[bytes, bytes, bytes], tuple[int, bytes]] = {}
+        self.defined: list[tuple[int, tuple[bytes, bytes, bytes], tuple[int, bytes]]] = []
+        self.slots: list[tuple[int, tuple[bytes, int]]] = []
+        self.patches: list[tuple[int, int, float | None]] = []
+        self.status_at = -1
+
+    def add(self, data: bytes, lines: int) -> None:
+        self.ends[self.end] = self.end + len(data)
+        self.pieces.append(data)
+        self.end += len(data)
+        if lines:
+            self.records.append((self.end, lines))
+
+    def record_end(self, start: int) -> int:
+        return self.ends.get(start, self.end)
+
+    def records_after(self, written_to: int) -> int:
+        """Lines of this batch not whole in the file."""
+        return sum(lines for end, lines in self.records if end > written_to)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a live binary trace while the job runs (the launcher's backstop, the run's verdict)
+
+TAIL_BYTES = 1 << 18  # the end of a trace that the backstop reads on each look
+_EXIT_TEXT = b'{"ev":"exit"'
+
+
+def open_collectives(path: str) -> list[tuple[int, float]]:
+    """(offset, t_start) of each collective among the last TAIL_BYTES of a binary trace that is
+    neither completed nor unobserved; [] once the trace has its exit record or when unreadable.
+    A completion is patched into its slot, so the window is read again on every look (a follower
+    that kept its offset would never see one); a rank that hangs has its open collectives at the
+    end of its trace."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            start = max(len(MAGIC), size - TAIL_BYTES)
+            start -= (start - len(MAGIC)) % SLOT  # slots are counted from the end of the magic
+            handle.seek(start)
+            data = handle.read(size - start)
+    except OSError:
+        return []
+    data = data[: len(data) - len(data) % SLOT]
+    found: list[tuple[int, float]] = []
+    for at in range(0, len(data), SLOT):
+        kind, flags = data[at], data[at + _FLAGS_AT]
+        if kind == COLL and not flags & (DONE | UNOBSERVED):
+            t_start = _END.unpack_from(data, at + 16)[0]
+            if math.isfinite(t_start):
+                found.append((start + at, t_start))
+        elif kind == TEXT and data[at + TEXT_HEAD.size : at + TEXT_HEAD.size + len(_EXIT_TEXT)] == _EXIT_TEXT:
+            found.clear()  # an exit record: nothing of this trace is still running
+    return found
+
+
+def header_line(path: str) -> bytes | None:
+    """The first record of a binary trace when it is its header line (the writer puts it first)."""
+    try:
+        records = BinaryRecords(path, HEAD_SLOTS)
+    except (BinaryFormatError, OSError):
+        return None
+    try:
+        for chunk in records.chunks():
+            for record in chunk:
+                if isinstance(record, TextRecord) and record.sub == LINE:
+                    return record.payload if record.payload.startswith(b'{"ev":"header"') else None
+                return None
+    except OSError:
+        return None
+    finally:
+        records.close()
+    return None
+
+
+HEAD_SLOTS = 64
