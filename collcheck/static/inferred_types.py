@@ -1,0 +1,209 @@
+"""A framework object's class inferred from the names used on it.
+
+`engine = build_engine(cfg)` (a project's own factory, or one of a file the run does not follow)
+leaves `engine` of unknown class; when what the function does with it (`engine.global_rank`,
+`engine.backward(loss)`, `engine.save_checkpoint(d)`) fits exactly one framework class the
+catalogs name as a receiver, the object is taken to be one, and a finding on it says the class was
+inferred.
+
+In: a function and a plain name in it (an untyped parameter, or a local bound once to the result
+of an unknown call), and the catalog. Out: a `type:` value of the catalogued class, marked
+`@inferred:` (`inferred_class` reads the mark back for messages), or None.
+
+The member names of the classes come from the frameworks' own source, not typed by hand:
+`rules/class_members.json`, made by `bench/class_members.py` (methods, properties, class-level
+names, attributes the methods store on `self`, their bases' included). A class fits when every
+name used on the object is one of its members; precision first, the inference is made only when
+- at least `MIN_DISTINCTIVE` of the used names are distinctive: not members of `torch.nn.Module`
+  nor dunders (every module has `to`, `cuda`, `state_dict`, `eval`), and members of at most
+  `MAX_SHARING` of the known classes (`world_size` and `device` are everywhere);
+- exactly one class fits, up to inheritance (a subclass fits wherever its base does: the base, the
+  catalogued one, is taken when it fits and every other fitting class derives from it);
+- the class is a receiver of some catalog method (a class only named as a value's type,
+  `TrainingArguments`, is not inferred: an argparse namespace may fit it) and forwards no unknown
+  attribute (`__getattr__` of its own: any use fits it);
+- the name is bound once in the function (a parameter never rebound).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+from collcheck.catalog import Catalog, bundled_catalog_dir
+from collcheck.static.loader import FunctionNode
+from collcheck.static.symbolic import Atom, Expr
+
+MEMBERS_FILE = "class_members.json"
+MIN_DISTINCTIVE = 2
+# A name more than this share of the known classes have (subclasses counted with their base) says
+# little of which one an object is: 6 of today's 16 (`global_rank`, `backward`; not `world_size`).
+MAX_SHARING = 0.4
+MARK = "@inferred:"
+MAX_MEMBERS_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class KnownClass:
+    """A framework class under all its spellings, with its members and catalogued ancestors."""
+
+    names: tuple[str, ...]
+    members: frozenset[str]
+    ancestors: frozenset[str]
+    forwards: bool  # defines `__getattr__` (other than torch.nn.Module's): any name may be used
+
+
+@dataclass(frozen=True)
+class KnownClasses:
+    classes: tuple[KnownClass, ...]
+    generic: frozenset[str]
+    sharing: dict[str, int]  # name -> how many known classes have it
+    most: int  # the most classes a distinctive name may be shared by
+
+
+@lru_cache(maxsize=1)
+def known_classes() -> KnownClasses:
+    """The bundled member lists (none when the file is missing or malformed: nothing is inferred)."""
+    path = bundled_catalog_dir() / MEMBERS_FILE
+    try:
+        if path.stat().st_size > MAX_MEMBERS_BYTES:
+            return KnownClasses((), frozenset(), {}, 0)
+        data = json.loads(path.read_text(encoding="utf-8"))
+        generic = frozenset(str(name) for name in data["generic"])
+        classes = []
+        for entry in data["families"]:
+            own = frozenset(str(name) for name in entry["members"])
+            is_module = bool(entry["module"])
+            classes.append(
+                KnownClass(
+                    tuple(str(name) for name in entry["names"]),
+                    own | generic if is_module else own,
+                    frozenset(str(name) for name in entry["ancestors"]),
+                    "__getattr__" in own,
+                )
+            )
+    except (OSError, ValueError, KeyError, TypeError):
+        return KnownClasses((), frozenset(), {}, 0)
+    sharing: dict[str, int] = {}
+    for known in classes:
+        # A subclass that has the name through its base counts once, with the base.
+        bases = [other for other in classes if set(other.names) & known.ancestors]
+        for name in known.members:
+            if not any(name in base.members for base in bases):
+                sharing[name] = sharing.get(name, 0) + 1
+    roots = sum(1 for c in classes if not any(set(o.names) & c.ancestors for o in classes))
+    return KnownClasses(tuple(classes), generic, sharing, int(roots * MAX_SHARING))
+
+
+def inferred_value(catalog: Catalog, used: frozenset[str], held: str, where: str) -> Atom | None:
+    """The `type:` value of the one catalogued class `used` names fit (see the module's docstring)."""
+    chosen = fitting_class(catalog, used)
+    return Atom(f"type:{chosen}{MARK}{held}:{where}", "shared") if chosen is not None else None
+
+
+def inferred_class(value: Expr | None) -> str | None:
+    """The class an inferred value was taken to be (its last name: `DeepSpeedEngine`), or None."""
+    if not isinstance(value, Atom) or not value.name.startswith("type:") or MARK not in value.name:
+        return None
+    return value.name[5:].partition("@")[0].rpartition(".")[2]
+
+
+def fitting_class(catalog: Catalog, used: frozenset[str]) -> str | None:
+    known = known_classes()
+    distinctive = {
+        name
+        for name in used
+        if name not in known.generic
+        and not (name.startswith("__") and name.endswith("__"))
+        and 0 < known.sharing.get(name, 0) <= known.most
+    }
+    if len(distinctive) < MIN_DISTINCTIVE:
+        return None
+    fitting = [c for c in known.classes if used <= c.members]
+    if not fitting:
+        return None
+    # The one every other fitting class derives from (a subclass fits wherever its base does).
+    roots = [c for c in fitting if all(o is c or set(c.names) & o.ancestors for o in fitting)]
+    if len(roots) != 1 or roots[0].forwards:
+        return None
+    receivers = _method_receivers(catalog)
+    spelled = [name for name in roots[0].names if name in receivers]
+    return spelled[0] if spelled else None
+
+
+def _method_receivers(catalog: Catalog) -> frozenset[str]:
+    found = _RECEIVERS.get(id(catalog))
+    if found is None or found[0] is not catalog:
+        names = {receiver for method in catalog.methods for receiver in method.receivers}
+        found = _RECEIVERS[id(catalog)] = (catalog, frozenset(names))
+    return found[1]
+
+
+_RECEIVERS: dict[int, tuple[Catalog, frozenset[str]]] = {}
+
+
+@lru_cache(maxsize=4096)
+def names_used(function: FunctionNode) -> dict[str, frozenset[str]]:
+    """Per plain name of the function: the attributes read, called or stored on it (`__call__`
+    for a call of the object itself), in its own body and the functions defined inside it (a
+    closure uses the same object)."""
+    used: dict[str, set[str]] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            used.setdefault(node.value.id, set()).add(node.attr)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            used.setdefault(node.func.id, set()).add("__call__")
+    return {name: frozenset(attributes) for name, attributes in used.items()}
+
+
+@lru_cache(maxsize=4096)
+def _bindings(function: FunctionNode) -> dict[str, int]:
+    """How many times each plain name is bound in the function (assignments, loops, `with ... as`,
+    imports, nested definitions)."""
+    counts: dict[str, int] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            counts[node.id] = counts.get(node.id, 0) + 1
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not function:
+            counts[node.name] = counts.get(node.name, 0) + 1
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                bound = alias.asname or alias.name.split(".")[0]
+                counts[bound] = counts.get(bound, 0) + 1
+    return counts
+
+
+def infer_parameter(catalog: Catalog, function: FunctionNode, arg: ast.arg) -> Atom | None:
+    """An untyped, never rebound parameter used as exactly one framework class."""
+    parameter = arg.arg
+    if arg.annotation is not None or _bindings(function).get(parameter, 0):
+        return None
+    used = names_used(function).get(parameter)
+    return inferred_value(catalog, used, parameter, f"{function.lineno}") if used else None
+
+
+def infer_local(catalog: Catalog, function: FunctionNode, name: str, where: str) -> Atom | None:
+    """A local bound once (here) to an unknown call's result, used as exactly one framework class."""
+    if _bindings(function).get(name, 0) != 1:
+        return None
+    used = names_used(function).get(name)
+    return inferred_value(catalog, used, name, where) if used else None
+
+
+def inferred_result(catalog: Catalog, stmt: ast.Assign, value: Expr, stack: tuple[FunctionNode, ...]) -> Expr:
+    """`engine = build_engine(cfg)` in a function: the inferred object for an unknown call's
+    result (`value`), else `value` unchanged."""
+    if not (
+        stack
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+        and isinstance(stmt.value, ast.Call)
+        and isinstance(value, Atom)
+        and value.name.startswith("call:")
+        and value.kind == "shared"
+    ):
+        return value
+    where = f"{stmt.lineno}:{stmt.col_offset}"
+    return infer_local(catalog, stack[-1], stmt.targets[0].id, where) or value
