@@ -260,9 +260,9 @@ def families(
         own = key[1] - generic if module else key[1]
         # A re-export's ancestors hold the name the class is defined under: one of its spellings.
         spellings |= {a for a in ancestors[key] if a.rpartition(".")[2] == key[0]}
-        above = sorted(ancestors[key] - spellings)
+        parents = sorted(ancestors[key] - spellings)
         entries.append(
-            {"names": sorted(spellings), "members": sorted(own), "module": module, "ancestors": above}
+            {"names": sorted(spellings), "members": sorted(own), "module": module, "ancestors": parents}
         )
     return sorted(entries, key=lambda entry: str(entry["names"]))
 

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from collcheck.catalog import Catalog, bundled_catalog_dir
-from collcheck.static.loader import FunctionNode
 from collcheck.static.symbolic import Atom, Expr
 
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef  # as loader.py spells it (which imports this)
 MEMBERS_FILE = "class_members.json"
 MIN_DISTINCTIVE = 2
 # A name more than this share of the known classes have (subclasses counted with their base) says
@@ -207,3 +207,20 @@ def inferred_result(catalog: Catalog, stmt: ast.Assign, value: Expr, stack: tupl
         return value
     where = f"{stmt.lineno}:{stmt.col_offset}"
     return infer_local(catalog, stack[-1], stmt.targets[0].id, where) or value
+
+
+def inferred_receiver(
+    catalog: Catalog, function: FunctionNode, call: ast.Call, receivers: tuple[str, ...]
+) -> bool:
+    """`engine.save_checkpoint(d)` in `function`: `engine` (a plain name, bound at most once) is used
+    as exactly one framework class, one of `receivers`. For the loader's cheap test of which
+    functions may communicate, where the file imports none of the receivers' packages."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
+        return False
+    name = func.value.id
+    if _bindings(function).get(name, 0) > 1:
+        return False
+    used = names_used(function).get(name)
+    chosen = fitting_class(catalog, used) if used else None
+    return chosen is not None and chosen in receivers
