@@ -14,8 +14,9 @@ The member names of the classes come from the frameworks' own source, not typed 
 `rules/class_members.json`, made by `bench/class_members.py` (methods, properties, class-level
 names, attributes the methods store on `self`, their bases' included). A class fits when every
 name used on the object is one of its members; precision first, the inference is made only when
-- at least `MIN_DISTINCTIVE` of the used names are distinctive: not members of `torch.nn.Module`
-  nor dunders (every module has `to`, `cuda`, `state_dict`, `eval`), and members of at most
+- at least `MIN_DISTINCTIVE` of the used names are distinctive, one of them a method called (a
+  namespace read for `output_dir` and `local_rank` fits `TrainingArguments` too): not members of
+  `torch.nn.Module` nor dunders (every module has `to`, `cuda`, `state_dict`, `eval`), and members of at most
   `MAX_SHARING` of the known classes (`world_size` and `device` are everywhere);
 - exactly one class fits, up to inheritance (a subclass fits wherever its base does: the base, the
   catalogued one, is taken when it fits and every other fitting class derives from it);
@@ -97,9 +98,11 @@ def known_classes() -> KnownClasses:
     return KnownClasses(tuple(classes), generic, sharing, int(roots * MAX_SHARING))
 
 
-def inferred_value(catalog: Catalog, used: frozenset[str], held: str, where: str) -> Atom | None:
+def inferred_value(
+    catalog: Catalog, used: frozenset[str], called: frozenset[str], held: str, where: str
+) -> Atom | None:
     """The `type:` value of the one catalogued class `used` names fit (see the module's docstring)."""
-    chosen = fitting_class(catalog, used)
+    chosen = fitting_class(catalog, used, called)
     return Atom(f"type:{chosen}{MARK}{held}:{where}", "shared") if chosen is not None else None
 
 
@@ -110,7 +113,8 @@ def inferred_class(value: Expr | None) -> str | None:
     return value.name[5:].partition("@")[0].rpartition(".")[2]
 
 
-def fitting_class(catalog: Catalog, used: frozenset[str]) -> str | None:
+def fitting_class(catalog: Catalog, used: frozenset[str], called: frozenset[str]) -> str | None:
+    """`used`: the names used on the object; `called`: those of its methods called."""
     known = known_classes()
     distinctive = {
         name
@@ -119,7 +123,7 @@ def fitting_class(catalog: Catalog, used: frozenset[str]) -> str | None:
         and not (name.startswith("__") and name.endswith("__"))
         and 0 < known.sharing.get(name, 0) <= known.most
     }
-    if len(distinctive) < MIN_DISTINCTIVE:
+    if len(distinctive) < MIN_DISTINCTIVE or distinctive.isdisjoint(called):
         return None
     fitting = [c for c in known.classes if used <= c.members]
     if not fitting:
@@ -159,6 +163,22 @@ def names_used(function: FunctionNode) -> dict[str, frozenset[str]]:
 
 
 @lru_cache(maxsize=4096)
+def names_called(function: FunctionNode) -> dict[str, frozenset[str]]:
+    """Per plain name of the function: the methods called on it (`e.backward(loss)`)."""
+    called: dict[str, set[str]] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            holder = node.func.value
+            if isinstance(holder, ast.Name):
+                called.setdefault(holder.id, set()).add(node.func.attr)
+    return {name: frozenset(methods) for name, methods in called.items()}
+
+
+def _called(function: FunctionNode, name: str) -> frozenset[str]:
+    return names_called(function).get(name, frozenset())
+
+
+@lru_cache(maxsize=4096)
 def _bindings(function: FunctionNode) -> dict[str, int]:
     """How many times each plain name is bound in the function (assignments, loops, `with ... as`,
     imports, nested definitions)."""
@@ -181,7 +201,9 @@ def infer_parameter(catalog: Catalog, function: FunctionNode, arg: ast.arg) -> A
     if arg.annotation is not None or _bindings(function).get(parameter, 0):
         return None
     used = names_used(function).get(parameter)
-    return inferred_value(catalog, used, parameter, f"{function.lineno}") if used else None
+    if not used:
+        return None
+    return inferred_value(catalog, used, _called(function, parameter), parameter, f"{function.lineno}")
 
 
 def infer_local(catalog: Catalog, function: FunctionNode, name: str, where: str) -> Atom | None:
@@ -189,7 +211,7 @@ def infer_local(catalog: Catalog, function: FunctionNode, name: str, where: str)
     if _bindings(function).get(name, 0) != 1:
         return None
     used = names_used(function).get(name)
-    return inferred_value(catalog, used, name, where) if used else None
+    return inferred_value(catalog, used, _called(function, name), name, where) if used else None
 
 
 def inferred_result(catalog: Catalog, stmt: ast.Assign, value: Expr, stack: tuple[FunctionNode, ...]) -> Expr:
@@ -222,5 +244,5 @@ def inferred_receiver(
     if _bindings(function).get(name, 0) > 1:
         return False
     used = names_used(function).get(name)
-    chosen = fitting_class(catalog, used) if used else None
+    chosen = fitting_class(catalog, used, _called(function, name)) if used else None
     return chosen is not None and chosen in receivers
