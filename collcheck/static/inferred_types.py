@@ -232,17 +232,84 @@ def inferred_result(catalog: Catalog, stmt: ast.Assign, value: Expr, stack: tupl
 
 
 def inferred_receiver(
-    catalog: Catalog, function: FunctionNode, call: ast.Call, receivers: tuple[str, ...]
+    catalog: Catalog,
+    function: FunctionNode,
+    call: ast.Call,
+    receivers: tuple[str, ...],
+    owner: ast.ClassDef | None = None,
 ) -> bool:
-    """`engine.save_checkpoint(d)` in `function`: `engine` (a plain name, bound at most once) is used
-    as exactly one framework class, one of `receivers`. For the loader's cheap test of which
-    functions may communicate, where the file imports none of the receivers' packages."""
+    """`engine.save_checkpoint(d)` in `function`: `engine` (a plain name, bound at most once, or
+    `self.engine` of `owner`, the class `function` is a method of) is used as exactly one
+    framework class, one of `receivers`. For the loader's cheap test of which functions may
+    communicate, where the file imports none of the receivers' packages."""
     func = call.func
-    if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
+    if not isinstance(func, ast.Attribute):
         return False
-    name = func.value.id
-    if _bindings(function).get(name, 0) > 1:
+    held = func.value
+    if isinstance(held, ast.Name) and _bindings(function).get(held.id, 0) <= 1:
+        used = names_used(function).get(held.id)
+        chosen = fitting_class(catalog, used, _called(function, held.id)) if used else None
+    elif owner is not None and _on_first_parameter(function, held):
+        assert isinstance(held, ast.Attribute)
+        chosen = _attribute_class(catalog, owner, held.attr)
+    else:
         return False
-    used = names_used(function).get(name)
-    chosen = fitting_class(catalog, used, _called(function, name)) if used else None
     return chosen is not None and chosen in receivers
+
+
+def _on_first_parameter(function: FunctionNode, node: ast.expr) -> bool:
+    """`self.engine` in a method whose first parameter is `self`."""
+    first = [*function.args.posonlyargs, *function.args.args][:1]
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and bool(first)
+        and node.value.id == first[0].arg
+    )
+
+
+@lru_cache(maxsize=1024)
+def attribute_uses(owner: ast.ClassDef) -> dict[str, tuple[frozenset[str], frozenset[str], int]]:
+    """Per attribute of the class's objects (`self.engine`, in any method, the first parameter
+    being the object): the names used on it, the methods called on it, and how many times the
+    class's methods assign it."""
+    used: dict[str, set[str]] = {}
+    called: dict[str, set[str]] = {}
+    stored: dict[str, int] = {}
+    for method in owner.body:
+        if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(method):
+            if isinstance(node, ast.Attribute) and _on_first_parameter(method, node):
+                if isinstance(node.ctx, ast.Store):
+                    stored[node.attr] = stored.get(node.attr, 0) + 1
+            elif isinstance(node, ast.Attribute) and _on_first_parameter(method, node.value):
+                assert isinstance(node.value, ast.Attribute)
+                used.setdefault(node.value.attr, set()).add(node.attr)
+            if isinstance(node, ast.Call):
+                func = node.func
+                if _on_first_parameter(method, func):  # `self.engine(batch)`
+                    assert isinstance(func, ast.Attribute)
+                    used.setdefault(func.attr, set()).add("__call__")
+                elif isinstance(func, ast.Attribute) and _on_first_parameter(method, func.value):
+                    assert isinstance(func.value, ast.Attribute)
+                    called.setdefault(func.value.attr, set()).add(func.attr)
+    return {
+        name: (frozenset(names), frozenset(called.get(name, ())), stored.get(name, 0))
+        for name, names in used.items()
+    }
+
+
+def _attribute_class(catalog: Catalog, owner: ast.ClassDef, attribute: str) -> str | None:
+    """The class `self.<attribute>` is used as, when the class assigns it once."""
+    used, called, stored = attribute_uses(owner).get(attribute, (frozenset(), frozenset(), 0))
+    return fitting_class(catalog, used, called) if stored == 1 else None
+
+
+def infer_attribute(catalog: Catalog, owner: ast.ClassDef, attribute: str, value: Expr) -> Expr:
+    """`self.engine = build_engine(cfg)` (`value`: the unknown call's result, as the class's
+    methods see the attribute): the inferred object when the class's use of it fits one class."""
+    if not (isinstance(value, Atom) and value.name.startswith("call:") and value.kind == "shared"):
+        return value
+    chosen = _attribute_class(catalog, owner, attribute)
+    return Atom(f"type:{chosen}{MARK}self:{attribute}", "shared") if chosen is not None else value

@@ -341,9 +341,10 @@ def is_catalog_call(
         specs = catalog.method_specs(node.func.attr)
         if any(spec.any_receiver or _imports_package_of(module, spec.receivers) for spec in specs):
             return True
-        if function is None:
+        if function is None or not specs:
             return False
-        return any(inferred_receiver(catalog, function, node, spec.receivers) for spec in specs)
+        owner = next((c.node for c in module.classes.values() if function in c.methods.values()), None)
+        return any(inferred_receiver(catalog, function, node, spec.receivers, owner) for spec in specs)
     if isinstance(node.func, ast.Name):
         # A function-level import (`from torch.distributed import barrier` inside the function).
         return node.func.id in last_names(catalog) and node.func.id not in module.functions
