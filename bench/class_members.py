@@ -4,7 +4,8 @@ catalogs name as receivers, read from the frameworks' real source.
     python bench/class_members.py [--cache ~/.cache/collcheck-bench/inject] [--torch SITE_PACKAGES]
 
 In: the catalogs' receiver types (`[[method]] receiver`, `[types]`, `[attribute_types]` of
-`rules/*.toml`), the unpacked releases `bench/corpus.py` keeps in its cache (`CACHE/src/NAME/`) and
+`rules/*.toml`) and torch's common classes (`COMMON_CLASSES`, some read from torch's `.pyi`
+stubs), the unpacked releases `bench/corpus.py` keeps in its cache (`CACHE/src/NAME/`) and
 an installed torch's folder (read, never imported). Out: for each class found, its members (methods,
 properties, class-level names and the attributes its methods store on `self`), its bases' included,
 and the catalogued types among its ancestors. The static analyser infers an object's class from the
@@ -21,13 +22,29 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-from bench.corpus import CACHE, locate_package  # noqa: E402
+from corpus import CACHE, locate_package  # noqa: E402
+
 from collcheck.catalog import bundled_catalog_dir, load_catalog  # noqa: E402
 
 TARGET = bundled_catalog_dir() / "class_members.json"
 MAX_DEPTH = 12
 MODULE = "torch.nn.modules.module.Module"
+# Classes no catalog names as a receiver whose objects are everywhere in distributed code: they
+# are never inferred, but an object used as one of them must not be taken for a framework class
+# that happens to share the names (`group.rank()`, `group.scatter(...)` of a ProcessGroup).
+COMMON_CLASSES = (
+    "torch._C._distributed_c10d.ProcessGroup",
+    "torch._C._distributed_c10d.Work",
+    "torch._C._distributed_c10d.Store",
+    "torch.distributed.device_mesh.DeviceMesh",
+    "torch.nn.modules.module.Module",
+    "torch.optim.optimizer.Optimizer",
+    "torch.optim.lr_scheduler.LRScheduler",
+    "torch._tensor.Tensor",
+    "torch.utils.data.dataloader.DataLoader",
+)
 # The cache folder (`CACHE/src/NAME`) that holds each top-level package.
 SOURCES = {
     "accelerate": "accelerate",
@@ -65,8 +82,14 @@ class SourceTree:
         root = self.roots.get(top)
         if root is None:
             return None
-        for candidate in (root.joinpath(*rest) / "__init__.py", root.joinpath(*rest).with_suffix(".py")):
-            if (rest or candidate.name == "__init__.py") and candidate.is_file():
+        folder = root.joinpath(*rest)
+        # `.pyi`: torch's C++ classes (`ProcessGroup`) are described by their stubs only.
+        for candidate in (folder / "__init__.py", folder / "__init__.pyi"):
+            if candidate.is_file():
+                return ast.parse(candidate.read_text(encoding="utf-8", errors="replace"))
+        for suffix in (".py", ".pyi"):
+            candidate = folder.with_suffix(suffix)
+            if rest and candidate.is_file():
                 return ast.parse(candidate.read_text(encoding="utf-8", errors="replace"))
         return None
 
@@ -123,7 +146,7 @@ class Members:
         module = self.tree.module(module_name)
         if module is None:
             return None
-        classes = [n for n in module.body if isinstance(n, ast.ClassDef) and n.name == class_name]
+        classes = [n for n in _top_level(module) if isinstance(n, ast.ClassDef) and n.name == class_name]
         if not classes:  # re-exported: `from .engine import DeepSpeedEngine`
             imported = _imports(module, module_name, self.tree.is_package(module_name)).get(class_name)
             if imported is None:  # `from .modules import *`
@@ -165,6 +188,18 @@ class Members:
                 if found is not None:
                     return found[0], found[1] | {qualified}
         return None
+
+
+def _top_level(module: ast.Module) -> list[ast.stmt]:
+    """The module's statements and those of its top-level `if`/`try` blocks (`if is_available():
+    class DeviceMesh: ...`)."""
+    found: list[ast.stmt] = []
+    for node in module.body:
+        found.append(node)
+        if isinstance(node, (ast.If, ast.Try)):
+            found.extend(node.body)
+            found.extend(node.orelse)
+    return found
 
 
 def _own_members(node: ast.ClassDef) -> set[str]:
@@ -223,7 +258,7 @@ def main() -> None:
     members = Members(SourceTree(roots))
     found: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
     missing: list[str] = []
-    for name in sorted(catalog_receivers()):
+    for name in sorted(catalog_receivers() | set(COMMON_CLASSES)):
         read = members.of(name)
         if read is None:
             missing.append(name)

@@ -17,9 +17,9 @@ from collcheck.static.symbolic import Atom
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "CC001"
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-from bench.class_members import Members, SourceTree, families  # noqa: E402
+from class_members import Members, SourceTree, families  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +127,26 @@ def test_the_generator_reads_members_bases_and_re_exports(tmp_path: Path) -> Non
     fancy_entry = next(e for e in entries if "kit.Fancy" in e["names"])  # type: ignore[operator]
     assert "kit.engine.Engine" in fancy_entry["ancestors"]  # type: ignore[operator]
     assert len(by_name) == 2
+
+
+def test_an_object_used_as_a_process_group_is_not_taken_for_a_framework_class(catalog) -> None:  # type: ignore[no-untyped-def]
+    """`group.rank()`, `group.size()`, `group.scatter(...)`: torch's ProcessGroup (read from its
+    stub) fits as well as vLLM's communicators, so nothing is inferred."""
+    used = frozenset({"rank", "size", "scatter", "allgather"})
+    assert fitting_class(catalog, used, used) is None
+
+
+def test_a_local_that_rebinds_a_parameter_is_not_inferred(catalog) -> None:  # type: ignore[no-untyped-def]
+    source = (
+        "def f(engine, loss, d):\n"
+        "    engine = engine or make()\n"
+        "    engine.backward(loss)\n    engine.step()\n    engine.save_checkpoint(d)\n"
+    )
+    function = ast.parse(source).body[0]
+    assert isinstance(function, ast.FunctionDef)
+    assert inferred_types.infer_local(catalog, function, "engine", "2:4") is None
+    fresh = ast.parse(
+        source.replace("(engine, loss, d)", "(loss, d)").replace("engine or make()", "make()")
+    ).body[0]
+    assert isinstance(fresh, ast.FunctionDef)
+    assert inferred_types.infer_local(catalog, fresh, "engine", "2:4") is not None

@@ -16,14 +16,18 @@ names, attributes the methods store on `self`, their bases' included). A class f
 name used on the object is one of its members; precision first, the inference is made only when
 - at least `MIN_DISTINCTIVE` of the used names are distinctive, one of them a method called (a
   namespace read for `output_dir` and `local_rank` fits `TrainingArguments` too): not members of
-  `torch.nn.Module` nor dunders (every module has `to`, `cuda`, `state_dict`, `eval`), and members of at most
-  `MAX_SHARING` of the known classes (`world_size` and `device` are everywhere);
+  `torch.nn.Module` nor dunders (every module has `to`, `cuda`, `state_dict`, `eval`), and
+  members of at most `MAX_SHARING` of the known classes (`world_size` and `device` are
+  everywhere). The known classes include torch's common ones no catalog names as a receiver
+  (`ProcessGroup`, `Tensor`, `Optimizer`): never inferred, they keep an object used as one of
+  them from being taken for a framework class that shares the names;
 - exactly one class fits, up to inheritance (a subclass fits wherever its base does: the base, the
   catalogued one, is taken when it fits and every other fitting class derives from it);
 - the class is a receiver of some catalog method (a class only named as a value's type,
   `TrainingArguments`, is not inferred: an argparse namespace may fit it) and forwards no unknown
   attribute (`__getattr__` of its own: any use fits it);
-- the name is bound once in the function (a parameter never rebound).
+- the name is bound once in the function: a parameter never rebound, or a local that is no
+  parameter (`group = group or default_group()` may hold the parameter's object).
 """
 
 from __future__ import annotations
@@ -34,11 +38,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from collcheck.catalog import Catalog, bundled_catalog_dir
+from collcheck.static.names import nodes_under
 from collcheck.static.symbolic import Atom, Expr
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef  # as loader.py spells it (which imports this)
 MEMBERS_FILE = "class_members.json"
-MIN_DISTINCTIVE = 2
+MIN_DISTINCTIVE = 3  # two (`group.rank()`, `group.scatter(...)`) fit classes of no catalog too
 # A name more than this share of the known classes have (subclasses counted with their base) says
 # little of which one an object is: 6 of today's 16 (`global_rank`, `backward`; not `world_size`).
 MAX_SHARING = 0.4
@@ -148,51 +153,70 @@ def _method_receivers(catalog: Catalog) -> frozenset[str]:
 _RECEIVERS: dict[int, tuple[Catalog, frozenset[str]]] = {}
 
 
-@lru_cache(maxsize=4096)
-def names_used(function: FunctionNode) -> dict[str, frozenset[str]]:
-    """Per plain name of the function: the attributes read, called or stored on it (`__call__`
-    for a call of the object itself), in its own body and the functions defined inside it (a
-    closure uses the same object)."""
+@dataclass(frozen=True)
+class Uses:
+    """What a function does with its plain names: per name, the attributes read, called or stored
+    on it (`__call__` for a call of the object itself), the methods called on it, and how many
+    times it is bound (assignments, loops, `with ... as`, imports, nested definitions), in its own
+    body and the functions defined inside it (a closure uses the same object)."""
+
+    used: dict[str, frozenset[str]]
+    called: dict[str, frozenset[str]]
+    bindings: dict[str, int]
+
+
+_USES = "_collcheck_uses"  # kept on the function node, as names.nodes_under keeps its nodes
+
+
+def uses(function: FunctionNode) -> Uses:
+    found: Uses | None = function.__dict__.get(_USES)
+    if found is None:
+        found = _walk_uses(function)
+        setattr(function, _USES, found)
+    return found
+
+
+def _walk_uses(function: FunctionNode) -> Uses:
     used: dict[str, set[str]] = {}
-    for node in ast.walk(function):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            used.setdefault(node.value.id, set()).add(node.attr)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            used.setdefault(node.func.id, set()).add("__call__")
-    return {name: frozenset(attributes) for name, attributes in used.items()}
-
-
-@lru_cache(maxsize=4096)
-def names_called(function: FunctionNode) -> dict[str, frozenset[str]]:
-    """Per plain name of the function: the methods called on it (`e.backward(loss)`)."""
     called: dict[str, set[str]] = {}
-    for node in ast.walk(function):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            holder = node.func.value
-            if isinstance(holder, ast.Name):
-                called.setdefault(holder.id, set()).add(node.func.attr)
-    return {name: frozenset(methods) for name, methods in called.items()}
-
-
-def _called(function: FunctionNode, name: str) -> frozenset[str]:
-    return names_called(function).get(name, frozenset())
-
-
-@lru_cache(maxsize=4096)
-def _bindings(function: FunctionNode) -> dict[str, int]:
-    """How many times each plain name is bound in the function (assignments, loops, `with ... as`,
-    imports, nested definitions)."""
     counts: dict[str, int] = {}
-    for node in ast.walk(function):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            counts[node.id] = counts.get(node.id, 0) + 1
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not function:
-            counts[node.name] = counts.get(node.name, 0) + 1
+    for node in nodes_under(function):
+        if isinstance(node, ast.Attribute):
+            if isinstance(node.value, ast.Name):
+                used.setdefault(node.value.id, set()).add(node.attr)
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                used.setdefault(func.id, set()).add("__call__")
+            elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                called.setdefault(func.value.id, set()).add(func.attr)
+        elif isinstance(node, ast.Name):
+            if not isinstance(node.ctx, ast.Load):
+                counts[node.id] = counts.get(node.id, 0) + 1
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node is not function:
+                counts[node.name] = counts.get(node.name, 0) + 1
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
                 bound = alias.asname or alias.name.split(".")[0]
                 counts[bound] = counts.get(bound, 0) + 1
-    return counts
+    return Uses(
+        {name: frozenset(names) for name, names in used.items()},
+        {name: frozenset(names) for name, names in called.items()},
+        counts,
+    )
+
+
+def names_used(function: FunctionNode) -> dict[str, frozenset[str]]:
+    return uses(function).used
+
+
+def _called(function: FunctionNode, name: str) -> frozenset[str]:
+    return uses(function).called.get(name, frozenset())
+
+
+def _bindings(function: FunctionNode) -> dict[str, int]:
+    return uses(function).bindings
 
 
 def infer_parameter(catalog: Catalog, function: FunctionNode, arg: ast.arg) -> Atom | None:
@@ -208,7 +232,10 @@ def infer_parameter(catalog: Catalog, function: FunctionNode, arg: ast.arg) -> A
 
 def infer_local(catalog: Catalog, function: FunctionNode, name: str, where: str) -> Atom | None:
     """A local bound once (here) to an unknown call's result, used as exactly one framework class."""
-    if _bindings(function).get(name, 0) != 1:
+    parameters = function.args
+    if _bindings(function).get(name, 0) != 1 or any(
+        arg.arg == name for arg in [*parameters.posonlyargs, *parameters.args, *parameters.kwonlyargs]
+    ):  # `group = group or default_group()`: the parameter's object, or another
         return None
     used = names_used(function).get(name)
     return inferred_value(catalog, used, _called(function, name), name, where) if used else None
@@ -268,32 +295,54 @@ def _on_first_parameter(function: FunctionNode, node: ast.expr) -> bool:
     )
 
 
-@lru_cache(maxsize=1024)
-def attribute_uses(owner: ast.ClassDef) -> dict[str, tuple[frozenset[str], frozenset[str], int]]:
+AttributeUses = dict[str, tuple[frozenset[str], frozenset[str], int]]
+_ATTRIBUTE_USES = "_collcheck_attribute_uses"
+
+
+def attribute_uses(owner: ast.ClassDef) -> AttributeUses:
     """Per attribute of the class's objects (`self.engine`, in any method, the first parameter
     being the object): the names used on it, the methods called on it, and how many times the
-    class's methods assign it."""
+    class's methods assign it. Kept on the class node."""
+    found: AttributeUses | None = owner.__dict__.get(_ATTRIBUTE_USES)
+    if found is None:
+        found = _walk_attribute_uses(owner)
+        setattr(owner, _ATTRIBUTE_USES, found)
+    return found
+
+
+def _walk_attribute_uses(owner: ast.ClassDef) -> AttributeUses:
     used: dict[str, set[str]] = {}
     called: dict[str, set[str]] = {}
     stored: dict[str, int] = {}
+
+    def own(node: ast.expr, first: str) -> str | None:
+        """`attr` of `self.attr` (`first`: the method's first parameter), else None."""
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == first:
+            return node.attr
+        return None
+
     for method in owner.body:
         if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        for node in ast.walk(method):
-            if isinstance(node, ast.Attribute) and _on_first_parameter(method, node):
-                if isinstance(node.ctx, ast.Store):
+        parameters = [*method.args.posonlyargs, *method.args.args]
+        if not parameters:
+            continue
+        first = parameters[0].arg
+        for node in nodes_under(method):
+            if isinstance(node, ast.Attribute):
+                if isinstance(node.ctx, ast.Store) and own(node, first) is not None:
                     stored[node.attr] = stored.get(node.attr, 0) + 1
-            elif isinstance(node, ast.Attribute) and _on_first_parameter(method, node.value):
-                assert isinstance(node.value, ast.Attribute)
-                used.setdefault(node.value.attr, set()).add(node.attr)
-            if isinstance(node, ast.Call):
-                func = node.func
-                if _on_first_parameter(method, func):  # `self.engine(batch)`
-                    assert isinstance(func, ast.Attribute)
-                    used.setdefault(func.attr, set()).add("__call__")
-                elif isinstance(func, ast.Attribute) and _on_first_parameter(method, func.value):
-                    assert isinstance(func.value, ast.Attribute)
-                    called.setdefault(func.value.attr, set()).add(func.attr)
+                held = own(node.value, first)
+                if held is not None:
+                    used.setdefault(held, set()).add(node.attr)
+            elif isinstance(node, ast.Call):
+                held = own(node.func, first)
+                if held is not None:  # `self.engine(batch)`
+                    used.setdefault(held, set()).add("__call__")
+                elif isinstance(node.func, ast.Attribute):
+                    held = own(node.func.value, first)
+                    if held is not None:
+                        called.setdefault(held, set()).add(node.func.attr)
     return {
         name: (frozenset(names), frozenset(called.get(name, ())), stored.get(name, 0))
         for name, names in used.items()
