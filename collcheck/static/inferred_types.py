@@ -120,6 +120,8 @@ def inferred_class(value: Expr | None) -> str | None:
 
 def fitting_class(catalog: Catalog, used: frozenset[str], called: frozenset[str]) -> str | None:
     """`used`: the names used on the object; `called`: those of its methods called."""
+    if len(used) < MIN_DISTINCTIVE or not called:
+        return None  # without reading the member lists
     known = known_classes()
     distinctive = {
         name
