@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import ast
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from cli_support import fixture_run
 
-from collcheck.catalog import load_catalog
+from collcheck.catalog import Catalog, load_catalog
 from collcheck.static import inferred_types
 from collcheck.static.inferred_types import fitting_class, inferred_class, known_classes, names_used
+from collcheck.static.names import ImportTable
 from collcheck.static.symbolic import Atom
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,9 +146,33 @@ def test_a_local_that_rebinds_a_parameter_is_not_inferred(catalog) -> None:  # t
     )
     function = ast.parse(source).body[0]
     assert isinstance(function, ast.FunctionDef)
-    assert inferred_types.infer_local(catalog, function, "engine", "2:4") is None
+    file = File(catalog, ImportTable())
+    assert inferred_types.infer_local(file, function, "engine", "2:4") is None
     fresh = ast.parse(
         source.replace("(engine, loss, d)", "(loss, d)").replace("engine or make()", "make()")
     ).body[0]
     assert isinstance(fresh, ast.FunctionDef)
-    assert inferred_types.infer_local(catalog, fresh, "engine", "2:4") is not None
+    assert inferred_types.infer_local(file, fresh, "engine", "2:4") is not None
+
+
+def test_a_file_of_one_framework_has_no_object_of_another_inferred(catalog) -> None:  # type: ignore[no-untyped-def]
+    """`self.buffer.dispatch/combine/destroy` in a deepspeed file fit vLLM's GroupCoordinator by
+    name; the file imports deepspeed and not vllm: nothing is inferred. A file importing no
+    framework (a project's own factory) or vllm itself does get the class."""
+    used = frozenset({"dispatch", "combine", "destroy"})
+    coordinator = "vllm.distributed.parallel_state.GroupCoordinator"
+    assert fitting_class(catalog, used, used) == coordinator
+    assert (
+        fitting_class(catalog, used, used, ImportTable({"deepspeed": "deepspeed", "torch": "torch"})) is None
+    )
+    assert fitting_class(catalog, used, used, ImportTable({"torch": "torch"})) == coordinator
+    assert (
+        fitting_class(catalog, used, used, ImportTable({"ps": "vllm.distributed.parallel_state"}))
+        == coordinator
+    )
+
+
+@dataclass(frozen=True)
+class File:
+    catalog: Catalog
+    imports: ImportTable

@@ -26,6 +26,9 @@ name used on the object is one of its members; precision first, the inference is
 - the class is a receiver of some catalog method (a class only named as a value's type,
   `TrainingArguments`, is not inferred: an argparse namespace may fit it) and forwards no unknown
   attribute (`__getattr__` of its own: any use fits it);
+- a file that imports a known framework (`deepspeed`; torch aside) imports the inferred class's:
+  an object of a deepspeed file used for `dispatch`, `combine` and `destroy` is no vLLM
+  coordinator, it is of some class no catalog knows;
 - the name is bound once in the function: a parameter never rebound, or a local that is no
   parameter (`group = group or default_group()` may hold the parameter's object).
 """
@@ -36,9 +39,10 @@ import ast
 import json
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Protocol
 
 from collcheck.catalog import Catalog, bundled_catalog_dir
-from collcheck.static.names import nodes_under
+from collcheck.static.names import ImportTable, nodes_under
 from collcheck.static.symbolic import Atom, Expr
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef  # as loader.py spells it (which imports this)
@@ -49,6 +53,16 @@ MIN_DISTINCTIVE = 3  # two (`group.rank()`, `group.scatter(...)`) fit classes of
 MAX_SHARING = 0.4
 MARK = "@inferred:"
 MAX_MEMBERS_BYTES = 4 * 1024 * 1024
+
+
+class AnalysedFile(Protocol):
+    """What is asked of the analysed file (a `loader.ModuleInfo`): its catalog and imports."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def imports(self) -> ImportTable: ...
 
 
 @dataclass(frozen=True)
@@ -67,6 +81,7 @@ class KnownClasses:
     generic: frozenset[str]
     sharing: dict[str, int]  # name -> how many known classes have it
     most: int  # the most classes a distinctive name may be shared by
+    frameworks: frozenset[str]  # the top-level packages of the known classes, torch aside
 
 
 @lru_cache(maxsize=1)
@@ -75,7 +90,7 @@ def known_classes() -> KnownClasses:
     path = bundled_catalog_dir() / MEMBERS_FILE
     try:
         if path.stat().st_size > MAX_MEMBERS_BYTES:
-            return KnownClasses((), frozenset(), {}, 0)
+            return KnownClasses((), frozenset(), {}, 0, frozenset())
         data = json.loads(path.read_text(encoding="utf-8"))
         generic = frozenset(str(name) for name in data["generic"])
         classes = []
@@ -91,7 +106,7 @@ def known_classes() -> KnownClasses:
                 )
             )
     except (OSError, ValueError, KeyError, TypeError):
-        return KnownClasses((), frozenset(), {}, 0)
+        return KnownClasses((), frozenset(), {}, 0, frozenset())
     sharing: dict[str, int] = {}
     for known in classes:
         # A subclass that has the name through its base counts once, with the base.
@@ -100,14 +115,15 @@ def known_classes() -> KnownClasses:
             if not any(name in base.members for base in bases):
                 sharing[name] = sharing.get(name, 0) + 1
     roots = sum(1 for c in classes if not any(set(o.names) & c.ancestors for o in classes))
-    return KnownClasses(tuple(classes), generic, sharing, int(roots * MAX_SHARING))
+    frameworks = frozenset(name.split(".")[0] for c in classes for name in c.names) - {"torch"}
+    return KnownClasses(tuple(classes), generic, sharing, int(roots * MAX_SHARING), frameworks)
 
 
 def inferred_value(
-    catalog: Catalog, used: frozenset[str], called: frozenset[str], held: str, where: str
+    module: AnalysedFile, used: frozenset[str], called: frozenset[str], held: str, where: str
 ) -> Atom | None:
     """The `type:` value of the one catalogued class `used` names fit (see the module's docstring)."""
-    chosen = fitting_class(catalog, used, called)
+    chosen = fitting_class(module.catalog, used, called, module.imports)
     return Atom(f"type:{chosen}{MARK}{held}:{where}", "shared") if chosen is not None else None
 
 
@@ -118,8 +134,13 @@ def inferred_class(value: Expr | None) -> str | None:
     return value.name[5:].partition("@")[0].rpartition(".")[2]
 
 
-def fitting_class(catalog: Catalog, used: frozenset[str], called: frozenset[str]) -> str | None:
-    """`used`: the names used on the object; `called`: those of its methods called."""
+def fitting_class(
+    catalog: Catalog, used: frozenset[str], called: frozenset[str], imports: ImportTable | None = None
+) -> str | None:
+    """`used`: the names used on the object; `called`: those of its methods called; `imports`:
+    the file's (a file that imports some known framework, `deepspeed`, has no object of another
+    one, vLLM's, inferred: `self.buffer.dispatch(...)` of an expert-parallel buffer is no vLLM
+    coordinator's)."""
     if len(used) < MIN_DISTINCTIVE or not called:
         return None  # without reading the member lists
     known = known_classes()
@@ -141,7 +162,13 @@ def fitting_class(catalog: Catalog, used: frozenset[str], called: frozenset[str]
         return None
     receivers = _method_receivers(catalog)
     spelled = [name for name in roots[0].names if name in receivers]
-    return spelled[0] if spelled else None
+    if not spelled:
+        return None
+    if imports is not None:
+        imported = {qualified.split(".")[0] for qualified in imports.names.values()} & known.frameworks
+        if imported and spelled[0].split(".")[0] not in imported:
+            return None
+    return spelled[0]
 
 
 def _method_receivers(catalog: Catalog) -> frozenset[str]:
@@ -221,7 +248,7 @@ def _bindings(function: FunctionNode) -> dict[str, int]:
     return uses(function).bindings
 
 
-def infer_parameter(catalog: Catalog, function: FunctionNode, arg: ast.arg) -> Atom | None:
+def infer_parameter(module: AnalysedFile, function: FunctionNode, arg: ast.arg) -> Atom | None:
     """An untyped, never rebound parameter used as exactly one framework class."""
     parameter = arg.arg
     if arg.annotation is not None or _bindings(function).get(parameter, 0):
@@ -229,10 +256,10 @@ def infer_parameter(catalog: Catalog, function: FunctionNode, arg: ast.arg) -> A
     used = names_used(function).get(parameter)
     if not used:
         return None
-    return inferred_value(catalog, used, _called(function, parameter), parameter, f"{function.lineno}")
+    return inferred_value(module, used, _called(function, parameter), parameter, f"{function.lineno}")
 
 
-def infer_local(catalog: Catalog, function: FunctionNode, name: str, where: str) -> Atom | None:
+def infer_local(module: AnalysedFile, function: FunctionNode, name: str, where: str) -> Atom | None:
     """A local bound once (here) to an unknown call's result, used as exactly one framework class."""
     parameters = function.args
     if _bindings(function).get(name, 0) != 1 or any(
@@ -240,10 +267,12 @@ def infer_local(catalog: Catalog, function: FunctionNode, name: str, where: str)
     ):  # `group = group or default_group()`: the parameter's object, or another
         return None
     used = names_used(function).get(name)
-    return inferred_value(catalog, used, _called(function, name), name, where) if used else None
+    return inferred_value(module, used, _called(function, name), name, where) if used else None
 
 
-def inferred_result(catalog: Catalog, stmt: ast.Assign, value: Expr, stack: tuple[FunctionNode, ...]) -> Expr:
+def inferred_result(
+    module: AnalysedFile, stmt: ast.Assign, value: Expr, stack: tuple[FunctionNode, ...]
+) -> Expr:
     """`engine = build_engine(cfg)` in a function: the inferred object for an unknown call's
     result (`value`), else `value` unchanged."""
     if not (
@@ -257,11 +286,11 @@ def inferred_result(catalog: Catalog, stmt: ast.Assign, value: Expr, stack: tupl
     ):
         return value
     where = f"{stmt.lineno}:{stmt.col_offset}"
-    return infer_local(catalog, stack[-1], stmt.targets[0].id, where) or value
+    return infer_local(module, stack[-1], stmt.targets[0].id, where) or value
 
 
 def inferred_receiver(
-    catalog: Catalog,
+    module: AnalysedFile,
     function: FunctionNode,
     call: ast.Call,
     receivers: tuple[str, ...],
@@ -277,10 +306,11 @@ def inferred_receiver(
     held = func.value
     if isinstance(held, ast.Name) and _bindings(function).get(held.id, 0) <= 1:
         used = names_used(function).get(held.id)
-        chosen = fitting_class(catalog, used, _called(function, held.id)) if used else None
+        called = _called(function, held.id)
+        chosen = fitting_class(module.catalog, used, called, module.imports) if used else None
     elif owner is not None and _on_first_parameter(function, held):
         assert isinstance(held, ast.Attribute)
-        chosen = _attribute_class(catalog, owner, held.attr)
+        chosen = _attribute_class(module, owner, held.attr)
     else:
         return False
     return chosen is not None and chosen in receivers
@@ -351,16 +381,16 @@ def _walk_attribute_uses(owner: ast.ClassDef) -> AttributeUses:
     }
 
 
-def _attribute_class(catalog: Catalog, owner: ast.ClassDef, attribute: str) -> str | None:
+def _attribute_class(module: AnalysedFile, owner: ast.ClassDef, attribute: str) -> str | None:
     """The class `self.<attribute>` is used as, when the class assigns it once."""
     used, called, stored = attribute_uses(owner).get(attribute, (frozenset(), frozenset(), 0))
-    return fitting_class(catalog, used, called) if stored == 1 else None
+    return fitting_class(module.catalog, used, called, module.imports) if stored == 1 else None
 
 
-def infer_attribute(catalog: Catalog, owner: ast.ClassDef, attribute: str, value: Expr) -> Expr:
+def infer_attribute(module: AnalysedFile, owner: ast.ClassDef, attribute: str, value: Expr) -> Expr:
     """`self.engine = build_engine(cfg)` (`value`: the unknown call's result, as the class's
     methods see the attribute): the inferred object when the class's use of it fits one class."""
     if not (isinstance(value, Atom) and value.name.startswith("call:") and value.kind == "shared"):
         return value
-    chosen = _attribute_class(catalog, owner, attribute)
+    chosen = _attribute_class(module, owner, attribute)
     return Atom(f"type:{chosen}{MARK}self:{attribute}", "shared") if chosen is not None else value

@@ -207,7 +207,7 @@ class Interpreter(ObjectProtocols):
                 continue
             passed = passed_object(self.module, node, arg.arg)  # `finish(Saver(), t)` in the file
             if passed is None and root and arg is not positional_self:  # the one class that fits its use
-                passed = used_object(self.module, node, arg.arg) or infer_parameter(self.catalog, node, arg)
+                passed = used_object(self.module, node, arg.arg) or infer_parameter(self.module, node, arg)
             env[arg.arg] = self.annotated_type(arg) or passed or self._parameter_value(arg.arg, node)
         for rest in (args.vararg, args.kwarg):
             if rest is not None:
@@ -335,7 +335,7 @@ class Interpreter(ObjectProtocols):
             return resumed
         results = []
         for current, evaluated in self.eval(stmt.value, state, frame):
-            value = inferred_result(self.catalog, stmt, evaluated, frame.stack)  # `e = make_engine()`
+            value = inferred_result(self.module, stmt, evaluated, frame.stack)  # `e = make_engine()`
             for target in stmt.targets:
                 self.bind(target, value, current, stmt.value)
                 self.own_data(target, current, frame, stmt)

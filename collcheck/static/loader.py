@@ -344,7 +344,7 @@ def is_catalog_call(
         if function is None or not specs:
             return False
         owner = next((c.node for c in module.classes.values() if function in c.methods.values()), None)
-        return any(inferred_receiver(catalog, function, node, spec.receivers, owner) for spec in specs)
+        return any(inferred_receiver(module, function, node, spec.receivers, owner) for spec in specs)
     if isinstance(node.func, ast.Name):
         # A function-level import (`from torch.distributed import barrier` inside the function).
         return node.func.id in last_names(catalog) and node.func.id not in module.functions

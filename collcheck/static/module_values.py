@@ -79,7 +79,7 @@ def _class_attributes(module: ModuleInfo, interpreter: Interpreter) -> None:
         held = _groups_asked_about(seen)
         for attribute, values in seen.items():
             if len(values) == 1:  # `self.engine = build_engine(cfg)`: its class told by its use
-                values = [infer_attribute(module.catalog, info.node, attribute, values[0])]
+                values = [infer_attribute(module, info.node, attribute, values[0])]
             interesting = [v for v in values if _interesting(v) or (isinstance(v, Atom) and v.name in held)]
             if not interesting:
                 continue
