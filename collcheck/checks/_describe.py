@@ -27,9 +27,10 @@ def describe_element(element: Element | None) -> str:
         return f"a loop of {', '.join(element.body_ops)} at {where(element)}"
     if element.op == CALLBACK_OP:
         return f"{_handed(element)}, if anything, {HANDED} at {where(element)}"
+    inferred = f" (its class inferred from use: {element.inferred})" if element.inferred else ""
     if element.condition:  # a conditional summary the call site leaves undecided
-        return f"{element.op} at {where(element)} (a collective when {element.condition})"
-    return f"{element.op} at {where(element)}"
+        return f"{element.op} at {where(element)}{inferred} (a collective when {element.condition})"
+    return f"{element.op} at {where(element)}{inferred}"
 
 
 def _handed(callback: CommEvent) -> str:

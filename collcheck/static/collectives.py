@@ -14,6 +14,7 @@ from collcheck.catalog import OpSpec
 from collcheck.static import groups
 from collcheck.static.calls import CallResolver
 from collcheck.static.group_values import group_value
+from collcheck.static.inferred_types import inferred_class
 from collcheck.static.loader import ModuleInfo
 from collcheck.static.names import qualified_name, source_text
 from collcheck.static.program import (
@@ -108,6 +109,7 @@ class CollectiveEvents(CallResolver):
             group_term=group_term,
             group_text=source_text(group_node) if group_node is not None else "",
             condition=(spec.when or "") if configured is None else "",
+            inferred=self._inferred_receiver(call, state, frame, known),
         )
         joined = self.joined and spec.op in JOINABLE_OPS  # shadowed by the Join context (interpret.py)
         # `new_group(ranks, use_local_synchronization=True)` waits only for the ranks it lists, each
@@ -126,6 +128,13 @@ class CollectiveEvents(CallResolver):
             if isinstance(held, (ast.Name, ast.Attribute)):  # the root's result, a partial one elsewhere
                 self.bind(held, Atom(f"rooted:{source_text(held)}@{where_of(call)}", "perrank"), state)
         return state, self._op_result(call, spec, args, state, frame, known)
+
+    def _inferred_receiver(self, call: ast.Call, state: State, frame: Frame, known: dict[int, Expr]) -> str:
+        """The receiver's class, when it was inferred from use (for the message), else ""."""
+        if not self._is_method_call(call):
+            return ""
+        assert isinstance(call.func, ast.Attribute)
+        return inferred_class(self.pure(call.func.value, state, frame, known)) or ""
 
     def _configured(
         self,

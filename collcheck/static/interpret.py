@@ -29,6 +29,7 @@ from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
 from collcheck.static.conditions import source_of
 from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simple, join_paths
 from collcheck.static.group_values import parameters_with_literal_defaults
+from collcheck.static.inferred_types import infer_parameter, inferred_result
 from collcheck.static.inliner import LoopOp
 from collcheck.static.loader import FunctionNode, ModuleInfo
 from collcheck.static.loop_shapes import iterations_alike
@@ -208,7 +209,7 @@ class Interpreter(ObjectProtocols):
                 continue
             passed = passed_object(self.module, node, arg.arg)  # `finish(Saver(), t)` in the file
             if passed is None and root and arg is not positional_self:  # the one class that fits its use
-                passed = used_object(self.module, node, arg.arg)
+                passed = used_object(self.module, node, arg.arg) or infer_parameter(self.module, node, arg)
             env[arg.arg] = self.annotated_type(arg) or passed or self._parameter_value(arg.arg, node)
         for rest in (args.vararg, args.kwarg):
             if rest is not None:
@@ -336,7 +337,8 @@ class Interpreter(ObjectProtocols):
         if resumed is not None:
             return resumed
         results = []
-        for current, value in self.eval(stmt.value, state, frame):
+        for current, evaluated in self.eval(stmt.value, state, frame):
+            value = inferred_result(self.module, stmt, evaluated, frame.stack)  # `e = make_engine()`
             for target in stmt.targets:
                 self.bind(target, value, current, stmt.value)
                 self.own_data(target, current, frame, stmt)

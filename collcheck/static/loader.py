@@ -24,6 +24,7 @@ from collcheck.config import Settings
 from collcheck.findings import FileError
 from collcheck.lines import line_starts
 from collcheck.source import SourceFile, read_source
+from collcheck.static.inferred_types import inferred_receiver
 from collcheck.static.launchers import launched_functions
 from collcheck.static.names import (
     ImportTable,
@@ -249,7 +250,7 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 names.add(node.attr)
             if not isinstance(node, ast.Call):
                 continue
-            if is_catalog_call(node, module, imports) or uses_wrapped(node, wrapped):
+            if is_catalog_call(node, module, imports, function) or uses_wrapped(node, wrapped):
                 direct.add(function)
             if isinstance(node.func, ast.Name):
                 names.add(node.func.id)
@@ -322,7 +323,14 @@ def _function_imports(nodes: list[ast.AST], imports: ImportTable) -> ImportTable
     return table
 
 
-def is_catalog_call(node: ast.Call, module: ModuleInfo, imports: ImportTable | None = None) -> bool:
+def is_catalog_call(
+    node: ast.Call,
+    module: ModuleInfo,
+    imports: ImportTable | None = None,
+    function: FunctionNode | None = None,
+) -> bool:
+    """`function`: the function the call is made in, whose use of a receiver may tell its class
+    where the file imports no package of it (inferred_types.py)."""
     catalog = module.catalog
     name = qualified_name(node.func, imports or module.imports)
     if name is not None and name in catalog.functions:
@@ -330,10 +338,13 @@ def is_catalog_call(node: ast.Call, module: ModuleInfo, imports: ImportTable | N
     if name is not None and remote_function(module, name) is not None:
         return True
     if isinstance(node.func, ast.Attribute):
-        return any(
-            spec.any_receiver or _imports_package_of(module, spec.receivers)
-            for spec in catalog.method_specs(node.func.attr)
-        )
+        specs = catalog.method_specs(node.func.attr)
+        if any(spec.any_receiver or _imports_package_of(module, spec.receivers) for spec in specs):
+            return True
+        if function is None or not specs:
+            return False
+        owner = next((c.node for c in module.classes.values() if function in c.methods.values()), None)
+        return any(inferred_receiver(module, function, node, spec.receivers, owner) for spec in specs)
     if isinstance(node.func, ast.Name):
         # A function-level import (`from torch.distributed import barrier` inside the function).
         return node.func.id in last_names(catalog) and node.func.id not in module.functions

@@ -12,6 +12,7 @@ import ast
 
 from collcheck.config import Settings
 from collcheck.static.groups import LOCAL_RANK_PREFIX, SIZE_PREFIX
+from collcheck.static.inferred_types import infer_attribute
 from collcheck.static.interpret import Interpreter
 from collcheck.static.loader import FunctionNode, ModuleInfo, module_body
 from collcheck.static.names import nodes_under
@@ -77,6 +78,8 @@ def _class_attributes(module: ModuleInfo, interpreter: Interpreter) -> None:
                         seen.setdefault(target.attr, []).append(value)
         held = _groups_asked_about(seen)
         for attribute, values in seen.items():
+            if len(values) == 1:  # `self.engine = build_engine(cfg)`: its class told by its use
+                values = [infer_attribute(module, info.node, attribute, values[0])]
             interesting = [v for v in values if _interesting(v) or (isinstance(v, Atom) and v.name in held)]
             if not interesting:
                 continue

@@ -109,6 +109,8 @@ class CommEvent:
     # A conditional summary's configuration that the call site leaves undecided (`self.sharded`):
     # the collective is counted, and the finding says under which configuration it is one.
     condition: str = ""
+    # The receiver's class when it was inferred from the names used on it (inferred_types.py).
+    inferred: str = ""
 
     def signature(self) -> tuple[str, ...]:
         return (self.op,)
