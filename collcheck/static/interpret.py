@@ -87,6 +87,7 @@ from collcheck.static.syntax import (
     memo_lookup,
     mutated_name,
     mutated_names,
+    range_loop_call,
 )
 from collcheck.static.values import where_of
 
@@ -676,19 +677,8 @@ class Interpreter(ObjectProtocols):
         self, stmt: ast.For | ast.AsyncFor, var: Expr, state: State, frame: Frame
     ) -> LoopRange | None:
         """`for name in range(...)` over bounds that are the same on every rank."""
-        node = stmt.iter
-        if not (
-            isinstance(stmt, ast.For)
-            and isinstance(stmt.target, ast.Name)
-            and isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id == "range"
-            and not node.keywords
-            and 1 <= len(node.args) <= 3
-            and not any(isinstance(a, ast.Starred) for a in node.args)
-        ):
-            return None
-        if self.local_imports.lookup("range") is not None or "range" in self.module.functions:
+        node = range_loop_call(stmt)
+        if node is None or self.local_imports.lookup("range") is not None or "range" in self.module.functions:
             return None
         if not isinstance(var, Atom) or var.kind != "shared":
             return None

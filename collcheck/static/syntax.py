@@ -427,3 +427,21 @@ def memo_lookup(stmt: ast.If) -> bool:
         isinstance(node, ast.Assign) and any(ast.unparse(target) == entry for target in node.targets)
         for node in stmt.body
     )
+
+
+def range_loop_call(stmt: ast.For | ast.AsyncFor) -> ast.Call | None:
+    """The `range(...)` call of `for name in range(a[, b[, c]])` with plain positional arguments;
+    None for any other loop header (the name `range` may still be rebound: the caller asks)."""
+    node = stmt.iter
+    if (
+        isinstance(stmt, ast.For)
+        and isinstance(stmt.target, ast.Name)
+        and isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "range"
+        and not node.keywords
+        and 1 <= len(node.args) <= 3
+        and not any(isinstance(a, ast.Starred) for a in node.args)
+    ):
+        return node
+    return None
