@@ -65,7 +65,13 @@ def _deciding(name: str, body: list[State], start: int) -> list[Expr]:
         return tests
     own = [(s.conds[start:], s.env[name]) for s in body]
     kept: list[Expr] = []
+    # The paths share their inherited tests: each test object is judged once (its answer is
+    # the same every time; `tests` holds them, so their ids stay theirs).
+    judged: set[int] = set()
     for test in tests:
+        if id(test) in judged:
+            continue
+        judged.add(id(test))
         if any(test is seen or test == seen for seen in kept):
             continue
         positive = test.operand if isinstance(test, Not) else test
