@@ -83,7 +83,9 @@ def _deciding(name: str, body: list[State], start: int) -> list[Expr]:
 
 
 def _holds(conds: tuple[Expr, ...], test: Expr) -> bool:
-    return any(cond is test or cond == test for cond in conds)
+    # `in` on a tuple: identity, then `==`, item by item (what `any(c is t or c == t ...)` does,
+    # in C: asked for every test of every path), never a hash.
+    return test in conds
 
 
 def _alike(values: list[Expr]) -> bool:
