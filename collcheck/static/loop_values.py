@@ -65,7 +65,13 @@ def _deciding(name: str, body: list[State], start: int) -> list[Expr]:
         return tests
     own = [(s.conds[start:], s.env[name]) for s in body]
     kept: list[Expr] = []
+    # The paths share their inherited tests: each test object is judged once (its answer is
+    # the same every time; `tests` holds them, so their ids stay theirs).
+    judged: set[int] = set()
     for test in tests:
+        if id(test) in judged:
+            continue
+        judged.add(id(test))
         if any(test is seen or test == seen for seen in kept):
             continue
         positive = test.operand if isinstance(test, Not) else test
@@ -77,7 +83,9 @@ def _deciding(name: str, body: list[State], start: int) -> list[Expr]:
 
 
 def _holds(conds: tuple[Expr, ...], test: Expr) -> bool:
-    return any(cond is test or cond == test for cond in conds)
+    # `in` on a tuple: identity, then `==`, item by item (what `any(c is t or c == t ...)` does,
+    # in C: asked for every test of every path), never a hash.
+    return test in conds
 
 
 def _alike(values: list[Expr]) -> bool:

@@ -132,25 +132,33 @@ PARTIAL_CALLS = frozenset({"functools.partial", "functools.partialmethod"})
 
 def dotted(node: ast.expr) -> list[str] | None:
     """`a.b.c` -> ["a", "b", "c"]; None for anything that is not a plain dotted name."""
+    parts = dotted_parts(node)
+    return list(parts) if parts is not None else None
+
+
+@lru_cache(maxsize=65536)
+def dotted_parts(node: ast.expr) -> tuple[str, ...] | None:
+    """`dotted`, as a tuple, cached: the interpreter asks it of every call's callee (and its
+    receiver) on every path through it, and the answer is a function of the tree."""
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
         node = node.value
     if isinstance(node, ast.Name):
         parts.append(node.id)
-        return parts[::-1]
+        return tuple(reversed(parts))
     return None
 
 
 def qualified_name(node: ast.expr, table: ImportTable) -> str | None:
     """The qualified name of a dotted expression whose head is an import."""
-    parts = dotted(node)
+    parts = dotted_parts(node)
     if not parts:
         return None
     head = table.lookup(parts[0])
     if head is None:
         return None
-    return ".".join([head, *parts[1:]])
+    return ".".join((head, *parts[1:]))
 
 
 def module_imports(tree: ast.Module, current_package: str = "") -> ImportTable:

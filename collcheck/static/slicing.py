@@ -43,6 +43,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from collcheck.static.loader import FunctionNode
+from collcheck.static.names import nodes_under
 from collcheck.static.receivers import CONTAINER_MUTATORS
 from collcheck.static.syntax import MUTATING_METHODS
 
@@ -76,15 +77,17 @@ def sliced_statements(
     none of them needs running (`has_effect`), else it runs it as any other."""
     candidates: dict[ast.stmt, Candidate] = {}
     kept_reads: set[str] = set()
-    if any(isinstance(node, ast.Name) and node.id in _NAMESPACE_READERS for node in ast.walk(function)):
+    # The function's nodes are walked once and kept (names.nodes_under: the interpreter asks too).
+    every_node = nodes_under(function)
+    if any(isinstance(node, ast.Name) and node.id in _NAMESPACE_READERS for node in every_node):
         return {}
     parameters = frozenset(_parameters(function))
-    _classify(function.body, properties, candidates, kept_reads, parameters)
+    _classify(function.body, _Scanner(properties), candidates, kept_reads, parameters)
     if not candidates:
         return {}
     # A statement with calls may run after all (what a call does is known only where it runs):
     # what it reads must then be what the full analysis has there.
-    relevant = kept_reads | parameters | _declared(function)
+    relevant = kept_reads | parameters | _declared(every_node)
     for candidate in candidates.values():
         if candidate.calls:
             relevant |= candidate.reads
@@ -110,8 +113,68 @@ class Candidate:
     calls: tuple[ast.Call, ...]
 
 
-def _candidate(stmt: ast.stmt, parameters: frozenset[str]) -> Candidate:
-    calls = tuple(node for node in ast.walk(stmt) if isinstance(node, ast.Call))
+@dataclass(frozen=True)
+class _Parts:
+    """What one walk of a statement or expression finds: the variables it reads, its calls (in
+    `ast.walk` order for a simple statement; for an `if`/`for`/`while`, its header's then its
+    statements', only ever asked whether there are any, as such a statement is a candidate only
+    without calls), and whether it is quiet: no property read, `yield`, `await` or code of its
+    own (a lambda, a comprehension, an assignment expression) anywhere in it."""
+
+    names: frozenset[str]
+    calls: tuple[ast.Call, ...]
+    quiet: bool
+
+
+class _Scanner:
+    """`_Parts` of the statements and expressions of one function, each walked once: the
+    classification asks of a statement whether it is quiet, what it reads and what it calls, and
+    of a compound one the same of everything in it. Lives as long as one `sliced_statements`."""
+
+    def __init__(self, properties: frozenset[str]) -> None:
+        self.properties = properties
+        self.known: dict[ast.AST, _Parts] = {}
+
+    def parts(self, node: ast.AST) -> _Parts:
+        found = self.known.get(node)
+        if found is None:
+            found = self._compose(node) if isinstance(node, _COMPOUND) else self._walk(node)
+            self.known[node] = found
+        return found
+
+    def _walk(self, node: ast.AST) -> _Parts:
+        names: set[str] = set()
+        calls: list[ast.Call] = []
+        quiet = True
+        properties = self.properties
+        for part in ast.walk(node):
+            if isinstance(part, ast.Name):
+                names.add(part.id)
+            elif isinstance(part, ast.Call):
+                calls.append(part)
+                continue
+            elif isinstance(part, ast.Attribute):
+                if part.attr in properties:
+                    quiet = False
+                continue
+            if isinstance(part, _RUNS_CODE):
+                quiet = False
+        return _Parts(frozenset(names), tuple(calls), quiet)
+
+    def _compose(self, stmt: ast.If | ast.For | ast.While) -> _Parts:
+        """From its header's and its statements' parts (asked of them anyway): the header and
+        the two blocks are everything an `if`, `for` or `while` holds."""
+        pieces = [self.parts(part) for part in (*_header(stmt), *stmt.body, *stmt.orelse)]
+        return _Parts(
+            frozenset().union(*(piece.names for piece in pieces)),
+            tuple(call for piece in pieces for call in piece.calls),
+            all(piece.quiet for piece in pieces),
+        )
+
+
+def _candidate(stmt: ast.stmt, parameters: frozenset[str], scanner: _Scanner) -> Candidate:
+    found = scanner.parts(stmt)
+    calls = found.calls
     writes = _writes(stmt)
     for call in calls:
         # `xs.append(v)`, `self.pending.append(x)`: the interpreter gives the container a new
@@ -121,12 +184,12 @@ def _candidate(stmt: ast.stmt, parameters: frozenset[str]) -> Candidate:
             root = _root(call.func.value)
             if root is not None and (root in parameters or call.func.attr in _MUTATORS):
                 writes.add(root)
-    return Candidate(frozenset(writes), frozenset(_names_in(stmt)), calls)
+    return Candidate(frozenset(writes), found.names, calls)
 
 
 def _classify(
     body: Sequence[ast.stmt],
-    properties: frozenset[str],
+    scanner: _Scanner,
     candidates: dict[ast.stmt, Candidate],
     kept_reads: set[str],
     parameters: frozenset[str],
@@ -135,8 +198,8 @@ def _classify(
     `kept_reads`. True when every statement of `body` is a candidate."""
     every = True
     for stmt in body:
-        if _is_candidate(stmt, properties, candidates, kept_reads, parameters):
-            candidates[stmt] = _candidate(stmt, parameters)
+        if _is_candidate(stmt, scanner, candidates, kept_reads, parameters):
+            candidates[stmt] = _candidate(stmt, parameters, scanner)
         else:
             every = False
     return every
@@ -144,71 +207,58 @@ def _classify(
 
 def _is_candidate(
     stmt: ast.stmt,
-    properties: frozenset[str],
+    scanner: _Scanner,
     candidates: dict[ast.stmt, Candidate],
     kept_reads: set[str],
     parameters: frozenset[str],
 ) -> bool:
     if isinstance(stmt, _SIMPLE):
-        if _quiet(stmt, properties) and all(_plain_target(t) for t in _targets(stmt)):
+        found = scanner.parts(stmt)
+        if found.quiet and all(_plain_target(t) for t in _targets(stmt)):
             return True
-        kept_reads.update(_names_in(stmt))
+        kept_reads.update(found.names)
         return False
     if isinstance(stmt, _COMPOUND):
         header = _header(stmt)
         # A test or a loop header with a call is kept: the branch it forks is the full analysis's.
         # Calls are judged where they run, with the state they run in: a statement that holds
         # others (whose state the body changes) is stepped over only when it calls nothing.
-        quiet_header = all(_quiet(part, properties) for part in header) and all(
+        quiet_header = all(scanner.parts(part).quiet for part in header) and all(
             _plain_target(t) for t in _targets(stmt)
         )
         inner = [
-            _classify(block, properties, candidates, kept_reads, parameters)
+            _classify(block, scanner, candidates, kept_reads, parameters)
             for block in (stmt.body, stmt.orelse)
         ]
-        if quiet_header and all(inner) and not _calls_in(stmt):
+        if quiet_header and all(inner) and not scanner.parts(stmt).calls:
             return True
         for part in header:
-            kept_reads.update(_names_in(part))
+            kept_reads.update(scanner.parts(part).names)
         return False
     if isinstance(stmt, (ast.With, ast.AsyncWith)):
         for item in stmt.items:
-            kept_reads.update(_names_in(item))
-        _classify(stmt.body, properties, candidates, kept_reads, parameters)
+            kept_reads.update(scanner.parts(item).names)
+        _classify(stmt.body, scanner, candidates, kept_reads, parameters)
         return False
     if isinstance(stmt, ast.Try):
         for part in ast.iter_child_nodes(stmt):
             if not isinstance(part, ast.stmt):
-                kept_reads.update(_names_in(part))
+                kept_reads.update(scanner.parts(part).names)
         for block in (stmt.body, stmt.orelse, stmt.finalbody):
-            _classify(block, properties, candidates, kept_reads, parameters)
+            _classify(block, scanner, candidates, kept_reads, parameters)
         for handler in stmt.handlers:
-            _classify(handler.body, properties, candidates, kept_reads, parameters)
+            _classify(handler.body, scanner, candidates, kept_reads, parameters)
         return False
     # Definitions, returns, raises, imports, `match`, async loops: kept, with all they read
     # (a nested function's body reads the enclosing variables when it runs).
-    kept_reads.update(_names_in(stmt))
+    kept_reads.update(scanner.parts(stmt).names)
     return False
-
-
-def _calls_in(node: ast.AST) -> bool:
-    return any(isinstance(part, ast.Call) for part in ast.walk(node))
 
 
 def _header(stmt: ast.If | ast.For | ast.While) -> list[ast.AST]:
     if isinstance(stmt, ast.For):
         return [stmt.target, stmt.iter]
     return [stmt.test]
-
-
-def _quiet(node: ast.AST, properties: frozenset[str]) -> bool:
-    """No call, property read, yield, await or code of its own anywhere in `node`."""
-    for part in ast.walk(node):
-        if isinstance(part, _RUNS_CODE):
-            return False
-        if isinstance(part, ast.Attribute) and part.attr in properties:
-            return False
-    return True
 
 
 def _targets(stmt: ast.stmt) -> list[ast.expr]:
@@ -258,19 +308,15 @@ def _statements(stmt: ast.stmt) -> Iterator[ast.stmt]:
             yield from _statements(inner)
 
 
-def _names_in(node: ast.AST) -> set[str]:
-    return {part.id for part in ast.walk(node) if isinstance(part, ast.Name)}
-
-
 def _parameters(function: FunctionNode) -> set[str]:
     args = function.args
     every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
     return {arg.arg for arg in every if arg is not None}
 
 
-def _declared(function: FunctionNode) -> set[str]:
+def _declared(every_node: Sequence[ast.AST]) -> set[str]:
     names: set[str] = set()
-    for node in ast.walk(function):
+    for node in every_node:
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             names.update(node.names)
     return names

@@ -196,22 +196,82 @@ def atom_kinds(expr: Expr) -> frozenset[str]:
 
 
 def is_rank_dependent(expr: Expr) -> bool:
-    return any(atom.kind in PER_RANK_KINDS for atom in atoms(expr))  # stops at the first
+    """Some atom of `expr` is of a per-rank kind (rank, perrank, nondet)."""
+    summary = _per_rank_summary(expr)
+    return summary.rank or summary.nondet_why is not None
 
 
 def opaque(name: str, inputs: tuple[Expr, ...] = ()) -> Atom:
     """An unknown value computed from `inputs`: it varies per rank exactly when they do."""
-    nondet = False
-    why = ""
+    why: str | None = None
     for item in inputs:
-        for atom in atoms(item):
-            if atom.kind in ("rank", "perrank"):
-                return Atom(name, "perrank")  # the rank wins: no need to look further
-            if atom.kind == "nondet" and not nondet:
-                nondet, why = True, atom.why
-    if nondet:
+        summary = _per_rank_summary(item)
+        if summary.rank:
+            return Atom(name, "perrank")  # the rank wins: no need to look further
+        if why is None:
+            why = summary.nondet_why
+    if why is not None:
         return Atom(name, "nondet", why=why)
     return Atom(name, "shared")
+
+
+@dataclass(frozen=True)
+class _Summary:
+    """What `opaque` asks of one input: whether an atom of kind rank or perrank is in it, and the
+    `why` of its first nondet atom in `atoms` order (None when it holds none)."""
+
+    rank: bool
+    nondet_why: str | None
+
+
+_NO_ATOM = _Summary(False, None)
+_RANK_ATOM = _Summary(True, None)
+# Summaries of composite values, by identity (an expression's hash walks its whole tree), each
+# with the value itself so that its id is not reused while the entry lives. Values are built by
+# wrapping earlier ones (a loop's carried value holds the previous one), so the same subtrees are
+# asked about again and again; the bound keeps the memory small, and emptying it only costs time.
+_SUMMARIES: dict[int, tuple[Expr, _Summary]] = {}
+_MAX_SUMMARIES = 1 << 16
+
+
+def _atom_summary(atom: Atom) -> _Summary:
+    if atom.kind in ("rank", "perrank"):
+        return _RANK_ATOM
+    if atom.kind == "nondet":
+        return _Summary(False, atom.why)
+    return _NO_ATOM
+
+
+def _per_rank_summary(expr: Expr) -> _Summary:
+    """`_Summary` of `expr`, from its children's (iteratively: deep values do not recurse).
+    `atoms` yields the atoms of the last child first, so the first nondet atom of `expr` is the
+    first of its children's in reverse order."""
+    if isinstance(expr, Atom):
+        return _atom_summary(expr)
+    known = _SUMMARIES.get(id(expr))
+    if known is not None and known[0] is expr:
+        return known[1]
+    if len(_SUMMARIES) >= _MAX_SUMMARIES:
+        _SUMMARIES.clear()
+    stack: list[tuple[Expr, bool]] = [(expr, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if id(node) in _SUMMARIES and _SUMMARIES[id(node)][0] is node:
+            continue
+        parts = children(node)
+        if not expanded:
+            stack.append((node, True))
+            stack.extend((part, False) for part in parts if not isinstance(part, Atom))
+            continue
+        rank = False
+        why: str | None = None
+        for part in reversed(parts):
+            summary = _atom_summary(part) if isinstance(part, Atom) else _SUMMARIES[id(part)][1]
+            rank = rank or summary.rank
+            if why is None:
+                why = summary.nondet_why
+        _SUMMARIES[id(node)] = (node, _Summary(rank, why) if rank or why is not None else _NO_ATOM)
+    return _SUMMARIES[id(expr)][1]
 
 
 MAX_CHOICE_DEPTH = 16  # nested `x if c else y` levels a tuple element is looked up through

@@ -149,48 +149,45 @@ def global_names(function: FunctionNode) -> frozenset[str]:
     )
 
 
+# Expressions whose inner calls do not run where they stand (they run when called or iterated).
+_DEFERRED = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
 @lru_cache(maxsize=65536)
 def calls_in_order(node: ast.expr) -> tuple[ast.Call, ...]:
     """Calls in evaluation order (arguments before the call), skipping lambdas and comprehensions."""
-    order: list[ast.Call] = []
-
-    def visit(current: ast.AST) -> None:
-        if isinstance(current, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            return
-        for child in ast.iter_child_nodes(current):
-            visit(child)
-        if isinstance(current, ast.Call):
-            order.append(current)
-
-    visit(node)
-    return tuple(order)
+    return tuple(effect for effect in effects_in_order(node, frozenset()) if isinstance(effect, ast.Call))
 
 
+@lru_cache(maxsize=65536)
 def effects_in_order(node: ast.expr, properties: frozenset[str]) -> tuple[ast.Call | ast.Attribute, ...]:
     """`calls_in_order`, with the attribute reads named in `properties` (a getter may run there)
     in their place: the object before the attribute, then the read. A method called
-    (`obj.name(...)`) is not a read."""
+    (`obj.name(...)`) is not a read. Cached: the interpreter asks on every path through an
+    expression, and the answer is a function of the tree. Walked with a stack of its own (post
+    order), so that deeply nested expressions do not exhaust Python's recursion."""
     order: list[ast.Call | ast.Attribute] = []
-
-    def visit(current: ast.AST) -> None:
-        if isinstance(current, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            return
+    # (node, whether its parts were visited): a node is emitted after its parts.
+    stack: list[tuple[ast.AST, bool]] = [(node, False)]
+    while stack:
+        current, visited = stack.pop()
+        if visited:
+            order.append(current)  # type: ignore[arg-type]
+            continue
+        if isinstance(current, _DEFERRED):
+            continue
         if isinstance(current, ast.Call) and isinstance(current.func, ast.Attribute):
-            visit(current.func.value)
-            for child in (*current.args, *current.keywords):
-                visit(child)
-            order.append(current)
-            return
-        for child in ast.iter_child_nodes(current):
-            visit(child)
-        if isinstance(current, ast.Call) or (
-            isinstance(current, ast.Attribute)
-            and current.attr in properties
-            and isinstance(current.ctx, ast.Load)
-        ):
-            order.append(current)
-
-    visit(node)
+            parts: list[ast.AST] = [current.func.value, *current.args, *current.keywords]
+            stack.append((current, True))
+        else:
+            parts = list(ast.iter_child_nodes(current))
+            if isinstance(current, ast.Call) or (
+                isinstance(current, ast.Attribute)
+                and current.attr in properties
+                and isinstance(current.ctx, ast.Load)
+            ):
+                stack.append((current, True))
+        stack.extend((part, False) for part in reversed(parts))
     return tuple(order)
 
 
