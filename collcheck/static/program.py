@@ -274,6 +274,10 @@ class Rebase:
             first=None if first is None else replace(first, chain=self.chain(first.chain)),
             # A loop's body conditions start with the conditions of the path that reached it.
             body_conds=tuple(self.conds(conds) for conds in element.body_conds),
+            body_comms=tuple(
+                tuple(replace(event, chain=self.chain(event.chain)) for event in comms)
+                for comms in element.body_comms
+            ),
         )
 
     def exit(self, exit: Exit | None) -> Exit | None:
