@@ -236,9 +236,10 @@ def _long_step_helper(statements: int) -> str:
 def test_a_replayed_summary_is_charged_what_it_replays_not_the_helper_body(tmp_path: Path) -> None:
     """A 400-statement helper called at 20 sites: charged its body at every site, 8,000 steps, over
     a 5,000-step budget, and the caller went to the reduced mode; a replay rebuilds one final state
-    and one event, so the caller now fits and is analysed in full, with the regions of inlining."""
+    and one event, so the caller now fits and is analysed in full."""
     calls = "".join("    step(t)\n" for _ in range(20))
-    source = _long_step_helper(400) + "def f(t):\n" + calls + "    if dist.get_rank() == 0:\n        step(t)\n"
+    guarded = "    if dist.get_rank() == 0:\n        step(t)\n"
+    source = _long_step_helper(400) + "def f(t):\n" + calls + guarded
     _, extractor = analyse(source)
     assert executions(extractor, "step") == 1
     assert extractor.summaries.reused == 20
@@ -258,7 +259,7 @@ def test_a_replay_never_costs_more_than_running_the_body_again() -> None:
         "def tiny(x):\n    dist.all_reduce(x); dist.all_reduce(x); dist.all_reduce(x)\n"
         "def f(t):\n" + "".join("    tiny(t)\n" for _ in range(10))
     )
-    summarised, extractor = analyse(source)
+    _, extractor = analyse(source)
     _, inlined = analyse(source, summaries=False)
     assert extractor.summaries.reused == 9
     assert extractor.steps <= inlined.steps
