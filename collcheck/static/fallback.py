@@ -93,6 +93,25 @@ def join_paths(states: list[State], ranked: RankedConditions) -> list[State]:
     return [item if isinstance(item, State) else join(groups[item], ranked) for item in order]
 
 
+# The full analysis joins paths ended by one raise once a block holds more than this share of
+# `max_paths`: a small function keeps its paths one by one, and pays nothing for the grouping.
+JOIN_RAISED_SHARE = 8
+
+
+def ended_by_raise(state: State) -> bool:
+    return state.exit is not None and state.exit.kind is ExitKind.RAISE
+
+
+def join_ended(
+    states: list[State], produced: list[State], ranked: RankedConditions, max_paths: int
+) -> list[State]:
+    """`states` after a statement that `produced` some of them: `join_raised` once they are more than
+    a `JOIN_RAISED_SHARE` of `max_paths` and the statement ended one by a raise; else as they are."""
+    if len(states) > max_paths // JOIN_RAISED_SHARE and any(map(ended_by_raise, produced)):
+        return join_raised(states, ranked)
+    return states
+
+
 def join_raised(states: list[State], ranked: RankedConditions) -> list[State]:
     """The states ended by the same `raise` (the same exit, with the same data tests) after the same
     elements and the same rank-dependent decisions, joined into one each, in place of the first;
@@ -103,7 +122,7 @@ def join_raised(states: list[State], ranked: RankedConditions) -> list[State]:
     (the join is exact, as `join` is: the conditions that part the ranks are kept one by one)."""
     groups: dict[tuple[object, ...], list[State]] = {}
     for state in states:
-        if state.exit is not None and state.exit.kind is ExitKind.RAISE:
+        if state.exit is not None and ended_by_raise(state):
             key = (state.exit, state.events, tuple(c for c in state.conds if ranked(c)))
             groups.setdefault(key, []).append(state)
     if all(len(group) == 1 for group in groups.values()):
@@ -116,7 +135,7 @@ def join_raised(states: list[State], ranked: RankedConditions) -> list[State]:
             merged = join(group, ranked)
             merged.exit = state.exit
             joined.append(merged)
-        elif state.exit is None or state.exit.kind is not ExitKind.RAISE:
+        elif not ended_by_raise(state):
             joined.append(state)
     return joined
 
