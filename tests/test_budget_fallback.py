@@ -15,8 +15,9 @@ from collcheck.api import check_paths
 from collcheck.config import Settings, load_settings
 from collcheck.findings import RunResult
 from collcheck.static import interpret
-from collcheck.static.fallback import RankedConditions, join_paths
+from collcheck.static.fallback import RankedConditions, join_paths, join_raised
 from collcheck.static.over_budget import budget_counts, decided_in
+from collcheck.static.program import Exit, ExitKind
 from collcheck.static.state import State
 from collcheck.static.symbolic import RANK, Atom, BoolOp, Compare, Const, IfExp, negate
 
@@ -222,3 +223,59 @@ def test_over_the_reduced_budget_too_helpers_become_unknown_collectives(tmp_path
     assert [(f.code, f.function, f.location.line) for f in result.findings] == [("CC001", "train", barrier)]
     assert budget_counts(result.notes) == (1, 1), result.notes
     assert any("train analysed in the reduced mode" in n and "unknown collectives" in n for n in result.notes)
+
+
+def _guarded_configuration(settings: int, fixed: bool) -> str:
+    """A trainer's setup: `settings` optional settings, each checked and applied when given (an arm
+    that may raise is not merged with the other: the live paths double) and followed by two checks
+    that raise on a bad value (every `raise` ends one path for each live path that reaches it),
+    then an all_reduce of what the settings made that only rank 0 issues (or, fixed, every rank)."""
+    lines = ["import torch.distributed as dist", "", "", "def fit(cfg):", "    size = 1"]
+    for i in range(settings):
+        lines += [
+            f"    if cfg.option{i} is not None:",
+            f"        if cfg.option{i} < 0:",
+            f"            raise ValueError('option{i}')",
+            f"        size = size + cfg.option{i}",
+            f"    if cfg.low{i} > cfg.high{i}:",
+            f"        raise ValueError('low{i} over high{i}')",
+            f"    if cfg.mode{i} not in ('a', 'b'):",
+            f"        raise ValueError('mode{i}')",
+        ]
+    lines += (
+        ["    dist.all_reduce(size)"]
+        if fixed
+        else ["    if dist.get_rank() == 0:", "        dist.all_reduce(size)"]
+    )
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_paths_ended_by_one_raise_are_one_path_in_the_full_analysis(tmp_path: Path, fixed: bool) -> None:
+    """Six optional settings make 64 live paths and, before the join, hundreds of paths ended by the
+    18 raises (over `max-paths`: the function ran in the reduced mode). A `raise` reached from
+    several paths that differ in settings alone ends one path: 18 of them, and the function is
+    analysed in full; the all_reduce only rank 0 issues is found, the fixed twin is clean."""
+    path = tmp_path / "setup.py"
+    path.write_text(_guarded_configuration(6, fixed), encoding="utf-8")
+    result = _check(path)
+    assert budget_counts(result.notes) == (0, 0), result.notes
+    assert [f.code for f in result.findings] == ([] if fixed else ["CC001"])
+
+
+def test_join_raised_joins_one_raise_after_data_decisions_only() -> None:
+    """Ended by the same raise after the same (no) events: one path under the disjunction of the
+    settings tests; parted by the rank, or ended by another raise: kept apart; live paths untouched."""
+    where = Exit(ExitKind.RAISE, "m.py", 5, 4, raised="ValueError")
+    elsewhere = Exit(ExitKind.RAISE, "m.py", 9, 4, raised="ValueError")
+    a, b = State({}, (OTHER, SHARED)), State({}, (OTHER, negate(SHARED)))
+    ranked_a, ranked_b = State({}, (IS_ZERO,)), State({}, (negate(IS_ZERO),))
+    other = State({}, (negate(OTHER),))
+    live = State({}, ())
+    for state in (a, b, ranked_a, ranked_b):
+        state.exit = where
+    other.exit = elsewhere
+    joined = join_raised([a, live, b, ranked_a, ranked_b, other], RankedConditions())
+    assert len(joined) == 5
+    assert joined[0].exit == where and joined[0].conds == (OTHER,)  # flag or not flag
+    assert joined[1:] == [live, ranked_a, ranked_b, other]

@@ -225,3 +225,41 @@ def test_recursion_is_followed_a_bounded_number_of_levels_as_with_inlining() -> 
     # Each call follows `levels` MAX_RECURSION (3) levels deep, the inlining depth allowing:
     # three all_reduces per call at most (one, if recursion were cut at the first re-entry).
     assert max(len(path.events) for path in regions[0].paths) == 2 * inliner.MAX_RECURSION
+
+
+def _long_step_helper(statements: int) -> str:
+    """A helper of `statements` bookkeeping statements around one all_reduce (a step method)."""
+    body = "".join(f"    v{i} = x + {i}\n    x = v{i}\n" for i in range(statements // 2))
+    return "import torch.distributed as dist\ndef step(x):\n" + body + "    dist.all_reduce(x)\n"
+
+
+def test_a_replayed_summary_is_charged_what_it_replays_not_the_helper_body(tmp_path: Path) -> None:
+    """A 400-statement helper called at 20 sites: charged its body at every site, 8,000 steps, over
+    a 5,000-step budget, and the caller went to the reduced mode; a replay rebuilds one final state
+    and one event, so the caller now fits and is analysed in full."""
+    calls = "".join("    step(t)\n" for _ in range(20))
+    guarded = "    if dist.get_rank() == 0:\n        step(t)\n"
+    source = _long_step_helper(400) + "def f(t):\n" + calls + guarded
+    _, extractor = analyse(source)
+    assert executions(extractor, "step") == 1
+    assert extractor.summaries.reused == 20
+    assert extractor.steps < 1000  # one body run (~400) and 20 replays of 2 steps each
+    path = tmp_path / "loop.py"
+    path.write_text(source, encoding="utf-8")
+    result = check_paths([path], load_settings([path]).with_overrides(jobs=1, cache=False))
+    assert not [note for note in result.notes if "reduced mode" in note], result.notes
+    assert [f.code for f in result.findings] == ["CC001"]
+
+
+def test_a_replay_never_costs_more_than_running_the_body_again() -> None:
+    """A helper of one statement with several events: a replay is charged at most what its body
+    cost when it ran (replaying it cannot push a caller over a budget that running it would not)."""
+    source = (
+        "import torch.distributed as dist\n"
+        "def tiny(x):\n    dist.all_reduce(x); dist.all_reduce(x); dist.all_reduce(x)\n"
+        "def f(t):\n" + "".join("    tiny(t)\n" for _ in range(10))
+    )
+    _, extractor = analyse(source)
+    _, inlined = analyse(source, summaries=False)
+    assert extractor.summaries.reused == 9
+    assert extractor.steps <= inlined.steps

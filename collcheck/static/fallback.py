@@ -1,8 +1,9 @@
 """The cheaper analysis of a function that went over the work budget (`max_steps`, `max_paths`).
 
-In: the states the interpreter carries after a statement (`join_paths`), or a statement and the
-names the resolver says communicate (`inert`). Out: fewer states, or whether a statement may be
-stepped over without counting it against the budget.
+In: the states the interpreter carries after a statement (`join_paths`; `join_raised`, which the
+full analysis uses too), or a statement and the names the resolver says communicate (`inert`).
+Out: fewer states, or whether a statement may be stepped over without counting it against the
+budget.
 
 Why: the full analysis follows every path separately, so a long trainer method with many
 independent `if`s multiplies its paths, and every statement (helpers included) counts against
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import ast
 
+from collcheck.static.program import ExitKind
 from collcheck.static.state import State, common_prefix
 from collcheck.static.symbolic import TRUE, BoolOp, Expr, IfExp, conjoin, is_rank_dependent, negate, opaque
 
@@ -89,6 +91,53 @@ def join_paths(states: list[State], ranked: RankedConditions) -> list[State]:
     if len(groups) == live:
         return states  # nothing to join
     return [item if isinstance(item, State) else join(groups[item], ranked) for item in order]
+
+
+# The full analysis joins paths ended by one raise once a block holds more than this share of
+# `max_paths`: a small function keeps its paths one by one, and pays nothing for the grouping.
+JOIN_RAISED_SHARE = 8
+
+
+def ended_by_raise(state: State) -> bool:
+    return state.exit is not None and state.exit.kind is ExitKind.RAISE
+
+
+def join_ended(
+    states: list[State], produced: list[State], ranked: RankedConditions, max_paths: int
+) -> list[State]:
+    """`states` after a statement that `produced` some of them: `join_raised` once they are more than
+    a `JOIN_RAISED_SHARE` of `max_paths` and the statement ended one by a raise; else as they are."""
+    if len(states) > max_paths // JOIN_RAISED_SHARE and any(map(ended_by_raise, produced)):
+        return join_raised(states, ranked)
+    return states
+
+
+def join_raised(states: list[State], ranked: RankedConditions) -> list[State]:
+    """The states ended by the same `raise` (the same exit, with the same data tests) after the same
+    elements and the same rank-dependent decisions, joined into one each, in place of the first;
+    the other states are kept as they are. Used by the full analysis too: a `raise` guarded by a
+    setting (`if cfg is None: raise ValueError(...)`) ends one path for every live path that reaches
+    it, and a method of many such guards between the branches that matter multiplied its ended
+    paths past `max_paths`, while the ranks that raise there are simply those of any of them
+    (the join is exact, as `join` is: the conditions that part the ranks are kept one by one)."""
+    groups: dict[tuple[object, ...], list[State]] = {}
+    for state in states:
+        if state.exit is not None and ended_by_raise(state):
+            key = (state.exit, state.events, tuple(c for c in state.conds if ranked(c)))
+            groups.setdefault(key, []).append(state)
+    if all(len(group) == 1 for group in groups.values()):
+        return states
+    first = {id(group[0]): group for group in groups.values()}
+    joined = []
+    for state in states:
+        group = first.get(id(state))
+        if group is not None:
+            merged = join(group, ranked)
+            merged.exit = state.exit
+            joined.append(merged)
+        elif not ended_by_raise(state):
+            joined.append(state)
+    return joined
 
 
 def join(states: list[State], ranked: RankedConditions) -> State:

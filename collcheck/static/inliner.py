@@ -385,8 +385,11 @@ class HelperInliner(CollectiveEvents):
 
     def _apply_summary(self, summary: Summary, caller: State, inner: Frame, frame: Frame) -> list[State]:
         """Replay a recorded helper run at this call: its work, the dependencies it passes on to
-        helper runs being recorded around this call, its loop regions and its final states."""
-        self.steps += summary.steps
+        helper runs being recorded around this call, its loop regions and its final states.
+        The replay is charged what it does (`replay_cost`), never more than running the body
+        again would cost: a helper replayed at every call site of a long function (a step
+        method called from each arm of a loop) costs its events, not its statements, each time."""
+        self.steps += min(summary.steps, replay_cost(summary) * (INERT_PER_STEP if self.reduced else 1))
         if self.steps > self.step_limit:
             raise PathLimitExceeded(f"more than {self.max_steps} statements executed")
         rebase = Rebase(summary.chain, inner.chain, summary.conds, caller.conds)
@@ -531,6 +534,13 @@ def _small(value: Expr, limit: int = MAX_KEY_NODES) -> bool:
         else:
             stack.extend(children(node))
     return True
+
+
+def replay_cost(summary: Summary) -> int:
+    """The work of replaying `summary`, in steps: one for each final state it rebuilds, each
+    event it rebases onto the caller, and each loop region it passes on (at least one)."""
+    events = sum(len(result.events) for result in summary.results)
+    return max(1, len(summary.results) + events + len(summary.loops))
 
 
 def _summary_key(

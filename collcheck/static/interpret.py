@@ -27,7 +27,7 @@ from collcheck.static.budget import check_active
 from collcheck.static.catalog_values import BIN_OPS, value_from_spec
 from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
 from collcheck.static.conditions import source_of
-from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simple, join_paths
+from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simple, join_ended, join_paths
 from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.inferred_types import infer_parameter, inferred_result
 from collcheck.static.inliner import LoopOp
@@ -266,6 +266,7 @@ class Interpreter(ObjectProtocols):
             states = finished + produced
             if self.reduced and len(produced) > 1:
                 states = join_paths(states, self.ranked)
+            states = join_ended(states, produced, self.ranked, self.max_paths)
             if len(states) > self.max_paths:
                 raise PathLimitExceeded(f"more than {self.max_paths} paths", Budget.PATHS)
         return states
