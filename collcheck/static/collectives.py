@@ -13,6 +13,7 @@ import ast
 from collcheck.catalog import OpSpec
 from collcheck.static import groups
 from collcheck.static.calls import CallResolver
+from collcheck.static.gradient_sync import backward_events, forward_output, is_backward
 from collcheck.static.group_values import group_value
 from collcheck.static.loader import ModuleInfo
 from collcheck.static.names import qualified_name, source_text
@@ -58,6 +59,10 @@ class CollectiveEvents(CallResolver):
     def communicate(
         self, call: ast.Call, spec: OpSpec, state: State, frame: Frame, known: dict[int, Expr]
     ) -> tuple[State, Expr]:
+        if is_backward(self.catalog, spec):  # `loss.backward()` through a wrapped module's output
+            if self.record_events:
+                state.events = (*state.events, *backward_events(self, call, state, frame, self.paused_syncs))
+            return state, Atom(f"result:{spec.op}@{where_of(call)}", "shared")
         args = _map_arguments(call, spec)
         configured = True if spec.when is None else self._configured(call, spec, args, state, frame, known)
         if configured is False:  # the configuration the call site shows makes it no collective
@@ -125,7 +130,10 @@ class CollectiveEvents(CallResolver):
             held = args.get(name)
             if isinstance(held, (ast.Name, ast.Attribute)):  # the root's result, a partial one elsewhere
                 self.bind(held, Atom(f"rooted:{source_text(held)}@{where_of(call)}", "perrank"), state)
-        return state, self._op_result(call, spec, args, state, frame, known)
+        result = self._op_result(call, spec, args, state, frame, known)
+        if isinstance(result, Atom):  # a wrapped module's forward: its output carries the reduction
+            result = forward_output(self, call, result, state, frame, known)
+        return state, result
 
     def _configured(
         self,

@@ -33,12 +33,23 @@ class Const:
 
 
 @dataclass(frozen=True)
+class GradSync:
+    """A gradient reduction a backward through the value runs: the catalog's op (`ddp_backward`)
+    and the wrapper's group (None: the world)."""
+
+    op: str
+    group: GroupVal | None = None
+
+
+@dataclass(frozen=True)
 class Atom:
     name: str
     kind: str  # rank | world | shared | perrank | nondet
     why: str = ""  # for nondet atoms: what varies ("wall-clock time")
     lower: int | None = None  # known bounds, e.g. 0 <= group_rank < world
     below_world: bool = False
+    # computed from what a module wrapped for data parallelism returned (gradient_sync.py)
+    synced: frozenset[GradSync] = frozenset()
 
     def __str__(self) -> str:
         return self.name
@@ -200,18 +211,34 @@ def is_rank_dependent(expr: Expr) -> bool:
 
 
 def opaque(name: str, inputs: tuple[Expr, ...] = ()) -> Atom:
-    """An unknown value computed from `inputs`: it varies per rank exactly when they do."""
-    nondet = False
+    """An unknown value computed from `inputs`: it varies per rank exactly when they do, and
+    carries the gradient reductions of all of them."""
+    nondet = ranked = False
     why = ""
+    synced: frozenset[GradSync] = frozenset()
     for item in inputs:
         for atom in atoms(item):
+            if atom.synced:
+                synced |= atom.synced
             if atom.kind in ("rank", "perrank"):
-                return Atom(name, "perrank")  # the rank wins: no need to look further
-            if atom.kind == "nondet" and not nondet:
+                ranked = True  # the rank wins
+            elif atom.kind == "nondet" and not nondet:
                 nondet, why = True, atom.why
+    if ranked:
+        return Atom(name, "perrank", synced=synced)
     if nondet:
-        return Atom(name, "nondet", why=why)
-    return Atom(name, "shared")
+        return Atom(name, "nondet", why=why, synced=synced)
+    return Atom(name, "shared", synced=synced)
+
+
+def synced_in(values: tuple[Expr, ...]) -> frozenset[GradSync]:
+    """The gradient reductions a backward through a value computed from `values` runs."""
+    found: frozenset[GradSync] = frozenset()
+    for value in values:
+        for atom in atoms(value):
+            if atom.synced:
+                found |= atom.synced
+    return found
 
 
 MAX_CHOICE_DEPTH = 16  # nested `x if c else y` levels a tuple element is looked up through
