@@ -26,11 +26,14 @@ from collcheck.catalog import Catalog, GradientSync, OpSpec
 from collcheck.static.group_values import group_value, type_of
 from collcheck.static.loader import ModuleInfo
 from collcheck.static.names import ImportTable, dotted, qualified_name, source_text
-from collcheck.static.program import CommEvent, EventKind
+from collcheck.static.program import OWN_DATA, CommEvent, EventKind
 from collcheck.static.state import Frame, State
-from collcheck.static.symbolic import Atom, Expr, GradSync, GroupVal, synced_in
+from collcheck.static.symbolic import Atom, Expr, GradSync, GroupVal, atoms, synced_in
 
 TYPED = "type:"
+# A data-parallel module runs on each rank's own inputs: what it returns is that rank's own data
+# (a non-finite loss on one rank only), a per-process value of the kind CC008 reports.
+OWN_OUTPUT = f"{OWN_DATA}, the output of a data-parallel module on this rank's own inputs"
 
 
 class Evaluator(Protocol):
@@ -126,7 +129,7 @@ def forward_output(
     synced = _module_syncs(ev, call.func, state, frame, known)
     if not synced and isinstance(call.func, ast.Attribute) and call.func.attr == "forward":
         synced = _module_syncs(ev, call.func.value, state, frame, known)
-    return Atom(result.name, result.kind, result.why, synced=synced) if synced else result
+    return Atom(result.name, "nondet", OWN_OUTPUT, synced=synced) if synced else result
 
 
 def call_output(
@@ -147,10 +150,13 @@ def call_output(
     if not ev.catalog.gradient_syncs:
         return Atom(name, "shared")
     keywords = [ev.pure(k.value, state, frame, known) for k in node.keywords if isinstance(k.value, ast.Name)]
-    synced = synced_in((*args, *keywords, *((receiver,) if receiver is not None else ())))
+    inputs = (*args, *keywords, *((receiver,) if receiver is not None else ()))
+    synced = synced_in(inputs)
     for argument in [*node.args, *(k.value for k in node.keywords)]:
         if isinstance(argument, (ast.Name, ast.Attribute)):
             synced |= _module_syncs(ev, argument, state, frame, known or {})
+    if synced and any(atom.why == OWN_OUTPUT for value in inputs for atom in atoms(value)):
+        return Atom(name, "nondet", OWN_OUTPUT, synced=synced)  # computed from this rank's outputs
     return Atom(name, "shared", synced=synced)
 
 
