@@ -159,3 +159,19 @@ def test_deepspeed_engine_output_backward() -> None:
                 loss.backward()
     """
     assert [code for _, code in _codes(source)] == ["CC001"]
+
+
+def test_join_shadows_the_backward_of_ranks_whose_inputs_ran_out() -> None:
+    source = """
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        def train(net, batch):
+            model = DDP(net)
+            steps = 3 + dist.get_rank()
+            {head}
+                for _ in range(steps):
+                    model(batch).sum().backward()
+    """
+    assert _codes(source.format(head="with model.join():")) == []
+    assert [c for _, c in _codes(source.format(head="if True:"))] == ["CC002"]

@@ -43,9 +43,9 @@ from collcheck.static.symbolic import (
 )
 from collcheck.static.values import where_of
 
-# Implicit collectives of a wrapped model's forward that DDP's Join context shadows for ranks
-# whose inputs ran out (catalogs: torch_wrappers.toml, accelerate.toml).
-JOINABLE_OPS = frozenset({"ddp_forward", "prepared_model_forward"})
+# Implicit collectives of a wrapped model's forward and backward that DDP's Join context shadows
+# for ranks whose inputs ran out (catalogs: torch_wrappers.toml, accelerate.toml).
+JOINABLE_OPS = frozenset({"ddp_forward", "prepared_model_forward", "ddp_backward", "prepared_model_backward"})
 
 
 class CollectiveEvents(CallResolver):
@@ -61,7 +61,9 @@ class CollectiveEvents(CallResolver):
     ) -> tuple[State, Expr]:
         if is_backward(self.catalog, spec):  # `loss.backward()` through a wrapped module's output
             if self.record_events:
-                state.events = (*state.events, *backward_events(self, call, state, frame, self.paused_syncs))
+                issued = backward_events(self, call, state, frame, self.paused_syncs)
+                shadowed = JOINABLE_OPS if self.joined else frozenset()
+                state.events = (*state.events, *(e for e in issued if e.op not in shadowed))
             return state, Atom(f"result:{spec.op}@{where_of(call)}", "shared")
         args = _map_arguments(call, spec)
         configured = True if spec.when is None else self._configured(call, spec, args, state, frame, known)
