@@ -43,6 +43,7 @@ class Evaluator(Protocol):
     catalog: Catalog
     local_imports: ImportTable
     held_groups: dict[str, GroupVal | None]
+    gradients_seen: bool
 
     def pure(
         self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr] | None = None
@@ -111,11 +112,13 @@ def _group_of(
 def _module_syncs(
     ev: Evaluator, node: ast.expr, state: State, frame: Frame, known: dict[int, Expr]
 ) -> frozenset[GradSync]:
-    """The reductions of the wrapped module `node` holds, if it holds one."""
-    syncs = _syncs_of(ev.catalog, type_of(ev, node, state, frame.class_name))
-    if not syncs:
-        return frozenset()
+    """The reductions of the wrapped module `node` holds, if it holds one (asked for the arguments
+    of every unknown call: what the name holds is read first, the catalogued type only of a typed
+    object)."""
     typed = _held(ev, node, state, frame)
+    if not isinstance(typed, Atom) or not typed.name.startswith(TYPED):
+        return frozenset()
+    syncs = _syncs_of(ev.catalog, type_of(ev, node, state, frame.class_name))
     return frozenset(GradSync(s.spec.op, _group_of(ev, s, typed, state, frame, known)) for s in syncs)
 
 
@@ -129,7 +132,10 @@ def forward_output(
     synced = _module_syncs(ev, call.func, state, frame, known)
     if not synced and isinstance(call.func, ast.Attribute) and call.func.attr == "forward":
         synced = _module_syncs(ev, call.func.value, state, frame, known)
-    return Atom(result.name, "nondet", OWN_OUTPUT, synced=synced) if synced else result
+    if not synced:
+        return result
+    ev.gradients_seen = True  # from here on, values of this module may carry a reduction
+    return Atom(result.name, "nondet", OWN_OUTPUT, synced=synced)
 
 
 def call_output(
@@ -149,8 +155,12 @@ def call_output(
     name = f"call:{source_text(node)}"
     if not ev.catalog.gradient_syncs:
         return Atom(name, "shared")
-    keywords = [ev.pure(k.value, state, frame, known) for k in node.keywords if isinstance(k.value, ast.Name)]
-    inputs = (*args, *keywords, *((receiver,) if receiver is not None else ()))
+    inputs: tuple[Expr, ...] = ()
+    if ev.gradients_seen:  # what was handed can carry a reduction only once a forward made one
+        keywords = [
+            ev.pure(k.value, state, frame, known) for k in node.keywords if isinstance(k.value, ast.Name)
+        ]
+        inputs = (*args, *keywords, *((receiver,) if receiver is not None else ()))
     synced = synced_in(inputs)
     for argument in [*node.args, *(k.value for k in node.keywords)]:
         if isinstance(argument, (ast.Name, ast.Attribute)):

@@ -100,6 +100,7 @@ class ValueEvaluator:
         self._class_types: dict[str, frozenset[str]] = {}  # class -> framework classes it derives from
         self._factories: dict[FunctionNode, str | None] = {}  # function -> the class it returns
         self.partials: dict[str, Partial] = {}  # `functools.partial` values made here, by atom name
+        self.gradients_seen = False  # a wrapped module's output was made here (gradient_sync.py)
 
     def class_types(self, class_name: str) -> frozenset[str]:
         """The framework classes (outside the run) a class of this module derives from."""
