@@ -92,6 +92,24 @@ class SessionSpec:
 
 
 @dataclass(frozen=True)
+class GradientSync:
+    """Backward through a value computed by a module of one of `wrappers` communicates: DDP's
+    backward all-reduces gradient buckets, FSDP's reduce-scatters them (`[[gradient_sync]]`).
+    `spec`: the event's op; `group`: the wrapper constructor's keyword naming the group (not
+    passed: the world); `paused_by`: methods whose `with` block suspends it (`model.no_sync()`,
+    `accelerator.no_sync(model)`), called on such a module or handed one."""
+
+    spec: OpSpec
+    wrappers: tuple[str, ...]
+    group: str | None = None
+    paused_by: tuple[str, ...] = ()
+    # how backward is started: a method of the value (`loss.backward()`), or a function or typed
+    # method handed it first (`torch.autograd.backward(loss)`, `accelerate.Accelerator.backward`)
+    methods: tuple[str, ...] = ("backward",)
+    functions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Catalog:
     functions: dict[str, OpSpec] = field(default_factory=dict)
     methods: tuple[MethodSpec, ...] = ()
@@ -125,6 +143,7 @@ class Catalog:
     sessions: dict[str, SessionSpec] = field(default_factory=dict)
     # qualified names of the default group (`torch.distributed.group.WORLD`; `[default_group]`)
     default_groups: frozenset[str] = frozenset()
+    gradient_syncs: tuple[GradientSync, ...] = ()  # `[[gradient_sync]]`
     names: tuple[str, ...] = ()
     fingerprint: str = ""
 
@@ -179,6 +198,13 @@ class Catalog:
     @cached_property
     def _receiver_packages(self) -> dict[tuple[str, ...], frozenset[str]]:
         return {}
+
+    @cached_property
+    def backward_words(self) -> frozenset[str]:
+        """The last names of what starts a backward that may communicate (a cheap test per call)."""
+        words = {m for sync in self.gradient_syncs for m in sync.methods}
+        words.update(f.rsplit(".", 1)[-1] for sync in self.gradient_syncs for f in sync.functions)
+        return frozenset(words)
 
     def method_specs(self, name: str) -> tuple[MethodSpec, ...]:
         """The entries for a method name, in catalog order (asked for every call evaluated)."""
@@ -294,6 +320,7 @@ class _Builder:
     tables: dict[str, dict[str, str]] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
     grids: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    gradient_syncs: list[GradientSync] = field(default_factory=list)
 
     def table(self, name: str) -> dict[str, str]:
         return self.tables.setdefault(name, {})
@@ -344,6 +371,8 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
         item_where = f"{where}: async_session #{index + 1}"
         for name in _str_tuple(entry, "names", item_where):
             builder.sessions[name] = _session_spec(entry, item_where)
+    for index, entry in enumerate(data.get("gradient_sync", [])):
+        builder.gradient_syncs.append(_gradient_sync(entry, f"{where}: gradient_sync #{index + 1}"))
     default_groups = data.get("default_group", {})
     builder.default_groups.update(_str_tuple(default_groups, "names", f"{where}: [default_group]"))
     _add_rank_section(builder, data.get("rank", {}), f"{where}: [rank]", "rank", "rank")
@@ -407,6 +436,21 @@ def _session_spec(entry: dict[str, Any], where: str) -> SessionSpec:
         group=_optional_str(entry, "group", where),
         ends=ends,
         quiet_when=tuple(sorted((str(k), v) for k, v in quiet.items())),
+    )
+
+
+def _gradient_sync(entry: dict[str, Any], where: str) -> GradientSync:
+    op = _optional_str(entry, "op", where)
+    wrappers = _str_tuple(entry, "wrappers", where)
+    if not op or not wrappers:
+        raise CatalogError(f"{where}: needs 'op' and 'wrappers'")
+    return GradientSync(
+        spec=OpSpec(op=op, source="gradient_sync"),
+        wrappers=wrappers,
+        group=_optional_str(entry, "group", where),
+        paused_by=_str_tuple(entry, "paused_by", where),
+        methods=_str_tuple(entry, "methods", where) or ("backward",),
+        functions=_str_tuple(entry, "functions", where),
     )
 
 
@@ -561,6 +605,7 @@ def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ()))
         launchers=tables.get("launchers", {}),
         sessions=builder.sessions,
         default_groups=frozenset(builder.default_groups),
+        gradient_syncs=tuple(builder.gradient_syncs),
         names=tuple(builder.names),
         fingerprint=fingerprint,
     )

@@ -47,10 +47,6 @@ KNOWN_GAPS: dict[str, str] = {
         "collective only under the DeepSpeed/FSDP plugins, and collcheck does not read the accelerate "
         "launch config)"
     ),
-    "reports/ddp_skip_batch_no_anchor_bug.py": (
-        "the skipped collective is DDP's implicit gradient all-reduce inside loss.backward() of a "
-        "loss computed by the wrapped model: backward is not tied to the forward that built the graph"
-    ),
     "reports/dp_idle_rank_skips_moe_forward_bug.py": (
         "`batch is None` is per-rank scheduler state; the only evidence in the code is that the "
         "activations computed from the batch go through all_to_all_single, and a tensor exchanged "

@@ -18,6 +18,7 @@ from enum import Enum
 from collcheck.catalog import OpSpec
 from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.conditions import ConditionSources, source_of
+from collcheck.static.gradient_sync import backward_spec
 from collcheck.static.group_values import GROUP_PLACES, type_of
 from collcheck.static.loader import FunctionNode, ModuleInfo, inherited, remote_function
 from collcheck.static.local_data import LocalData, combining_words
@@ -127,6 +128,7 @@ class CallResolver(ValueEvaluator):
         self.nested: dict[str, FunctionNode] = {}  # functions defined inside the one being executed
         self.remote_modules: dict[FunctionNode, ModuleInfo] = {}  # helpers of other files: their module
         self.raises_followed = 0  # depth of `try` bodies whose helpers that may raise are run (handlers.py)
+        self.paused_syncs: frozenset[str] = frozenset()  # gradient reductions a `with` suspends here
         self._callback_communicates: dict[FunctionNode, bool] = {}
         self._handed_ops: dict[tuple[FunctionNode, str | None], frozenset[str] | None] = {}
         self._lambda_ops: dict[tuple[ast.Lambda, str | None], _Ops] = {}
@@ -209,7 +211,7 @@ class CallResolver(ValueEvaluator):
         """What `call` is; asked in this order, the first answer wins."""
         if self.exit_call(call):
             return Resolution(CallKind.EXIT)
-        spec = self.op_spec(call, state, frame.class_name)
+        spec = self.op_spec(call, state, frame.class_name) or self._backward(call, frame, state)
         if spec is not None:
             return Resolution(CallKind.COLLECTIVE, spec=spec)
         target = self.local_target(call, frame)
@@ -230,6 +232,8 @@ class CallResolver(ValueEvaluator):
         (this is asked for every call of every expression evaluated)."""
         if self.op_spec(call, state, frame.class_name) is not None:
             return True
+        if self._backward(call, frame, state) is not None:
+            return True
         if self.exit_call(call):
             return True
         if qualified_name(call.func, self.local_imports) in self.catalog.types_in_place:
@@ -238,6 +242,12 @@ class CallResolver(ValueEvaluator):
         if target is not None or self.held_target(call, frame, state) is not None:
             return True
         return self.passes_communicating_callback(call, frame)
+
+    def _backward(self, call: ast.Call, frame: Frame, state: State | None) -> OpSpec | None:
+        """A backward through a wrapped module's output (gradient_sync.py)."""
+        if state is None or not self.catalog.gradient_syncs:
+            return None
+        return backward_spec(self, call, state, frame, self.paused_syncs)
 
     def held_target(self, call: ast.Call, frame: Frame, state: State | None) -> HeldTarget | None:
         """A function of this file run by a call through what a name holds: a method of an object

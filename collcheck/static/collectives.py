@@ -13,6 +13,7 @@ import ast
 from collcheck.catalog import OpSpec
 from collcheck.static import groups
 from collcheck.static.calls import CallResolver
+from collcheck.static.gradient_sync import backward_events, forward_output, is_backward
 from collcheck.static.group_values import group_value
 from collcheck.static.inferred_types import inferred_class
 from collcheck.static.loader import ModuleInfo
@@ -43,9 +44,9 @@ from collcheck.static.symbolic import (
 )
 from collcheck.static.values import where_of
 
-# Implicit collectives of a wrapped model's forward that DDP's Join context shadows for ranks
-# whose inputs ran out (catalogs: torch_wrappers.toml, accelerate.toml).
-JOINABLE_OPS = frozenset({"ddp_forward", "prepared_model_forward"})
+# Implicit collectives of a wrapped model's forward and backward that DDP's Join context shadows
+# for ranks whose inputs ran out (catalogs: torch_wrappers.toml, accelerate.toml).
+JOINABLE_OPS = frozenset({"ddp_forward", "prepared_model_forward", "ddp_backward", "prepared_model_backward"})
 
 
 class CollectiveEvents(CallResolver):
@@ -59,6 +60,12 @@ class CollectiveEvents(CallResolver):
     def communicate(
         self, call: ast.Call, spec: OpSpec, state: State, frame: Frame, known: dict[int, Expr]
     ) -> tuple[State, Expr]:
+        if is_backward(self.catalog, spec):  # `loss.backward()` through a wrapped module's output
+            if self.record_events:
+                issued = backward_events(self, call, state, frame, self.paused_syncs)
+                shadowed = JOINABLE_OPS if self.joined else frozenset()
+                state.events = (*state.events, *(e for e in issued if e.op not in shadowed))
+            return state, Atom(f"result:{spec.op}@{where_of(call)}", "shared")
         args = _map_arguments(call, spec)
         configured = True if spec.when is None else self._configured(call, spec, args, state, frame, known)
         if configured is False:  # the configuration the call site shows makes it no collective
@@ -127,7 +134,10 @@ class CollectiveEvents(CallResolver):
             held = args.get(name)
             if isinstance(held, (ast.Name, ast.Attribute)):  # the root's result, a partial one elsewhere
                 self.bind(held, Atom(f"rooted:{source_text(held)}@{where_of(call)}", "perrank"), state)
-        return state, self._op_result(call, spec, args, state, frame, known)
+        result = self._op_result(call, spec, args, state, frame, known)
+        if isinstance(result, Atom):  # a wrapped module's forward: its output carries the reduction
+            result = forward_output(self, call, result, state, frame, known)
+        return state, result
 
     def _inferred_receiver(self, call: ast.Call, state: State, frame: Frame, known: dict[int, Expr]) -> str:
         """The receiver's class, when it was inferred from use (for the message), else ""."""

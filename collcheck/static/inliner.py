@@ -31,6 +31,7 @@ from typing import Any
 
 from collcheck.static.collectives import CollectiveEvents
 from collcheck.static.fallback import INERT_PER_STEP
+from collcheck.static.gradient_sync import hands_gradients
 from collcheck.static.handoff import callback_event
 from collcheck.static.loader import FunctionNode, ModuleInfo, inherited, is_property
 from collcheck.static.names import ImportTable, nodes_under, source_text
@@ -209,6 +210,7 @@ class HelperInliner(CollectiveEvents):
             function in owner_module.communicating
             or (function in self.nested.values() and self.body_communicates(function))
             or self.passes_typed_object(call, state)
+            or (bool(self.catalog.gradient_syncs) and hands_gradients(call, state))
             or (function in owner_module.functions.values() and self.handoff(call, frame) is not None)
         )
         if (

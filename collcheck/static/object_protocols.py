@@ -36,6 +36,7 @@ from functools import lru_cache
 
 from collcheck.findings import Budget
 from collcheck.static.calls import CallKind, HeldTarget, Resolution
+from collcheck.static.gradient_sync import paused_ops
 from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.handoff import callback_event
 from collcheck.static.loader import FunctionNode, ModuleInfo, property_names
@@ -212,6 +213,15 @@ class ObjectProtocols(ExceptionFlow):
         return results
 
     def with_body(self, stmt: ast.With | ast.AsyncWith, states: list[State], frame: Frame) -> list[State]:
+        paused = (
+            paused_ops(self, stmt.items, states[0], frame) if states and self.catalog.gradient_syncs else None
+        )
+        if paused:  # `with model.no_sync():` the backward of the wrapped module does not reduce
+            before, self.paused_syncs = self.paused_syncs, self.paused_syncs | paused
+            try:
+                return self.exec_block(stmt.body, states, frame)
+            finally:
+                self.paused_syncs = before
         if not any(_joins_uneven_inputs(item.context_expr) for item in stmt.items):
             return self.exec_block(stmt.body, states, frame)
         # `with model.join():` / `with Join([model]):` lets ranks run different numbers of forward

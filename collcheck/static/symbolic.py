@@ -33,12 +33,23 @@ class Const:
 
 
 @dataclass(frozen=True)
+class GradSync:
+    """A gradient reduction a backward through the value runs: the catalog's op (`ddp_backward`)
+    and the wrapper's group (None: the world)."""
+
+    op: str
+    group: GroupVal | None = None
+
+
+@dataclass(frozen=True)
 class Atom:
     name: str
     kind: str  # rank | world | shared | perrank | nondet
     why: str = ""  # for nondet atoms: what varies ("wall-clock time")
     lower: int | None = None  # known bounds, e.g. 0 <= group_rank < world
     below_world: bool = False
+    # computed from what a module wrapped for data parallelism returned (gradient_sync.py)
+    synced: frozenset[GradSync] = frozenset()
 
     def __str__(self) -> str:
         return self.name
@@ -202,26 +213,38 @@ def is_rank_dependent(expr: Expr) -> bool:
 
 
 def opaque(name: str, inputs: tuple[Expr, ...] = ()) -> Atom:
-    """An unknown value computed from `inputs`: it varies per rank exactly when they do."""
+    """An unknown value computed from `inputs`: it varies per rank exactly when they do, and
+    carries the gradient reductions of all of them."""
+    ranked = False
     why: str | None = None
+    synced: frozenset[GradSync] = frozenset()
     for item in inputs:
         summary = _per_rank_summary(item)
-        if summary.rank:
-            return Atom(name, "perrank")  # the rank wins: no need to look further
+        synced |= summary.synced
+        ranked = ranked or summary.rank  # the rank wins over a nondet input
         if why is None:
             why = summary.nondet_why
+    if ranked:
+        return Atom(name, "perrank", synced=synced)
     if why is not None:
-        return Atom(name, "nondet", why=why)
-    return Atom(name, "shared")
+        return Atom(name, "nondet", why=why, synced=synced)
+    return Atom(name, "shared", synced=synced)
+
+
+def synced_in(values: tuple[Expr, ...]) -> frozenset[GradSync]:
+    """The gradient reductions a backward through a value computed from `values` runs."""
+    return frozenset().union(*(_per_rank_summary(value).synced for value in values))
 
 
 @dataclass(frozen=True)
 class _Summary:
-    """What `opaque` asks of one input: whether an atom of kind rank or perrank is in it, and the
-    `why` of its first nondet atom in `atoms` order (None when it holds none)."""
+    """What `opaque` asks of one input: whether an atom of kind rank or perrank is in it, the
+    `why` of its first nondet atom in `atoms` order (None when it holds none), and the gradient
+    reductions its atoms carry."""
 
     rank: bool
     nondet_why: str | None
+    synced: frozenset[GradSync] = frozenset()
 
 
 _NO_ATOM = _Summary(False, None)
@@ -235,6 +258,9 @@ _MAX_SUMMARIES = 1 << 16
 
 
 def _atom_summary(atom: Atom) -> _Summary:
+    if atom.synced:
+        rank = atom.kind in ("rank", "perrank")
+        return _Summary(rank, atom.why if atom.kind == "nondet" else None, atom.synced)
     if atom.kind in ("rank", "perrank"):
         return _RANK_ATOM
     if atom.kind == "nondet":
@@ -265,12 +291,15 @@ def _per_rank_summary(expr: Expr) -> _Summary:
             continue
         rank = False
         why: str | None = None
+        synced: frozenset[GradSync] = frozenset()
         for part in reversed(parts):
             summary = _atom_summary(part) if isinstance(part, Atom) else _SUMMARIES[id(part)][1]
             rank = rank or summary.rank
+            synced |= summary.synced
             if why is None:
                 why = summary.nondet_why
-        _SUMMARIES[id(node)] = (node, _Summary(rank, why) if rank or why is not None else _NO_ATOM)
+        found = _Summary(rank, why, synced) if rank or why is not None or synced else _NO_ATOM
+        _SUMMARIES[id(node)] = (node, found)
     return _SUMMARIES[id(expr)][1]
 
 

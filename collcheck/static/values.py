@@ -26,6 +26,7 @@ from collcheck.static.catalog_values import (
 )
 from collcheck.static.comprehensions import filtered_list
 from collcheck.static.framework_types import attribute_type, framework_bases
+from collcheck.static.gradient_sync import call_output
 from collcheck.static.group_values import (
     group_call_value,
     group_key,
@@ -100,6 +101,7 @@ class ValueEvaluator:
         self._class_types: dict[str, frozenset[str]] = {}  # class -> framework classes it derives from
         self._factories: dict[FunctionNode, str | None] = {}  # function -> the class it returns
         self.partials: dict[str, Partial] = {}  # `functools.partial` values made here, by atom name
+        self.gradients_seen = False  # a wrapped module's output was made here (gradient_sync.py)
 
     def class_types(self, class_name: str) -> frozenset[str]:
         """The framework classes (outside the run) a class of this module derives from."""
@@ -347,6 +349,7 @@ class ValueEvaluator:
             builtin = self._builtin_call(node.func.id, node, args, state, frame, known)
             if builtin is not None:
                 return builtin
+        receiver: Expr | None = None
         if isinstance(node.func, ast.Attribute):
             method = node.func.attr
             on_group = group_method_value(self, node, state, frame, known)
@@ -381,10 +384,7 @@ class ValueEvaluator:
         made = made_object(self.module, self.local_imports, node, self._factories)
         if made is not None:  # `Syncer(...)`, `make_syncer()`: an object of a class of the file
             return made
-        # Any other call is a black box whose result is taken to be the same on every rank: a rank
-        # passed as an argument (a sampler, a device, a constructor) does not make it per-rank.
-        # Equal text, equal value: the same helper asked twice answers the same.
-        return Atom(f"call:{source_text(node)}", "shared")
+        return call_output(self, node, args, receiver, state, frame, known)  # a black box (see there)
 
     def _stored_place(
         self, node: ast.Attribute, state: State, frame: Frame, known: dict[int, Expr] | None

@@ -103,6 +103,10 @@ def wrapped_names(
             name = qualified_name(node.func, imports)
             if name is not None and name in catalog.types_in_place:
                 names.update(_target_names(node.args[0]))
+        elif isinstance(node, ast.arg) and node.annotation is not None:  # `model: DDP`
+            name = qualified_name(node.annotation, imports)
+            if name is not None and (catalog.types.get(name) or name) in types:
+                names.add(node.arg)
     return WrappedNames(frozenset(names), frozenset(factories))
 
 

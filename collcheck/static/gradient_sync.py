@@ -1,0 +1,262 @@
+"""Gradient reductions of data-parallel wrappers: backward through a wrapped module's output.
+
+`loss.backward()` communicates when `loss` was computed from what a module wrapped for data
+parallelism returned: DDP's autograd hooks all-reduce gradient buckets on its process group,
+FSDP's reduce-scatter them. Which wrappers do this, on which constructor argument's group, how
+backward is started and which `with` blocks suspend it are catalog facts (`[[gradient_sync]]`).
+
+In: calls the evaluator meets — a wrapped module's forward (its value), an unknown call (what it
+was handed), a backward — and `with` items. Out: values that carry `Atom.synced` (the reductions
+a backward through them runs: the union over what they were computed from), the `OpSpec` that
+makes a backward a collective, its `CommEvent`s, and the ops a `with` block suspends.
+
+The provenance is data flow, not names: the forward's result carries the reduction; opaque
+values (arithmetic, attributes, items, unknown calls such as a loss function) carry their
+inputs' union; an unknown call handed the wrapped module itself (`loss_fn(model, batch)`) may
+run its forward, so its result carries that module's reduction too.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Protocol
+from weakref import WeakKeyDictionary
+
+from collcheck.catalog import Catalog, GradientSync, OpSpec
+from collcheck.static.group_values import group_value, type_of
+from collcheck.static.loader import ModuleInfo
+from collcheck.static.names import ImportTable, dotted, qualified_name, source_text
+from collcheck.static.program import OWN_DATA, CommEvent, EventKind
+from collcheck.static.state import Frame, State
+from collcheck.static.symbolic import Atom, Expr, GradSync, GroupVal, atoms, synced_in
+
+TYPED = "type:"
+# A data-parallel module runs on each rank's own inputs: what it returns is that rank's own data
+# (a non-finite loss on one rank only), a per-process value of the kind CC008 reports.
+OWN_OUTPUT = f"{OWN_DATA}, the output of a data-parallel module on this rank's own inputs"
+
+
+class Evaluator(Protocol):
+    """What this stage needs of the evaluator (values.ValueEvaluator)."""
+
+    module: ModuleInfo
+    catalog: Catalog
+    local_imports: ImportTable
+    held_groups: dict[str, GroupVal | None]
+    gradients_seen: bool
+
+    def pure(
+        self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr] | None = None
+    ) -> Expr: ...
+
+    def class_types(self, class_name: str) -> frozenset[str]: ...
+
+    def class_attribute(self, class_name: str, attribute: str) -> Expr | None: ...
+
+
+_CONSTRUCTORS: WeakKeyDictionary[ModuleInfo, dict[str, ast.Call]] = WeakKeyDictionary()
+
+
+def _syncs_of(catalog: Catalog, type_name: str | None) -> list[GradientSync]:
+    if type_name is None:
+        return []
+    return [sync for sync in catalog.gradient_syncs if type_name in sync.wrappers]
+
+
+def _held(ev: Evaluator, node: ast.expr, state: State, frame: Frame) -> Expr | None:
+    """What a dotted name holds, as `type_of` reads it (`model`, `self.model`)."""
+    parts = dotted(node)
+    if not parts:
+        return None
+    value = state.env.get(".".join(parts))
+    if value is None and parts[0] == "self" and len(parts) == 2 and frame.class_name:
+        value = ev.class_attribute(frame.class_name, parts[1])
+    return value
+
+
+def _constructor(ev: Evaluator, typed: Expr | None, type_name: str) -> ast.Call | None:
+    """The call of this module that made the typed object `typed` (`DDP(net, process_group=g)`)."""
+    if not isinstance(typed, Atom) or not typed.name.startswith(TYPED):
+        return None
+    where = typed.name.partition("@")[2]
+    table = _CONSTRUCTORS.get(ev.module)
+    if table is None:
+        table = {}
+        for node in ast.walk(ev.module.tree):
+            if (
+                isinstance(node, ast.Call)
+                and qualified_name(node.func, ev.module.imports) in ev.catalog.types
+            ):
+                table[f"{node.lineno}:{node.col_offset}"] = node
+        _CONSTRUCTORS[ev.module] = table
+    call = table.get(where)
+    if call is None:
+        return None
+    made = qualified_name(call.func, ev.module.imports) or ""
+    return call if (ev.catalog.types.get(made) or made) == type_name else None
+
+
+def _group_of(
+    ev: Evaluator, sync: GradientSync, typed: Expr | None, state: State, frame: Frame, known: dict[int, Expr]
+) -> GroupVal | None:
+    """The wrapper's group: its constructor's `sync.group` keyword where this module made it and
+    passed one; otherwise the world (the wrapper's default, and the forward's assumption)."""
+    type_name = (
+        sync.wrappers[0] if not isinstance(typed, Atom) else typed.name[len(TYPED) :].partition("@")[0]
+    )
+    call = _constructor(ev, typed, type_name) if sync.group else None
+    keyword = next((k.value for k in call.keywords if k.arg == sync.group), None) if call else None
+    return group_value(ev, keyword, state, frame, known) if keyword is not None else None
+
+
+def _module_syncs(
+    ev: Evaluator, node: ast.expr, state: State, frame: Frame, known: dict[int, Expr]
+) -> frozenset[GradSync]:
+    """The reductions of the wrapped module `node` holds, if it holds one (asked for the arguments
+    of every unknown call: what the name holds is read first, the catalogued type only of a typed
+    object)."""
+    typed = _held(ev, node, state, frame)
+    if not isinstance(typed, Atom) or not typed.name.startswith(TYPED):
+        return frozenset()
+    syncs = _syncs_of(ev.catalog, type_of(ev, node, state, frame.class_name))
+    return frozenset(GradSync(s.spec.op, _group_of(ev, s, typed, state, frame, known)) for s in syncs)
+
+
+def forward_output(
+    ev: Evaluator, call: ast.Call, result: Atom, state: State, frame: Frame, known: dict[int, Expr]
+) -> Atom:
+    """The value of a catalogued call: carrying the module's reductions when it is a wrapped
+    module's forward (`model(x)`, `model.forward(x)`)."""
+    if not ev.catalog.gradient_syncs or not isinstance(call.func, (ast.Name, ast.Attribute)):
+        return result
+    synced = _module_syncs(ev, call.func, state, frame, known)
+    if not synced and isinstance(call.func, ast.Attribute) and call.func.attr == "forward":
+        synced = _module_syncs(ev, call.func.value, state, frame, known)
+    if not synced:
+        return result
+    ev.gradients_seen = True  # from here on, values of this module may carry a reduction
+    return Atom(result.name, "nondet", OWN_OUTPUT, synced=synced)
+
+
+def call_output(
+    ev: Evaluator,
+    node: ast.Call,
+    args: list[Expr],
+    receiver: Expr | None,
+    state: State,
+    frame: Frame,
+    known: dict[int, Expr] | None,
+) -> Atom:
+    """Any other call is a black box whose result is taken to be the same on every rank: a rank
+    passed as an argument (a sampler, a device, a constructor) does not make it per-rank. Equal
+    text, equal value: the same helper asked twice answers the same. It carries the reductions of
+    what it was handed (`criterion(out, y)`, `scaler.scale(loss)`), and those of a wrapped module
+    handed whole (`loss_fn(model, batch)` may run its forward)."""
+    name = f"call:{source_text(node)}"
+    if not ev.catalog.gradient_syncs:
+        return Atom(name, "shared")
+    inputs: tuple[Expr, ...] = ()
+    if ev.gradients_seen:  # what was handed can carry a reduction only once a forward made one
+        keywords = [
+            ev.pure(k.value, state, frame, known) for k in node.keywords if isinstance(k.value, ast.Name)
+        ]
+        inputs = (*args, *keywords, *((receiver,) if receiver is not None else ()))
+    synced = synced_in(inputs)
+    for argument in [*node.args, *(k.value for k in node.keywords)]:
+        if isinstance(argument, (ast.Name, ast.Attribute)):
+            synced |= _module_syncs(ev, argument, state, frame, known or {})
+    if synced and any(atom.why == OWN_OUTPUT for value in inputs for atom in atoms(value)):
+        return Atom(name, "nondet", OWN_OUTPUT, synced=synced)  # computed from this rank's outputs
+    return Atom(name, "shared", synced=synced)
+
+
+def hands_gradients(call: ast.Call, state: State) -> bool:
+    """The call hands a helper a value a backward through which communicates (`step(loss)`)."""
+    for argument in [*call.args, *(keyword.value for keyword in call.keywords)]:
+        value = state.env.get(argument.id) if isinstance(argument, ast.Name) else None
+        if value is not None and synced_in((value,)):
+            return True
+    return False
+
+
+def backward_syncs(
+    ev: Evaluator, call: ast.Call, state: State, frame: Frame, paused: frozenset[str]
+) -> frozenset[GradSync]:
+    """The reductions the backward `call` starts (`loss.backward()`, `torch.autograd.backward(loss)`,
+    `accelerator.backward(loss)`), less those a `with` block around it suspends."""
+    catalog = ev.catalog
+    func = call.func
+    last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if last is None or last not in catalog.backward_words:
+        return frozenset()
+    value: Expr | None = None
+    forms: set[str] = set()
+    name = qualified_name(func, ev.local_imports)
+    if isinstance(func, ast.Attribute) and name is None and type_of(ev, func.value, state) is None:
+        value = ev.pure(func.value, state, frame)  # `loss.backward()`
+        forms = {s.spec.op for s in catalog.gradient_syncs if last in s.methods}
+    else:
+        if name is None and isinstance(func, ast.Attribute):
+            name = f"{type_of(ev, func.value, state, frame.class_name)}.{last}"  # a typed method
+        forms = {s.spec.op for s in catalog.gradient_syncs if name in s.functions}
+        if forms and call.args:
+            value = ev.pure(call.args[0], state, frame)
+    if value is None or not forms:
+        return frozenset()
+    return frozenset(s for s in synced_in((value,)) if s.op in forms and s.op not in paused)
+
+
+def backward_spec(
+    ev: Evaluator, call: ast.Call, state: State, frame: Frame, paused: frozenset[str]
+) -> OpSpec | None:
+    """The catalog's op for a backward that communicates; None for any other call."""
+    found = backward_syncs(ev, call, state, frame, paused)
+    if not found:
+        return None
+    first = min(s.op for s in found)
+    return next(s.spec for s in ev.catalog.gradient_syncs if s.spec.op == first)
+
+
+def is_backward(catalog: Catalog, spec: OpSpec) -> bool:
+    return any(spec is sync.spec for sync in catalog.gradient_syncs)
+
+
+def backward_events(
+    ev: Evaluator, call: ast.Call, state: State, frame: Frame, paused: frozenset[str]
+) -> tuple[CommEvent, ...]:
+    """One event per reduction the backward runs (two wrapped models: two reductions)."""
+    found = backward_syncs(ev, call, state, frame, paused)
+    ordered = sorted(found, key=lambda s: (s.op, s.group.key if s.group is not None else ""))
+    return tuple(
+        CommEvent(
+            op=sync.op,
+            kind=EventKind.COLLECTIVE,
+            path=ev.module.path,
+            line=call.lineno,
+            column=call.col_offset,
+            end_line=call.end_lineno or call.lineno,
+            end_column=call.end_col_offset or call.col_offset,
+            chain=frame.chain,
+            group=sync.group,
+        )
+        for sync in ordered
+    )
+
+
+def paused_ops(ev: Evaluator, items: list[ast.withitem], state: State, frame: Frame) -> frozenset[str]:
+    """The reductions a `with` statement suspends: `with model.no_sync():`,
+    `with accelerator.no_sync(model):` — a catalogued method called on a wrapped module or handed
+    one."""
+    paused: set[str] = set()
+    for item in items:
+        call = item.context_expr
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
+            continue
+        method = call.func.attr
+        candidates = [s for s in ev.catalog.gradient_syncs if method in s.paused_by]
+        if not candidates:
+            continue
+        held = [call.func.value, *call.args, *(k.value for k in call.keywords)]
+        types = {type_of(ev, node, state, frame.class_name) for node in held}
+        paused.update(s.spec.op for s in candidates if types & set(s.wrappers))
+    return frozenset(paused)
