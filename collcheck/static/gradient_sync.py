@@ -32,7 +32,7 @@ from collcheck.static.symbolic import Atom, Expr, GradSync, GroupVal, atoms, syn
 
 TYPED = "type:"
 # A data-parallel module runs on each rank's own inputs: what it returns is that rank's own data
-# (a non-finite loss on one rank only), a per-process value of the kind CC008 reports.
+# (a non-finite loss on one rank only): a per-process value, like any other of its own data.
 OWN_OUTPUT = f"{OWN_DATA}, the output of a data-parallel module on this rank's own inputs"
 
 
