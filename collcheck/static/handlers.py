@@ -371,12 +371,7 @@ class ExceptionFlow(HelperInliner):
         self, stmt: ast.Try, handler: ast.ExceptHandler, start: State, normal: list[State], frame: Frame
     ) -> list[State]:
         """The handler entered by a failure of one rank's own call, from `start` (flagged)."""
-        body_env = merge_envs([start, *normal])
-        for name in assigned_names(stmt.body):
-            if name in body_env:
-                start.env[name] = body_env[name]
-        if handler.name:
-            start.env[handler.name] = Atom(f"exc@{where_of(handler)}", "shared")
+        _enter_handler(stmt, handler, start, normal)
         return self.exec_block(handler.body, [start], frame)
 
     def _class_bases(self) -> dict[str, list[str]]:
@@ -441,13 +436,7 @@ class ExceptionFlow(HelperInliner):
     ) -> list[State]:
         """The handler entered by an exception of the body (not an explicit raise), from `start`:
         its states if it communicates, else none."""
-        if normal:
-            body_env = merge_envs([start, *normal])
-            for name in assigned_names(stmt.body):
-                if name in body_env:
-                    start.env[name] = body_env[name]
-        if handler.name:
-            start.env[handler.name] = Atom(f"exc@{where_of(handler)}", "shared")
+        _enter_handler(stmt, handler, start, normal)
         before = start.events
         states = self.exec_block(handler.body, [start], frame)
         if not self.record_events or all(state.events == before for state in states):
@@ -465,3 +454,16 @@ class ExceptionFlow(HelperInliner):
                     after.exit = pending
                 results.append(after)
         return results
+
+
+def _enter_handler(stmt: ast.Try, handler: ast.ExceptHandler, start: State, normal: list[State]) -> None:
+    """`start` as the handler sees it: what the body assigns may or may not have been stored
+    when the exception came (the merge of `start` and the body's normal ends), and the handler's
+    name holds the exception."""
+    if normal:
+        body_env = merge_envs([start, *normal])
+        for name in assigned_names(stmt.body):
+            if name in body_env:
+                start.env[name] = body_env[name]
+    if handler.name:
+        start.env[handler.name] = Atom(f"exc@{where_of(handler)}", "shared")
