@@ -219,6 +219,7 @@ def _alarm_usable() -> bool:
     return signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
+JOIN_TIMER_S = 5.0  # the timer thread only calls `interrupt()`: it ends at once once cancelled
 _IMPORT_MACHINERY = "<frozen importlib"  # the file names of importlib's own frames
 _IMPORT_WAIT_S = 0.05  # how soon the alarm comes back when it found an import in progress
 
@@ -270,4 +271,9 @@ def file_budget(seconds: float | None, grace: float = BACKSTOP_GRACE_S) -> Itera
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
         interrupter.cancel()
+        # The timer thread, if it ran, held the file's solvers: it must be gone before this thread
+        # goes on, or it may drop their last references (z3 deletes them in that thread) while
+        # this one uses z3, which aborted the process once ("Fatal Python error: Aborted" in
+        # Z3_solver_dec_ref beside a Z3_dec_ref of the main thread).
+        interrupter.join(JOIN_TIMER_S)
         _ACTIVE.reset(token)
