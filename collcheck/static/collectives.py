@@ -65,11 +65,11 @@ class CollectiveEvents(CallResolver):
                 issued = backward_events(self, call, state, frame, self.paused_syncs)
                 shadowed = JOINABLE_OPS if self.joined else frozenset()
                 state.events = (*state.events, *(e for e in issued if e.op not in shadowed))
-            return state, Atom(f"result:{spec.op}@{where_of(call)}", "shared")
+            return state, _plain_result(spec, call)
         args = _map_arguments(call, spec)
         configured = True if spec.when is None else self._configured(call, spec, args, state, frame, known)
         if configured is False:  # the configuration the call site shows makes it no collective
-            return state, Atom(f"result:{spec.op}@{where_of(call)}", "shared")
+            return state, _plain_result(spec, call)
 
         def value(param: str | None) -> Expr | None:
             if param is None or param not in args:
@@ -192,7 +192,7 @@ class CollectiveEvents(CallResolver):
         known: dict[int, Expr],
     ) -> Expr:
         if spec.kind != "group_create":
-            return Atom(f"result:{spec.op}@{where_of(call)}", "shared")
+            return _plain_result(spec, call)
         ranks_node = args.get(spec.ranks) if spec.ranks else None
         key = f"{spec.op}@{self.module.path}:{where_of(call)}"
         if spec.op.startswith("new_subgroups"):
@@ -326,3 +326,8 @@ def _normalise_reduce_op(value: Expr | None) -> Expr:
     if isinstance(value, Const) and isinstance(value.value, str):
         return Const(value.value.upper())
     return value
+
+
+def _plain_result(spec: OpSpec, call: ast.Call) -> Atom:
+    """What a collective returns where nothing more is known of it: one value, alike on every rank."""
+    return Atom(f"result:{spec.op}@{where_of(call)}", "shared")

@@ -20,6 +20,7 @@ from enum import Enum
 
 from collcheck.catalog import Catalog
 from collcheck.static.names import ImportTable, qualified_name, source_text
+from collcheck.static.syntax import is_attribute_of
 
 MAX_DEPTH = 4  # construction sites followed through constructors' parameters
 CACHING_DECORATORS = frozenset({"functools.cache", "functools.lru_cache"})
@@ -274,22 +275,13 @@ class SessionModel:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
                     if isinstance(target, ast.Tuple) and any(
-                        self._is_slot(e, receiver, name) for e in target.elts
+                        is_attribute_of(e, receiver, name) for e in target.elts
                     ):
                         found.append(None)
-                    elif self._is_slot(target, receiver, name):
+                    elif is_attribute_of(target, receiver, name):
                         aug = isinstance(node, ast.AugAssign)
                         found.append(None if aug else self.pure(node.value, method, owner))
         return found
-
-    @staticmethod
-    def _is_slot(target: ast.expr, receiver: str, name: str) -> bool:
-        return (
-            isinstance(target, ast.Attribute)
-            and target.attr == name
-            and isinstance(target.value, ast.Name)
-            and target.value.id == receiver
-        )
 
     def _parameter(self, function: FunctionNode, name: str, owner: str, depth: int) -> Value | None:
         """A constructor's parameter: what every construction of its class in the file passes."""

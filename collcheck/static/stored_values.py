@@ -24,6 +24,7 @@ from collcheck.static.loader import FunctionNode, ModuleInfo
 from collcheck.static.names import nodes_under, source_text
 from collcheck.static.receivers import passed_argument
 from collcheck.static.symbolic import RANK, Atom, Expr, IfExp, is_rank_dependent
+from collcheck.static.syntax import is_attribute_of
 
 _METHOD_CALLS: WeakKeyDictionary[ModuleInfo, dict[str, list[ast.Call]]] = WeakKeyDictionary()
 # (class, attribute) -> the method and parameter that store it, found once per module model
@@ -108,7 +109,7 @@ def _storing_method(methods: dict[str, FunctionNode], attribute: str) -> tuple[F
         )
         for node in nodes_under(method):
             targets = _targets(node)
-            if not any(_is_own(t, own, attribute) for t in targets):
+            if not any(is_attribute_of(t, own, attribute) for t in targets):
                 continue
             value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
             if len(targets) != 1 or value is None:
@@ -134,12 +135,3 @@ def _targets(node: ast.AST) -> list[ast.expr]:
     if isinstance(node, ast.Delete):
         return list(node.targets)
     return []
-
-
-def _is_own(target: ast.expr, own: str, attribute: str) -> bool:
-    return (
-        isinstance(target, ast.Attribute)
-        and target.attr == attribute
-        and isinstance(target.value, ast.Name)
-        and target.value.id == own
-    )

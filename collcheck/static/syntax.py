@@ -442,3 +442,13 @@ def range_loop_call(stmt: ast.For | ast.AsyncFor) -> ast.Call | None:
     ):
         return node
     return None
+
+
+def is_attribute_of(node: ast.expr, holder: str, attribute: str) -> bool:
+    """`node` is `holder.attribute`, `holder` a plain name (`self.pg`, `ws.rank`)."""
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == attribute
+        and isinstance(node.value, ast.Name)
+        and node.value.id == holder
+    )
