@@ -1,6 +1,8 @@
 """A content-keyed cache of per-file results in `.collcheck_cache/`.
 
-The key is the sha256 of the file's bytes, its path (findings carry it), collcheck's version, a
+The key is the sha256 of the file's bytes, its path (findings carry it), collcheck's identity
+(its version and a stamp of its own source and data files, `engine_identity`: a changed engine
+without a version bump must not serve old results), a
 fingerprint of the settings that can change what the engine finds, the catalog fingerprint and a
 `dependency_digest`. That last one is the hook for cross-file summaries: once the engine reports
 which files a file's findings depend on, the caller passes a digest of those files' summaries so
@@ -18,6 +20,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +71,36 @@ _KEY_IGNORED_SETTINGS = frozenset(
 )
 
 
+def engine_identity() -> str:
+    """collcheck's version and a stamp of every file of the package and of its bundled data: an
+    edited checkout or a reinstalled wheel gets fresh cache entries even when the version string
+    did not move."""
+    return f"{__version__}+{_engine_files_stamp()}"
+
+
+@lru_cache(maxsize=1)
+def _engine_files_stamp() -> str:
+    package = Path(__file__).resolve().parent
+    data = package / "rules" if (package / "rules").is_dir() else package.parent / "rules"
+    return tree_stamp(((package, "*.py"), (data, "*")))
+
+
+def tree_stamp(trees: tuple[tuple[Path, str], ...]) -> str:
+    """A digest of each matching file's relative path, size and modification time. Stat only, no
+    reading: this runs on every warm pre-commit call (about 200 files, a few milliseconds)."""
+    digest = hashlib.sha256()
+    for folder, pattern in trees:
+        for path in sorted(folder.rglob(pattern)):
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            relative = path.relative_to(folder).as_posix()
+            stamp = f"{relative}\0{stat.st_size}\0{stat.st_mtime_ns}\0"
+            digest.update(stamp.encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()[:16]
+
+
 def settings_fingerprint(settings: Settings) -> str:
     values = {
         item.name: getattr(settings, item.name)
@@ -88,7 +121,7 @@ def cache_key(
     digest = hashlib.sha256()
     for part in (
         f"collcheck-cache-{CACHE_FORMAT}",
-        __version__,
+        engine_identity(),
         path,
         settings_fingerprint(settings),
         catalog_fingerprint,
@@ -324,7 +357,7 @@ def cached_analyze(
 
 def _project_key(files: list[Path], catalog_fingerprint: str) -> str | None:
     """Keyed on every file's path, size and modification time: any change rebuilds the index."""
-    digest = hashlib.sha256(f"{__version__}\0{catalog_fingerprint}\0{CACHE_FORMAT}".encode())
+    digest = hashlib.sha256(f"{engine_identity()}\0{catalog_fingerprint}\0{CACHE_FORMAT}".encode())
     for path in files:
         try:
             stat = path.stat()
@@ -379,7 +412,7 @@ def store_project(files: list[Path], catalog_fingerprint: str, settings: Setting
 
 
 def _facts_path(settings: Settings, catalog_fingerprint: str) -> Path:
-    material = f"{__version__}\0{CACHE_FORMAT}\0{catalog_fingerprint}"
+    material = f"{engine_identity()}\0{CACHE_FORMAT}\0{catalog_fingerprint}"
     return cache_folder(settings) / "facts" / (hashlib.sha256(material.encode()).hexdigest()[:32] + ".json")
 
 
@@ -460,7 +493,7 @@ def store_facts(
 
 
 def _import_scan_path(settings: Settings, scanned_for: str) -> Path:
-    material = f"{__version__}\0{CACHE_FORMAT}\0{scanned_for}"
+    material = f"{engine_identity()}\0{CACHE_FORMAT}\0{scanned_for}"
     return cache_folder(settings) / "imports" / (hashlib.sha256(material.encode()).hexdigest()[:32] + ".json")
 
 
@@ -488,7 +521,7 @@ def file_stamp(path: str) -> list[int] | None:
 
 def _manifest_path(settings: Settings, catalog_fingerprint: str, roots: list[str]) -> Path:
     material = "\0".join(
-        [__version__, str(CACHE_FORMAT), settings_fingerprint(settings), catalog_fingerprint, *roots]
+        [engine_identity(), str(CACHE_FORMAT), settings_fingerprint(settings), catalog_fingerprint, *roots]
     )
     return cache_folder(settings) / "runs" / (hashlib.sha256(material.encode()).hexdigest()[:32] + ".json")
 

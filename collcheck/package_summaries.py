@@ -37,6 +37,7 @@ from collcheck.bundled_summaries import (
     newest_bundled_summary,
     project_owns,
 )
+from collcheck.cache import engine_identity
 from collcheck.cache_guard import read_entry, write_entry
 from collcheck.catalog import catalog_fingerprint, catalogued_packages
 from collcheck.config import Settings, user_cache_root
@@ -259,7 +260,7 @@ def _dependencies_unchanged(site: str, text: str) -> bool:
 def _summary_key(package: str, version: str | None, modules: list[str], settings: Settings) -> str:
     catalogs = catalog_fingerprint(settings.catalogs, settings.summaries)
     material = "\0".join(
-        [__version__, str(SUMMARY_FORMAT), package, version or "", catalogs, *sorted(modules)]
+        [engine_identity(), str(SUMMARY_FORMAT), package, version or "", catalogs, *sorted(modules)]
     )
     return hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 

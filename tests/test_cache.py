@@ -123,6 +123,32 @@ def test_content_change_is_a_miss(source_file: Path, settings: Settings) -> None
     assert compute.calls == 2
 
 
+def test_an_edited_engine_is_a_miss(
+    source_file: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """collcheck's own code changed without a version bump: old results must not be served."""
+    compute = Counted(FileResult(str(source_file)))
+    run_cached(source_file, settings, compute)
+    monkeypatch.setattr(cache, "engine_identity", lambda: "0.0.0+another-engine")
+    run_cached(source_file, settings, compute)
+    assert compute.calls == 2
+
+
+def test_tree_stamp_moves_with_any_file(tmp_path: Path) -> None:
+    engine = tmp_path / "engine"
+    (engine / "static").mkdir(parents=True)
+    module = engine / "static" / "stage.py"
+    module.write_text("x = 1\n")
+    (engine / "notes.txt").write_text("not code\n")
+    trees = ((engine, "*.py"),)
+    before = cache.tree_stamp(trees)
+    assert cache.tree_stamp(trees) == before
+    (engine / "notes.txt").write_text("still not code, longer\n")
+    assert cache.tree_stamp(trees) == before
+    module.write_text("x = 22\n")
+    assert cache.tree_stamp(trees) != before
+
+
 @pytest.mark.parametrize(
     "change",
     [
