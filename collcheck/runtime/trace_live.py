@@ -16,7 +16,10 @@ A rank killed at any point leaves each slot either without the DONE flag (read a
 its `t_end` ignored: what a JSON trace says when the deferred `done` line never went out) or
 complete; a one-byte write cannot be torn. No write ever changes a slot's kind, template, seq or
 t_start, so the records after it are never at risk. Completions are deferred as TraceWriter
-defers `done` lines: patched before the next write, or at the monitor's next flush.
+defers `done` lines: patched before the next write, or at the monitor's next flush. (The native
+encoder writes the completion of the file's last slot and the next records in one positioned
+write, when the slot's patched bytes lie in one page: a killed process stops a write between
+pages, so they land all or none. The bytes in the file are the same.)
 
 A failed or short write (a full disk) is counted as TraceWriter counts it, in a status LINE
 record of fixed size rewritten in place; the next write first pads the file to a whole slot, so a
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import math
 import os
 import re
@@ -46,6 +50,7 @@ from typing import Any, NamedTuple
 from collcheck.runtime.record import GroupLine, TraceFormat, TraceWriter, status_line
 from collcheck.runtime.trace_binary import (
     COLL,
+    CollRun,
     DONE,
     LINE,
     MAGIC,
@@ -62,6 +67,8 @@ from collcheck.runtime.trace_binary import (
     BinaryRecords,
     TextRecord,
     coll_slot,
+    template_line,
+    template_parts,
     text_slots,
 )
 from collcheck.runtime.trace_read import MAX_LINE_BYTES
@@ -112,7 +119,9 @@ def item_of(text: bytes) -> Item:
         if found is not None:
             t_end = _exact_float(found.group(3))
             if t_end is not None:
-                return Item(ITEM_FOLD, text, group=found.group(1), seq=int(found.group(2)), time=t_end, flag=DONE)
+                return Item(
+                    ITEM_FOLD, text, group=found.group(1), seq=int(found.group(2)), time=t_end, flag=DONE
+                )
     elif text.startswith(b'{"ev":"unobserved"'):
         found = _UNOBSERVED_LINE.match(text)
         if found is not None:
@@ -455,3 +464,61 @@ def header_line(path: str) -> bytes | None:
 
 
 HEAD_SLOTS = 64
+
+
+def tail_rows(path: str, tail_bytes: int) -> list[dict[str, Any]]:
+    """The rows of the records among the last `tail_bytes` of a binary trace, as a JSON trace's
+    last lines read (verify_stall.caught_up, the stall watchdog bringing a peer's position up to
+    date): a LINE record as its JSON object, a collective as its `coll` line and, once completed,
+    a `done` row after it; a torn or damaged record is left out, as a torn JSON line is; [] when
+    unreadable. The templates the window names were defined before their first collective,
+    anywhere in the file: the whole file is scanned for them, a column of first bytes at a time
+    (collectives are skipped as views, never decoded, outside the window)."""
+    try:
+        records = BinaryRecords(path)
+    except (BinaryFormatError, OSError):
+        return []
+    rows: list[dict[str, Any]] = []
+    try:
+        size = os.fstat(records.handle.fileno()).st_size
+        window = max(0, (size - len(MAGIC)) // SLOT - tail_bytes // SLOT)  # the first slot read
+        texts: list[tuple[bytes, bytes, bytes] | None] = []
+        for chunk in records.chunks():
+            for record in chunk:
+                if isinstance(record, TextRecord) and record.sub == TEMPLATE:
+                    parts = template_parts(record.payload)
+                    texts.append(parts[1:] if parts is not None and parts[0] == len(texts) else None)
+                elif isinstance(record, TextRecord) and record.sub == LINE and record.first >= window:
+                    _add_row(rows, record.payload)
+                elif isinstance(record, CollRun) and record.first + record.count > window:
+                    _add_colls(rows, record, max(0, window - record.first), texts)
+    except OSError:
+        pass
+    finally:
+        records.close()
+    return rows
+
+
+def _add_colls(
+    rows: list[dict[str, Any]], run: CollRun, start: int, texts: list[tuple[bytes, bytes, bytes] | None]
+) -> None:
+    for index in range(start, run.count):
+        _, flags, _, template, seq, t_start, _ = run.slot(index)
+        parts = texts[template] if template < len(texts) else None
+        if parts is None or not math.isfinite(t_start):
+            continue
+        row = _add_row(rows, template_line(parts, seq, t_start))
+        if row is not None and flags & DONE:
+            rows.append({"ev": "done", "group": row.get("group"), "seq": seq})
+
+
+def _add_row(rows: list[dict[str, Any]], text: bytes) -> dict[str, Any] | None:
+    try:
+        row = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(row, dict):
+        return None
+    rows.append(row)
+    return row
+

@@ -79,12 +79,22 @@ print(writer.lost)
 
 
 @pytest.mark.parametrize("limit", [1000, 3001, 5000])
-def test_on_a_full_disk_both_encoders_write_and_count_alike(tmp_path: Path, module: object, limit: int) -> None:
+def test_on_a_full_disk_both_encoders_write_and_count_alike(
+    tmp_path: Path, module: object, limit: int
+) -> None:
     results = []
     for encoder in ("python", "native"):
         path = tmp_path / f"{encoder}.ccbin"
         done = subprocess.run(
-            [sys.executable, "-c", FULL_DISK, str(path), encoder, str(limit), str(REPO / "tests" / "runtime")],
+            [
+                sys.executable,
+                "-c",
+                FULL_DISK,
+                str(path),
+                encoder,
+                str(limit),
+                str(REPO / "tests" / "runtime"),
+            ],
             capture_output=True,
             text=True,
             timeout=120,

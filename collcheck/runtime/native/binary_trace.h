@@ -42,6 +42,7 @@ constexpr size_t kMaxTemplates = size_t{1} << 16;
 constexpr size_t kPendingCompletions = size_t{1} << 16;
 constexpr size_t kMaxLineBytes = size_t{1} << 20;
 constexpr size_t kFlagsAt = 1, kEndAt = 24;
+constexpr int64_t kPage = 4096;
 
 // trace_live.ItemKind
 enum class Kind : int { kLine = 0, kColl = 1, kFold = 2 };
@@ -121,8 +122,9 @@ class BinaryTrace {
       batch.status_at = batch.end;
       batch.add(status_record_, 0);
     }
+    std::string prefix = tail_patch(batch.patches);
     patch(batch.patches);
-    return put_batch(batch, started);
+    return put_batch(batch, started, prefix);
   }
 
   int64_t lost() {
@@ -179,8 +181,11 @@ class BinaryTrace {
     std::vector<std::pair<int64_t, std::string>> slots;  // (offset, completion key)
     std::vector<Patch> patches;
     int64_t status_at = -1;
+    int64_t last_coll = -1;  // the offset of the COLL slot that ends the batch, if one does
+    std::string last_image;  // its bytes
 
     void add(std::string_view piece, int lines) {
+      last_coll = -1;
       data.append(piece);
       end += static_cast<int64_t>(piece.size());
       if (lines) records.emplace_back(end, lines);
@@ -246,6 +251,8 @@ class BinaryTrace {
     std::string slot;
     coll_slot(slot, known->id, item.seq, item.time);
     batch.add(slot, 1);
+    batch.last_coll = batch.end - static_cast<int64_t>(kSlot);
+    batch.last_image = std::move(slot);
     return true;
   }
 
@@ -256,6 +263,33 @@ class BinaryTrace {
     found->second.flags |= item.flag;
     batch.patches.push_back({found->second.offset, found->second.flags, item.flag == kDone, item.time});
     return true;
+  }
+
+  // The completions of the file's last record, when it is a COLL slot, taken out of `patches`:
+  // its bytes from its flags on, patched, to be written in the same pwrite as the batch (the
+  // common case, a collective's completion folded with the next one's record: one system call,
+  // as a JSON trace's deferred `done` line costs). Only when those 31 bytes lie in one page: a
+  // process killed during a write stops it between pages, so they land all or none; otherwise
+  // the slot is patched in two writes as `patch` does. Empty when there is none.
+  std::string tail_patch(std::vector<Patch>& patches) {
+    if (last_slot_offset_ < 0 || last_slot_offset_ + static_cast<int64_t>(kSlot) != offset_) return {};
+    int64_t first = last_slot_offset_ + kFlagsAt, last = last_slot_offset_ + kSlot - 1;
+    if (first / kPage != last / kPage) return {};
+    std::string image = last_slot_image_;
+    size_t merged = 0;
+    for (auto next = patches.begin(); next != patches.end();) {
+      if (next->offset != last_slot_offset_) {
+        ++next;
+        continue;
+      }
+      if (next->has_end) std::memcpy(&image[kEndAt], &next->t_end, sizeof(double));
+      image[kFlagsAt] = static_cast<char>(next->flags);
+      next = patches.erase(next);
+      merged += 1;
+    }
+    if (!merged) return {};
+    tail_patches_ = merged;
+    return image.substr(kFlagsAt);
   }
 
   // t_end first, the flags last: a slot is never marked done before its time is there.
@@ -275,23 +309,38 @@ class BinaryTrace {
     }
   }
 
-  bool put_batch(const Batch& batch, bool started) {
-    const char* data = batch.data.data();
-    size_t left = batch.data.size();
-    size_t sent = 0;
+  // The batch appended at `offset_`, after `prefix` (tail_patch) where there is one: positioned
+  // writes, this object being the file's only writer once it has it.
+  bool put_batch(const Batch& batch, bool started, const std::string& prefix) {
+    std::string joined;
+    if (!prefix.empty()) joined = prefix + batch.data;
+    const std::string& out = prefix.empty() ? batch.data : joined;
+    int64_t at = offset_ - static_cast<int64_t>(prefix.size());
+    size_t done = 0;
     bool failed = false;
-    while (left > 0) {
-      ssize_t written = ::write(fd_, data + sent, left);
+    while (done < out.size()) {
+      ssize_t written = ::pwrite(fd_, out.data() + done, out.size() - done, at + static_cast<int64_t>(done));
       if (written < 0 && errno == EINTR) continue;
       if (written <= 0) {  // a full disk: counted, the program goes on
         failed = true;
         last_error_ = written < 0 ? errno : -1;
         break;
       }
-      sent += static_cast<size_t>(written);
-      left -= static_cast<size_t>(written);
+      done += static_cast<size_t>(written);
     }
+    if (done < prefix.size()) {  // the completions were not written: nor was the batch
+      lost_ += static_cast<int64_t>(tail_patches_);
+      done = prefix.size();
+    } else if (!prefix.empty()) {
+      last_slot_image_.replace(kFlagsAt, prefix.size(), prefix);
+    }
+    size_t sent = done - prefix.size();
     offset_ += static_cast<int64_t>(sent);
+    if (sent > 0) {
+      bool ends_with_slot = batch.last_coll >= 0 && batch.last_coll + static_cast<int64_t>(kSlot) == offset_;
+      last_slot_offset_ = ends_with_slot ? batch.last_coll : -1;
+      if (ends_with_slot) last_slot_image_ = batch.last_image;
+    }
     int64_t written_to = offset_;
     for (const auto& defined : batch.defined) {  // templates whose record is whole in the file
       if (defined.end <= written_to) templates_.emplace(defined.key, defined.known);
@@ -334,6 +383,10 @@ class BinaryTrace {
   std::string status_record_;
   int64_t lost_ = 0;
   int last_error_ = 0;
+  // The COLL slot that ends the file (-1: none does) and its bytes, for tail_patch.
+  int64_t last_slot_offset_ = -1;
+  std::string last_slot_image_;
+  size_t tail_patches_ = 0;
   std::unordered_map<std::string, Template> templates_;
   std::unordered_map<std::string, Slot> slots_;
   std::deque<std::pair<std::string, uint64_t>> order_;
