@@ -50,7 +50,6 @@ from typing import Any, NamedTuple
 from collcheck.runtime.record import GroupLine, TraceFormat, TraceWriter, status_line
 from collcheck.runtime.trace_binary import (
     COLL,
-    CollRun,
     DONE,
     LINE,
     MAGIC,
@@ -65,6 +64,7 @@ from collcheck.runtime.trace_binary import (
     UNOBSERVED,
     BinaryFormatError,
     BinaryRecords,
+    CollRun,
     TextRecord,
     coll_slot,
     template_line,

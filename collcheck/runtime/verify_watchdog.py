@@ -16,8 +16,8 @@ from typing import Any
 
 from collcheck.runtime.p2p import base_group
 from collcheck.runtime.record import trace_file_name
-from collcheck.runtime.trace_binary import binary_name, is_binary_trace
 from collcheck.runtime.relay import short_error
+from collcheck.runtime.trace_binary import binary_name, is_binary_trace
 from collcheck.runtime.verify_ledger import Ledger
 from collcheck.runtime.verify_protocol import (
     Position,
