@@ -10,14 +10,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_job
+from conftest import REPO, line_of, run_job
 from test_trace_live import _drive, _reports
 
 from collcheck.runtime import native_recorder as native
 from collcheck.runtime.record import TraceFormat
 from collcheck.runtime.trace_binary import BINARY_SUFFIX, convert_to_binary, convert_to_json
-from collcheck.runtime.trace_live import BinaryTraceWriter
+from collcheck.runtime.trace_live import BinaryTraceWriter, header_line
+from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.tracer import TraceConfig
+from collcheck.runtime.verify import ABORT_EXIT_CODE
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +69,8 @@ import resource, signal, sys
 sys.path.insert(0, sys.argv[4])
 from test_trace_live import _drive
 from collcheck.runtime import native_recorder
-from collcheck.runtime.trace_live import BinaryTraceWriter
+from collcheck.runtime.trace_live import BinaryTraceWriter, header_line
+from collcheck.runtime.trace_load import load_dir
 from test_trace_live_native import _HandedOver
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 module = native_recorder.load(build=False)
@@ -137,3 +140,25 @@ def test_native_json_and_binary_recordings_give_the_same_report(
                 convert_to_binary(str(back), str(again))
                 assert again.read_bytes() == path.read_bytes(), path.name
     assert reports[0] == reports[1]
+
+
+@pytest.mark.multirank
+def test_async_verify_on_the_native_kernel_finds_a_drift_and_writes_a_binary_trace(
+    tmp_path: Path, module: object
+) -> None:
+    # The kernel's lines reach the monitor as strings whatever the file's format: a divergence at a
+    # call site already used is found in the background, and the trace is binary, read by load_dir.
+    config = TraceConfig(verify=True, timeout_s=3.0, trace_format=TraceFormat.BINARY)
+    job = run_job("op_drift.py", tmp_path, trace=config)
+    assert job.returncodes == [ABORT_EXIT_CODE, ABORT_EXIT_CODE], job.stderr
+    line = line_of("op_drift.py", "DRIFT")
+    assert (
+        f"rank 1 all_reduce(float32[4], op=max) at op_drift.py:{line} (group 0, #21)" in job.ranks[1].stderr
+    )
+    names = sorted(path.name for path in job.trace_dir.iterdir())
+    assert names == ["collcheck-rank0.ccbin", "collcheck-rank1.ccbin"], names
+    header = header_line(str(job.trace_dir / "collcheck-rank1.ccbin"))
+    assert header is not None and b'"hook":"native"' in header and b'"mode":"async"' in header
+    traces = load_dir(str(job.trace_dir))
+    assert [len(trace.events) >= 21 for trace in traces] == [True, True]
+    assert not [problem for trace in traces for problem in trace.problems]
