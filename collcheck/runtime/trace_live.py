@@ -521,4 +521,3 @@ def _add_row(rows: list[dict[str, Any]], text: bytes) -> dict[str, Any] | None:
         return None
     rows.append(row)
     return row
-
