@@ -57,6 +57,44 @@ struct Item {
   uint8_t flag = 0;  // kFold: kDone or kUnobserved
 };
 
+inline std::string without_newline(std::string text) {
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+// A line written as a LINE record.
+inline Item line_item(std::string text) {
+  Item item;
+  item.text = without_newline(std::move(text));
+  return item;
+}
+
+// The completion (kDone with its t_end, or kUnobserved) of the collective `seq` of a group, folded
+// into its slot; `text`, its JSON line, where it cannot be.
+inline Item fold_item(std::string text, const std::string& group_json, int64_t seq, uint8_t flag, double t_end) {
+  Item item = line_item(std::move(text));
+  item.kind = Kind::kFold;
+  item.group_json = group_json;
+  item.seq = seq;
+  item.flag = flag;
+  item.time = t_end;
+  return item;
+}
+
+// A collective's `coll` line `text`: `before` its seq, `middle` between its seq and its t_start.
+inline Item coll_item(std::string text, std::string before, std::string middle, const std::string& group_json,
+                      int64_t seq, double t_start) {
+  Item item = line_item(std::move(text));
+  item.kind = Kind::kColl;
+  item.before = std::move(before);
+  item.middle = std::move(middle);
+  item.after = "}";
+  item.group_json = group_json;
+  item.seq = seq;
+  item.time = t_start;
+  return item;
+}
+
 template <typename T>
 void put(std::string& out, T value) {
   char bytes[sizeof(T)];

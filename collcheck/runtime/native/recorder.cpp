@@ -48,11 +48,11 @@
 #include <vector>
 
 #include "binary_trace.h"
+#include "binary_trace_py.h"
 
 namespace py = pybind11;
 using collcheck_binary::BinaryTrace;
 using BinaryItem = collcheck_binary::Item;
-using BinaryKind = collcheck_binary::Kind;
 
 namespace {
 
@@ -141,15 +141,8 @@ struct State {
   bool write_line_locked(std::string line, const std::string& group_json = std::string(), int64_t of_seq = 0,
                          uint8_t fold = 0, double t_end = 0.0) {
     if (!binary) return write_locked(std::move(line));
-    BinaryItem item;
-    item.kind = fold ? BinaryKind::kFold : BinaryKind::kLine;
-    if (!line.empty() && line.back() == '\n') line.pop_back();
-    item.text = std::move(line);
-    item.group_json = group_json;
-    item.seq = of_seq;
-    item.flag = fold;
-    item.time = t_end;
-    return write_items_locked({std::move(item)});
+    if (!fold) return write_items_locked({collcheck_binary::line_item(std::move(line))});
+    return write_items_locked({collcheck_binary::fold_item(std::move(line), group_json, of_seq, fold, t_end)});
   }
 
   bool flush_locked() {
@@ -197,15 +190,8 @@ struct State {
     append_double(line, t_end);
     line += ok ? ",\"ok\":true}\n" : ",\"ok\":false}\n";
     if (ok && binary) {  // folded into its slot with the next write (a LINE if it cannot be)
-      BinaryItem item;
-      item.kind = BinaryKind::kFold;
-      line.pop_back();
-      item.text = std::move(line);
-      item.group_json = group_json;
-      item.seq = seq_done;
-      item.flag = collcheck_binary::kDone;
-      item.time = t_end;
-      deferred_items.push_back(std::move(item));
+      deferred_items.push_back(
+          collcheck_binary::fold_item(std::move(line), group_json, seq_done, collcheck_binary::kDone, t_end));
     } else if (ok) {
       deferred += line;
     } else {  // a failure is written at once: the process may be about to end
@@ -533,22 +519,9 @@ class RecorderKernel final : public c10::OperatorKernel {
       bool written = false;
       if (state.binary) {
         std::vector<BinaryItem> items;
-        if (!known) {
-          BinaryItem group_line;
-          group_line.text = *definition;
-          if (!group_line.text.empty() && group_line.text.back() == '\n') group_line.text.pop_back();
-          items.push_back(std::move(group_line));
-        }
-        BinaryItem coll;  // its template: the line around its seq and t_start (trace_live.split_coll)
-        coll.kind = BinaryKind::kColl;
-        coll.text.assign(line, 0, line.size() - 1);
-        coll.before = head;
-        coll.middle = middle + site + thread;
-        coll.after = "}";
-        coll.group_json = group_json;
-        coll.seq = seq;
-        coll.time = t_start;
-        items.push_back(std::move(coll));
+        if (!known) items.push_back(collcheck_binary::line_item(*definition));
+        // Its template: the line around its seq and t_start (as trace_live.item_of splits it).
+        items.push_back(collcheck_binary::coll_item(line, head, middle + site + thread, group_json, seq, t_start));
         written = state.write_items_locked(std::move(items));
       } else {
         if (!known) line.insert(0, *definition);
@@ -763,42 +736,10 @@ int64_t lost() {
   return state.lost;
 }
 
-// BinaryTrace.write from the tracer's Python side: its lines as trace_live.item_of splits them,
-// (kind, text, before, middle, after, group, seq, time, flag) each.
-bool write_binary(BinaryTrace& trace, const py::list& rows) {
-  std::vector<BinaryItem> items;
-  items.reserve(rows.size());
-  for (const auto& row : rows) {
-    py::tuple fields = row.cast<py::tuple>();
-    if (fields.size() != 9) throw std::invalid_argument("collcheck binary trace: an item has 9 fields");
-    BinaryItem item;
-    int kind = fields[0].cast<int>();
-    if (kind < 0 || kind > 2) throw std::invalid_argument("collcheck binary trace: unknown item kind");
-    item.kind = static_cast<BinaryKind>(kind);
-    item.text = fields[1].cast<std::string>();
-    item.before = fields[2].cast<std::string>();
-    item.middle = fields[3].cast<std::string>();
-    item.after = fields[4].cast<std::string>();
-    item.group_json = fields[5].cast<std::string>();
-    item.seq = fields[6].cast<int64_t>();
-    item.time = fields[7].cast<double>();
-    item.flag = static_cast<uint8_t>(fields[8].cast<int>());
-    items.push_back(std::move(item));
-  }
-  py::gil_scoped_release release;  // the issuing thread may hold the kernel's lock and want the GIL
-  return trace.write(items);
-}
-
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  py::class_<BinaryTrace, std::shared_ptr<BinaryTrace>>(m, "BinaryTrace")
-      .def(py::init<int, int64_t, int64_t, std::string>())
-      .def("write", &write_binary)
-      .def("lost", &BinaryTrace::lost, py::call_guard<py::gil_scoped_release>())
-      .def("last_error", &BinaryTrace::last_error, py::call_guard<py::gil_scoped_release>())
-      .def("status_offset", &BinaryTrace::status_offset, py::call_guard<py::gil_scoped_release>())
-      .def("close", &BinaryTrace::close, py::call_guard<py::gil_scoped_release>());
+  collcheck_binary::bind(m);
   m.doc() = "collcheck's native recorder (the c10d kernel of record mode and async verify)";
   m.def("configure", &configure);
   m.def("install", &install);
