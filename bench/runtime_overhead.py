@@ -2,7 +2,7 @@
 
     python bench/runtime_overhead.py [--rounds 3] [--small-iters 2000] [--large-iters 300]
                                       [--single-iters 3000] [--blocks 80] [--only-paired]
-                                      [--kinds record,record-py,async,async-py,record-bin]
+                                      [--kinds record,record-py,async,async-py,record-bin,record-nbin]
     python bench/runtime_overhead.py --only-paired --against /work/main --repeat 4 [--blocks 15]
 
 Measures, in one run:
@@ -113,11 +113,12 @@ def single_worker(mode: str, iters: int, trace_dir: str) -> None:
     dist.destroy_process_group()
 
 
-PAIRED_KINDS = ("record", "record-py", "async", "async-py", "record-bin")
+PAIRED_KINDS = ("record", "record-py", "async", "async-py", "record-bin", "record-nbin")
 PAIRED_NAMES = {
     "record": "record (native kernel)",
     "record-py": "record (Python kernel)",
     "record-bin": "record (Python kernel, binary trace written live)",
+    "record-nbin": "record (native kernel, binary trace written live)",
     "async": "async verify (native kernel)",
     "async-py": "async verify (Python kernel, as before)",
 }
@@ -140,6 +141,7 @@ def paired_worker(blocks: int, trace_dir: str, kinds: tuple[str, ...]) -> None:
     dist.init_process_group("gloo")
     configs = {
         "record-bin": tracer.TraceConfig(trace_dir, native=False, trace_format=TraceFormat.BINARY),
+        "record-nbin": tracer.TraceConfig(trace_dir, native=True, trace_format=TraceFormat.BINARY),
         "record": tracer.TraceConfig(trace_dir, native=True),
         "record-py": tracer.TraceConfig(trace_dir, native=False),
         "async": tracer.TraceConfig(trace_dir, verify=True, timeout_s=600, native=True),

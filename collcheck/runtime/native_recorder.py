@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from collcheck.runtime.record import CollectiveEncoder
 
 SOURCE = Path(__file__).resolve().parent / "native" / "recorder.cpp"
+# Included by SOURCE: part of what a build is of.
+HEADERS = tuple(SOURCE.parent / name for name in ("binary_trace.h", "binary_trace_py.h"))
 ENV_NATIVE_DIR = "COLLCHECK_NATIVE_DIR"  # where builds live (default: the user's cache folder)
 BUILD_TIMEOUT_S = 900.0
 LOCK_TIMEOUT_S = BUILD_TIMEOUT_S + 60.0
@@ -67,7 +69,8 @@ def module_name() -> str:
 
         version = str(torch.__version__)
     digest = hashlib.sha256()
-    digest.update(SOURCE.read_bytes())
+    for source in (SOURCE, *HEADERS):
+        digest.update(source.read_bytes())
     for part in (version, sys.version, str(sysconfig.get_config_var("EXT_SUFFIX"))):
         digest.update(part.encode())
     return f"collcheck_native_{digest.hexdigest()[:16]}"
@@ -345,14 +348,16 @@ class NativeRecorder:
         self._main = main_thread_ident
         self._encoder = encoder  # the Python kernel's, writing the same file: one numbering of gids
 
-    def start(self, fd: int, gate: Callable[[str], None] | None = None) -> None:
+    def start(self, fd: int, gate: Callable[[str], None] | None = None, binary: object | None = None) -> None:
         """`gate` (async verify): the kernel keeps every `coll` line for `drain` and calls
-        `gate(line)` before the first collective of each (group, op, call site) is issued."""
+        `gate(line)` before the first collective of each (group, op, call site) is issued.
+        `binary`: the module's BinaryTrace that owns a binary trace file
+        (trace_live.BinaryTraceWriter.use_native), written through instead of `fd`."""
         self.module.configure(
             self.rank, json.dumps(self.rank), self._group_info, _skip_code, self._site_json, _thread_piece
         )
         self.module.watch(gate)  # None: an earlier tracer's watching stops
-        self.module.start(fd)
+        self.module.start(fd, binary)
 
     def drain(self) -> tuple[list[str], int]:
         """(the `coll` lines issued since the last drain, in issue order; how many were not kept,

@@ -26,8 +26,9 @@ from collcheck.runtime.trace_binary import (
     BinaryRecords,
     is_binary_trace,
 )
+from collcheck.runtime.trace_load import load_file
 from collcheck.runtime.trace_model import Analysis, RankTrace, Timeline
-from collcheck.runtime.trace_read import TraceLines, load_file, new_trace, numbered_lines
+from collcheck.runtime.trace_read import TraceLines, new_trace, numbered_lines
 
 PENDING_LIMIT = 4096  # a rank's slices waiting for their completion; past it the oldest is written as is
 

@@ -34,8 +34,8 @@ from collcheck.runtime.trace_binary import (
     Record,
     TextRecord,
     is_binary_trace,
-    json_name_of,
 )
+from collcheck.runtime.trace_load import load_file, one_form
 from collcheck.runtime.trace_model import Problem, RankSummary, RankTrace, Side
 from collcheck.runtime.trace_read import (
     MAX_LINE_BYTES,
@@ -45,7 +45,6 @@ from collcheck.runtime.trace_read import (
     bounded_int,
     end_of_trace,
     finite_time,
-    load_file,
     new_trace,
     numbered_lines,
 )
@@ -362,7 +361,7 @@ def find_sources(path: str, problems: list[Problem]) -> list[Source]:
     sources: list[Source] = []
     shared = Shared()
     names = sorted(os.listdir(path))
-    for name in _one_form(path, names):
+    for name in one_form(path, names):
         full = os.path.join(path, name)
         if not os.path.isfile(full):
             continue
@@ -386,30 +385,6 @@ def find_sources(path: str, problems: list[Problem]) -> list[Source]:
     if not sources:
         raise TraceError(f"{path}: no collcheck traces or Flight Recorder dumps found")
     return sources
-
-
-def _one_form(path: str, names: list[str]) -> list[str]:
-    """`names` with one file per trace: where a binary trace and its JSON lines are both there,
-    the binary one when it is as new as the JSON lines (converted after their last write)."""
-    present = set(names)
-    chosen = []
-    for name in names:
-        json_name = json_name_of(name) if is_binary_trace(name) else None
-        # Only a regular file competes: a folder or FIFO is skipped later, and must not take the
-        # JSON lines' place.
-        if json_name in present and os.path.isfile(os.path.join(path, name)):
-            assert json_name is not None
-            newer = _mtime(os.path.join(path, name)) >= _mtime(os.path.join(path, json_name))
-            present.discard(json_name if newer else name)
-    chosen = [name for name in names if name in present]
-    return chosen
-
-
-def _mtime(path: str) -> float:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return -_INF
 
 
 def binary_header_rank(path: str, rank: int, whole: bool = True) -> int:

@@ -410,7 +410,7 @@ class BinaryLines:
 
 
 def load_binary(path: str) -> RankTrace:
-    """A binary trace read whole, as trace_read.load_file reads a JSON one."""
+    """A binary trace read whole, as trace_read.load_json reads a JSON one."""
     trace = new_trace(path)
     lines = TraceLines(trace)
     feeder = BinaryLines(lines)

@@ -16,11 +16,19 @@ A rank killed at any point leaves each slot either without the DONE flag (read a
 its `t_end` ignored: what a JSON trace says when the deferred `done` line never went out) or
 complete; a one-byte write cannot be torn. No write ever changes a slot's kind, template, seq or
 t_start, so the records after it are never at risk. Completions are deferred as TraceWriter
-defers `done` lines: patched before the next write, or at the monitor's next flush.
+defers `done` lines: patched before the next write, or at the monitor's next flush. (The native
+encoder writes the completion of the file's last slot and the next records in one positioned
+write, when the slot's patched bytes lie in one page: a killed process stops a write between
+pages, so they land all or none. The bytes in the file are the same.)
 
 A failed or short write (a full disk) is counted as TraceWriter counts it, in a status LINE
 record of fixed size rewritten in place; the next write first pads the file to a whole slot, so a
 torn record costs only its own slots (read as a damaged record, a problem of the trace).
+
+With the native kernel (native_recorder.py), the writer hands the file over after its header
+(`use_native`): from then on every line, the kernel's and this side's, is encoded by the C++
+twin of this encoder (native/binary_trace.h) in one object, which numbers the templates and knows
+every slot; this side splits its lines into Items (`item_of`) as the C++ kernel splits its own.
 `open_collectives` and `header_line` read such a trace while the job runs (the launcher's
 backstop, the run's verdict), as launch.py and verdict.py read a JSON one. Never imports torch.
 """
@@ -29,12 +37,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import math
 import os
 import re
 import struct
 import sys
 import threading
+from types import ModuleType
+from typing import Any, NamedTuple
 
 from collcheck.runtime.record import GroupLine, TraceFormat, TraceWriter, status_line
 from collcheck.runtime.trace_binary import (
@@ -53,8 +64,11 @@ from collcheck.runtime.trace_binary import (
     UNOBSERVED,
     BinaryFormatError,
     BinaryRecords,
+    CollRun,
     TextRecord,
     coll_slot,
+    template_line,
+    template_parts,
     text_slots,
 )
 from collcheck.runtime.trace_read import MAX_LINE_BYTES
@@ -71,6 +85,57 @@ _END = struct.Struct("<d")
 
 
 ENV_FORMAT = "COLLCHECK_TRACE_FORMAT"  # json (the default) or binary
+ITEM_LINE, ITEM_COLL, ITEM_FOLD = 0, 1, 2  # binary_trace.h's Kind
+
+
+class Item(NamedTuple):
+    """One line to encode, split: a LINE as it is; a COLL line around its seq and t_start (its
+    `group` as JSON, found in `before`); a FOLD, an `ok` `done` (flag DONE, `time` its t_end) or
+    `unobserved` line (flag UNOBSERVED) of the collective `seq` of `group`. `text` is the line,
+    written as a LINE record where it cannot be a record. The fields are binary_trace.h's Item."""
+
+    kind: int
+    text: bytes
+    before: bytes = b""
+    middle: bytes = b""
+    after: bytes = b""
+    group: bytes = b""
+    seq: int = 0
+    time: float = 0.0
+    flag: int = 0
+
+
+def item_of(text: bytes) -> Item:
+    """A line (without its newline) as the encoder takes it."""
+    if text.startswith(b'{"ev":"coll"'):
+        split = _split_coll(text)
+        if split is not None:
+            before, seq, middle, t_start, after = split
+            group = _COLL_GROUP.search(before)
+            if group is not None:
+                return Item(ITEM_COLL, text, before, middle, after, group.group(1), seq, t_start)
+    elif text.startswith(b'{"ev":"done"'):
+        found = _DONE_LINE.match(text)
+        if found is not None:
+            t_end = _exact_float(found.group(3))
+            if t_end is not None:
+                return Item(
+                    ITEM_FOLD, text, group=found.group(1), seq=int(found.group(2)), time=t_end, flag=DONE
+                )
+    elif text.startswith(b'{"ev":"unobserved"'):
+        found = _UNOBSERVED_LINE.match(text)
+        if found is not None:
+            return Item(ITEM_FOLD, text, group=found.group(1), seq=int(found.group(2)), flag=UNOBSERVED)
+    return Item(ITEM_LINE, text)
+
+
+def _exact_float(text: bytes) -> float | None:
+    """`text` as a finite float that reads back as `text` (so conversion writes it again)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and repr(value).encode() == text else None
 
 
 def trace_format_of(value: str | None) -> TraceFormat:
@@ -80,9 +145,8 @@ def trace_format_of(value: str | None) -> TraceFormat:
 
 
 class BinaryTraceWriter(TraceWriter):
-    """TraceWriter's interface, writing binary records. One writer per file: it knows the offset
-    of every record it wrote (the native kernel, which writes into the same file as JSON lines,
-    is not used with it: tracer.TraceConfig.uses_native)."""
+    """TraceWriter's interface, writing binary records. One encoder per file, which knows the
+    offset of every record written: this one, or after `use_native` the native kernel's."""
 
     def __init__(self, path: str, allow_shared: bool = False) -> None:
         super().__init__(path, allow_shared)  # opens the file (never through a link)
@@ -95,6 +159,22 @@ class BinaryTraceWriter(TraceWriter):
         self._defined_gids: set[int] = set()
         self._status_offset = -1
         self._status_size = 0
+        self._native: Any = None  # the native kernel's BinaryTrace, once the file is handed over
+        self._native_lost = 0  # its count of lost records, as last taken into `lost`
+
+    def use_native(self, module: ModuleType) -> object:
+        """Hand the file to the native kernel's encoder (`module.BinaryTrace`), for the kernel and
+        this writer's later lines alike; returns it, for NativeRecorder.start. Only before any
+        collective was written (the tracer does it after the header): the kernel numbers the
+        templates and keeps the slots from then on."""
+        with self._guard:
+            if self.fileno() < 0 or self._templates or self._slots or self._native is not None:
+                raise RuntimeError("a binary trace is handed to the native kernel only after its header")
+            if self._waiting:
+                self._send([])
+            status = self._status(0, "")
+            self._native = module.BinaryTrace(self.fileno(), self._offset, self._status_offset, status)
+            return self._native
 
     # -- TraceWriter's interface -----------------------------------------------------------------
 
@@ -119,7 +199,28 @@ class BinaryTraceWriter(TraceWriter):
                 self._send([])
 
     def lost_elsewhere(self, total: int) -> None:
-        """Nobody else writes a binary trace: nothing to add."""
+        """The native kernel counts what its encoder lost (`total` is its JSON count: none)."""
+        with self._guard:
+            if self._native is not None:
+                self._sync_lost()
+
+    def close(self) -> None:
+        self.flush()
+        with self._guard:
+            if self._native is not None:
+                self._sync_lost()
+                self._native.close()
+        super().close()
+
+    def _sync_lost(self) -> None:
+        """The native encoder's lost records into `lost` and the status record (holding the guard)."""
+        total = int(self._native.lost())
+        if total > self._native_lost:
+            count, self._native_lost = total - self._native_lost, total
+            self._status_offset = int(self._native.status_offset())
+            code = int(self._native.last_error())
+            error = OSError(errno.EIO, "short write") if code < 0 else OSError(code, os.strerror(code))
+            self._count_lost(count, error)
 
     # -- encoding ----------------------------------------------------------------------------------
 
@@ -131,13 +232,17 @@ class BinaryTraceWriter(TraceWriter):
         if self._waiting:
             lines = self._waiting + lines
             self._waiting = []
+        if self._native is not None:
+            written = bool(self._native.write([item_of(text.rstrip(b"\n")) for text in lines]))
+            self._sync_lost()
+            return written
         batch = _Batch(self._offset, len(self._templates))
         if self._offset == 0:
             batch.add(MAGIC, 0)
         elif (self._offset - len(MAGIC)) % SLOT:  # a torn write before: pad to a whole slot
             batch.add(bytes(SLOT - (self._offset - len(MAGIC)) % SLOT), 0)
         for text in lines:
-            self._encode(text.rstrip(b"\n"), batch)
+            self._encode(item_of(text.rstrip(b"\n")), batch)
         started = self._status_offset >= 0
         if not started:
             batch.status_at = batch.end
@@ -145,56 +250,42 @@ class BinaryTraceWriter(TraceWriter):
         self._patch(batch.patches)
         return self._put(batch, started)
 
-    def _encode(self, text: bytes, batch: _Batch) -> None:
-        if text.startswith(b'{"ev":"coll"') and self._coll(text, batch):
+    def _encode(self, item: Item, batch: _Batch) -> None:
+        if item.kind == ITEM_COLL and self._coll(item, batch):
             return
-        if text.startswith(b'{"ev":"done"'):
-            found = _DONE_LINE.match(text)
-            if found is not None and self._fold(found, batch, DONE):
-                return
-        elif text.startswith(b'{"ev":"unobserved"'):
-            found = _UNOBSERVED_LINE.match(text)
-            if found is not None and self._fold(found, batch, UNOBSERVED):
-                return
+        if item.kind == ITEM_FOLD and self._fold(item, batch):
+            return
+        text = item.text
         if len(text) > MAX_LINE_BYTES:
             batch.add(text_slots(OVERLONG, b""), 1)  # read as a JSON reader reads it
         else:
             batch.add(text_slots(LINE, text), 1)
 
-    def _coll(self, text: bytes, batch: _Batch) -> bool:
-        """`text` as a COLL slot (and its template, when new); False to write it as a line."""
-        split = _split_coll(text)
-        if split is None:
-            return False
-        before, seq, middle, t_start, after = split
-        parts = (before, middle, after)
+    def _coll(self, item: Item, batch: _Batch) -> bool:
+        """A COLL item as a COLL slot (and its template, when new); False to write it as a line."""
+        before, middle, after = parts = (item.before, item.middle, item.after)
         known = self._templates.get(parts) or batch.templates.get(parts)
         if known is None:
-            group = _COLL_GROUP.search(before)
             ident = batch.first_template + len(batch.templates)
-            if group is None or ident >= MAX_TEMPLATES:
+            if ident >= MAX_TEMPLATES:
                 return False
-            known = (ident, group.group(1))
+            known = (ident, item.group)
             head = TEMPLATE_HEAD.pack(ident, len(before), len(before) + len(middle))
             batch.defined.append((batch.end, parts, known))
             batch.add(text_slots(TEMPLATE, head + before + middle + after), 0)
             batch.templates[parts] = known
-        batch.slots.append((batch.end, (known[1], seq)))
-        batch.add(coll_slot(known[0], seq, t_start, None), 1)
+        batch.slots.append((batch.end, (known[1], item.seq)))
+        batch.add(coll_slot(known[0], item.seq, item.time, None), 1)
         return True
 
-    def _fold(self, found: re.Match[bytes], batch: _Batch, flag: int) -> bool:
+    def _fold(self, item: Item, batch: _Batch) -> bool:
         """A completion (DONE, with its t_end) or UNOBSERVED into the slot of its collective, when
         this writer wrote that slot and it has no such mark yet; False to write it as a line."""
-        key = (found.group(1), int(found.group(2)))
-        slot = self._slots.get(key)
+        flag = item.flag
+        slot = self._slots.get((item.group, item.seq))
         if slot is None or slot[1] & flag:
             return False
-        t_end = None
-        if flag == DONE:
-            t_end = float(found.group(3))
-            if not math.isfinite(t_end) or repr(t_end).encode() != found.group(3):
-                return False
+        t_end = item.time if flag == DONE else None
         slot[1] |= flag
         batch.patches.append((slot[0], slot[1], t_end))
         return True
@@ -373,3 +464,60 @@ def header_line(path: str) -> bytes | None:
 
 
 HEAD_SLOTS = 64
+
+
+def tail_rows(path: str, tail_bytes: int) -> list[dict[str, Any]]:
+    """The rows of the records among the last `tail_bytes` of a binary trace, as a JSON trace's
+    last lines read (verify_stall.caught_up, the stall watchdog bringing a peer's position up to
+    date): a LINE record as its JSON object, a collective as its `coll` line and, once completed,
+    a `done` row after it; a torn or damaged record is left out, as a torn JSON line is; [] when
+    unreadable. The templates the window names were defined before their first collective,
+    anywhere in the file: the whole file is scanned for them, a column of first bytes at a time
+    (collectives are skipped as views, never decoded, outside the window)."""
+    try:
+        records = BinaryRecords(path)
+    except (BinaryFormatError, OSError):
+        return []
+    rows: list[dict[str, Any]] = []
+    try:
+        size = os.fstat(records.handle.fileno()).st_size
+        window = max(0, (size - len(MAGIC)) // SLOT - tail_bytes // SLOT)  # the first slot read
+        texts: list[tuple[bytes, bytes, bytes] | None] = []
+        for chunk in records.chunks():
+            for record in chunk:
+                if isinstance(record, TextRecord) and record.sub == TEMPLATE:
+                    parts = template_parts(record.payload)
+                    texts.append(parts[1:] if parts is not None and parts[0] == len(texts) else None)
+                elif isinstance(record, TextRecord) and record.sub == LINE and record.first >= window:
+                    _add_row(rows, record.payload)
+                elif isinstance(record, CollRun) and record.first + record.count > window:
+                    _add_colls(rows, record, max(0, window - record.first), texts)
+    except OSError:
+        pass
+    finally:
+        records.close()
+    return rows
+
+
+def _add_colls(
+    rows: list[dict[str, Any]], run: CollRun, start: int, texts: list[tuple[bytes, bytes, bytes] | None]
+) -> None:
+    for index in range(start, run.count):
+        _, flags, _, template, seq, t_start, _ = run.slot(index)
+        parts = texts[template] if template < len(texts) else None
+        if parts is None or not math.isfinite(t_start):
+            continue
+        row = _add_row(rows, template_line(parts, seq, t_start))
+        if row is not None and flags & DONE:
+            rows.append({"ev": "done", "group": row.get("group"), "seq": seq})
+
+
+def _add_row(rows: list[dict[str, Any]], text: bytes) -> dict[str, Any] | None:
+    try:
+        row = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(row, dict):
+        return None
+    rows.append(row)
+    return row

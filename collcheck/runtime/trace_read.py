@@ -1,6 +1,7 @@
-"""Reading trace folders: collcheck's JSON Lines traces and PyTorch Flight Recorder dumps.
+"""Reading collcheck's JSON Lines traces and PyTorch Flight Recorder dumps (trace_load.py picks the
+reader of each file of a folder).
 
-In: a folder (or file) path. Out: one RankTrace per rank (trace_model.py) and the Problems met on
+In: a file path. Out: its RankTrace (trace_model.py) and the Problems met on
 the way. Trace folders are untrusted input: every line is bounded and checked before it becomes a
 CollectiveEvent, and a Flight Recorder dump is unpickled only when it starts like one and names no
 global (plain dicts, lists, tuples, strings, numbers, booleans, None); anything else is refused.
@@ -22,12 +23,10 @@ from collcheck.runtime.record import (
     GROUP_LINE,
     LOST,
     TRACE_PREFIX,
-    TRACE_SUFFIX,
     CallSite,
     CollectiveEvent,
 )
 from collcheck.runtime.trace_model import (
-    Problem,
     RankTrace,
     RuntimeReport,
 )
@@ -44,47 +43,14 @@ class DumpRefused(Exception):
     """A file that looked like a Flight Recorder dump and was not read (unsafe or too big)."""
 
 
-def load_dir(path: str, problems: list[Problem] | None = None) -> list[RankTrace]:
-    """Every trace and dump in `path`; files refused as unsafe are added to `problems`."""
-    if not os.path.isdir(path):
-        raise TraceError(f"{path}: not a directory")
-    traces: list[RankTrace] = []
-    for name in sorted(os.listdir(path)):
-        full = os.path.join(path, name)
-        if not os.path.isfile(full):
-            continue
-        try:
-            trace = load_file(full)
-        except DumpRefused as refused:
-            if problems is not None:
-                problems.append(Problem(full, 0, str(refused)))
-            continue
-        if trace is not None:
-            traces.append(trace)
-    if not traces:
-        raise TraceError(f"{path}: no collcheck traces or Flight Recorder dumps found")
-    return traces
-
-
 PERFETTO_FILE = "trace.perfetto.json"  # `collcheck trace --format perfetto`'s own output in the folder
-
-
-def load_file(path: str) -> RankTrace | None:
-    """A collcheck trace, a Flight Recorder dump, or None for any other file. Raises DumpRefused
-    for a pickle that is not plain data, or a dump over MAX_DUMP_BYTES."""
-    name = os.path.basename(path)
-    if name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX):
-        return _load_collcheck(path)
-    if name == PERFETTO_FILE:  # gigabytes for a big job: never read as a possible JSON dump
-        return None
-    return _load_flight_recorder(path)
 
 
 MAX_LINE_BYTES = 1 << 20  # a real line is under a few KB; a longer one is skipped unparsed
 _INT_LIMIT = 1 << 62  # ranks, sequence numbers, sizes: anything past this is corrupt
 
 
-def _load_collcheck(path: str) -> RankTrace:
+def load_json(path: str) -> RankTrace:
     """A collcheck trace. Every line that cannot be used is skipped and recorded as a problem of
     the trace (file:line and why); a torn last line (a rank killed mid-write) is expected."""
     trace = new_trace(path)
@@ -413,7 +379,9 @@ _FR_DTYPES = {
 _TORCH_FILE = re.compile(r"[/\\]torch[/\\]|[/\\]collcheck[/\\]runtime[/\\]")
 
 
-def _load_flight_recorder(path: str) -> RankTrace | None:
+def load_flight_recorder(path: str) -> RankTrace | None:
+    """A Flight Recorder dump, or None for a file that is none. Raises DumpRefused for a pickle
+    that is not plain data, or a dump over MAX_DUMP_BYTES."""
     dump = _read_dump(path)
     if not isinstance(dump, dict) or not isinstance(dump.get("entries"), list):
         return None

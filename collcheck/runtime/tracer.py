@@ -60,8 +60,8 @@ class TraceConfig:
     @property
     def uses_native(self) -> bool:
         """Strict mode keeps the Python kernel: it agrees on every collective before issuing it.
-        So does a binary trace: the native kernel writes JSON lines into the trace file itself."""
-        return self.native and not self.strict and self.trace_format is TraceFormat.JSON
+        (A binary trace is written by the native kernel's encoder: BinaryTraceWriter.use_native.)"""
+        return self.native and not self.strict
 
     @property
     def mode(self) -> str:
@@ -207,7 +207,10 @@ class Tracer:
         self.writer.write(self._header())
         if self.native is not None:
             assert self.feed is not None
-            self.native.start(self.writer.fileno(), self.feed.gate if self.config.verify else None)
+            binary = None
+            if isinstance(self.writer, BinaryTraceWriter):  # the kernel encodes the file from here on
+                binary = self.writer.use_native(self.native.module)
+            self.native.start(self.writer.fileno(), self.feed.gate if self.config.verify else None, binary)
         self.monitor.start()
 
     def _native_module(self) -> Any:

@@ -12,6 +12,8 @@ from typing import Any
 
 from collcheck.runtime.p2p import is_p2p
 from collcheck.runtime.record import CollectiveEvent
+from collcheck.runtime.trace_binary import is_binary_trace
+from collcheck.runtime.trace_live import tail_rows
 from collcheck.runtime.verify_protocol import Position, fingerprint, label
 
 
@@ -134,6 +136,8 @@ def stall_text(me: int, blocked: dict[str, Any], positions: dict[int, Position |
 
 PEER_INT_LIMIT = 1 << 62  # a rank or number beyond this in another rank's trace is damage, not a count
 TRACE_TAIL = 1 << 18  # bytes of another rank's trace read to bring its position up to date
+# The same for a binary trace (about as many collectives as TRACE_TAIL holds of JSON lines).
+BINARY_TRACE_TAIL = TRACE_TAIL // 8
 
 
 def caught_up(rank: int, position: Position | None, path: str) -> Position | None:
@@ -197,7 +201,10 @@ def _still_open(blocked: dict[str, Any], latest: dict[str, int], done: set[tuple
 
 
 def _tail_rows(path: str) -> list[dict[str, Any]]:
-    """The complete JSON lines among the last TRACE_TAIL bytes of a trace; [] if unreadable."""
+    """The complete JSON lines among the last TRACE_TAIL bytes of a trace (or the records of a
+    binary one, trace_live.tail_rows); [] if unreadable."""
+    if is_binary_trace(os.path.basename(path)):
+        return tail_rows(path, BINARY_TRACE_TAIL)
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)

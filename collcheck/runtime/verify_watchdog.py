@@ -17,6 +17,7 @@ from typing import Any
 from collcheck.runtime.p2p import base_group
 from collcheck.runtime.record import trace_file_name
 from collcheck.runtime.relay import short_error
+from collcheck.runtime.trace_binary import binary_name, is_binary_trace
 from collcheck.runtime.verify_ledger import Ledger
 from collcheck.runtime.verify_protocol import (
     Position,
@@ -121,11 +122,13 @@ class StallWatchdog:
         if not path:
             return positions
         folder = os.path.dirname(str(path))
+        # Every rank writes the format this one writes (`--trace-format` reaches them all).
+        name_of = binary_name if is_binary_trace(os.path.basename(str(path))) else trace_file_name
         stale = time.time() - 2 * self.ledger.pace.position_s  # a changing rank's position is fresher
         return {
             rank: position
             if rank == self.config.rank or (position is not None and position.t > stale)
-            else caught_up(rank, position, os.path.join(folder, trace_file_name(rank)))
+            else caught_up(rank, position, os.path.join(folder, name_of(rank)))
             for rank, position in positions.items()
         }
 

@@ -22,7 +22,7 @@ from collcheck.runtime import adapters
 from collcheck.runtime.adapters import AdapterSpec
 from collcheck.runtime.analyze import analyze
 from collcheck.runtime.record import CollectiveEncoder, TraceWriter, read_trace
-from collcheck.runtime.trace_read import load_dir
+from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.tracer import TraceConfig
 from collcheck.runtime.verify import ABORT_EXIT_CODE
 

@@ -11,7 +11,7 @@ from collcheck.cli import main
 from collcheck.runtime.analyze import analyze
 from collcheck.runtime.perfetto import to_perfetto
 from collcheck.runtime.record import CallSite, CollectiveEvent, DoneEvent, TraceWriter, trace_file_name
-from collcheck.runtime.trace_read import load_dir
+from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.trace_render import render_text, to_json
 
 

@@ -19,8 +19,9 @@ from test_analyze import _fr_dump, _fr_entry
 
 from collcheck.runtime import trace_read
 from collcheck.runtime.analyze import analyze
+from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.trace_model import Problem
-from collcheck.runtime.trace_read import DumpRefused, TraceError, check_dump_shape, load_dir
+from collcheck.runtime.trace_read import DumpRefused, TraceError, check_dump_shape
 
 
 def _shared_nest(depth: int) -> list[Any]:

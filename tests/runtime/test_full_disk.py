@@ -13,8 +13,8 @@ from conftest import PROGRAMS, REPO, base_env, free_port, line_of
 
 from collcheck.runtime.analyze import analyze
 from collcheck.runtime.record import read_trace, trace_file_name
+from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.trace_model import EXIT_INCOMPLETE, Problem
-from collcheck.runtime.trace_read import load_dir
 from collcheck.runtime.trace_render import render_text
 
 # A real write failure: RLIMIT_FSIZE makes the kernel refuse (EFBIG) every write past the limit,

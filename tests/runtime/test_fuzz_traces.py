@@ -12,8 +12,8 @@ import pytest
 from conftest import REPO
 
 from collcheck.runtime.analyze import analyze
+from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.trace_model import EXIT_INCOMPLETE
-from collcheck.runtime.trace_read import load_dir
 from collcheck.runtime.trace_render import render_text
 
 

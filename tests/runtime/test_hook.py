@@ -6,7 +6,7 @@ import pytest
 from conftest import line_of, run_job
 
 from collcheck.runtime.analyze import analyze
-from collcheck.runtime.trace_read import load_dir
+from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.tracer import TraceConfig
 
 pytestmark = pytest.mark.multirank

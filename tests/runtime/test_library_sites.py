@@ -14,7 +14,7 @@ from conftest import run_job
 from collcheck.runtime import hook
 from collcheck.runtime.analyze import analyze
 from collcheck.runtime.record import CallSite, library_path
-from collcheck.runtime.trace_read import load_dir
+from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.trace_render import render_text
 from collcheck.runtime.tracer import TraceConfig
 from collcheck.runtime.verify import ABORT_EXIT_CODE

@@ -125,3 +125,16 @@ def test_collcheck_run_does_not_wait_for_a_compiler(tmp_path: Path) -> None:
     )
     assert "ran" in done.stdout, done.stderr[-2000:]
     assert time.monotonic() - started < 60
+
+
+def test_a_build_is_named_after_the_header_it_includes_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # recorder.cpp includes binary_trace.h: a changed encoder must never load a stale build.
+    header = tmp_path / "binary_trace.h"
+    header.write_text("// one encoder\n")
+    monkeypatch.setattr(native, "HEADERS", (header,))
+    first = native.module_name()
+    header.write_text("// another encoder\n")
+    assert native.module_name() != first
+    assert native.HEADERS[0].name in native.SOURCE.read_text()

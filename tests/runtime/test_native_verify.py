@@ -14,7 +14,7 @@ from conftest import line_of, run_job
 from collcheck.runtime import native_recorder as native
 from collcheck.runtime.analyze import analyze
 from collcheck.runtime.record import read_trace
-from collcheck.runtime.trace_read import load_dir
+from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.tracer import TraceConfig
 from collcheck.runtime.verify import ABORT_EXIT_CODE
 

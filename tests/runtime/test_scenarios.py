@@ -14,8 +14,8 @@ import pytest
 from conftest import Job, line_of, run_job, run_job_past_teardown_aborts
 
 from collcheck.runtime.analyze import analyze
+from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.trace_model import Analysis
-from collcheck.runtime.trace_read import load_dir
 from collcheck.runtime.tracer import TraceConfig
 from collcheck.runtime.verify import ABORT_EXIT_CODE
 

@@ -29,8 +29,9 @@ from collcheck.runtime.record import (
     TraceWriter,
     trace_file_name,
 )
+from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.trace_model import Analysis, Problem
-from collcheck.runtime.trace_read import TraceError, load_dir
+from collcheck.runtime.trace_read import TraceError
 from collcheck.runtime.trace_render import render_text, to_json
 
 DATA = REPO / "tests" / "runtime" / "data"

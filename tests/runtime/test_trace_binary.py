@@ -34,8 +34,9 @@ from collcheck.runtime.trace_binary import (
     convert_to_json,
     text_slots,
 )
+from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.trace_model import Analysis
-from collcheck.runtime.trace_read import TraceError, load_dir
+from collcheck.runtime.trace_read import TraceError
 from collcheck.runtime.trace_render import render_text, to_json
 from collcheck.runtime.tracer import TraceConfig
 

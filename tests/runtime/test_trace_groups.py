@@ -21,8 +21,8 @@ from collcheck.runtime.record import (
     TraceWriter,
     trace_file_name,
 )
+from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.trace_model import EXIT_INCOMPLETE
-from collcheck.runtime.trace_read import load_dir
 from collcheck.runtime.trace_render import render_text
 
 

@@ -16,8 +16,8 @@ from test_analyze import _event, _fr_dump, _fr_entry, _write
 from collcheck.cli import main
 from collcheck.runtime import trace_read
 from collcheck.runtime.analyze import analyze
+from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.trace_model import Problem
-from collcheck.runtime.trace_read import load_dir
 
 
 class _RunsCommand:

@@ -19,7 +19,7 @@ from collcheck.runtime import liveline
 from collcheck.runtime.analyze import analyze
 from collcheck.runtime.liveline import LiveReport
 from collcheck.runtime.record import TraceWriter, trace_file_name
-from collcheck.runtime.trace_read import load_dir
+from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.verdict import JobEnd, Status, decide
 
 SWAP = "collective swap: rank 0 all_reduce(a) then all_reduce(b) at train.py:12 vs rank 1 ... (group 0, #31)"

@@ -14,6 +14,10 @@
 // verify (`watch`) it also keeps every `coll` line for the monitor's background thread (`drain`)
 // and, before the first collective of each (group, op, call site), calls the monitor's gate on the
 // issuing thread, which agrees on it with the other ranks before it is issued.
+//
+// Binary traces (`--trace-format binary`): given a BinaryTrace at start() (binary_trace.h), the
+// kernel writes its lines as binary records through it instead of as JSON lines: a `coll` line as
+// a COLL slot (its template before it the first time), a completion folded into its slot.
 
 #include <torch/extension.h>
 #include <torch/library.h>
@@ -43,7 +47,12 @@
 #include <utility>
 #include <vector>
 
+#include "binary_trace.h"
+#include "binary_trace_py.h"
+
 namespace py = pybind11;
+using collcheck_binary::BinaryTrace;
+using BinaryItem = collcheck_binary::Item;
 
 namespace {
 
@@ -112,6 +121,34 @@ struct State {
   bool watching = false;  // async verify: every `coll` line is kept for the monitor (`drain`)
   std::vector<std::string> watched;
   int64_t unwatched = 0;  // lines not kept since the last drain: the queue was full
+  // A binary trace: every line goes through it as a record (its own lock is taken under `mu`,
+  // never the other way round), the deferred completions as items.
+  std::shared_ptr<BinaryTrace> binary;
+  std::vector<BinaryItem> deferred_items;
+
+  // Binary: the deferred completions and `items`, as records; whether all were written.
+  bool write_items_locked(std::vector<BinaryItem> items) {
+    if (!deferred_items.empty()) {
+      items.insert(items.begin(), std::make_move_iterator(deferred_items.begin()),
+                   std::make_move_iterator(deferred_items.end()));
+      deferred_items.clear();
+    }
+    return binary->write(items);
+  }
+
+  // A line the kernel wrote whole (`group`, `unobserved`, a failed `done`), as a JSON or binary trace
+  // takes it; `fold`: the completion it stands for (kDone, kUnobserved), or 0.
+  bool write_line_locked(std::string line, const std::string& group_json = std::string(), int64_t of_seq = 0,
+                         uint8_t fold = 0, double t_end = 0.0) {
+    if (!binary) return write_locked(std::move(line));
+    if (!fold) return write_items_locked({collcheck_binary::line_item(std::move(line))});
+    return write_items_locked({collcheck_binary::fold_item(std::move(line), group_json, of_seq, fold, t_end)});
+  }
+
+  bool flush_locked() {
+    if (binary) return deferred_items.empty() || write_items_locked({});
+    return deferred.empty() || write_locked(std::string());
+  }
 
   // Whether all of `line` (after the deferred lines) was written.
   bool write_locked(std::string line) {
@@ -152,10 +189,13 @@ struct State {
         ",\"t_end\":";
     append_double(line, t_end);
     line += ok ? ",\"ok\":true}\n" : ",\"ok\":false}\n";
-    if (ok) {
+    if (ok && binary) {  // folded into its slot with the next write (a LINE if it cannot be)
+      deferred_items.push_back(
+          collcheck_binary::fold_item(std::move(line), group_json, seq_done, collcheck_binary::kDone, t_end));
+    } else if (ok) {
       deferred += line;
     } else {  // a failure is written at once: the process may be about to end
-      write_locked(std::move(line));
+      write_line_locked(std::move(line));
     }
   }
 };
@@ -452,8 +492,10 @@ class RecorderKernel final : public c10::OperatorKernel {
       int64_t seq = ++state.seq[name];
       result->seq = seq;
       result->session = state.session;
-      std::string line = head + std::to_string(seq) + middle + site + thread;
-      append_double(line, now_seconds());
+      std::string seq_text = std::to_string(seq);
+      double t_start = now_seconds();
+      std::string line = head + seq_text + middle + site + thread;
+      append_double(line, t_start);
       line += "}\n";
       state.inflight[{name, seq}] = line;
       state.last_group = name;
@@ -474,8 +516,18 @@ class RecorderKernel final : public c10::OperatorKernel {
       // killed at any point leaves no `coll` line naming a gid its trace does not define; after a
       // failed write it goes out again with the next one (readers accept an unchanged repeat).
       bool known = state.defined.count(gid) > 0;
-      if (!known) line.insert(0, *definition);
-      if (state.write_locked(std::move(line)) && !known) state.defined.insert(gid);
+      bool written = false;
+      if (state.binary) {
+        std::vector<BinaryItem> items;
+        if (!known) items.push_back(collcheck_binary::line_item(*definition));
+        // Its template: the line around its seq and t_start (as trace_live.item_of splits it).
+        items.push_back(collcheck_binary::coll_item(line, head, middle + site + thread, group_json, seq, t_start));
+        written = state.write_items_locked(std::move(items));
+      } else {
+        if (!known) line.insert(0, *definition);
+        written = state.write_locked(std::move(line));
+      }
+      if (written && !known) state.defined.insert(gid);
     }
     if (gate_new) {  // written, not yet issued: the monitor agrees on it first (without `mu`)
       py::gil_scoped_acquire gil;
@@ -527,8 +579,9 @@ class RecorderKernel final : public c10::OperatorKernel {
       state->observable[issued.observable_key] = false;
       if (!state->active || issued.session != state->session) return;
       state->completed_locked(issued.group, issued.seq);  // cannot watch it: never call it a stall
-      state->write_locked("{\"ev\":\"unobserved\",\"group\":" + issued.group_json + ",\"seq\":" +
-                          std::to_string(issued.seq) + "}\n");
+      state->write_line_locked("{\"ev\":\"unobserved\",\"group\":" + issued.group_json + ",\"seq\":" +
+                                   std::to_string(issued.seq) + "}\n",
+                               issued.group_json, issued.seq, collcheck_binary::kUnobserved);
       return;
     }
     {
@@ -615,8 +668,11 @@ py::tuple drain() {
   return py::make_tuple(lines, unwatched);
 }
 
-// Start writing to `fd` (the module keeps its own duplicate); sequence numbers start afresh.
-void start(int fd) {
+// Start writing to `fd` (the module keeps its own duplicate), or, given a BinaryTrace, through it
+// (the tracer's Python side writes through it too); sequence numbers start afresh.
+void start(int fd, py::object binary) {
+  std::shared_ptr<BinaryTrace> trace;
+  if (!binary.is_none()) trace = binary.cast<std::shared_ptr<BinaryTrace>>();
   int own = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);  // like Python's own descriptors: not inherited
   if (own < 0) throw std::runtime_error("collcheck native recorder: dup failed");
   State& state = *g_state;
@@ -624,6 +680,8 @@ void start(int fd) {
   if (state.fd >= 0) ::close(state.fd);
   state.fd = own;
   state.deferred.clear();
+  state.binary = std::move(trace);
+  state.deferred_items.clear();
   state.seq.clear();
   state.defined.clear();
   state.inflight.clear();
@@ -640,14 +698,15 @@ void start(int fd) {
 void flush() {
   State& state = *g_state;
   std::lock_guard<std::mutex> guard(state.mu);
-  if (!state.deferred.empty()) state.write_locked(std::string());
+  state.flush_locked();
 }
 
 void stop() {
   State& state = *g_state;
   std::lock_guard<std::mutex> guard(state.mu);
-  if (!state.deferred.empty()) state.write_locked(std::string());
+  state.flush_locked();
   state.active = false;
+  state.binary.reset();  // the tracer's Python side writes on through it (its exit record)
   if (state.fd >= 0) ::close(state.fd);
   state.fd = -1;
 }
@@ -680,13 +739,14 @@ int64_t lost() {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  collcheck_binary::bind(m);
   m.doc() = "collcheck's native recorder (the c10d kernel of record mode and async verify)";
   m.def("configure", &configure);
   m.def("install", &install);
   m.def("uninstall", &uninstall);
   m.def("watch", &watch);
   m.def("drain", &drain);
-  m.def("start", &start);
+  m.def("start", &start, py::arg("fd"), py::arg("binary") = py::none());
   m.def("flush", &flush, py::call_guard<py::gil_scoped_release>());
   m.def("stop", &stop, py::call_guard<py::gil_scoped_release>());
   m.def("snapshot", &snapshot);
