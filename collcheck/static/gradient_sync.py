@@ -10,6 +10,11 @@ was handed), a backward — and `with` items. Out: values that carry `Atom.synce
 a backward through them runs: the union over what they were computed from), the `OpSpec` that
 makes a backward a collective, its `CommEvent`s, and the ops a `with` block suspends.
 
+A backward in a file that trains under torch.distributed (it imports a module of an assumed
+entry's `evidence`) whose value carries no seen reduction is taken to run the assumed one
+(`GradientSync.assumed`: DDP or FSDP wrapping a model built elsewhere), on the world group; its
+event says so (`CommEvent.condition`), and `assume-wrapped-models = false` drops the entry.
+
 The provenance is data flow, not names: the forward's result carries the reduction; opaque
 values (arithmetic, attributes, items, unknown calls such as a loss function) carry their
 inputs' union; an unknown call handed the wrapped module itself (`loss_fn(model, batch)`) may
@@ -25,7 +30,7 @@ from weakref import WeakKeyDictionary
 from collcheck.catalog import Catalog, GradientSync, OpSpec
 from collcheck.static.group_values import group_value, type_of
 from collcheck.static.loader import ModuleInfo
-from collcheck.static.names import ImportTable, dotted, qualified_name, source_text
+from collcheck.static.names import ImportTable, dotted, imports_under, qualified_name, source_text
 from collcheck.static.program import OWN_DATA, CommEvent, EventKind
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import Atom, Expr, GradSync, GroupVal, atoms, synced_in
@@ -55,6 +60,11 @@ class Evaluator(Protocol):
 
 
 _CONSTRUCTORS: WeakKeyDictionary[ModuleInfo, dict[str, ast.Call]] = WeakKeyDictionary()
+# What an assumed reduction's event says it rests on, and the setting that states the opposite.
+ASSUMPTION = (
+    "{wrapping} wraps the model, which this file does not show; if it does not, set "
+    "`assume-wrapped-models = false` in [tool.collcheck]"
+)
 
 
 def _syncs_of(catalog: Catalog, type_name: str | None) -> list[GradientSync]:
@@ -203,7 +213,14 @@ def backward_syncs(
             value = ev.pure(call.args[0], state, frame)
     if value is None or not forms:
         return frozenset()
-    return frozenset(s for s in synced_in((value,)) if s.op in forms and s.op not in paused)
+    seen = synced_in((value,))
+    if seen:  # the wrapper is visible: its reduction, unless suspended, and no assumption
+        return frozenset(s for s in seen if s.op in forms and s.op not in paused)
+    return frozenset(
+        GradSync(s.spec.op)
+        for s in catalog.gradient_syncs
+        if s.assumed and s.spec.op in forms and s.spec.op not in paused and imports_under(ev.module.tree, s.evidence)
+    )
 
 
 def backward_spec(
@@ -227,6 +244,7 @@ def backward_events(
     """One event per reduction the backward runs (two wrapped models: two reductions)."""
     found = backward_syncs(ev, call, state, frame, paused)
     ordered = sorted(found, key=lambda s: (s.op, s.group.key if s.group is not None else ""))
+    assumed = {s.spec.op: s.assumed for s in ev.catalog.gradient_syncs if s.assumed}
     return tuple(
         CommEvent(
             op=sync.op,
@@ -238,6 +256,7 @@ def backward_events(
             end_column=call.end_col_offset or call.col_offset,
             chain=frame.chain,
             group=sync.group,
+            condition=ASSUMPTION.format(wrapping=assumed[sync.op]) if sync.op in assumed else "",
         )
         for sync in ordered
     )
@@ -258,5 +277,6 @@ def paused_ops(ev: Evaluator, items: list[ast.withitem], state: State, frame: Fr
             continue
         held = [call.func.value, *call.args, *(k.value for k in call.keywords)]
         types = {type_of(ev, node, state, frame.class_name) for node in held}
-        paused.update(s.spec.op for s in candidates if types & set(s.wrappers))
+        # an assumed wrapper is of no known type: any `with x.no_sync():` may be its
+        paused.update(s.spec.op for s in candidates if s.assumed or types & set(s.wrappers))
     return frozenset(paused)

@@ -29,6 +29,7 @@ from collcheck.static.launchers import launched_functions
 from collcheck.static.names import (
     ImportTable,
     add_import,
+    imports_under,
     module_imports,
     nodes_under,
     qualified_name,
@@ -338,6 +339,8 @@ def is_catalog_call(
     if name is not None and remote_function(module, name) is not None:
         return True
     if isinstance(node.func, ast.Attribute):
+        if node.func.attr in catalog.assumed_backward_words and assumes_wrapping(module):
+            return True  # `loss.backward()` of a model wrapped out of sight (gradient_sync.py)
         specs = catalog.method_specs(node.func.attr)
         if any(spec.any_receiver or _imports_package_of(module, spec.receivers) for spec in specs):
             return True
@@ -349,6 +352,12 @@ def is_catalog_call(
         # A function-level import (`from torch.distributed import barrier` inside the function).
         return node.func.id in last_names(catalog) and node.func.id not in module.functions
     return False
+
+
+def assumes_wrapping(module: ModuleInfo) -> bool:
+    """The file trains under torch.distributed by an assumed reduction's evidence (it imports a
+    module it names), so its backward may reduce gradients of a model wrapped elsewhere."""
+    return any(imports_under(module.tree, sync.evidence) for sync in module.catalog.assumed_syncs)
 
 
 _LAST_NAMES: dict[str, frozenset[str]] = {}
