@@ -113,6 +113,11 @@ class GradientSync:
     # ASSUMED_OP_PREFIX, so that a finding on it can say what it rests on.
     assumed: str | None = None
     evidence: tuple[str, ...] = ()
+    # Framework hooks (`Class.method`) whose value, returned by a method of that name of a subclass,
+    # the framework runs backward on unless it is None (Lightning's `training_step`), and an
+    # attribute the subclass sets when it runs backward itself (`automatic_optimization`).
+    returned_by: tuple[str, ...] = ()
+    manual_flag: str | None = None
 
 
 # The op of a `[[gradient_sync]]` entry that is assumed, not seen, begins with this (checked at load).
@@ -187,6 +192,7 @@ class Catalog:
         # A backward may be an assumed gradient reduction (`loss.backward()`: a plain word, counted
         # only in a text that names a distributed library).
         words.update(self.assumed_backward_words)
+        words.update(self.backward_hooks)  # `def training_step(...)`: its returned loss is backward'ed
         return frozenset(words)
 
     @cached_property
@@ -221,6 +227,16 @@ class Catalog:
     def assumed_syncs(self) -> tuple[GradientSync, ...]:
         """The `[[gradient_sync]]` entries assumed rather than seen (`GradientSync.assumed`)."""
         return tuple(sync for sync in self.gradient_syncs if sync.assumed)
+
+    @cached_property
+    def backward_hooks(self) -> dict[str, tuple[GradientSync, ...]]:
+        """Hook method name -> the assumed reductions a returned value of it starts
+        (`GradientSync.returned_by`)."""
+        hooks: dict[str, tuple[GradientSync, ...]] = {}
+        for sync in self.assumed_syncs:
+            for method in dict.fromkeys(hook.rsplit(".", 1)[-1] for hook in sync.returned_by):
+                hooks[method] = (*hooks.get(method, ()), sync)
+        return hooks
 
     @cached_property
     def assumed_backward_words(self) -> frozenset[str]:
@@ -490,6 +506,8 @@ def _gradient_sync(entry: dict[str, Any], where: str) -> GradientSync:
         functions=_str_tuple(entry, "functions", where),
         assumed=assumed,
         evidence=evidence,
+        returned_by=_str_tuple(entry, "returned_by", where),
+        manual_flag=_optional_str(entry, "manual_flag", where),
     )
 
 

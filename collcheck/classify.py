@@ -196,7 +196,9 @@ def classifier(settings: Settings | None = None) -> Classifier:
 def _rests_on_assumption(d: Divergence) -> bool:
     """Either rank's element at the divergence is (or loops over) an assumed gradient reduction."""
     elements = [e for e in (d.event_a, d.event_b) if e is not None]
-    return any(is_assumed_op(op) for e in elements for op in (e.body_ops if isinstance(e, LoopEvent) else (e.op,)))
+    return any(
+        is_assumed_op(op) for e in elements for op in (e.body_ops if isinstance(e, LoopEvent) else (e.op,))
+    )
 
 
 def _sequence_sites(d: Divergence, sites: tuple[Site, ...]) -> tuple[Site, ...]:

@@ -13,7 +13,10 @@ makes a backward a collective, its `CommEvent`s, and the ops a `with` block susp
 A backward in a file that trains under torch.distributed (it imports a module of an assumed
 entry's `evidence`) whose value carries no seen reduction is taken to run the assumed one
 (`GradientSync.assumed`: DDP or FSDP wrapping a model built elsewhere), on the world group; its
-event says so (`CommEvent.condition`), and `assume-wrapped-models = false` drops the entry.
+event says so (`CommEvent.condition`), and `assume-wrapped-models = false` drops the entry. Not
+where the file shows how its models are wrapped (it makes or declares a wrapper: what else it
+trains is not wrapped), nor where it reduces gradients itself (`all_reduce(p.grad)`: data
+parallelism by hand, no wrapper), nor in pipeline-parallel code (point-to-point sends).
 
 The provenance is data flow, not names: the forward's result carries the reduction; opaque
 values (arithmetic, attributes, items, unknown calls such as a loss function) carry their
@@ -28,12 +31,13 @@ from typing import Protocol
 from weakref import WeakKeyDictionary
 
 from collcheck.catalog import Catalog, GradientSync, OpSpec
+from collcheck.static.framework_types import framework_bases
 from collcheck.static.group_values import group_value, type_of
 from collcheck.static.loader import ModuleInfo
 from collcheck.static.names import ImportTable, dotted, imports_under, qualified_name, source_text
 from collcheck.static.program import OWN_DATA, CommEvent, EventKind
 from collcheck.static.state import Frame, State
-from collcheck.static.symbolic import Atom, Expr, GradSync, GroupVal, atoms, synced_in
+from collcheck.static.symbolic import Atom, Const, Expr, GradSync, GroupVal, atoms, synced_in
 
 TYPED = "type:"
 # A data-parallel module runs on each rank's own inputs: what it returns is that rank's own data
@@ -60,11 +64,52 @@ class Evaluator(Protocol):
 
 
 _CONSTRUCTORS: WeakKeyDictionary[ModuleInfo, dict[str, ast.Call]] = WeakKeyDictionary()
+_UNASSUMED: WeakKeyDictionary[ModuleInfo, bool] = WeakKeyDictionary()
+GRADIENT_ATTRIBUTE = "grad"  # `param.grad`: torch's gradient of a parameter
+POINT_TO_POINT = frozenset({"p2p_send", "p2p_recv", "p2p_nonblocking"})
 # What an assumed reduction's event says it rests on, and the setting that states the opposite.
 ASSUMPTION = (
     "{wrapping} wraps the model, which this file does not show; if it does not, set "
     "`assume-wrapped-models = false` in [tool.collcheck]"
 )
+
+
+def _wrapping_known(module: ModuleInfo) -> bool:
+    """The file says how its models are synchronised, so nothing is assumed: it makes a
+    data-parallel wrapper (`DDP(net)`, `deepspeed.initialize(...)`, `fully_shard(m)`,
+    `accelerator.prepare(m)`) or declares one (`model: DDP`), it reduces gradients itself (a
+    catalogued collective handed a `.grad`), or it sends and receives point to point (pipeline
+    stages, which run backward a per-stage number of times, their data parallelism on groups the
+    world is not)."""
+    found = _UNASSUMED.get(module)
+    if found is not None:
+        return found
+    catalog, imports = module.catalog, module.imports
+    wrappers = {w for sync in catalog.gradient_syncs if not sync.assumed for w in sync.wrappers}
+    makers = {name for name, made in catalog.types.items() if (made or name) in wrappers}
+    makers.update(name for name, made in catalog.types_in_place.items() if made in wrappers)
+    producing = {name.rsplit(".", 1)[1] for name in makers if name.rsplit(".", 1)[0] in catalog.types}
+    found = False
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Call):
+            name = qualified_name(node.func, imports)
+            spec = catalog.functions.get(name) if name is not None else None
+            if name in makers or (isinstance(node.func, ast.Attribute) and node.func.attr in producing):
+                found = True
+            elif spec is not None and spec.kind in POINT_TO_POINT:
+                found = True  # pipeline stages: their data-parallel groups are not the world
+            elif name in catalog.functions and any(
+                isinstance(part, ast.Attribute) and part.attr == GRADIENT_ATTRIBUTE
+                for argument in node.args
+                for part in ast.walk(argument)
+            ):
+                found = True
+        elif isinstance(node, ast.arg) and node.annotation is not None:
+            found = qualified_name(node.annotation, imports) in makers
+        if found:
+            break
+    _UNASSUMED[module] = found
+    return found
 
 
 def _syncs_of(catalog: Catalog, type_name: str | None) -> list[GradientSync]:
@@ -219,7 +264,11 @@ def backward_syncs(
     return frozenset(
         GradSync(s.spec.op)
         for s in catalog.gradient_syncs
-        if s.assumed and s.spec.op in forms and s.spec.op not in paused and imports_under(ev.module.tree, s.evidence)
+        if s.assumed
+        and s.spec.op in forms
+        and s.spec.op not in paused
+        and imports_under(ev.module.tree, s.evidence)
+        and not _wrapping_known(ev.module)
     )
 
 
@@ -259,6 +308,59 @@ def backward_events(
             condition=ASSUMPTION.format(wrapping=assumed[sync.op]) if sync.op in assumed else "",
         )
         for sync in ordered
+    )
+
+
+def _sets_attribute(owner: ast.ClassDef, attribute: str) -> bool:
+    """The class sets `attribute` anywhere: `self.x = ...`, a class-level `x = ...`, a `def x`."""
+    for node in ast.walk(owner):
+        if isinstance(node, ast.Attribute) and node.attr == attribute and isinstance(node.ctx, ast.Store):
+            return True
+        if isinstance(node, ast.Name) and node.id == attribute and isinstance(node.ctx, ast.Store):
+            return True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attribute:
+            return True
+    return False
+
+
+def returned_events(ev: Evaluator, stmt: ast.Return, value: Expr, frame: Frame) -> tuple[CommEvent, ...]:
+    """A value a framework hook hands back for the framework to run backward on (`return loss` in
+    a LightningModule's `training_step`): the assumed reductions of that backward, at the `return`.
+    Only a root method's (a hook is called by its framework, not by the file), only a value that
+    may be other than None (returning None skips the step), only where the class does not run
+    backward itself (`manual_flag`)."""
+    if frame.chain or frame.class_name is None or not frame.stack:
+        return ()
+    syncs = ev.catalog.backward_hooks.get(frame.stack[-1].name, ())
+    info = ev.module.classes.get(frame.class_name)
+    if not syncs or info is None or (isinstance(value, Const) and value.value is None):
+        return ()
+    method = frame.stack[-1].name
+    bases = framework_bases(ev.module, frame.class_name)
+    types = ev.catalog.types
+    found = [
+        sync
+        for sync in syncs
+        if any(
+            hook_method == method and {owner, types.get(owner)} & bases
+            for owner, _, hook_method in (hook.rpartition(".") for hook in sync.returned_by)
+        )
+        and imports_under(ev.module.tree, sync.evidence)
+        and not (sync.manual_flag and _sets_attribute(info.node, sync.manual_flag))
+    ]
+    return tuple(
+        CommEvent(
+            op=sync.spec.op,
+            kind=EventKind.COLLECTIVE,
+            path=ev.module.path,
+            line=stmt.lineno,
+            column=stmt.col_offset,
+            end_line=stmt.end_lineno or stmt.lineno,
+            end_column=stmt.end_col_offset or stmt.col_offset,
+            chain=frame.chain,
+            condition=ASSUMPTION.format(wrapping=sync.assumed),
+        )
+        for sync in found
     )
 
 

@@ -264,7 +264,7 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 names.update(arg.id for arg in node.args if isinstance(arg, ast.Name))
                 names.update(k.value.id for k in node.keywords if isinstance(k.value, ast.Name))
         called[function] = names
-    communicating = set(direct)
+    communicating = direct | _backward_hooks(module)
     changed = True
     while changed:
         changed = False
@@ -274,6 +274,25 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 communicating.add(function)
                 changed = True
     return communicating
+
+
+def _backward_hooks(module: ModuleInfo) -> set[FunctionNode]:
+    """Methods of the file's classes whose returned value their framework runs backward on (a
+    LightningModule's `training_step`: `GradientSync.returned_by`), in a file that trains under
+    torch.distributed; the class's direct bases only (the interpreter reads them all)."""
+    hooks = module.catalog.backward_hooks
+    if not hooks or not assumes_wrapping(module):
+        return set()
+    found: set[FunctionNode] = set()
+    for info in module.classes.values():
+        bases = {qualified_name(base, module.imports) for base in info.node.bases}
+        for method, syncs in hooks.items():
+            function = info.methods.get(method)
+            if function is not None and any(
+                f"{b}.{method}" in s.returned_by for s in syncs for b in bases if b
+            ):
+                found.add(function)
+    return found
 
 
 def _called_classes(module: ModuleInfo, communicating: set[FunctionNode]) -> set[str]:
