@@ -234,6 +234,27 @@ def hands_gradients(call: ast.Call, state: State) -> bool:
     return False
 
 
+def _inherited(ev: Evaluator, func: ast.expr, frame: Frame, method: str) -> str | None:
+    """`self.manual_backward(loss)` in a method of a class deriving from a framework class: the
+    framework's method (`lightning.pytorch.LightningModule.manual_backward`) when a catalog entry
+    names it as starting backward."""
+    function = frame.stack[-1] if frame.stack else None
+    first = [*function.args.posonlyargs, *function.args.args][:1] if function is not None else []
+    if not (
+        first
+        and frame.class_name
+        and isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == first[0].arg
+    ):
+        return None
+    for base in framework_bases(ev.module, frame.class_name):
+        name = f"{base}.{method}"
+        if any(name in sync.functions for sync in ev.catalog.gradient_syncs):
+            return name
+    return None
+
+
 def backward_syncs(
     ev: Evaluator, call: ast.Call, state: State, frame: Frame, paused: frozenset[str]
 ) -> frozenset[GradSync]:
@@ -246,7 +267,7 @@ def backward_syncs(
         return frozenset()
     value: Expr | None = None
     forms: set[str] = set()
-    name = qualified_name(func, ev.local_imports)
+    name = qualified_name(func, ev.local_imports) or _inherited(ev, func, frame, last)
     if isinstance(func, ast.Attribute) and name is None and type_of(ev, func.value, state) is None:
         value = ev.pure(func.value, state, frame)  # `loss.backward()`
         forms = {s.spec.op for s in catalog.gradient_syncs if last in s.methods}
