@@ -107,6 +107,26 @@ class GradientSync:
     # method handed it first (`torch.autograd.backward(loss)`, `accelerate.Accelerator.backward`)
     methods: tuple[str, ...] = ("backward",)
     functions: tuple[str, ...] = ()
+    # Assumed rather than seen (`assumed = "DDP or FSDP"`, the wrapping named in messages): a
+    # backward of a value whose model's wrapping the file does not show, in a file that imports a
+    # module under one of `evidence` (it trains under torch.distributed). Its op begins with
+    # ASSUMED_OP_PREFIX, so that a finding on it can say what it rests on.
+    assumed: str | None = None
+    evidence: tuple[str, ...] = ()
+    # Framework hooks (`Class.method`) whose value, returned by a method of that name of a subclass,
+    # the framework runs backward on unless it is None (Lightning's `training_step`), and an
+    # attribute the subclass sets when it runs backward itself (`automatic_optimization`).
+    returned_by: tuple[str, ...] = ()
+    manual_flag: str | None = None
+
+
+# The op of a `[[gradient_sync]]` entry that is assumed, not seen, begins with this (checked at load).
+ASSUMED_OP_PREFIX = "assumed_"
+
+
+def is_assumed_op(op: str) -> bool:
+    """An event of a gradient reduction the analysis assumed (`GradientSync.assumed`)."""
+    return op.startswith(ASSUMED_OP_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -169,6 +189,10 @@ class Catalog:
                 words.add(factory.rsplit(".", 1)[-1])
         words.update(name.rsplit(".", 1)[-1] for name in self.types_in_place)
         words.update(name.rsplit(".", 1)[-1] for name in self.sessions)
+        # A backward may be an assumed gradient reduction (`loss.backward()`: a plain word, counted
+        # only in a text that names a distributed library).
+        words.update(self.assumed_backward_words)
+        words.update(self.backward_hooks)  # `def training_step(...)`: its returned loss is backward'ed
         return frozenset(words)
 
     @cached_property
@@ -198,6 +222,28 @@ class Catalog:
     @cached_property
     def _receiver_packages(self) -> dict[tuple[str, ...], frozenset[str]]:
         return {}
+
+    @cached_property
+    def assumed_syncs(self) -> tuple[GradientSync, ...]:
+        """The `[[gradient_sync]]` entries assumed rather than seen (`GradientSync.assumed`)."""
+        return tuple(sync for sync in self.gradient_syncs if sync.assumed)
+
+    @cached_property
+    def backward_hooks(self) -> dict[str, tuple[GradientSync, ...]]:
+        """Hook method name -> the assumed reductions a returned value of it starts
+        (`GradientSync.returned_by`)."""
+        hooks: dict[str, tuple[GradientSync, ...]] = {}
+        for sync in self.assumed_syncs:
+            for method in dict.fromkeys(hook.rsplit(".", 1)[-1] for hook in sync.returned_by):
+                hooks[method] = (*hooks.get(method, ()), sync)
+        return hooks
+
+    @cached_property
+    def assumed_backward_words(self) -> frozenset[str]:
+        """The last names of what starts a backward that may run an assumed reduction."""
+        words = {m for sync in self.assumed_syncs for m in sync.methods}
+        words.update(f.rsplit(".", 1)[-1] for sync in self.assumed_syncs for f in sync.functions)
+        return frozenset(words)
 
     @cached_property
     def backward_words(self) -> frozenset[str]:
@@ -442,8 +488,15 @@ def _session_spec(entry: dict[str, Any], where: str) -> SessionSpec:
 def _gradient_sync(entry: dict[str, Any], where: str) -> GradientSync:
     op = _optional_str(entry, "op", where)
     wrappers = _str_tuple(entry, "wrappers", where)
-    if not op or not wrappers:
-        raise CatalogError(f"{where}: needs 'op' and 'wrappers'")
+    assumed = _optional_str(entry, "assumed", where)
+    evidence = _str_tuple(entry, "evidence", where)
+    if not op or not (wrappers or assumed):
+        raise CatalogError(f"{where}: needs 'op' and 'wrappers' (or 'assumed')")
+    if bool(assumed) != is_assumed_op(op) or bool(assumed) != bool(evidence):
+        raise CatalogError(
+            f"{where}: an assumed reduction needs 'evidence' and an op beginning with "
+            f"{ASSUMED_OP_PREFIX!r}, and only an assumed one may have them"
+        )
     return GradientSync(
         spec=OpSpec(op=op, source="gradient_sync"),
         wrappers=wrappers,
@@ -451,6 +504,10 @@ def _gradient_sync(entry: dict[str, Any], where: str) -> GradientSync:
         paused_by=_str_tuple(entry, "paused_by", where),
         methods=_str_tuple(entry, "methods", where) or ("backward",),
         functions=_str_tuple(entry, "functions", where),
+        assumed=assumed,
+        evidence=evidence,
+        returned_by=_str_tuple(entry, "returned_by", where),
+        manual_flag=_optional_str(entry, "manual_flag", where),
     )
 
 
@@ -515,15 +572,23 @@ def settings_catalog(settings: Settings) -> Catalog:
     catalog = load_catalog(
         (Path(p) for p in settings.catalogs), settings.summaries, settings.summary_documents
     )
-    if not settings.shared_filesystem:
+    if not settings.shared_filesystem and settings.assume_wrapped_models:
         return catalog
     kept = {name: why for name, why in catalog.nondeterministic.items() if why != FILESYSTEM_STATE}
-    return replace(catalog, nondeterministic=kept, fingerprint=settings_catalog_fingerprint(settings))
+    syncs = tuple(sync for sync in catalog.gradient_syncs if not sync.assumed)
+    return replace(
+        catalog,
+        nondeterministic=kept if settings.shared_filesystem else catalog.nondeterministic,
+        gradient_syncs=catalog.gradient_syncs if settings.assume_wrapped_models else syncs,
+        fingerprint=settings_catalog_fingerprint(settings),
+    )
 
 
 def settings_catalog_fingerprint(settings: Settings) -> str:
     fingerprint = catalog_fingerprint(settings.catalogs, settings.summaries, settings.summary_documents)
-    return f"{fingerprint}+shared-fs" if settings.shared_filesystem else fingerprint
+    if settings.shared_filesystem:
+        fingerprint += "+shared-fs"
+    return fingerprint if settings.assume_wrapped_models else f"{fingerprint}+unwrapped"
 
 
 _QUOTED_DOTTED = re.compile(rb'"([A-Za-z_][A-Za-z0-9_]*)\.[A-Za-z_]')

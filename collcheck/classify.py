@@ -17,14 +17,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from collcheck.catalog import is_assumed_op
 from collcheck.checks import Rule, StaticRules, all_rules, static_rules
 from collcheck.config import Settings
-from collcheck.findings import Finding, Location
+from collcheck.findings import Finding, Location, Severity
 from collcheck.static.anchor import Anchor, locate
 from collcheck.static.context import ModuleContext
 from collcheck.static.counterexample import counterexample
 from collcheck.static.divergence import Divergence, DivergenceKind
-from collcheck.static.program import Region, Site
+from collcheck.static.program import LoopEvent, Region, Site
 from collcheck.static.rulebook import Candidate, Condition
 
 
@@ -103,7 +104,8 @@ class Classifier:
             primary = cause_at  # the guard that reads the cause, in the file of the finding
         finding = Finding(
             code=rule.code,
-            severity=rule.severity,
+            # a divergence over a reduction assumed, not seen, is as sure as that assumption
+            severity=Severity.WARNING if _rests_on_assumption(divergence) else rule.severity,
             location=primary,
             message_template=template,
             message_args=tuple(sorted(args.items())),
@@ -189,6 +191,14 @@ class Classifier:
 def classifier(settings: Settings | None = None) -> Classifier:
     """The rules of `settings`'s selection (None: every rule, as when reporting in another file)."""
     return Classifier(static_rules(settings))
+
+
+def _rests_on_assumption(d: Divergence) -> bool:
+    """Either rank's element at the divergence is (or loops over) an assumed gradient reduction."""
+    elements = [e for e in (d.event_a, d.event_b) if e is not None]
+    return any(
+        is_assumed_op(op) for e in elements for op in (e.body_ops if isinstance(e, LoopEvent) else (e.op,))
+    )
 
 
 def _sequence_sites(d: Divergence, sites: tuple[Site, ...]) -> tuple[Site, ...]:

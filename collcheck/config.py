@@ -115,6 +115,10 @@ class Settings:
     # Every rank reads one shared filesystem (NFS, Lustre, a cloud bucket mount): what it holds is
     # then no per-process value (catalog category `FILESYSTEM_STATE`), as the user states here.
     shared_filesystem: bool = False
+    # A backward in a file that trains under torch.distributed is taken as a possible gradient
+    # reduction even where the model's wrapping (DDP, FSDP) is not visible; false: the user
+    # states that the models such files train are not wrapped.
+    assume_wrapped_models: bool = True
 
     def memory_settings(self) -> dict[str, Any]:
         return dict(self.memory)
@@ -149,6 +153,7 @@ _KEY_TYPES: dict[str, str] = {
     "python": "string",
     "summaries": "strings",
     "shared-filesystem": "bool",
+    "assume-wrapped-models": "bool",
 }
 
 

@@ -68,11 +68,6 @@ KNOWN_GAPS: dict[str, str] = {
         "catalogued): the bundled transformers summary (5.23.0 source) does not yield it, with or without "
         "a condition; the RANK-env guard itself is understood"
     ),
-    "reports/lightning_oom_skip_step_bug.py": (
-        "the skipped collective is implicit (Lightning runs backward and DDP's all-reduce after "
-        "training_step returns; self.log(sync_dist=True) reduces only with that flag), which is not "
-        "modelled"
-    ),
     "reports/master_only_deepspeed_checkpointer_bug.py": (
         "the checkpointer is injected through Trainer's constructor and the file never builds a Trainer, so "
         "the class of self._checkpointer is unknown (a construction in the file, `Trainer(engine, loader, "
@@ -108,8 +103,10 @@ KNOWN_GAPS: dict[str, str] = {
         "synced_gpus), and generate itself is not summarised (its paths differ by data)"
     ),
     "reports/zero3_profiled_forward_rank0_bug.py": (
-        "the forward of a DeepSpeed engine (ZeRO-3 parameter all-gather) is not modelled as a collective "
-        "(and `model` is an untyped parameter); the args.global_rank == 0 guard itself is understood"
+        "the engine is inferred from its protocol (called, and its backward called: "
+        "inferred_types.ENGINE_PROTOCOL) and the hang is found, but at the training forward after the "
+        "guard (line 18), not at the extra forward under it (line 14): sequences are compared position "
+        "by position, and rank 0's extra forward lines up with rank 1's training forward"
     ),
     "reports/zero3_prompt_encoder_save_rank0_bug.py": (
         "deepspeed.zero.GatheredParameters gathers in __enter__ (context managers are not summarised) "

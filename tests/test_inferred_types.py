@@ -176,3 +176,16 @@ def test_a_file_of_one_framework_has_no_object_of_another_inferred(catalog) -> N
 class File:
     catalog: Catalog
     imports: ImportTable
+
+
+def test_an_engine_is_inferred_from_its_protocol_where_the_file_imports_its_framework(catalog) -> None:  # type: ignore[no-untyped-def]
+    """Called (its forward) and its `backward` called: no torch module nor tensor has both, a
+    DeepSpeed engine does; fewer distinctive names suffice, but only in a file importing deepspeed."""
+    used = frozenset({"__call__", "backward", "step", "device"})
+    called = frozenset({"backward", "step"})
+    deepspeed = ImportTable({"FlopsProfiler": "deepspeed.profiling.flops_profiler.FlopsProfiler"})
+    assert fitting_class(catalog, used, called, deepspeed) == "deepspeed.DeepSpeedEngine"
+    assert fitting_class(catalog, used, called, ImportTable({"torch": "torch"})) is None
+    assert fitting_class(catalog, used, called) is None
+    # not called: a tensor's `backward` and an optimizer's `step` say nothing of an engine
+    assert fitting_class(catalog, used - {"__call__"}, called, deepspeed) is None

@@ -24,7 +24,11 @@ def describe_element(element: Element | None) -> str:
         first = element.first
         if element.body_ops == (CALLBACK_OP,) and first is not None:  # a hook registered per item
             return f"{_handed(first)}, if anything, {HANDED_IN_LOOP} at {where(element)}"
-        return f"a loop of {', '.join(element.body_ops)} at {where(element)}"
+        assumed = next((e.condition for c in element.body_comms for e in c if e.condition), "")
+        if element.first is not None and element.first.condition:
+            assumed = element.first.condition
+        when = f" (collectives when {assumed})" if assumed else ""
+        return f"a loop of {', '.join(element.body_ops)} at {where(element)}{when}"
     if element.op == CALLBACK_OP:
         return f"{_handed(element)}, if anything, {HANDED} at {where(element)}"
     inferred = f" (its class inferred from use: {element.inferred})" if element.inferred else ""

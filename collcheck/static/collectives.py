@@ -140,11 +140,17 @@ class CollectiveEvents(CallResolver):
         return state, result
 
     def _inferred_receiver(self, call: ast.Call, state: State, frame: Frame, known: dict[int, Expr]) -> str:
-        """The receiver's class, when it was inferred from use (for the message), else ""."""
-        if not self._is_method_call(call):
-            return ""
-        assert isinstance(call.func, ast.Attribute)
-        return inferred_class(self.pure(call.func.value, state, frame, known)) or ""
+        """The receiver's class, when it was inferred from use (for the message), else "": the
+        object a method is called on (`engine.backward(loss)`), or the object called itself, its
+        forward (`engine(batch)`)."""
+        if self._is_method_call(call):
+            assert isinstance(call.func, ast.Attribute)
+            found = inferred_class(self.pure(call.func.value, state, frame, known))
+            if found is not None:
+                return found
+        if isinstance(call.func, (ast.Name, ast.Attribute)):
+            return inferred_class(self.pure(call.func, state, frame, known)) or ""
+        return ""
 
     def _configured(
         self,

@@ -10,6 +10,14 @@ was handed), a backward — and `with` items. Out: values that carry `Atom.synce
 a backward through them runs: the union over what they were computed from), the `OpSpec` that
 makes a backward a collective, its `CommEvent`s, and the ops a `with` block suspends.
 
+A backward in a file that trains under torch.distributed (it imports a module of an assumed
+entry's `evidence`) whose value carries no seen reduction is taken to run the assumed one
+(`GradientSync.assumed`: DDP or FSDP wrapping a model built elsewhere), on the world group; its
+event says so (`CommEvent.condition`), and `assume-wrapped-models = false` drops the entry. Not
+where the file shows how its models are wrapped (it makes or declares a wrapper: what else it
+trains is not wrapped), nor where it reduces gradients itself (`all_reduce(p.grad)`: data
+parallelism by hand, no wrapper), nor in pipeline-parallel code (point-to-point sends).
+
 The provenance is data flow, not names: the forward's result carries the reduction; opaque
 values (arithmetic, attributes, items, unknown calls such as a loss function) carry their
 inputs' union; an unknown call handed the wrapped module itself (`loss_fn(model, batch)`) may
@@ -23,12 +31,13 @@ from typing import Protocol
 from weakref import WeakKeyDictionary
 
 from collcheck.catalog import Catalog, GradientSync, OpSpec
+from collcheck.static.framework_types import framework_bases
 from collcheck.static.group_values import group_value, type_of
 from collcheck.static.loader import ModuleInfo
-from collcheck.static.names import ImportTable, dotted, qualified_name, source_text
+from collcheck.static.names import ImportTable, dotted, imports_under, qualified_name, source_text
 from collcheck.static.program import OWN_DATA, CommEvent, EventKind
 from collcheck.static.state import Frame, State
-from collcheck.static.symbolic import Atom, Expr, GradSync, GroupVal, atoms, synced_in
+from collcheck.static.symbolic import Atom, Const, Expr, GradSync, GroupVal, atoms, synced_in
 
 TYPED = "type:"
 # A data-parallel module runs on each rank's own inputs: what it returns is that rank's own data
@@ -55,6 +64,52 @@ class Evaluator(Protocol):
 
 
 _CONSTRUCTORS: WeakKeyDictionary[ModuleInfo, dict[str, ast.Call]] = WeakKeyDictionary()
+_UNASSUMED: WeakKeyDictionary[ModuleInfo, bool] = WeakKeyDictionary()
+GRADIENT_ATTRIBUTE = "grad"  # `param.grad`: torch's gradient of a parameter
+POINT_TO_POINT = frozenset({"p2p_send", "p2p_recv", "p2p_nonblocking"})
+# What an assumed reduction's event says it rests on, and the setting that states the opposite.
+ASSUMPTION = (
+    "{wrapping} wraps the model, which this file does not show; if it does not, set "
+    "`assume-wrapped-models = false` in [tool.collcheck]"
+)
+
+
+def _wrapping_known(module: ModuleInfo) -> bool:
+    """The file says how its models are synchronised, so nothing is assumed: it makes a
+    data-parallel wrapper (`DDP(net)`, `deepspeed.initialize(...)`, `fully_shard(m)`,
+    `accelerator.prepare(m)`) or declares one (`model: DDP`), it reduces gradients itself (a
+    catalogued collective handed a `.grad`), or it sends and receives point to point (pipeline
+    stages, which run backward a per-stage number of times, their data parallelism on groups the
+    world is not)."""
+    found = _UNASSUMED.get(module)
+    if found is not None:
+        return found
+    catalog, imports = module.catalog, module.imports
+    wrappers = {w for sync in catalog.gradient_syncs if not sync.assumed for w in sync.wrappers}
+    makers = {name for name, made in catalog.types.items() if (made or name) in wrappers}
+    makers.update(name for name, made in catalog.types_in_place.items() if made in wrappers)
+    producing = {name.rsplit(".", 1)[1] for name in makers if name.rsplit(".", 1)[0] in catalog.types}
+    found = False
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Call):
+            name = qualified_name(node.func, imports)
+            spec = catalog.functions.get(name) if name is not None else None
+            if name in makers or (isinstance(node.func, ast.Attribute) and node.func.attr in producing):
+                found = True
+            elif spec is not None and spec.kind in POINT_TO_POINT:
+                found = True  # pipeline stages: their data-parallel groups are not the world
+            elif name in catalog.functions and any(
+                isinstance(part, ast.Attribute) and part.attr == GRADIENT_ATTRIBUTE
+                for argument in node.args
+                for part in ast.walk(argument)
+            ):
+                found = True
+        elif isinstance(node, ast.arg) and node.annotation is not None:
+            found = qualified_name(node.annotation, imports) in makers
+        if found:
+            break
+    _UNASSUMED[module] = found
+    return found
 
 
 def _syncs_of(catalog: Catalog, type_name: str | None) -> list[GradientSync]:
@@ -179,6 +234,27 @@ def hands_gradients(call: ast.Call, state: State) -> bool:
     return False
 
 
+def _inherited(ev: Evaluator, func: ast.expr, frame: Frame, method: str) -> str | None:
+    """`self.manual_backward(loss)` in a method of a class deriving from a framework class: the
+    framework's method (`lightning.pytorch.LightningModule.manual_backward`) when a catalog entry
+    names it as starting backward."""
+    function = frame.stack[-1] if frame.stack else None
+    first = [*function.args.posonlyargs, *function.args.args][:1] if function is not None else []
+    if not (
+        first
+        and frame.class_name
+        and isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == first[0].arg
+    ):
+        return None
+    for base in framework_bases(ev.module, frame.class_name):
+        name = f"{base}.{method}"
+        if any(name in sync.functions for sync in ev.catalog.gradient_syncs):
+            return name
+    return None
+
+
 def backward_syncs(
     ev: Evaluator, call: ast.Call, state: State, frame: Frame, paused: frozenset[str]
 ) -> frozenset[GradSync]:
@@ -191,7 +267,7 @@ def backward_syncs(
         return frozenset()
     value: Expr | None = None
     forms: set[str] = set()
-    name = qualified_name(func, ev.local_imports)
+    name = qualified_name(func, ev.local_imports) or _inherited(ev, func, frame, last)
     if isinstance(func, ast.Attribute) and name is None and type_of(ev, func.value, state) is None:
         value = ev.pure(func.value, state, frame)  # `loss.backward()`
         forms = {s.spec.op for s in catalog.gradient_syncs if last in s.methods}
@@ -203,7 +279,18 @@ def backward_syncs(
             value = ev.pure(call.args[0], state, frame)
     if value is None or not forms:
         return frozenset()
-    return frozenset(s for s in synced_in((value,)) if s.op in forms and s.op not in paused)
+    seen = synced_in((value,))
+    if seen:  # the wrapper is visible: its reduction, unless suspended, and no assumption
+        return frozenset(s for s in seen if s.op in forms and s.op not in paused)
+    return frozenset(
+        GradSync(s.spec.op)
+        for s in catalog.gradient_syncs
+        if s.assumed
+        and s.spec.op in forms
+        and s.spec.op not in paused
+        and imports_under(ev.module.tree, s.evidence)
+        and not _wrapping_known(ev.module)
+    )
 
 
 def backward_spec(
@@ -227,6 +314,7 @@ def backward_events(
     """One event per reduction the backward runs (two wrapped models: two reductions)."""
     found = backward_syncs(ev, call, state, frame, paused)
     ordered = sorted(found, key=lambda s: (s.op, s.group.key if s.group is not None else ""))
+    assumed = {s.spec.op: s.assumed for s in ev.catalog.gradient_syncs if s.assumed}
     return tuple(
         CommEvent(
             op=sync.op,
@@ -238,8 +326,62 @@ def backward_events(
             end_column=call.end_col_offset or call.col_offset,
             chain=frame.chain,
             group=sync.group,
+            condition=ASSUMPTION.format(wrapping=assumed[sync.op]) if sync.op in assumed else "",
         )
         for sync in ordered
+    )
+
+
+def _sets_attribute(owner: ast.ClassDef, attribute: str) -> bool:
+    """The class sets `attribute` anywhere: `self.x = ...`, a class-level `x = ...`, a `def x`."""
+    for node in ast.walk(owner):
+        if isinstance(node, ast.Attribute) and node.attr == attribute and isinstance(node.ctx, ast.Store):
+            return True
+        if isinstance(node, ast.Name) and node.id == attribute and isinstance(node.ctx, ast.Store):
+            return True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attribute:
+            return True
+    return False
+
+
+def returned_events(ev: Evaluator, stmt: ast.Return, value: Expr, frame: Frame) -> tuple[CommEvent, ...]:
+    """A value a framework hook hands back for the framework to run backward on (`return loss` in
+    a LightningModule's `training_step`): the assumed reductions of that backward, at the `return`.
+    Only a root method's (a hook is called by its framework, not by the file), only a value that
+    may be other than None (returning None skips the step), only where the class does not run
+    backward itself (`manual_flag`)."""
+    if frame.chain or frame.class_name is None or not frame.stack:
+        return ()
+    syncs = ev.catalog.backward_hooks.get(frame.stack[-1].name, ())
+    info = ev.module.classes.get(frame.class_name)
+    if not syncs or info is None or (isinstance(value, Const) and value.value is None):
+        return ()
+    method = frame.stack[-1].name
+    bases = framework_bases(ev.module, frame.class_name)
+    types = ev.catalog.types
+    found = [
+        sync
+        for sync in syncs
+        if any(
+            hook_method == method and {owner, types.get(owner)} & bases
+            for owner, _, hook_method in (hook.rpartition(".") for hook in sync.returned_by)
+        )
+        and imports_under(ev.module.tree, sync.evidence)
+        and not (sync.manual_flag and _sets_attribute(info.node, sync.manual_flag))
+    ]
+    return tuple(
+        CommEvent(
+            op=sync.spec.op,
+            kind=EventKind.COLLECTIVE,
+            path=ev.module.path,
+            line=stmt.lineno,
+            column=stmt.col_offset,
+            end_line=stmt.end_lineno or stmt.lineno,
+            end_column=stmt.end_col_offset or stmt.col_offset,
+            chain=frame.chain,
+            condition=ASSUMPTION.format(wrapping=sync.assumed),
+        )
+        for sync in found
     )
 
 
@@ -258,5 +400,6 @@ def paused_ops(ev: Evaluator, items: list[ast.withitem], state: State, frame: Fr
             continue
         held = [call.func.value, *call.args, *(k.value for k in call.keywords)]
         types = {type_of(ev, node, state, frame.class_name) for node in held}
-        paused.update(s.spec.op for s in candidates if types & set(s.wrappers))
+        # an assumed wrapper is of no known type: any `with x.no_sync():` may be its
+        paused.update(s.spec.op for s in candidates if s.assumed or types & set(s.wrappers))
     return frozenset(paused)

@@ -15,7 +15,9 @@ The member names of the classes come from the frameworks' own source, not typed 
 names, attributes the methods store on `self`, their bases' included). A class fits when every
 name used on the object is one of its members; precision first, the inference is made only when
 - at least `MIN_DISTINCTIVE` of the used names are distinctive, one of them a method called (a
-  namespace read for `output_dir` and `local_rank` fits `TrainingArguments` too): not members of
+  namespace read for `output_dir` and `local_rank` fits `TrainingArguments` too), or the object
+  follows a training engine's protocol (`ENGINE_PROTOCOL`: called, and its `backward` called) in
+  a file that imports the class's framework: not members of
   `torch.nn.Module` nor dunders (every module has `to`, `cuda`, `state_dict`, `eval`), and
   members of at most `MAX_SHARING` of the known classes (`world_size` and `device` are
   everywhere). The known classes include torch's common ones no catalog names as a receiver
@@ -52,6 +54,12 @@ MIN_DISTINCTIVE = 3  # two (`group.rank()`, `group.scatter(...)`) fit classes of
 # little of which one an object is: 6 of today's 16 (`global_rank`, `backward`; not `world_size`).
 MAX_SHARING = 0.4
 MARK = "@inferred:"
+# An object the function calls (its forward) and whose `backward` it calls too: no torch module
+# nor tensor has both, a training engine does (`loss = engine(batch); engine.backward(loss)`).
+# With these, fewer distinctive names than MIN_DISTINCTIVE suffice, where the file imports the
+# class's framework.
+ENGINE_PROTOCOL = frozenset({"__call__", "backward"})
+ENGINE_BACKWARD = "backward"
 MAX_MEMBERS_BYTES = 4 * 1024 * 1024
 
 
@@ -141,7 +149,8 @@ def fitting_class(
     the file's (a file that imports some known framework, `deepspeed`, has no object of another
     one, vLLM's, inferred: `self.buffer.dispatch(...)` of an expert-parallel buffer is no vLLM
     coordinator's)."""
-    if len(used) < MIN_DISTINCTIVE or not called:
+    engine = used >= ENGINE_PROTOCOL and ENGINE_BACKWARD in called
+    if (len(used) < MIN_DISTINCTIVE and not engine) or not called:
         return None  # without reading the member lists
     known = known_classes()
     distinctive = {
@@ -151,7 +160,8 @@ def fitting_class(
         and not (name.startswith("__") and name.endswith("__"))
         and 0 < known.sharing.get(name, 0) <= known.most
     }
-    if len(distinctive) < MIN_DISTINCTIVE or distinctive.isdisjoint(called):
+    few = len(distinctive) < MIN_DISTINCTIVE or distinctive.isdisjoint(called)
+    if few and not engine:
         return None
     fitting = [c for c in known.classes if used <= c.members]
     if not fitting:
@@ -164,10 +174,15 @@ def fitting_class(
     spelled = [name for name in roots[0].names if name in receivers]
     if not spelled:
         return None
-    if imports is not None:
-        imported = {qualified.split(".")[0] for qualified in imports.names.values()} & known.frameworks
-        if imported and spelled[0].split(".")[0] not in imported:
-            return None
+    imported = (
+        {qualified.split(".")[0] for qualified in imports.names.values()} & known.frameworks
+        if imports is not None
+        else set()
+    )
+    if imported and spelled[0].split(".")[0] not in imported:
+        return None
+    if few and spelled[0].split(".")[0] not in imported:
+        return None  # an engine by its protocol alone: only where the file imports its framework
     return spelled[0]
 
 

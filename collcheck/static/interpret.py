@@ -28,6 +28,7 @@ from collcheck.static.catalog_values import BIN_OPS, value_from_spec
 from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
 from collcheck.static.conditions import source_of
 from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simple, join_ended, join_paths
+from collcheck.static.gradient_sync import returned_events
 from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.inferred_types import infer_parameter, inferred_result
 from collcheck.static.inliner import LoopOp
@@ -371,6 +372,8 @@ class Interpreter(ObjectProtocols):
     def _stmt_Return(self, stmt: ast.Return, state: State, frame: Frame) -> list[State]:
         pairs = self.eval(stmt.value, state, frame) if stmt.value is not None else [(state, Const(None))]
         for current, value in pairs:
+            if self.record_events and self.catalog.backward_hooks:  # `return loss` of a training hook
+                current.events = (*current.events, *returned_events(self, stmt, value, frame))
             current.exit = Exit(ExitKind.RETURN, self.module.path, stmt.lineno, stmt.col_offset, frame.chain)
             current.returned = value
         return [current for current, _ in pairs]

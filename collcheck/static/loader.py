@@ -29,6 +29,7 @@ from collcheck.static.launchers import launched_functions
 from collcheck.static.names import (
     ImportTable,
     add_import,
+    imports_under,
     module_imports,
     nodes_under,
     qualified_name,
@@ -263,7 +264,7 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 names.update(arg.id for arg in node.args if isinstance(arg, ast.Name))
                 names.update(k.value.id for k in node.keywords if isinstance(k.value, ast.Name))
         called[function] = names
-    communicating = set(direct)
+    communicating = direct | _backward_hooks(module)
     changed = True
     while changed:
         changed = False
@@ -273,6 +274,25 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 communicating.add(function)
                 changed = True
     return communicating
+
+
+def _backward_hooks(module: ModuleInfo) -> set[FunctionNode]:
+    """Methods of the file's classes whose returned value their framework runs backward on (a
+    LightningModule's `training_step`: `GradientSync.returned_by`), in a file that trains under
+    torch.distributed; the class's direct bases only (the interpreter reads them all)."""
+    hooks = module.catalog.backward_hooks
+    if not hooks or not assumes_wrapping(module):
+        return set()
+    found: set[FunctionNode] = set()
+    for info in module.classes.values():
+        bases = {qualified_name(base, module.imports) for base in info.node.bases}
+        for method, syncs in hooks.items():
+            function = info.methods.get(method)
+            if function is not None and any(
+                f"{b}.{method}" in s.returned_by for s in syncs for b in bases if b
+            ):
+                found.add(function)
+    return found
 
 
 def _called_classes(module: ModuleInfo, communicating: set[FunctionNode]) -> set[str]:
@@ -338,6 +358,8 @@ def is_catalog_call(
     if name is not None and remote_function(module, name) is not None:
         return True
     if isinstance(node.func, ast.Attribute):
+        if node.func.attr in catalog.assumed_backward_words and assumes_wrapping(module):
+            return True  # `loss.backward()` of a model wrapped out of sight (gradient_sync.py)
         specs = catalog.method_specs(node.func.attr)
         if any(spec.any_receiver or _imports_package_of(module, spec.receivers) for spec in specs):
             return True
@@ -349,6 +371,12 @@ def is_catalog_call(
         # A function-level import (`from torch.distributed import barrier` inside the function).
         return node.func.id in last_names(catalog) and node.func.id not in module.functions
     return False
+
+
+def assumes_wrapping(module: ModuleInfo) -> bool:
+    """The file trains under torch.distributed by an assumed reduction's evidence (it imports a
+    module it names), so its backward may reduce gradients of a model wrapped elsewhere."""
+    return any(imports_under(module.tree, sync.evidence) for sync in module.catalog.assumed_syncs)
 
 
 _LAST_NAMES: dict[str, frozenset[str]] = {}

@@ -16,6 +16,7 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from weakref import WeakKeyDictionary
 
 Alias = tuple[str, str | None]  # (the imported name, its `as` name or None)
 
@@ -193,3 +194,29 @@ def environ_key(node: ast.Subscript, imports: ImportTable) -> str | None:
     if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
         return node.slice.value
     return None
+
+
+_IMPORTED: WeakKeyDictionary[ast.Module, frozenset[str]] = WeakKeyDictionary()
+
+
+def imported_modules(tree: ast.Module) -> frozenset[str]:
+    """Every module a file imports anywhere, absolute imports only (`import torch.distributed as
+    dist`: `torch.distributed`; `from torch.utils.data.distributed import DistributedSampler`: the
+    module and `...DistributedSampler`)."""
+    found = _IMPORTED.get(tree)
+    if found is None:
+        names: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        found = _IMPORTED[tree] = frozenset(names)
+    return found
+
+
+def imports_under(tree: ast.Module, prefixes: Iterable[str]) -> bool:
+    """The file imports a module at or under one of `prefixes` (`torch.distributed`)."""
+    wanted = tuple(prefixes)
+    return any(name == p or name.startswith(p + ".") for name in imported_modules(tree) for p in wanted)
