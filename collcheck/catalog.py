@@ -26,6 +26,9 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 # Methods every torch module has: typed receivers only, never a reason to read a file on their own.
 MODULE_METHODS = frozenset({"__call__", "forward", "state_dict", "backward", "step"})
+# Run by `with` / `async with`: the text shows the manager's class (`with Gathered(ps):`), not them.
+CONTEXT_METHODS = frozenset({"__enter__", "__exit__", "__aenter__", "__aexit__"})
+IMPLICIT_METHODS = MODULE_METHODS | CONTEXT_METHODS
 OP_KINDS = ("collective", "group_create", "p2p_send", "p2p_recv", "p2p_nonblocking")
 
 
@@ -154,14 +157,14 @@ class Catalog:
         for qualified in self.functions:
             words.add(qualified.rsplit(".", 1)[-1])
         for method in self.methods:
-            if method.method not in MODULE_METHODS:
+            if method.method not in IMPLICIT_METHODS:
                 words.add(method.method)
-        # A module wrapped by a catalogued factory communicates when called (`model(x)`): the
-        # factory's name is what the text shows.
+        # A module wrapped by a catalogued factory communicates when called (`model(x)`), a context
+        # manager when entered: the factory's (the class's) name is what the text shows.
         wrapped_types = {
             receiver
             for method in self.methods
-            if method.method in MODULE_METHODS
+            if method.method in IMPLICIT_METHODS
             for receiver in method.receivers
         }
         for factory, type_name in self.types.items():

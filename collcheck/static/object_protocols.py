@@ -52,6 +52,8 @@ CONTEXT_DECORATORS = frozenset({"contextlib.contextmanager", "contextlib.asyncco
 CALLER = "^caller:"  # a caller's variable carried through a generator's code (not a Python name)
 RESUMED = "^resumed"  # this path went through the `yield` (the body ran)
 PENDING_EXIT = "^exit"  # the body's `return`/`break`/`continue`, taken once the generator is done
+ENTER = ("__enter__", "__aenter__")  # the context-manager methods of `with` and `async with`
+EXIT = ("__exit__", "__aexit__")
 MAX_PROPERTY_PARTS = 8  # `a.b.c.prop`: holders this long are read
 
 
@@ -204,13 +206,42 @@ class ObjectProtocols(ExceptionFlow):
                 continue
             entered = []
             for after, value in self.eval(item.context_expr, current, frame):
+                after = self._context_method(item, stmt, ENTER, after, frame)
                 if item.optional_vars is not None:
                     self.bind(
                         item.optional_vars, opaque(f"with@{where_of(item.context_expr)}", (value,)), after
                     )
                 entered.append(after)
-            results.extend(self.with_items(stmt, index + 1, entered, frame))
+            left = self.with_items(stmt, index + 1, entered, frame)
+            results.extend(
+                s if s.exit is not None else self._context_method(item, stmt, EXIT, s, frame) for s in left
+            )
         return results
+
+    def _context_method(
+        self,
+        item: ast.withitem,
+        stmt: ast.With | ast.AsyncWith,
+        names: tuple[str, str],
+        state: State,
+        frame: Frame,
+    ) -> State:
+        """The catalogued `__enter__` (or `__exit__`) of a framework context manager, issued at the
+        `with` item (`with GatheredParameters(ps):`, `with section:` of a typed `section`). A path
+        that left the body by `return` or `raise` is not followed through `__exit__` (its exit is
+        already recorded); `names`: the method of a `with` and of an `async with`."""
+        name = names[isinstance(stmt, ast.AsyncWith)]
+        if not self.catalog.method_specs(name):
+            return state
+        func = ast.Attribute(value=item.context_expr, attr=name, ctx=ast.Load())
+        call = ast.copy_location(
+            ast.Call(func=ast.copy_location(func, item.context_expr), args=[], keywords=[]), item.context_expr
+        )
+        spec = self.op_spec(call, state, frame.class_name)
+        if spec is None:
+            return state
+        after, _ = self.communicate(call, spec, state, frame, {})
+        return after
 
     def with_body(self, stmt: ast.With | ast.AsyncWith, states: list[State], frame: Frame) -> list[State]:
         paused = (

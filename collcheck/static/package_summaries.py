@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from collcheck.catalog import Catalog
+from collcheck.catalog import CONTEXT_METHODS, Catalog
 from collcheck.config import Settings
 from collcheck.findings import FileError
 from collcheck.import_scan import imported_names
@@ -295,7 +295,8 @@ def _summarise_module(module: ModuleInfo, module_name: str, settings: Settings, 
     for class_name, info in module.classes.items():
         qualified = f"{module_name}.{class_name}"
         for name, method in info.methods.items():
-            if name.startswith("__") and name != "__call__":  # a constructor is no method call
+            # A constructor is no method call; `__call__` is, and `with` calls `__enter__`/`__exit__`.
+            if name.startswith("__") and name != "__call__" and name not in CONTEXT_METHODS:
                 continue
             _summarise_function(interpreter, method, class_name, f"{qualified}.{name}", found)
 
