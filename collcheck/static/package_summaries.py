@@ -86,13 +86,14 @@ def summarise_package(
     settings: Settings,
     max_files: int = MAX_FILES,
     package_seconds: float = PACKAGE_SECONDS,
+    file_seconds: float = FILE_SECONDS,
 ) -> PackageSummary:
     """The summary of `package` (installed in `site`) as far as `modules` reach, made in at most
-    `package_seconds` (the files past it are left out, a note says so)."""
+    `package_seconds` (the files past it are left out, a note says so), `file_seconds` a file."""
     files = reached_files(site, package, modules, max_files)
     found = _Found()
     if _imports_communication(files, catalog):
-        _summarise_files(files, catalog, settings, found, package_seconds)
+        _summarise_files(files, catalog, settings, found, package_seconds, file_seconds)
     document = _document(package, found)
     return PackageSummary(package, document, len(files), tuple(found.notes))
 
@@ -211,6 +212,7 @@ def _summarise_files(
     settings: Settings,
     found: _Found,
     package_seconds: float,
+    file_seconds: float,
 ) -> None:
     trigger, ranked = trigger_pattern(catalog), rank_words(catalog)
     facts = {}
@@ -245,18 +247,18 @@ def _summarise_files(
         if not interesting:
             continue
         try:
-            with file_budget(FILE_SECONDS):
+            with file_budget(file_seconds):
                 module = loader.load(path)
                 if module is not None:
                     _summarise_module(module, module_name, settings, found)
         except BudgetExceeded:
-            found.notes.append(f"{module_name}: over the {FILE_SECONDS:g} s budget, partly summarised")
+            found.notes.append(f"{module_name}: over the {file_seconds:g} s budget, partly summarised")
         except ctypes.ArgumentError as error:
             # The budget's alarm went off while z3's arguments were being converted: ctypes wraps
             # the BudgetExceeded it raised.
             if not isinstance(error.__context__, BudgetExceeded) and "BudgetExceeded" not in str(error):
                 raise
-            found.notes.append(f"{module_name}: over the {FILE_SECONDS:g} s budget, partly summarised")
+            found.notes.append(f"{module_name}: over the {file_seconds:g} s budget, partly summarised")
         except RecursionError:
             found.notes.append(f"{module_name}: too deeply nested to summarise")
     _subclasses(files, found)
