@@ -770,6 +770,11 @@ class Timed:
         return False
 
 
+def checkpoint(tensor):
+    with Section("checkpoint"):
+        return tensor.clone()
+
+
 class Joined:
     async def __aenter__(self):
         dist.barrier()
@@ -783,13 +788,18 @@ SECTIONS_BUG = """
 import torch
 import torch.distributed as dist
 
-from ourlib.sections import Gathered, Joined, Section, Timed
+from ourlib.sections import Gathered, Joined, Section, Timed, checkpoint
 
 
 def save(tensor, path):
     if dist.get_rank() == 0:
         with Section("save"):  # expect: CC001
             torch.save(tensor, path)
+
+
+def save_copy(tensor, path):
+    if dist.get_rank() == 0:
+        torch.save(checkpoint(tensor), path)  # expect: CC001
 
 
 def save_named(tensor, path):
@@ -846,7 +856,8 @@ async def joined(tensor, path):
 def test_context_managers_communicate_where_they_are_entered(isolated: Path) -> None:
     """A class whose `__enter__` (two calls deep) or `__exit__` communicates, entered on rank 0
     only: found at the `with`, for a class built there or bound before, and for `async with`; a
-    condition on the receiver (`self.enabled`) that the call does not show is named."""
+    condition on the receiver (`self.enabled`) that the call does not show is named. A function of
+    the package that enters one (`checkpoint`) communicates through it."""
     python = make_venv(isolated / "env")
     _write(isolated / "env" / "lib" / PY / "site-packages" / "ourlib" / "sections.py", SECTIONS)
     project = isolated / "project"
@@ -855,7 +866,7 @@ def test_context_managers_communicate_where_they_are_entered(isolated: Path) -> 
     result = check_paths([bug_file], settings)
     findings = [f for checked in result.files for f in checked.findings]
     assert [(f.code, f.location.line) for f in findings] == _expected(bug_file)
-    gathered = next(f for f in findings if f.location.line == _expected(bug_file)[2][1])
+    gathered = next(f for f in findings if f.location.line == _expected(bug_file)[3][1])
     assert "when self.enabled" in gathered.message
     assert _codes(_write(project / "fixed.py", SECTIONS_FIXED), settings) == []
     assert "ourlib" not in sys.modules and "ourlib.sections" not in sys.modules
