@@ -128,6 +128,9 @@ class Catalog:
     types: dict[str, str] = field(default_factory=dict)  # factory qualified name -> type name
     # functions that turn their first argument into that type in place (`fully_shard(model)`)
     types_in_place: dict[str, str] = field(default_factory=dict)
+    # type name -> "a,b": constructor keywords its `__init__` keeps as the attributes of the same
+    # names (`Gathered(ps, enabled=False)` makes `.enabled` false, for a `when` on `self.enabled`)
+    kept_arguments: dict[str, str] = field(default_factory=dict)
     groups: dict[str, str] = field(default_factory=dict)  # function returning a group -> group name
     # group name -> condition every member satisfies (over `group_rank[g]`, `group_world[g]`, `rank`)
     group_members: dict[str, str] = field(default_factory=dict)
@@ -408,6 +411,11 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
     builder.table("types_in_place").update(
         _value_table(data.get("types_in_place"), f"{where}: [types_in_place]", "")
     )
+    kept = _value_table(data.get("kept_arguments"), f"{where}: [kept_arguments]", "")
+    for name, value in kept.items():
+        if not all(keyword.isidentifier() for keyword in value.split(",")):
+            raise CatalogError(f'{where}: [kept_arguments] {name}: expected "KEYWORD,KEYWORD"')
+    builder.table("kept_arguments").update(kept)
     builder.table("groups").update(_value_table(data.get("groups"), f"{where}: [groups]", "group"))
     builder.table("group_members").update(
         _value_table(data.get("group_members"), f"{where}: [group_members]", "True")
@@ -600,6 +608,7 @@ def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ()))
         disabled_counters=tables.get("disabled_counters", {}),
         types=tables.get("types", {}),
         types_in_place=tables.get("types_in_place", {}),
+        kept_arguments=tables.get("kept_arguments", {}),
         groups=tables.get("groups", {}),
         group_members=tables.get("group_members", {}),
         group_grids=tuple(builder.grids.values()),

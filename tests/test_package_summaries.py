@@ -819,6 +819,13 @@ async def joined(tensor, path):
     if dist.get_rank() == 0:
         async with Joined():  # expect: CC001
             torch.save(tensor, path)
+
+
+def gathered_on(tensor, path):
+    held = Gathered([tensor], enabled=True)
+    if dist.get_rank() == 0:
+        with held:  # expect: CC001
+            torch.save(tensor, path)
 """
 
 SECTIONS_FIXED = """
@@ -850,13 +857,23 @@ async def joined(tensor, path):
     async with Joined():
         if dist.get_rank() == 0:
             torch.save(tensor, path)
+
+
+def gathered_off(tensor, path):
+    held = Gathered([tensor], enabled=False)
+    if dist.get_rank() == 0:
+        with Gathered([tensor], enabled=False):
+            torch.save(tensor, path)
+        with held:
+            torch.save(tensor, path)
 """
 
 
 def test_context_managers_communicate_where_they_are_entered(isolated: Path) -> None:
     """A class whose `__enter__` (two calls deep) or `__exit__` communicates, entered on rank 0
     only: found at the `with`, for a class built there or bound before, and for `async with`; a
-    condition on the receiver (`self.enabled`) that the call does not show is named. A function of
+    condition on the receiver (`self.enabled`) that the call does not show is named, one the
+    constructor's keyword shows (`__init__` keeps it: `[kept_arguments]`) decides. A function of
     the package that enters one (`checkpoint`) communicates through it."""
     python = make_venv(isolated / "env")
     _write(isolated / "env" / "lib" / PY / "site-packages" / "ourlib" / "sections.py", SECTIONS)
@@ -868,5 +885,7 @@ def test_context_managers_communicate_where_they_are_entered(isolated: Path) -> 
     assert [(f.code, f.location.line) for f in findings] == _expected(bug_file)
     gathered = next(f for f in findings if f.location.line == _expected(bug_file)[3][1])
     assert "when self.enabled" in gathered.message
+    decided = next(f for f in findings if f.location.line == _expected(bug_file)[-1][1])
+    assert "when" not in decided.message  # `enabled=True` where it was built
     assert _codes(_write(project / "fixed.py", SECTIONS_FIXED), settings) == []
     assert "ourlib" not in sys.modules and "ourlib.sections" not in sys.modules

@@ -60,7 +60,7 @@ def record_keyword_attributes(
     if not names or not isinstance(stmt.value, ast.Call):
         return
     attributes: dict[str, Expr] = {}
-    kept = _kept_arguments(evaluator.module, stmt.value)
+    kept = _kept_arguments(evaluator.module, stmt.value) | catalog_kept_arguments(evaluator, stmt.value)
     for keyword in stmt.value.keywords:
         if keyword.arg is None:
             continue
@@ -83,14 +83,30 @@ def _is_literal(value: Expr) -> bool:
     )
 
 
+def catalog_kept_arguments(evaluator: ValueEvaluator, call: ast.Call) -> frozenset[str]:
+    """The keywords a catalogued (summarised) class's constructor keeps as attributes of the same
+    names (`[kept_arguments]`), for `call` when it builds one."""
+    qualified = qualified_name(call.func, evaluator.local_imports)
+    if qualified is None or qualified not in evaluator.catalog.types:
+        return frozenset()
+    kept = evaluator.catalog.kept_arguments.get(evaluator.catalog.types[qualified] or qualified, "")
+    return frozenset(filter(None, kept.split(",")))
+
+
 def _kept_arguments(module: ModuleInfo, call: ast.Call) -> frozenset[str]:
-    """For `Timer(sync=False)` of a class of the file: the parameters its `__init__` stores, as
-    they are, in the attribute of the same name (`self.sync = sync`, one assignment of that
-    attribute in `__init__`, at its top level, the parameter never rebound there): the object's
-    configuration the caller shows (a `with timer:` whose `__exit__` tests `self.sync`)."""
+    """For `Timer(sync=False)` of a class of the file: `kept_constructor_arguments`."""
     if not isinstance(call.func, ast.Name) or call.func.id not in module.classes:
         return frozenset()
-    info = module.classes[call.func.id]
+    return kept_constructor_arguments(module, call.func.id)
+
+
+def kept_constructor_arguments(module: ModuleInfo, class_name: str) -> frozenset[str]:
+    """The parameters the class's `__init__` stores, as they are, in the attribute of the same name
+    (`self.sync = sync`, one assignment of that attribute in `__init__`, at its top level, the
+    parameter never rebound there), that no other method of the class changes and no base of the
+    file's own may set: the object's configuration a caller shows by the keyword it passes (a `with
+    timer:` whose `__exit__` tests `self.sync`)."""
+    info = module.classes[class_name]
     init = info.methods.get("__init__")
     if init is None or any(base.rsplit(".", 1)[-1] in module.classes for base in info.bases):
         return frozenset()  # a base of the file's own may set the attribute too

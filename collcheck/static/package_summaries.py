@@ -38,6 +38,7 @@ from collcheck.static.interpret import Interpreter
 from collcheck.static.loader import FunctionNode, Loader, ModuleInfo
 from collcheck.static.module_values import complete_loaded_module
 from collcheck.static.names import module_imports, qualified_name, resolve_relative
+from collcheck.static.object_values import kept_constructor_arguments
 from collcheck.static.prefilter import rank_words, trigger_pattern
 from collcheck.static.program import CommEvent, EventKind, ExitKind
 from collcheck.static.program import Path as ProgramPath
@@ -75,6 +76,7 @@ class _Found:
     classes: dict[str, str] = field(default_factory=dict)  # spelling -> defining qualified name
     rank: dict[str, str] = field(default_factory=dict)  # qualified name -> value expression
     notes: list[str] = field(default_factory=list)
+    kept: dict[str, str] = field(default_factory=dict)  # class -> constructor keywords kept as attributes
     solving: SolveStats = field(default_factory=SolveStats)  # one z3 context for the package
 
 
@@ -296,11 +298,28 @@ def _summarise_module(module: ModuleInfo, module_name: str, settings: Settings, 
         _summarise_function(interpreter, function, None, f"{module_name}.{name}", found)
     for class_name, info in module.classes.items():
         qualified = f"{module_name}.{class_name}"
+        before = len(found.methods)
         for name, method in info.methods.items():
             # A constructor is no method call; `__call__` is, and `with` calls `__enter__`/`__exit__`.
             if name.startswith("__") and name != "__call__" and name not in CONTEXT_METHODS:
                 continue
             _summarise_function(interpreter, method, class_name, f"{qualified}.{name}", found)
+        read = {a for entry in found.methods[before:] for a in _receiver_attributes(entry.get("when", ""))}
+        kept = kept_constructor_arguments(module, class_name) & read if read else frozenset()
+        if kept:  # `Gathered(ps, enabled=False)` then decides `when = "self.enabled"`
+            found.kept[qualified] = ",".join(sorted(kept))
+
+
+def _receiver_attributes(condition: str) -> set[str]:
+    """The `self.ATTRIBUTE`s a `when` reads."""
+    if not condition:
+        return set()
+    tree = ast.parse(condition, mode="eval")
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+    }
 
 
 def _summarise_function(
@@ -634,6 +653,8 @@ def _document(package: str, found: _Found) -> dict[str, Any]:
         document["method"] = found.methods
     if found.classes:
         document["types"] = dict(sorted(found.classes.items()))
+    if found.kept:
+        document["kept_arguments"] = dict(sorted(found.kept.items()))
     functions = {k: v for k, v in sorted(found.rank.items()) if not k.startswith("attribute:")}
     attributes = {k.split(":", 1)[1]: v for k, v in sorted(found.rank.items()) if k.startswith("attribute:")}
     rank: dict[str, Any] = {}
