@@ -26,6 +26,9 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 # Methods every torch module has: typed receivers only, never a reason to read a file on their own.
 MODULE_METHODS = frozenset({"__call__", "forward", "state_dict", "backward", "step"})
+# Run by `with` / `async with`: the text shows the manager's class (`with Gathered(ps):`), not them.
+CONTEXT_METHODS = frozenset({"__enter__", "__exit__", "__aenter__", "__aexit__"})
+IMPLICIT_METHODS = MODULE_METHODS | CONTEXT_METHODS
 OP_KINDS = ("collective", "group_create", "p2p_send", "p2p_recv", "p2p_nonblocking")
 
 
@@ -145,6 +148,9 @@ class Catalog:
     types: dict[str, str] = field(default_factory=dict)  # factory qualified name -> type name
     # functions that turn their first argument into that type in place (`fully_shard(model)`)
     types_in_place: dict[str, str] = field(default_factory=dict)
+    # type name -> "a,b": constructor keywords its `__init__` keeps as the attributes of the same
+    # names (`Gathered(ps, enabled=False)` makes `.enabled` false, for a `when` on `self.enabled`)
+    kept_arguments: dict[str, str] = field(default_factory=dict)
     groups: dict[str, str] = field(default_factory=dict)  # function returning a group -> group name
     # group name -> condition every member satisfies (over `group_rank[g]`, `group_world[g]`, `rank`)
     group_members: dict[str, str] = field(default_factory=dict)
@@ -174,14 +180,14 @@ class Catalog:
         for qualified in self.functions:
             words.add(qualified.rsplit(".", 1)[-1])
         for method in self.methods:
-            if method.method not in MODULE_METHODS:
+            if method.method not in IMPLICIT_METHODS:
                 words.add(method.method)
-        # A module wrapped by a catalogued factory communicates when called (`model(x)`): the
-        # factory's name is what the text shows.
+        # A module wrapped by a catalogued factory communicates when called (`model(x)`), a context
+        # manager when entered: the factory's (the class's) name is what the text shows.
         wrapped_types = {
             receiver
             for method in self.methods
-            if method.method in MODULE_METHODS
+            if method.method in IMPLICIT_METHODS
             for receiver in method.receivers
         }
         for factory, type_name in self.types.items():
@@ -451,6 +457,11 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
     builder.table("types_in_place").update(
         _value_table(data.get("types_in_place"), f"{where}: [types_in_place]", "")
     )
+    kept = _value_table(data.get("kept_arguments"), f"{where}: [kept_arguments]", "")
+    for name, value in kept.items():
+        if not all(keyword.isidentifier() for keyword in value.split(",")):
+            raise CatalogError(f'{where}: [kept_arguments] {name}: expected "KEYWORD,KEYWORD"')
+    builder.table("kept_arguments").update(kept)
     builder.table("groups").update(_value_table(data.get("groups"), f"{where}: [groups]", "group"))
     builder.table("group_members").update(
         _value_table(data.get("group_members"), f"{where}: [group_members]", "True")
@@ -662,6 +673,7 @@ def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ()))
         disabled_counters=tables.get("disabled_counters", {}),
         types=tables.get("types", {}),
         types_in_place=tables.get("types_in_place", {}),
+        kept_arguments=tables.get("kept_arguments", {}),
         groups=tables.get("groups", {}),
         group_members=tables.get("group_members", {}),
         group_grids=tuple(builder.grids.values()),

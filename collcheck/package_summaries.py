@@ -186,12 +186,14 @@ def make_summary(
     max_files: int | None = None,
     chain: tuple[str, ...] = (),
     package_seconds: float | None = None,
+    file_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Summarise now (imports the engine): the catalog document, its `[catalog]` table saying
     what it summarises and the installed packages whose summaries it was made with (`uses`:
     `ourlib` built on an in-house `corelib`, bottom-up, at most `MAX_CHAIN` packages deep)."""
     from collcheck.catalog import load_catalog
     from collcheck.static.package_summaries import (
+        FILE_SECONDS,
         MAX_FILES,
         PACKAGE_SECONDS,
         reached_files,
@@ -214,7 +216,9 @@ def make_summary(
                 uses[other] = other_version or "unknown"
     catalog = load_catalog((Path(p) for p in settings.catalogs), settings.summaries, documents)
     seconds = package_seconds or PACKAGE_SECONDS
-    summary = summarise_package(site, package, modules, catalog, settings, limit, seconds)
+    summary = summarise_package(
+        site, package, modules, catalog, settings, limit, seconds, file_seconds or FILE_SECONDS
+    )
     document = dict(summary.document)
     meta = dict(document.get("catalog", {}))
     meta["package"] = package

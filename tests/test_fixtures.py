@@ -109,9 +109,10 @@ KNOWN_GAPS: dict[str, str] = {
         "by position, and rank 0's extra forward lines up with rank 1's training forward"
     ),
     "reports/zero3_prompt_encoder_save_rank0_bug.py": (
-        "deepspeed.zero.GatheredParameters gathers in __enter__ (context managers are not summarised) "
-        "through a function attached to each parameter at run time (Init._convert_to_deepspeed_param): no "
-        "source of deepspeed 0.19.8 shows that call as a collective, so its bundled summary cannot"
+        "deepspeed.zero.GatheredParameters gathers in __enter__ (context managers are summarised, and "
+        "`with` issues what __enter__ issues) through a function attached to each parameter at run time "
+        "(Init._convert_to_deepspeed_param sets param.all_gather): no source of deepspeed 0.19.8 shows "
+        "that call as a collective, so its bundled summary has no __enter__ entry"
     ),
 }
 

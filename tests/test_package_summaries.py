@@ -724,3 +724,168 @@ def test_a_layer_on_another_installed_package(isolated: Path) -> None:
     _corelib(site, "1.1", "    return None\n")  # corelib 1.1 no longer communicates
     fresh = Settings(cache_dir=str(isolated / "other-project-cache"), python=str(python))
     assert _codes(bug_file, fresh) == []
+
+
+SECTIONS = """
+import torch.distributed as dist
+
+from ourlib.comm import sync
+
+
+class Section:
+    \"\"\"Every rank enters and leaves together.\"\"\"
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        sync()
+        return self
+
+    def __exit__(self, *exc):
+        dist.barrier()
+        return False
+
+
+class Gathered:
+    def __init__(self, tensors, enabled=True):
+        self.tensors = tensors
+        self.enabled = enabled
+
+    def __enter__(self):
+        if self.enabled:
+            dist.all_reduce(self.tensors[0])
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class Timed:
+    def __enter__(self):
+        self.started = 0.0
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def checkpoint(tensor):
+    with Section("checkpoint"):
+        return tensor.clone()
+
+
+class Joined:
+    async def __aenter__(self):
+        dist.barrier()
+        return self
+
+    async def __aexit__(self, *exc):
+        return False
+"""
+
+SECTIONS_BUG = """
+import torch
+import torch.distributed as dist
+
+from ourlib.sections import Gathered, Joined, Section, Timed, checkpoint
+
+
+def save(tensor, path):
+    if dist.get_rank() == 0:
+        with Section("save"):  # expect: CC001
+            torch.save(tensor, path)
+
+
+def save_copy(tensor, path):
+    if dist.get_rank() == 0:
+        torch.save(checkpoint(tensor), path)  # expect: CC001
+
+
+def save_named(tensor, path):
+    section = Section("save")
+    if dist.get_rank() == 0:
+        with Timed(), section as entered:  # expect: CC001
+            torch.save((tensor, entered.name), path)
+
+
+def gathered(tensor, flag, path):
+    if dist.get_rank() == 0:
+        with Gathered([tensor], enabled=flag):  # expect: CC001
+            torch.save(tensor, path)
+
+
+async def joined(tensor, path):
+    if dist.get_rank() == 0:
+        async with Joined():  # expect: CC001
+            torch.save(tensor, path)
+
+
+def gathered_on(tensor, path):
+    held = Gathered([tensor], enabled=True)
+    if dist.get_rank() == 0:
+        with held:  # expect: CC001
+            torch.save(tensor, path)
+"""
+
+SECTIONS_FIXED = """
+import torch
+import torch.distributed as dist
+
+from ourlib.sections import Gathered, Joined, Section, Timed
+
+
+def save(tensor, path):
+    with Section("save"):
+        if dist.get_rank() == 0:
+            torch.save(tensor, path)
+
+
+def timed(tensor, path):
+    if dist.get_rank() == 0:
+        with Timed():
+            torch.save(tensor, path)
+
+
+def gathered(tensor, flag, path):
+    with Gathered([tensor], enabled=flag):
+        if dist.get_rank() == 0:
+            torch.save(tensor, path)
+
+
+async def joined(tensor, path):
+    async with Joined():
+        if dist.get_rank() == 0:
+            torch.save(tensor, path)
+
+
+def gathered_off(tensor, path):
+    held = Gathered([tensor], enabled=False)
+    if dist.get_rank() == 0:
+        with Gathered([tensor], enabled=False):
+            torch.save(tensor, path)
+        with held:
+            torch.save(tensor, path)
+"""
+
+
+def test_context_managers_communicate_where_they_are_entered(isolated: Path) -> None:
+    """A class whose `__enter__` (two calls deep) or `__exit__` communicates, entered on rank 0
+    only: found at the `with`, for a class built there or bound before, and for `async with`; a
+    condition on the receiver (`self.enabled`) that the call does not show is named, one the
+    constructor's keyword shows (`__init__` keeps it: `[kept_arguments]`) decides. A function of
+    the package that enters one (`checkpoint`) communicates through it."""
+    python = make_venv(isolated / "env")
+    _write(isolated / "env" / "lib" / PY / "site-packages" / "ourlib" / "sections.py", SECTIONS)
+    project = isolated / "project"
+    settings = _settings(isolated, python=str(python))
+    bug_file = _write(project / "bug.py", SECTIONS_BUG)
+    result = check_paths([bug_file], settings)
+    findings = [f for checked in result.files for f in checked.findings]
+    assert [(f.code, f.location.line) for f in findings] == _expected(bug_file)
+    gathered = next(f for f in findings if f.location.line == _expected(bug_file)[3][1])
+    assert "when self.enabled" in gathered.message
+    decided = next(f for f in findings if f.location.line == _expected(bug_file)[-1][1])
+    assert "when" not in decided.message  # `enabled=True` where it was built
+    assert _codes(_write(project / "fixed.py", SECTIONS_FIXED), settings) == []
+    assert "ourlib" not in sys.modules and "ourlib.sections" not in sys.modules

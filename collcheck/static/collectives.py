@@ -18,6 +18,7 @@ from collcheck.static.group_values import group_value
 from collcheck.static.inferred_types import inferred_class
 from collcheck.static.loader import ModuleInfo
 from collcheck.static.names import qualified_name, source_text
+from collcheck.static.object_values import catalog_kept_arguments
 from collcheck.static.program import (
     CommEvent,
     EventKind,
@@ -175,7 +176,11 @@ class CollectiveEvents(CallResolver):
                     return found.value if isinstance(found, Const) else UNDECIDED
                 return defaults.get(node.id, UNDECIDED)
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and receiver is not None:
-                read = ast.copy_location(ast.Attribute(value=receiver, attr=node.attr, ctx=ast.Load()), call)
+                read: ast.expr = ast.copy_location(
+                    ast.Attribute(value=receiver, attr=node.attr, ctx=ast.Load()), call
+                )
+                if isinstance(receiver, ast.Call):  # `with Gathered(ps, enabled=False):`
+                    read = _kept_keyword(self, receiver, node.attr) or read
                 found = self.pure(read, state, frame, known)
                 return found.value if isinstance(found, Const) else UNDECIDED
             return UNDECIDED
@@ -332,6 +337,13 @@ def _normalise_reduce_op(value: Expr | None) -> Expr:
     if isinstance(value, Const) and isinstance(value.value, str):
         return Const(value.value.upper())
     return value
+
+
+def _kept_keyword(ev: CallResolver, construction: ast.Call, attribute: str) -> ast.expr | None:
+    """The keyword argument a catalogued constructor keeps as `attribute`, where it is passed."""
+    if attribute not in catalog_kept_arguments(ev, construction):
+        return None
+    return next((k.value for k in construction.keywords if k.arg == attribute), None)
 
 
 def _plain_result(spec: OpSpec, call: ast.Call) -> Atom:

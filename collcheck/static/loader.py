@@ -296,13 +296,17 @@ def _backward_hooks(module: ModuleInfo) -> set[FunctionNode]:
 
 
 def _called_classes(module: ModuleInfo, communicating: set[FunctionNode]) -> set[str]:
-    """Classes whose objects communicate when called (`model(x)` runs `forward` or `__call__`): a
-    function that builds one may call it."""
+    """Classes whose objects communicate when called (`model(x)` runs `forward` or `__call__`) or
+    entered (`with Section():` runs `__enter__` and `__exit__`): a function that builds one may
+    call or enter it."""
     return {
         name
         for name, info in module.classes.items()
-        if any(info.methods.get(m) in communicating for m in ("forward", "__call__"))
+        if any(info.methods.get(m) in communicating for m in _IMPLICITLY_CALLED)
     }
+
+
+_IMPLICITLY_CALLED = ("forward", "__call__", "__enter__", "__exit__", "__aenter__", "__aexit__")
 
 
 def _function_words(functions: list[FunctionNode], text: str) -> dict[FunctionNode, frozenset[str]]:

@@ -22,6 +22,11 @@ it, each with the expression's value (`eval`, `eval_with_calls`), or the states 
   Supported: every `yield` a statement of its own (`yield v`, `x = yield v`), none inside a loop;
   otherwise, and for generators of other files, the call is run as a plain helper before the body
   (as before).
+* `with obj:` / `with Cls(...):` of a class-based context manager: `__enter__` (`__aenter__`) runs
+  at the item, before the body, and `__exit__` (`__aexit__`) after it, also on a path that leaves
+  the body by `return`, `break` or `continue` (not on one that raises). A class of the file runs
+  like a method of the object (the dotted name that holds it is the receiver); a framework class
+  whose catalogued (or summarised) method it is issues that method's collectives at the item.
 
 The caller's variables travel through the generator's code in its states, under `CALLER` keys that
 no Python name can clash with, so that each path after the `yield` resumes the caller path it
@@ -52,6 +57,9 @@ CONTEXT_DECORATORS = frozenset({"contextlib.contextmanager", "contextlib.asyncco
 CALLER = "^caller:"  # a caller's variable carried through a generator's code (not a Python name)
 RESUMED = "^resumed"  # this path went through the `yield` (the body ran)
 PENDING_EXIT = "^exit"  # the body's `return`/`break`/`continue`, taken once the generator is done
+ENTER = ("__enter__", "__aenter__")  # the context-manager methods of `with` and `async with`
+EXIT = ("__exit__", "__aexit__")
+_LEAVES_THROUGH_EXIT = frozenset({ExitKind.RETURN, ExitKind.BREAK, ExitKind.CONTINUE})
 MAX_PROPERTY_PARTS = 8  # `a.b.c.prop`: holders this long are read
 
 
@@ -203,14 +211,58 @@ class ObjectProtocols(ExceptionFlow):
                 results.extend(self._enter_generator(stmt, index, target, current, frame))
                 continue
             entered = []
-            for after, value in self.eval(item.context_expr, current, frame):
-                if item.optional_vars is not None:
-                    self.bind(
-                        item.optional_vars, opaque(f"with@{where_of(item.context_expr)}", (value,)), after
-                    )
-                entered.append(after)
-            results.extend(self.with_items(stmt, index + 1, entered, frame))
+            for evaluated, value in self.eval(item.context_expr, current, frame):
+                for after in self._context_method(item, stmt, ENTER, value, evaluated, frame):
+                    if item.optional_vars is not None:
+                        self.bind(
+                            item.optional_vars, opaque(f"with@{where_of(item.context_expr)}", (value,)), after
+                        )
+                    entered.append(after)
+            for left in self.with_items(stmt, index + 1, entered, frame):
+                pending = left.exit
+                if pending is not None and pending.kind not in _LEAVES_THROUGH_EXIT:
+                    results.append(left)  # a `raise` or process exit: what `__exit__` does is not followed
+                    continue
+                left.exit = None  # `return`, `break`, `continue` run `__exit__`, then take effect
+                manager = self.pure(item.context_expr, left, frame)
+                for after in self._context_method(item, stmt, EXIT, manager, left, frame):
+                    if after.exit is None:
+                        after.exit = pending
+                    results.append(after)
         return results
+
+    def _context_method(
+        self,
+        item: ast.withitem,
+        stmt: ast.With | ast.AsyncWith,
+        names: tuple[str, str],
+        manager: Expr,
+        state: State,
+        frame: Frame,
+    ) -> list[State]:
+        """`__enter__` (or `__exit__`; `names`: of `with` and of `async with`) of the manager, run at
+        the `with` item: a framework class's catalogued method (`with GatheredParameters(ps):`, `with
+        section:` of a typed `section`) is issued there; a class of the file's own is run like a
+        method of the object (`with Section(name):`), the dotted name that holds it its receiver."""
+        name = names[isinstance(stmt, ast.AsyncWith)]
+        func = ast.copy_location(
+            ast.Attribute(value=item.context_expr, attr=name, ctx=ast.Load()), item.context_expr
+        )
+        call = ast.copy_location(ast.Call(func=func, args=[], keywords=[]), item.context_expr)
+        if self.catalog.method_specs(name):
+            spec = self.op_spec(call, state, frame.class_name)
+            if spec is not None:
+                return [self.communicate(call, spec, state, frame, {})[0]]
+        owner = object_class(self.module, manager)
+        method = method_of(self.module, owner, name) if owner is not None else None
+        if owner is None or method is None:
+            return [state]
+        parts = dotted(item.context_expr)
+        receiver = ".".join(parts) if parts else f"{CALLER}with@{where_of(item.context_expr)}"
+        known = {id(item.context_expr): manager}
+        return [
+            after for after, _ in self.inline(call, method, owner.name, True, state, frame, known, receiver)
+        ]
 
     def with_body(self, stmt: ast.With | ast.AsyncWith, states: list[State], frame: Frame) -> list[State]:
         paused = (

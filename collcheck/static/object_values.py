@@ -25,7 +25,9 @@ between ranks where another method reads it (`if not self.pending: return`).
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 
+from collcheck.static.loader import FunctionNode, ModuleInfo
 from collcheck.static.names import dotted, qualified_name
 from collcheck.static.receivers import CONTAINER_MUTATORS
 from collcheck.static.state import Frame, State
@@ -58,11 +60,12 @@ def record_keyword_attributes(
     if not names or not isinstance(stmt.value, ast.Call):
         return
     attributes: dict[str, Expr] = {}
+    kept = _kept_arguments(evaluator.module, stmt.value) | catalog_kept_arguments(evaluator, stmt.value)
     for keyword in stmt.value.keywords:
         if keyword.arg is None:
             continue
         value = evaluator.pure(keyword.value, state, frame)
-        if is_rank_dependent(value):
+        if is_rank_dependent(value) or (keyword.arg in kept and _is_literal(value)):
             attributes[keyword.arg] = value
     attributes.update(_still_counter(evaluator, stmt.value, attributes, names[0]))
     for attribute, value in attributes.items():
@@ -72,6 +75,82 @@ def record_keyword_attributes(
     if recorded:
         for name in names:
             state.env[_RECORDED.format(name)] = TupleVal(tuple(Const(arg) for arg in recorded))
+
+
+def _is_literal(value: Expr) -> bool:
+    return isinstance(value, Const) and (
+        value.value is None or isinstance(value.value, (bool, int, float, str))
+    )
+
+
+def catalog_kept_arguments(evaluator: ValueEvaluator, call: ast.Call) -> frozenset[str]:
+    """The keywords a catalogued (summarised) class's constructor keeps as attributes of the same
+    names (`[kept_arguments]`), for `call` when it builds one."""
+    qualified = qualified_name(call.func, evaluator.local_imports)
+    if qualified is None or qualified not in evaluator.catalog.types:
+        return frozenset()
+    kept = evaluator.catalog.kept_arguments.get(evaluator.catalog.types[qualified] or qualified, "")
+    return frozenset(filter(None, kept.split(",")))
+
+
+def _kept_arguments(module: ModuleInfo, call: ast.Call) -> frozenset[str]:
+    """For `Timer(sync=False)` of a class of the file: `kept_constructor_arguments`."""
+    if not isinstance(call.func, ast.Name) or call.func.id not in module.classes:
+        return frozenset()
+    return kept_constructor_arguments(module, call.func.id)
+
+
+def kept_constructor_arguments(module: ModuleInfo, class_name: str) -> frozenset[str]:
+    """The parameters the class's `__init__` stores, as they are, in the attribute of the same name
+    (`self.sync = sync`, one assignment of that attribute in `__init__`, at its top level, the
+    parameter never rebound there), that no other method of the class changes and no base of the
+    file's own may set: the object's configuration a caller shows by the keyword it passes (a `with
+    timer:` whose `__exit__` tests `self.sync`)."""
+    info = module.classes[class_name]
+    init = info.methods.get("__init__")
+    if init is None or any(base.rsplit(".", 1)[-1] in module.classes for base in info.bases):
+        return frozenset()  # a base of the file's own may set the attribute too
+    # An attribute another method may change (`timer.enable_sync()`) is not the constructor's.
+    changed = {
+        node.attr
+        for name, method in info.methods.items()
+        if name != "__init__"
+        for node in ast.walk(method)
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del))
+    }
+    return _stored_parameters(init) - changed
+
+
+@lru_cache(maxsize=512)
+def _stored_parameters(init: FunctionNode) -> frozenset[str]:
+    args = init.args
+    parameters = {a.arg for a in [*args.posonlyargs, *args.args[1:], *args.kwonlyargs]}
+    stores: dict[str, int] = {}
+    rebound: set[str] = set()
+    for node in ast.walk(init):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and dotted(node.value) == ["self"]
+        ):
+            stores[node.attr] = stores.get(node.attr, 0) + 1
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            rebound.add(node.id)
+    kept = set()
+    for stmt in init.body:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.Name)):
+            continue
+        target, name = stmt.targets[0], stmt.value.id
+        if (
+            isinstance(target, ast.Attribute)
+            and dotted(target.value) == ["self"]
+            and target.attr == name
+            and name in parameters
+            and name not in rebound
+            and stores.get(name) == 1
+        ):
+            kept.add(name)
+    return frozenset(kept)
 
 
 def _still_counter(

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from collcheck.catalog import Catalog
+from collcheck.catalog import CONTEXT_METHODS, Catalog
 from collcheck.config import Settings
 from collcheck.findings import FileError
 from collcheck.import_scan import imported_names
@@ -38,6 +38,7 @@ from collcheck.static.interpret import Interpreter
 from collcheck.static.loader import FunctionNode, Loader, ModuleInfo
 from collcheck.static.module_values import complete_loaded_module
 from collcheck.static.names import module_imports, qualified_name, resolve_relative
+from collcheck.static.object_values import kept_constructor_arguments
 from collcheck.static.prefilter import rank_words, trigger_pattern
 from collcheck.static.program import CommEvent, EventKind, ExitKind
 from collcheck.static.program import Path as ProgramPath
@@ -75,6 +76,7 @@ class _Found:
     classes: dict[str, str] = field(default_factory=dict)  # spelling -> defining qualified name
     rank: dict[str, str] = field(default_factory=dict)  # qualified name -> value expression
     notes: list[str] = field(default_factory=list)
+    kept: dict[str, str] = field(default_factory=dict)  # class -> constructor keywords kept as attributes
     solving: SolveStats = field(default_factory=SolveStats)  # one z3 context for the package
 
 
@@ -86,13 +88,14 @@ def summarise_package(
     settings: Settings,
     max_files: int = MAX_FILES,
     package_seconds: float = PACKAGE_SECONDS,
+    file_seconds: float = FILE_SECONDS,
 ) -> PackageSummary:
     """The summary of `package` (installed in `site`) as far as `modules` reach, made in at most
-    `package_seconds` (the files past it are left out, a note says so)."""
+    `package_seconds` (the files past it are left out, a note says so), `file_seconds` a file."""
     files = reached_files(site, package, modules, max_files)
     found = _Found()
     if _imports_communication(files, catalog):
-        _summarise_files(files, catalog, settings, found, package_seconds)
+        _summarise_files(files, catalog, settings, found, package_seconds, file_seconds)
     document = _document(package, found)
     return PackageSummary(package, document, len(files), tuple(found.notes))
 
@@ -211,6 +214,7 @@ def _summarise_files(
     settings: Settings,
     found: _Found,
     package_seconds: float,
+    file_seconds: float,
 ) -> None:
     trigger, ranked = trigger_pattern(catalog), rank_words(catalog)
     facts = {}
@@ -245,18 +249,18 @@ def _summarise_files(
         if not interesting:
             continue
         try:
-            with file_budget(FILE_SECONDS):
+            with file_budget(file_seconds):
                 module = loader.load(path)
                 if module is not None:
                     _summarise_module(module, module_name, settings, found)
         except BudgetExceeded:
-            found.notes.append(f"{module_name}: over the {FILE_SECONDS:g} s budget, partly summarised")
+            found.notes.append(f"{module_name}: over the {file_seconds:g} s budget, partly summarised")
         except ctypes.ArgumentError as error:
             # The budget's alarm went off while z3's arguments were being converted: ctypes wraps
             # the BudgetExceeded it raised.
             if not isinstance(error.__context__, BudgetExceeded) and "BudgetExceeded" not in str(error):
                 raise
-            found.notes.append(f"{module_name}: over the {FILE_SECONDS:g} s budget, partly summarised")
+            found.notes.append(f"{module_name}: over the {file_seconds:g} s budget, partly summarised")
         except RecursionError:
             found.notes.append(f"{module_name}: too deeply nested to summarise")
     _subclasses(files, found)
@@ -294,10 +298,28 @@ def _summarise_module(module: ModuleInfo, module_name: str, settings: Settings, 
         _summarise_function(interpreter, function, None, f"{module_name}.{name}", found)
     for class_name, info in module.classes.items():
         qualified = f"{module_name}.{class_name}"
+        before = len(found.methods)
         for name, method in info.methods.items():
-            if name.startswith("__") and name != "__call__":  # a constructor is no method call
+            # A constructor is no method call; `__call__` is, and `with` calls `__enter__`/`__exit__`.
+            if name.startswith("__") and name != "__call__" and name not in CONTEXT_METHODS:
                 continue
             _summarise_function(interpreter, method, class_name, f"{qualified}.{name}", found)
+        read = {a for entry in found.methods[before:] for a in _receiver_attributes(entry.get("when", ""))}
+        kept = kept_constructor_arguments(module, class_name) & read if read else frozenset()
+        if kept:  # `Gathered(ps, enabled=False)` then decides `when = "self.enabled"`
+            found.kept[qualified] = ",".join(sorted(kept))
+
+
+def _receiver_attributes(condition: str) -> set[str]:
+    """The `self.ATTRIBUTE`s a `when` reads."""
+    if not condition:
+        return set()
+    tree = ast.parse(condition, mode="eval")
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+    }
 
 
 def _summarise_function(
@@ -631,6 +653,8 @@ def _document(package: str, found: _Found) -> dict[str, Any]:
         document["method"] = found.methods
     if found.classes:
         document["types"] = dict(sorted(found.classes.items()))
+    if found.kept:
+        document["kept_arguments"] = dict(sorted(found.kept.items()))
     functions = {k: v for k, v in sorted(found.rank.items()) if not k.startswith("attribute:")}
     attributes = {k.split(":", 1)[1]: v for k, v in sorted(found.rank.items()) if k.startswith("attribute:")}
     rank: dict[str, Any] = {}
