@@ -180,6 +180,22 @@ class BoundedSolver:
             allowance.after(self._solver)
         return verdict
 
+    def add(self, *facts: Any) -> None:
+        """`Solver.add`, without z3py's checks of each fact's sort (a third of the cost of a query's
+        facts, asked again for every fact of every query): a plain boolean term of the solver's
+        own context goes to z3 as is, which is what `add` does with it after its checks; anything
+        else (a Python bool, a quantifier, a term of another context) takes z3py's way."""
+        from z3 import BoolRef
+        from z3.z3core import Z3_solver_assert
+
+        solver = self._solver
+        context = solver.ctx
+        for fact in facts:
+            if type(fact) is BoolRef and fact.ctx is context:
+                Z3_solver_assert(context.ref(), solver.solver, fact.as_ast())
+            else:
+                solver.add(fact)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._solver, name)
 
