@@ -136,10 +136,18 @@ def solver_allowance(units: int) -> Iterator[SolverAllowance]:
 
 def resource_count(solver: Any) -> int:
     """z3's resource counter of the solver's context (0 before it counted anything)."""
+    from z3.z3core import Z3_stats_get_key, Z3_stats_get_uint_value, Z3_stats_is_uint
+
+    # One pass over z3's statistics (z3py's `keys()` then `get_key_value` walk them twice, each
+    # key a call into z3, after every query).
     statistics = solver.statistics()
-    if RESOURCE_COUNTER not in list(statistics.keys()):
-        return 0
-    return int(statistics.get_key_value(RESOURCE_COUNTER))
+    reference = statistics.ctx.ref()
+    for index in range(len(statistics)):
+        if Z3_stats_get_key(reference, statistics.stats, index) == RESOURCE_COUNTER:
+            if Z3_stats_is_uint(reference, statistics.stats, index):
+                return int(Z3_stats_get_uint_value(reference, statistics.stats, index))
+            return int(statistics.get_key_value(RESOURCE_COUNTER))
+    return 0
 
 
 def check_active() -> None:
@@ -179,6 +187,22 @@ class BoundedSolver:
         if allowance is not None:
             allowance.after(self._solver)
         return verdict
+
+    def add(self, *facts: Any) -> None:
+        """`Solver.add`, without z3py's checks of each fact's sort (a third of the cost of a query's
+        facts, asked again for every fact of every query): a plain boolean term of the solver's
+        own context goes to z3 as is, which is what `add` does with it after its checks; anything
+        else (a Python bool, a quantifier, a term of another context) takes z3py's way."""
+        from z3 import BoolRef
+        from z3.z3core import Z3_solver_assert
+
+        solver = self._solver
+        context = solver.ctx
+        for fact in facts:
+            if type(fact) is BoolRef and fact.ctx is context:
+                Z3_solver_assert(context.ref(), solver.solver, fact.as_ast())
+            else:
+                solver.add(fact)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._solver, name)

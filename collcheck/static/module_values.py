@@ -58,24 +58,18 @@ def _class_attributes(module: ModuleInfo, interpreter: Interpreter) -> None:
     for class_name, info in module.classes.items():
         seen: dict[str, list[Expr]] = {}
         for method in info.methods.values():
+            stores = _self_stores(method)
+            if not stores:
+                continue  # its parameters' values (the costly part) would go unused
             env = interpreter.entry_parameters(method)
             state = State(env)
             frame = Frame(method.name, class_name, (), interpreter.max_depth, ())
-            for node in nodes_under(method):
-                if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
-                    continue
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for target in targets:
-                    if (
-                        isinstance(target, ast.Attribute)
-                        and isinstance(target.value, ast.Name)
-                        and target.value.id == "self"
-                    ):
-                        # `pure` runs no call, so no event is recorded here.
-                        value = interpreter.pure(node.value, state, frame)
-                        if method.name == "__init__" and isinstance(node.value, ast.Name):
-                            value = sites.argument(class_name, method, node.value.id) or value
-                        seen.setdefault(target.attr, []).append(value)
+            for node, target in stores:
+                # `pure` runs no call, so no event is recorded here.
+                value = interpreter.pure(node.value, state, frame)
+                if method.name == "__init__" and isinstance(node.value, ast.Name):
+                    value = sites.argument(class_name, method, node.value.id) or value
+                seen.setdefault(target.attr, []).append(value)
         held = _groups_asked_about(seen)
         for attribute, values in seen.items():
             if len(values) == 1:  # `self.engine = build_engine(cfg)`: its class told by its use
@@ -87,6 +81,24 @@ def _class_attributes(module: ModuleInfo, interpreter: Interpreter) -> None:
                 info.attributes[attribute] = values[0]
             else:
                 info.attributes[attribute] = opaque(f"self.{attribute}@{class_name}", tuple(values))
+
+
+def _self_stores(method: FunctionNode) -> list[tuple[ast.Assign | ast.AnnAssign, ast.Attribute]]:
+    """`self.attr = value` in `method`: each assignment with a value and its `self.attr` targets,
+    in `ast.walk` order."""
+    found: list[tuple[ast.Assign | ast.AnnAssign, ast.Attribute]] = []
+    for node in nodes_under(method):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            if (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+            ):
+                found.append((node, target))
+    return found
 
 
 def _groups_asked_about(seen: dict[str, list[Expr]]) -> set[str]:

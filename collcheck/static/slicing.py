@@ -147,7 +147,7 @@ class _Scanner:
         calls: list[ast.Call] = []
         quiet = True
         properties = self.properties
-        for part in ast.walk(node):
+        for part in nodes_under(node):  # `ast.walk`'s order; kept on the node, asked again per function
             if isinstance(part, ast.Name):
                 names.add(part.id)
             elif isinstance(part, ast.Call):

@@ -218,7 +218,14 @@ def opaque(name: str, inputs: tuple[Expr, ...] = ()) -> Atom:
     ranked = False
     why: str | None = None
     synced: frozenset[GradSync] = frozenset()
+    # The same value object often comes several times (a loop's carried value is asked with the
+    # value of every body path, most of them shared, and the tests those paths share): each is
+    # summarised once. Its first time decides `why`, so skipping the repeats changes nothing.
+    met: set[int] = set()
     for item in inputs:
+        if id(item) in met:
+            continue
+        met.add(id(item))
         summary = _per_rank_summary(item)
         synced |= summary.synced
         ranked = ranked or summary.rank  # the rank wins over a nondet input

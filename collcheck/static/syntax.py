@@ -105,7 +105,7 @@ def called_names(tree: ast.Module) -> frozenset[str]:
     """The names a module calls (`f(...)`, `obj.f(...)`): walked once per module."""
     return frozenset(
         node.func.id if isinstance(node.func, ast.Name) else node.func.attr
-        for node in ast.walk(tree)
+        for node in nodes_under(tree)  # the module's walk, often made already by an earlier stage
         if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))
     )
 
