@@ -90,12 +90,21 @@ class LocalData:
     """The per-rank data names of the functions of one analysis, computed on demand."""
 
     def __init__(
-        self, op_spec: OpSpecOf, helper: HelperOf, called_name: NameOf, combining_words: frozenset[str]
+        self,
+        op_spec: OpSpecOf,
+        helper: HelperOf,
+        called_name: NameOf,
+        combining_words: frozenset[str],
+        delivering_words: frozenset[str] = frozenset(),
     ) -> None:
         self._op_spec = op_spec  # the caller sets the imports of the function asked about
         # The last names of the catalogued callables that combine: a call named otherwise is
         # not asked about (the catalog lookup is the costly part of a function's entry).
         self._words = combining_words
+        # ... and those whose result is the same on every rank (`uniform_after`: an all-reduce's
+        # tensor, an all-gather's list, a broadcast's object list): see `delivered`
+        self._delivering = delivering_words
+        self._received: dict[FunctionNode, dict[str, int]] = {}
         self._helper = helper
         self._called_name = called_name
         self._names: dict[FunctionNode, frozenset[str]] = {}
@@ -148,6 +157,72 @@ class LocalData:
         if isinstance(statement, (ast.For, ast.AsyncFor)):
             inside = inside | {id(statement)}
         return starts[index][1] <= inside
+
+    def direct(self, function: FunctionNode, name: str) -> bool:
+        """`name`'s value is all that flows into its element of what `function` combines (`n` of
+        `torch.tensor([n, m])`, `batch` of `len(batch)`), not one input of several (`a * b`,
+        `{"shape": s, "rank": r}`): only such a value is known to differ between ranks, as the
+        other inputs of a mixed one (a world size, a config field) often are the same everywhere."""
+        return (function, name) in self._direct
+
+    def delivered(self, function: FunctionNode, statement: ast.stmt) -> bool:
+        """`statement` (an assignment, or a `for` binding its target) binds a value computed only
+        from what a collective delivered above it (`for name in gathered_list`, `x = reduced[0]`):
+        the same on every rank, whatever the name is combined for further down."""
+        received = self._received.get(function)
+        if received is None:
+            received = self._received[function] = self._receive(function)
+        value = _bound_value(statement)
+        if value is None or not received:
+            return False
+        names = self._free_names(value)
+        line = statement.lineno
+        return bool(names) and all(received.get(name, line) < line for name in names)
+
+    def _free_names(self, value: ast.expr) -> frozenset[str]:
+        """`data_names` of `value` but those its comprehensions bind (`x` of `[x for x in xs]`)."""
+        bound = {
+            n.id
+            for part in ast.walk(value)
+            if isinstance(part, ast.comprehension)
+            for n in ast.walk(part.target)
+            if isinstance(n, ast.Name)
+        }
+        return data_names(value, self._called_name) - bound
+
+    def _receive(self, function: FunctionNode) -> dict[str, int]:
+        """The names of `function` that hold what a collective delivered (its `uniform_after`
+        arguments), with the first line where they do, and forward through the assignments and
+        loops computed from those alone (`flat = [x for part in gathered for x in part]`)."""
+        received: dict[str, int] = {}
+        bindings: list[tuple[frozenset[str], ast.expr, int]] = []
+        for node in nodes_under(function):
+            if isinstance(node, ast.Call) and self._delivering:
+                func = node.func
+                last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+                spec = self._op_spec(node, function) if last in self._delivering else None
+                for name in spec.uniform_after if spec is not None else ():
+                    argument = _argument(node, spec, name)
+                    if isinstance(argument, ast.Name):
+                        received[argument.id] = min(received.get(argument.id, node.lineno), node.lineno)
+            if isinstance(node, ast.stmt):
+                value = _bound_value(node)
+                targets = _bound_targets(node)
+                if value is not None and targets:
+                    bindings.append((targets, value, node.lineno))
+        if not received:
+            return received
+        changed = True
+        while changed:
+            changed = False
+            for stored, value, line in bindings:
+                names = self._free_names(value)
+                if not names or not all(received.get(name, line) < line for name in names):
+                    continue
+                for name in stored - received.keys():
+                    received[name] = line
+                    changed = True
+        return received
 
     def parameters(self, function: FunctionNode) -> tuple[str, ...]:
         """The parameters of `function` (in order) whose value reaches a combining collective."""
@@ -322,6 +397,26 @@ def _enclosing_statements(function: FunctionNode) -> list[tuple[int, frozenset[i
 SEQUENCES = (ast.List, ast.Tuple)
 
 
+def _bound_value(statement: ast.stmt) -> ast.expr | None:
+    """What an assignment assigns, or what a `for` loop iterates over."""
+    if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+        return statement.value
+    if isinstance(statement, (ast.For, ast.AsyncFor)):
+        return statement.iter
+    return None
+
+
+def _bound_targets(statement: ast.stmt) -> frozenset[str]:
+    """The names an assignment or a `for` loop binds."""
+    if isinstance(statement, ast.Assign):
+        targets: list[ast.expr] = list(statement.targets)
+    elif isinstance(statement, (ast.AnnAssign, ast.For, ast.AsyncFor)):
+        targets = [statement.target]
+    else:
+        return frozenset()
+    return frozenset(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+
+
 def _repeated(node: ast.AST) -> bool:
     """`[x] * n` or `n * [x]`: a literal sequence repeated."""
     return (
@@ -398,6 +493,12 @@ def _argument(call: ast.Call, spec: OpSpec, name: str) -> ast.expr | None:
     if index is not None and index < len(call.args) and not isinstance(call.args[index], ast.Starred):
         return call.args[index]
     return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def delivering_words(specs: list[tuple[str, OpSpec]]) -> frozenset[str]:
+    """The last names of the catalogued callables (name, spec) whose result is the same on
+    every rank (an argument named by `uniform_after`)."""
+    return frozenset(name.rsplit(".", 1)[-1] for name, spec in specs if spec.uniform_after)
 
 
 def combining_words(functions: dict[str, OpSpec], methods: tuple[tuple[str, str], ...]) -> frozenset[str]:

@@ -55,6 +55,10 @@ def mark_assigned(data: LocalData, target: ast.expr, state: State, frame: Frame,
         derived = isinstance(value, Atom) and is_own_data(value)  # `n = len(batch)`: named `n` here
         if evidence is None or evidence[1] <= line or not (unknown(value) or derived):
             continue
+        if not derived and not data.direct(function, node.id):
+            continue  # one input of several mixed into what is combined (a world size beside a rank)
+        if data.delivered(function, statement):
+            continue  # an item of what a collective delivered: the same on every rank
         if not data.reached_from(function, statement, evidence[1]):
             continue
         why = f"{OWN_DATA}, {evidence[0]}"
