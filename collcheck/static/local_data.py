@@ -261,7 +261,7 @@ class LocalData:
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 stored = frozenset(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
-                assignments.append((stored, node.value, node.lineno))
+                assignments.append((stored, _assigned_value(node), node.lineno))
         for node in nodes_under(function):  # `counts[rank] = n`, then `all_reduce(counts)`
             for name, value, line in _item_stores(node):
                 if name in tensors and line < tensors[name][1]:
@@ -395,6 +395,16 @@ def _enclosing_statements(function: FunctionNode) -> list[tuple[int, frozenset[i
 
 
 SEQUENCES = (ast.List, ast.Tuple)
+
+
+def _assigned_value(node: ast.Assign | ast.AugAssign | ast.AnnAssign) -> ast.expr:
+    """What an assignment computes: `x /= k` scales `x` by `k` (`x / k`: `k` is one input of
+    two, often a configured size); `x += n` accumulates `n`, a value of the same kind as `x` (a
+    count summed over items), so it is taken alone."""
+    assert node.value is not None
+    if isinstance(node, ast.AugAssign) and not isinstance(node.op, ast.Add):
+        return ast.copy_location(ast.BinOp(left=node.target, op=node.op, right=node.value), node.value)
+    return node.value
 
 
 def _bound_value(statement: ast.stmt) -> ast.expr | None:
