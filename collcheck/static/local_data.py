@@ -179,6 +179,14 @@ class LocalData:
         line = statement.lineno
         return bool(names) and all(received.get(name, line) < line for name in names)
 
+    def _delivered_to(self, call: ast.Call, function: FunctionNode) -> list[str]:
+        """The names `call` (a collective) leaves the same on every rank (`uniform_after`)."""
+        spec = self._op_spec(call, function)
+        if spec is None:
+            return []
+        arguments = [_argument(call, spec, name) for name in spec.uniform_after]
+        return [argument.id for argument in arguments if isinstance(argument, ast.Name)]
+
     def _free_names(self, value: ast.expr) -> frozenset[str]:
         """`data_names` of `value` but those its comprehensions bind (`x` of `[x for x in xs]`)."""
         bound = {
@@ -197,14 +205,9 @@ class LocalData:
         received: dict[str, int] = {}
         bindings: list[tuple[frozenset[str], ast.expr, int]] = []
         for node in nodes_under(function):
-            if isinstance(node, ast.Call) and self._delivering:
-                func = node.func
-                last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-                spec = self._op_spec(node, function) if last in self._delivering else None
-                for name in spec.uniform_after if spec is not None else ():
-                    argument = _argument(node, spec, name)
-                    if isinstance(argument, ast.Name):
-                        received[argument.id] = min(received.get(argument.id, node.lineno), node.lineno)
+            if isinstance(node, ast.Call) and _last_name(node) in self._delivering:
+                for name in self._delivered_to(node, function):
+                    received[name] = min(received.get(name, node.lineno), node.lineno)
             if isinstance(node, ast.stmt):
                 value = _bound_value(node)
                 targets = _bound_targets(node)
@@ -405,6 +408,12 @@ def _assigned_value(node: ast.Assign | ast.AugAssign | ast.AnnAssign) -> ast.exp
     if isinstance(node, ast.AugAssign) and not isinstance(node.op, ast.Add):
         return ast.copy_location(ast.BinOp(left=node.target, op=node.op, right=node.value), node.value)
     return node.value
+
+
+def _last_name(node: ast.AST) -> str:
+    """The last name of what a call calls (`all_reduce` of `dist.all_reduce(t)`); "" for no call."""
+    func = node.func if isinstance(node, ast.Call) else None
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def _bound_value(statement: ast.stmt) -> ast.expr | None:
