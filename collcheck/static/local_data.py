@@ -74,6 +74,9 @@ SIZE_ATTRIBUTES = frozenset({"shape"})
 # Calls whose result is as long as what the data selects (`torch.nonzero(x)`, `x.unique()`).
 DATA_SIZED = frozenset({"nonzero", "masked_select", "unique", "argwhere"})
 
+# Methods of a module that list its parameters (each with its `.grad` after a backward).
+PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+
 # Builtins that read a value's size or convert it, nothing more (`_plain`).
 PLAIN_BUILTINS = frozenset({"len", "int", "float", "bool"})
 
@@ -105,6 +108,7 @@ class LocalData:
         # tensor, an all-gather's list, a broadcast's object list): see `delivered`
         self._delivering = delivering_words
         self._received: dict[FunctionNode, dict[str, int]] = {}
+        self._trained: dict[FunctionNode, frozenset[str]] = {}
         self._helper = helper
         self._called_name = called_name
         self._names: dict[FunctionNode, frozenset[str]] = {}
@@ -178,6 +182,59 @@ class LocalData:
         names = self._free_names(value)
         line = statement.lineno
         return bool(names) and all(received.get(name, line) < line for name in names)
+
+    def trained(self, function: FunctionNode) -> frozenset[str]:
+        """The modules (dotted, `model`, `self.net`) whose parameters' gradients `function`
+        combines itself (`for p in model.parameters(): dist.all_reduce(p.grad)`): data-parallel
+        training by hand, so each rank runs the module on its own inputs, and what the module
+        returns is this rank's own data (a loss, a metric), as for a wrapped module
+        (gradient_sync.py)."""
+        found = self._trained.get(function)
+        if found is None:
+            self._trained[function] = frozenset()  # recursion: what the outer computation finds
+            found = self._trained[function] = frozenset(self._find_trained(function))
+        return found
+
+    def _find_trained(self, function: FunctionNode) -> set[str]:
+        found: set[str] = set()
+        for call in nodes_under(function):  # `average_gradients(model)`: a helper does it
+            helper = self._helper(call, function) if isinstance(call, ast.Call) else None
+            if helper is None or helper is function or not self.trained(helper):
+                continue
+            assert isinstance(call, ast.Call)
+            params = [a.arg for a in [*helper.args.posonlyargs, *helper.args.args]]
+            if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
+                params = params[1:]
+            handed = dict(zip(params, call.args, strict=False))
+            handed.update((k.arg, k.value) for k in call.keywords if k.arg is not None)
+            for name, argument in handed.items():
+                path = dotted(argument) if name in self.trained(helper) else None
+                found.update([".".join(path)] if path is not None else [])
+        for loop in nodes_under(function):
+            if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(loop.iter, ast.Call):
+                continue
+            func = loop.iter.func
+            if not isinstance(func, ast.Attribute) or func.attr not in PARAMETER_METHODS:
+                continue
+            module = dotted(func.value)
+            target = loop.target.elts[-1] if isinstance(loop.target, ast.Tuple) else loop.target
+            if module is None or not isinstance(target, ast.Name):
+                continue
+            calls = [n for s in loop.body for n in ast.walk(s) if isinstance(n, ast.Call)]
+            if any(self._combines_gradient(call, target.id, function) for call in calls):
+                found.add(".".join(module))
+        return found
+
+    def _combines_gradient(self, call: ast.Call, parameter: str, function: FunctionNode) -> bool:
+        """`call` is a combining collective whose operand is `parameter.grad` (or of it)."""
+        spec = self._op_spec(call, function) if _last_name(call) in self._words else None
+        if spec is None or spec.op not in COMBINING_OPS:
+            return False
+        for name in spec.operands:
+            path = dotted(_argument(call, spec, name) or ast.Constant(None))
+            if path is not None and len(path) >= 2 and path[0] == parameter and path[1] == "grad":
+                return True
+        return False
 
     def _delivered_to(self, call: ast.Call, function: FunctionNode) -> list[str]:
         """The names `call` (a collective) leaves the same on every rank (`uniform_after`)."""
