@@ -68,6 +68,8 @@ def test_what_a_collective_delivered_is_not_own() -> None:
             for name in mine:
                 pass
             mixed = flat + sizes
+            first = got[0]
+            mine = got[dist.get_rank()]
         """
     )
     data = _data(functions)
@@ -82,6 +84,8 @@ def test_what_a_collective_delivered_is_not_own() -> None:
     assert not data.delivered(f, loops[1])  # this rank's own names
     assert not data.delivered(f, assigns["mixed"])  # `sizes` was delivered by nothing
     assert not data.delivered(f, assigns["got"])  # above the collective
+    assert data.delivered(f, assigns["first"])
+    assert not data.delivered(f, assigns["mine"])  # this rank's entry: indexed by the rank
 
 
 def test_modules_trained_by_hand() -> None:

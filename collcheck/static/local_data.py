@@ -245,7 +245,9 @@ class LocalData:
         return [argument.id for argument in arguments if isinstance(argument, ast.Name)]
 
     def _free_names(self, value: ast.expr) -> frozenset[str]:
-        """`data_names` of `value` but those its comprehensions bind (`x` of `[x for x in xs]`)."""
+        """`data_names` of `value`, and the names that index into it (`gathered[rank]` is this
+        rank's entry of a delivered list), but those its comprehensions bind (`x` of `[x for x in
+        xs]`)."""
         bound = {
             n.id
             for part in ast.walk(value)
@@ -253,7 +255,14 @@ class LocalData:
             for n in ast.walk(part.target)
             if isinstance(n, ast.Name)
         }
-        return data_names(value, self._called_name) - bound
+        indices = {
+            n.id
+            for part in ast.walk(value)
+            if isinstance(part, ast.Subscript)
+            for n in ast.walk(part.slice)
+            if isinstance(n, ast.Name)
+        }
+        return (data_names(value, self._called_name) | indices) - bound
 
     def _receive(self, function: FunctionNode) -> dict[str, int]:
         """The names of `function` that hold what a collective delivered (its `uniform_after`
