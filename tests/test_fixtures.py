@@ -58,10 +58,6 @@ KNOWN_GAPS: dict[str, str] = {
         "DTensor.full_tensor() (an all-gather over the DTensor's mesh) is not catalogued; a "
         "dist.barrier() under the same rank-0 guard is found"
     ),
-    "reports/early_stop_on_local_metric_bug.py": (
-        "a metric computed from each rank's own data shard without a collective is not tracked as a "
-        "per-process value, so the early-stopping `break` on it is not rank-dependent to collcheck"
-    ),
     "reports/hf_trainer_save_model_fsdp_main_bug.py": (
         "transformers Trainer.save_model gathers only under FSDP / DeepSpeed ZeRO-3, through "
         "accelerator.get_state_dict and the wrapped model's state_dict (torch FSDP's state_dict is not "

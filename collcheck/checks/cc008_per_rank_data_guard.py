@@ -12,6 +12,17 @@ takes such parameters so; a tensor of the entries a mask selects, gathered whole
 Only a decision taken before the call that combines the data is reported, not one taken after
 the statement that combines it on some paths (`if dp > 1: n = agree(n)`).
 
+A value is taken as this rank's own only where it is all that flows into its element of what is
+combined (`n` of `torch.tensor([n, world])`), not one input among several (a group size mixed
+with the rank into an offset, a config field beside a layout in one record, a size that scales a
+local norm: `x /= tp_size`); and never where it was computed only from what a collective
+delivered (a loop over an all-gathered list, an item of a broadcast list, a reduced count).
+
+A module trained data-parallel by hand (its parameters' gradients all-reduced by the code, in the
+function or a helper handed the module) runs on each rank's own inputs, as a DDP-wrapped one: its
+output (a loss, a local evaluation score, also through an unknown helper handed the module) is
+this rank's own data, so a skip on a non-finite loss or an early stop on a local metric is found.
+
 This rule is in preview and off by default (`extend-select = ["CC008"]`): on 17 real packages
 most of its findings were values that are in fact equal on every rank (a world size, a config
 field, a shape every rank computes alike) handed to a collective for other reasons.

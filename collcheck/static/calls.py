@@ -21,7 +21,7 @@ from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.gradient_sync import backward_spec
 from collcheck.static.group_values import GROUP_PLACES, type_of
 from collcheck.static.loader import FunctionNode, ModuleInfo, inherited, remote_function
-from collcheck.static.local_data import LocalData, combining_words
+from collcheck.static.local_data import LocalData, combining_words, delivering_words
 from collcheck.static.names import (
     PARTIAL_CALLS,
     dotted,
@@ -141,6 +141,9 @@ class CallResolver(ValueEvaluator):
             lambda func: qualified_name(func, self.local_imports),
             combining_words(
                 self.catalog.functions, tuple((m.method, m.spec.op) for m in self.catalog.methods)
+            ),
+            delivering_words(
+                [*self.catalog.functions.items(), *((m.method, m.spec) for m in self.catalog.methods)]
             ),
         )
 

@@ -35,6 +35,7 @@ from collcheck.static.framework_types import framework_bases
 from collcheck.static.group_values import group_value, type_of
 from collcheck.static.loader import ModuleInfo
 from collcheck.static.names import ImportTable, dotted, imports_under, qualified_name, source_text
+from collcheck.static.own_data import TrainedModules
 from collcheck.static.program import OWN_DATA, CommEvent, EventKind
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import Atom, Const, Expr, GradSync, GroupVal, atoms, synced_in
@@ -53,6 +54,7 @@ class Evaluator(Protocol):
     local_imports: ImportTable
     held_groups: dict[str, GroupVal | None]
     gradients_seen: bool
+    trained_modules: TrainedModules
 
     def pure(
         self, node: ast.expr | None, state: State, frame: Frame, known: dict[int, Expr] | None = None
@@ -208,6 +210,9 @@ def call_output(
     what it was handed (`criterion(out, y)`, `scaler.scale(loss)`), and those of a wrapped module
     handed whole (`loss_fn(model, batch)` may run its forward)."""
     name = f"call:{source_text(node)}"
+    if _trained_forward(ev, node, state, frame, known):
+        ev.gradients_seen = True  # from here on, what is computed from its output is own too
+        return Atom(name, "nondet", OWN_OUTPUT)
     if not ev.catalog.gradient_syncs:
         return Atom(name, "shared")
     inputs: tuple[Expr, ...] = ()
@@ -220,9 +225,30 @@ def call_output(
     for argument in [*node.args, *(k.value for k in node.keywords)]:
         if isinstance(argument, (ast.Name, ast.Attribute)):
             synced |= _module_syncs(ev, argument, state, frame, known or {})
-    if synced and any(atom.why == OWN_OUTPUT for value in inputs for atom in atoms(value)):
+    if any(atom.why == OWN_OUTPUT for value in inputs for atom in atoms(value)):
         return Atom(name, "nondet", OWN_OUTPUT, synced=synced)  # computed from this rank's outputs
     return Atom(name, "shared", synced=synced)
+
+
+def _trained_forward(
+    ev: Evaluator, node: ast.Call, state: State, frame: Frame, known: dict[int, Expr] | None
+) -> bool:
+    """`node` runs the forward (`model(x)`, `model.forward(x)`) of a module the running function
+    trains data-parallel by hand (local_data.LocalData.trained), or that the root handed it; or
+    an unknown call is handed such a module whole (`evaluate(model, loader)` may run it)."""
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr == "forward":
+        func = func.value
+    handed = [*node.args, *(k.value for k in node.keywords)]
+    names = ev.trained_modules.names(frame.stack[-1]) if frame.stack else frozenset()
+    values = ev.trained_modules.values
+    for module in (func, *handed):
+        path = dotted(module) if names or values else None
+        if path is None:
+            continue
+        if ".".join(path) in names or ev.pure(module, state, frame, known) in values:
+            return True
+    return False
 
 
 def hands_gradients(call: ast.Call, state: State) -> bool:

@@ -38,7 +38,7 @@ from collcheck.static.loop_values import is_collection, loop_carried, loop_eleme
 from collcheck.static.names import ImportTable, add_import, nodes_under, source_text
 from collcheck.static.object_protocols import ObjectProtocols
 from collcheck.static.object_values import record_container_change, record_keyword_attributes
-from collcheck.static.own_data import EntryData, mark_entry
+from collcheck.static.own_data import EntryData, mark_entry, trained_values
 from collcheck.static.own_rank import MAX_RANK_HANDOFFS, OWN_RANK_SPECS, OwnRankComparisons
 from collcheck.static.program import (
     CommEvent,
@@ -129,6 +129,7 @@ class Interpreter(ObjectProtocols):
         self.local_imports = self.function_imports(closure.outer if closure is not None else node)
         env = self.entry_parameters(node, root=True)
         self.entry_data = mark_entry(self.local_data, node, env) if closure is None else None
+        self.trained_modules = trained_values(self.local_data, node, env)
         if closure is not None:
             env = {**closure.env, **env}
         frame = Frame(qualname, class_name, (), 0, (node,))

@@ -74,6 +74,9 @@ SIZE_ATTRIBUTES = frozenset({"shape"})
 # Calls whose result is as long as what the data selects (`torch.nonzero(x)`, `x.unique()`).
 DATA_SIZED = frozenset({"nonzero", "masked_select", "unique", "argwhere"})
 
+# Methods of a module that list its parameters (each with its `.grad` after a backward).
+PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+
 # Builtins that read a value's size or convert it, nothing more (`_plain`).
 PLAIN_BUILTINS = frozenset({"len", "int", "float", "bool"})
 
@@ -90,12 +93,22 @@ class LocalData:
     """The per-rank data names of the functions of one analysis, computed on demand."""
 
     def __init__(
-        self, op_spec: OpSpecOf, helper: HelperOf, called_name: NameOf, combining_words: frozenset[str]
+        self,
+        op_spec: OpSpecOf,
+        helper: HelperOf,
+        called_name: NameOf,
+        combining_words: frozenset[str],
+        delivering_words: frozenset[str] = frozenset(),
     ) -> None:
         self._op_spec = op_spec  # the caller sets the imports of the function asked about
         # The last names of the catalogued callables that combine: a call named otherwise is
         # not asked about (the catalog lookup is the costly part of a function's entry).
         self._words = combining_words
+        # ... and those whose result is the same on every rank (`uniform_after`: an all-reduce's
+        # tensor, an all-gather's list, a broadcast's object list): see `delivered`
+        self._delivering = delivering_words
+        self._received: dict[FunctionNode, dict[str, int]] = {}
+        self._trained: dict[FunctionNode, frozenset[str]] = {}
         self._helper = helper
         self._called_name = called_name
         self._names: dict[FunctionNode, frozenset[str]] = {}
@@ -149,6 +162,137 @@ class LocalData:
             inside = inside | {id(statement)}
         return starts[index][1] <= inside
 
+    def direct(self, function: FunctionNode, name: str) -> bool:
+        """`name`'s value is all that flows into its element of what `function` combines (`n` of
+        `torch.tensor([n, m])`, `batch` of `len(batch)`), not one input of several (`a * b`,
+        `{"shape": s, "rank": r}`): only such a value is known to differ between ranks, as the
+        other inputs of a mixed one (a world size, a config field) often are the same everywhere."""
+        return (function, name) in self._direct
+
+    def delivered(self, function: FunctionNode, statement: ast.stmt) -> bool:
+        """`statement` (an assignment, or a `for` binding its target) binds a value computed only
+        from what a collective delivered above it (`for name in gathered_list`, `x = reduced[0]`):
+        the same on every rank, whatever the name is combined for further down."""
+        received = self._received.get(function)
+        if received is None:
+            received = self._received[function] = self._receive(function)
+        value = _bound_value(statement)
+        if value is None or not received:
+            return False
+        names = self._free_names(value)
+        line = statement.lineno
+        return bool(names) and all(received.get(name, line) < line for name in names)
+
+    def trained(self, function: FunctionNode) -> frozenset[str]:
+        """The modules (dotted, `model`, `self.net`) whose parameters' gradients `function`
+        combines itself (`for p in model.parameters(): dist.all_reduce(p.grad)`): data-parallel
+        training by hand, so each rank runs the module on its own inputs, and what the module
+        returns is this rank's own data (a loss, a metric), as for a wrapped module
+        (gradient_sync.py)."""
+        found = self._trained.get(function)
+        if found is None:
+            self._trained[function] = frozenset()  # recursion: what the outer computation finds
+            found = self._trained[function] = frozenset(self._find_trained(function))
+        return found
+
+    def _find_trained(self, function: FunctionNode) -> set[str]:
+        found: set[str] = set()
+        for call in nodes_under(function):  # `average_gradients(model)`: a helper does it
+            helper = self._helper(call, function) if isinstance(call, ast.Call) else None
+            if helper is None or helper is function or not self.trained(helper):
+                continue
+            assert isinstance(call, ast.Call)
+            params = [a.arg for a in [*helper.args.posonlyargs, *helper.args.args]]
+            if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
+                params = params[1:]
+            handed = dict(zip(params, call.args, strict=False))
+            handed.update((k.arg, k.value) for k in call.keywords if k.arg is not None)
+            for name, argument in handed.items():
+                path = dotted(argument) if name in self.trained(helper) else None
+                found.update([".".join(path)] if path is not None else [])
+        for loop in nodes_under(function):
+            if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(loop.iter, ast.Call):
+                continue
+            func = loop.iter.func
+            if not isinstance(func, ast.Attribute) or func.attr not in PARAMETER_METHODS:
+                continue
+            module = dotted(func.value)
+            target = loop.target.elts[-1] if isinstance(loop.target, ast.Tuple) else loop.target
+            if module is None or not isinstance(target, ast.Name):
+                continue
+            calls = [n for s in loop.body for n in ast.walk(s) if isinstance(n, ast.Call)]
+            if any(self._combines_gradient(call, target.id, function) for call in calls):
+                found.add(".".join(module))
+        return found
+
+    def _combines_gradient(self, call: ast.Call, parameter: str, function: FunctionNode) -> bool:
+        """`call` is a combining collective whose operand is `parameter.grad` (or of it)."""
+        spec = self._op_spec(call, function) if _last_name(call) in self._words else None
+        if spec is None or spec.op not in COMBINING_OPS:
+            return False
+        for name in spec.operands:
+            path = dotted(_argument(call, spec, name) or ast.Constant(None))
+            if path is not None and len(path) >= 2 and path[0] == parameter and path[1] == "grad":
+                return True
+        return False
+
+    def _delivered_to(self, call: ast.Call, function: FunctionNode) -> list[str]:
+        """The names `call` (a collective) leaves the same on every rank (`uniform_after`)."""
+        spec = self._op_spec(call, function)
+        if spec is None:
+            return []
+        arguments = [_argument(call, spec, name) for name in spec.uniform_after]
+        return [argument.id for argument in arguments if isinstance(argument, ast.Name)]
+
+    def _free_names(self, value: ast.expr) -> frozenset[str]:
+        """`data_names` of `value`, and the names that index into it (`gathered[rank]` is this
+        rank's entry of a delivered list), but those its comprehensions bind (`x` of `[x for x in
+        xs]`)."""
+        bound = {
+            n.id
+            for part in ast.walk(value)
+            if isinstance(part, ast.comprehension)
+            for n in ast.walk(part.target)
+            if isinstance(n, ast.Name)
+        }
+        indices = {
+            n.id
+            for part in ast.walk(value)
+            if isinstance(part, ast.Subscript)
+            for n in ast.walk(part.slice)
+            if isinstance(n, ast.Name)
+        }
+        return (data_names(value, self._called_name) | indices) - bound
+
+    def _receive(self, function: FunctionNode) -> dict[str, int]:
+        """The names of `function` that hold what a collective delivered (its `uniform_after`
+        arguments), with the first line where they do, and forward through the assignments and
+        loops computed from those alone (`flat = [x for part in gathered for x in part]`)."""
+        received: dict[str, int] = {}
+        bindings: list[tuple[frozenset[str], ast.expr, int]] = []
+        for node in nodes_under(function):
+            if isinstance(node, ast.Call) and _last_name(node) in self._delivering:
+                for name in self._delivered_to(node, function):
+                    received[name] = min(received.get(name, node.lineno), node.lineno)
+            if isinstance(node, ast.stmt):
+                value = _bound_value(node)
+                targets = _bound_targets(node)
+                if value is not None and targets:
+                    bindings.append((targets, value, node.lineno))
+        if not received:
+            return received
+        changed = True
+        while changed:
+            changed = False
+            for stored, value, line in bindings:
+                names = self._free_names(value)
+                if not names or not all(received.get(name, line) < line for name in names):
+                    continue
+                for name in stored - received.keys():
+                    received[name] = line
+                    changed = True
+        return received
+
     def parameters(self, function: FunctionNode) -> tuple[str, ...]:
         """The parameters of `function` (in order) whose value reaches a combining collective."""
         held = self.names(function)
@@ -186,7 +330,7 @@ class LocalData:
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 stored = frozenset(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
-                assignments.append((stored, node.value, node.lineno))
+                assignments.append((stored, _assigned_value(node), node.lineno))
         for node in nodes_under(function):  # `counts[rank] = n`, then `all_reduce(counts)`
             for name, value, line in _item_stores(node):
                 if name in tensors and line < tensors[name][1]:
@@ -322,6 +466,42 @@ def _enclosing_statements(function: FunctionNode) -> list[tuple[int, frozenset[i
 SEQUENCES = (ast.List, ast.Tuple)
 
 
+def _assigned_value(node: ast.Assign | ast.AugAssign | ast.AnnAssign) -> ast.expr:
+    """What an assignment computes: `x /= k` scales `x` by `k` (`x / k`: `k` is one input of
+    two, often a configured size); `x += n` accumulates `n`, a value of the same kind as `x` (a
+    count summed over items), so it is taken alone."""
+    assert node.value is not None
+    if isinstance(node, ast.AugAssign) and not isinstance(node.op, ast.Add):
+        return ast.copy_location(ast.BinOp(left=node.target, op=node.op, right=node.value), node.value)
+    return node.value
+
+
+def _last_name(node: ast.AST) -> str:
+    """The last name of what a call calls (`all_reduce` of `dist.all_reduce(t)`); "" for no call."""
+    func = node.func if isinstance(node, ast.Call) else None
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _bound_value(statement: ast.stmt) -> ast.expr | None:
+    """What an assignment assigns, or what a `for` loop iterates over."""
+    if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+        return statement.value
+    if isinstance(statement, (ast.For, ast.AsyncFor)):
+        return statement.iter
+    return None
+
+
+def _bound_targets(statement: ast.stmt) -> frozenset[str]:
+    """The names an assignment or a `for` loop binds."""
+    if isinstance(statement, ast.Assign):
+        targets: list[ast.expr] = list(statement.targets)
+    elif isinstance(statement, (ast.AnnAssign, ast.For, ast.AsyncFor)):
+        targets = [statement.target]
+    else:
+        return frozenset()
+    return frozenset(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+
+
 def _repeated(node: ast.AST) -> bool:
     """`[x] * n` or `n * [x]`: a literal sequence repeated."""
     return (
@@ -398,6 +578,12 @@ def _argument(call: ast.Call, spec: OpSpec, name: str) -> ast.expr | None:
     if index is not None and index < len(call.args) and not isinstance(call.args[index], ast.Starred):
         return call.args[index]
     return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def delivering_words(specs: list[tuple[str, OpSpec]]) -> frozenset[str]:
+    """The last names of the catalogued callables (name, spec) whose result is the same on
+    every rank (an argument named by `uniform_after`)."""
+    return frozenset(name.rsplit(".", 1)[-1] for name, spec in specs if spec.uniform_after)
 
 
 def combining_words(functions: dict[str, OpSpec], methods: tuple[tuple[str, str], ...]) -> frozenset[str]:

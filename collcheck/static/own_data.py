@@ -20,7 +20,8 @@ entries changed in place, a per-process (`nondet`) atom whose `why` begins with 
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from collcheck.static.loader import FunctionNode
 from collcheck.static.local_data import LocalData
@@ -55,6 +56,10 @@ def mark_assigned(data: LocalData, target: ast.expr, state: State, frame: Frame,
         derived = isinstance(value, Atom) and is_own_data(value)  # `n = len(batch)`: named `n` here
         if evidence is None or evidence[1] <= line or not (unknown(value) or derived):
             continue
+        if not derived and not data.direct(function, node.id):
+            continue  # one input of several mixed into what is combined (a world size beside a rank)
+        if data.delivered(function, statement):
+            continue  # an item of what a collective delivered: the same on every rank
         if not data.reached_from(function, statement, evidence[1]):
             continue
         why = f"{OWN_DATA}, {evidence[0]}"
@@ -97,6 +102,28 @@ class EntryData:
             }
             if mapping:
                 state.env.update({key: substitute(value, mapping) for key, value in state.env.items()})
+
+
+def _nothing_trained(_function: FunctionNode) -> frozenset[str]:
+    return frozenset()
+
+
+@dataclass(frozen=True)
+class TrainedModules:
+    """The modules trained data-parallel by hand in one root's run (`LocalData.trained`): the
+    values of the root's parameters that are such modules, so that a helper handed one
+    (`evaluate(model, loader)`) knows what the module returns there is this rank's own; and,
+    for any function of the run, the dotted names of those it trains itself
+    (gradient_sync.py)."""
+
+    values: frozenset[Expr] = frozenset()
+    names: Callable[[FunctionNode], frozenset[str]] = _nothing_trained
+
+
+def trained_values(data: LocalData, function: FunctionNode, env: dict[str, Expr]) -> TrainedModules:
+    """At the entry of `function` run as a root (`env`: its parameters' values)."""
+    values = frozenset(env[name] for name in data.trained(function) if name in env)
+    return TrainedModules(values, data.trained)
 
 
 def mark_entry(data: LocalData, function: FunctionNode, env: dict[str, Expr]) -> EntryData | None:

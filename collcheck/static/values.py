@@ -43,6 +43,7 @@ from collcheck.static.loader import FunctionNode, ModuleInfo, inherited_attribut
 from collcheck.static.local_data import agreement_test
 from collcheck.static.loop_values import grown_collection
 from collcheck.static.names import PARTIAL_CALLS, dotted, environ_key, qualified_name, source_text
+from collcheck.static.own_data import TrainedModules
 from collcheck.static.program import METADATA_ATTRIBUTES, SIZE_METHODS, is_own_data
 from collcheck.static.receivers import (
     Partial,
@@ -102,6 +103,7 @@ class ValueEvaluator:
         self._factories: dict[FunctionNode, str | None] = {}  # function -> the class it returns
         self.partials: dict[str, Partial] = {}  # `functools.partial` values made here, by atom name
         self.gradients_seen = False  # a wrapped module's output was made here (gradient_sync.py)
+        self.trained_modules = TrainedModules()  # modules trained data-parallel by hand (own_data.py)
 
     def class_types(self, class_name: str) -> frozenset[str]:
         """The framework classes (outside the run) a class of this module derives from."""
