@@ -30,7 +30,7 @@ import ast
 from typing import Protocol
 from weakref import WeakKeyDictionary
 
-from collcheck.static.loader import ModuleInfo
+from collcheck.static.loader import FunctionNode, ModuleInfo
 from collcheck.static.names import nodes_under
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import Atom, Compare, Const, Expr, is_rank_dependent
@@ -106,7 +106,7 @@ def _stored_position(module: ModuleInfo, class_name: str, attribute: str) -> tup
 def _find_stored_position(module: ModuleInfo, class_name: str, attribute: str) -> tuple[str, ast.expr] | None:
     """(B, E) when the class's one store of `self.<attribute>` is `self.<attribute> = L` and the
     same method stores `self.B = L.index(E)`, B's one store, with E free of that method's locals."""
-    stores: dict[str, list[tuple[ast.AST, ast.expr]]] = {}
+    stores: dict[str, list[tuple[FunctionNode, ast.expr]]] = {}
     for method in module.classes[class_name].methods.values():
         positional = [*method.args.posonlyargs, *method.args.args]
         if not positional:
@@ -122,10 +122,10 @@ def _find_stored_position(module: ModuleInfo, class_name: str, attribute: str) -
     listed = _only_store(stores.get(attribute, []))
     if listed is None or not isinstance(listed[1], ast.Name):
         return None
-    method, name = listed[0], listed[1].id
+    storing, name = listed[0], listed[1].id
     for position_attribute, found in stores.items():
         position = _only_store(found)
-        if position is None or position[0] is not method:
+        if position is None or position[0] is not storing:
             continue
         call = position[1]
         if (
@@ -136,7 +136,7 @@ def _find_stored_position(module: ModuleInfo, class_name: str, attribute: str) -
             and call.func.value.id == name
             and len(call.args) == 1
             and not call.keywords
-            and _free_of_locals(call.args[0], method)
+            and _free_of_locals(call.args[0], storing)
         ):
             return position_attribute, call.args[0]
     return None
@@ -150,7 +150,7 @@ def _own_name(function: ast.AST | None) -> str | None:
     return positional[0].arg if positional else None
 
 
-def _only_store(found: list[tuple[ast.AST, ast.expr]]) -> tuple[ast.AST, ast.expr] | None:
+def _only_store(found: list[tuple[FunctionNode, ast.expr]]) -> tuple[FunctionNode, ast.expr] | None:
     kept = [
         (method, value)
         for method, value in found
@@ -159,10 +159,9 @@ def _only_store(found: list[tuple[ast.AST, ast.expr]]) -> tuple[ast.AST, ast.exp
     return kept[0] if len(kept) == 1 else None
 
 
-def _free_of_locals(expression: ast.expr, method: ast.AST) -> bool:
+def _free_of_locals(expression: ast.expr, method: FunctionNode) -> bool:
     """`expression` reads only the method's object (its first parameter) and names the method does
     not bind, so it means the same in another method of the class."""
-    assert isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef))
     positional = [*method.args.posonlyargs, *method.args.args]
     own = positional[0].arg if positional else None
     bound = {a.arg for a in [*positional, *method.args.kwonlyargs]} - {own}
