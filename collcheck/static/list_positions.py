@@ -27,6 +27,7 @@ per-rank unknown among the group's members already; a constant `i` is tied to th
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from typing import Protocol
 from weakref import WeakKeyDictionary
 
@@ -62,26 +63,30 @@ def note_entry(
     state: State,
     frame: Frame,
     known: dict[int, Expr] | None,
-) -> None:
-    """Remember where the entry `value` (read by `node`) sits, if its list is one of those known."""
+) -> Atom:
+    """The entry `value` read by `node`, and where it sits remembered if its list is one of those
+    known. Such an entry is named after its index too: the same read in a helper reached with
+    another index (`src` of another caller) is another entry, not the one remembered."""
     if isinstance(index, Const):
-        return
+        return value
     holder = node.value
     if not (isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name)) or not frame.class_name:
-        return
+        return value
     function = frame.stack[-1] if frame.stack else None
     if holder.value.id != _own_name(function) or frame.class_name not in ev.module.classes:
-        return
+        return value
     stored = _stored_position(ev.module, frame.class_name, holder.attr)
     if stored is None:
-        return
+        return value
     position_attribute, element = stored
     position_node = ast.Attribute(value=holder.value, attr=position_attribute, ctx=ast.Load())
     ast.copy_location(position_node, holder)
     position, found = ev.pure(position_node, state, frame, known), ev.pure(element, state, frame, known)
     if is_rank_dependent(found) and not is_rank_dependent(position):
-        return  # the place is read back as one value on every rank: the test would lose the rank
-    ev.listed_positions[value.name] = (position, index, found)
+        return value  # the place is read back as one value on every rank: the test would lose the rank
+    entry = replace(value, name=f"{value.name}[{index}]")
+    ev.listed_positions[entry.name] = (position, index, found)
+    return entry
 
 
 def position_test(ev: ValueEvaluator, op: str, left: Expr, right: Expr) -> Expr | None:

@@ -231,7 +231,7 @@ class ValueEvaluator:
         if index is not None:
             inputs.append(index)
         value = opaque(f"item:{source_text(node)}@{where_of(node)}", tuple(inputs))
-        list_positions.note_entry(self, node, index, value, state, frame, known)
+        value = list_positions.note_entry(self, node, index, value, state, frame, known)
         if value.kind == "perrank" and is_rank_dependent(index):
             self._hold_lookup(value, looked_up_group(base, index, node))
         return value
