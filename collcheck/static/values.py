@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 
 from collcheck.catalog import OpSpec
-from collcheck.static import groups
+from collcheck.static import groups, list_positions
 from collcheck.static.catalog_values import (
     BIN_OPS,
     COMPARE_OPS,
@@ -99,6 +99,7 @@ class ValueEvaluator:
         self.set_names: set[str] = set()  # variables bound to a set: iterating one is unordered
         self.imported_values: dict[str, Expr | None] = {}  # values of other files, by qualified name
         self.held_groups: dict[str, GroupVal | None] = {}  # per-rank lookups as groups (group_values)
+        self.listed_positions: dict[str, tuple[Expr, Expr, Expr]] = {}  # `ranks[src]` (list_positions)
         self._class_types: dict[str, frozenset[str]] = {}  # class -> framework classes it derives from
         self._factories: dict[FunctionNode, str | None] = {}  # function -> the class it returns
         self.partials: dict[str, Partial] = {}  # `functools.partial` values made here, by atom name
@@ -232,6 +233,7 @@ class ValueEvaluator:
         if index is not None:
             inputs.append(index)
         value = opaque(f"item:{source_text(node)}@{where_of(node)}", tuple(inputs))
+        value = list_positions.note_entry(self, node, index, value, state, frame, known)
         if value.kind == "perrank" and is_rank_dependent(index):
             self._hold_lookup(value, looked_up_group(base, index, node))
         return value
@@ -442,6 +444,8 @@ class ValueEvaluator:
         if is_numeral(left) or is_numeral(right):
             left, right = self.spelled_number(left), self.spelled_number(right)
         left, right = numeric_text(left, right), numeric_text(right, left)
+        if (listed := list_positions.position_test(self, name, left, right)) is not None:
+            return listed
         if isinstance(op, (ast.Is, ast.IsNot)) and right == Const(None):
             left = none_or_not(left)
         return Compare(name, left, right)
