@@ -3,9 +3,8 @@
 In: an expression node, the path's `State` (its variables) and `Frame`, and the values of calls
 already run on this path (`known`). Out: a `symbolic.Expr` — constants, the rank, the world size,
 catalogued per-rank values (`value_from_spec`), per-process values (`nondet` atoms), and opaque
-terms that carry the per-rank nature of their inputs. `pure` never runs a call: calls with
-effects (collectives, helpers) are the interpreter's, and reach here as `known` values.
-`bind` stores a value under an assignment target.
+terms that carry the per-rank nature of their inputs. `pure` never runs a call (calls with effects
+are the interpreter's, and reach here as `known` values). `bind` stores under a target.
 """
 
 from __future__ import annotations
