@@ -79,12 +79,6 @@ KNOWN_GAPS: dict[str, str] = {
         "DeepspeedCheckpointer(...))`, makes it followed: receivers.py); and `engine` is an untyped "
         "parameter there too, so engine.save_checkpoint does not match the DeepSpeedEngine receiver"
     ),
-    "reports/pp_first_stage_rpc_world_barrier_bug.py": (
-        "the PP rank is a constructor argument kept in self.pp_rank, and the file never builds the "
-        "scheduler, so its origin is unknown and `self.pp_rank == 0` is not a rank guard (a construction "
-        "in the file passing a per-rank value makes it one: fixtures/semantics/objects/"
-        "constructor_rank_argument_bug.py)"
-    ),
     "reports/prefetch_check_break_on_full_batch_bug.py": (
         "the `break` depends on per-rank allocator state (token_pool.available_size()), which is not a "
         "per-process value source to collcheck, so the per-request all_reduce count is not seen to differ"

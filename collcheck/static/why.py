@@ -27,6 +27,7 @@ from collcheck.static.groups import (
     local_rank,
 )
 from collcheck.static.program import Path
+from collcheck.static.roles import ROLE_PREFIX
 from collcheck.static.symbolic import (
     LOCAL_WORLD,
     PER_RANK_KINDS,
@@ -250,6 +251,8 @@ def quantity(atom: Atom) -> str | None:
     read = process_read(atom)
     if read is not None:
         return read.shown
+    if name.startswith(ROLE_PREFIX):  # roles.py: `role:self.stage@Scheduler`
+        return f"`{name[len(ROLE_PREFIX) :].partition('@')[0]}`, this process's place in its transfers"
     if name.startswith("match@"):
         return "case index"  # which case of the `match` the subject selects (interpret.py)
     if atom.kind in PER_RANK_KINDS:
