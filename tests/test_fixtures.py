@@ -73,12 +73,6 @@ KNOWN_GAPS: dict[str, str] = {
         "training_step returns; self.log(sync_dist=True) reduces only with that flag), which is not "
         "modelled"
     ),
-    "reports/master_only_deepspeed_checkpointer_bug.py": (
-        "the checkpointer is injected through Trainer's constructor and the file never builds a Trainer, so "
-        "the class of self._checkpointer is unknown (a construction in the file, `Trainer(engine, loader, "
-        "DeepspeedCheckpointer(...))`, makes it followed: receivers.py); and `engine` is an untyped "
-        "parameter there too, so engine.save_checkpoint does not match the DeepSpeedEngine receiver"
-    ),
     "reports/prefetch_check_break_on_full_batch_bug.py": (
         "the `break` depends on per-rank allocator state (token_pool.available_size()), which is not a "
         "per-process value source to collcheck, so the per-request all_reduce count is not seen to differ"

@@ -25,6 +25,7 @@ from collcheck.static.receivers import (
     object_class,
     object_value,
     passed_argument,
+    used_attribute_object,
 )
 from collcheck.static.roles import ROLE_PREFIX, picks_p2p_role, stores
 from collcheck.static.state import Frame, State
@@ -77,7 +78,7 @@ def _class_attributes(module: ModuleInfo, interpreter: Interpreter) -> None:
                         if method.name == "__init__" and isinstance(node.value, ast.Name):
                             value = (
                                 sites.argument(class_name, method, node.value.id)
-                                or sites.role(class_name, info.node, method, node.value.id, target.attr)
+                                or sites.injected(class_name, info.node, method, node.value.id, target.attr)
                                 or value
                             )
                         seen.setdefault(target.attr, []).append(value)
@@ -156,21 +157,23 @@ class ConstructionSites:
             return object_value(self.module, owner.name, f"init:{class_name}.{parameter}", owner.exact)
         return None
 
-    def role(
+    def injected(
         self, class_name: str, owner: ast.ClassDef, init: FunctionNode, parameter: str, attribute: str
     ) -> Expr | None:
-        """A constructor's parameter kept as `self.<attribute>` where the file never builds the class:
-        a value of this process's own when the class's tests on the attribute pick its part in
-        point-to-point transfers (`roles.picks_p2p_role`), else None (its origin is unknown)."""
+        """A constructor's parameter kept as `self.<attribute>` where the file never builds the class
+        (its origin is unknown): what the class's own use of the attribute says it is. A number whose
+        tests pick this process's part in point-to-point transfers is this process's own
+        (`roles.picks_p2p_role`); an object used as exactly one class of the file is one of it
+        (`receivers.used_attribute_object`). Else None."""
         arguments = init.args
         named = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
         if call_sites(self.module).get(class_name) or parameter not in named:
             return None
         if stores(owner, attribute) != 1:  # set again elsewhere: not only the constructor's
             return None
-        if not picks_p2p_role(owner, attribute, self.module.imports, self.module.catalog):
-            return None
-        return Atom(f"{ROLE_PREFIX}self.{attribute}@{class_name}", "perrank", lower=0)
+        if picks_p2p_role(owner, attribute, self.module.imports, self.module.catalog):
+            return Atom(f"{ROLE_PREFIX}self.{attribute}@{class_name}", "perrank", lower=0)
+        return used_attribute_object(self.module, class_name, attribute)
 
     def _value(self, node: ast.expr, function: FunctionNode | None) -> Expr:
         """The argument's value: an expression, or a name the calling function binds once
