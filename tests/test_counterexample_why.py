@@ -301,3 +301,16 @@ def test_the_rank_that_raised_is_the_one_that_went_through_the_handler() -> None
     issued = {rank: bool(steps) for rank, steps in finding.counterexample.ranks}
     (reason,) = _why(finding)
     assert {value.rank: value.holds for value in reason.ranks} == issued
+
+
+def test_an_exception_finding_is_shown_at_the_collective_it_decides_on() -> None:
+    # The `except` line is where the per-process value is tested, but not where a reader looks: the
+    # finding is shown at the barrier the exception skips (in the `try`, after the call that
+    # raised), not the one after the `try` that both ranks reach, and names the `except` line.
+    finding = _only(_run(FIXTURES / "deep/caught_failure/skipped_sync_bug.py"), "CC007")
+    assert finding.location.line == 13
+    assert "barrier at skipped_sync_bug.py:13" in finding.message
+    assert "caught at skipped_sync_bug.py:15" in finding.message
+    assert finding.cause is not None and finding.cause.line == 15  # a suppression there still covers it
+    handled = _only(_run(FIXTURES / "deep/try_except/per_rank_error_handler_reduces_bug.py"), "CC007")
+    assert handled.location.line == 12  # the all_reduce only the handler issues
