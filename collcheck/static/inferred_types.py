@@ -429,9 +429,12 @@ def handed_uses(
         return frozenset(), frozenset()
     used: set[str] = set()
     called: set[str] = set()
+    # A method called on an object (`x.save(a)`) is handed `a` for its second parameter; a
+    # function of the module (`utils.save(a)` too) or a static method for its first.
+    static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in function.decorator_list)
+    method = function not in module.tree.body and not static
     for call, caller, owner in sites:
-        # A method called on an object (`x.save(a)`) is handed `a` for its second parameter.
-        offset = 1 if isinstance(call.func, ast.Attribute) and positional[:1] != [parameter] else 0
+        offset = 1 if method and isinstance(call.func, ast.Attribute) and positional[:1] != [parameter] else 0
         argument = _passed(call, positional[offset:], parameter)
         if argument is None:
             continue
