@@ -102,7 +102,8 @@ def _transfer_kinds(stmt: ast.stmt, imports: ImportTable, catalog: Catalog) -> s
 
 
 def _peer_from(call: ast.Call, first: str, attribute: str, imports: ImportTable, catalog: Catalog) -> bool:
-    """A transfer whose peer is arithmetic on the attribute (`dst=self.stage + 1`)."""
+    """A transfer whose peer is a step from the attribute (`dst=self.stage + 1`, `src=self.stage -
+    1`, modulo a ring's size)."""
     spec = _spec(call, imports, catalog)
     if spec is None or not spec.kind.startswith("p2p"):
         return False
@@ -110,7 +111,13 @@ def _peer_from(call: ast.Call, first: str, attribute: str, imports: ImportTable,
         if role is None:
             continue
         passed = _argument(call, spec, role)
-        if isinstance(passed, ast.BinOp) and any(_is_own(n, first, attribute) for n in ast.walk(passed)):
+        if isinstance(passed, ast.BinOp) and isinstance(passed.op, ast.Mod):
+            passed = passed.left  # `(self.stage + 1) % self.stages`: the ring's size is no place
+        if (
+            isinstance(passed, ast.BinOp)
+            and isinstance(passed.op, (ast.Add, ast.Sub))
+            and (_is_own(passed.left, first, attribute) or _is_own(passed.right, first, attribute))
+        ):
             return True
     return False
 
