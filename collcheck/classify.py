@@ -100,8 +100,10 @@ class Classifier:
         primary, origin = locate(divergence, rule.anchor)
         cause = getattr(rule.module, "cause", None)
         cause_at: Location | None = cause(divergence) if cause is not None else None
-        if rule.anchor is Anchor.GUARD and cause_at is not None and cause_at.path == primary.path:
-            primary = cause_at  # the guard that reads the cause, in the file of the finding
+        shown_at = getattr(rule.module, "shown_at", None)  # else at the cause
+        shown: Location | None = shown_at(divergence) if shown_at is not None else cause_at
+        if rule.anchor is Anchor.GUARD and shown is not None and shown.path == primary.path:
+            primary = shown  # the guard that reads the cause, in the file of the finding
         finding = Finding(
             code=rule.code,
             # a divergence over a reduction assumed, not seen, is as sure as that assumption

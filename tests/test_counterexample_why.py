@@ -301,3 +301,50 @@ def test_the_rank_that_raised_is_the_one_that_went_through_the_handler() -> None
     issued = {rank: bool(steps) for rank, steps in finding.counterexample.ranks}
     (reason,) = _why(finding)
     assert {value.rank: value.holds for value in reason.ranks} == issued
+
+
+def test_an_exception_finding_is_shown_at_the_collective_it_decides_on() -> None:
+    # The `except` line is where the per-process value is tested, but not where a reader looks: the
+    # finding is shown at the barrier the exception skips (in the `try`, after the call that
+    # raised), not the one after the `try` that both ranks reach, and names the `except` line.
+    finding = _only(_run(FIXTURES / "deep/caught_failure/skipped_sync_bug.py"), "CC007")
+    assert finding.location.line == 13
+    assert "barrier at skipped_sync_bug.py:13" in finding.message
+    assert "caught at skipped_sync_bug.py:15" in finding.message
+    assert finding.cause is not None and finding.cause.line == 15  # a suppression there still covers it
+    handled = _only(_run(FIXTURES / "deep/try_except/per_rank_error_handler_reduces_bug.py"), "CC007")
+    assert handled.location.line == 12  # the all_reduce only the handler issues
+
+
+def test_a_per_process_read_is_named_as_the_source_spells_it() -> None:
+    # The evaluator names a call's result `call:picked.numel()`; what a reader sees is the source.
+    path = FIXTURES / "CC008/selected_bug.py"
+    settings = load_settings([path]).with_overrides(jobs=1, cache=False, extend_select=("CC008",))
+    findings = [f for f in check_paths([path], settings).findings if f.code == "CC008"]
+    assert findings and "(`picked.numel()`, tested at selected_bug.py:10)" in findings[0].message
+    shown = [read for f in findings for read in _reads_named(f)]
+    assert shown and not any("call:" in text for text in [*shown, *(f.message for f in findings)]), shown
+
+
+def _reads_named(finding: Finding) -> list[str]:
+    """The names of the values each rank reads in the finding's counterexample."""
+    assert finding.counterexample is not None
+    why = finding.counterexample.why
+    return [name for reason in why for value in reason.ranks for name, _ in value.reads]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "shown"),
+    [
+        ("semantics/dataflow/reduce_to_root_decision_bug.py", "`stats[0]` (whole on the reduce's root only)"),
+        ("groups/membership_predicate_other_group_bug.py", "member of `self.tie_group`"),
+        ("semantics/protocols/property_default_group_bug.py", "local rank in `self._group`"),
+    ],
+)
+def test_values_the_evaluator_marks_are_shown_as_source(fixture: str, shown: str) -> None:
+    # `rooted:stats[0]`, `member:group_ranks:self.tie_group`, `maybe:self._group` are the
+    # evaluator's names; a reader sees what the source says.
+    findings = _run(FIXTURES / fixture).findings
+    names = [name for finding in findings for name in _reads_named(finding)]
+    assert shown in names, names
+    assert not any(mark in name for name in names for mark in ("rooted:", "member:", "maybe:")), names

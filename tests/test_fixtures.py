@@ -64,18 +64,6 @@ KNOWN_GAPS: dict[str, str] = {
         "catalogued): the bundled transformers summary (5.23.0 source) does not yield it, with or without "
         "a condition; the RANK-env guard itself is understood"
     ),
-    "reports/master_only_deepspeed_checkpointer_bug.py": (
-        "the checkpointer is injected through Trainer's constructor and the file never builds a Trainer, so "
-        "the class of self._checkpointer is unknown (a construction in the file, `Trainer(engine, loader, "
-        "DeepspeedCheckpointer(...))`, makes it followed: receivers.py); and `engine` is an untyped "
-        "parameter there too, so engine.save_checkpoint does not match the DeepSpeedEngine receiver"
-    ),
-    "reports/pp_first_stage_rpc_world_barrier_bug.py": (
-        "the PP rank is a constructor argument kept in self.pp_rank, and the file never builds the "
-        "scheduler, so its origin is unknown and `self.pp_rank == 0` is not a rank guard (a construction "
-        "in the file passing a per-rank value makes it one: fixtures/semantics/objects/"
-        "constructor_rank_argument_bug.py)"
-    ),
     "reports/prefetch_check_break_on_full_batch_bug.py": (
         "the `break` depends on per-rank allocator state (token_pool.available_size()), which is not a "
         "per-process value source to collcheck, so the per-request all_reduce count is not seen to differ"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -176,6 +176,7 @@ def test_a_file_of_one_framework_has_no_object_of_another_inferred(catalog) -> N
 class File:
     catalog: Catalog
     imports: ImportTable
+    tree: ast.Module = field(default_factory=lambda: ast.Module(body=[], type_ignores=[]))
 
 
 def test_an_engine_is_inferred_from_its_protocol_where_the_file_imports_its_framework(catalog) -> None:  # type: ignore[no-untyped-def]
@@ -189,3 +190,45 @@ def test_an_engine_is_inferred_from_its_protocol_where_the_file_imports_its_fram
     assert fitting_class(catalog, used, called) is None
     # not called: a tensor's `backward` and an optimizer's `step` say nothing of an engine
     assert fitting_class(catalog, used - {"__call__"}, called, deepspeed) is None
+
+
+HANDED = """
+class Saver:
+    def save(self, engine, folder):
+        engine.save_checkpoint(folder)
+
+    @staticmethod
+    def quick(folder, engine):
+        engine.save_checkpoint(folder)
+
+
+def publish(engine):
+    engine.save_checkpoint("p")
+
+
+class Trainer:
+    def __init__(self, engine, saver):
+        self.engine = engine
+        self.saver = saver
+
+    def fit(self, batches, folder):
+        for batch in batches:
+            self.engine.backward(self.engine(batch))
+            self.engine.step()
+        self.saver.save(self.engine, folder)
+        Saver.quick(folder, self.engine)
+        publish(self.engine)
+"""
+
+
+@pytest.mark.parametrize("function", ["Saver.save", "Saver.quick", "publish"])
+def test_a_parameter_takes_the_uses_of_what_its_callers_hand_it(catalog, function: str) -> None:  # type: ignore[no-untyped-def]
+    # `self.engine` of the caller is used as an engine (backward, step); the callee's `engine` only
+    # saves: the same object, so the callee's parameter is inferred from the uses of both.
+    tree = ast.parse(HANDED)
+    functions = {node.name: node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+    node = functions[function.rpartition(".")[2]]
+    file = File(catalog, ImportTable({}), tree)
+    engine = next(arg for arg in node.args.args if arg.arg == "engine")
+    assert inferred_types.handed_uses(file, node, "engine")[1] >= {"backward", "step"}
+    assert inferred_class(inferred_types.infer_parameter(file, node, engine)) == "DeepSpeedEngine"

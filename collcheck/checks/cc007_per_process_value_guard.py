@@ -42,13 +42,14 @@ if flag.item():
 from __future__ import annotations
 
 from enum import Enum
+from itertools import zip_longest
 from pathlib import Path
 
 from collcheck.checks._describe import describe_element, ranks
 from collcheck.findings import ConditionKind, Finding, Location, Reason, Severity
-from collcheck.static.anchor import Anchor
+from collcheck.static.anchor import Anchor, element_location
 from collcheck.static.divergence import Divergence, DivergenceKind, PerProcess
-from collcheck.static.program import Region, RegionKind
+from collcheck.static.program import Element, Region, RegionKind
 from collcheck.static.why import ProcessRead, ReadsByRank
 
 CODE = "CC007"
@@ -124,6 +125,29 @@ def cause(d: Divergence) -> Location | None:
     return None if reason is None else Location(reason.path, reason.line, reason.column)
 
 
+def shown_at(d: Divergence) -> Location | None:
+    """Where the finding is shown: the guard that reads the value (`cause`); for an exception,
+    whose `except` line is not where a reader looks nor what a fix changes, the collective it
+    decides on (`_parted`), the message naming the `except` line."""
+    element = _parted(d)
+    return element_location(element) if element is not None else cause(d)
+
+
+def _parted(d: Divergence) -> Element | None:
+    """For a divergence an exception explains (no guard reads a per-process value): the first
+    collective where the two ranks' calls part, by where they are called (the one the exception
+    skips, or runs on the failed rank alone; `barrier()` in the `try` after the call that
+    raised, not the one after it that both ranks reach and the sequences pair with it)."""
+    if _guard_reads(d) is not None or guard(d) is None:
+        return None
+    for pair in zip_longest(d.sequence_a, d.sequence_b):
+        present = [element for element in pair if element is not None]
+        places = {(element_location(e).path, element_location(e).line) for e in present}
+        if len(present) == 1 or len(places) > 1:
+            return min(present, key=lambda element: element_location(element).line)
+    return None
+
+
 def what_varies(d: Divergence) -> str:
     """What varies, and where the guard reads it: "wall-clock time (`time.time()` read at x.py:14)"."""
     what = d.nondet_why or "a per-process value"
@@ -133,7 +157,8 @@ def what_varies(d: Divergence) -> str:
     found = _guard_reads(d)
     on_first_rank = found[1][0] if found is not None and found[1] else ()
     calls = [_call_text(read) for read in on_first_rank if _per_process(read, d.nondet_why)]
-    read = f"{', '.join(calls)}, tested" if calls else "tested"
+    verb = "caught" if reason.kind is ConditionKind.EXCEPTION else "tested"
+    read = f"{', '.join(calls)}, {verb}" if calls else verb
     assumption = SHARED_FILESYSTEM_NOTE if d.per_process is PerProcess.FILESYSTEM else ""
     return f"{what} ({read} at {Path(reason.path).name}:{reason.line}{assumption})"
 
@@ -151,7 +176,7 @@ def applies(d: Divergence) -> bool:
 
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     low, high, at_low, at_high = ranks(d)
-    element = at_low if at_low is not None else at_high
+    element = _parted(d) or (at_low if at_low is not None else at_high)
     if d.exit is not None and element is not None:
         # One finding per guarded exit, not one per collective it skips.
         return MESSAGE_EXIT, {

@@ -43,6 +43,12 @@ def _element_location(element: Element, anchor: Anchor) -> Location:
     return _site_location(element.chain, element.path, element.line, element.column)
 
 
+def element_location(element: Element) -> Location:
+    """Where one element of a sequence is shown: the call in the function (a helper's collective
+    at the call of the helper), the collective inside a loop some ranks skip."""
+    return _element_location(element, Anchor.ELEMENT)
+
+
 def locate(d: Divergence, anchor: Anchor) -> tuple[Location, tuple[str, int] | None]:
     """The location shown, and the origin of the divergence (None: the region itself)."""
     if anchor is Anchor.EXIT and d.exit is not None:

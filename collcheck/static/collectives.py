@@ -20,6 +20,7 @@ from collcheck.static.loader import ModuleInfo
 from collcheck.static.names import qualified_name, source_text
 from collcheck.static.object_values import catalog_kept_arguments
 from collcheck.static.program import (
+    ROOTED_PREFIX,
     CommEvent,
     EventKind,
 )
@@ -134,7 +135,8 @@ class CollectiveEvents(CallResolver):
         for name in spec.root_only_after:
             held = args.get(name)
             if isinstance(held, (ast.Name, ast.Attribute)):  # the root's result, a partial one elsewhere
-                self.bind(held, Atom(f"rooted:{source_text(held)}@{where_of(call)}", "perrank"), state)
+                rooted = Atom(f"{ROOTED_PREFIX}{source_text(held)}@{where_of(call)}", "perrank")
+                self.bind(held, rooted, state)
         result = self._op_result(call, spec, args, state, frame, known)
         if isinstance(result, Atom):  # a wrapped module's forward: its output carries the reduction
             result = forward_output(self, call, result, state, frame, known)

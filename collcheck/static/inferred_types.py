@@ -72,6 +72,9 @@ class AnalysedFile(Protocol):
     @property
     def imports(self) -> ImportTable: ...
 
+    @property
+    def tree(self) -> ast.Module: ...
+
 
 @dataclass(frozen=True)
 class KnownClass:
@@ -271,7 +274,9 @@ def infer_parameter(module: AnalysedFile, function: FunctionNode, arg: ast.arg) 
     used = names_used(function).get(parameter)
     if not used:
         return None
-    return inferred_value(module, used, _called(function, parameter), parameter, f"{function.lineno}")
+    handed, handed_called = handed_uses(module, function, parameter)
+    called = _called(function, parameter) | handed_called
+    return inferred_value(module, used | handed, called, parameter, f"{function.lineno}")
 
 
 def infer_local(module: AnalysedFile, function: FunctionNode, name: str, where: str) -> Atom | None:
@@ -322,6 +327,9 @@ def inferred_receiver(
     if isinstance(held, ast.Name) and _bindings(function).get(held.id, 0) <= 1:
         used = names_used(function).get(held.id)
         called = _called(function, held.id)
+        if used and held.id in parameter_names(function):
+            handed, handed_called = handed_uses(module, function, held.id)
+            used, called = used | handed, called | handed_called
         chosen = fitting_class(module.catalog, used, called, module.imports) if used else None
     elif owner is not None and _on_first_parameter(function, held):
         assert isinstance(held, ast.Attribute)
@@ -409,3 +417,103 @@ def infer_attribute(module: AnalysedFile, owner: ast.ClassDef, attribute: str, v
         return value
     chosen = _attribute_class(module, owner, attribute)
     return Atom(f"type:{chosen}{MARK}self:{attribute}", "shared") if chosen is not None else value
+
+
+MAX_HANDED_SITES = 8  # calls of a function whose arguments' uses are joined to its parameter's
+Site = tuple[ast.Call, FunctionNode, ast.ClassDef | None]
+_SITES = "_collcheck_call_sites"  # kept on the module's tree
+
+
+def parameter_names(function: FunctionNode) -> list[str]:
+    arguments = function.args
+    return [a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]]
+
+
+def handed_uses(
+    module: AnalysedFile, function: FunctionNode, parameter: str
+) -> tuple[frozenset[str], frozenset[str]]:
+    """What the file's callers do with the objects they hand `function` for `parameter`: the same
+    object is used on both sides of the call (`checkpointer.save(self.engine)`, where the caller
+    runs `self.engine.backward(loss)` and the callee `engine.save_checkpoint(d)`). Per call of the
+    function by its name (`save(...)`, or `x.save(...)` for a method, whichever object `x` is; at
+    most `MAX_HANDED_SITES`, else none), the argument's uses where it is a plain name bound once in
+    its function, or `self.attr` its class stores once. Returns (used names, called methods)."""
+    positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    sites = _call_sites(module.tree).get(function.name, [])
+    if not sites or len(sites) > MAX_HANDED_SITES:
+        return frozenset(), frozenset()
+    used: set[str] = set()
+    called: set[str] = set()
+    # A method called on an object (`x.save(a)`) is handed `a` for its second parameter; a
+    # function of the module (`utils.save(a)` too) or a static method for its first.
+    static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in function.decorator_list)
+    method = function not in module.tree.body and not static
+    for call, caller, owner in sites:
+        offset = 1 if method and isinstance(call.func, ast.Attribute) and positional[:1] != [parameter] else 0
+        argument = _passed(call, positional[offset:], parameter)
+        if argument is None:
+            continue
+        found = _argument_uses(argument, caller, owner)
+        used |= found[0]
+        called |= found[1]
+    return frozenset(used), frozenset(called)
+
+
+def _passed(call: ast.Call, positional: list[str], parameter: str) -> ast.expr | None:
+    for keyword in call.keywords:
+        if keyword.arg == parameter:
+            return keyword.value
+    if parameter in positional:
+        index = positional.index(parameter)
+        before = call.args[: index + 1]
+        if index < len(call.args) and not any(isinstance(arg, ast.Starred) for arg in before):
+            return call.args[index]
+    return None
+
+
+def _argument_uses(
+    argument: ast.expr, caller: FunctionNode, owner: ast.ClassDef | None
+) -> tuple[frozenset[str], frozenset[str]]:
+    if isinstance(argument, ast.Name) and _bindings(caller).get(argument.id, 0) <= 1:
+        return names_used(caller).get(argument.id, frozenset()), _called(caller, argument.id)
+    if owner is not None and _on_first_parameter(caller, argument):
+        assert isinstance(argument, ast.Attribute)
+        used, called, stored = attribute_uses(owner).get(argument.attr, (frozenset(), frozenset(), 0))
+        if stored <= 1:
+            return used, called
+    return frozenset(), frozenset()
+
+
+def _call_sites(tree: ast.Module) -> dict[str, list[Site]]:
+    """The calls of the file by the name they call (`f(...)`, `x.f(...)`), each with the function
+    it is made in and that function's class (top-level functions and methods only)."""
+    found: dict[str, list[Site]] | None = tree.__dict__.get(_SITES)
+    if found is not None:
+        return found
+    found = {}
+    scopes: list[tuple[FunctionNode, ast.ClassDef | None]] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            scopes.append((node, None))
+        elif isinstance(node, ast.ClassDef):
+            scopes.extend(
+                (item, node)
+                for item in node.body
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+            )
+    for function, owner in scopes:
+        for call in nodes_under(function):
+            if not isinstance(call, ast.Call):
+                continue
+            func = call.func
+            name = (
+                func.id
+                if isinstance(func, ast.Name)
+                else func.attr
+                if isinstance(func, ast.Attribute)
+                else None
+            )
+            if name is not None:
+                found.setdefault(name, []).append((call, function, owner))
+    setattr(tree, _SITES, found)
+    return found

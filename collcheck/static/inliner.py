@@ -33,6 +33,7 @@ from collcheck.static.collectives import CollectiveEvents
 from collcheck.static.fallback import INERT_PER_STEP
 from collcheck.static.gradient_sync import hands_gradients
 from collcheck.static.handoff import callback_event
+from collcheck.static.inferred_types import infer_parameter
 from collcheck.static.loader import FunctionNode, ModuleInfo, inherited, is_property
 from collcheck.static.names import ImportTable, nodes_under, source_text
 from collcheck.static.program import (
@@ -45,7 +46,15 @@ from collcheck.static.program import (
     Site,
 )
 from collcheck.static.raises import may_raise
-from collcheck.static.receivers import own_attributes_read, writes_own_state
+from collcheck.static.receivers import (
+    BOUND,
+    EXACT,
+    FUNCTION,
+    PARTIAL,
+    SUBCLASS,
+    own_attributes_read,
+    writes_own_state,
+)
 from collcheck.static.state import Frame, PathLimitExceeded, State, collapse_returns
 from collcheck.static.symbolic import (
     Atom,
@@ -481,7 +490,31 @@ class HelperInliner(CollectiveEvents):
         for keyword in call.keywords:
             if keyword.arg is not None:
                 env[keyword.arg] = self.pure(keyword.value, state, frame, known)
+        if function not in self.remote_modules:
+            self._infer_handed(function, env)
         return env
+
+    def _infer_handed(self, function: FunctionNode, env: dict[str, Expr]) -> None:
+        """An object of unknown class handed to a function of the file takes the one framework
+        class its use on both sides of the call fits (`inferred_types.handed_uses`): the caller's
+        `self.engine.backward(loss)` and the callee's `engine.save_checkpoint(d)` are one object."""
+        for arg in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]:
+            value = env.get(arg.arg)
+            if _untyped(value):
+                inferred = infer_parameter(self.module, function, arg)
+                if inferred is not None:
+                    env[arg.arg] = inferred
+
+
+def _untyped(value: Expr | None) -> bool:
+    """An object the caller holds of no known class (not a catalogued type, nor one of the file's
+    classes or functions)."""
+    return (
+        isinstance(value, Atom)
+        and value.kind == "shared"
+        and not value.synced
+        and not value.name.startswith(("type:", EXACT, SUBCLASS, FUNCTION, PARTIAL, BOUND))
+    )
 
 
 def _delivered(value: Expr | None) -> bool:

@@ -25,7 +25,9 @@ from collcheck.static.receivers import (
     object_class,
     object_value,
     passed_argument,
+    used_attribute_object,
 )
+from collcheck.static.roles import ROLE_PREFIX, picks_p2p_role, stores
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import Atom, Expr, GroupVal, atoms, is_rank_dependent, opaque
 
@@ -68,7 +70,11 @@ def _class_attributes(module: ModuleInfo, interpreter: Interpreter) -> None:
                 # `pure` runs no call, so no event is recorded here.
                 value = interpreter.pure(node.value, state, frame)
                 if method.name == "__init__" and isinstance(node.value, ast.Name):
-                    value = sites.argument(class_name, method, node.value.id) or value
+                    value = (
+                        sites.argument(class_name, method, node.value.id)
+                        or sites.injected(class_name, info.node, method, node.value.id, target.attr)
+                        or value
+                    )
                 seen.setdefault(target.attr, []).append(value)
         held = _groups_asked_about(seen)
         for attribute, values in seen.items():
@@ -162,6 +168,24 @@ class ConstructionSites:
         if owner is not None:
             return object_value(self.module, owner.name, f"init:{class_name}.{parameter}", owner.exact)
         return None
+
+    def injected(
+        self, class_name: str, owner: ast.ClassDef, init: FunctionNode, parameter: str, attribute: str
+    ) -> Expr | None:
+        """A constructor's parameter kept as `self.<attribute>` where the file never builds the class
+        (its origin is unknown): what the class's own use of the attribute says it is. A number whose
+        tests pick this process's part in point-to-point transfers is this process's own
+        (`roles.picks_p2p_role`); an object used as exactly one class of the file is one of it
+        (`receivers.used_attribute_object`). Else None."""
+        arguments = init.args
+        named = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
+        if call_sites(self.module).get(class_name) or parameter not in named:
+            return None
+        if stores(owner, attribute) != 1:  # set again elsewhere: not only the constructor's
+            return None
+        if picks_p2p_role(owner, attribute, self.module.imports, self.module.catalog):
+            return Atom(f"{ROLE_PREFIX}self.{attribute}@{class_name}", "perrank", lower=0)
+        return used_attribute_object(self.module, class_name, attribute)
 
     def _value(self, node: ast.expr, function: FunctionNode | None) -> Expr:
         """The argument's value: an expression, or a name the calling function binds once

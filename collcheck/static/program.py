@@ -46,6 +46,8 @@ class EventKind(Enum):
     REMOTE = "remote"  # the callable is sent to run on another process
 
 
+# The value a reduce leaves in its tensor on a rank: whole on its root only (`rooted:stats@12:4`).
+ROOTED_PREFIX = "rooted:"
 POINT_TO_POINT = frozenset({EventKind.P2P_SEND, EventKind.P2P_RECV, EventKind.P2P_NONBLOCKING})
 
 

@@ -422,6 +422,97 @@ def used_object(module: ModuleInfo, function: FunctionNode, parameter: str) -> A
     return object_value(module, fitting[0], f"used:{parameter}", exact=False)
 
 
+def used_attribute_object(module: ModuleInfo, owner: str, attribute: str) -> Atom | None:
+    """An object of the one class of the file that has every attribute the methods of `owner` use
+    of `self.<attribute>` (`used_object`'s rule, for an object handed to a constructor the file
+    never calls). One method called alone is enough when one class of the file has it, it is no
+    dunder, and every call of it on the attribute passes what its signature takes
+    (`self.saver.save(epoch, self.model)` of `def save(self, epoch, model)`)."""
+    info = module.classes.get(owner)
+    if info is None:
+        return None
+    uses = _attribute_calls(info.node, attribute)
+    if uses is None:
+        return None
+    used, calls = uses
+    called = frozenset(call.func.attr for call in calls if isinstance(call.func, ast.Attribute))
+    if not called or (len(used) < MIN_USED_ATTRIBUTES and any(n.startswith("__") for n in called)):
+        return None
+    known = _CLASS_NAMES.get(module)
+    if known is None:
+        known = _CLASS_NAMES[module] = {
+            name: (_class_methods(module, name), _class_names(module, name)) for name in module.classes
+        }
+    fitting = [name for name, (methods, names) in known.items() if called <= methods and used <= names]
+    if len(fitting) != 1:
+        return None
+    if len(used) < MIN_USED_ATTRIBUTES:
+        method = inherited(module, fitting[0], next(iter(called)), lambda info: info.methods)
+        if method is None or not all(_fits_signature(call, method) for call in calls):
+            return None
+    return object_value(module, fitting[0], f"used:self.{attribute}", exact=False)
+
+
+def _attribute_calls(owner: ast.ClassDef, attribute: str) -> tuple[frozenset[str], list[ast.Call]] | None:
+    """The names the class's methods use on `self.<attribute>` and their calls of its methods;
+    None when the attribute is read whole anywhere but as a receiver or in a test against None
+    (handed on, called, stored elsewhere: more than these uses say what it is)."""
+    used: set[str] = set()
+    calls: list[ast.Call] = []
+    for method in owner.body:
+        if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        arguments = [*method.args.posonlyargs, *method.args.args]
+        if not arguments:
+            continue
+        first = arguments[0].arg
+        parents: dict[ast.AST, ast.AST] = {}
+        for node in nodes_under(method):
+            for child in ast.iter_child_nodes(node):
+                parents[child] = node
+        for node in nodes_under(method):
+            if not (
+                isinstance(node, ast.Attribute)
+                and node.attr == attribute
+                and isinstance(node.value, ast.Name)
+                and node.value.id == first
+                and isinstance(node.ctx, ast.Load)
+            ):
+                continue
+            parent = parents.get(node)
+            if isinstance(parent, ast.Attribute):
+                used.add(parent.attr)
+                call = parents.get(parent)
+                if isinstance(call, ast.Call) and call.func is parent:
+                    calls.append(call)
+            elif not (isinstance(parent, ast.Compare) and _against_none(parent)):
+                return None
+    return frozenset(used), calls
+
+
+def _against_none(compare: ast.Compare) -> bool:
+    return all(isinstance(op, (ast.Is, ast.IsNot)) for op in compare.ops) and any(
+        isinstance(side, ast.Constant) and side.value is None for side in compare.comparators
+    )
+
+
+def _fits_signature(call: ast.Call, method: FunctionNode) -> bool:
+    """The call passes what the method takes (its object aside): enough positional arguments for
+    the parameters without defaults, no more than it has, and keywords it names."""
+    arguments = method.args
+    positional = [a.arg for a in [*arguments.posonlyargs, *arguments.args]][1:]
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return False
+    keywords = {k.arg for k in call.keywords}
+    if len(call.args) > len(positional) and arguments.vararg is None:
+        return False
+    named = set(positional[len(call.args) :]) | {a.arg for a in arguments.kwonlyargs}
+    if not keywords <= named and arguments.kwarg is None:
+        return False
+    required = positional[: len(positional) - len(arguments.defaults)]
+    return all(index < len(call.args) or name in keywords for index, name in enumerate(required))
+
+
 @lru_cache(maxsize=4096)
 def _attributes_used(function: FunctionNode) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
     """Per plain name of the function: the attributes read or called on it, and those called."""

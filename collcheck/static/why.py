@@ -22,11 +22,13 @@ from collcheck.static.groups import (
     ANONYMOUS_LOCAL_RANK_PREFIX,
     GLOBAL_OF_PREFIX,
     LOCAL_RANK_PREFIX,
+    MEMBERSHIP_PREFIX,
     RANKS_PREFIX,
     SIZE_PREFIX,
     local_rank,
 )
-from collcheck.static.program import Path
+from collcheck.static.program import ROOTED_PREFIX, Path
+from collcheck.static.roles import ROLE_PREFIX
 from collcheck.static.symbolic import (
     LOCAL_WORLD,
     PER_RANK_KINDS,
@@ -137,9 +139,17 @@ def local_ranks(
 
 
 def group_label(key: str) -> str:
-    """A group key in words: `item:param:mesh@6:0['tp']` -> `mesh['tp']`, places dropped."""
-    text = _PLACE.sub("", key)
-    for prefix in ("item:", "attr:", "param:", "global:", "call:"):
+    """A group key in words: `item:param:mesh@6:0['tp']` -> `mesh['tp']`, places dropped; a group
+    one branch set (`maybe:self._group`) is named as the source names it."""
+    return source_label(key).replace("maybe:", "")
+
+
+def source_label(name: str) -> str:
+    """A value's name as the source spells it: the evaluator's marks of where it came from
+    (`call:picked.numel()`, `item:`, `attr:`, `param:`, `global:`, one a collective made alike
+    `uniform:`) and places dropped."""
+    text = _PLACE.sub("", name)
+    for prefix in ("item:", "attr:", "param:", "global:", "call:", "uniform:"):
         text = text.replace(prefix, "")
     return text
 
@@ -213,7 +223,7 @@ def process_read(atom: Atom) -> ProcessRead | None:
         return None
     call, _, where = atom.name.partition("@")
     line = where.split(":", 1)[0]
-    return ProcessRead(call, int(line) if line.isdigit() else None, atom.why)
+    return ProcessRead(source_label(call), int(line) if line.isdigit() else None, atom.why)
 
 
 def _reading_order(atom: Atom) -> tuple[int, str, int]:
@@ -245,15 +255,24 @@ def quantity(atom: Atom) -> str | None:
         return f"global rank of {member} of `{group_label(key)}`"
     if name.startswith(RANKS_PREFIX):
         return f"ranks of `{group_label(name[len(RANKS_PREFIX) :])}`"
+    if name.startswith(MEMBERSHIP_PREFIX):  # `rank in ranks` (groups.membership)
+        container = name[len(MEMBERSHIP_PREFIX) :]
+        if container.startswith(RANKS_PREFIX):
+            return f"member of `{group_label(container[len(RANKS_PREFIX) :])}`"
+        return f"rank in `{source_label(container)}`"
+    if source_label(name).startswith(ROOTED_PREFIX):  # what a reduce leaves whole on its root only
+        return f"`{source_label(name)[len(ROOTED_PREFIX) :]}` (whole on the reduce's root only)"
     if name.startswith("env:"):
         return f"${name[4:]}"
     read = process_read(atom)
     if read is not None:
         return read.shown
+    if name.startswith(ROLE_PREFIX):  # roles.py: `role:self.stage@Scheduler`
+        return f"`{name[len(ROLE_PREFIX) :].partition('@')[0]}`, this process's place in its transfers"
     if name.startswith("match@"):
         return "case index"  # which case of the `match` the subject selects (interpret.py)
     if atom.kind in PER_RANK_KINDS:
-        label = group_label(name)
+        label = source_label(name)
         internal = not label or label.split(":", 1)[0].split("@", 1)[0] in _INTERNAL
         return "a value computed from the rank" if internal else f"`{label}`"
     return None
