@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 
 from collcheck.catalog import OpSpec
-from collcheck.static import groups
+from collcheck.static import group_values, groups
 from collcheck.static.catalog_values import (
     BIN_OPS,
     COMPARE_OPS,
@@ -169,6 +169,8 @@ class ValueEvaluator:
                 imported = imported_value(self, name, self.imported_values)  # `env.RANK` of a module
                 if imported is not None:
                     return imported
+        if (held := group_values.coordinator_value(self, node, state, frame, known)) is not None:
+            return held  # `coordinator.ranks`, `coordinator.world_size` (not the world's size)
         if node.attr in self.catalog.rank_attributes:
             stored = self._stored_place(node, state, frame, known)
             if stored is not None:
@@ -642,6 +644,8 @@ class ValueEvaluator:
             return Const(len(value.items))
         if isinstance(value, Sized):
             return value.length
+        if (members := group_values.member_count(value)) is not None:  # `len(get_process_group_ranks(g))`
+            return members
         if isinstance(value, IfExp) and all(
             isinstance(v, (TupleVal, Sized)) for v in (value.then, value.orelse)
         ):
