@@ -224,9 +224,12 @@ def _coordinators(module: ModuleInfo) -> frozenset[str]:
         for node in ast.walk(module.tree):
             if isinstance(node, ast.Attribute) and node.attr in attributes:
                 found.add(source_text(node.value))
-            elif isinstance(node, ast.Assign) and len(node.targets) == 1:
-                if isinstance(node.value, (ast.Name, ast.Attribute)):
-                    aliases.append((source_text(node.targets[0]), source_text(node.value)))
+            elif (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.value, (ast.Name, ast.Attribute))
+            ):
+                aliases.append((source_text(node.targets[0]), source_text(node.value)))
         found |= {target for target, value in aliases if value in found}
         found |= {value for target, value in aliases if target in found}
         if len(_COORDINATORS) > 256:

@@ -36,13 +36,23 @@ are not recorded, and one of them may be what answers a blocking call); it is re
 confirms that the two ranks named first take their paths in that world (which also gives the
 conditions that split them).
 
+Rings over a group. Pipeline code names its peers inside a group: `get_global_rank(g, (me + 1)
+% n)`, `send(t, group_dst=...)`, `get_process_group_ranks(g)[i]`, a coordinator's `ranks[(r + 1)
+% n]` with `r` its `rank_in_group` (`groups.MemberAt`: a member at a computed local rank). Each
+group whose local rank, size or listed members the function reads (`group_axes`) is simulated in
+turn as an axis that spans the world: its local rank is the rank, its size the world, its member
+at local rank i is rank i. That is one configuration the code must run in (one pipeline stage per
+rank, other axes of size 1), so a wait found there is a real one; the counterexample says it
+assumed it. Values of other groups stay undecided in that run.
+
 Loop counts built from values the same on every rank (`num_microbatches`, `len(items)`) get one
 number per world: world + 1, and the lengths of one list filtered by different predicates
 (`[t for t in items if t.requires_grad]`, see `comprehensions`) a distinct number per predicate,
 since the predicates can select different counts; the counterexample shows them as `assumed`.
 Limits: loops whose iterations take different paths on one rank other than through `i` of
 `range(n)`, loops inside helpers of other files (their regions belong to that file's run),
-per-rank predicates, peers looked up in tables or computed by unknown code, and worlds above
+per-rank predicates, peers looked up in tables or computed by unknown code, waits that need two
+groups of different sizes (a ring inside a group smaller than the world), and worlds above
 MAX_WORLD (or, given by the settings, above MAX_SIMULATED_WORLD) are not simulated; a loop of
 more than MAX_TRIPS iterations or a schedule of more than MAX_CALLS calls gives up. A schedule
 found clean in worlds 2..MAX_WORLD says nothing of larger worlds.

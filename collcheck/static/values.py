@@ -169,8 +169,8 @@ class ValueEvaluator:
                 imported = imported_value(self, name, self.imported_values)  # `env.RANK` of a module
                 if imported is not None:
                     return imported
-        if (held := group_values.coordinator_value(self, node, state, frame, known)) is not None:
-            return held  # `coordinator.ranks`, `coordinator.world_size` (not the world's size)
+        if (kept := group_values.coordinator_value(self, node, state, frame, known)) is not None:
+            return kept  # `coordinator.ranks`, `coordinator.world_size` (not the world's size)
         if node.attr in self.catalog.rank_attributes:
             stored = self._stored_place(node, state, frame, known)
             if stored is not None:
