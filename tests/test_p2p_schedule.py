@@ -292,3 +292,20 @@ def test_a_coordinators_size_is_read_only_from_an_object_whose_group_rank_is_rea
     assert str(value("link.ranks")).startswith("group_ranks:")
     assert str(value("args.world_size")) == "world"  # the generic attribute: the world's size
     assert not str(value("args.ranks")).startswith("group_ranks:")
+
+
+def test_a_group_whose_members_are_listed_is_not_taken_to_span_the_world(tmp_path: Path) -> None:
+    ring = (
+        "import torch\nimport torch.distributed as dist\n\n"
+        "def ring(t, g):\n"
+        "    me, n = dist.get_rank(g), dist.get_world_size(g)\n"
+        "    out = torch.empty_like(t)\n"
+        "    dist.send(t, group_dst=(me + 1) % n, group=g)\n"
+        "    dist.recv(out, group_src=(me - 1) % n, group=g)\n"
+    )
+    handed = tmp_path / "handed.py"
+    handed.write_text(ring)
+    assert [f.code for f in _findings(handed)] == ["CC005"]
+    listed = tmp_path / "listed.py"  # members 0..2 of a larger world: not simulated (no finding)
+    listed.write_text(ring.replace("def ring(t, g):\n", "def ring(t):\n    g = dist.new_group([0, 1, 2])\n"))
+    assert _findings(listed) == []

@@ -91,6 +91,7 @@ from collcheck.static.program import (
 )
 from collcheck.static.smt import RegionSolver, SolveStats
 from collcheck.static.symbolic import (
+    TRUE,
     Atom,
     BinOp,
     BoolOp,
@@ -282,6 +283,7 @@ def group_axes(region: Region, loops: dict[LoopKey, Region]) -> list[str]:
     world (a pipeline group of every rank: the configuration with one stage per rank), so that a
     ring built on the group's local ranks (`ranks[(me + 1) % n]`) is run like one on the rank."""
     found: set[str] = set()
+    listed: set[str] = set()  # groups whose members the code lists: they need not span the world
     stack, seen = [region], {id(region)}
     while stack:
         current = stack.pop()
@@ -290,6 +292,8 @@ def group_axes(region: Region, loops: dict[LoopKey, Region]) -> list[str]:
             for event in path.events:
                 if isinstance(event, CommEvent):
                     values.extend(v for v in (event.peer,) if v is not None)
+                    if event.group is not None and event.group.members not in (None, TRUE):
+                        listed.add(event.group.key)
                     continue
                 values.append(event.trip)
                 inner = loops.get((event.path, event.line, event.chain))
@@ -301,7 +305,7 @@ def group_axes(region: Region, loops: dict[LoopKey, Region]) -> list[str]:
                     key = _group_of(atom)
                     if key is not None and key != "world":
                         found.add(key)
-    return sorted(found)[:MAX_AXES]
+    return sorted(found - listed)[:MAX_AXES]
 
 
 def _arithmetic(op: str, x: int, y: int) -> int:
