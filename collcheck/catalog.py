@@ -30,6 +30,8 @@ MODULE_METHODS = frozenset({"__call__", "forward", "state_dict", "backward", "st
 CONTEXT_METHODS = frozenset({"__enter__", "__exit__", "__aenter__", "__aexit__"})
 IMPLICIT_METHODS = MODULE_METHODS | CONTEXT_METHODS
 OP_KINDS = ("collective", "group_create", "p2p_send", "p2p_recv", "p2p_nonblocking")
+# What a `[coordinator]` attribute holds: the group's size, or its global ranks in local-rank order.
+COORDINATOR_VALUES = frozenset({"group_world", "group_ranks"})
 
 
 Documents = Iterable[tuple[str, str]]  # (name, catalog-format TOML text) of summarised packages
@@ -141,6 +143,9 @@ class Catalog:
     rank_env: dict[str, str] = field(default_factory=dict)
     rank_parameters: dict[str, str] = field(default_factory=dict)
     rank_attributes: dict[str, str] = field(default_factory=dict)
+    # attribute -> `group_world` / `group_ranks`: the size or member list of a group coordinator,
+    # an object whose `group_rank` attribute (`rank_in_group`) the code reads (`[coordinator]`)
+    coordinator_attributes: dict[str, str] = field(default_factory=dict)
     nondeterministic: dict[str, str] = field(default_factory=dict)  # qualified name -> what varies
     rank_decorators: dict[str, str] = field(default_factory=dict)  # qualified name -> condition
     # constructor -> "KEYWORD:ATTRIBUTE": built with a true KEYWORD, the object's ATTRIBUTE stays 0
@@ -441,6 +446,15 @@ def _add_document(builder: _Builder, data: dict[str, Any], where: str) -> None:
     builder.table("rank_attributes").update(
         _value_table(world.get("attributes"), f"{where}: [world].attributes", "world")
     )
+    section = data.get("coordinator", {})
+    if not isinstance(section, dict):
+        raise CatalogError(f"{where}: [coordinator]: expected a table")
+    coordinator = _value_table(section.get("attributes"), f"{where}: [coordinator].attributes", "")
+    for attribute, meaning in coordinator.items():
+        if meaning not in COORDINATOR_VALUES:
+            expected = sorted(COORDINATOR_VALUES)
+            raise CatalogError(f"{where}: [coordinator].{attribute}: expected one of {expected}")
+    builder.table("coordinator_attributes").update(coordinator)
     builder.table("nondeterministic").update(
         _value_table(data.get("nondeterministic"), f"{where}: [nondeterministic]", "varies")
     )
@@ -668,6 +682,7 @@ def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ()))
         rank_env=tables.get("rank_env", {}),
         rank_parameters=tables.get("rank_parameters", {}),
         rank_attributes=tables.get("rank_attributes", {}),
+        coordinator_attributes=tables.get("coordinator_attributes", {}),
         nondeterministic=tables.get("nondeterministic", {}),
         rank_decorators=tables.get("rank_decorators", {}),
         disabled_counters=tables.get("disabled_counters", {}),

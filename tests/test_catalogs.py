@@ -806,3 +806,17 @@ def test_launchers_give_the_callables_first_parameter_a_value() -> None:
     launchers = load_catalog().launchers
     assert launchers["torch.multiprocessing.spawn"] == "local_rank"
     assert launchers["torch.multiprocessing.start_processes"] == "local_rank"
+
+
+def test_coordinator_attributes_name_a_size_or_a_member_list(tmp_path: Path) -> None:
+    assert load_catalog().coordinator_attributes == {"world_size": "group_world", "ranks": "group_ranks"}
+    user = tmp_path / "mine.toml"
+    user.write_text('[coordinator]\nattributes = { members = "group_ranks" }\n')
+    assert load_catalog([user]).coordinator_attributes["members"] == "group_ranks"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[coordinator]\nattributes = { members = "rank" }\n')
+    with pytest.raises(CatalogError, match="coordinator"):
+        load_catalog([bad])
+    bad.write_text('coordinator = "ranks"\n')
+    with pytest.raises(CatalogError, match="coordinator"):
+        load_catalog([bad])

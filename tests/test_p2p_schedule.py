@@ -232,3 +232,80 @@ def test_a_clean_simulation_overrules_the_pairwise_search(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(p2p_schedule, "_counts_from_zero", lambda loop: False)
     assert [f.code for f in _findings(unit)] == ["CC005"]  # `i` unbound: not simulated, pairwise
+
+
+# ----------------------------------------------------------------------------- groups as the world
+
+
+def test_a_group_simulated_as_the_world_gives_its_local_ranks_and_members_numbers() -> None:
+    from collcheck.static import groups
+    from collcheck.static.p2p_schedule import _Numbers
+
+    me, size = groups.local_rank("pp"), groups.group_size("pp")
+    following = groups.member_at("pp", BinOp("%", BinOp("+", me, Const(1)), size))
+    preceding = groups.member_at("pp", BinOp("-", me, Const(1)))  # `ranks[me - 1]`: -1 is the last
+    beyond = groups.member_at("pp", BinOp("+", me, Const(1)))  # an IndexError on the last member
+    on_axis = _Numbers(2, 3, {}, axis="pp")
+    assert on_axis.integer(following) == 0 and on_axis.integer(preceding) == 1
+    assert on_axis.integer(groups.global_rank_of("pp", -1)) == 2
+    assert on_axis.truth(Compare("==", beyond, Const(0))) is None
+    # Another group, or none simulated: its values stay undecided.
+    assert _Numbers(2, 3, {}, axis="tp").truth(Compare("==", me, Const(2))) is None
+    assert _Numbers(2, 3, {}).truth(Compare("==", following, Const(0))) is None
+
+
+def test_a_member_at_a_constant_local_rank_stays_a_listed_member() -> None:
+    from collcheck.static import groups
+
+    assert groups.member_at("pp", Const(1)) == groups.global_rank_of("pp", 1)
+    computed = groups.member_at("pp", groups.local_rank("pp"))
+    assert isinstance(computed, groups.MemberAt) and computed.kind == "perrank"
+    assert not groups.is_listed_member(computed)  # the pairwise search does not read it as a peer
+
+
+def test_group_rings_are_simulated_on_the_group_and_say_so(tmp_path: Path) -> None:
+    unit = FIXTURES / "semantics" / "group_rings" / "global_rank_ring_bug.py"
+    (finding,) = _findings(unit)
+    example = finding.counterexample
+    assert finding.code == "CC005" and example is not None and example.world_size == 2
+    assert ("assumed members of stage_group", "every rank, local rank = rank") in example.values
+    # Without the group's local rank the peers are opaque: no ring to simulate.
+    opaque = tmp_path / "opaque.py"
+    opaque.write_text(
+        unit.read_text().replace("(me + 1) % count", "table[me]").replace("(me - 1) % count", "table[me]")
+    )
+    assert _findings(opaque) == []
+
+
+def test_a_coordinators_size_is_read_only_from_an_object_whose_group_rank_is_read() -> None:
+    module = build_module(
+        ast.parse("import torch.distributed as dist\nplace = link.rank_in_group\n"), "m.py", load_catalog()
+    )
+    evaluator = ValueEvaluator(module)
+    state = State({})
+    frame = Frame("f", None, (), 0, ())
+
+    def value(text: str) -> Expr:
+        return evaluator.pure(ast.parse(text, mode="eval").body, state, frame)
+
+    assert str(value("link.world_size")).startswith("group_world:")
+    assert str(value("link.ranks")).startswith("group_ranks:")
+    assert str(value("args.world_size")) == "world"  # the generic attribute: the world's size
+    assert not str(value("args.ranks")).startswith("group_ranks:")
+
+
+def test_a_group_whose_members_are_listed_is_not_taken_to_span_the_world(tmp_path: Path) -> None:
+    ring = (
+        "import torch\nimport torch.distributed as dist\n\n"
+        "def ring(t, g):\n"
+        "    me, n = dist.get_rank(g), dist.get_world_size(g)\n"
+        "    out = torch.empty_like(t)\n"
+        "    dist.send(t, group_dst=(me + 1) % n, group=g)\n"
+        "    dist.recv(out, group_src=(me - 1) % n, group=g)\n"
+    )
+    handed = tmp_path / "handed.py"
+    handed.write_text(ring)
+    assert [f.code for f in _findings(handed)] == ["CC005"]
+    listed = tmp_path / "listed.py"  # members 0..2 of a larger world: not simulated (no finding)
+    listed.write_text(ring.replace("def ring(t, g):\n", "def ring(t):\n    g = dist.new_group([0, 1, 2])\n"))
+    assert _findings(listed) == []

@@ -313,13 +313,12 @@ def _map_arguments(call: ast.Call, spec: OpSpec) -> dict[str, ast.expr]:
 
 def _global_peer(local: Expr | None, group: GroupVal | None) -> Expr | None:
     """`send(t, group_dst=1, group=g)`: the global rank of the member of `g` at local rank 1
-    (`groups.global_rank_of`, tied to the local ranks when two ranks are compared); None when the
-    local rank is computed (`(me + 1) % size`), which collcheck does not translate."""
+    (`groups.global_rank_of`, tied to the local ranks when two ranks are compared); at a computed
+    local rank (`(me + 1) % size`), `groups.MemberAt`: opaque to the pairwise search, a number to
+    the point-to-point simulation."""
     if group is None or local is None:
         return local
-    if isinstance(local, Const) and type(local.value) is int:
-        return groups.global_rank_of(group.key, local.value)
-    return None
+    return groups.member_at(group.key, local)
 
 
 def _is_true(node: ast.expr | None) -> bool:

@@ -19,13 +19,15 @@ from collcheck.catalog import Catalog
 from collcheck.static import groups
 from collcheck.static.framework_types import chain_type
 from collcheck.static.loader import ModuleInfo, remote_value
-from collcheck.static.names import ImportTable, dotted, qualified_name
+from collcheck.static.names import ImportTable, dotted, qualified_name, source_text
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
     PER_RANK_KINDS,
     RANK,
     TRUE,
+    WORLD,
     Atom,
+    BinOp,
     Const,
     Expr,
     GroupVal,
@@ -177,17 +179,63 @@ def group_call_value(
     if name in GROUP_RANK_TRANSLATORS and len(node.args) == 2 and args[1] == RANK:
         value = group_value(ev, node.args[0], state, frame, known or {})
         return RANK if value is None else groups.local_rank(value.key)
-    if name in GLOBAL_RANK_TRANSLATORS and len(node.args) == 2:
-        index = args[1]
-        if isinstance(index, Const) and type(index.value) is int:
-            value = group_value(ev, node.args[0], state, frame, known or {})
-            return index if value is None else groups.global_rank_of(value.key, index.value)
+    if name in GLOBAL_RANK_TRANSLATORS and len(node.args) == 2 and _local_index(args[1]):
+        value = group_value(ev, node.args[0], state, frame, known or {})
+        return args[1] if value is None else groups.member_at(value.key, args[1])
     if name in ev.catalog.groups:
         return catalog_group(ev.catalog.groups[name], ev.catalog.types.get(name, ""))
     if name in GROUP_RANK_LISTS and len(node.args) == 1:
         value = group_value(ev, node.args[0], state, frame, known or {})
         return groups.member_ranks("world" if value is None else value.key)
     return None
+
+
+def coordinator_value(
+    ev: ValueEvaluator, node: ast.Attribute, state: State, frame: Frame, known: dict[int, Expr] | None
+) -> Expr | None:
+    """`coordinator.world_size` / `coordinator.ranks` (catalog `[coordinator]`): the size or the
+    member list of the group the object coordinates, keyed like its `rank_in_group`. An object is
+    a coordinator when it is a group value (a catalog accessor's result) or when the file reads
+    its `group_rank` attribute somewhere (the same receiver, spelled the same way); the same
+    attribute names on other objects (`args.world_size`) are left alone (None)."""
+    meaning = ev.catalog.coordinator_attributes.get(node.attr)
+    if meaning is None:
+        return None
+    owner = ev.pure(node.value, state, frame, known)
+    if not isinstance(owner, GroupVal) and source_text(node.value) not in _coordinators(ev.module):
+        return None
+    key = group_key(owner, node.value)
+    return groups.group_size(key) if meaning == "group_world" else groups.member_ranks(key)
+
+
+# The receivers each file reads a `group_rank` attribute from, by the file's tree (kept with it,
+# so that a tree freed and another made at its address is not taken for it).
+_COORDINATORS: dict[int, tuple[ast.Module, frozenset[str]]] = {}
+
+
+def _coordinators(module: ModuleInfo) -> frozenset[str]:
+    """The spellings of the receivers the file reads a `group_rank` attribute from, and of the
+    names one of them is assigned to or from (`self.link = link`, then `link.rank_in_group`)."""
+    hit = _COORDINATORS.get(id(module.tree))
+    if hit is None or hit[0] is not module.tree:
+        attributes = {name for name, spec in module.catalog.rank_attributes.items() if spec == "group_rank"}
+        found: set[str] = set()
+        aliases: list[tuple[str, str]] = []
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Attribute) and node.attr in attributes:
+                found.add(source_text(node.value))
+            elif (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.value, (ast.Name, ast.Attribute))
+            ):
+                aliases.append((source_text(node.targets[0]), source_text(node.value)))
+        found |= {target for target, value in aliases if value in found}
+        found |= {value for target, value in aliases if target in found}
+        if len(_COORDINATORS) > 256:
+            _COORDINATORS.clear()
+        hit = _COORDINATORS[id(module.tree)] = (module.tree, frozenset(found))
+    return hit[1]
 
 
 def group_method_value(
@@ -237,13 +285,34 @@ def _mesh_dimension(node: ast.Call) -> tuple[bool, str | None]:
 
 
 def subscript_value(base: Expr, index: Expr) -> Expr | None:
-    """`get_process_group_ranks(g)[0]` (the member whose local rank is 0) and `mesh["tp"]`."""
+    """`get_process_group_ranks(g)[0]` (the member whose local rank is 0), `ranks[(me + 1) % n]`
+    (the member at a computed local rank; on the world, that rank itself) and `mesh["tp"]`."""
     listed = isinstance(base, Atom) and base.name.startswith(groups.RANKS_PREFIX)
-    if listed and isinstance(base, Atom) and isinstance(index, Const) and type(index.value) is int:
-        return groups.global_rank_of(base.name[len(groups.RANKS_PREFIX) :], index.value)
+    if listed and isinstance(base, Atom) and _local_index(index):
+        key = base.name[len(groups.RANKS_PREFIX) :]
+        if key == "world" and not isinstance(index, Const):
+            return index
+        return groups.member_at(key, index)
     if isinstance(base, GroupVal) and isinstance(index, Const) and isinstance(index.value, str):
         return groups.unknown_group(groups.mesh_dimension_key(base.key, index.value))
     return None
+
+
+def member_count(value: Expr) -> Expr | None:
+    """`len(get_process_group_ranks(g))`: the size of `g` (the world's size for the world)."""
+    if not groups.is_member_list(value):
+        return None
+    assert isinstance(value, Atom)
+    key = value.name[len(groups.RANKS_PREFIX) :]
+    return WORLD if key == "world" else groups.group_size(key)
+
+
+def _local_index(index: Expr) -> bool:
+    """A value that may be a local rank: an int, or arithmetic and atoms (not text, a tuple, a
+    slice or a group)."""
+    if isinstance(index, Const):
+        return type(index.value) is int
+    return isinstance(index, (Atom, BinOp, IfExp)) and not isinstance(index, GroupVal)
 
 
 def imported_value(ev: ValueEvaluator, qualified: str, cache: dict[str, Expr | None]) -> Expr | None:

@@ -26,13 +26,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from collcheck.static.symbolic import Atom, Expr, GroupVal, atoms
+from collcheck.static.symbolic import Atom, Const, Expr, GroupVal, atoms
 
 LOCAL_RANK_PREFIX = "group_rank:"
 SIZE_PREFIX = "group_world:"
 MEMBERSHIP_PREFIX = "member:"
 RANKS_PREFIX = "group_ranks:"
 GLOBAL_OF_PREFIX = "global_of:"
+MEMBER_AT_PREFIX = "member_at:"
+NO_INDEX = Const(None)
 ANONYMOUS_LOCAL_RANK_PREFIX = "group_rank@"  # a catalog `group_rank` that names no group
 
 
@@ -69,6 +71,25 @@ def global_rank_of(key: str, index: int) -> Atom:
     """`get_process_group_ranks(group)[index]`: the global rank of the member at that local rank;
     like the list, the same on the group's members and another one on a rank of another block."""
     return Atom(f"{GLOBAL_OF_PREFIX}{key}[{index}]", "shared" if key == "world" else "perrank")
+
+
+@dataclass(frozen=True)
+class MemberAt(Atom):
+    """The global rank of the member of group `key` at a local rank computed from values
+    (`get_global_rank(g, (me + 1) % n)`, `coordinator.ranks[(r + 1) % n]`, `group_dst=me + 1`).
+    To z3 it is what any value computed from the rank is, an opaque per-rank number; the
+    point-to-point simulation, which gives the group's members numbers, reads `index` there
+    (p2p_schedule: a group simulated as an axis that spans the world)."""
+
+    key: str = ""
+    index: Expr = NO_INDEX
+
+
+def member_at(key: str, index: Expr) -> Atom:
+    """The member of group `key` at local rank `index`: `global_rank_of` for a constant index."""
+    if isinstance(index, Const) and type(index.value) is int:
+        return global_rank_of(key, index.value)
+    return MemberAt(f"{MEMBER_AT_PREFIX}{key}[{index}]", "perrank", key=key, index=index)
 
 
 def membership(container: str) -> Atom:

@@ -123,11 +123,12 @@ def _groups_asked_about(seen: dict[str, list[Expr]]) -> set[str]:
 
 
 def _interesting(value: Expr) -> bool:
-    """Worth keeping as a class attribute: per-rank, a group, or an object of a known type."""
+    """Worth keeping as a class attribute: per-rank, a group, a group's size (what its local ranks
+    count up to: `(self.pp_rank + 1) % self.pp_size`), or an object of a known type."""
     return (
         is_rank_dependent(value)
         or isinstance(value, GroupVal)
-        or (isinstance(value, Atom) and value.name.startswith(("type:", EXACT, SUBCLASS)))
+        or (isinstance(value, Atom) and value.name.startswith(("type:", EXACT, SUBCLASS, SIZE_PREFIX)))
     )
 
 

@@ -36,13 +36,23 @@ are not recorded, and one of them may be what answers a blocking call); it is re
 confirms that the two ranks named first take their paths in that world (which also gives the
 conditions that split them).
 
+Rings over a group. Pipeline code names its peers inside a group: `get_global_rank(g, (me + 1)
+% n)`, `send(t, group_dst=...)`, `get_process_group_ranks(g)[i]`, a coordinator's `ranks[(r + 1)
+% n]` with `r` its `rank_in_group` (`groups.MemberAt`: a member at a computed local rank). Each
+group whose local rank, size or listed members the function reads (`group_axes`) is simulated in
+turn as an axis that spans the world: its local rank is the rank, its size the world, its member
+at local rank i is rank i. That is one configuration the code must run in (one pipeline stage per
+rank, other axes of size 1), so a wait found there is a real one; the counterexample says it
+assumed it. Values of other groups stay undecided in that run.
+
 Loop counts built from values the same on every rank (`num_microbatches`, `len(items)`) get one
 number per world: world + 1, and the lengths of one list filtered by different predicates
 (`[t for t in items if t.requires_grad]`, see `comprehensions`) a distinct number per predicate,
 since the predicates can select different counts; the counterexample shows them as `assumed`.
 Limits: loops whose iterations take different paths on one rank other than through `i` of
 `range(n)`, loops inside helpers of other files (their regions belong to that file's run),
-per-rank predicates, peers looked up in tables or computed by unknown code, and worlds above
+per-rank predicates, peers looked up in tables or computed by unknown code, waits that need two
+groups of different sizes (a ring inside a group smaller than the world), and worlds above
 MAX_WORLD (or, given by the settings, above MAX_SIMULATED_WORLD) are not simulated; a loop of
 more than MAX_TRIPS iterations or a schedule of more than MAX_CALLS calls gives up. A schedule
 found clean in worlds 2..MAX_WORLD says nothing of larger worlds.
@@ -58,6 +68,15 @@ from typing import Any
 
 from collcheck.static.comprehensions import FILTERED
 from collcheck.static.divergence import Blocked, Divergence, DivergenceKind, PairQuery, found
+from collcheck.static.groups import (
+    GLOBAL_OF_PREFIX,
+    LOCAL_RANK_PREFIX,
+    SIZE_PREFIX,
+    MemberAt,
+    group_size,
+    is_listed_member,
+    local_rank,
+)
 from collcheck.static.program import (
     CommEvent,
     Element,
@@ -72,6 +91,7 @@ from collcheck.static.program import (
 )
 from collcheck.static.smt import RegionSolver, SolveStats
 from collcheck.static.symbolic import (
+    TRUE,
     Atom,
     BinOp,
     BoolOp,
@@ -96,6 +116,7 @@ MAX_SIMULATED_WORLD = 1024
 MAX_TRIPS = 32  # iterations of one loop
 MAX_CALLS = 256  # blocking calls in one rank's schedule
 MAX_DEPTH = 4  # loops inside loops
+MAX_AXES = 3  # groups simulated in turn as spanning the world
 BLOCKING = (EventKind.P2P_SEND, EventKind.P2P_RECV)
 
 Value = int | bool | str | None
@@ -135,14 +156,22 @@ class _Numbers:
     """Symbolic values as numbers for one rank of one world (the shared values fixed per world)."""
 
     def __init__(
-        self, rank: int, world: int, shared: dict[Atom, int], items: dict[str, int] | None = None
+        self,
+        rank: int,
+        world: int,
+        shared: dict[Atom, int],
+        items: dict[str, int] | None = None,
+        axis: str | None = None,
     ) -> None:
         self.rank, self.world, self.shared = rank, world, shared
         self.items = items or {}  # loop variables of `for i in range(n)` by atom name: the iteration
+        # The group simulated as spanning the world: its local rank is the rank, its size the
+        # world, its member at local rank i is rank i (see `group_axes`).
+        self.axis = axis
         self._memo: dict[int, tuple[Expr, Value | _Undecided]] = {}
 
     def at_iteration(self, name: str, index: int) -> _Numbers:
-        return _Numbers(self.rank, self.world, self.shared, {**self.items, name: index})
+        return _Numbers(self.rank, self.world, self.shared, {**self.items, name: index}, self.axis)
 
     def value(self, expr: Expr) -> Value:
         hit = self._memo.get(id(expr))
@@ -199,11 +228,27 @@ class _Numbers:
             return self.rank
         if atom.kind == "world":
             return self.world
+        if self.axis is not None and _group_of(atom) == self.axis:
+            return self._on_axis(atom)
         if atom in self.shared:
             return self.shared[atom]
         if atom.name in self.items:
             return self.items[atom.name]
         raise _Undecided
+
+    def _on_axis(self, atom: Atom) -> Value:
+        """A value about the group simulated as the world: local rank, size, a listed member."""
+        if atom.name.startswith(LOCAL_RANK_PREFIX):
+            return self.rank
+        if atom.name.startswith(SIZE_PREFIX):
+            return self.world
+        if isinstance(atom, MemberAt):
+            index = self.integer(atom.index)
+        else:  # `global_of:<key>[i]`
+            index = int(atom.name.rpartition("[")[2][:-1])
+        if not -self.world <= index < self.world:
+            raise _Undecided  # an IndexError on the member list
+        return index % self.world
 
     def _boolean(self, expr: BoolOp) -> bool:
         """Three-valued `and`/`or`: one decided operand can settle it while others are undecided."""
@@ -218,6 +263,49 @@ class _Numbers:
         if undecided:
             raise _Undecided
         return not settling
+
+
+def _group_of(atom: Atom) -> str | None:
+    """The group whose local rank, size or listed member the atom is; None for other atoms."""
+    if isinstance(atom, MemberAt):
+        return atom.key
+    for prefix in (LOCAL_RANK_PREFIX, SIZE_PREFIX):
+        if atom.name.startswith(prefix):
+            return atom.name[len(prefix) :]
+    if is_listed_member(atom):
+        return atom.name[len(GLOBAL_OF_PREFIX) :].rpartition("[")[0]
+    return None
+
+
+def group_axes(region: Region, loops: dict[LoopKey, Region]) -> list[str]:
+    """The groups whose local ranks, sizes or listed members the region's conditions, peers and
+    loop counts read, other than the world: each is simulated in turn as an axis that spans the
+    world (a pipeline group of every rank: the configuration with one stage per rank), so that a
+    ring built on the group's local ranks (`ranks[(me + 1) % n]`) is run like one on the rank."""
+    found: set[str] = set()
+    listed: set[str] = set()  # groups whose members the code lists: they need not span the world
+    stack, seen = [region], {id(region)}
+    while stack:
+        current = stack.pop()
+        for path in current.paths:
+            values: list[Expr] = list(path.conds)
+            for event in path.events:
+                if isinstance(event, CommEvent):
+                    values.extend(v for v in (event.peer,) if v is not None)
+                    if event.group is not None and event.group.members not in (None, TRUE):
+                        listed.add(event.group.key)
+                    continue
+                values.append(event.trip)
+                inner = loops.get((event.path, event.line, event.chain))
+                if inner is not None and id(inner) not in seen:
+                    seen.add(id(inner))
+                    stack.append(inner)
+            for value in values:
+                for atom in atoms(value):
+                    key = _group_of(atom)
+                    if key is not None and key != "world":
+                        found.add(key)
+    return sorted(found - listed)[:MAX_AXES]
 
 
 def _arithmetic(op: str, x: int, y: int) -> int:
@@ -265,6 +353,14 @@ def shown_counts(shared: dict[Atom, int]) -> tuple[tuple[str, str], ...]:
             name = f"len([... for _ in {source} if {predicate}])"
         shown.append(("assumed " + _PARAMETER.sub(r"\1", name), str(number)))
     return tuple(shown)
+
+
+def shown_axis(axis: str | None) -> tuple[tuple[str, str], ...]:
+    """The group the simulation took to span the world, as the counterexample shows it."""
+    if axis is None:
+        return ()
+    group = _PARAMETER.sub(r"\1", axis)
+    return ((f"assumed members of {group}", "every rank, local rank = rank"),)
 
 
 def _trips(region: Region, loops: dict[LoopKey, Region]) -> list[Expr]:
@@ -457,6 +553,7 @@ class StuckWorld:
     heads: tuple[int, ...]
     wait: Wait
     shared: dict[Atom, int]
+    axis: str | None = None  # the group simulated as spanning the world (`group_axes`)
 
 
 @dataclass(frozen=True)
@@ -485,13 +582,21 @@ def schedule_deadlock(
         return Verdict()
     clean = True
     found: list[StuckWorld] = []
-    for world in (world_size,) if world_size else range(2, MAX_WORLD + 1):
+    configurations = [
+        (axis, world)
+        for axis in (None, *group_axes(region, loops))
+        for world in ((world_size,) if world_size else range(2, MAX_WORLD + 1))
+    ]
+    for axis, world in configurations:
         if world > MAX_SIMULATED_WORLD:
             clean = False
             continue
         shared = shared_counts(region, loops, world)
         try:
-            chosen = [_schedule(region.paths, _Numbers(rank, world, shared), loops) for rank in range(world)]
+            chosen = [
+                _schedule(region.paths, _Numbers(rank, world, shared, axis=axis), loops)
+                for rank in range(world)
+            ]
         except _Undecided:
             clean = False
             continue
@@ -507,7 +612,7 @@ def schedule_deadlock(
             continue
         if any(nonblocking(path) for path in files_of(region, (e for s in schedules for e, _ in s))):
             return Verdict()
-        found.append(StuckWorld(world, tuple(chosen), tuple(heads), stuck, shared))
+        found.append(StuckWorld(world, tuple(chosen), tuple(heads), stuck, shared, axis))
     return Verdict(region, tuple(found), clean)
 
 
@@ -523,7 +628,7 @@ def confirm(verdict: Verdict, world_size: int | None, rlimit: int, stats: SolveS
         for candidate in verdict.stuck:
             divergence = _confirmed(verdict.region, solver, candidate)
             if divergence is not None:
-                values = divergence.model.values + shown_counts(candidate.shared)
+                values = divergence.model.values + shown_counts(candidate.shared) + shown_axis(candidate.axis)
                 return [replace(divergence, model=replace(divergence.model, values=values))]
         return []
     finally:
@@ -551,7 +656,12 @@ def _confirmed(region: Region, solver: RegionSolver, candidate: StuckWorld) -> D
         blocked += (Blocked(y, tuple(chosen[y][1]), len(chosen[y][1])),)
 
     def pinned(tr: Z3Translator) -> Any:
-        return tr.z3.And(tr.world == world, tr.rank("a") == x, tr.rank("b") == y)
+        facts = [tr.world == world, tr.rank("a") == x, tr.rank("b") == y]
+        if candidate.axis is not None:  # the group spans the world, in rank order
+            facts.append(tr.as_int(group_size(candidate.axis), "a") == world)
+            facts.append(tr.as_int(local_rank(candidate.axis), "a") == x)
+            facts.append(tr.as_int(local_rank(candidate.axis), "b") == y)
+        return tr.z3.And(*facts)
 
     seq_x = tuple(e for e, _ in chosen[x][1])
     seq_y = tuple(e for e, _ in chosen[y][1])

@@ -50,6 +50,7 @@ from collcheck.static.symbolic import (
     Const,
     Expr,
     GroupVal,
+    IfExp,
     Not,
     TupleVal,
     Z3Translator,
@@ -216,6 +217,14 @@ def _singleton(ranks: Expr) -> bool:
 
 def _differs(tr: Z3Translator, x: Expr, y: Expr) -> Any:
     z3 = tr.z3
+    # A rank list chosen by a test (`[first] if len(ranks) == 1 else [first, last]`): compared
+    # item by item in the branch each rank takes, not as one opaque value per list.
+    if _chooses_lists(x):
+        assert isinstance(x, IfExp)
+        return z3.If(tr.as_bool(x.test, "a"), _differs(tr, x.then, y), _differs(tr, x.orelse, y))
+    if _chooses_lists(y):
+        assert isinstance(y, IfExp)
+        return z3.If(tr.as_bool(y.test, "b"), _differs(tr, x, y.then), _differs(tr, x, y.orelse))
     if isinstance(x, TupleVal) and isinstance(y, TupleVal):
         if len(x.items) != len(y.items):
             return z3.BoolVal(True)
@@ -224,6 +233,12 @@ def _differs(tr: Z3Translator, x: Expr, y: Expr) -> Any:
     if isinstance(x, TupleVal) or isinstance(y, TupleVal):
         return z3.BoolVal(False)
     return tr.value(x, "a") != tr.value(y, "b")
+
+
+def _chooses_lists(value: Expr) -> bool:
+    return isinstance(value, IfExp) and any(
+        isinstance(v, (TupleVal, IfExp)) for v in (value.then, value.orelse)
+    )
 
 
 def _communicates(tr: Z3Translator, loop: LoopEvent, side: str, channel: str) -> Any:

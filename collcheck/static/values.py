@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 
 from collcheck.catalog import OpSpec
-from collcheck.static import groups, list_positions
+from collcheck.static import group_values, groups, list_positions
 from collcheck.static.catalog_values import (
     BIN_OPS,
     COMPARE_OPS,
@@ -171,6 +171,8 @@ class ValueEvaluator:
                 imported = imported_value(self, name, self.imported_values)  # `env.RANK` of a module
                 if imported is not None:
                     return imported
+        if (kept := group_values.coordinator_value(self, node, state, frame, known)) is not None:
+            return kept  # `coordinator.ranks`, `coordinator.world_size` (not the world's size)
         if node.attr in self.catalog.rank_attributes:
             stored = self._stored_place(node, state, frame, known)
             if stored is not None:
@@ -393,8 +395,7 @@ class ValueEvaluator:
         self, node: ast.Attribute, state: State, frame: Frame, known: dict[int, Expr] | None
     ) -> Expr | None:
         """`ws.rank` where the object's class stores it from what this function passes it, a value
-        kept alike (stored_values): `None` until stored, then that value, not the name's catalogued
-        one."""
+        kept alike (stored_values): `None` until stored, then that value, not the catalogued one."""
         instance_of = object_class(self.module, self.pure(node.value, state, frame, known))
         function = frame.stack[-1] if frame.stack else None
         name = (
@@ -555,7 +556,7 @@ class ValueEvaluator:
                 result = BinOp(name, result, other)
             return result
         if name == "len" and len(args) == 1:
-            return self._length(args[0], node)
+            return self.length_of(args[0], node)
         if name in ("tuple", "list") and len(args) == 1 and isinstance(args[0], TupleVal):
             return args[0]
         if name in ("tuple", "list", "sorted", "reversed") and len(args) == 1 and isinstance(args[0], Sized):
@@ -593,7 +594,7 @@ class ValueEvaluator:
                 for other in trips[1:]:
                     result = BinOp("min", result, other)
                 return result
-        return self._length(iterable, node)  # the same collection has the same length in every loop
+        return self.length_of(iterable, node)  # the same collection has the same length in every loop
 
     def _range_trip(self, args: list[Expr], node: ast.AST) -> Expr:
         start: Expr
@@ -619,7 +620,7 @@ class ValueEvaluator:
     ) -> Expr:
         """`items[start:stop:step]`: unknown contents, but a length z3 can reason about."""
         assert isinstance(node.slice, ast.Slice)
-        length = self._length(base, node)
+        length = self.length_of(base, node)
         part = node.slice
         start = self.pure(part.lower, state, frame, known) if part.lower is not None else Const(0)
         stop = (
@@ -640,25 +641,24 @@ class ValueEvaluator:
 
     def length_of(self, value: Expr, node: ast.AST) -> Expr:
         """`len(value)`, as the solver sees it."""
-        return self._length(value, node)
-
-    def _length(self, value: Expr, node: ast.AST) -> Expr:
         if isinstance(value, TupleVal):
             return Const(len(value.items))
         if isinstance(value, Sized):
             return value.length
+        if (members := group_values.member_count(value)) is not None:  # `len(get_process_group_ranks(g))`
+            return members
         if isinstance(value, IfExp) and all(
             isinstance(v, (TupleVal, Sized)) for v in (value.then, value.orelse)
         ):
             # a list appended to on one branch: its length is chosen by the branch's test
-            return IfExp(value.test, self._length(value.then, node), self._length(value.orelse, node))
+            return IfExp(value.test, self.length_of(value.then, node), self.length_of(value.orelse, node))
         bound = opaque(f"len({value})", (value,))  # same value, same length, wherever it is asked
         return Atom(bound.name, bound.kind, bound.why, lower=0)
 
     def mutated(self, old: Expr, call: ast.Call, state: State, frame: Frame, name: str) -> Expr:
         """The value of the collection `name` after `call`, an in-place method on it (`xs.append(v)`)."""
         added = tuple(self.pure(a, state, frame) for a in call.args)
-        return grown_collection(old, call, added, self._length, f"{name}@{where_of(call)}")
+        return grown_collection(old, call, added, self.length_of, f"{name}@{where_of(call)}")
 
     def bind(self, target: ast.expr, value: Expr, state: State, source: ast.expr | None = None) -> None:
         if isinstance(target, ast.Name):
