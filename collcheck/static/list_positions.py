@@ -31,10 +31,11 @@ from dataclasses import replace
 from typing import Protocol
 from weakref import WeakKeyDictionary
 
+from collcheck.static.groups import MemberAt, local_rank
 from collcheck.static.loader import FunctionNode, ModuleInfo
 from collcheck.static.names import nodes_under
 from collcheck.static.state import Frame, State
-from collcheck.static.symbolic import Atom, Compare, Const, Expr, is_rank_dependent
+from collcheck.static.symbolic import RANK, Atom, Compare, Const, Expr, is_rank_dependent
 from collcheck.static.syntax import is_attribute_of
 
 
@@ -98,6 +99,10 @@ def position_test(ev: ValueEvaluator, op: str, left: Expr, right: Expr) -> Expr 
         located = ev.listed_positions.get(entry.name) if isinstance(entry, Atom) else None
         if located is not None and located[2] == element:
             return Compare(op, located[0], located[1])
+        if isinstance(entry, MemberAt) and element == RANK:
+            # The group's own list at a computed place (`self.rank == coordinator.ranks[src]`):
+            # its members are distinct ranks, so this rank is the entry exactly where it sits.
+            return Compare(op, local_rank(entry.key), entry.index)
     return None
 
 
