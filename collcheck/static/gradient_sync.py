@@ -34,6 +34,7 @@ from collcheck.catalog import Catalog, GradientSync, OpSpec
 from collcheck.static.framework_types import framework_bases
 from collcheck.static.group_values import group_value, type_of
 from collcheck.static.loader import ModuleInfo
+from collcheck.static.loss_origin import from_outside_model
 from collcheck.static.names import ImportTable, dotted, imports_under, qualified_name, source_text
 from collcheck.static.own_data import TrainedModules
 from collcheck.static.program import OWN_DATA, CommEvent, EventKind
@@ -292,9 +293,11 @@ def backward_syncs(
     if last is None or last not in catalog.backward_words:
         return frozenset()
     value: Expr | None = None
+    differentiated: ast.expr | None = None
     forms: set[str] = set()
     name = qualified_name(func, ev.local_imports) or _inherited(ev, func, frame, last)
     if isinstance(func, ast.Attribute) and name is None and type_of(ev, func.value, state) is None:
+        differentiated = func.value
         value = ev.pure(func.value, state, frame)  # `loss.backward()`
         forms = {s.spec.op for s in catalog.gradient_syncs if last in s.methods}
     else:
@@ -302,12 +305,15 @@ def backward_syncs(
             name = f"{type_of(ev, func.value, state, frame.class_name)}.{last}"  # a typed method
         forms = {s.spec.op for s in catalog.gradient_syncs if name in s.functions}
         if forms and call.args:
+            differentiated = call.args[0]
             value = ev.pure(call.args[0], state, frame)
     if value is None or not forms:
         return frozenset()
     seen = synced_in((value,))
     if seen:  # the wrapper is visible: its reduction, unless suspended, and no assumption
         return frozenset(s for s in seen if s.op in forms and s.op not in paused)
+    if differentiated is None or not _through_outside_model(ev, differentiated, frame):
+        return frozenset()  # a graph made here only: no wrapper elsewhere to assume
     return frozenset(
         GradSync(s.spec.op)
         for s in catalog.gradient_syncs
@@ -317,6 +323,16 @@ def backward_syncs(
         and imports_under(ev.module.tree, s.evidence)
         and not _wrapping_known(ev.module)
     )
+
+
+def _through_outside_model(ev: Evaluator, differentiated: ast.expr, frame: Frame) -> bool:
+    scope = frame.stack[-1] if frame.stack else ev.module.tree
+    own = None
+    if frame.class_name is not None and not isinstance(scope, ast.Module):
+        positional = [*scope.args.posonlyargs, *scope.args.args]
+        own = positional[0].arg if positional else None
+    classes = frozenset(ev.module.classes)
+    return from_outside_model(differentiated, scope, ev.local_imports, classes, own)
 
 
 def backward_spec(
