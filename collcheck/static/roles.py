@@ -33,16 +33,21 @@ Method = ast.FunctionDef | ast.AsyncFunctionDef
 
 def picks_p2p_role(owner: ast.ClassDef, attribute: str, imports: ImportTable, catalog: Catalog) -> bool:
     """`self.<attribute>` of `owner` is this process's place among processes exchanging
-    point-to-point: tests on it guard both a blocking send and a blocking receive somewhere in the
-    class's methods, or some transfer's peer is computed from it (see the module's docstring)."""
+    point-to-point: tests on it guard a blocking send and, elsewhere, a blocking receive (never
+    both in one branch) in the class's methods, or some transfer's peer is computed from it (see
+    the module's docstring)."""
     guarded: set[str] = set()
     for method, first in _methods(owner):
         for node in nodes_under(method):
             if isinstance(node, ast.Call) and _peer_from(node, first, attribute, imports, catalog):
                 return True
             if isinstance(node, (ast.If, ast.While)) and _tests(node.test, first, attribute):
-                for stmt in [*node.body, *node.orelse]:
-                    guarded |= _transfer_kinds(stmt, imports, catalog)
+                for branch in (node.body, node.orelse):
+                    kinds = {kind for stmt in branch for kind in _transfer_kinds(stmt, imports, catalog)}
+                    if not {SEND, RECV} <= kinds:
+                        # A branch that both sends and receives is split by something else
+                        # (`if self.enabled:` around a whole exchange): no evidence of a role.
+                        guarded |= kinds
         if {SEND, RECV} <= guarded:
             return True
     return False
