@@ -198,3 +198,99 @@ def test_what_summaries_learn_from_paths_that_differ(tmp_path: Path) -> None:
     )
     (save,) = [entry for entry in document["method"] if entry["method"] == "save"]
     assert save["when"] == "self.sharded"
+
+
+LAZY_GROUP_BASE = """
+class Channel:
+    def __init__(self):
+        self._pg = None
+
+    @property
+    def pg(self):
+        if self._pg is None:
+            raise RuntimeError("this channel holds no group")
+        return self._pg
+"""
+
+LAZY_GROUP_TORCH = """
+import torch.distributed as dist
+
+from relaylib.channels.base import Channel
+
+
+class TorchChannel(Channel):
+    @property
+    def pg(self):
+        if self._pg is None:
+            self._pg = dist.GroupMember.WORLD
+        return super().pg
+
+    @property
+    def position(self):
+        return dist.get_rank(self.pg)
+
+    def total(self, tensor):
+        dist.all_reduce(tensor, group=self.pg)
+        return tensor
+
+    def spread(self, tensor, src):
+        dist.broadcast(tensor, src, group=self.pg)
+        return tensor
+
+    def collect(self, items, item):
+        dist.all_gather_object(items, item, group=self.pg)
+        return items
+"""
+
+LAZY_GROUP_LOCAL = """
+import torch.distributed as dist
+
+
+class Pool:
+    def __init__(self):
+        self._pg = None
+
+    @property
+    def pg(self):
+        if self._pg is None:
+            self._pg = dist.group.WORLD
+        return self._pg
+
+    def total(self, tensor):
+        dist.all_reduce(tensor, group=self.pg)
+
+
+class Handed:
+    def __init__(self):
+        self._pg = dist.group.WORLD
+
+    def total(self, tensor, group=None):
+        if group is not None:
+            self._pg = group  # the caller's group, when it passes one
+        dist.all_reduce(tensor, group=self._pg)
+"""
+
+
+def test_regenerating_a_group_filled_by_a_getter_keeps_the_methods(tmp_path: Path) -> None:
+    """A group read through a `@property` that fills it on first read (`if self._pg is None:
+    self._pg = WORLD`, then the base's getter in another file or the attribute itself) is the
+    receiver's group: every method on it is summarised, as before getters that store were run on
+    every read. A group a method may take from its arguments is not the object's."""
+    from collcheck.package_summaries import make_summary
+    from collcheck.summarize import package_modules
+
+    site = tmp_path / "site"
+    _write(site / "relaylib" / "__init__.py", "from relaylib.channels.torch_channel import TorchChannel\n")
+    _write(site / "relaylib" / "channels" / "__init__.py", "")
+    _write(site / "relaylib" / "channels" / "base.py", LAZY_GROUP_BASE)
+    _write(site / "relaylib" / "channels" / "torch_channel.py", LAZY_GROUP_TORCH)
+    _write(site / "relaylib" / "local.py", LAZY_GROUP_LOCAL)
+    modules = package_modules(str(site), "relaylib")
+    document = make_summary(str(site), "relaylib", modules, Settings(), "1.0", len(modules) + 1)
+    methods = {(entry["receiver"][0], entry["method"]): entry for entry in document.get("method", [])}
+    channel = "relaylib.channels.torch_channel.TorchChannel"
+    for name, op in (("total", "all_reduce"), ("spread", "broadcast"), ("collect", "all_gather_object")):
+        assert methods[(channel, name)]["op"] == op
+        assert methods[(channel, name)]["default_group"] == f"{channel}.pg"
+    assert methods[("relaylib.local.Pool", "total")]["default_group"] == "relaylib.local.Pool._pg"
+    assert ("relaylib.local.Handed", "total") not in methods

@@ -43,8 +43,9 @@ from collcheck.static.prefilter import rank_words, trigger_pattern
 from collcheck.static.program import CommEvent, EventKind, ExitKind
 from collcheck.static.program import Path as ProgramPath
 from collcheck.static.project import FileFacts, build_project, file_facts, realpath_once
+from collcheck.static.receivers import filled_by_the_object
 from collcheck.static.smt import SolveStats
-from collcheck.static.state import Frame, PathLimitExceeded, State
+from collcheck.static.state import SET_IN_ONE_ARM, Frame, PathLimitExceeded, State
 from collcheck.static.summary_conditions import Condition, Configuration, sufficient_condition
 from collcheck.static.symbolic import Atom, BinOp, BoolOp, Compare, Const, Expr, GroupVal, Not, Z3Translator
 from collcheck.static.values import where_of
@@ -56,6 +57,8 @@ PACKAGE_SECONDS = 120.0  # and per package: past it the remaining files are left
 POSSIBLE_TIMEOUT_MS = 500  # per path whose possibility decides a summary (unknown: possible)
 # Atoms a rank expression of the catalog may name (catalog_values reads them back).
 _VALUE_ATOMS = frozenset({"rank", "world", "local_rank", "local_world", "node_rank"})
+# The value of `super().NAME` where the base's attribute is not followed (an unknown call's result).
+_BASE_ATTRIBUTE = "call:super()."
 _VALUE_OPERATORS = frozenset({"+", "-", "*", "//", "%", "==", "!=", "<", "<=", ">", ">="})
 
 
@@ -341,7 +344,9 @@ def _summarise_function(
         return
     if communicates:
         named = frozenset(module.catalog.groups.values()) | {"world"}
-        entry = _op_entry(regions[0].paths, _Subject(function, class_name, qualified, named, found.solving))
+        filled = filled_by_the_object(module, class_name) if class_name else frozenset()
+        subject = _Subject(function, class_name, qualified, named, found.solving, filled)
+        entry = _op_entry(regions[0].paths, subject)
         if entry is not None:
             _add_op(found, entry, class_name, function.name, qualified)
         return
@@ -379,6 +384,8 @@ class _Subject:
     qualified: str
     named_groups: frozenset[str]  # the catalog's `[groups]` names, and `world`
     solving: SolveStats  # its z3 context, made on first use and shared by the package's functions
+    # the receiver's attributes only methods without arguments store (`receivers.filled_by_the_object`)
+    filled_by_the_object: frozenset[str] = frozenset()
 
     @property
     def parameters(self) -> list[str]:
@@ -495,7 +502,20 @@ def _group_role(group: GroupVal | None, subject: _Subject) -> tuple[str, str] | 
     if prefix.startswith("param:") and where == where_of(subject.function):
         name = prefix[len("param:") :]
         return ("group", name) if name in subject.parameters else False
-    attribute = group.key[len("self.") :] if group.key.startswith("self.") else ""
+    key = group.key
+    if key.startswith(SET_IN_ONE_ARM + "self."):
+        # `if self._group is None: self._group = dist.group.WORLD` in a getter the function read:
+        # its arms joined, the value is the receiver's attribute or what the object filled it with,
+        # the group the object holds from then on (`interpret._lazy_initialisation`), unless a
+        # method that takes arguments may have stored one of them there.
+        key = key[len(SET_IN_ONE_ARM) :]
+        if key[len("self.") :] not in subject.filled_by_the_object:
+            return False
+    elif key.startswith(_BASE_ATTRIBUTE):
+        # `return super().group` (a getter of a base in another file, not followed): the
+        # receiver's attribute as its base reads it, a value of the object like `self.group`.
+        key = "self." + key[len(_BASE_ATTRIBUTE) :]
+    attribute = key[len("self.") :] if key.startswith("self.") else ""
     if attribute.isidentifier() and subject.class_name is not None:
         owner = subject.qualified.rsplit(".", 1)[0]
         return ("default_group", f"{owner}.{attribute}")

@@ -277,6 +277,57 @@ def _derives_from(module: ModuleInfo, class_name: str, base: str, depth: int = 0
     return base in info.bases or any(_derives_from(module, b, base, depth + 1) for b in info.bases)
 
 
+def filled_by_the_object(module: ModuleInfo, class_name: str) -> frozenset[str]:
+    """The attributes of the class's objects that its methods (and those of its bases of the file)
+    store only where they take no argument but the receiver (`__init__` aside, which a summary
+    never runs): a getter's lazy fill (`if self._group is None: self._group = WORLD`) comes from
+    the object and the module, never from a call's arguments. An attribute a method with
+    parameters stores (`if group is not None: self._group = group`) may hold the caller's group
+    after the call: not one the object keeps."""
+    stored: set[str] = set()
+    from_arguments: set[str] = set()
+    seen: set[str] = set()
+    pending = [class_name]
+    while pending:
+        info = module.classes.get(pending.pop())
+        if info is None or info.node.name in seen:
+            continue
+        seen.add(info.node.name)
+        pending.extend(info.bases)
+        for method in (*info.methods.values(), *info.properties.values()):
+            if method.name == "__init__":
+                continue
+            attributes = _stored_on_receiver(method)
+            stored |= attributes
+            if _takes_arguments(method):
+                from_arguments |= attributes
+    return frozenset(stored - from_arguments)
+
+
+def _stored_on_receiver(method: FunctionNode) -> set[str]:
+    """`X` of every `self.X = ...` (`+=`, annotated) in the method, its first parameter `self`."""
+    positional = [*method.args.posonlyargs, *method.args.args]
+    if not positional:
+        return set()
+    receiver = positional[0].arg
+    return {
+        node.attr
+        for node in ast.walk(method)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Store)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == receiver
+    }
+
+
+def _takes_arguments(method: FunctionNode) -> bool:
+    """Anything besides the receiver (`self`; a `staticmethod`'s every parameter counts)."""
+    args = method.args
+    positional = len(args.posonlyargs) + len(args.args)
+    static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in method.decorator_list)
+    return positional > (0 if static else 1) or bool(args.kwonlyargs or args.vararg or args.kwarg)
+
+
 @lru_cache(maxsize=4096)
 def writes_own_state(function: FunctionNode) -> bool:
     """The method stores an attribute of its first parameter (`self.seen = True`, `self.n += 1`)."""

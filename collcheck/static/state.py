@@ -81,6 +81,11 @@ class Frame:
     loop: Enclosing = Enclosing.NO_LOOP
 
 
+# The key prefix of a value one joined arm set and the other left as it was (`maybe:self._group`
+# after `if self._group is None: self._group = WORLD`).
+SET_IN_ONE_ARM = "maybe:"
+
+
 def merge_envs(states: list[State]) -> dict[str, Expr]:
     merged = dict(states[0].env)
     for state in states[1:]:
@@ -109,7 +114,7 @@ def merge_branches(
         elif a is not None and b is not None:
             merged.env[key] = IfExp(test, a, b)
         else:
-            merged.env[key] = opaque(f"maybe:{key}", (test, a or b or Const(None)))
+            merged.env[key] = opaque(f"{SET_IN_ONE_ARM}{key}", (test, a or b or Const(None)))
     return [merged]
 
 
