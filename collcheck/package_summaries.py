@@ -215,6 +215,10 @@ def make_summary(
                 documents.append((f"{other}.summary.toml", text))
                 uses[other] = other_version or "unknown"
     catalog = load_catalog((Path(p) for p in settings.catalogs), settings.summaries, documents)
+    # What a package's code does for every caller: a gradient reduction assumed of models its files
+    # do not show wrapped is the caller's assumption to make (where the caller's file runs backward).
+    kept = tuple(s for s in catalog.gradient_syncs if not s.assumed)
+    catalog = replace(catalog, gradient_syncs=kept, fingerprint=f"{catalog.fingerprint}+unwrapped")
     seconds = package_seconds or PACKAGE_SECONDS
     summary = summarise_package(
         site, package, modules, catalog, settings, limit, seconds, file_seconds or FILE_SECONDS
