@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import gc
+import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,3 +65,51 @@ def test_the_bound_is_kept_between_files(tmp_path: Path, monkeypatch: pytest.Mon
     assert any(finding.code == "CC001" for finding in found)
     retained.release_between_files()
     assert not loader.forget_loaded(2), "more than the bound kept after a release"
+
+
+def test_dropped_models_die_without_a_full_collection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Models, their trees and the interpreters that ran them hold no reference cycle: once
+    dropped they are freed by reference count (a full collection between files costs a scan of
+    everything alive). Helpers over the budget and summaries reused across files included."""
+    for index in range(3):
+        (tmp_path / f"helper_{index}.py").write_text(
+            "import torch.distributed as dist\n\n\n"
+            "def sync(flag):\n    for _ in range(3):\n        if flag:\n            dist.barrier()\n"
+            "    dist.all_reduce(flag)\n"
+        )
+    calls = "\n".join(
+        f"        helper_{index}.sync(True)\n        helper_{index}.sync(False)" for index in range(3)
+    )
+    imports = "\n".join(f"import helper_{index}" for index in range(3))
+    (tmp_path / "train.py").write_text(
+        f"import torch.distributed as dist\n{imports}\n\n\n"
+        f"def step():\n    if dist.get_rank() == 0:\n{calls}\n"
+    )
+    trees: list[weakref.ref[ast.AST]] = []
+    parse = ast.parse
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        tree = parse(*args, **kwargs)
+        if isinstance(tree, ast.Module):
+            trees.append(weakref.ref(tree))
+        return tree
+
+    loader.forget_loaded(0)
+    gc.collect()
+    monkeypatch.setattr(ast, "parse", watched)
+    monkeypatch.setattr(gc, "collect", lambda generation=2: 0)  # as if the release collected nothing
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        found = findings_of(tmp_path)
+        monkeypatch.setattr(loader, "MAX_LOADED_MODULES", 0)
+        assert retained.release_between_files()
+        alive = [tree for tree in (ref() for ref in trees) if tree is not None]
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert any(finding.code == "CC001" for finding in found)
+    assert len(trees) >= 4, "the run's files (train.py and its helpers) should have been parsed"
+    assert not alive, f"{len(alive)} dropped trees still alive: held by a reference cycle"

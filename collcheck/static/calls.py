@@ -12,6 +12,7 @@ the rank, does a decorator run it on some ranks only.
 from __future__ import annotations
 
 import ast
+import weakref
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -135,10 +136,13 @@ class CallResolver(ValueEvaluator):
         self._returns: dict[FunctionNode, bool] = {}
         self._owners: dict[FunctionNode, str] | None = None
         self.conditions = ConditionSources()  # where each branch test came from (counterexamples)
+        # Through a weak reference: bound methods of `self` in its own `local_data` would be a
+        # cycle that keeps the resolver, its module and its tree alive until a full collection.
+        resolver: CallResolver = weakref.proxy(self)
         self.local_data = LocalData(
-            self._combining_spec,
-            self._same_file_helper,
-            lambda func: qualified_name(func, self.local_imports),
+            lambda call, function: resolver._combining_spec(call, function),
+            lambda call, function: resolver._same_file_helper(call, function),
+            lambda func: qualified_name(func, resolver.local_imports),
             combining_words(
                 self.catalog.functions, tuple((m.method, m.spec.op) for m in self.catalog.methods)
             ),

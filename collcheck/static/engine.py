@@ -222,6 +222,7 @@ def _analyze_tree(
         if ran[1]:
             found = [c for c in found if decided_in(c.finding, source.path, whole)]
         candidates.extend(found)
+    extractor.release()  # its runs are over: the rest reads regions and findings only
     notes.extend(stats.notes)
     candidates = [
         c for c in candidates if not _reported_in_callee(c, source.path, catalog, settings, project, rules)
@@ -454,6 +455,7 @@ def _standalone_origins(
             regions = extractor.run_function(function, None, function_name)
         except PathLimitExceeded:
             regions = []
+        extractor.release()
         for region in regions:
             region.conditions = extractor.conditions
         every_rule = rules.every_rule()  # the helper's findings, whatever the run's selection

@@ -180,6 +180,16 @@ class HelperInliner(CollectiveEvents):
     def exec_block(self, body: Sequence[ast.stmt], states: list[State], frame: Frame) -> list[State]:
         raise NotImplementedError
 
+    def release(self) -> None:
+        """Once its analysis is done: drop the summaries (each names the runners it touched, and
+        the runners share them) and the runners of other files, cycles that would otherwise keep
+        every runner, its module and its tree alive until a full collection."""
+        self.summaries.entries.clear()
+        self.summaries.recordings.clear()
+        for child in self.children.values():
+            child.release()
+        self.children.clear()
+
     @property
     def step_limit(self) -> int:
         """`max_steps`, in the units the current mode counts steps in."""

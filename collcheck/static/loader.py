@@ -29,6 +29,7 @@ from collcheck.static.launchers import launched_functions
 from collcheck.static.names import (
     ImportTable,
     add_import,
+    forget_walks,
     imports_under,
     module_imports,
     nodes_under,
@@ -443,7 +444,9 @@ def forget_loaded(limit: int | None = None) -> bool:
     if len(_LOADED) <= bound:
         return False
     for key in list(_LOADED)[: len(_LOADED) - bound // 2]:  # the least recently used, to half the bound
-        del _LOADED[key]
+        dropped = _LOADED.pop(key)
+        if dropped is not None:  # its tree then dies by reference count, not in a full collection
+            forget_walks(dropped.tree)
     return True
 
 

@@ -44,6 +44,7 @@ def complete_loaded_module(module: ModuleInfo, settings: Settings) -> None:
     """`complete_module` for another file of the run, with an interpreter of its own."""
     interpreter = Interpreter(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
     complete_module(module, interpreter)
+    interpreter.release()
 
 
 def _without_mutable_globals(env: dict[str, Expr], module: ModuleInfo) -> dict[str, Expr]:

@@ -67,6 +67,9 @@ def run_within_budget(
     try:
         return run(), False
     except PathLimitExceeded as limit:
+        # Kept past the handler: without its traceback, whose frames (this one among them, which
+        # holds it) would make a cycle holding the whole abandoned run until a full collection.
+        limit.__traceback__ = None
         first = limit
     if function is not None:
         extractor.summaries.over_budget.add(function)
@@ -79,6 +82,7 @@ def run_within_budget(
         try:
             regions = run()
         except PathLimitExceeded as limit:
+            limit.__traceback__ = None  # as above
             last = limit
             continue
         finally:

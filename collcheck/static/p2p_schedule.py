@@ -128,6 +128,9 @@ class _Undecided(Exception):
     """A value, path or loop count that the numbers given do not decide."""
 
 
+_UNDECIDED = _Undecided()  # memoised undecided values (never raised)
+
+
 def loop_table(regions: Iterable[Region]) -> dict[LoopKey, Region]:
     """The loop regions of one run, by the place and call chain of their loop."""
     return {(r.path_name, r.line, r.chain): r for r in regions if r.kind is RegionKind.LOOP}
@@ -178,11 +181,13 @@ class _Numbers:
         if hit is None:
             try:
                 result: Value | _Undecided = self._value(expr)
-            except _Undecided as undecided:
-                result = undecided
+            except _Undecided:
+                # A mark, not the caught exception: its traceback's frames hold this memo, a cycle
+                # (and raising it again grows the traceback) freed only by a full collection.
+                result = _UNDECIDED
             hit = self._memo[id(expr)] = (expr, result)
         if isinstance(hit[1], _Undecided):
-            raise hit[1]
+            raise _Undecided
         return hit[1]
 
     def truth(self, expr: Expr) -> bool | None:
