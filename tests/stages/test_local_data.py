@@ -37,9 +37,13 @@ def broadcasted(t):
 """
 
 
+# A resolver's `LocalData` reaches the resolver only weakly (no cycle keeps a module alive), so
+# the tests keep the resolvers they read from.
+_RESOLVERS: list[CallResolver] = []
+
+
 def local_data() -> tuple[LocalData, ModuleInfo]:
-    module = module_of(SNIPPET)
-    return CallResolver(module).local_data, module
+    return module_data(SNIPPET)
 
 
 def test_host_values_put_into_a_reduced_tensor_and_what_they_were_computed_from() -> None:
@@ -151,7 +155,8 @@ def test_an_attribute_of_self_combined_by_a_method_is_the_receivers_attribute_at
 
 def module_data(snippet: str) -> tuple[LocalData, ModuleInfo]:
     module = module_of(snippet)
-    return CallResolver(module).local_data, module
+    _RESOLVERS.append(CallResolver(module))
+    return _RESOLVERS[-1].local_data, module
 
 
 def test_a_parameter_is_its_own_only_where_it_is_all_that_flows_into_what_is_combined() -> None:
