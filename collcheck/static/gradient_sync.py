@@ -328,7 +328,10 @@ def backward_syncs(
 def _through_outside_model(ev: Evaluator, differentiated: ast.expr, frame: Frame) -> bool:
     scope = frame.stack[-1] if frame.stack else ev.module.tree
     own = None
-    if frame.class_name is not None and not isinstance(scope, ast.Module):
+    static = not isinstance(scope, ast.Module) and any(
+        isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod") for d in scope.decorator_list
+    )
+    if frame.class_name is not None and not isinstance(scope, ast.Module) and not static:
         positional = [*scope.args.posonlyargs, *scope.args.args]
         own = positional[0].arg if positional else None
     classes = frozenset(ev.module.classes)

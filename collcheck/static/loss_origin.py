@@ -96,9 +96,15 @@ def _assignments(scope: FunctionNode | ast.Module, imports: ImportTable) -> dict
 
 
 def _bind(target: ast.expr, value: ast.expr, found: dict[str, list[ast.expr]]) -> None:
-    for node in ast.walk(target):
-        if isinstance(node, ast.Name):
-            found.setdefault(node.id, []).append(value)
+    """The names `target` rebinds (unpacking included); a store into an attribute or an item of a
+    name (`batch.grad_fn.hint = ...`) leaves what the name holds as it was."""
+    if isinstance(target, ast.Name):
+        found.setdefault(target.id, []).append(value)
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            _bind(element, value, found)
+    elif isinstance(target, ast.Starred):
+        _bind(target.value, value, found)
 
 
 def _calls_outside_detach(expression: ast.expr) -> list[ast.Call]:
