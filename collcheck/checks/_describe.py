@@ -24,17 +24,24 @@ def describe_element(element: Element | None) -> str:
         first = element.first
         if element.body_ops == (CALLBACK_OP,) and first is not None:  # a hook registered per item
             return f"{_handed(first)}, if anything, {HANDED_IN_LOOP} at {where(element)}"
-        assumed = next((e.condition for c in element.body_comms for e in c if e.condition), "")
-        if element.first is not None and element.first.condition:
-            assumed = element.first.condition
-        when = f" (collectives when {assumed})" if assumed else ""
-        return f"a loop of {', '.join(element.body_ops)} at {where(element)}{when}"
+        return f"a loop of {', '.join(element.body_ops)} at {where(element)}{loop_assumption(element)}"
     if element.op == CALLBACK_OP:
         return f"{_handed(element)}, if anything, {HANDED} at {where(element)}"
     inferred = f" (its class inferred from use: {element.inferred})" if element.inferred else ""
     if element.condition:  # a conditional summary the call site leaves undecided
         return f"{element.op} at {where(element)}{inferred} (a collective when {element.condition})"
     return f"{element.op} at {where(element)}{inferred}"
+
+
+def loop_assumption(element: Element | None) -> str:
+    """` (collectives when ...)`: the configuration or wrapping under which a loop's body
+    communicates, when a conditional summary or an assumed reduction left it undecided."""
+    if not isinstance(element, LoopEvent):
+        return ""
+    assumed = next((e.condition for c in element.body_comms for e in c if e.condition), "")
+    if element.first is not None and element.first.condition:
+        assumed = element.first.condition
+    return f" (collectives when {assumed})" if assumed else ""
 
 
 def _handed(callback: CommEvent) -> str:

@@ -32,7 +32,7 @@ Make the trip count uniform (pad, or agree on it with an all_reduce of the local
 
 from __future__ import annotations
 
-from collcheck.checks._describe import op_name, ranks
+from collcheck.checks._describe import loop_assumption, op_name, ranks
 from collcheck.findings import Severity
 from collcheck.static.anchor import Anchor
 from collcheck.static.divergence import Divergence, DivergenceKind
@@ -52,7 +52,7 @@ MESSAGE = (
 def describe(d: Divergence) -> tuple[str, dict[str, str]]:
     low, high, at_low, _ = ranks(d)
     return MESSAGE, {
-        "ops": op_name(at_low).removeprefix("loop of "),
+        "ops": op_name(at_low).removeprefix("loop of ") + loop_assumption(at_low),
         "rank_x": str(low),
         "rank_y": str(high),
         "trips_x": d.on_rank(d.trips, low),
