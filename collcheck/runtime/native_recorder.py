@@ -43,7 +43,9 @@ if TYPE_CHECKING:
 
 SOURCE = Path(__file__).resolve().parent / "native" / "recorder.cpp"
 # Included by SOURCE: part of what a build is of.
-HEADERS = tuple(SOURCE.parent / name for name in ("binary_trace.h", "binary_trace_py.h"))
+HEADERS = tuple(
+    SOURCE.parent / name for name in ("binary_trace.h", "binary_trace_py.h", "recorder_python_side.h")
+)
 ENV_NATIVE_DIR = "COLLCHECK_NATIVE_DIR"  # where builds live (default: the user's cache folder)
 BUILD_TIMEOUT_S = 900.0
 LOCK_TIMEOUT_S = BUILD_TIMEOUT_S + 60.0
