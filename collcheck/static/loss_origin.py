@@ -43,10 +43,10 @@ def from_outside_model(
     seen: set[str] = set()
     pending = [value]
     while pending and len(seen) < MAX_NAMES:
-        expression = pending.pop()
-        if any(origin.runs_outside_object(call) for call in _calls_outside_detach(expression)):
+        calls, names = _graph_parts(pending.pop())
+        if any(origin.runs_outside_object(call) for call in calls):
             return True
-        for name in _names_read(expression):
+        for name in names:
             if name not in seen:
                 seen.add(name)
                 pending.extend(origin.assigned.get(name, ()))
@@ -107,46 +107,26 @@ def _bind(target: ast.expr, value: ast.expr, found: dict[str, list[ast.expr]]) -
         _bind(target.value, value, found)
 
 
-def _calls_outside_detach(expression: ast.expr) -> list[ast.Call]:
-    """The calls in `expression` whose results reach it with their graph: not under `.detach()`."""
+def _graph_parts(expression: ast.expr) -> tuple[list[ast.Call], list[str]]:
+    """The calls in `expression` and the plain names it reads, each reaching it with its graph:
+    not under `.detach()` (the graph is cut there) nor inside a lambda (not run here)."""
     calls: list[ast.Call] = []
-    pending: list[ast.AST] = [expression]
-    while pending:
-        node = pending.pop()
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in DETACHING
-        ):
-            continue
-        if isinstance(node, ast.Call):
-            calls.append(node)
-        if isinstance(node, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        pending.extend(ast.iter_child_nodes(node))
-    return calls
-
-
-def _detaches(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in DETACHING
-
-
-def _names_read(expression: ast.expr) -> list[str]:
-    """The plain names `expression` reads, except under `.detach()` (their graph is cut there)."""
     names: list[str] = []
     pending: list[ast.AST] = [expression]
     while pending:
         node = pending.pop()
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in DETACHING
-        ):
+        if _detaches(node) or isinstance(node, ast.Lambda):
             continue
-        if isinstance(node, ast.Name):
+        if isinstance(node, ast.Call):
+            calls.append(node)
+        elif isinstance(node, ast.Name):
             names.append(node.id)
         pending.extend(ast.iter_child_nodes(node))
-    return names
+    return calls, names
+
+
+def _detaches(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in DETACHING
 
 
 class _Origin:
