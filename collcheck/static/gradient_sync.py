@@ -34,7 +34,7 @@ from collcheck.catalog import Catalog, GradientSync, OpSpec
 from collcheck.static.framework_types import framework_bases
 from collcheck.static.group_values import group_value, type_of
 from collcheck.static.loader import ModuleInfo
-from collcheck.static.loss_origin import from_outside_model, own_parameter
+from collcheck.static.loss_origin import from_outside_model
 from collcheck.static.names import ImportTable, dotted, imports_under, qualified_name, source_text
 from collcheck.static.own_data import TrainedModules
 from collcheck.static.program import OWN_DATA, CommEvent, EventKind
@@ -327,7 +327,13 @@ def backward_syncs(
 
 def _through_outside_model(ev: Evaluator, differentiated: ast.expr, frame: Frame) -> bool:
     scope = frame.stack[-1] if frame.stack else ev.module.tree
-    own = own_parameter(scope, frame.class_name is not None)
+    own = None
+    static = not isinstance(scope, ast.Module) and any(
+        isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod") for d in scope.decorator_list
+    )
+    if frame.class_name is not None and not isinstance(scope, ast.Module) and not static:
+        positional = [*scope.args.posonlyargs, *scope.args.args]
+        own = positional[0].arg if positional else None
     classes = frozenset(ev.module.classes)
     return from_outside_model(differentiated, scope, ev.local_imports, classes, own)
 

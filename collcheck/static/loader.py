@@ -26,7 +26,6 @@ from collcheck.lines import line_starts
 from collcheck.source import SourceFile, read_source
 from collcheck.static.inferred_types import inferred_receiver
 from collcheck.static.launchers import launched_functions
-from collcheck.static.loss_origin import from_outside_model, own_parameter
 from collcheck.static.names import (
     ImportTable,
     add_import,
@@ -364,11 +363,7 @@ def is_catalog_call(
     if name is not None and remote_function(module, name) is not None:
         return True
     if isinstance(node.func, ast.Attribute):
-        if (
-            node.func.attr in catalog.assumed_backward_words
-            and assumes_wrapping(module)
-            and _differentiates_outside_model(node.func, module, imports or module.imports, function)
-        ):
+        if node.func.attr in catalog.assumed_backward_words and assumes_wrapping(module):
             return True  # `loss.backward()` of a model wrapped out of sight (gradient_sync.py)
         specs = catalog.method_specs(node.func.attr)
         if any(spec.any_receiver or _imports_package_of(module, spec.receivers) for spec in specs):
@@ -381,19 +376,6 @@ def is_catalog_call(
         # A function-level import (`from torch.distributed import barrier` inside the function).
         return node.func.id in last_names(catalog) and node.func.id not in module.functions
     return False
-
-
-def _differentiates_outside_model(
-    func: ast.Attribute, module: ModuleInfo, imports: ImportTable, function: FunctionNode | None
-) -> bool:
-    """`loss.backward()` whose loss may flow from a model made elsewhere (loss_origin.py): only
-    such a backward is assumed to reduce gradients, here as in gradient_sync."""
-    scope: FunctionNode | ast.Module = function if function is not None else module.tree
-    in_class = function is not None and any(
-        function in info.methods.values() for info in module.classes.values()
-    )
-    own = own_parameter(scope, in_class)
-    return from_outside_model(func.value, scope, imports, frozenset(module.classes), own)
 
 
 def assumes_wrapping(module: ModuleInfo) -> bool:

@@ -21,9 +21,8 @@ from __future__ import annotations
 import ast
 import builtins
 
+from collcheck.static.loader import FunctionNode
 from collcheck.static.names import ImportTable, qualified_name
-
-FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef  # as loader.py spells it (which imports this)
 
 DETACHING = frozenset({"detach", "detach_", "item", "tolist", "numpy"})  # torch.Tensor methods
 NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode"})
@@ -52,17 +51,6 @@ def from_outside_model(
                 seen.add(name)
                 pending.extend(origin.assigned.get(name, ()))
     return False
-
-
-def own_parameter(scope: FunctionNode | ast.Module, in_class: bool) -> str | None:
-    """The name a method calls its object by (`self`); None for a function, a static or class
-    method, or module code."""
-    if not in_class or isinstance(scope, ast.Module):
-        return None
-    if any(isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod") for d in scope.decorator_list):
-        return None
-    positional = [*scope.args.posonlyargs, *scope.args.args]
-    return positional[0].arg if positional else None
 
 
 def _parameters(scope: FunctionNode | ast.Module) -> frozenset[str]:
