@@ -455,6 +455,16 @@ _CLASS_NAMES: WeakKeyDictionary[ModuleInfo, dict[str, tuple[frozenset[str], froz
 MIN_USED_ATTRIBUTES = 2  # a parameter read for one attribute only says too little of its class
 
 
+def _fitting_classes(module: ModuleInfo, called: frozenset[str], used: frozenset[str]) -> list[str]:
+    """The classes of the file that have every method `called` and every attribute `used`."""
+    known = _CLASS_NAMES.get(module)
+    if known is None:
+        known = _CLASS_NAMES[module] = {
+            name: (_class_methods(module, name), _class_names(module, name)) for name in module.classes
+        }
+    return [name for name, (methods, names) in known.items() if called <= methods and used <= names]
+
+
 def used_object(module: ModuleInfo, function: FunctionNode, parameter: str) -> Atom | None:
     """An object of the one class of the file that has every attribute `function` uses of its
     untyped `parameter` (`def finish(saver, t): saver.flush(t); saver.close()`), inferred from
@@ -462,12 +472,7 @@ def used_object(module: ModuleInfo, function: FunctionNode, parameter: str) -> A
     used, called = _attributes_used(function).get(parameter, (frozenset(), frozenset()))
     if len(used) < MIN_USED_ATTRIBUTES or not called:
         return None
-    known = _CLASS_NAMES.get(module)
-    if known is None:
-        known = _CLASS_NAMES[module] = {
-            name: (_class_methods(module, name), _class_names(module, name)) for name in module.classes
-        }
-    fitting = [name for name, (methods, names) in known.items() if called <= methods and used <= names]
+    fitting = _fitting_classes(module, called, used)
     if len(fitting) != 1:
         return None
     return object_value(module, fitting[0], f"used:{parameter}", exact=False)
@@ -489,12 +494,7 @@ def used_attribute_object(module: ModuleInfo, owner: str, attribute: str) -> Ato
     called = frozenset(call.func.attr for call in calls if isinstance(call.func, ast.Attribute))
     if not called or (len(used) < MIN_USED_ATTRIBUTES and any(n.startswith("__") for n in called)):
         return None
-    known = _CLASS_NAMES.get(module)
-    if known is None:
-        known = _CLASS_NAMES[module] = {
-            name: (_class_methods(module, name), _class_names(module, name)) for name in module.classes
-        }
-    fitting = [name for name, (methods, names) in known.items() if called <= methods and used <= names]
+    fitting = _fitting_classes(module, called, used)
     if len(fitting) != 1:
         return None
     if len(used) < MIN_USED_ATTRIBUTES:

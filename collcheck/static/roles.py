@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 from collcheck.catalog import Catalog, OpSpec
 from collcheck.static.names import ImportTable, nodes_under, qualified_name
+from collcheck.static.syntax import is_attribute_of
 
 ROLE_PREFIX = "role:"  # the name of such an attribute's value: `role:self.stage@Scheduler`
 SEND = "p2p_send"
@@ -63,12 +64,7 @@ def _methods(owner: ast.ClassDef) -> Iterator[tuple[Method, str]]:
 
 
 def _is_own(node: ast.AST, first: str, attribute: str) -> bool:
-    return (
-        isinstance(node, ast.Attribute)
-        and node.attr == attribute
-        and isinstance(node.value, ast.Name)
-        and node.value.id == first
-    )
+    return isinstance(node, ast.expr) and is_attribute_of(node, first, attribute)
 
 
 def _tests(test: ast.expr, first: str, attribute: str) -> bool:
