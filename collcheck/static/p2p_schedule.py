@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -289,27 +289,20 @@ def group_axes(region: Region, loops: dict[LoopKey, Region]) -> list[str]:
     ring built on the group's local ranks (`ranks[(me + 1) % n]`) is run like one on the rank."""
     found: set[str] = set()
     listed: set[str] = set()  # groups whose members the code lists: they need not span the world
-    stack, seen = [region], {id(region)}
-    while stack:
-        current = stack.pop()
-        for path in current.paths:
-            values: list[Expr] = list(path.conds)
-            for event in path.events:
-                if isinstance(event, CommEvent):
-                    values.extend(v for v in (event.peer,) if v is not None)
-                    if event.group is not None and event.group.members not in (None, TRUE):
-                        listed.add(event.group.key)
-                    continue
+    for path in _paths_within(region, loops):
+        values: list[Expr] = list(path.conds)
+        for event in path.events:
+            if isinstance(event, CommEvent):
+                values.extend(v for v in (event.peer,) if v is not None)
+                if event.group is not None and event.group.members not in (None, TRUE):
+                    listed.add(event.group.key)
+            else:
                 values.append(event.trip)
-                inner = loops.get((event.path, event.line, event.chain))
-                if inner is not None and id(inner) not in seen:
-                    seen.add(id(inner))
-                    stack.append(inner)
-            for value in values:
-                for atom in atoms(value):
-                    key = _group_of(atom)
-                    if key is not None and key != "world":
-                        found.add(key)
+        for value in values:
+            for atom in atoms(value):
+                key = _group_of(atom)
+                if key is not None and key != "world":
+                    found.add(key)
     return sorted(found - listed)[:MAX_AXES]
 
 
@@ -369,20 +362,28 @@ def shown_axis(axis: str | None) -> tuple[tuple[str, str], ...]:
 
 
 def _trips(region: Region, loops: dict[LoopKey, Region]) -> list[Expr]:
-    trips: list[Expr] = []
+    return [
+        event.trip
+        for path in _paths_within(region, loops)
+        for event in path.events
+        if isinstance(event, LoopEvent)
+    ]
+
+
+def _paths_within(region: Region, loops: dict[LoopKey, Region]) -> Iterator[Path]:
+    """Every path of `region` and of the loop regions nested in it, each region once, in the
+    order they are met (a region's inner loops after the path that holds them)."""
     stack, seen = [region], {id(region)}
     while stack:
-        current = stack.pop()
-        for path in current.paths:
+        for path in stack.pop().paths:
+            yield path
             for event in path.events:
-                if not isinstance(event, LoopEvent):
-                    continue
-                trips.append(event.trip)
-                inner = loops.get((event.path, event.line, event.chain))
+                inner = (
+                    loops.get((event.path, event.line, event.chain)) if isinstance(event, LoopEvent) else None
+                )
                 if inner is not None and id(inner) not in seen:
                     seen.add(id(inner))
                     stack.append(inner)
-    return trips
 
 
 # ----------------------------------------------------------------------------- schedules
