@@ -174,12 +174,12 @@ def replace_field(rng: random.Random, path: Path) -> None:
 
 
 def replace_dump_field(rng: random.Random, path: Path) -> None:
-    """The same on a Flight Recorder dump (read with the same safe unpickler the analyzer uses),
+    """The same on a Flight Recorder dump (read with the same safe decoder the analyzer uses),
     written back as a protocol 2 pickle or as JSON."""
-    from collcheck.runtime.trace_read import _read_dump
+    from collcheck.runtime.fr_read import plain_dump
 
     try:
-        dump = _read_dump(str(path))
+        dump = plain_dump(str(path))
     except Exception:
         return
     if dump is None:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from collcheck.runtime.fr_read import flight_recorder_events
 from collcheck.runtime.p2p import base_group
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
 from collcheck.runtime.trace_binary import (
@@ -26,7 +27,6 @@ from collcheck.runtime.trace_binary import (
     BinaryRecords,
     is_binary_trace,
 )
-from collcheck.runtime.trace_load import load_file
 from collcheck.runtime.trace_model import Analysis, RankTrace, Timeline
 from collcheck.runtime.trace_read import TraceLines, new_trace, numbered_lines
 
@@ -207,8 +207,7 @@ def _reread(timeline: Timeline, rank: int) -> Iterator[CollectiveEvent]:
         yield from _reread_binary(path)
         return
     if not (name.startswith(TRACE_PREFIX) and name.endswith(TRACE_SUFFIX)):
-        dump = _quiet_load(path)
-        yield from dump.events if dump is not None else ()
+        yield from flight_recorder_events(path)  # made one at a time from the decoded dump
         return
     lines = _SliceLines(new_trace(path))
     try:
@@ -242,10 +241,3 @@ def _reread_binary(path: str) -> Iterator[CollectiveEvent]:
     finally:
         records.close()
     yield from lines.waiting
-
-
-def _quiet_load(path: str) -> RankTrace | None:
-    try:
-        return load_file(path)
-    except Exception:  # refused or changed since the analysis: its slices are left out
-        return None

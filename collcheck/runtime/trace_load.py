@@ -3,7 +3,7 @@
 In: a folder (or one file) path. Out: one RankTrace per trace (trace_model.py): collcheck's JSON
 Lines traces read by trace_read.load_json, its binary traces (`.ccbin`, converted or written live
 by `collcheck run --trace-format binary`) by trace_binary.load_binary, anything else tried as a
-PyTorch Flight Recorder dump (trace_read.load_flight_recorder), and the Problems met on the way.
+PyTorch Flight Recorder dump (fr_read.load_flight_recorder), and the Problems met on the way.
 Where a rank has both a binary trace and its JSON lines, one of them is read (`one_form`), as
 `collcheck trace` does. A binary trace cut short at its end (a rank killed mid-write) is a note
 of that trace, never an error. Never imports torch.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 
+from collcheck.runtime.fr_read import load_flight_recorder
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX
 from collcheck.runtime.trace_binary import is_binary_trace, json_name_of, load_binary
 from collcheck.runtime.trace_model import Problem, RankTrace
@@ -21,7 +22,6 @@ from collcheck.runtime.trace_read import (
     PERFETTO_FILE,
     DumpRefused,
     TraceError,
-    load_flight_recorder,
     load_json,
 )
 

@@ -17,11 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_analyze import _fr_dump, _fr_entry
 
-from collcheck.runtime import trace_read
+from collcheck.runtime import fr_read
 from collcheck.runtime.analyze import analyze
 from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.trace_model import Problem
-from collcheck.runtime.trace_read import DumpRefused, TraceError, check_dump_shape
+from collcheck.runtime.fr_read import check_dump_shape
+from collcheck.runtime.trace_read import DumpRefused, TraceError
 
 
 def _shared_nest(depth: int) -> list[Any]:
@@ -74,7 +75,7 @@ def test_a_non_text_field_is_never_formatted(
 
 def test_depth_and_cycles_are_refused() -> None:
     deep: list[Any] = []
-    for _ in range(trace_read.MAX_DUMP_DEPTH + 1):
+    for _ in range(fr_read.MAX_DUMP_DEPTH + 1):
         deep = [deep]
     with pytest.raises(DumpRefused, match="deeper"):
         check_dump_shape({"entries": deep})

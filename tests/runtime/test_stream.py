@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO
 
 from collcheck.cli import main
-from collcheck.runtime import stream, trace_read
+from collcheck.runtime import fr_read, stream
 from collcheck.runtime.analyze import analyze
 from collcheck.runtime.perfetto import to_perfetto, write_perfetto
 from collcheck.runtime.record import (
@@ -288,7 +288,7 @@ def test_the_perfetto_file_written_into_the_folder_is_not_read_back(
 ) -> None:
     """Rerunning on a folder holding its Perfetto export (gigabytes for a big job, past the size a
     dump may have) neither reads it as a possible JSON dump nor lists it as refused."""
-    monkeypatch.setattr(trace_read, "MAX_DUMP_BYTES", 1000)
+    monkeypatch.setattr(fr_read, "MAX_DUMP_BYTES", 1000)
     _write(tmp_path, 0, [_event(0, seq) for seq in range(1, 30)])
     _write(tmp_path, 1, [_event(1, seq) for seq in range(1, 30)])
     assert main(["trace", str(tmp_path), "--format", "perfetto"]) == 0

@@ -1,4 +1,4 @@
-"""Trace folders are untrusted input: a crafted pickle must never run code (see trace_read.py)."""
+"""Trace folders are untrusted input: a crafted pickle must never run code (see fr_read.py and fr_pickle.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from conftest import REPO, base_env
 from test_analyze import _event, _fr_dump, _fr_entry, _write
 
 from collcheck.cli import main
-from collcheck.runtime import trace_read
+from collcheck.runtime import fr_read
 from collcheck.runtime.analyze import analyze
 from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.trace_model import Problem
@@ -108,7 +108,7 @@ def test_a_legitimate_dump_shaped_like_torchs_still_reads(tmp_path: Path) -> Non
 
 
 def test_an_oversized_dump_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trace_read, "MAX_DUMP_BYTES", 1000)
+    monkeypatch.setattr(fr_read, "MAX_DUMP_BYTES", 1000)
     dump = _fr_dump([_fr_entry(seq, "all_reduce", [[8]], 5) for seq in range(1, 40)])
     (tmp_path / "nccl_trace_rank_0").write_bytes(pickle.dumps(dump, protocol=2))
     _write(tmp_path, 1, [_event(1, 1, 8, 12)])

@@ -1,0 +1,631 @@
+"""Flight Recorder pickles decoded without unpickling: a restricted reader of pickle opcodes that
+builds plain data only and never calls, imports or names anything.
+
+In: the bytes of a pickle (protocol 2-5). Out: its value (dicts, lists, tuples, str, bytes, int,
+float, bool, None, sets), where the list under the top-level key `entries` may hold EntryRuns
+instead of dicts: a run of consecutive entries whose pickled bytes agree except for the numbers in
+them (torch's pickler writes the same opcodes for every entry of a loop; only sequence ids and
+times change). A run is the first entry decoded once, with each varying number replaced by a Slot,
+and one column of values per Slot, taken from the bytes with slicing: no Python object per entry.
+An opcode that could call, import or name something (GLOBAL, REDUCE, BUILD, persistent ids, ...)
+raises DumpRefused before anything is built from it; a truncated or malformed pickle raises
+CorruptPickle. The caller bounds the expanded size (trace_read.dump_size).
+
+How a run is found: at an entry (EMPTY_DICT in the entries list), the entry is decoded in a
+sandbox that may read the memo but not write it (MEMOIZE only counts), may change only containers
+it made, and pushes a Slot for each number. If it stays inside those rules, its bytes with the
+numbers' bytes masked are the entry's skeleton; the next entries are checked against the skeleton
+a block at a time (mask the number columns of the block, compare with the skeleton repeated: two C
+calls), and the matching ones become a run. Anything else is decoded opcode by opcode.
+Never imports torch.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import sys
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+from collcheck.runtime.trace_read import DumpRefused
+
+# Opcodes (pickle.py's names). The ones that call, import or name objects are refused.
+_REFUSED = {
+    ord("c"): "GLOBAL",
+    0x93: "STACK_GLOBAL",
+    ord("R"): "REDUCE",
+    ord("b"): "BUILD",
+    ord("i"): "INST",
+    ord("o"): "OBJ",
+    0x81: "NEWOBJ",
+    0x92: "NEWOBJ_EX",
+    0x82: "EXT1",
+    0x83: "EXT2",
+    0x84: "EXT4",
+    0x97: "NEXT_BUFFER",
+    0x98: "READONLY_BUFFER",
+}
+_PERSISTENT = (ord("P"), ord("Q"))
+MAX_LONG_BYTES = 64  # a longer integer is damage (FR's numbers fit in 8 bytes)
+MAX_SKELETONS = 256  # distinct entry skeletons learnt per dump (a job has a few dozen call sites)
+MAX_FAILED_LEARNING = 64  # entries in a row that could not be learnt: stop trying (a pickler that memoizes)
+
+
+class CorruptPickle(Exception):
+    """Truncated or malformed: not a pickle this reader decodes."""
+
+
+class _Abandon(Exception):
+    """The sandbox met something a skeleton cannot stand for: decode the entry opcode by opcode."""
+
+
+class _Unknown(Exception):
+    """A memo slot filled inside a run was read later: decode the whole pickle without runs."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A number of a run's entries: `index` into EntryRun.columns."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the entries of one skeleton share: `template` (a dict) with Slot i standing for the
+    entry's i-th number; `paths[i]` says where Slot i is (keys and list indices from the top)."""
+
+    template: Any
+    paths: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True)
+class EntryRun:
+    """`count` consecutive entries, each of one of `shapes`: entry k is of shape `kinds[k]`, and
+    `columns[shape][i]` holds the i-th number (Slot i) of that shape's entries, in order."""
+
+    shapes: tuple[Shape, ...]
+    kinds: array[int]
+    columns: tuple[tuple[array[int], ...], ...]
+    count: int
+
+    def entries(self) -> Any:
+        """(shape, numbers) of each entry in order, the numbers as a tuple."""
+        at = [0] * len(self.shapes)
+        for kind in self.kinds:
+            index = at[kind]
+            at[kind] = index + 1
+            yield self.shapes[kind], tuple(column[index] for column in self.columns[kind])
+
+
+@dataclass(frozen=True)
+class _Number:
+    """A number's bytes in an entry: `offset` from the entry's start, `width`, and how to read them."""
+
+    offset: int
+    width: int
+    kind: str  # a key of _CODES
+
+
+@dataclass
+class _Skeleton:
+    shape: Shape
+    match: Any  # the compiled pattern's `match`: the entry's bytes, each number's bytes a group
+    numbers: tuple[_Number, ...]
+    memoized: int  # MEMOIZE opcodes in one entry
+    kind: int = -1  # its index in the shapes of the run being read
+    raw: bytearray = field(default_factory=bytearray)  # the numbers' bytes of its entries in the run
+    next: list[_Skeleton] = field(default_factory=list)  # skeletons seen after it, latest first
+
+    def columns(self) -> tuple[array[int], ...]:
+        """One array per number from `raw`, sliced as columns (no object per entry)."""
+        raw, width = bytes(self.raw), sum(number.width for number in self.numbers)
+        count = len(raw) // width if width else 0
+        columns, offset = [], 0
+        for number in self.numbers:
+            size = number.width
+            column = bytearray(count * size)
+            for byte in range(size):
+                column[byte::size] = raw[offset + byte :: width]
+            values = array(_CODES[number.kind])
+            values.frombytes(bytes(column))
+            if sys.byteorder != "little":  # a pickle's integers are little-endian
+                values.byteswap()
+            columns.append(values)
+            offset += size
+        return tuple(columns)
+
+
+def decode(data: bytes, runs: bool = True) -> Any:
+    """The value of the pickle `data` (see the module's docstring)."""
+    if not runs:
+        return _Machine(data, False).run()
+    try:
+        return _Machine(data, True).run()
+    except _Unknown:
+        return _Machine(data, False).run()
+
+
+_BROKEN = (IndexError, struct.error, TypeError, UnicodeDecodeError, RecursionError, OverflowError)
+
+
+class _Machine:
+    """A pickle's opcodes run over a stack of plain values. `sandbox`: one entry decoded to learn
+    its skeleton (see the module's docstring); `memo` is then the main decoding's, read only."""
+
+    def __init__(
+        self,
+        data: bytes,
+        runs: bool,
+        sandbox: bool = False,
+        memo: dict[int, Any] | None = None,
+        memo_len: int = 0,
+        opaque: list[tuple[int, int]] | None = None,
+    ) -> None:
+        self.data = data
+        self.runs = runs
+        self.sandbox = sandbox
+        self.memo: dict[int, Any] = memo if memo is not None else {}
+        self.memo_len = memo_len  # the next MEMOIZE's index
+        self.opaque = opaque if opaque is not None else []  # memo ranges filled inside runs
+        self.stack: list[Any] = []
+        self.marks: list[list[Any]] = []
+        self.skeletons: list[_Skeleton] = []
+        self.last: _Skeleton | None = None
+        self.failed = 0
+        # sandbox only
+        self.own: set[int] = set()  # ids of the containers this entry made
+        self.numbers: list[_Number] = []
+        self.slot_values: list[Any] = []
+        self.memoized = 0
+        self.start = 0
+
+    # ------------------------------------------------------------------ the opcode loop
+    def run(self, pos: int = 0, end: int | None = None) -> Any:
+        data = self.data
+        size = len(data)
+        stack = self.stack
+        try:
+            while True:
+                if pos >= size:
+                    raise CorruptPickle("pickle ends without STOP")
+                op = data[pos]
+                pos += 1
+                if op == 0x68:  # BINGET
+                    stack.append(self._get(data[pos]))
+                    pos += 1
+                elif op == 0x58:  # BINUNICODE
+                    (length,) = struct.unpack_from("<I", data, pos)
+                    pos += 4
+                    stack.append(self._text(pos, length))
+                    pos += length
+                elif op == 0x8C:  # SHORT_BINUNICODE
+                    length = data[pos]
+                    pos += 1
+                    stack.append(self._text(pos, length))
+                    pos += length
+                elif op == 0x4B:  # BININT1
+                    stack.append(self._number(pos, 1, "u1", data[pos]))
+                    pos += 1
+                elif op == 0x4D:  # BININT2
+                    stack.append(self._number(pos, 2, "u2", data[pos] | data[pos + 1] << 8))
+                    pos += 2
+                elif op == 0x4A:  # BININT
+                    stack.append(self._number(pos, 4, "i4", struct.unpack_from("<i", data, pos)[0]))
+                    pos += 4
+                elif op == 0x8A:  # LONG1
+                    length = data[pos]
+                    pos += 1
+                    stack.append(self._long(pos, length))
+                    pos += length
+                elif op == 0x8B:  # LONG4
+                    (length,) = struct.unpack_from("<I", data, pos)
+                    pos += 4
+                    if self.sandbox:
+                        raise _Abandon
+                    stack.append(self._long(pos, length))
+                    pos += length
+                elif op == 0x47:  # BINFLOAT
+                    if self.sandbox:
+                        raise _Abandon  # FR's numbers are integers; a float keeps the entry slow
+                    stack.append(struct.unpack_from(">d", data, pos)[0])
+                    pos += 8
+                elif op == 0x28:  # MARK
+                    self.marks.append(stack)
+                    stack = self.stack = []
+                elif op == 0x7D:  # EMPTY_DICT
+                    if self.runs and self._at_entry():
+                        found = self._entries(pos - 1)
+                        if found is not None:
+                            pos = found
+                            continue
+                    stack.append(self._made({}))
+                elif op == 0x5D:  # EMPTY_LIST
+                    stack.append(self._made([]))
+                elif op == 0x29:  # EMPTY_TUPLE
+                    stack.append(())
+                elif op == 0x75:  # SETITEMS
+                    items = stack
+                    stack = self._pop_mark()
+                    target = self._target(stack)
+                    if not isinstance(target, dict) or len(items) % 2:
+                        raise CorruptPickle("SETITEMS")
+                    for at in range(0, len(items), 2):
+                        target[_key(items[at])] = items[at + 1]
+                elif op == 0x73:  # SETITEM
+                    value, key = stack.pop(), stack.pop()
+                    target = self._target(stack)
+                    if not isinstance(target, dict):
+                        raise CorruptPickle("SETITEM")
+                    target[_key(key)] = value
+                elif op == 0x65:  # APPENDS
+                    items = stack
+                    stack = self._pop_mark()
+                    target = self._target(stack)
+                    if not isinstance(target, list):
+                        raise CorruptPickle("APPENDS")
+                    target.extend(items)
+                elif op == 0x61:  # APPEND
+                    value = stack.pop()
+                    target = self._target(stack)
+                    if not isinstance(target, list):
+                        raise CorruptPickle("APPEND")
+                    target.append(value)
+                elif op == 0x71:  # BINPUT
+                    self._put(data[pos], stack)
+                    pos += 1
+                elif op == 0x72:  # LONG_BINPUT
+                    self._put(struct.unpack_from("<I", data, pos)[0], stack)
+                    pos += 4
+                elif op == 0x94:  # MEMOIZE
+                    if not stack:
+                        raise CorruptPickle("MEMOIZE on an empty stack")
+                    if self.sandbox:
+                        self.memoized += 1
+                    else:
+                        self._put(self.memo_len, stack)
+                    self.memo_len += 1
+                elif op == 0x6A:  # LONG_BINGET
+                    stack.append(self._get(struct.unpack_from("<I", data, pos)[0]))
+                    pos += 4
+                elif op == 0x4E:  # NONE
+                    stack.append(None)
+                elif op == 0x88:  # NEWTRUE
+                    stack.append(True)
+                elif op == 0x89:  # NEWFALSE
+                    stack.append(False)
+                elif op in (0x85, 0x86, 0x87):  # TUPLE1..3
+                    count = op - 0x84
+                    if len(stack) < count:
+                        raise CorruptPickle("TUPLE")
+                    items = stack[-count:]
+                    del stack[-count:]
+                    stack.append(self._made(tuple(items)))
+                elif op == 0x74:  # TUPLE
+                    items = stack
+                    stack = self._pop_mark()
+                    stack.append(self._made(tuple(items)))
+                elif op == 0x6C:  # LIST
+                    items = stack
+                    stack = self._pop_mark()
+                    stack.append(self._made(items))
+                elif op == 0x64:  # DICT
+                    items = stack
+                    stack = self._pop_mark()
+                    if len(items) % 2:
+                        raise CorruptPickle("DICT")
+                    stack.append(self._made({_key(items[a]): items[a + 1] for a in range(0, len(items), 2)}))
+                elif op == 0x95:  # FRAME: a grouping of the opcodes that follow, nothing to build
+                    if self.sandbox:
+                        raise _Abandon
+                    pos += 8
+                elif op == 0x80:  # PROTO
+                    pos += 1
+                elif op == 0x2E:  # STOP
+                    if self.sandbox or len(stack) != 1 or self.marks:
+                        raise CorruptPickle("STOP")
+                    return stack[0]
+                elif op == 0x30:  # POP
+                    if stack:
+                        stack.pop()
+                    else:
+                        stack = self._pop_mark()
+                elif op == 0x31:  # POP_MARK
+                    stack = self._pop_mark()
+                elif op == 0x32:  # DUP
+                    if self.sandbox or not stack:
+                        raise _Abandon if self.sandbox else CorruptPickle("DUP")
+                    stack.append(stack[-1])
+                elif op in (0x42, 0x43, 0x8E, 0x96):  # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
+                    width = {0x42: 4, 0x43: 1, 0x8E: 8, 0x96: 8}[op]
+                    length = int.from_bytes(data[pos : pos + width], "little")
+                    pos += width
+                    if pos + length > size:
+                        raise CorruptPickle("bytes past the end")
+                    stack.append(bytes(data[pos : pos + length]))
+                    pos += length
+                elif op == 0x8D:  # BINUNICODE8
+                    length = int.from_bytes(data[pos : pos + 8], "little")
+                    pos += 8
+                    stack.append(self._text(pos, length))
+                    pos += length
+                elif op == 0x8F:  # EMPTY_SET
+                    stack.append(self._made(set()))
+                elif op == 0x90:  # ADDITEMS
+                    items = stack
+                    stack = self._pop_mark()
+                    target = self._target(stack)
+                    if not isinstance(target, set):
+                        raise CorruptPickle("ADDITEMS")
+                    target.update(_key(item) for item in items)
+                elif op == 0x91:  # FROZENSET
+                    items = stack
+                    stack = self._pop_mark()
+                    stack.append(frozenset(_key(item) for item in items))
+                elif op in _REFUSED:
+                    raise DumpRefused(_refusal(op, data, pos, stack))
+                elif op in _PERSISTENT:
+                    raise DumpRefused("pickle uses persistent ids; not a Flight Recorder dump, not unpickled")
+                else:
+                    raise CorruptPickle(f"opcode {op:#x}")
+                if (
+                    end is not None
+                    and not self.marks
+                    and len(stack) == 1
+                    and (pos >= size or data[pos] in _ENDS)
+                ):
+                    return pos  # the sandbox's entry is whole
+        except _BROKEN as error:
+            if self.sandbox:
+                raise _Abandon from error
+            raise CorruptPickle(type(error).__name__) from error
+
+    # ------------------------------------------------------------------ helpers
+    def _pop_mark(self) -> list[Any]:
+        if not self.marks:
+            raise _Abandon if self.sandbox else CorruptPickle("no MARK")
+        self.stack = self.marks.pop()
+        return self.stack
+
+    def _target(self, stack: list[Any]) -> Any:
+        if not stack:
+            raise _Abandon if self.sandbox else CorruptPickle("nothing to add to")
+        target = stack[-1]
+        if self.sandbox and id(target) not in self.own:
+            raise _Abandon  # changes a container made before this entry: runs would skip that
+        return target
+
+    def _made(self, value: Any) -> Any:
+        if self.sandbox:
+            self.own.add(id(value))
+        return value
+
+    def _text(self, pos: int, length: int) -> str:
+        if pos + length > len(self.data):
+            raise CorruptPickle("text past the end")
+        return self.data[pos : pos + length].decode("utf-8", "surrogatepass")
+
+    def _number(self, pos: int, width: int, kind: str, value: Any) -> Any:
+        if not self.sandbox:
+            return value
+        self.numbers.append(_Number(pos - self.start, width, kind))
+        self.slot_values.append(value)
+        return Slot(len(self.numbers) - 1)
+
+    def _long(self, pos: int, length: int) -> Any:
+        if length > MAX_LONG_BYTES or pos + length > len(self.data):
+            raise CorruptPickle("integer too long")
+        value = int.from_bytes(self.data[pos : pos + length], "little", signed=True)
+        if self.sandbox:
+            if length not in (1, 2, 4, 8):
+                raise _Abandon
+            return self._number(pos, length, f"long{length}", value)
+        return value
+
+    def _put(self, index: int, stack: list[Any]) -> None:
+        if self.sandbox:
+            raise _Abandon  # an entry's memo slot: a later entry may read it
+        if not stack:
+            raise CorruptPickle("PUT on an empty stack")
+        if index in self.memo:
+            raise CorruptPickle("a memo slot written twice")  # neither torch nor Python does
+        self.memo[index] = stack[-1]
+
+    def _get(self, index: int) -> Any:
+        try:
+            return self.memo[index]
+        except KeyError:
+            if any(low <= index < high for low, high in self.opaque):
+                raise _Unknown from None
+            if self.sandbox:
+                raise _Abandon from None
+            raise CorruptPickle("memo slot never written") from None
+
+    # ------------------------------------------------------------------ entries
+    def _at_entry(self) -> bool:
+        """At an item of the list under the top-level key `entries`."""
+        if len(self.marks) != 2:
+            return False
+        outer = self.marks[-1]
+        return len(outer) >= 2 and type(outer[-1]) is list and outer[-2] == "entries"
+
+    def _entries(self, pos: int) -> int | None:
+        """Push a run of entries from `pos` (an entry's EMPTY_DICT); where it ends, or None when
+        the entry there fits no skeleton (it is then decoded opcode by opcode)."""
+        data, start, size = self.data, pos, len(self.data)
+        kinds: array[int] = array("H")
+        used: list[_Skeleton] = []
+        memo_start = self.memo_len
+        previous = self.last
+        while pos < size and data[pos] == 0x7D:
+            found = None
+            # A loop's entries come in the same order: try what followed the previous entry's
+            # skeleton before, then every skeleton, then learn one.
+            for skeleton in previous.next if previous is not None else ():
+                found = skeleton.match(data, pos)
+                if found is not None:
+                    break
+            else:
+                skeleton, found = self._other(pos)
+                if found is None:
+                    break
+                if previous is not None:
+                    previous.next.insert(0, skeleton)
+                    del previous.next[_SUCCESSORS:]
+            if skeleton.kind < 0:
+                skeleton.kind = len(used)
+                used.append(skeleton)
+            kinds.append(skeleton.kind)
+            skeleton.raw += b"".join(found.groups())
+            if skeleton.memoized:
+                self.memo_len += skeleton.memoized
+            pos = found.end()
+            previous = skeleton
+        self.last = previous
+        if pos == start:
+            return None
+        shapes = tuple(one.shape for one in used)
+        columns = tuple(one.columns() for one in used)
+        for one in used:
+            one.kind, one.raw = -1, bytearray()
+        self.stack.append(EntryRun(shapes, kinds, columns, len(kinds)))
+        if self.memo_len > memo_start:
+            self.opaque.append((memo_start, self.memo_len))
+        return pos
+
+    def _other(self, pos: int) -> tuple[_Skeleton, re.Match[bytes] | None]:
+        """A known skeleton that the entry at `pos` fits, else one learnt from it, and its match."""
+        for skeleton in self.skeletons:
+            found = skeleton.match(self.data, pos)
+            if found is not None:
+                return skeleton, found
+        learnt = self._learn(pos)
+        if learnt is None:
+            return self.skeletons[0] if self.skeletons else _NO_SKELETON, None
+        self.skeletons.append(learnt)
+        return learnt, learnt.match(self.data, pos)
+
+    def _learn(self, pos: int) -> _Skeleton | None:
+        if len(self.skeletons) >= MAX_SKELETONS or self.failed >= MAX_FAILED_LEARNING:
+            return None
+        box = _Machine(self.data, False, True, self.memo, self.memo_len, self.opaque)
+        box.start = pos
+        try:
+            end = box.run(pos, end=pos)
+            template = box.stack[0]
+            paths = _slot_paths(template, box.own, len(box.numbers))
+        except (_Abandon, CorruptPickle, DumpRefused):
+            paths = None
+        if paths is None:
+            self.failed += 1
+            return None
+        self.failed = 0
+        pattern, at = [], pos
+        for number in box.numbers:
+            pattern.append(re.escape(self.data[at : pos + number.offset]))
+            pattern.append(b"(.{%d})" % number.width)
+            at = pos + number.offset + number.width
+        pattern.append(re.escape(self.data[at:end]))
+        regex = re.compile(b"".join(pattern), re.DOTALL)
+        return _Skeleton(Shape(template, paths), regex.match, tuple(box.numbers), box.memoized)
+
+
+_SUCCESSORS = 4  # skeletons remembered after each one (a step's collectives in a few orders)
+_NO_SKELETON = _Skeleton(Shape({}, ()), None, (), 0)
+_CODES = {"u1": "B", "u2": "H", "i4": "i", "long1": "b", "long2": "h", "long4": "i", "long8": "q"}
+_ENDS = frozenset((0x7D, 0x65, 0x95))  # after an entry: the next one, APPENDS, a FRAME
+
+
+def _key(value: Any) -> Any:
+    """A dict key or set member: plain scalars only (a deep tuple would recurse when hashed)."""
+    if value is None or type(value) in (str, int, bytes, float, bool):
+        return value
+    raise CorruptPickle("a key that is not a plain scalar")
+
+
+def _refusal(op: int, data: bytes, pos: int, stack: list[Any]) -> str:
+    """Why an opcode that calls, imports or names something was refused (nothing was built)."""
+    named: tuple[Any, ...] = ()
+    if op == ord("c"):  # GLOBAL: `module\nname\n` follows
+        named = tuple(bytes(data[pos : pos + 512]).split(b"\n")[:2])
+        named = tuple(part.decode("utf-8", "replace") for part in named) if len(named) == 2 else ()
+    elif op == 0x93 and len(stack) >= 2:  # STACK_GLOBAL: module and name on the stack
+        named = (stack[-2], stack[-1])
+    if len(named) == 2 and all(isinstance(part, str) for part in named):
+        what = f"refers to {named[0][:100]}.{named[1][:100]}"
+    else:
+        what = f"uses {_REFUSED[op]}, which builds objects"
+    return f"pickle {what}; Flight Recorder dumps hold only plain data, so it was not unpickled"
+
+
+def _slot_paths(template: Any, own: set[int], slots: int) -> tuple[tuple[Any, ...], ...] | None:
+    """Where each Slot stands in `template` (walking only the containers the entry made); None
+    when a Slot stands twice, nowhere, or in a key."""
+    found: dict[int, tuple[Any, ...]] = {}
+    work: list[tuple[Any, tuple[Any, ...]]] = [(template, ())]
+    while work:
+        value, path = work.pop()
+        if isinstance(value, Slot):
+            if value.index in found:
+                return None
+            found[value.index] = path
+        elif id(value) in own:
+            if len(path) > 16:
+                return None
+            if isinstance(value, dict):
+                if any(isinstance(key, Slot) for key in value):
+                    return None
+                work.extend((child, (*path, key)) for key, child in value.items())
+            elif isinstance(value, (list, tuple)):
+                work.extend((child, (*path, at)) for at, child in enumerate(value))
+            elif isinstance(value, set) and any(isinstance(item, Slot) for item in value):
+                return None
+    if len(found) != slots:
+        return None
+    return tuple(found[index] for index in range(slots))
+
+
+def materialise(shape: Shape, numbers: tuple[int, ...]) -> Any:
+    """An entry of `shape` as plain values: the template with its Slots filled, copied along the
+    Slots' paths only (the rest is shared with the template)."""
+    return fill(shape.template, shape.paths, numbers)
+
+
+def fill(template: Any, paths: tuple[tuple[Any, ...], ...], values: tuple[Any, ...]) -> Any:
+    """`template` with Slot i replaced by values[i] (see materialise)."""
+    copies: dict[tuple[Any, ...], Any] = {}
+
+    def copied(path: tuple[Any, ...]) -> Any:
+        if path in copies:
+            return copies[path]
+        if not path:
+            value = template
+        else:
+            parent = copied(path[:-1])
+            value = parent[path[-1]]
+        if isinstance(value, (dict, list)):
+            value = value.copy()
+        elif isinstance(value, tuple):
+            value = list(value)  # made a tuple again below
+        copies[path] = value
+        if path:
+            copies[path[:-1]][path[-1]] = value
+        return value
+
+    for index, path in enumerate(paths):
+        copied(path[:-1])[path[-1]] = values[index]
+    # tuples copied as lists become tuples again, innermost first
+    for path in sorted((p for p in copies if p), key=len, reverse=True):
+        original = _at(template, path)
+        if isinstance(original, tuple):
+            copies[path[:-1]][path[-1]] = tuple(copies[path])
+    root = copies.get((), template)
+    return tuple(root) if isinstance(template, tuple) else root
+
+
+def _at(value: Any, path: tuple[Any, ...]) -> Any:
+    for step in path:
+        value = value[step]
+    return value

@@ -1,0 +1,402 @@
+"""PyTorch Flight Recorder dumps as collcheck events, read without unpickling them.
+
+In: a file path. Out: its RankTrace (trace_model.py) whole (`load_flight_recorder`), or its events
+one at a time (`flight_recorder_events`, for the Perfetto export), with the Problems met on the way.
+A dump is a pickle (`_dump_fr_trace`, or a file written through `TORCH_FR_DUMP_TEMP_FILE`) or JSON
+(`_dump_fr_trace_json`). A trace folder is untrusted input: a pickle is read only when its first
+bytes are a protocol 2-5 header and an empty dict (how torch writes a dump), at most MAX_DUMP_BYTES,
+by fr_pickle.py's decoder, which builds plain data only and refuses every opcode that could call,
+import or name something; what it builds is bounded as if every shared container were copied
+where it stands (MAX_DUMP_NODES, MAX_DUMP_DEPTH). Entries that fr_pickle.py read as a run (the same
+bytes but for their numbers) become events from one event per distinct shape: only the sequence
+number and the times are taken per entry.
+Never imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from collcheck.runtime.fr_pickle import CorruptPickle, EntryRun, Shape, decode, fill
+from collcheck.runtime.record import CallSite, CollectiveEvent
+from collcheck.runtime.trace_model import RankTrace
+from collcheck.runtime.trace_read import INT_LIMIT, DumpRefused, checked_event, short_error
+
+_FR_DTYPES = {
+    "Float": "float32",
+    "Double": "float64",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Int": "int32",
+    "Long": "int64",
+    "Short": "int16",
+    "Char": "int8",
+    "Byte": "uint8",
+    "Bool": "bool",
+    "ComplexFloat": "complex64",
+    "ComplexDouble": "complex128",
+}
+# Not user frames: torch itself, and collcheck's hook when the job was traced by both.
+_TORCH_FILE = re.compile(r"[/\\]torch[/\\]|[/\\]collcheck[/\\]runtime[/\\]")
+
+# Bounds on what one dump may cost: FR's ring buffer holds 2,000 entries by default (a few MB).
+MAX_DUMP_BYTES = 256 * 1024 * 1024
+MAX_DUMP_ENTRIES = 1_000_000
+_PICKLE_DICT = b"}"  # EMPTY_DICT: a dump's top level
+_PICKLE_FRAME = b"\x95"  # FRAME (protocol 4+), 8 bytes of length, then the first opcode
+_PROTO = 0x80
+
+
+def load_flight_recorder(path: str) -> RankTrace | None:
+    """A Flight Recorder dump, or None for a file that is none. Raises DumpRefused for a pickle
+    that is not plain data, or a dump over MAX_DUMP_BYTES."""
+    read = _open_dump(path)
+    if read is None:
+        return None
+    trace, entries, configs = read
+    for index, event, error in _events(entries, trace.rank, configs):
+        if event is not None:
+            trace.events.append(event)
+        elif error is not None:
+            trace.note(0, f"entry {index}: unusable ({error})")
+    if _entry_count(entries) > MAX_DUMP_ENTRIES:
+        trace.note(0, f"only the first {MAX_DUMP_ENTRIES} entries read", skipped=False)
+    return trace
+
+
+def flight_recorder_events(path: str) -> Iterator[CollectiveEvent]:
+    """The events of the dump at `path` in order, made one at a time (none kept); nothing when
+    the file is not a dump or is refused."""
+    try:
+        read = _open_dump(path)
+    except DumpRefused:
+        return
+    if read is None:
+        return
+    trace, entries, configs = read
+    for _, event, _ in _events(entries, trace.rank, configs):
+        if event is not None:
+            yield event
+
+
+def _open_dump(path: str) -> tuple[RankTrace, list[Any], dict[str, tuple[int, ...]]] | None:
+    dump = _read_dump(path)
+    if not isinstance(dump, dict) or not isinstance(dump.get("entries"), list):
+        return None
+    rank = _dump_rank(dump, path)
+    if rank is None:
+        return None
+    trace = RankTrace(rank=rank, source="flight-recorder", path=path, exited=None)
+    return trace, dump["entries"], _pg_ranks(dump.get("pg_config"))
+
+
+def _entry_count(entries: list[Any]) -> int:
+    return sum(item.count if isinstance(item, EntryRun) else 1 for item in entries)
+
+
+_Read = tuple[int, CollectiveEvent | None, str | None]
+_UNUSABLE = (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError)
+
+
+def _events(entries: list[Any], rank: int, configs: dict[str, tuple[int, ...]]) -> Iterator[_Read]:
+    """(index, event, None), (index, None, why it is unusable), or (index, None, None) for an
+    entry that is no collective, for the first MAX_DUMP_ENTRIES entries."""
+    index = 0
+    for item in entries:
+        if index >= MAX_DUMP_ENTRIES:
+            return
+        if isinstance(item, EntryRun):
+            shown = _RunEvents(rank, configs)
+            for shape, numbers in item.entries():
+                if index >= MAX_DUMP_ENTRIES:
+                    return
+                yield (index, *shown.event(shape, numbers))
+                index += 1
+            continue
+        try:
+            event = _fr_event(item, rank, configs) if isinstance(item, dict) else None
+            yield index, checked_event(event) if event is not None else None, None
+        except _UNUSABLE as error:
+            yield index, None, short_error(error)
+        index += 1
+
+
+# The entry's fields that an event is made of; a number elsewhere in an entry changes nothing.
+_SEQ_FIELDS = ("collective_seq_id", "p2p_seq_id")
+_CREATED, _COMPLETED = "time_created_ns", "time_discovered_completed_ns"
+_FIELDS_READ = frozenset(
+    (*_SEQ_FIELDS, _CREATED, _COMPLETED, "is_p2p", "process_group", "profiling_name", "state",
+     "retired", "input_sizes", "input_dtypes", "frames", "thread_name")
+)  # fmt: skip
+
+
+class _Model:
+    """The event of entries of one shape whose numbers outside seq and times agree: where those
+    three come from (a Slot's index, or the value every such entry has)."""
+
+    def __init__(
+        self, shape: Shape, numbers: tuple[int, ...], rank: int, configs: dict[str, tuple[int, ...]]
+    ) -> None:
+        direct = {path[0]: index for index, path in enumerate(shape.paths) if len(path) == 1}
+        entry = fill(shape.template, shape.paths, numbers)
+        self.error: str | None = None
+        self.event: CollectiveEvent | None = None
+        self.p2p = bool(entry.get("is_p2p")) if isinstance(entry, dict) else False
+        self.seq = direct.get(_SEQ_FIELDS[1] if self.p2p else _SEQ_FIELDS[0])
+        self.created, self.completed = direct.get(_CREATED), direct.get(_COMPLETED)
+        self.completed_ns = entry.get(_COMPLETED) if isinstance(entry, dict) else None
+        if self.seq is not None:  # a stand-in: the model must not be dropped for this entry's number
+            entry[_SEQ_FIELDS[1] if self.p2p else _SEQ_FIELDS[0]] = 1
+        try:
+            event = _fr_event(entry, rank, configs) if isinstance(entry, dict) else None
+            self.event = checked_event(event) if event is not None else None
+        except _UNUSABLE as error:
+            self.error = short_error(error)
+        self.done = self.event is not None and self.event.t_end is not None
+
+
+class _RunEvents:
+    """Events of an EntryRun's entries: one _Model per shape and per value of the numbers an event
+    depends on besides seq and times (a frame's line number, a size), each entry a copy of it."""
+
+    def __init__(self, rank: int, configs: dict[str, tuple[int, ...]]) -> None:
+        self.rank, self.configs = rank, configs
+        self.keyed: dict[int, tuple[int, ...]] = {}  # id(shape) -> the Slots an event depends on
+        self.models: dict[tuple[int, tuple[int, ...]], _Model] = {}  # shapes live in the run
+
+    def event(self, shape: Shape, numbers: tuple[int, ...]) -> tuple[CollectiveEvent | None, str | None]:
+        keyed = self.keyed.get(id(shape))
+        if keyed is None:
+            keyed = self.keyed[id(shape)] = _depends_on(shape)
+        key = (id(shape), tuple(numbers[i] for i in keyed))
+        model = self.models.get(key)
+        if model is None:
+            model = self.models[key] = _Model(shape, numbers, self.rank, self.configs)
+        if model.error is not None or model.event is None:
+            return None, model.error
+        event = model.event
+        seq = event.seq if model.seq is None else int(numbers[model.seq] or 0)
+        if seq <= 0:
+            return None, None
+        if seq >= INT_LIMIT:
+            return None, f"out of range: {str(seq)[:40]}"
+        state = dict(event.__dict__)
+        state["seq"] = seq
+        if model.created is not None:
+            state["t_start"] = float(numbers[model.created] or 0) / 1e9
+        if model.done:
+            completed = numbers[model.completed] if model.completed is not None else model.completed_ns
+            state["t_end"] = float(completed) / 1e9 if completed else state["t_start"]
+        copy = object.__new__(CollectiveEvent)
+        copy.__dict__.update(state)
+        return copy, None
+
+
+def _depends_on(shape: Shape) -> tuple[int, ...]:
+    """The Slots of `shape` other than seq and times that an event reads."""
+    plain = {_SEQ_FIELDS[0], _SEQ_FIELDS[1], _CREATED, _COMPLETED}
+    return tuple(
+        index
+        for index, path in enumerate(shape.paths)
+        if path[0] in _FIELDS_READ and not (len(path) == 1 and path[0] in plain)
+    )
+
+
+def plain_dump(path: str) -> Any:
+    """The dump at `path` as plain values (every entry a dict: no EntryRun), as `_read_dump`
+    bounds and checks it; None when the file is not one (for tools that rewrite dumps)."""
+    return _read_dump(path, runs=False)
+
+
+def _read_dump(path: str, runs: bool = True) -> Any:
+    """The decoded dump, or None when the file is not one: JSON (starts with `{`) or a pickle whose
+    first opcodes are a protocol 2-5 header and an empty dict, as torch writes them. Any other file
+    is never decoded. `runs`: entries alike but for their numbers may be EntryRuns."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            head = handle.read(16)
+            kind = _dump_kind(head)
+            if kind is None:
+                return None
+            if size > MAX_DUMP_BYTES:
+                raise DumpRefused(f"{size} bytes, more than the {MAX_DUMP_BYTES} a dump may have; not read")
+            data = head + handle.read(MAX_DUMP_BYTES + 1 - len(head))
+    except OSError:
+        return None
+    if len(data) > MAX_DUMP_BYTES:  # grew while being read
+        raise DumpRefused(f"more than {MAX_DUMP_BYTES} bytes; not read")
+    if kind == "json":
+        try:
+            loaded = json.loads(data)
+        except (ValueError, RecursionError):
+            return None
+        check_dump_shape(loaded)
+        return loaded
+    try:
+        loaded = decode(data, runs)
+    except CorruptPickle:  # truncated or corrupt: not a dump we can read
+        return None
+    _check_decoded(loaded)
+    return loaded
+
+
+def _dump_kind(head: bytes) -> str | None:
+    """ "json", "pickle" or None, from a file's first bytes."""
+    if head.lstrip()[:1] == b"{":
+        return "json"
+    if len(head) < 3 or head[0] != _PROTO or not 2 <= head[1] <= 5:
+        return None
+    opcode = head[2:3]
+    if opcode == _PICKLE_FRAME and len(head) >= 12:
+        opcode = head[11:12]
+    return "pickle" if opcode == _PICKLE_DICT else None
+
+
+# A pickle's memo lets one container stand in many places: 600 bytes of lists that share one inner
+# list spell out 2**60 leaves once anything formats them. What a dump may hold is bounded as if
+# every shared container were copied where it stands (FR's ring holds 2,000 entries of a few dozen
+# values each by default; MAX_DUMP_ENTRIES of them would still fit), and its nesting too.
+MAX_DUMP_NODES = 50_000_000
+MAX_DUMP_DEPTH = 64
+
+
+def _check_decoded(dump: Any) -> None:
+    """check_dump_shape of a decoded pickle whose entries list holds EntryRuns: each of a run's
+    entries counts as its shape's template spelled out."""
+    entries = dump.get("entries") if isinstance(dump, dict) else None
+    runs = [item for item in entries if isinstance(item, EntryRun)] if isinstance(entries, list) else []
+    shapes = [(shape, run.kinds.count(kind)) for run in runs for kind, shape in enumerate(run.shapes)]
+    sizes = dump_sizes([dump, *(shape.template for shape, _ in shapes)])
+    total = sizes[0] + sum(size * count for size, (_, count) in zip(sizes[1:], shapes, strict=True))
+    if total > MAX_DUMP_NODES:
+        raise DumpRefused(f"holds more than {MAX_DUMP_NODES} values with its shared parts spelled out")
+
+
+def check_dump_shape(data: Any) -> None:
+    """DumpRefused when `data`, with shared containers counted at each place they stand, has more
+    than MAX_DUMP_NODES values, nests deeper than MAX_DUMP_DEPTH, or contains itself."""
+    dump_sizes([data])
+
+
+def dump_sizes(roots: list[Any]) -> list[int]:
+    """How many values each root holds with shared containers counted at each place they stand;
+    DumpRefused past MAX_DUMP_NODES for one container, MAX_DUMP_DEPTH, or a container that holds
+    itself. Linear in the distinct containers: each one's expanded size is computed once."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    for root in roots:
+        work: list[tuple[Any, int, bool]] = [(root, 0, False)]
+        while work:
+            value, depth, children_done = work.pop()
+            if not isinstance(value, (list, tuple, dict)):
+                continue
+            key = id(value)
+            if children_done:
+                on_path.discard(key)
+                size = 1 + sum(sizes.get(id(child), 1) for child in _children(value))
+                if size > MAX_DUMP_NODES:
+                    raise DumpRefused(
+                        f"holds more than {MAX_DUMP_NODES} values with its shared parts spelled out"
+                    )
+                sizes[key] = size
+                continue
+            if key in sizes:
+                continue
+            if key in on_path:
+                raise DumpRefused("contains itself; not a Flight Recorder dump")
+            if depth >= MAX_DUMP_DEPTH:
+                raise DumpRefused(f"nests deeper than {MAX_DUMP_DEPTH} levels; not a Flight Recorder dump")
+            on_path.add(key)
+            work.append((value, depth, True))
+            work.extend((child, depth + 1, False) for child in _children(value))
+    return [sizes.get(id(root), 1) for root in roots]
+
+
+def _children(value: list[Any] | tuple[Any, ...] | dict[Any, Any]) -> list[Any]:
+    return [*value.keys(), *value.values()] if isinstance(value, dict) else list(value)
+
+
+def _dump_rank(dump: dict[str, Any], path: str) -> int | None:
+    rank = dump.get("rank")
+    if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < INT_LIMIT:
+        return rank
+    digits = re.search(r"(\d{1,9})(?:\.\w+)?$", os.path.basename(path))  # FR names files <prefix><rank>
+    return int(digits.group(1)) if digits else None
+
+
+def _pg_ranks(config: Any) -> dict[str, tuple[int, ...]]:
+    found: dict[str, tuple[int, ...]] = {}
+    if not isinstance(config, dict):
+        return found
+    for name, value in config.items():
+        ranks = value.get("ranks") if isinstance(value, dict) else None
+        try:
+            parsed = json.loads(ranks) if isinstance(ranks, str) else ranks
+            found[str(name)] = tuple(int(r) for r in parsed or ())
+        except Exception:  # unparseable: members are inferred from the entries instead
+            continue
+    return found
+
+
+def _fr_event(
+    entry: dict[str, Any], rank: int, configs: dict[str, tuple[int, ...]]
+) -> CollectiveEvent | None:
+    group_field = entry.get("process_group") or ("", "")
+    group = _text(group_field[0] if isinstance(group_field, (list, tuple)) and group_field else group_field)
+    p2p = bool(entry.get("is_p2p"))
+    seq = int(entry.get(_SEQ_FIELDS[1] if p2p else _SEQ_FIELDS[0]) or 0)
+    if seq <= 0:
+        return None
+    # Raw gloo dumps key pg_config by "" while entries name the group "0": fall back to the only one.
+    ranks = configs.get(group) or (next(iter(configs.values())) if len(configs) == 1 else ())
+    created = float(entry.get(_CREATED) or 0) / 1e9
+    completed_ns = entry.get(_COMPLETED)
+    done = entry.get("state") == "completed" or bool(entry.get("retired"))
+    return CollectiveEvent(
+        rank=rank,
+        group=f"{group}:p2p" if p2p else group,
+        group_ranks=ranks,
+        seq=seq,
+        op=_text(entry.get("profiling_name"), "?").split(":")[-1],
+        shapes=tuple(tuple(int(d) for d in size) for size in entry.get("input_sizes") or ()),
+        dtypes=tuple(_FR_DTYPES.get(_text(d), _text(d)) for d in entry.get("input_dtypes") or ()),
+        site=_fr_site(entry.get("frames") or ()),
+        thread=_text(entry.get("thread_name")),
+        t_start=created,
+        t_end=(float(completed_ns) / 1e9 if completed_ns else created) if done else None,
+        group_desc=_text(
+            group_field[1] if isinstance(group_field, (list, tuple)) and len(group_field) > 1 else ""
+        ),
+    )
+
+
+def _fr_site(frames: Any) -> CallSite:
+    """The first frame outside torch (FR frames are innermost first)."""
+    if not isinstance(frames, (list, tuple)):
+        return CallSite()
+    user = [f for f in frames if isinstance(f, dict) and not _TORCH_FILE.search(_text(f.get("filename")))]
+    if not user:
+        return CallSite()
+    first = user[0]
+    stack = tuple(
+        f"{_text(f.get('filename'))}:{_text(f.get('line'))} in {_text(f.get('name'))}" for f in user[:4]
+    )
+    return CallSite(_text(first.get("filename")), int(first.get("line", 0)), _text(first.get("name")), stack)
+
+
+FIELD_CHARS = 4096  # a name, file or description longer than this is cut: it is damage, not a name
+
+
+def _text(value: Any, default: str = "") -> str:
+    """A dump's text field: a string or a number as text; anything else (a nest of lists) is the
+    default, never formatted."""
+    if isinstance(value, str):
+        return value[:FIELD_CHARS]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)[:FIELD_CHARS]
+    return default
