@@ -48,7 +48,7 @@ _REFUSED = {
     0x98: "READONLY_BUFFER",
 }
 _PERSISTENT = (ord("P"), ord("Q"))
-MAX_LONG_BYTES = 64  # a longer integer is damage (FR's numbers fit in 8 bytes)
+MAX_LONG_BYTES = 1024  # a longer integer is damage (FR's numbers fit in 8 bytes; 1 KiB prints)
 MAX_SKELETONS = 256  # distinct entry skeletons learnt per dump (a job has a few dozen call sites)
 MAX_FAILED_LEARNING = 64  # entries in a row that could not be learnt: stop trying (a pickler that memoizes)
 
@@ -115,6 +115,7 @@ class _Skeleton:
     match: Any  # the compiled pattern's `match`: the entry's bytes, each number's bytes a group
     numbers: tuple[_Number, ...]
     memoized: int  # MEMOIZE opcodes in one entry
+    size: int  # the entry's bytes: what a failed match may cost
     kind: int = -1  # its index in the shapes of the run being read
     raw: bytearray = field(default_factory=bytearray)  # the numbers' bytes of its entries in the run
     next: list[_Skeleton] = field(default_factory=list)  # skeletons seen after it, latest first
@@ -148,7 +149,17 @@ def decode(data: bytes, runs: bool = True) -> Any:
         return _Machine(data, False).run()
 
 
-_BROKEN = (IndexError, struct.error, TypeError, UnicodeDecodeError, RecursionError, OverflowError)
+# What a malformed pickle makes the loop raise (a short read, a wrong type on the stack): corrupt.
+_BROKEN = (
+    IndexError,
+    KeyError,
+    ValueError,
+    AttributeError,
+    struct.error,
+    TypeError,
+    RecursionError,
+    OverflowError,
+)
 
 
 class _Machine:
@@ -161,20 +172,24 @@ class _Machine:
         runs: bool,
         sandbox: bool = False,
         memo: dict[int, Any] | None = None,
-        memo_len: int = 0,
+        filled: int = 0,
         opaque: list[tuple[int, int]] | None = None,
     ) -> None:
         self.data = data
         self.runs = runs
         self.sandbox = sandbox
         self.memo: dict[int, Any] = memo if memo is not None else {}
-        self.memo_len = memo_len  # the next MEMOIZE's index
+        self.filled = filled  # memo slots filled: the next MEMOIZE's index, as in CPython's unpickler
+        self.max_key = -1  # the highest slot an explicit PUT filled
         self.opaque = opaque if opaque is not None else []  # memo ranges filled inside runs
         self.stack: list[Any] = []
         self.marks: list[list[Any]] = []
         self.skeletons: list[_Skeleton] = []
         self.last: _Skeleton | None = None
         self.failed = 0
+        # Bytes that skeletons that did not fit may be compared with, in all: entries crafted to
+        # share long beginnings with many skeletons cannot make the reading quadratic.
+        self.budget = 8 * len(data) + (1 << 20)
         # sandbox only
         self.own: set[int] = set()  # ids of the containers this entry made
         self.numbers: list[_Number] = []
@@ -250,8 +265,8 @@ class _Machine:
                     items = stack
                     stack = self._pop_mark()
                     target = self._target(stack)
-                    if not isinstance(target, dict) or len(items) % 2:
-                        raise CorruptPickle("SETITEMS")
+                    if items and (not isinstance(target, dict) or len(items) % 2):
+                        raise CorruptPickle("SETITEMS")  # with no items: nothing to do, as CPython
                     for at in range(0, len(items), 2):
                         target[_key(items[at])] = items[at + 1]
                 elif op == 0x73:  # SETITEM
@@ -264,9 +279,10 @@ class _Machine:
                     items = stack
                     stack = self._pop_mark()
                     target = self._target(stack)
-                    if not isinstance(target, list):
+                    if items and not isinstance(target, list):
                         raise CorruptPickle("APPENDS")
-                    target.extend(items)
+                    if items:
+                        target.extend(items)
                 elif op == 0x61:  # APPEND
                     value = stack.pop()
                     target = self._target(stack)
@@ -285,8 +301,7 @@ class _Machine:
                     if self.sandbox:
                         self.memoized += 1
                     else:
-                        self._put(self.memo_len, stack)
-                    self.memo_len += 1
+                        self._put(self.filled, stack, explicit=False)
                 elif op == 0x6A:  # LONG_BINGET
                     stack.append(self._get(struct.unpack_from("<I", data, pos)[0]))
                     pos += 4
@@ -357,9 +372,10 @@ class _Machine:
                     items = stack
                     stack = self._pop_mark()
                     target = self._target(stack)
-                    if not isinstance(target, set):
+                    if items and not isinstance(target, set):
                         raise CorruptPickle("ADDITEMS")
-                    target.update(_key(item) for item in items)
+                    if items:
+                        target.update(_key(item) for item in items)
                 elif op == 0x91:  # FROZENSET
                     items = stack
                     stack = self._pop_mark()
@@ -424,20 +440,28 @@ class _Machine:
             return self._number(pos, length, f"long{length}", value)
         return value
 
-    def _put(self, index: int, stack: list[Any]) -> None:
+    def _put(self, index: int, stack: list[Any], explicit: bool = True) -> None:
         if self.sandbox:
             raise _Abandon  # an entry's memo slot: a later entry may read it
         if not stack:
             raise CorruptPickle("PUT on an empty stack")
-        if index in self.memo:
-            raise CorruptPickle("a memo slot written twice")  # neither torch nor Python does
+        if index in self.memo or self._opaque(index):
+            # Written again (CPython overwrites): skeletons may have read the old value.
+            self.skeletons, self.last = [], None
+        else:
+            self.filled += 1
+        if explicit:
+            self.max_key = max(self.max_key, index)
         self.memo[index] = stack[-1]
+
+    def _opaque(self, index: int) -> bool:
+        return any(low <= index < high for low, high in self.opaque)
 
     def _get(self, index: int) -> Any:
         try:
             return self.memo[index]
         except KeyError:
-            if any(low <= index < high for low, high in self.opaque):
+            if self.opaque:  # filled inside a run, or numbered otherwise by CPython: decode again
                 raise _Unknown from None
             if self.sandbox:
                 raise _Abandon from None
@@ -457,7 +481,7 @@ class _Machine:
         data, start, size = self.data, pos, len(self.data)
         kinds: array[int] = array("H")
         used: list[_Skeleton] = []
-        memo_start = self.memo_len
+        memo_start = self.filled
         previous = self.last
         while pos < size and data[pos] == 0x7D:
             found = None
@@ -480,7 +504,7 @@ class _Machine:
             kinds.append(skeleton.kind)
             skeleton.raw += b"".join(found.groups())
             if skeleton.memoized:
-                self.memo_len += skeleton.memoized
+                self.filled += skeleton.memoized
             pos = found.end()
             previous = skeleton
         self.last = previous
@@ -491,8 +515,10 @@ class _Machine:
         for one in used:
             one.kind, one.raw = -1, bytearray()
         self.stack.append(EntryRun(shapes, kinds, columns, len(kinds)))
-        if self.memo_len > memo_start:
-            self.opaque.append((memo_start, self.memo_len))
+        if self.filled > memo_start:
+            if self.max_key >= memo_start:  # a slot PUT there before: CPython would number them otherwise
+                raise _Unknown
+            self.opaque.append((memo_start, self.filled))
         return pos
 
     def _other(self, pos: int) -> tuple[_Skeleton, re.Match[bytes] | None]:
@@ -501,6 +527,10 @@ class _Machine:
             found = skeleton.match(self.data, pos)
             if found is not None:
                 return skeleton, found
+            self.budget -= skeleton.size
+        if self.budget < 0:
+            self.runs = False  # the rest opcode by opcode
+            return _NO_SKELETON, None
         learnt = self._learn(pos)
         if learnt is None:
             return self.skeletons[0] if self.skeletons else _NO_SKELETON, None
@@ -510,7 +540,7 @@ class _Machine:
     def _learn(self, pos: int) -> _Skeleton | None:
         if len(self.skeletons) >= MAX_SKELETONS or self.failed >= MAX_FAILED_LEARNING:
             return None
-        box = _Machine(self.data, False, True, self.memo, self.memo_len, self.opaque)
+        box = _Machine(self.data, False, True, self.memo, self.filled, self.opaque)
         box.start = pos
         try:
             end = box.run(pos, end=pos)
@@ -529,20 +559,38 @@ class _Machine:
             at = pos + number.offset + number.width
         pattern.append(re.escape(self.data[at:end]))
         regex = re.compile(b"".join(pattern), re.DOTALL)
-        return _Skeleton(Shape(template, paths), regex.match, tuple(box.numbers), box.memoized)
+        return _Skeleton(Shape(template, paths), regex.match, tuple(box.numbers), box.memoized, end - pos)
 
 
 _SUCCESSORS = 4  # skeletons remembered after each one (a step's collectives in a few orders)
-_NO_SKELETON = _Skeleton(Shape({}, ()), None, (), 0)
+_NO_SKELETON = _Skeleton(Shape({}, ()), None, (), 0, 0)
 _CODES = {"u1": "B", "u2": "H", "i4": "i", "long1": "b", "long2": "h", "long4": "i", "long8": "q"}
 _ENDS = frozenset((0x7D, 0x65, 0x95))  # after an entry: the next one, APPENDS, a FRAME
 
 
+_KEY_TYPES = (str, int, bytes, float, bool, type(None))
+MAX_KEY_VALUES = 4096  # values in one tuple key (hashing walks them all)
+
+
 def _key(value: Any) -> Any:
-    """A dict key or set member: plain scalars only (a deep tuple would recurse when hashed)."""
-    if value is None or type(value) in (str, int, bytes, float, bool):
+    """A dict key or set member: a plain scalar, or a tuple of them nested at most a few levels (a
+    deep tuple would recurse when hashed)."""
+    if type(value) in _KEY_TYPES:
         return value
-    raise CorruptPickle("a key that is not a plain scalar")
+    if type(value) is not tuple:
+        raise CorruptPickle("a key that is not a plain scalar or tuple")
+    work: list[tuple[Any, int]] = [(value, 0)]
+    seen = 0
+    while work:
+        item, depth = work.pop()
+        seen += 1
+        if seen > MAX_KEY_VALUES or depth > 16:
+            raise CorruptPickle("a key too big to hash")
+        if type(item) is tuple:
+            work.extend((child, depth + 1) for child in item)
+        elif type(item) not in _KEY_TYPES:
+            raise CorruptPickle("a key that is not a plain scalar or tuple")
+    return value
 
 
 def _refusal(op: int, data: bytes, pos: int, stack: list[Any]) -> str:
