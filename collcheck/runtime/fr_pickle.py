@@ -112,30 +112,31 @@ class _Number:
 @dataclass
 class _Skeleton:
     shape: Shape
-    match: Any  # the compiled pattern's `match`: the entry's bytes, each number's bytes a group
+    match: Any  # the compiled pattern's `match`: the entry's bytes, any bytes where its numbers are
     numbers: tuple[_Number, ...]
     memoized: int  # MEMOIZE opcodes in one entry
-    size: int  # the entry's bytes: what a failed match may cost
+    size: int  # the entry's bytes (every entry of a skeleton has as many)
     kind: int = -1  # its index in the shapes of the run being read
-    raw: bytearray = field(default_factory=bytearray)  # the numbers' bytes of its entries in the run
+    starts: list[int] = field(default_factory=list)  # where its entries of the run start
     next: list[_Skeleton] = field(default_factory=list)  # skeletons seen after it, latest first
 
-    def columns(self) -> tuple[array[int], ...]:
-        """One array per number from `raw`, sliced as columns (no object per entry)."""
-        raw, width = bytes(self.raw), sum(number.width for number in self.numbers)
-        count = len(raw) // width if width else 0
-        columns, offset = [], 0
+    def columns(self, data: bytes) -> tuple[array[int], ...]:
+        """One array per number of its entries in the run: the entries' bytes gathered into one
+        block, each number's bytes sliced out of it as a column (no object per entry)."""
+        width = self.size
+        block = b"".join([data[start : start + width] for start in self.starts])
+        count = len(self.starts)
+        columns = []
         for number in self.numbers:
             size = number.width
             column = bytearray(count * size)
             for byte in range(size):
-                column[byte::size] = raw[offset + byte :: width]
+                column[byte::size] = block[number.offset + byte :: width]
             values = array(_CODES[number.kind])
             values.frombytes(bytes(column))
             if sys.byteorder != "little":  # a pickle's integers are little-endian
                 values.byteswap()
             columns.append(values)
-            offset += size
         return tuple(columns)
 
 
@@ -502,18 +503,18 @@ class _Machine:
                 skeleton.kind = len(used)
                 used.append(skeleton)
             kinds.append(skeleton.kind)
-            skeleton.raw += b"".join(found.groups())
+            skeleton.starts.append(pos)
             if skeleton.memoized:
                 self.filled += skeleton.memoized
-            pos = found.end()
+            pos += skeleton.size
             previous = skeleton
         self.last = previous
         if pos == start:
             return None
         shapes = tuple(one.shape for one in used)
-        columns = tuple(one.columns() for one in used)
+        columns = tuple(one.columns(data) for one in used)
         for one in used:
-            one.kind, one.raw = -1, bytearray()
+            one.kind, one.starts = -1, []
         self.stack.append(EntryRun(shapes, kinds, columns, len(kinds)))
         if self.filled > memo_start:
             if self.max_key >= memo_start:  # a slot PUT there before: CPython would number them otherwise
@@ -555,7 +556,7 @@ class _Machine:
         pattern, at = [], pos
         for number in box.numbers:
             pattern.append(re.escape(self.data[at : pos + number.offset]))
-            pattern.append(b"(.{%d})" % number.width)
+            pattern.append(b".{%d}" % number.width)
             at = pos + number.offset + number.width
         pattern.append(re.escape(self.data[at:end]))
         regex = re.compile(b"".join(pattern), re.DOTALL)

@@ -54,33 +54,46 @@ _PROTO = 0x80
 def load_flight_recorder(path: str) -> RankTrace | None:
     """A Flight Recorder dump, or None for a file that is none. Raises DumpRefused for a pickle
     that is not plain data, or a dump over MAX_DUMP_BYTES."""
+    read = read_flight_recorder(path)
+    if read is None:
+        return None
+    trace, events = read
+    trace.events.extend(events)
+    return trace
+
+
+def read_flight_recorder(path: str) -> tuple[RankTrace, Iterator[CollectiveEvent]] | None:
+    """A Flight Recorder dump as its trace (no events in it) and its events, made one at a time
+    from the decoded dump as they are taken (an unusable entry is noted in the trace when its
+    turn comes); None for a file that is none. Raises DumpRefused as load_flight_recorder."""
     read = _open_dump(path)
     if read is None:
         return None
     trace, entries, configs = read
-    for index, event, error in _events(entries, trace.rank, configs):
-        if event is not None:
-            trace.events.append(event)
-        elif error is not None:
-            trace.note(0, f"entry {index}: unusable ({error})")
-    if _entry_count(entries) > MAX_DUMP_ENTRIES:
-        trace.note(0, f"only the first {MAX_DUMP_ENTRIES} entries read", skipped=False)
-    return trace
+    return trace, _noted(trace, entries, configs)
 
 
 def flight_recorder_events(path: str) -> Iterator[CollectiveEvent]:
     """The events of the dump at `path` in order, made one at a time (none kept); nothing when
     the file is not a dump or is refused."""
     try:
-        read = _open_dump(path)
+        read = read_flight_recorder(path)
     except DumpRefused:
         return
-    if read is None:
-        return
-    trace, entries, configs = read
-    for _, event, _ in _events(entries, trace.rank, configs):
+    if read is not None:
+        yield from read[1]
+
+
+def _noted(
+    trace: RankTrace, entries: list[Any], configs: dict[str, tuple[int, ...]]
+) -> Iterator[CollectiveEvent]:
+    for index, event, error in _events(entries, trace.rank, configs):
         if event is not None:
             yield event
+        elif error is not None:
+            trace.note(0, f"entry {index}: unusable ({error})")
+    if _entry_count(entries) > MAX_DUMP_ENTRIES:
+        trace.note(0, f"only the first {MAX_DUMP_ENTRIES} entries read", skipped=False)
 
 
 def _open_dump(path: str) -> tuple[RankTrace, list[Any], dict[str, tuple[int, ...]]] | None:
@@ -110,12 +123,8 @@ def _events(entries: list[Any], rank: int, configs: dict[str, tuple[int, ...]]) 
         if index >= MAX_DUMP_ENTRIES:
             return
         if isinstance(item, EntryRun):
-            shown = _RunEvents(rank, configs)
-            for shape, numbers in item.entries():
-                if index >= MAX_DUMP_ENTRIES:
-                    return
-                yield (index, *shown.event(shape, numbers))
-                index += 1
+            yield from _run_events(item, rank, configs, index)
+            index += item.count
             continue
         try:
             event = _fr_event(item, rank, configs) if isinstance(item, dict) else None
@@ -123,6 +132,47 @@ def _events(entries: list[Any], rank: int, configs: dict[str, tuple[int, ...]]) 
         except _UNUSABLE as error:
             yield index, None, short_error(error)
         index += 1
+
+
+def _run_events(run: EntryRun, rank: int, configs: dict[str, tuple[int, ...]], first: int) -> Iterator[_Read]:
+    """The events of a run's entries: each a copy of its _Model's event with the entry's sequence
+    number and times, read from the run's columns."""
+    shapes = [
+        _ShapeModels(shape, columns, rank, configs)
+        for shape, columns in zip(run.shapes, run.columns, strict=True)
+    ]
+    at = [0] * len(shapes)
+    new = object.__new__
+    for index, kind in enumerate(run.kinds[: max(0, MAX_DUMP_ENTRIES - first)], first):
+        row = at[kind]
+        at[kind] = row + 1
+        models = shapes[kind]
+        keyed = models.keyed
+        key = tuple([column[row] for column in keyed]) if keyed else ()
+        model = models.models.get(key)
+        if model is None:
+            model = models.model(key, row)
+        event = model.event
+        if event is None:
+            yield index, None, model.error
+            continue
+        seq = event.seq if model.seq is None else int(model.seq[row] or 0)
+        if seq <= 0:
+            yield index, None, None
+            continue
+        if seq >= INT_LIMIT:
+            yield index, None, f"out of range: {str(seq)[:40]}"
+            continue
+        state = model.state.copy()
+        state["seq"] = seq
+        if model.created is not None:
+            state["t_start"] = float(model.created[row] or 0) / 1e9
+        if model.done:
+            completed = model.completed[row] if model.completed is not None else model.completed_ns
+            state["t_end"] = float(completed) / 1e9 if completed else state["t_start"]
+        copy = new(CollectiveEvent)
+        copy.__dict__ = state
+        yield index, copy, None
 
 
 # The entry's fields that an event is made of; a number elsewhere in an entry changes nothing.
@@ -135,65 +185,47 @@ _FIELDS_READ = frozenset(
 
 
 class _Model:
-    """The event of entries of one shape whose numbers outside seq and times agree: where those
-    three come from (a Slot's index, or the value every such entry has)."""
+    """The event of entries of one shape whose numbers outside seq and times agree, and the columns
+    their seq and times come from (None: the value in the model, the same in every entry)."""
 
     def __init__(
-        self, shape: Shape, numbers: tuple[int, ...], rank: int, configs: dict[str, tuple[int, ...]]
+        self, shape: Shape, columns: tuple[Any, ...], row: int, rank: int, configs: dict[str, tuple[int, ...]]
     ) -> None:
         direct = {path[0]: index for index, path in enumerate(shape.paths) if len(path) == 1}
-        entry = fill(shape.template, shape.paths, numbers)
+        entry = fill(shape.template, shape.paths, tuple(column[row] for column in columns))
         self.error: str | None = None
         self.event: CollectiveEvent | None = None
-        self.p2p = bool(entry.get("is_p2p")) if isinstance(entry, dict) else False
-        self.seq = direct.get(_SEQ_FIELDS[1] if self.p2p else _SEQ_FIELDS[0])
-        self.created, self.completed = direct.get(_CREATED), direct.get(_COMPLETED)
+        field = _SEQ_FIELDS[1] if isinstance(entry, dict) and entry.get("is_p2p") else _SEQ_FIELDS[0]
+        slots = (direct.get(field), direct.get(_CREATED), direct.get(_COMPLETED))
+        self.seq, self.created, self.completed = (columns[i] if i is not None else None for i in slots)
         self.completed_ns = entry.get(_COMPLETED) if isinstance(entry, dict) else None
         if self.seq is not None:  # a stand-in: the model must not be dropped for this entry's number
-            entry[_SEQ_FIELDS[1] if self.p2p else _SEQ_FIELDS[0]] = 1
+            entry[field] = 1
         try:
             event = _fr_event(entry, rank, configs) if isinstance(entry, dict) else None
             self.event = checked_event(event) if event is not None else None
         except _UNUSABLE as error:
             self.error = short_error(error)
         self.done = self.event is not None and self.event.t_end is not None
+        self.state = dict(self.event.__dict__) if self.event is not None else {}
 
 
-class _RunEvents:
-    """Events of an EntryRun's entries: one _Model per shape and per value of the numbers an event
-    depends on besides seq and times (a frame's line number, a size), each entry a copy of it."""
+class _ShapeModels:
+    """The _Models of one shape of a run, by the values of the numbers an event depends on
+    besides seq and times (a frame's line number, a size)."""
 
-    def __init__(self, rank: int, configs: dict[str, tuple[int, ...]]) -> None:
-        self.rank, self.configs = rank, configs
-        self.keyed: dict[int, tuple[int, ...]] = {}  # id(shape) -> the Slots an event depends on
-        self.models: dict[tuple[int, tuple[int, ...]], _Model] = {}  # shapes live in the run
+    def __init__(
+        self, shape: Shape, columns: tuple[Any, ...], rank: int, configs: dict[str, tuple[int, ...]]
+    ) -> None:
+        self.shape, self.columns, self.rank, self.configs = shape, columns, rank, configs
+        # A number the same in every entry of the run (a size, a line) needs no key.
+        varying = [columns[index] for index in _depends_on(shape)]
+        self.keyed = [column for column in varying if column.count(column[0]) != len(column)]
+        self.models: dict[tuple[int, ...], _Model] = {}
 
-    def event(self, shape: Shape, numbers: tuple[int, ...]) -> tuple[CollectiveEvent | None, str | None]:
-        keyed = self.keyed.get(id(shape))
-        if keyed is None:
-            keyed = self.keyed[id(shape)] = _depends_on(shape)
-        key = (id(shape), tuple(numbers[i] for i in keyed))
-        model = self.models.get(key)
-        if model is None:
-            model = self.models[key] = _Model(shape, numbers, self.rank, self.configs)
-        if model.error is not None or model.event is None:
-            return None, model.error
-        event = model.event
-        seq = event.seq if model.seq is None else int(numbers[model.seq] or 0)
-        if seq <= 0:
-            return None, None
-        if seq >= INT_LIMIT:
-            return None, f"out of range: {str(seq)[:40]}"
-        state = dict(event.__dict__)
-        state["seq"] = seq
-        if model.created is not None:
-            state["t_start"] = float(numbers[model.created] or 0) / 1e9
-        if model.done:
-            completed = numbers[model.completed] if model.completed is not None else model.completed_ns
-            state["t_end"] = float(completed) / 1e9 if completed else state["t_start"]
-        copy = object.__new__(CollectiveEvent)
-        copy.__dict__.update(state)
-        return copy, None
+    def model(self, key: tuple[int, ...], row: int) -> _Model:
+        made = self.models[key] = _Model(self.shape, self.columns, row, self.rank, self.configs)
+        return made
 
 
 def _depends_on(shape: Shape) -> tuple[int, ...]:

@@ -5,7 +5,8 @@ In: a trace folder. Out: Sources, one per file, that pass each rank's collective
 (stream.py's `_Groups`, seen here through GroupsSink) and keep what stays per rank (counts, the
 last collective, times). A JSON Lines trace is read LINES_PER_TURN lines per turn; a binary trace
 (trace_binary.py) counts its agreed prefixes (trace_prefix.py) from columns and feeds the rest
-slot by slot; a Flight Recorder dump is read whole (MAX_DUMP_BYTES bounds it) and fed the same way.
+slot by slot; a Flight Recorder dump is decoded whole (fr_read.py; MAX_DUMP_BYTES bounds it) and
+its events made LINES_PER_TURN per turn from the decoded columns, none kept.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Protocol
 
 from collcheck.runtime import trace_prefix
@@ -35,7 +37,7 @@ from collcheck.runtime.trace_binary import (
     TextRecord,
     is_binary_trace,
 )
-from collcheck.runtime.trace_load import load_file, one_form
+from collcheck.runtime.trace_load import one_form, open_dump
 from collcheck.runtime.trace_model import Problem, RankSummary, RankTrace, Side
 from collcheck.runtime.trace_read import (
     MAX_LINE_BYTES,
@@ -142,19 +144,22 @@ class Shared:
 class Source:
     """One input file: a collcheck trace read LINES_PER_TURN lines per turn, or a dump's events."""
 
-    def __init__(self, trace: RankTrace, dump: bool, shared: Shared) -> None:
+    def __init__(
+        self, trace: RankTrace, dump: bool, shared: Shared, events: Iterator[CollectiveEvent] | None = None
+    ) -> None:
         self.trace, self.dump = trace, dump
         self.key = trace.rank  # the rank its events are aligned as (header's, else file name's)
         self.lines = StreamLines(trace, shared.member_lists, shared.pieces)
         self.closed = False
         self.handle: Any = None
         self.reader: Any = None
-        self.pending: deque[CollectiveEvent] = deque(trace.events) if dump else deque()
+        self.events = events if events is not None else iter(())  # a dump's, made as taken (fr_read.py)
+        self.pending: deque[CollectiveEvent] = deque()
 
     def start(self, groups: GroupsSink | None) -> None:
         self.lines.feed = Feed(self.key, groups) if groups is not None else None
         if self.dump:
-            self.trace.events = []  # fed from `pending`, one turn at a time
+            self._pend()
             return
         try:
             self.handle = open(self.trace.path, "rb")  # noqa: SIM115 - held across turns, closed at its end
@@ -168,8 +173,14 @@ class Source:
         if self.dump:
             for _ in range(min(LINES_PER_TURN, len(self.pending))):
                 self.lines.event(self.pending.popleft())
+            self._pend()
             return bool(self.pending)
         return self._read(self._take_lines)
+
+    def _pend(self) -> None:
+        """Make the next turn's events of a dump, and one more: a turn that takes its last event
+        says so, as with a list of them."""
+        self.pending.extend(islice(self.events, LINES_PER_TURN + 1 - len(self.pending)))
 
     def _take_lines(self) -> None:
         for _ in range(LINES_PER_TURN):
@@ -376,12 +387,12 @@ def find_sources(path: str, problems: list[Problem]) -> list[Source]:
             sources.append(Source(trace, False, shared))
             continue
         try:
-            dump = load_file(full)
+            dump = open_dump(full)
         except DumpRefused as refused:
             problems.append(Problem(full, 0, str(refused)))
             continue
         if dump is not None:
-            sources.append(Source(dump, True, shared))
+            sources.append(Source(dump[0], True, shared, dump[1]))
     if not sources:
         raise TraceError(f"{path}: no collcheck traces or Flight Recorder dumps found")
     return sources

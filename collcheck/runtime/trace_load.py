@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
 
-from collcheck.runtime.fr_read import load_flight_recorder
-from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX
+from collcheck.runtime.fr_read import load_flight_recorder, read_flight_recorder
+from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
 from collcheck.runtime.trace_binary import is_binary_trace, json_name_of, load_binary
 from collcheck.runtime.trace_model import Problem, RankTrace
 from collcheck.runtime.trace_read import (
@@ -59,6 +60,14 @@ def load_file(path: str) -> RankTrace | None:
     if name == PERFETTO_FILE:  # gigabytes for a big job: never read as a possible JSON dump
         return None
     return load_flight_recorder(path)
+
+
+def open_dump(path: str) -> tuple[RankTrace, Iterator[CollectiveEvent]] | None:
+    """A file that is not a collcheck trace as a Flight Recorder dump whose events are made as
+    they are taken (fr_read.read_flight_recorder), or None. Raises DumpRefused."""
+    if os.path.basename(path) == PERFETTO_FILE:
+        return None
+    return read_flight_recorder(path)
 
 
 def one_form(path: str, names: list[str]) -> list[str]:
