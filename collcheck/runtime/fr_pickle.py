@@ -50,6 +50,8 @@ _REFUSED = {
 _PERSISTENT = (ord("P"), ord("Q"))
 MAX_LONG_BYTES = 1024  # a longer integer is damage (FR's numbers fit in 8 bytes; 1 KiB prints)
 MAX_SKELETONS = 256  # distinct entry skeletons learnt per dump (a job has a few dozen call sites)
+MAX_SKELETON_BYTES = 8192  # an entry is a few hundred bytes once its texts are memoized
+LEARNING_COST = 256  # bytes of the matching budget that compiling one byte of a skeleton costs
 MAX_FAILED_LEARNING = 64  # entries in a row that could not be learnt: stop trying (a pickler that memoizes)
 
 
@@ -114,10 +116,11 @@ class _Skeleton:
     shape: Shape
     match: Any  # the compiled pattern's `match`: the entry's bytes, any bytes where its numbers are
     numbers: tuple[_Number, ...]
-    memoized: int  # MEMOIZE opcodes in one entry
+    memoized: tuple[Any, ...]  # what each MEMOIZE of an entry memoizes: a text, or _OPAQUE
     size: int  # the entry's bytes (every entry of a skeleton has as many)
     kind: int = -1  # its index in the shapes of the run being read
     starts: list[int] = field(default_factory=list)  # where its entries of the run start
+    memo_at: list[int] = field(default_factory=list)  # the first memo slot each of them fills
     next: list[_Skeleton] = field(default_factory=list)  # skeletons seen after it, latest first
 
     def columns(self, data: bytes) -> tuple[array[int], ...]:
@@ -188,14 +191,15 @@ class _Machine:
         self.skeletons: list[_Skeleton] = []
         self.last: _Skeleton | None = None
         self.failed = 0
-        # Bytes that skeletons that did not fit may be compared with, in all: entries crafted to
-        # share long beginnings with many skeletons cannot make the reading quadratic.
-        self.budget = 8 * len(data) + (1 << 20)
+        # Bytes that skeletons that did not fit may be compared with, and learning may cost, in
+        # all: entries crafted to share long beginnings with many skeletons cannot make the
+        # reading quadratic.
+        self.budget = 4 * len(data) + (4 << 20)
         # sandbox only
         self.own: set[int] = set()  # ids of the containers this entry made
         self.numbers: list[_Number] = []
         self.slot_values: list[Any] = []
-        self.memoized = 0
+        self.memoized: list[Any] = []
         self.start = 0
 
     # ------------------------------------------------------------------ the opcode loop
@@ -300,7 +304,8 @@ class _Machine:
                     if not stack:
                         raise CorruptPickle("MEMOIZE on an empty stack")
                     if self.sandbox:
-                        self.memoized += 1
+                        # A text is the same in every entry of a skeleton; a container is not.
+                        self.memoized.append(stack[-1] if type(stack[-1]) in (str, bytes) else _OPAQUE)
                     else:
                         self._put(self.filled, stack, explicit=False)
                 elif op == 0x6A:  # LONG_BINGET
@@ -505,7 +510,8 @@ class _Machine:
             kinds.append(skeleton.kind)
             skeleton.starts.append(pos)
             if skeleton.memoized:
-                self.filled += skeleton.memoized
+                skeleton.memo_at.append(self.filled)
+                self.filled += len(skeleton.memoized)
             pos += skeleton.size
             previous = skeleton
         self.last = previous
@@ -515,6 +521,8 @@ class _Machine:
         columns = tuple(one.columns(data) for one in used)
         for one in used:
             one.kind, one.starts = -1, []
+            self._memoize(one)
+            one.memo_at = []
         self.stack.append(EntryRun(shapes, kinds, columns, len(kinds)))
         if self.filled > memo_start:
             if self.max_key >= memo_start:  # a slot PUT there before: CPython would number them otherwise
@@ -538,6 +546,14 @@ class _Machine:
         self.skeletons.append(learnt)
         return learnt, learnt.match(self.data, pos)
 
+    def _memoize(self, skeleton: _Skeleton) -> None:
+        """The texts that the entries of `skeleton` memoized, in their slots (a later entry may name
+        one: Python's pickler memoizes a text where it first appears); the rest stay opaque."""
+        texts = [(offset, value) for offset, value in enumerate(skeleton.memoized) if value is not _OPAQUE]
+        for first in skeleton.memo_at if texts else ():
+            for offset, value in texts:
+                self.memo[first + offset] = value
+
     def _learn(self, pos: int) -> _Skeleton | None:
         if len(self.skeletons) >= MAX_SKELETONS or self.failed >= MAX_FAILED_LEARNING:
             return None
@@ -549,10 +565,11 @@ class _Machine:
             paths = _slot_paths(template, box.own, len(box.numbers))
         except (_Abandon, CorruptPickle, DumpRefused):
             paths = None
-        if paths is None:
+        if paths is None or end - pos > MAX_SKELETON_BYTES:
             self.failed += 1
             return None
         self.failed = 0
+        self.budget -= LEARNING_COST * (end - pos)  # compiling a pattern costs more than matching it
         pattern, at = [], pos
         for number in box.numbers:
             pattern.append(re.escape(self.data[at : pos + number.offset]))
@@ -560,11 +577,13 @@ class _Machine:
             at = pos + number.offset + number.width
         pattern.append(re.escape(self.data[at:end]))
         regex = re.compile(b"".join(pattern), re.DOTALL)
-        return _Skeleton(Shape(template, paths), regex.match, tuple(box.numbers), box.memoized, end - pos)
+        memoized = tuple(box.memoized)
+        return _Skeleton(Shape(template, paths), regex.match, tuple(box.numbers), memoized, end - pos)
 
 
 _SUCCESSORS = 4  # skeletons remembered after each one (a step's collectives in a few orders)
-_NO_SKELETON = _Skeleton(Shape({}, ()), None, (), 0, 0)
+_NO_SKELETON = _Skeleton(Shape({}, ()), None, (), (), 0)
+_OPAQUE = object()  # a memo slot filled inside a run with a container (not kept)
 _CODES = {"u1": "B", "u2": "H", "i4": "i", "long1": "b", "long2": "h", "long4": "i", "long8": "q"}
 _ENDS = frozenset((0x7D, 0x65, 0x95))  # after an entry: the next one, APPENDS, a FRAME
 

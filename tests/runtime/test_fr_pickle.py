@@ -1,0 +1,179 @@
+"""Flight Recorder pickles decoded without unpickling (fr_pickle.py): the same values as CPython's
+unpickler, entries of a loop read as runs, and events from runs equal to events from dicts."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import pickle
+import random
+import struct
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from conftest import REPO
+
+from collcheck.runtime import fr_pickle, fr_read
+from collcheck.runtime.fr_pickle import CorruptPickle, EntryRun, decode, materialise
+from collcheck.runtime.trace_read import DumpRefused
+
+SEED = REPO / "tests" / "runtime" / "data" / "seed_fr"
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "flight_recorder_read", REPO / "bench" / "flight_recorder_read.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["flight_recorder_read"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _expanded(value: Any) -> Any:
+    """`value` with every EntryRun of its entries spelled out as dicts."""
+    entries = []
+    for item in value["entries"]:
+        if isinstance(item, EntryRun):
+            entries.extend(materialise(shape, numbers) for shape, numbers in item.entries())
+        else:
+            entries.append(item)
+    return {**value, "entries": entries}
+
+
+def _torch_dump(entries: int, ranks: int = 2, diverge: bool = False) -> bytes:
+    bench = _bench()
+    return bytes(bench.torch_pickle(bench.dump_of(0, ranks, entries, diverge)))
+
+
+def test_the_bench_writes_dumps_byte_for_byte_as_torch_does() -> None:
+    # Real torch 2.13 gloo dumps (`_dump_fr_trace()`), decoded and written again.
+    for path in sorted(SEED.iterdir()):
+        data = path.read_bytes()
+        assert _bench().torch_pickle(pickle.loads(data)) == data
+
+
+def test_a_loops_entries_become_one_run_with_the_values_cpython_gives() -> None:
+    data = _torch_dump(3000)
+    decoded = decode(data)
+    runs = [item for item in decoded["entries"] if isinstance(item, EntryRun)]
+    # Four collectives per step from three sites, interleaved: runs, not one dict per entry.
+    assert len(decoded["entries"]) < 10 and sum(run.count for run in runs) > 2990
+    assert all(len(run.shapes) <= 8 for run in runs)
+    assert _expanded(decoded) == pickle.loads(data)
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_pythons_own_pickles_decode_to_the_same_values(protocol: int) -> None:
+    dump = pickle.loads(_torch_dump(1200))
+    dump["entries"] = [copy.deepcopy(entry) for entry in dump["entries"]]  # frames shared no more
+    dump["entries"][700]["frames"] = dump["entries"][3]["frames"]  # a memo slot filled in a run, read later
+    data = pickle.dumps(dump, protocol=protocol)
+    assert _expanded(decode(data)) == pickle.loads(data)
+    for path in sorted(SEED.iterdir()):
+        assert _expanded(decode(path.read_bytes())) == pickle.loads(path.read_bytes())
+
+
+def _entry(key_slot: int) -> bytes:
+    return b"}(h" + bytes((key_slot,)) + b"K\x01u"
+
+
+def test_a_memo_slot_written_again_is_read_anew_by_the_entries_after_it() -> None:
+    # Five entries {"a": 1} read by one skeleton, then slot 1 rebound to "b": the next entries
+    # are {"b": 1}, as CPython reads them.
+    head = b"\x80\x02}(X\x07\x00\x00\x00entriesq\x00](X\x01\x00\x00\x00aq\x010"
+    rebind = b"X\x01\x00\x00\x00bq\x010"
+    data = head + _entry(1) * 5 + rebind + _entry(1) * 3 + b"eu."
+    assert _expanded(decode(data)) == pickle.loads(data) == {"entries": [{"a": 1}] * 5 + [{"b": 1}] * 3}
+
+
+@pytest.mark.parametrize(
+    ("opcode", "said"),
+    [
+        (b"cposix\nsystem\n", "refers to posix.system"),
+        (b"X\x02\x00\x00\x00osX\x06\x00\x00\x00system\x93", "refers to os.system"),
+        (b"N)R", "uses REDUCE"),
+        (b"}}b", "uses BUILD"),
+        (b"N)\x81", "uses NEWOBJ"),
+        (b"\x82\x01", "uses EXT1"),
+        (b"Q", "persistent ids"),
+    ],
+)
+def test_every_opcode_that_calls_imports_or_names_is_refused(opcode: bytes, said: str) -> None:
+    data = b"\x80\x02}(X\x07\x00\x00\x00entries](" + opcode + b"eu."
+    with pytest.raises(DumpRefused, match=said):
+        decode(data)
+
+
+def test_malformed_pickles_are_corrupt_not_tracebacks() -> None:
+    data = _torch_dump(200)
+    rng = random.Random(7)
+    for _ in range(300):
+        mutated = bytearray(data)
+        for _ in range(rng.randint(1, 4)):
+            mutated[rng.randrange(3, len(mutated))] = rng.randrange(256)
+        cut = bytes(mutated[: rng.randrange(3, len(mutated) + 1)]) if rng.random() < 0.3 else bytes(mutated)
+        with contextlib.suppress(CorruptPickle, DumpRefused):  # anything else fails the test
+            decode(cut)
+
+
+def test_entries_that_share_long_beginnings_with_many_skeletons_cost_a_bounded_time() -> None:
+    # Each entry a skeleton of its own (its long text differs in the last bytes): without a bound,
+    # every entry would be compared with every skeleton learnt (quadratic).
+    text = "x" * 4_000
+    entries = [{"k": text[:-4] + f"{index:04d}"} for index in range(3000)]
+    data = pickle.dumps({"version": "2.10", "entries": entries}, protocol=4)
+    started = time.perf_counter()
+    plain = decode(data, runs=False)
+    plain_s = time.perf_counter() - started
+    started = time.perf_counter()
+    decoded = decode(data)
+    assert time.perf_counter() - started < 10 * plain_s + 2.0
+    assert _expanded(decoded) == plain == pickle.loads(data)
+
+
+def fr_pickle_dump(value: Any) -> bytes:
+    """`value` as torch writes it (strings memoized by value)."""
+    return bytes(_bench().torch_pickle(value))
+
+
+def _mutated_torch_dump(rng: random.Random) -> bytes:
+    dump = _bench().dump_of(1, 2, 400, True)
+    entries = dump["entries"]
+    for _ in range(rng.randint(1, 6)):
+        entry = entries[rng.randrange(len(entries))]
+        field = rng.choice(sorted(entry))
+        entry[field] = rng.choice([None, 0, -1, 2**62 + 3, 2**40, "x", [["a"]], [[3, 4]], True, ("0", "g")])
+    return fr_pickle_dump(dump)
+
+
+def test_events_from_runs_equal_events_from_one_dict_per_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(2028)
+    for case in range(12):
+        path = tmp_path / f"nccl_trace_rank_{case}"
+        path.write_bytes(_mutated_torch_dump(rng))
+        fast = fr_read.load_flight_recorder(str(path))
+        with monkeypatch.context() as patched:
+            patched.setattr(fr_read, "decode", lambda data, runs=True: fr_pickle.decode(data, False))
+            plain = fr_read.load_flight_recorder(str(path))
+        assert fast is not None and plain is not None
+        assert [repr(event) for event in fast.events] == [repr(event) for event in plain.events]
+        assert fast.problems == plain.problems
+        assert list(fr_read.flight_recorder_events(str(path))) == fast.events
+
+
+def test_a_shared_number_column_is_not_a_struct_surprise() -> None:
+    # Numbers of every width torch and Python write: BININT1/2, BININT (negative), LONG1 of 8 bytes.
+    values = [0, 255, 256, 65535, 65536, -5, 2**40, -(2**40)]
+    entries = [{"collective_seq_id": seq, "n": values[seq % len(values)]} for seq in range(1, 400)]
+    data = fr_pickle_dump({"entries": entries})
+    assert _expanded(decode(data)) == pickle.loads(data)
+    assert struct.calcsize("<q") == 8
