@@ -38,7 +38,7 @@ def _bench() -> ModuleType:
 
 def _expanded(value: Any) -> Any:
     """`value` with every EntryRun of its entries spelled out as dicts."""
-    entries = []
+    entries: list[Any] = []
     for item in value["entries"]:
         if isinstance(item, EntryRun):
             entries.extend(materialise(shape, numbers) for shape, numbers in item.entries())
