@@ -6,6 +6,7 @@ Each case copies the seed folders (tests/runtime/data: the collcheck traces, in 
 schemas, and the Flight Recorder dumps of a real 2-rank gloo job), applies one to four
 mutations (a line replaced by a number, invalid UTF-8, deep nesting, huge numbers, wrong field
 types, bytes flipped, files truncated, emptied, removed or duplicated, dump fields replaced,
+dumps lengthened into loops written as torch writes them (read as runs by fr_pickle.py),
 crafted pickles), then runs `collcheck trace` in this process in a random format. A case fails
 when it raises (a traceback), runs past `--case-limit-s`, or exits with a status outside 0-3
 (see docs/runtime.md). Failing folders are kept under `--keep`. Exits 1 when any case failed.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import importlib.util
 import io
 import json
 import os
@@ -24,6 +26,7 @@ import pickle
 import random
 import shutil
 import signal
+import struct
 import sys
 import tempfile
 import time
@@ -193,6 +196,44 @@ def replace_dump_field(rng: random.Random, path: Path) -> None:
     path.write_bytes(data)
 
 
+def lengthen_dump(rng: random.Random, path: Path) -> None:
+    """A dump's entries repeated into a loop of a few hundred (sequence numbers and times going on),
+    written as torch writes dumps: the decoder reads them as runs, which later mutations hit."""
+    from collcheck.runtime.fr_read import plain_dump
+
+    try:
+        dump = plain_dump(str(path))
+    except Exception:
+        return
+    entries = dump.get("entries") if isinstance(dump, dict) else None
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+        return
+    longer = []
+    for step in range(rng.randint(20, 120)):
+        for entry in entries:
+            again = dict(entry)
+            for field in ("collective_seq_id", "record_id", "op_id", "time_created_ns"):
+                if isinstance(again.get(field), int) and not isinstance(again.get(field), bool):
+                    again[field] += step * len(entries) * (1 if field != "time_created_ns" else 1000)
+            longer.append(again)
+    dump["entries"] = longer
+    try:
+        path.write_bytes(_torch_pickle(dump))
+    except (TypeError, ValueError, OverflowError, struct.error):
+        return
+
+
+def _torch_pickle(value: Any) -> bytes:
+    """bench/flight_recorder_read.py's writer (as torch's pickler writes a dump)."""
+    spec = importlib.util.spec_from_file_location(
+        "flight_recorder_read", REPO / "bench" / "flight_recorder_read.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return bytes(module.torch_pickle(value))
+
+
 def _mutate_value(rng: random.Random, value: Any) -> None:
     """Walk down to a random dict or list inside `value` and replace or drop one element."""
     container = value
@@ -275,6 +316,8 @@ MUTATIONS: tuple[Callable[[random.Random, Path], None], ...] = (
     replace_field,
     replace_dump_field,
     replace_dump_field,
+    lengthen_dump,
+    lengthen_dump,
     flip_bytes,
     truncate,
     empty,
