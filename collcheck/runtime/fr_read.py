@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from collcheck.runtime.fr_pickle import CorruptPickle, EntryRun, Shape, decode, fill
+from collcheck.runtime.fr_pickle import CorruptPickle, EntryRun, Shape, decode
 from collcheck.runtime.record import CallSite, CollectiveEvent
 from collcheck.runtime.trace_model import RankTrace
 from collcheck.runtime.trace_read import INT_LIMIT, DumpRefused, checked_event, short_error
@@ -432,3 +432,47 @@ def _text(value: Any, default: str = "") -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)[:FIELD_CHARS]
     return default
+
+
+def materialise(shape: Shape, numbers: tuple[int, ...]) -> Any:
+    """An entry of `shape` as plain values: the template with its Slots filled, copied along the
+    Slots' paths only (the rest is shared with the template)."""
+    return fill(shape.template, shape.paths, numbers)
+
+
+def fill(template: Any, paths: tuple[tuple[Any, ...], ...], values: tuple[Any, ...]) -> Any:
+    """`template` with Slot i replaced by values[i] (see materialise)."""
+    copies: dict[tuple[Any, ...], Any] = {}
+
+    def copied(path: tuple[Any, ...]) -> Any:
+        if path in copies:
+            return copies[path]
+        if not path:
+            value = template
+        else:
+            parent = copied(path[:-1])
+            value = parent[path[-1]]
+        if isinstance(value, (dict, list)):
+            value = value.copy()
+        elif isinstance(value, tuple):
+            value = list(value)  # made a tuple again below
+        copies[path] = value
+        if path:
+            copies[path[:-1]][path[-1]] = value
+        return value
+
+    for index, path in enumerate(paths):
+        copied(path[:-1])[path[-1]] = values[index]
+    # tuples copied as lists become tuples again, innermost first
+    for path in sorted((p for p in copies if p), key=len, reverse=True):
+        original = _at(template, path)
+        if isinstance(original, tuple):
+            copies[path[:-1]][path[-1]] = tuple(copies[path])
+    root = copies.get((), template)
+    return tuple(root) if isinstance(template, tuple) else root
+
+
+def _at(value: Any, path: tuple[Any, ...]) -> Any:
+    for step in path:
+        value = value[step]
+    return value

@@ -19,7 +19,8 @@ import pytest
 from conftest import REPO
 
 from collcheck.runtime import fr_pickle, fr_read
-from collcheck.runtime.fr_pickle import CorruptPickle, EntryRun, decode, materialise
+from collcheck.runtime.fr_pickle import CorruptPickle, EntryRun, decode
+from collcheck.runtime.fr_read import materialise
 from collcheck.runtime.trace_read import DumpRefused
 
 SEED = REPO / "tests" / "runtime" / "data" / "seed_fr"
