@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import importlib.util
 import io
 import json
@@ -209,7 +210,7 @@ def lengthen_dump(rng: random.Random, path: Path) -> None:
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         return
     longer = []
-    for step in range(rng.randint(20, 120)):
+    for step in range(rng.randint(10, 50)):
         for entry in entries:
             again = dict(entry)
             for field in ("collective_seq_id", "record_id", "op_id", "time_created_ns"):
@@ -225,13 +226,18 @@ def lengthen_dump(rng: random.Random, path: Path) -> None:
 
 def _torch_pickle(value: Any) -> bytes:
     """bench/flight_recorder_read.py's writer (as torch's pickler writes a dump)."""
+    return bytes(_writer().torch_pickle(value))
+
+
+@functools.cache
+def _writer() -> Any:
     spec = importlib.util.spec_from_file_location(
         "flight_recorder_read", REPO / "bench" / "flight_recorder_read.py"
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return bytes(module.torch_pickle(value))
+    return module
 
 
 def _mutate_value(rng: random.Random, value: Any) -> None:
