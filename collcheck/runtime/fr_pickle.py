@@ -3,20 +3,23 @@ builds plain data only and never calls, imports or names anything.
 
 In: the bytes of a pickle (protocol 2-5). Out: its value (dicts, lists, tuples, str, bytes, int,
 float, bool, None, sets), where the list under the top-level key `entries` may hold EntryRuns
-instead of dicts: a run of consecutive entries whose pickled bytes agree except for the numbers in
-them (torch's pickler writes the same opcodes for every entry of a loop; only sequence ids and
-times change). A run is the first entry decoded once, with each varying number replaced by a Slot,
-and one column of values per Slot, taken from the bytes with slicing: no Python object per entry.
-An opcode that could call, import or name something (GLOBAL, REDUCE, BUILD, persistent ids, ...)
-raises DumpRefused before anything is built from it; a truncated or malformed pickle raises
-CorruptPickle. The caller bounds the expanded size (trace_read.dump_size).
+instead of dicts: consecutive entries each of which, pickled, agrees with one of a few skeletons
+except for the bytes of its numbers (torch's pickler writes the same opcodes for every entry of a
+loop, strings and shared frames named by their memo slot; only sequence ids and times change). A
+run holds each skeleton's entry decoded once as a template, with a Slot for each number, which
+skeleton each entry has, and per skeleton one column of values per Slot, sliced out of the bytes:
+no Python object per entry. An opcode that could call, import or name something (GLOBAL, REDUCE,
+BUILD, persistent ids, ...) raises DumpRefused before anything is built from it; a truncated or
+malformed pickle raises CorruptPickle. The values are CPython's unpickler's; the caller bounds
+what they expand to (fr_read.dump_sizes).
 
-How a run is found: at an entry (EMPTY_DICT in the entries list), the entry is decoded in a
-sandbox that may read the memo but not write it (MEMOIZE only counts), may change only containers
-it made, and pushes a Slot for each number. If it stays inside those rules, its bytes with the
-numbers' bytes masked are the entry's skeleton; the next entries are checked against the skeleton
-a block at a time (mask the number columns of the block, compare with the skeleton repeated: two C
-calls), and the matching ones become a run. Anything else is decoded opcode by opcode.
+How a skeleton is learnt: at an entry (EMPTY_DICT in the entries list), the entry is decoded in a
+sandbox that may read the memo but not write it (a MEMOIZE is counted, and a memoized text kept),
+may change only containers it made, and pushes a Slot for each number. If it stays inside those
+rules, its bytes with the numbers' bytes left open become a compiled pattern. The next entries are
+matched against the skeleton that followed the previous entry's before, then every skeleton, then
+a new one is learnt; an entry that fits none is decoded opcode by opcode. The work spent on
+skeletons that do not fit is bounded by the file's size (see _Machine.budget).
 Never imports torch.
 """
 
