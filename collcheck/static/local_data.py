@@ -30,6 +30,7 @@ from collections.abc import Callable
 from collcheck.catalog import OpSpec
 from collcheck.static.catalog_values import VALUE_METHODS
 from collcheck.static.names import dotted, nodes_under
+from collcheck.static.sequences import whole_sequences
 from collcheck.static.tensor_shapes import SHAPED_FACTORIES
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
@@ -344,7 +345,7 @@ class LocalData:
                 how, at = tensors[name]
                 if line < at and self._host_tensor(value):
                     assert isinstance(value, ast.Call)
-                    for built, direct in self._sources(ast.Tuple(elts=list(value.args))):
+                    for built, direct in self._host_sources(value, function):
                         found.add(built)
                         self.evidence.setdefault((function, built), (how, at))
                         self._direct.update([(function, built)] if direct else [])
@@ -376,6 +377,14 @@ class LocalData:
         """A tensor built from host values: `torch.tensor([n])`, `torch.LongTensor([n])`."""
         return isinstance(value, ast.Call) and self._called_name(value.func) in HOST_TENSORS
 
+    def _host_sources(self, tensor: ast.Call, function: FunctionNode) -> list[tuple[str, bool]]:
+        """`_sources` of the host values a tensor is built from (`torch.tensor([n, m])`), but a
+        whole sequence (sequences.py): a collective of tensors takes one shape from every rank, so
+        it is as long everywhere (only its entries differ); its emptiness is not this rank's own."""
+        whole = whole_sequences(function)
+        kept = [a for a in tensor.args if not (isinstance(a, ast.Name) and a.id in whole)]
+        return self._sources(ast.Tuple(elts=kept))
+
     def _sources(self, node: ast.expr) -> list[tuple[str, bool]]:
         """The names whose contents flow into `node`, each element of a list or tuple apart, with
         whether it is all that flows into its element (`[len(batch), world]`: both are; `a + b`:
@@ -405,10 +414,7 @@ class LocalData:
                     seeds.append((node.id, how, True, True))
                 elif node is not None and self._host_tensor(node):
                     assert isinstance(node, ast.Call)
-                    seeds += [
-                        (n, how, False, direct)
-                        for n, direct in self._sources(ast.Tuple(elts=list(node.args)))
-                    ]
+                    seeds += [(n, how, False, direct) for n, direct in self._host_sources(node, function)]
             return seeds
         helper = self._helper(call, function)
         if helper is None or helper is function:
