@@ -132,3 +132,24 @@ def test_a_whole_sequence_in_a_tensor_is_as_long_on_every_rank() -> None:
     names = data.names(f)
     assert "value" in names and "items" in names  # a scalar; a length put into the tensor
     assert not {"flags", "votes", "polls"} & names  # whole sequences: only their entries differ
+
+
+def test_evidence_keeps_the_lines_of_the_collectives_that_combine() -> None:
+    functions = _functions(
+        """
+        def agree(n, group):
+            if dist.get_world_size(group) > 1:
+                t = torch.tensor([n])
+                dist.all_reduce(t, group=group)
+            return n
+
+        def f(batch, group):
+            count = len(batch)
+            return agree(count, group)
+        """
+    )
+    data = _data(functions)
+    agree, f = functions["agree"], functions["f"]
+    assert "n" in data.names(agree) and "count" in data.names(f)
+    assert data.evidence[(agree, "n")][2] == frozenset({5})  # the all_reduce itself
+    assert data.evidence[(f, "count")][1:] == (10, frozenset({5}))  # handed to `agree` at line 10
