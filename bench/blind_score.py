@@ -12,7 +12,7 @@ file is copied alone into a scratch folder and checked there with `collcheck che
 A case is
   caught       when the bug file gets at least one finding of a hang rule (CC001-CC009 that the
                default selection reports, and the rules named by `--extend-select`, which is
-               handed on to `collcheck check`: CC008 is in preview, off by default);
+               handed on to `collcheck check`);
   at the line  when, further, a finding or a site of its counterexample (a collective, a `why`
                condition) stands on a line the writer marked `# DIVERGES`;
   noisy        when its fixed twin gets any hang-rule finding (a false alarm).
@@ -39,8 +39,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 CASES = HERE / "blind" / "cases"
 INDEX = HERE / "blind" / "CASES.tsv"
-# CC008 (preview, off by default) is counted only when --extend-select names it.
-HANG_RULES = frozenset({*(f"CC00{n}" for n in range(1, 8)), "CC009"})
+# The hang rules, on by default (CC008 too); a preview rule counts when --extend-select names it.
+HANG_RULES = frozenset({*(f"CC00{n}" for n in range(1, 9)), "CC009"})
 MARK = "# DIVERGES"
 RUN_TIMEOUT_S = 300
 

@@ -106,3 +106,50 @@ def test_modules_trained_by_hand() -> None:
     data = _data(functions)
     assert data.trained(functions["sync"]) == {"net"}
     assert data.trained(functions["loop"]) == {"model", "other"}  # not `ema`: broadcast, not combined
+
+
+def test_a_whole_sequence_in_a_tensor_is_as_long_on_every_rank() -> None:
+    functions = _functions(
+        """
+        def f(flags: List[int], votes, value, items):
+            polls = [p.poll() for p in items]
+            for v in votes:
+                pass
+            a = torch.tensor(flags)
+            b = torch.tensor(votes)
+            c = torch.tensor(value)
+            d = torch.tensor(polls)
+            e = torch.tensor([len(items)])
+            dist.all_reduce(a)
+            dist.all_reduce(b)
+            dist.all_reduce(c)
+            dist.all_reduce(d)
+            dist.all_reduce(e)
+        """
+    )
+    data = _data(functions)
+    f = functions["f"]
+    names = data.names(f)
+    assert "value" in names and "items" in names  # a scalar; a length put into the tensor
+    assert not {"flags", "votes", "polls"} & names  # whole sequences: only their entries differ
+
+
+def test_evidence_keeps_the_lines_of_the_collectives_that_combine() -> None:
+    functions = _functions(
+        """
+        def agree(n, group):
+            if dist.get_world_size(group) > 1:
+                t = torch.tensor([n])
+                dist.all_reduce(t, group=group)
+            return n
+
+        def f(batch, group):
+            count = len(batch)
+            return agree(count, group)
+        """
+    )
+    data = _data(functions)
+    agree, f = functions["agree"], functions["f"]
+    assert "n" in data.names(agree) and "count" in data.names(f)
+    assert data.evidence[(agree, "n")][2] == frozenset({5})  # the all_reduce itself
+    assert data.evidence[(f, "count")][1:] == (10, frozenset({5}))  # handed to `agree` at line 10

@@ -1,5 +1,5 @@
-"""CC008 (decisions on this rank's own data) is a preview rule: off by default, where a finding of
-its kind is reported by no other rule either; switched on with extend-select."""
+"""CC008 (decisions on this rank's own data) is on by default; `ignore` turns it off, and then a
+finding of its kind is reported by no other rule either (not as CC007, nor CC003)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ def _codes(tmp_path: Path, table: str) -> list[str]:
     return sorted(f.code for f in result.findings)
 
 
-def test_own_data_decisions_are_not_reported_by_default(tmp_path: Path) -> None:
-    assert _codes(tmp_path, "") == []  # not CC007 either
+def test_own_data_decisions_are_reported_by_default(tmp_path: Path) -> None:
+    assert _codes(tmp_path, "") == ["CC008", "CC008"]
 
 
-def test_extend_select_switches_cc008_on(tmp_path: Path) -> None:
-    assert _codes(tmp_path, 'extend-select = ["CC008"]\n') == ["CC008", "CC008"]
+def test_ignore_switches_cc008_off_and_no_other_rule_reports_them(tmp_path: Path) -> None:
+    assert _codes(tmp_path, 'ignore = ["CC008"]\n') == []

@@ -82,9 +82,11 @@ def test_the_precedence_checks_see_a_rule_shadowed_by_a_whole_kind(monkeypatch: 
 def test_deselected_rules_are_not_searched_for() -> None:
     only_memory = static_rules(Settings(select=("CC101",)))
     assert not only_memory.any and only_memory.wanted == frozenset()
-    # CC007 claims a divergence of any kind that only per-process values explain, p2p ones too.
+    # CC007 and CC008 claim a divergence of any kind that only per-process values explain (CC008:
+    # this rank's own data), p2p ones too.
     assert DivergenceKind.P2P in static_rules(Settings(ignore=("CC005",))).wanted
-    p2p_off = static_rules(Settings(ignore=("CC005", "CC007")))
+    assert DivergenceKind.P2P in static_rules(Settings(ignore=("CC005", "CC007"))).wanted
+    p2p_off = static_rules(Settings(ignore=("CC005", "CC007", "CC008")))
     assert DivergenceKind.P2P not in p2p_off.wanted and DivergenceKind.SEQUENCE in p2p_off.wanted
 
 

@@ -43,7 +43,7 @@ CODE_TABLE: dict[str, tuple[str, str, str]] = {
     "CC005": ("cc005_point_to_point_deadlock", "stable", "0.1.0"),
     "CC006": ("cc006_rank_dependent_collective_argument", "stable", "0.1.0"),
     "CC007": ("cc007_per_process_value_guard", "stable", "0.1.0"),
-    "CC008": ("cc008_per_rank_data_guard", "preview", "0.2.0"),
+    "CC008": ("cc008_per_rank_data_guard", "stable", "0.2.0"),
     "CC009": ("cc009_collective_during_async_save", "stable", "0.2.0"),
     "CC101": ("cc101_all_gather_over_budget", "stable", "0.1.0"),
     "CC102": ("cc102_all_gather_object_on_tensors", "preview", "0.1.0"),

@@ -23,9 +23,10 @@ function or a helper handed the module) runs on each rank's own inputs, as a DDP
 output (a loss, a local evaluation score, also through an unknown helper handed the module) is
 this rank's own data, so a skip on a non-finite loss or an early stop on a local metric is found.
 
-This rule is in preview and off by default (`extend-select = ["CC008"]`): on 17 real packages
-most of its findings were values that are in fact equal on every rank (a world size, a config
-field, a shape every rank computes alike) handed to a collective for other reasons.
+On by default since its evidence became precise: a whole sequence made into a tensor for an
+element-wise collective is as long on every rank (only its entries are this rank's own), and data
+that neither rank's path combines (a helper that combines it only where the group has other
+members) parts no ranks. `ignore = ["CC008"]` turns it off.
 
 ## Why is this bad?
 Ranks hold different data. When one rank's batch is empty and it returns early, or loops once
@@ -69,7 +70,6 @@ from collcheck.static.divergence import Divergence, DivergenceKind, PerProcess
 CODE = "CC008"
 NAME = "per-rank-data-guard"
 SEVERITY = Severity.WARNING
-DEFAULT_ENABLED = False  # preview: see the docstring for why
 CLAIMS = frozenset(DivergenceKind)
 PRECEDENCE = 9  # before CC007, which reports every other per-process value
 ANCHOR = Anchor.GUARD

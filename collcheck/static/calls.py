@@ -38,6 +38,7 @@ from collcheck.static.receivers import (
     class_named,
     function_value,
     held_function,
+    kept_function,
     method_of,
     object_class,
     object_value,
@@ -211,7 +212,9 @@ class CallResolver(ValueEvaluator):
             and func.value.id in ("self", "cls")
         ):
             owner = self.owner_class(function, None)
-            return self._find_method(owner, func.attr) if owner is not None else None
+            if owner is None:
+                return None
+            return self._find_method(owner, func.attr) or kept_function(self.module, owner, func.attr)
         return None
 
     def resolve(self, call: ast.Call, frame: Frame, state: State | None = None) -> Resolution:
@@ -276,7 +279,8 @@ class CallResolver(ValueEvaluator):
         if not isinstance(root, ast.Name) or self.local_imports.lookup(root.id) is not None:
             return None
         if root is holder and root.id in ("self", "cls"):
-            return None
+            kept = kept_function(self.module, frame.class_name, method_name) if frame.class_name else None
+            return HeldTarget(kept, None, None) if kept is not None else None
         parts = dotted(holder)
         if not parts or len(parts) > MAX_HOLDER_PARTS:
             return None

@@ -192,10 +192,12 @@ def found(
         return _pretty(str(raw.eval(tr.value(term, side), model_completion=True)), solver)
 
     nondet_only = False
-    why = _nondet_why(a, b)
+    why, combined_by = _nondet_why(a, b)
     if why:
         shared_verdict, _, _ = solver.satisfiable(a, b, membership, extra, share_nondet=True)
         nondet_only = shared_verdict == "unsat"
+    if nondet_only and why.startswith(OWN_DATA) and not _combined_on_a_path(seq_a + seq_b, combined_by):
+        return []
     trips = argument = None
     if kind is DivergenceKind.TRIP:
         x, y = seq_a[index], seq_b[index]
@@ -290,7 +292,8 @@ def _caught(term: Expr) -> bool:
     return isinstance(term, Atom) and term.why == CAUGHT_EXCEPTION
 
 
-def _nondet_why(a: Path, b: Path) -> str:
+def _nondet_why(a: Path, b: Path) -> tuple[str, frozenset[int]]:
+    """The `why` of the per-process value the two paths part on, with its `combined_by`."""
     # A condition both paths share does not part them: a per-process value read there (a check
     # every rank passed) is not what differs.
     for path, other in ((a, b), (b, a)):
@@ -299,18 +302,29 @@ def _nondet_why(a: Path, b: Path) -> str:
                 continue
             for atom in atoms(cond):
                 if atom.kind == "nondet":
-                    return atom.why
+                    return atom.why, atom.combined_by
     for path in (a, b):
         for cond in path.conds:
             for atom in atoms(cond):
                 if atom.kind == "nondet":
-                    return atom.why
+                    return atom.why, atom.combined_by
         for event in path.events:
             for term in terms(event):
                 for atom in atoms(term):
                     if atom.kind == "nondet":
-                        return atom.why
-    return ""
+                        return atom.why, atom.combined_by
+    return "", frozenset()
+
+
+def _combined_on_a_path(elements: tuple[Element, ...], lines: frozenset[int]) -> bool:
+    """Per-rank data (`Atom.combined_by`: the lines of the collectives that combine it) is
+    combined on one of two ranks' paths: one of them issues one of those collectives. Where
+    neither does (`if tp_size > 1: all_reduce(n)`, a helper that skips it without peers), the code
+    itself says that the value needs no agreeing on these paths, and a divergence on it alone is
+    none. True when no line is known, and beside a loop (its body's lines are not kept)."""
+    if not lines:
+        return True
+    return any(isinstance(element, LoopEvent) or element.line in lines for element in elements)
 
 
 def group_term(event: CommEvent) -> Expr:

@@ -237,10 +237,12 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
     properties = property_names(module)  # reading one runs its getter
     direct: set[FunctionNode] = set()
     called: dict[FunctionNode, set[str]] = {}
+    kept = kept_functions(module)  # `self.gather_fn(x)` calls the function kept there
     for function in functions:
         own = words.get(function) if words is not None else None
         if own is not None and own.isdisjoint(candidates):
-            called[function] = set(own)  # a superset of the names it calls: enough for the fixed point
+            # a superset of the names it calls: enough for the fixed point
+            called[function] = set(own) | {kept[word] for word in own & kept.keys()}
             continue
         names: set[str] = set()
         nodes = list(nodes_under(function))  # walked once: the imports first, then the calls
@@ -258,6 +260,7 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 names.add(node.func.id)
             elif isinstance(node.func, ast.Attribute):
                 names.add(node.func.attr)
+                names.update([kept[node.func.attr]] if node.func.attr in kept else [])
             if not starts_a_process(node):
                 # `apply(sync, t)`, `partial(sync, t)`, `Thread(target=sync)`: a function handed on
                 # by name may be called, by a function of the file or, as a callback, by unknown
@@ -275,6 +278,44 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 communicating.add(function)
                 changed = True
     return communicating
+
+
+def parameter_defaults(function: FunctionNode) -> dict[str, ast.expr]:
+    """Each parameter of `function` that has a default, with the default's expression."""
+    arguments = function.args
+    positional = [a.arg for a in [*arguments.posonlyargs, *arguments.args]]
+    with_default = positional[len(positional) - len(arguments.defaults) :]
+    defaults = dict(zip(with_default, arguments.defaults, strict=True))
+    keyword = zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True)
+    defaults.update((a.arg, default) for a, default in keyword if default is not None)
+    return defaults
+
+
+def _on_self(target: ast.Attribute) -> bool:
+    return isinstance(target.value, ast.Name) and target.value.id == "self"
+
+
+def kept_functions(module: ModuleInfo) -> dict[str, str]:
+    """The attributes that a class's constructor sets to a function of the module, by name or as
+    a parameter's default (`self.gather_fn = gather_fn` with `gather_fn=gather_all`): attribute ->
+    function. Read from the syntax alone, to find what `self.gather_fn(x)` may call; the values
+    the interpreter gives such attributes are module_values.py's."""
+    kept: dict[str, str] = {}
+    for info in module.classes.values():
+        init = info.methods.get("__init__")
+        if init is None:
+            continue
+        defaults = parameter_defaults(init)
+        for node in nodes_under(init):
+            if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Name):
+                continue
+            value = defaults.get(node.value.id, node.value)
+            if not isinstance(value, ast.Name) or value.id not in module.functions:
+                continue
+            for target in node.targets:
+                if isinstance(target, ast.Attribute) and _on_self(target):
+                    kept[target.attr] = value.id
+    return kept
 
 
 def _backward_hooks(module: ModuleInfo) -> set[FunctionNode]:

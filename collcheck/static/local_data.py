@@ -30,6 +30,7 @@ from collections.abc import Callable
 from collcheck.catalog import OpSpec
 from collcheck.static.catalog_values import VALUE_METHODS
 from collcheck.static.names import dotted, nodes_under
+from collcheck.static.sequences import whole_sequences
 from collcheck.static.tensor_shapes import SHAPED_FACTORIES
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
@@ -84,6 +85,11 @@ PLAIN_BUILTINS = frozenset({"len", "int", "float", "bool"})
 TEMPLATE_SUFFIXES = ("_like",)
 
 OpSpecOf = Callable[[ast.Call, FunctionNode], OpSpec | None]  # the op of a call in a function
+Evidence = tuple[str, int, frozenset[int]]  # how a value is combined, the line of that call, by which
+# A name of this rank's data that a call hands a combining collective: how it is combined, whether
+# it is a tensor operand named whole (then only the host values it was built from are evidence),
+# whether it is all that flows into its element, the lines of the collectives that combine it.
+Seed = tuple[str, str, bool, bool, frozenset[int]]
 HelperOf = Callable[[ast.Call, FunctionNode], FunctionNode | None]
 NameOf = Callable[[ast.expr], str | None]
 SpecOf = Callable[[ast.Call], OpSpec | None]  # the catalogued op a call issues, if any
@@ -115,8 +121,9 @@ class LocalData:
         self._busy: set[FunctionNode] = set()
         self._statements: dict[FunctionNode, list[tuple[int, frozenset[int]]]] = {}
         self._by_line: dict[FunctionNode, dict[int, tuple[str, ...]]] = {}
-        # (function, name) -> how its value is combined across ranks, and the line of that call
-        self.evidence: dict[tuple[FunctionNode, str], tuple[str, int]] = {}
+        # (function, name) -> how its value is combined across ranks, the line of that call, and
+        # the lines of the collectives that combine it (that call's, or those of the helper it calls)
+        self.evidence: dict[tuple[FunctionNode, str], Evidence] = {}
         # (function, name) whose value alone is what is combined (or computed into it), not one of
         # several inputs: only those make a parameter this rank's own (`parameter_paths`)
         self._direct: set[tuple[FunctionNode, str]] = set()
@@ -231,7 +238,7 @@ class LocalData:
         if spec is None or spec.op not in COMBINING_OPS:
             return False
         for name in spec.operands:
-            path = dotted(_argument(call, spec, name) or ast.Constant(None))
+            path = dotted(operand_argument(call, spec, name) or ast.Constant(None))
             if path is not None and len(path) >= 2 and path[0] == parameter and path[1] == "grad":
                 return True
         return False
@@ -241,7 +248,7 @@ class LocalData:
         spec = self._op_spec(call, function)
         if spec is None:
             return []
-        arguments = [_argument(call, spec, name) for name in spec.uniform_after]
+        arguments = [operand_argument(call, spec, name) for name in spec.uniform_after]
         return [argument.id for argument in arguments if isinstance(argument, ast.Name)]
 
     def _free_names(self, value: ast.expr) -> frozenset[str]:
@@ -314,19 +321,19 @@ class LocalData:
 
     def _compute(self, function: FunctionNode) -> frozenset[str]:
         found: set[str] = set()
-        tensors: dict[str, tuple[str, int]] = {}  # tensor operands -> how and where combined
+        tensors: dict[str, Evidence] = {}  # tensor operands -> how, where and by which collectives combined
         assignments: list[tuple[frozenset[str], ast.expr, int]] = []
         for node in nodes_under(function):
             if isinstance(node, ast.Call):
-                for name, how, operand, direct in self._seeds(node, function):
+                for name, how, operand, direct, by in self._seeds(node, function):
                     if operand:
-                        tensors.setdefault(name, (how, node.lineno))
+                        tensors.setdefault(name, (how, node.lineno, by))
                         continue
                     if direct:
                         self._direct.add((function, name))
                     if name not in found:
                         found.add(name)
-                        self.evidence.setdefault((function, name), (how, node.lineno))
+                        self.evidence.setdefault((function, name), (how, node.lineno, by))
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 stored = frozenset(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
@@ -341,16 +348,16 @@ class LocalData:
         masks = {name for stored, value, _ in assignments if _boolean(value, set()) for name in stored}
         for stored, value, line in assignments:  # `t = torch.tensor([count])`, then `all_reduce(t)`
             for name in sorted(stored & tensors.keys()):
-                how, at = tensors[name]
+                how, at, by = tensors[name]
                 if line < at and self._host_tensor(value):
                     assert isinstance(value, ast.Call)
-                    for built, direct in self._sources(ast.Tuple(elts=list(value.args))):
+                    for built, direct in self._host_sources(value, function):
                         found.add(built)
-                        self.evidence.setdefault((function, built), (how, at))
+                        self.evidence.setdefault((function, built), (how, at, by))
                         self._direct.update([(function, built)] if direct else [])
                 elif line < at and _data_sized(value, masks):  # its length is what this rank selected
                     found.add(name)
-                    self.evidence.setdefault((function, name), (how, at))
+                    self.evidence.setdefault((function, name), (how, at, by))
                     self._direct.add((function, name))
         changed = True
         while changed:  # backward through the assignments made before the combining call
@@ -376,6 +383,14 @@ class LocalData:
         """A tensor built from host values: `torch.tensor([n])`, `torch.LongTensor([n])`."""
         return isinstance(value, ast.Call) and self._called_name(value.func) in HOST_TENSORS
 
+    def _host_sources(self, tensor: ast.Call, function: FunctionNode) -> list[tuple[str, bool]]:
+        """`_sources` of the host values a tensor is built from (`torch.tensor([n, m])`), but a
+        whole sequence (sequences.py): a collective of tensors takes one shape from every rank, so
+        it is as long everywhere (only its entries differ); its emptiness is not this rank's own."""
+        whole = whole_sequences(function)
+        kept = [a for a in tensor.args if not (isinstance(a, ast.Name) and a.id in whole)]
+        return self._sources(ast.Tuple(elts=kept))
+
     def _sources(self, node: ast.expr) -> list[tuple[str, bool]]:
         """The names whose contents flow into `node`, each element of a list or tuple apart, with
         whether it is all that flows into its element (`[len(batch), world]`: both are; `a + b`:
@@ -386,10 +401,8 @@ class LocalData:
         names = data_names(node, self._called_name)
         return [(name, len(names) == 1 and _plain(node)) for name in sorted(names)]
 
-    def _seeds(self, call: ast.Call, function: FunctionNode) -> list[tuple[str, str, bool, bool]]:
-        """What `call` hands a combining collective, directly or through a helper: the names of
-        this rank's data, each with how it is combined and whether it is a tensor operand named
-        whole (then only the host values it was built from are evidence)."""
+    def _seeds(self, call: ast.Call, function: FunctionNode) -> list[Seed]:
+        """What `call` hands a combining collective, directly or through a helper: `Seed`s."""
         func = call.func
         last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
         spec = self._op_spec(call, function) if last in self._words else None
@@ -397,18 +410,16 @@ class LocalData:
             if spec.op not in COMBINING_OPS:
                 return []
             how = f"combined across ranks by {spec.op} at line {call.lineno}"
-            seeds: list[tuple[str, str, bool, bool]] = []
-            for node in (_argument(call, spec, name) for name in spec.operands):
+            by = frozenset({call.lineno})
+            seeds: list[Seed] = []
+            for node in (operand_argument(call, spec, name) for name in spec.operands):
                 if spec.op in OBJECT_OPS and node is not None:
-                    seeds += [(n, how, False, direct) for n, direct in self._sources(node)]
+                    seeds += [(n, how, False, direct, by) for n, direct in self._sources(node)]
                 elif isinstance(node, ast.Name):
-                    seeds.append((node.id, how, True, True))
+                    seeds.append((node.id, how, True, True, by))
                 elif node is not None and self._host_tensor(node):
                     assert isinstance(node, ast.Call)
-                    seeds += [
-                        (n, how, False, direct)
-                        for n, direct in self._sources(ast.Tuple(elts=list(node.args)))
-                    ]
+                    seeds += [(n, how, False, direct, by) for n, direct in self._host_sources(node, function)]
             return seeds
         helper = self._helper(call, function)
         if helper is None or helper is function:
@@ -427,18 +438,19 @@ class LocalData:
             handed.append((helper.args.args[0].arg if helper.args.args else "", call.func.value))
         arguments = dict(handed)
         how = f"passed to {helper.name}() at line {call.lineno}, which combines it across ranks"
-        found: list[tuple[str, str, bool, bool]] = []
+        found: list[Seed] = []
         for path, _ in self.parameter_paths(helper):
             param, _, rest = path.partition(".")
             argument = arguments.get(param)
             if argument is None:
                 continue
+            by = self.evidence[(helper, path)][2]
             if not rest:  # the argument's value, whatever it was computed from
-                found += [(n, how, False, direct) for n, direct in self._sources(argument)]
+                found += [(n, how, False, direct, by) for n, direct in self._sources(argument)]
                 continue
             holder = dotted(argument)  # `p.total` of the callee: the same attribute of what was passed
             if holder is not None:
-                found.append((".".join([*holder, rest]), how, False, True))
+                found.append((".".join([*holder, rest]), how, False, True, by))
         return found
 
 
@@ -571,7 +583,7 @@ def _item_stores(node: ast.AST) -> list[tuple[str, ast.expr, int]]:
     ]
 
 
-def _argument(call: ast.Call, spec: OpSpec, name: str) -> ast.expr | None:
+def operand_argument(call: ast.Call, spec: OpSpec, name: str) -> ast.expr | None:
     if name == "self":  # a catalogued method of the tensor itself (`t.all_reduce()`)
         return call.func.value if isinstance(call.func, ast.Attribute) else None
     index = spec.param_index(name)
@@ -630,64 +642,3 @@ def data_names(node: ast.expr, called_name: NameOf) -> frozenset[str]:
         else:
             stack.extend(ast.iter_child_nodes(current))
     return frozenset(found)
-
-
-GATHERING_OPS = frozenset({"all_gather_object"})  # every rank receives every rank's object, in a list
-
-
-def agreement_test(node: ast.expr, function: FunctionNode, spec_of: SpecOf) -> bool:
-    """`all(f == mine for f in gathered)` after `all_gather_object(gathered, mine)` in `function`,
-    alone or in a conjunction whose other tests read only `mine` (`mine is not None and all(...)`):
-    the same on every rank. `gathered` holds every rank's `mine`, so either all are equal (and so is
-    any test of `mine`) or the `all(...)` is false everywhere. `spec_of`: a call's catalogued op."""
-    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
-        found = [_agreed_value(value, function, spec_of) for value in node.values]
-        agreed = {name for name in found if name is not None}
-        if len(agreed) != 1:
-            return False
-        mine = next(iter(agreed))
-        return all(
-            name is not None or _reads_only(value, mine)
-            for value, name in zip(node.values, found, strict=True)
-        )
-    return _agreed_value(node, function, spec_of) is not None
-
-
-def _reads_only(node: ast.expr, name: str) -> bool:
-    return all(not isinstance(part, ast.Name) or part.id == name for part in ast.walk(node)) and not any(
-        isinstance(part, (ast.Call, ast.Attribute, ast.Subscript)) for part in ast.walk(node)
-    )
-
-
-def _agreed_value(node: ast.expr, function: FunctionNode, spec_of: SpecOf) -> str | None:
-    """The name `mine` of `all(f == mine for f in gathered)`, gathered from it in `function`."""
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "all"):
-        return None
-    if len(node.args) != 1 or not isinstance(node.args[0], ast.GeneratorExp):
-        return None
-    generator = node.args[0]
-    loop = generator.generators[0]
-    test = generator.elt
-    if len(generator.generators) != 1 or loop.ifs or not isinstance(loop.target, ast.Name):
-        return None
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
-        return None
-    sides = [side.id for side in (test.left, test.comparators[0]) if isinstance(side, ast.Name)]
-    if len(sides) != 2 or loop.target.id not in sides or sides[0] == sides[1]:
-        return None
-    mine = sides[0] if sides[1] == loop.target.id else sides[1]
-    for call in nodes_under(function):
-        if not isinstance(call, ast.Call) or call.lineno > node.lineno:
-            continue
-        spec = spec_of(call)
-        if spec is None or spec.op not in GATHERING_OPS or not spec.uniform_after or not spec.operands:
-            continue
-        received = _argument(call, spec, spec.uniform_after[0])
-        sent = _argument(call, spec, spec.operands[0])
-        if _named(received, ast.unparse(loop.iter)) and _named(sent, mine):
-            return mine
-    return None
-
-
-def _named(node: ast.expr | None, text: str) -> bool:
-    return node is not None and ast.unparse(node) == text

@@ -14,14 +14,16 @@ from collcheck.config import Settings
 from collcheck.static.groups import LOCAL_RANK_PREFIX, SIZE_PREFIX
 from collcheck.static.inferred_types import infer_attribute
 from collcheck.static.interpret import Interpreter
-from collcheck.static.loader import FunctionNode, ModuleInfo, module_body
+from collcheck.static.loader import FunctionNode, ModuleInfo, module_body, parameter_defaults
 from collcheck.static.names import nodes_under
 from collcheck.static.receivers import (
     EXACT,
+    FUNCTION,
     MAX_SITES,
     SUBCLASS,
     bound_once,
     call_sites,
+    function_value,
     object_class,
     object_value,
     passed_argument,
@@ -74,6 +76,7 @@ def _class_attributes(module: ModuleInfo, interpreter: Interpreter) -> None:
                     value = (
                         sites.argument(class_name, method, node.value.id)
                         or sites.injected(class_name, info.node, method, node.value.id, target.attr)
+                        or sites.default_function(class_name, info.node, method, node.value.id, target.attr)
                         or value
                     )
                 seen.setdefault(target.attr, []).append(value)
@@ -123,13 +126,17 @@ def _groups_asked_about(seen: dict[str, list[Expr]]) -> set[str]:
     return keys
 
 
+KEPT_ATOMS = ("type:", EXACT, SUBCLASS, SIZE_PREFIX, FUNCTION)  # the atoms `_interesting` keeps
+
+
 def _interesting(value: Expr) -> bool:
     """Worth keeping as a class attribute: per-rank, a group, a group's size (what its local ranks
-    count up to: `(self.pp_rank + 1) % self.pp_size`), or an object of a known type."""
+    count up to: `(self.pp_rank + 1) % self.pp_size`), an object of a known type, or a function of
+    the file (`self.gather_fn = gather_all`, called later as `self.gather_fn(x)`)."""
     return (
         is_rank_dependent(value)
         or isinstance(value, GroupVal)
-        or (isinstance(value, Atom) and value.name.startswith(("type:", EXACT, SUBCLASS, SIZE_PREFIX)))
+        or (isinstance(value, Atom) and value.name.startswith(KEPT_ATOMS))
     )
 
 
@@ -188,6 +195,25 @@ class ConstructionSites:
         if picks_p2p_role(owner, attribute, self.module.imports, self.module.catalog):
             return Atom(f"{ROLE_PREFIX}self.{attribute}@{class_name}", "perrank", lower=0)
         return used_attribute_object(self.module, class_name, attribute)
+
+    def default_function(
+        self, class_name: str, owner: ast.ClassDef, init: FunctionNode, parameter: str, attribute: str
+    ) -> Expr | None:
+        """A constructor's parameter kept as `self.<attribute>` whose default is a function of the
+        file (`gather_fn=gather_all`), where no construction in the file passes another: the
+        attribute holds that function, so `self.<attribute>(x)` runs it (and what it does with
+        `x`, combining it across ranks, is known). A class the file builds with another callable,
+        or that stores the attribute again elsewhere, is not read so. Else None."""
+        default = parameter_defaults(init).get(parameter)
+        if not isinstance(default, ast.Name) or default.id not in self.module.functions:
+            return None
+        if self.module.imports.lookup(default.id) is not None or stores(owner, attribute) != 1:
+            return None
+        params = [a.arg for a in [*init.args.posonlyargs, *init.args.args]][1:]
+        sites = call_sites(self.module).get(class_name, [])
+        if len(sites) > MAX_SITES or any(passed_argument(call, params, parameter) for call, _ in sites):
+            return None
+        return function_value(self.module, default.id)
 
     def _value(self, node: ast.expr, function: FunctionNode | None) -> Expr:
         """The argument's value: an expression, or a name the calling function binds once

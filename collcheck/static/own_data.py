@@ -63,7 +63,8 @@ def mark_assigned(data: LocalData, target: ast.expr, state: State, frame: Frame,
         if not data.reached_from(function, statement, evidence[1]):
             continue
         why = f"{OWN_DATA}, {evidence[0]}"
-        state.env[node.id] = Atom(f"{node.id}@{line}:{node.col_offset}", "nondet", why=why)
+        name = f"{node.id}@{line}:{node.col_offset}"
+        state.env[node.id] = Atom(name, "nondet", why=why, combined_by=evidence[2])
 
 
 def mark_combined(data: LocalData, call: ast.Call, where: str, state: State, frame: Frame) -> None:
@@ -140,6 +141,6 @@ def mark_entry(data: LocalData, function: FunctionNode, env: dict[str, Expr]) ->
             continue  # an object of a class of the file (`s: Syncer`) is read by its attributes
         evidence = data.evidence[(function, path)]
         why = f"{OWN_DATA}, {evidence[0]}"
-        env[path] = Atom(f"{path}@entry:{function.lineno}", "nondet", why=why)
+        env[path] = Atom(f"{path}@entry:{function.lineno}", "nondet", why=why, combined_by=evidence[2])
         pending.append((line, why))
     return EntryData(function, pending) if pending else None

@@ -91,6 +91,15 @@ def function_of(module: ModuleInfo, value: Expr | None) -> FunctionNode | None:
     return module.functions.get(name) if path == module.path else None
 
 
+def kept_function(module: ModuleInfo, class_name: str, attribute: str) -> FunctionNode | None:
+    """The function of `module` that the class keeps in `self.<attribute>` (module_values.py:
+    stored there, or its constructor parameter's default) when it has no method of that name:
+    what `self.gather_fn(x)` runs."""
+    if inherited(module, class_name, attribute, lambda info: info.methods) is not None:
+        return None
+    return function_of(module, inherited(module, class_name, attribute, lambda info: info.attributes))
+
+
 def bound_method_value(module: ModuleInfo, value: Expr, name: str) -> Atom | None:
     """`saver.save` read without a call, when `saver` is an object of a class of `module` whose
     method `name` is known: the method and the object, to be called later by whoever receives

@@ -50,6 +50,9 @@ class Atom:
     below_world: bool = False
     # computed from what a module wrapped for data parallelism returned (gradient_sync.py)
     synced: frozenset[GradSync] = frozenset()
+    # for nondet atoms of per-rank data (own_data.py): the lines of the collectives that combine it
+    # across ranks (in the function that combines it, or in the helpers it is handed to)
+    combined_by: frozenset[int] = frozenset()
 
     def __str__(self) -> str:
         return self.name
@@ -217,6 +220,7 @@ def opaque(name: str, inputs: tuple[Expr, ...] = ()) -> Atom:
     carries the gradient reductions of all of them."""
     ranked = False
     why: str | None = None
+    combined_by: frozenset[int] = frozenset()
     synced: frozenset[GradSync] = frozenset()
     # The same value object often comes several times (a loop's carried value is asked with the
     # value of every body path, most of them shared, and the tests those paths share): each is
@@ -230,11 +234,11 @@ def opaque(name: str, inputs: tuple[Expr, ...] = ()) -> Atom:
         synced |= summary.synced
         ranked = ranked or summary.rank  # the rank wins over a nondet input
         if why is None:
-            why = summary.nondet_why
+            why, combined_by = summary.nondet_why, summary.nondet_combined_by
     if ranked:
         return Atom(name, "perrank", synced=synced)
     if why is not None:
-        return Atom(name, "nondet", why=why, synced=synced)
+        return Atom(name, "nondet", why=why, synced=synced, combined_by=combined_by)
     return Atom(name, "shared", synced=synced)
 
 
@@ -252,6 +256,7 @@ class _Summary:
     rank: bool
     nondet_why: str | None
     synced: frozenset[GradSync] = frozenset()
+    nondet_combined_by: frozenset[int] = frozenset()  # the `combined_by` of that first nondet atom
 
 
 _NO_ATOM = _Summary(False, None)
@@ -267,11 +272,13 @@ _MAX_SUMMARIES = 1 << 16
 def _atom_summary(atom: Atom) -> _Summary:
     if atom.synced:
         rank = atom.kind in ("rank", "perrank")
-        return _Summary(rank, atom.why if atom.kind == "nondet" else None, atom.synced)
+        if atom.kind != "nondet":
+            return _Summary(rank, None, atom.synced)
+        return _Summary(rank, atom.why, atom.synced, atom.combined_by)
     if atom.kind in ("rank", "perrank"):
         return _RANK_ATOM
     if atom.kind == "nondet":
-        return _Summary(False, atom.why)
+        return _Summary(False, atom.why, nondet_combined_by=atom.combined_by)
     return _NO_ATOM
 
 
@@ -298,14 +305,15 @@ def _per_rank_summary(expr: Expr) -> _Summary:
             continue
         rank = False
         why: str | None = None
+        combined_by: frozenset[int] = frozenset()
         synced: frozenset[GradSync] = frozenset()
         for part in reversed(parts):
             summary = _atom_summary(part) if isinstance(part, Atom) else _SUMMARIES[id(part)][1]
             rank = rank or summary.rank
             synced |= summary.synced
             if why is None:
-                why = summary.nondet_why
-        found = _Summary(rank, why, synced) if rank or why is not None or synced else _NO_ATOM
+                why, combined_by = summary.nondet_why, summary.nondet_combined_by
+        found = _Summary(rank, why, synced, combined_by) if rank or why is not None or synced else _NO_ATOM
         _SUMMARIES[id(node)] = (node, found)
     return _SUMMARIES[id(expr)][1]
 

@@ -13,6 +13,7 @@ import ast
 
 from collcheck.catalog import OpSpec
 from collcheck.static import group_values, groups, list_positions
+from collcheck.static.agreement import agreement_test
 from collcheck.static.catalog_values import (
     BIN_OPS,
     COMPARE_OPS,
@@ -39,7 +40,6 @@ from collcheck.static.group_values import (
 )
 from collcheck.static.literals import is_boolean, is_numeral, is_text, numeric_text, small_literal_range
 from collcheck.static.loader import FunctionNode, ModuleInfo, inherited_attribute
-from collcheck.static.local_data import agreement_test
 from collcheck.static.loop_values import grown_collection
 from collcheck.static.names import PARTIAL_CALLS, dotted, environ_key, qualified_name, source_text
 from collcheck.static.own_data import TrainedModules
@@ -290,7 +290,7 @@ class ValueEvaluator:
 
     def _agreement(self, node: ast.expr, frame: Frame) -> bool:
         """`mine is not None and all(f == mine for f in gathered)` after gathering `mine`: the
-        same on every rank (local_data.agreement_test)."""
+        same on every rank (agreement.agreement_test)."""
         return bool(frame.stack) and agreement_test(node, frame.stack[-1], self._catalogued_op)
 
     def _catalogued_op(self, call: ast.Call) -> OpSpec | None:

@@ -50,7 +50,7 @@ def test_host_values_put_into_a_reduced_tensor_and_what_they_were_computed_from(
     data, module = local_data()
     function = module.functions["count_tokens"]
     assert data.names(function) == {"padded", "tokens", "batch"}
-    how, line = data.evidence[(function, "tokens")]
+    how, line, _ = data.evidence[(function, "tokens")]
     assert line == line_of(SNIPPET, "dist.all_reduce(t, op") and "all_reduce" in how
     assert data.combined_at(function, line) == ("batch", "padded", "tokens")
 
@@ -71,7 +71,7 @@ def test_parameters_that_reach_a_combining_collective_make_the_callers_arguments
     assert data.parameters(module.functions["agree"]) == ("flag",)
     caller = module.functions["caller"]
     assert data.names(caller) == {"ready", "items", "size"}
-    how, _ = data.evidence[(caller, "ready")]
+    how, _, _ = data.evidence[(caller, "ready")]
     assert how.startswith("passed to agree()")
 
 
@@ -80,11 +80,11 @@ def test_evidence_under_a_test_is_not_reached_from_every_earlier_statement() -> 
     function = module.functions["later"]
     assert "mine" in data.names(function)
     assignment = function.body[0]
-    _, line = data.evidence[(function, "mine")]
+    _, line, _ = data.evidence[(function, "mine")]
     assert not data.reached_from(function, assignment, line)  # `agree` runs only where dp > 1
     straight = module.functions["count_tokens"]
     assert "tokens" in data.names(straight)  # computed on demand
-    _, at = data.evidence[(straight, "tokens")]
+    _, at, _ = data.evidence[(straight, "tokens")]
     assert data.reached_from(straight, straight.body[0], at)
 
 
@@ -129,7 +129,7 @@ def test_an_attribute_path_of_a_parameter_is_handed_on_as_the_same_path_of_the_a
     assert data.parameter_paths(helper) == (("plan.num_tokens", line_of(PATHS, "dist.all_reduce(sizes")),)
     caller = module.functions["step"]
     assert data.parameter_paths(caller) == (("batch.num_tokens", line_of(PATHS, "padded(batch)")),)
-    how, _ = data.evidence[(caller, "batch.num_tokens")]
+    how, _, _ = data.evidence[(caller, "batch.num_tokens")]
     assert how.startswith("passed to padded()")
 
 
