@@ -141,7 +141,15 @@ def collapse_returns(caller: State, results: list[tuple[State, Expr]]) -> list[t
     for state, returned in reversed(results[:-1]):
         extra = state.conds[len(caller.conds) :]
         value = IfExp(conjoin(extra), returned, value) if extra else returned
+    # What held on every path out of the helper holds after it (`assert g.size() == world` in a
+    # helper that checks its argument: asserted.py); the conditions that told its paths apart go.
     merged = caller.fork()
+    common = [
+        cond
+        for cond in results[0][0].conds[len(caller.conds) :]
+        if all(cond in state.conds[len(caller.conds) :] for state, _ in results[1:])
+    ]
+    merged.conds = (*merged.conds, *common)
     return [(merged, value)]
 
 
