@@ -128,8 +128,8 @@ def checked_once(interpreter: AssertingInterpreter, stmt: ast.If, state: State, 
     if (
         info is None
         or _own_name(function) != stmt.test.value.id
-        or not function.body
-        or function.body[0] is not stmt
+        or not _statements(function)
+        or _statements(function)[0] is not stmt
     ):
         return state
     flag = stmt.test.attr
@@ -141,6 +141,19 @@ def checked_once(interpreter: AssertingInterpreter, stmt: ast.If, state: State, 
         if holds_from_here(value, state):
             state = state.fork(value)
     return state
+
+
+def _statements(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:
+    """The method's statements after its docstring."""
+    body = function.body
+    first = body[0] if body else None
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        return body[1:]
+    return body
 
 
 def _own_name(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
@@ -160,7 +173,7 @@ def _asserted_before_flag(
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
     }
     tests: list[ast.expr] = []
-    for stmt in function.body[1:]:
+    for stmt in _statements(function)[1:]:
         if _stores_flag(stmt, own, flag, True):
             return tests
         if any(
