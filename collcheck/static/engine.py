@@ -25,6 +25,7 @@ from collcheck.lines import line_texts
 from collcheck.source import SourceFile
 from collcheck.static import groups
 from collcheck.static.budget import SolverBudgetSpent, check_active, solver_allowance
+from collcheck.static.caller_context import RootRun, judged_in_callers, root_run
 from collcheck.static.calls import REMOTE_OP
 from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.closures import Closure
@@ -183,6 +184,8 @@ def _analyze_tree(
     roots: list[tuple[FunctionNode, str | None, str, Closure | None]] = [
         (function, class_name, qualname, None) for function, class_name, qualname in _entries(module)
     ]
+    runs: list[RootRun] = []  # each root's run, for the judgement of helpers by their callers
+    every_root_ran = True
     while roots:
         function, class_name, qualname, closure = roots.pop(0)
         place = Place(source.path, function.lineno, qualname)
@@ -195,6 +198,7 @@ def _analyze_tree(
             function,
         )
         if run is None:
+            every_root_ran = False
             continue
         regions, reduced = run
         for region in regions:
@@ -204,24 +208,30 @@ def _analyze_tree(
         roots.extend((inner, class_name, name, scope) for inner, name, scope in nested)
         if reduced:
             regions = owning_a_split(regions, extractor.conditions, source.path, lines_of(function))
+        before = (len(cuts), len(stats.cuts), stats.unknown)
         found = _allowed(place, regions, rules, settings, stats, facts, nonblocking, cuts)
         if reduced:
             found = [c for c in found if decided_in(c.finding, source.path, lines_of(function))]
-        candidates.extend(found)
+        complete = not reduced and before == (len(cuts), len(stats.cuts), stats.unknown)
+        runs.append(root_run(function, class_name, complete, regions, found))
     body = setup + main
     ran = None
     module_place = Place(source.path, 1, MODULE_BODY)
     if _communicates(body, module):
         ran = run_within_budget(extractor, partial(extractor.run_module, body), module_place, notes, cuts)
+        every_root_ran = every_root_ran and ran is not None
     if ran is not None:
         for region in ran[0]:
             region.conditions = extractor.conditions
         whole = (1, len(line_texts(source.text)))
         regions = owning_a_split(ran[0], extractor.conditions, source.path, whole) if ran[1] else ran[0]
+        before = (len(cuts), len(stats.cuts), stats.unknown)
         found = _allowed(module_place, regions, rules, settings, stats, facts, nonblocking, cuts)
         if ran[1]:
             found = [c for c in found if decided_in(c.finding, source.path, whole)]
-        candidates.extend(found)
+        complete = not ran[1] and before == (len(cuts), len(stats.cuts), stats.unknown)
+        runs.append(root_run(None, None, complete, regions, found))
+    candidates.extend(judged_in_callers(runs, every_root_ran, tree, source.path))
     extractor.release()  # its runs are over: the rest reads regions and findings only
     notes.extend(stats.notes)
     candidates = [

@@ -198,6 +198,29 @@ def local_rank_bounds(tr: Any, found: frozenset[Atom]) -> list[Any]:
     return facts
 
 
+def spanning_facts(tr: Any, found: frozenset[Atom]) -> list[Any]:
+    """A group as large as the world is the world's one group: its rank list, and each member
+    read from it, is the same on both ranks (`size == world` is stated by an assertion on the
+    path, asserted.py; without it a list stays per-rank, `member_ranks`)."""
+    keys = {atom.name[len(SIZE_PREFIX) :] for atom in found if atom.name.startswith(SIZE_PREFIX)}
+    facts = []
+    for atom in sorted(found, key=_atom_order):
+        key = listed_key(atom)
+        if key is not None and key in keys:
+            spans = tr.as_int(group_size(key), "a") == tr.world
+            facts.append(tr.z3.Implies(spans, tr.as_int(atom, "a") == tr.as_int(atom, "b")))
+    return facts
+
+
+def listed_key(atom: Atom) -> str | None:
+    """The group whose rank list (or a member read from it at a constant place) `atom` is."""
+    if atom.name.startswith(RANKS_PREFIX):
+        return atom.name[len(RANKS_PREFIX) :]
+    if atom.name.startswith(GLOBAL_OF_PREFIX):
+        return atom.name[len(GLOBAL_OF_PREFIX) : -1].rpartition("[")[0]
+    return None
+
+
 def _atom_order(atom: Atom) -> tuple[str, str]:
     return atom.name, atom.kind
 

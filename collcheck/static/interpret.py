@@ -23,6 +23,7 @@ from functools import partial
 
 from collcheck.config import Settings
 from collcheck.findings import Budget, ConditionKind
+from collcheck.static.asserted import checked_once, states_after_assert
 from collcheck.static.budget import check_active
 from collcheck.static.catalog_values import BIN_OPS, value_from_spec
 from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
@@ -316,6 +317,8 @@ class Interpreter(ObjectProtocols):
     def _stmt_Pass(self, stmt: ast.Pass, state: State, frame: Frame) -> list[State]:
         return [state]
 
+    _stmt_Assert = states_after_assert  # a group-structure fact holds after it (asserted.py)
+
     def _stmt_Expr(self, stmt: ast.Expr, state: State, frame: Frame) -> list[State]:
         resumed = self.at_yield(stmt, state, frame) if isinstance(stmt.value, ast.Yield) else None
         if resumed is not None:  # a `with` body runs at its context manager's `yield`
@@ -409,15 +412,8 @@ class Interpreter(ObjectProtocols):
 
     _stmt_AsyncFunctionDef = _stmt_FunctionDef
 
-    def _stmt_ClassDef(self, stmt: ast.ClassDef, state: State, frame: Frame) -> list[State]:
-        return [state]
-
-    def _stmt_Import(self, stmt: ast.Import, state: State, frame: Frame) -> list[State]:
-        return [state]
-
-    _stmt_ImportFrom = _stmt_Import
-    _stmt_Global = _stmt_Import
-    _stmt_Nonlocal = _stmt_Import
+    # Statements that change nothing the analysis follows (a class body runs no collective).
+    _stmt_ClassDef = _stmt_Import = _stmt_ImportFrom = _stmt_Global = _stmt_Nonlocal = _stmt_Pass
 
     def _stmt_If(self, stmt: ast.If, state: State, frame: Frame) -> list[State]:
         cache = lazy_initialisation(stmt, self.module.mutable_globals)
@@ -430,6 +426,7 @@ class Interpreter(ObjectProtocols):
         results: list[State] = []
         for current, test in self.eval(stmt.test, state, frame):
             self.conditions.note(test, source_of(stmt.test, self.module.path))
+            current = checked_once(self, stmt, current, frame)  # a memoized check's facts (asserted.py)
             results.extend(self._branch(test, stmt.body, stmt.orelse, current, frame))
         return results
 

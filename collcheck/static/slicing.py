@@ -14,9 +14,11 @@ reduced mode (over_budget.py), which keeps only the divergences a function decid
 lines. A statement is a candidate when it:
 
 * is simple (an assignment, an expression, `pass`, `assert`, `del`) with targets that store
-  without running code (names, their attributes and items), or an `if`, `for` or `while` whose
-  header qualifies and whose every statement is a candidate, with no call at all in it (a call is
-  judged in the state it runs in, which the statements before it in the body would change);
+  without running code (names, their attributes and items), and is no `assert` whose test calls
+  something other than a builtin (it may state a group's structure: asserted.py), or an `if`,
+  `for` or `while` whose header qualifies and whose every statement is a candidate, with no
+  call at all in it (a call is judged in the state it runs in, which the statements before it
+  in the body would change);
 * holds no property read, `yield`, `await`, assignment expression, lambda or comprehension; it
   cannot exit (`return`, `raise`, `break`, `continue` are never candidates; a call to `sys.exit()`
   needs running);
@@ -39,6 +41,7 @@ everywhere), so it only ever keeps too much. A function that reads its namespace
 from __future__ import annotations
 
 import ast
+import builtins
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -66,6 +69,7 @@ _RUNS_CODE = (
 _MUTATORS = CONTAINER_MUTATORS | MUTATING_METHODS
 # Names through which code reads a namespace without naming the variable.
 _NAMESPACE_READERS = frozenset({"locals", "vars", "eval", "exec", "globals"})
+_BUILTINS = frozenset(dir(builtins))
 NOTHING_SLICED: dict[ast.stmt, tuple[ast.Call, ...]] = {}  # a module body's: every statement runs
 
 
@@ -214,7 +218,8 @@ def _is_candidate(
 ) -> bool:
     if isinstance(stmt, _SIMPLE):
         found = scanner.parts(stmt)
-        if found.quiet and all(_plain_target(t) for t in _targets(stmt)):
+        plain = all(_plain_target(t) for t in _targets(stmt))
+        if found.quiet and plain and not _may_state_a_fact(stmt, found):
             return True
         kept_reads.update(found.names)
         return False
@@ -253,6 +258,16 @@ def _is_candidate(
     # (a nested function's body reads the enclosing variables when it runs).
     kept_reads.update(scanner.parts(stmt).names)
     return False
+
+
+def _may_state_a_fact(stmt: ast.stmt, found: _Parts) -> bool:
+    """An `assert` whose test calls something other than a builtin (`group.size()`,
+    `dist.get_world_size()`): it may state a fact about a group that holds after it (asserted.py),
+    so it runs; `assert isinstance(x, T)` and other tests on plain values are stepped over."""
+    if not isinstance(stmt, ast.Assert) or not found.calls:
+        return False
+    calls = [node for node in ast.walk(stmt.test) if isinstance(node, ast.Call)]  # not its message's
+    return any(not (isinstance(call.func, ast.Name) and call.func.id in _BUILTINS) for call in calls)
 
 
 def _header(stmt: ast.If | ast.For | ast.While) -> list[ast.AST]:

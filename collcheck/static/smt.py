@@ -24,6 +24,7 @@ from collcheck.static.groups import (
     local_rank,
     local_rank_bounds,
     member_facts,
+    spanning_facts,
 )
 from collcheck.static.membership import candidate_parts, is_membership_predicate, mentions_group
 from collcheck.static.program import CommEvent, Element, LoopEvent, Path, Region
@@ -194,6 +195,7 @@ class RegionSolver:
         # The atoms of both paths' conditions and of the terms a query may compare (trips, roots).
         found = self.atoms_of(a) | self.atoms_of(b)
         facts.extend(local_rank_bounds(tr, found))
+        facts.extend(spanning_facts(tr, found))
         if membership is not None:
             facts.extend(self.both_members(tr, membership, found))
         if membership is not None and membership.members is None:

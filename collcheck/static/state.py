@@ -137,11 +137,18 @@ def collapse_returns(caller: State, results: list[tuple[State, Expr]]) -> list[t
         return results
     if any(state.events != caller.events or state.exit is not None for state, _ in results):
         return results
+    # What held on every path out of the helper holds after it (`assert g.size() == world` in a
+    # helper that checks its argument: asserted.py); the conditions that told its paths apart go.
+    start = len(caller.conds)
+    common = [
+        cond for cond in results[0][0].conds[start:] if all(cond in s.conds[start:] for s, _ in results[1:])
+    ]
     value = results[-1][1]
     for state, returned in reversed(results[:-1]):
-        extra = state.conds[len(caller.conds) :]
+        extra = tuple(cond for cond in state.conds[start:] if cond not in common)
         value = IfExp(conjoin(extra), returned, value) if extra else returned
     merged = caller.fork()
+    merged.conds = (*merged.conds, *common)
     return [(merged, value)]
 
 

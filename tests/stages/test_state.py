@@ -97,3 +97,11 @@ def test_a_rebase_moves_a_recorded_element_onto_another_call_site() -> None:
     assert rebase.path(path) == Path((Not(TEST), RANK), (), Exit(ExitKind.RAISE, "m.py", 2, 4, (here,)))
     same = Rebase((recorded,), (recorded,), (), ())
     assert same.identity and same.path(path) is path
+
+
+def test_a_condition_every_helper_path_holds_survives_the_collapse() -> None:
+    caller = State({})
+    fact = Compare("==", Atom("group_world:g", "shared"), Atom("world", "world"))
+    first, second = caller.fork(fact).fork(TEST), caller.fork(fact).fork(Not(TEST))
+    ((state, value),) = collapse_returns(caller, [(first, Const(1)), (second, Const(2))])
+    assert state.conds == (fact,) and value == IfExp(TEST, Const(1), Const(2))

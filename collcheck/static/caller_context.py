@@ -1,0 +1,99 @@
+"""Helpers judged where their file calls them: a helper's own finding that none of its callers has.
+
+In: one record per root the engine ran in a file (`RootRun`: the function, whether its run and its
+queries were complete, the collectives it reached through each helper it ran inlined, the places
+of its candidates' origins), the file's tree, and the candidates. Out: the candidates kept.
+
+Why: every function that reaches a collective is also analysed on its own, its parameters
+unknown (a group handed in is a group of unknown membership, whose rank list differs between two
+groups of its name). Where the file calls the function, its callers run it inlined with what they
+hand it (`interpret._parameter_value` takes a rank-named parameter at its word only when no call
+is visible, for the same reason): a group that a caller has established spans the world
+(asserted.py), a rank the caller computed. When every caller of the file that reaches the
+helper's collective runs it without a divergence there, the divergence of the helper run alone
+is one of the unknown parameters only, not of the program, and it is not reported.
+
+What keeps it sound for the file: the helper is called in the file by name (a method through any
+object, a constructor through its class); at least one other root reached the origin's collective
+through a call of it; every root of the file ran in full (no reduced mode, no work or solver
+budget cut, no root left out), so a caller that would have found the divergence did; and none of
+those callers has a candidate at that place, of any rule. Callers in other files are not seen: a
+helper called in its file is taken to be used as its file uses it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from collcheck.static.loader import FunctionNode
+from collcheck.static.program import CommEvent, LoopEvent, Region
+from collcheck.static.rulebook import Candidate
+from collcheck.static.syntax import called_names
+
+Place = tuple[str, int]  # (path, line) of a collective
+
+
+@dataclass(frozen=True)
+class RootRun:
+    """One root's run: `through` maps each helper it ran inlined, by (name, defining path), to the
+    places of the collectives it reached inside that call; `found` holds its candidates."""
+
+    function: FunctionNode | None  # None: the module body
+    class_name: str | None
+    complete: bool
+    through: dict[tuple[str, str], frozenset[Place]]
+    found: tuple[Candidate, ...]
+    origins: frozenset[Place]  # where `found` arise
+
+
+def root_run(
+    function: FunctionNode | None,
+    class_name: str | None,
+    complete: bool,
+    regions: Iterable[Region],
+    found: list[Candidate],
+) -> RootRun:
+    """The record of one root's run (`complete`: in full, within its budgets)."""
+    through: dict[tuple[str, str], set[Place]] = {}
+    for region in regions:
+        for path in region.paths:
+            for event in path.events:
+                comm = event.first if isinstance(event, LoopEvent) else event
+                if not isinstance(comm, CommEvent):
+                    continue
+                for site in comm.chain:
+                    through.setdefault((site.callee, site.callee_path), set()).add((comm.path, comm.line))
+    reached = {helper: frozenset(places) for helper, places in through.items()}
+    origins = frozenset((candidate.origin[1], candidate.origin[2]) for candidate in found)
+    return RootRun(function, class_name, complete, reached, tuple(found), origins)
+
+
+def judged_in_callers(
+    runs: list[RootRun], every_root_ran: bool, tree: ast.Module, path: str
+) -> list[Candidate]:
+    """The runs' candidates, less a root's own finding that its file's callers do not have
+    (module doc)."""
+    if not every_root_ran or not all(run.complete for run in runs):
+        return [candidate for run in runs for candidate in run.found]
+    called = called_names(tree)
+    kept: list[Candidate] = []
+    for run in runs:
+        if run.function is None or not _called(run.function, run.class_name, called):
+            kept.extend(run.found)
+            continue
+        key = (run.function.name, path)
+        for candidate in run.found:
+            place = (candidate.origin[1], candidate.origin[2])
+            callers = [other for other in runs if other is not run and place in other.through.get(key, ())]
+            if not callers or any(place in caller.origins for caller in callers):
+                kept.append(candidate)
+    return kept
+
+
+def _called(function: FunctionNode, class_name: str | None, called: frozenset[str]) -> bool:
+    """The function is called in its file by name (a constructor by its class's name)."""
+    if function.name in called:
+        return True
+    return function.name == "__init__" and class_name is not None and class_name in called
