@@ -92,6 +92,15 @@ def judged_in_callers(
     return kept
 
 
+def may_be_judged_in_file(function: FunctionNode, qualified_name: str, tree: ast.Module) -> bool:
+    """Whether the function's own findings may be left out where it is defined, its file's callers
+    judging them (`judged_in_callers`): a caller in another file must then not count on them being
+    reported there."""
+    parts = qualified_name.split(".")
+    class_name = parts[-2] if len(parts) > 1 else None
+    return _called(function, class_name, called_names(tree))
+
+
 def _called(function: FunctionNode, class_name: str | None, called: frozenset[str]) -> bool:
     """The function is called in its file by name (a constructor by its class's name)."""
     if function.name in called:

@@ -25,7 +25,7 @@ from collcheck.lines import line_texts
 from collcheck.source import SourceFile
 from collcheck.static import groups
 from collcheck.static.budget import SolverBudgetSpent, check_active, solver_allowance
-from collcheck.static.caller_context import RootRun, judged_in_callers, root_run
+from collcheck.static.caller_context import RootRun, judged_in_callers, may_be_judged_in_file, root_run
 from collcheck.static.calls import REMOTE_OP
 from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.closures import Closure
@@ -455,8 +455,8 @@ def _standalone_origins(
     if module is None:
         return set()
     function = module.functions.get(function_name)
-    if function is None:
-        return set()
+    if function is None or may_be_judged_in_file(function, function_name, module.tree):
+        return set()  # its finding may be dropped there, its callers there showing none: report it here
     key = (path, function.lineno)
     if key not in _STANDALONE:
         _STANDALONE[key] = set()  # recursion guard
