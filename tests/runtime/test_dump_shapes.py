@@ -19,9 +19,9 @@ from test_analyze import _fr_dump, _fr_entry
 
 from collcheck.runtime import fr_read
 from collcheck.runtime.analyze import analyze
+from collcheck.runtime.fr_read import check_dump_shape
 from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.trace_model import Problem
-from collcheck.runtime.fr_read import check_dump_shape
 from collcheck.runtime.trace_read import DumpRefused, TraceError
 
 

@@ -1,4 +1,4 @@
-"""Trace folders are untrusted input: a crafted pickle must never run code (see fr_read.py and fr_pickle.py)."""
+"""Trace folders are untrusted input: a crafted pickle must never run code (fr_read.py, fr_pickle.py)."""
 
 from __future__ import annotations
 
