@@ -258,6 +258,8 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 names.add(node.func.id)
             elif isinstance(node.func, ast.Attribute):
                 names.add(node.func.attr)
+                if node.func.attr == "apply" and isinstance(node.func.value, ast.Name):
+                    names.add(node.func.value.id)  # `Fn.apply(x)` runs `Fn.forward` (autograd_functions.py)
             if not starts_a_process(node):
                 # `apply(sync, t)`, `partial(sync, t)`, `Thread(target=sync)`: a function handed on
                 # by name may be called, by a function of the file or, as a callback, by unknown
