@@ -26,6 +26,7 @@ from collcheck.lines import line_starts
 from collcheck.source import SourceFile, read_source
 from collcheck.static.inferred_types import inferred_receiver
 from collcheck.static.launchers import launched_functions
+from collcheck.static.module_hooks import CALL, module_hook_table
 from collcheck.static.names import (
     ImportTable,
     add_import,
@@ -302,11 +303,27 @@ def _called_classes(module: ModuleInfo, communicating: set[FunctionNode]) -> set
     """Classes whose objects communicate when called (`model(x)` runs `forward` or `__call__`) or
     entered (`with Section():` runs `__enter__` and `__exit__`): a function that builds one may
     call or enter it."""
-    return {
+    called = {
         name
         for name, info in module.classes.items()
         if any(info.methods.get(m) in communicating for m in _IMPLICITLY_CALLED)
     }
+    return called | _communicating_hooks(module, communicating)
+
+
+def _communicating_hooks(module: ModuleInfo, communicating: set[FunctionNode]) -> set[str]:
+    """Classes with a communicating hook on their objects (module_hooks.py), and the entry points
+    that run one (`state_dict`): a function that calls one may communicate."""
+    found: set[str] = set()
+    for (class_name, entry), hooks in module_hook_table(module).items():
+        for hook in (*hooks.before, *hooks.after):
+            if hook.bound:
+                function = inherited(module, class_name, hook.name, lambda info: info.methods)
+            else:
+                function = module.functions.get(hook.name)
+            if function in communicating:
+                found.update((class_name, entry) if entry != CALL else (class_name,))
+    return found
 
 
 _IMPLICITLY_CALLED = ("forward", "__call__", "__enter__", "__exit__", "__aenter__", "__aexit__")
