@@ -26,6 +26,7 @@ from collcheck.lines import line_starts
 from collcheck.source import SourceFile, read_source
 from collcheck.static.inferred_types import inferred_receiver
 from collcheck.static.launchers import launched_functions
+from collcheck.static.method_wrappers import wrapped_methods
 from collcheck.static.module_hooks import CALL, module_hook_table
 from collcheck.static.names import (
     ImportTable,
@@ -230,7 +231,8 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
     communicating function of the run and no `global` is not walked: walking every node of every
     function is the costliest step of modelling a large module, and most functions never match.
     """
-    functions = _all_functions(module)
+    # The methods that constructors rebind to a wrapper run as the wrapper's body (method_wrappers.py).
+    functions = [*_all_functions(module), *(w.method for w in wrapped_methods(module).values())]
     words = _function_words(functions, text) if text is not None else None
     text_words = frozenset(IDENTIFIER.findall(text)) if text is not None else None
     wrapped = wrapped_names(module.tree, module.imports, module.catalog, text_words)

@@ -45,6 +45,7 @@ from collcheck.static.gradient_sync import paused_ops
 from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.handoff import callback_event
 from collcheck.static.loader import FunctionNode, ModuleInfo, property_names
+from collcheck.static.method_wrappers import is_original_call, wrapped_methods, wrapper_of
 from collcheck.static.module_hooks import CALL, HOOKED_METHODS, ClassHooks, Hook, module_hook_table
 from collcheck.static.names import dotted, qualified_name
 from collcheck.static.program import Exit, ExitKind, Site
@@ -98,6 +99,7 @@ class ObjectProtocols(ExceptionFlow):
         self.context_generators = _context_generator_names(module)
         self.generator_runs: dict[FunctionNode, list[GeneratorRun]] = {}
         self.module_hooks = module_hook_table(module)
+        self.wrapped = wrapped_methods(module)
 
     def eval(self, node: ast.expr | None, state: State, frame: Frame) -> list[tuple[State, Expr]]:
         """Evaluate, running the calls that communicate or may (helpers); may fork the state."""
@@ -143,6 +145,10 @@ class ObjectProtocols(ExceptionFlow):
     def eval_call(
         self, call: ast.Call, state: State, frame: Frame, known: dict[int, Expr]
     ) -> list[tuple[State, Expr]]:
+        wrapped = self.wrapper_at(call, frame, state)
+        if wrapped is not None:  # `obj.compute()` of a method `__init__` rebound to a wrapper
+            method, owner, receiver = wrapped
+            return self.inline(call, method, owner.name, True, state, frame, known, receiver)
         hooked = self.hooks_at(call, frame, state)
         if hooked is not None:
             return self._run_hooked(call, hooked, state, frame, known)
@@ -179,7 +185,23 @@ class ObjectProtocols(ExceptionFlow):
     # ------------------------------------------------------------------------ module hooks
 
     def has_effect(self, call: ast.Call, frame: Frame, state: State | None = None) -> bool:
-        return super().has_effect(call, frame, state) or self.hooks_at(call, frame, state) is not None
+        return (
+            super().has_effect(call, frame, state)
+            or self.wrapper_at(call, frame, state) is not None
+            or self.hooks_at(call, frame, state) is not None
+        )
+
+    def wrapper_at(
+        self, call: ast.Call, frame: Frame, state: State | None
+    ) -> tuple[ast.FunctionDef, ObjectClass, str] | None:
+        """The wrapper that `call` (`obj.NAME(...)`) runs, where the object's class rebinds NAME in
+        its `__init__` (method_wrappers.py), with the object's class and the name holding it."""
+        func = call.func
+        if state is None or not self.wrapped or not isinstance(func, ast.Attribute) or is_original_call(call):
+            return None
+        held = self._held_object(func.value, frame, state)
+        wrapped = wrapper_of(self.module, held[0].name, func.attr) if held is not None else None
+        return (wrapped.method, *held) if wrapped is not None and held is not None else None
 
     def hooks_at(self, call: ast.Call, frame: Frame, state: State | None) -> HookedCall | None:
         """The hooks a class of the file registered on the object that `call` runs an entry point
@@ -191,8 +213,17 @@ class ObjectProtocols(ExceptionFlow):
         holder, entry = (
             (func.value, func.attr) if isinstance(func, ast.Attribute) and hooked_method else (func, CALL)
         )
+        held = self._held_object(holder, frame, state)
+        hooks = self.module_hooks.get((held[0].name, entry)) if held is not None else None
+        if held is None or hooks is None or (hooked_method and method_of(self.module, held[0], entry)):
+            return None  # no hooks, or the class's own `state_dict` replaces the one that runs them
+        return HookedCall(held[0], held[1], hooks)
+
+    def _held_object(self, holder: ast.expr, frame: Frame, state: State) -> tuple[ObjectClass, str] | None:
+        """The class of the file of the object `holder` names (`self` in a method: its class or a
+        subclass), and the dotted name."""
         parts = dotted(holder)
-        if not parts or len(parts) > MAX_PROPERTY_PARTS or parts[0] == "super":
+        if not parts or len(parts) > MAX_PROPERTY_PARTS:
             return None
         if parts == ["self"]:
             owner = ObjectClass(frame.class_name, False) if frame.class_name else None
@@ -200,10 +231,7 @@ class ObjectProtocols(ExceptionFlow):
             owner = object_class(self.module, self.held_value(parts, state, frame))
         else:
             return None
-        hooks = self.module_hooks.get((owner.name, entry)) if owner is not None else None
-        if owner is None or hooks is None or (hooked_method and method_of(self.module, owner, entry)):
-            return None  # no hooks, or the class's own `state_dict` replaces the one that runs them
-        return HookedCall(owner, ".".join(parts), hooks)
+        return (owner, ".".join(parts)) if owner is not None else None
 
     def _run_hooked(
         self, call: ast.Call, hooked: HookedCall, state: State, frame: Frame, known: dict[int, Expr]
