@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import ast
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
-if TYPE_CHECKING:
-    from collcheck.static.loader import ModuleInfo
-
-FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+from collcheck.static.module_hooks import FunctionNode, ModuleModel
 
 # Set on the calls of the wrapped method that the wrapper's body makes: they run the class's own
 # method, not the wrapper again.
@@ -44,7 +41,7 @@ class Wrapped:
     method: ast.FunctionDef
 
 
-def wrapped_methods(module: ModuleInfo) -> dict[tuple[str, str], Wrapped]:
+def wrapped_methods(module: ModuleModel) -> dict[tuple[str, str], Wrapped]:
     """(class, method name) -> the wrapper its objects run, once per module model."""
     found = _TABLES.get(module)
     if found is None:
@@ -60,10 +57,10 @@ def wrapped_methods(module: ModuleInfo) -> dict[tuple[str, str], Wrapped]:
     return found
 
 
-_TABLES: WeakKeyDictionary[ModuleInfo, dict[tuple[str, str], Wrapped]] = WeakKeyDictionary()
+_TABLES: WeakKeyDictionary[ModuleModel, dict[tuple[str, str], Wrapped]] = WeakKeyDictionary()
 
 
-def wrapper_of(module: ModuleInfo, class_name: str, name: str, depth: int = 0) -> Wrapped | None:
+def wrapper_of(module: ModuleModel, class_name: str, name: str, depth: int = 0) -> Wrapped | None:
     """The wrapper of method `name` on objects of `class_name`, from its `__init__` or a base's."""
     table = wrapped_methods(module)
     if not table:
@@ -84,7 +81,7 @@ def is_original_call(call: ast.Call) -> bool:
 
 
 def _rebindings(
-    init: FunctionNode, methods: dict[str, FunctionNode], functions: dict[str, FunctionNode]
+    init: FunctionNode, methods: Mapping[str, FunctionNode], functions: Mapping[str, FunctionNode]
 ) -> list[tuple[str, FunctionNode, bool]]:
     """`self.NAME = self.WRAP(self.NAME)` / `WRAP(self.NAME)` at the top level of `init`: the
     method's name, the wrapper, and whether the wrapper is a method (run on the object)."""

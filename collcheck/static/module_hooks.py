@@ -24,16 +24,32 @@ global hooks (`register_module_forward_hook`), and hooks that a later call remov
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Protocol
 from weakref import WeakKeyDictionary
 
-if TYPE_CHECKING:  # the loader asks this module while it builds the model: no import at run time
-    from collcheck.static.loader import ModuleInfo
-
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+# What this module (and method_wrappers) read of the loader's model: the loader asks them while it
+# builds the model, so they describe it here instead of importing it.
+class ClassModel(Protocol):
+    @property
+    def node(self) -> ast.ClassDef: ...
+    @property
+    def methods(self) -> Mapping[str, FunctionNode]: ...
+    @property
+    def bases(self) -> Sequence[str]: ...
+
+
+class ModuleModel(Protocol):
+    @property
+    def classes(self) -> Mapping[str, ClassModel]: ...
+    @property
+    def functions(self) -> Mapping[str, FunctionNode]: ...
+
 
 CALL = "__call__"  # the object called (`model(x)`): `forward` with its hooks around it
 
@@ -75,7 +91,7 @@ class ClassHooks:
     after: tuple[Hook, ...]
 
 
-def module_hook_table(module: ModuleInfo) -> dict[tuple[str, str], ClassHooks]:
+def module_hook_table(module: ModuleModel) -> dict[tuple[str, str], ClassHooks]:
     """`registered_hooks` of the module's classes, once per module model (empty, without a walk,
     for a file whose classes call no registration method: most files)."""
     found = _TABLES.get(module)
@@ -91,7 +107,7 @@ def module_hook_table(module: ModuleInfo) -> dict[tuple[str, str], ClassHooks]:
     return found
 
 
-_TABLES: WeakKeyDictionary[ModuleInfo, dict[tuple[str, str], ClassHooks]] = WeakKeyDictionary()
+_TABLES: WeakKeyDictionary[ModuleModel, dict[tuple[str, str], ClassHooks]] = WeakKeyDictionary()
 
 
 def _registers(node: ast.ClassDef) -> bool:
