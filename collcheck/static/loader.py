@@ -236,6 +236,7 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
     words = _function_words(functions, text) if text is not None else None
     text_words = frozenset(IDENTIFIER.findall(text)) if text is not None else None
     wrapped = wrapped_names(module.tree, module.imports, module.catalog, text_words)
+    module_hook_table(module, text_words)  # filled once here, without a walk for most files
     candidates = _candidate_words(module) | wrapped.words
     properties = property_names(module)  # reading one runs its getter
     direct: set[FunctionNode] = set()

@@ -91,13 +91,16 @@ class ClassHooks:
     after: tuple[Hook, ...]
 
 
-def module_hook_table(module: ModuleModel) -> dict[tuple[str, str], ClassHooks]:
-    """`registered_hooks` of the module's classes, once per module model (empty, without a walk,
-    for a file whose classes call no registration method: most files)."""
+def module_hook_table(
+    module: ModuleModel, words: frozenset[str] | None = None
+) -> dict[tuple[str, str], ClassHooks]:
+    """`registered_hooks` of the module's classes, once per module model. `words`: the file's
+    identifiers, when known (the loader's): a file that names no registration method (most) has
+    none, found without a walk."""
     found = _TABLES.get(module)
     if found is None:
         found = {}
-        if any(_registers(info.node) for info in module.classes.values()):
+        if words is None or not words.isdisjoint(REGISTRATIONS):
             classes = {
                 name: (info.node, [b for b in info.bases if b in module.classes])
                 for name, info in module.classes.items()
@@ -110,16 +113,6 @@ def module_hook_table(module: ModuleModel) -> dict[tuple[str, str], ClassHooks]:
 _TABLES: WeakKeyDictionary[ModuleModel, dict[tuple[str, str], ClassHooks]] = WeakKeyDictionary()
 
 
-def _registers(node: ast.ClassDef) -> bool:
-    """Some registration method is named in the class, or a method hands its receiver on (to a
-    function of the file that may register on it)."""
-    return any(
-        (isinstance(n, ast.Attribute) and n.attr in REGISTRATIONS)
-        or (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.args)
-        for n in ast.walk(node)
-    )
-
-
 def registered_hooks(
     classes: Mapping[str, tuple[ast.ClassDef, list[str]]], functions: Mapping[str, FunctionNode]
 ) -> dict[tuple[str, str], ClassHooks]:
@@ -128,6 +121,7 @@ def registered_hooks(
     handed = {
         name: _registrations(function, _first_parameter(function)) for name, function in functions.items()
     }
+    handed = {name: found for name, found in handed.items() if found}
     own: dict[str, list[tuple[str, Moment, Hook]]] = {}
     for name, (node, _) in classes.items():
         found: list[tuple[str, Moment, Hook]] = []
