@@ -60,8 +60,13 @@ KNOWN_GAPS: dict[str, str] = {
         "shapes that agree); a count put in a tensor and all-reduced is (local_data.py)"
     ),
     "reports/dtensor_full_tensor_rank0_bug.py": (
-        "DTensor.full_tensor() (an all-gather over the DTensor's mesh) is not catalogued; a "
-        "dist.barrier() under the same rank-0 guard is found"
+        "DTensor.full_tensor() (an all-gather over the DTensor's mesh) is not catalogued, and torch has no "
+        "summary (torch is catalogued by hand; no bundled torch summary): its source reaches the all-gather "
+        "through Redistribute.apply (autograd Functions of the file now run their forward, "
+        "autograd_functions.py), then a loop over transform steps dispatching on placement objects "
+        "(`current.is_shard()`, `placement._to_replicate_tensor`) into funcol, which a summary leaves out "
+        "(collectives in loops, receivers' classes chosen at run time); a dist.barrier() under the same "
+        "rank-0 guard is found"
     ),
     "reports/hf_trainer_save_model_fsdp_main_bug.py": (
         "transformers Trainer.save_model gathers only under FSDP / DeepSpeed ZeRO-3, through "
@@ -75,15 +80,21 @@ KNOWN_GAPS: dict[str, str] = {
     ),
     "reports/reduce_loss_then_best_save_bug.py": (
         "the FSDP state_dict gather inside the save (FSDP.state_dict_type with FULL_STATE_DICT, then "
-        "model.state_dict()) is not catalogued; the save decision on the loss after dist.reduce(dst=0) "
-        "is rank-dependent (a dist.barrier() there is found: fixtures/semantics/dataflow/"
-        "reduce_to_root_decision_bug.py)"
+        "model.state_dict()) is not catalogued and torch has no summary; hooks a class registers run "
+        "around state_dict() (module_hooks.py), but FSDP registers them from another file by reflection "
+        "(_state_dict_utils: `getattr(state, name)(hook)` in a loop over (name, hook) pairs), and its hook "
+        "dispatches on the state-dict type through a dict of functions down to FlatParamHandle.unshard; the "
+        "save decision on the loss after dist.reduce(dst=0) is rank-dependent (a dist.barrier() there is "
+        "found: fixtures/semantics/dataflow/reduce_to_root_decision_bug.py)"
     ),
     "reports/torchmetrics_compute_local_rank0_bug.py": (
-        "torchmetrics Metric.compute() (a cross-process state sync) is wrapped in Metric.__init__ and syncs "
-        "through callbacks over the metric's states (apply_to_collection): the bundled torchmetrics summary "
-        "(1.9.0 source) does not yield it; the LOCAL_RANK guard itself is understood (a dist.barrier() in "
-        "its place is found)"
+        "torchmetrics Metric.compute() (a cross-process state sync) is rebound in Metric.__init__ "
+        "(self.compute = self._wrap_compute(self.compute)); a checked file's own rebound methods now run "
+        "their wrapper (method_wrappers.py), but a summary runs the class's `def compute`, and the wrapper "
+        "syncs only when `self._computed is None` and `self.distributed_available_fn()` (a callable "
+        "attribute of unknown value) holds, through a callback handed to lightning_utilities' "
+        "apply_to_collection over the metric's states: the bundled torchmetrics summary (1.9.0 source) "
+        "does not yield it; the LOCAL_RANK guard itself is understood (a dist.barrier() there is found)"
     ),
     "reports/zero3_generate_unsynced_bug.py": (
         "HF generate() under ZeRO-3: a data-dependent number of forwards, each all-gathering partitioned "

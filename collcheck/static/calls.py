@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from collcheck.catalog import OpSpec
+from collcheck.static.autograd_functions import APPLY, applied_forward
 from collcheck.static.catalog_values import value_from_spec
 from collcheck.static.conditions import ConditionSources, source_of
 from collcheck.static.gradient_sync import backward_spec
@@ -286,6 +287,9 @@ class CallResolver(ValueEvaluator):
             return None
         if len(parts) == 1 and parts[0] in self.nested:
             return None
+        if method_name == APPLY and len(parts) == 1 and parts[0] in self.module.classes:
+            applied = applied_forward(self.module, parts[0], self.class_types(parts[0]), call)
+            return HeldTarget(applied[0], parts[0], None, applied[1]) if applied is not None else None
         value = self.held_value(parts, state, frame)
         if not method_name:
             held = held_function(self.module, value)  # a function, or a method with its object

@@ -26,6 +26,8 @@ from collcheck.lines import line_starts
 from collcheck.source import SourceFile, read_source
 from collcheck.static.inferred_types import inferred_receiver
 from collcheck.static.launchers import launched_functions
+from collcheck.static.method_wrappers import wrapped_methods
+from collcheck.static.module_hooks import CALL, module_hook_table
 from collcheck.static.names import (
     ImportTable,
     add_import,
@@ -229,10 +231,12 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
     communicating function of the run and no `global` is not walked: walking every node of every
     function is the costliest step of modelling a large module, and most functions never match.
     """
-    functions = _all_functions(module)
+    # The methods that constructors rebind to a wrapper run as the wrapper's body (method_wrappers.py).
+    functions = [*_all_functions(module), *(w.method for w in wrapped_methods(module).values())]
     words = _function_words(functions, text) if text is not None else None
     text_words = frozenset(IDENTIFIER.findall(text)) if text is not None else None
     wrapped = wrapped_names(module.tree, module.imports, module.catalog, text_words)
+    module_hook_table(module, text_words)  # filled once here, without a walk for most files
     candidates = _candidate_words(module) | wrapped.words
     properties = property_names(module)  # reading one runs its getter
     direct: set[FunctionNode] = set()
@@ -261,6 +265,8 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
             elif isinstance(node.func, ast.Attribute):
                 names.add(node.func.attr)
                 names.update([kept[node.func.attr]] if node.func.attr in kept else [])
+                if node.func.attr == "apply" and isinstance(node.func.value, ast.Name):
+                    names.add(node.func.value.id)  # `Fn.apply(x)` runs `Fn.forward` (autograd_functions.py)
             if not starts_a_process(node):
                 # `apply(sync, t)`, `partial(sync, t)`, `Thread(target=sync)`: a function handed on
                 # by name may be called, by a function of the file or, as a callback, by unknown
@@ -341,11 +347,27 @@ def _called_classes(module: ModuleInfo, communicating: set[FunctionNode]) -> set
     """Classes whose objects communicate when called (`model(x)` runs `forward` or `__call__`) or
     entered (`with Section():` runs `__enter__` and `__exit__`): a function that builds one may
     call or enter it."""
-    return {
+    called = {
         name
         for name, info in module.classes.items()
         if any(info.methods.get(m) in communicating for m in _IMPLICITLY_CALLED)
     }
+    return called | _communicating_hooks(module, communicating)
+
+
+def _communicating_hooks(module: ModuleInfo, communicating: set[FunctionNode]) -> set[str]:
+    """Classes with a communicating hook on their objects (module_hooks.py), and the entry points
+    that run one (`state_dict`): a function that calls one may communicate."""
+    found: set[str] = set()
+    for (class_name, entry), hooks in module_hook_table(module).items():
+        for hook in (*hooks.before, *hooks.after):
+            if hook.bound:
+                function = inherited(module, class_name, hook.name, lambda info: info.methods)
+            else:
+                function = module.functions.get(hook.name)
+            if function in communicating:
+                found.update((class_name, entry) if entry != CALL else (class_name,))
+    return found
 
 
 _IMPLICITLY_CALLED = ("forward", "__call__", "__enter__", "__exit__", "__aenter__", "__aexit__")

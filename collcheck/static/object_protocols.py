@@ -45,6 +45,8 @@ from collcheck.static.gradient_sync import paused_ops
 from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.handoff import callback_event
 from collcheck.static.loader import FunctionNode, ModuleInfo, property_names
+from collcheck.static.method_wrappers import is_original_call, wrapped_methods, wrapper_of
+from collcheck.static.module_hooks import CALL, HOOKED_METHODS, ClassHooks, Hook, module_hook_table
 from collcheck.static.names import dotted, qualified_name
 from collcheck.static.program import Exit, ExitKind, Site
 from collcheck.static.receivers import ObjectClass, method_of, object_class
@@ -77,6 +79,16 @@ class GeneratorRun:
     pending: list[tuple[Exit, Expr | None]] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class HookedCall:
+    """A call of an entry point (`state_dict`, the object's call) of an object whose class
+    registered hooks on it; `receiver`: the dotted name that holds the object."""
+
+    owner: ObjectClass
+    receiver: str
+    hooks: ClassHooks
+
+
 class ObjectProtocols(ExceptionFlow):
     """Evaluation with effects: calls, property getters, generator context managers."""
 
@@ -86,6 +98,8 @@ class ObjectProtocols(ExceptionFlow):
         self.property_names = property_names(module)
         self.context_generators = _context_generator_names(module)
         self.generator_runs: dict[FunctionNode, list[GeneratorRun]] = {}
+        self.module_hooks = module_hook_table(module)
+        self.wrapped = wrapped_methods(module)
 
     def eval(self, node: ast.expr | None, state: State, frame: Frame) -> list[tuple[State, Expr]]:
         """Evaluate, running the calls that communicate or may (helpers); may fork the state."""
@@ -131,6 +145,13 @@ class ObjectProtocols(ExceptionFlow):
     def eval_call(
         self, call: ast.Call, state: State, frame: Frame, known: dict[int, Expr]
     ) -> list[tuple[State, Expr]]:
+        wrapped = self.wrapper_at(call, frame, state)
+        if wrapped is not None:  # `obj.compute()` of a method `__init__` rebound to a wrapper
+            method, owner, receiver = wrapped
+            return self.inline(call, method, owner.name, True, state, frame, known, receiver)
+        hooked = self.hooks_at(call, frame, state)
+        if hooked is not None:
+            return self._run_hooked(call, hooked, state, frame, known)
         resolved = self.resolve(call, frame, state)
         results = self._run_call(call, resolved, state, frame, known)
         if resolved.kind in (CallKind.COLLECTIVE, CallKind.HELPER):
@@ -160,6 +181,107 @@ class ObjectProtocols(ExceptionFlow):
             known = {**known, **resolved.partial.values}
             call = resolved.partial.call(call)
         return self.inline(call, function, class_name, bound_self, state, frame, known, receiver)
+
+    # ------------------------------------------------------------------------ module hooks
+
+    def has_effect(self, call: ast.Call, frame: Frame, state: State | None = None) -> bool:
+        return (
+            super().has_effect(call, frame, state)
+            or self.wrapper_at(call, frame, state) is not None
+            or self.hooks_at(call, frame, state) is not None
+        )
+
+    def wrapper_at(
+        self, call: ast.Call, frame: Frame, state: State | None
+    ) -> tuple[ast.FunctionDef, ObjectClass, str] | None:
+        """The wrapper that `call` (`obj.NAME(...)`) runs, where the object's class rebinds NAME in
+        its `__init__` (method_wrappers.py), with the object's class and the name holding it."""
+        func = call.func
+        if state is None or not self.wrapped or not isinstance(func, ast.Attribute) or is_original_call(call):
+            return None
+        held = self._held_object(func.value, frame, state)
+        wrapped = wrapper_of(self.module, held[0].name, func.attr) if held is not None else None
+        return (wrapped.method, *held) if wrapped is not None and held is not None else None
+
+    def hooks_at(self, call: ast.Call, frame: Frame, state: State | None) -> HookedCall | None:
+        """The hooks a class of the file registered on the object that `call` runs an entry point
+        of (`model.state_dict()`, `model(x)`: module_hooks.py), with the dotted name holding it."""
+        if state is None or not self.module_hooks:
+            return None
+        func = call.func
+        hooked_method = isinstance(func, ast.Attribute) and func.attr in HOOKED_METHODS
+        holder, entry = (
+            (func.value, func.attr) if isinstance(func, ast.Attribute) and hooked_method else (func, CALL)
+        )
+        held = self._held_object(holder, frame, state)
+        hooks = self.module_hooks.get((held[0].name, entry)) if held is not None else None
+        if held is None or hooks is None or (hooked_method and method_of(self.module, held[0], entry)):
+            return None  # no hooks, or the class's own `state_dict` replaces the one that runs them
+        return HookedCall(held[0], held[1], hooks)
+
+    def _held_object(self, holder: ast.expr, frame: Frame, state: State) -> tuple[ObjectClass, str] | None:
+        """The class of the file of the object `holder` names (`self` in a method: its class or a
+        subclass), and the dotted name."""
+        parts = dotted(holder)
+        if not parts or len(parts) > MAX_PROPERTY_PARTS:
+            return None
+        if parts == ["self"]:
+            owner = ObjectClass(frame.class_name, False) if frame.class_name else None
+        elif self.local_imports.lookup(parts[0]) is None:
+            owner = object_class(self.module, self.held_value(parts, state, frame))
+        else:
+            return None
+        return (owner, ".".join(parts)) if owner is not None else None
+
+    def _run_hooked(
+        self, call: ast.Call, hooked: HookedCall, state: State, frame: Frame, known: dict[int, Expr]
+    ) -> list[tuple[State, Expr]]:
+        """The hooks registered to run before the entry point, the call itself, then those after."""
+        current: list[tuple[State, Expr]] = [(state, Const(None))]
+        for hook in hooked.hooks.before:
+            current = self._run_hook(call, hook, hooked, current, frame)
+        ran: list[tuple[State, Expr]] = []
+        for before, _ in current:
+            if before.exit is not None:
+                ran.append((before, Const(None)))
+            else:
+                ran.extend(self._run_call(call, self.resolve(call, frame, before), before, frame, known))
+        for hook in hooked.hooks.after:
+            ran = self._run_hook(call, hook, hooked, ran, frame)
+        return ran
+
+    def _run_hook(
+        self, call: ast.Call, hook: Hook, hooked: HookedCall, states: list[tuple[State, Expr]], frame: Frame
+    ) -> list[tuple[State, Expr]]:
+        """`hook(module, ...)` (a method run on the object, or a function of the file) on each state
+        that goes on; the entry point's value is kept."""
+        if hook.bound:
+            function = method_of(self.module, hooked.owner, hook.name)
+        else:
+            function = self.module.functions.get(hook.name)
+        if function is None:
+            return states
+        arity = len([*function.args.posonlyargs, *function.args.args]) - hook.bound
+        placeholders: list[ast.expr] = [
+            ast.copy_location(ast.Constant(None), call) for _ in range(max(arity, 0))
+        ]
+        where = f"hook@{where_of(call)}"
+        known: dict[int, Expr] = {id(p): opaque(f"{where}#{i}", ()) for i, p in enumerate(placeholders)}
+        if placeholders:  # the hooked module itself comes first
+            held = self.held_value(hooked.receiver.split("."), states[0][0], frame) if states else None
+            known[id(placeholders[0])] = held or Atom("self", "shared")
+        hook_call = ast.copy_location(ast.Call(ast.Name(function.name, ast.Load()), placeholders, []), call)
+        results: list[tuple[State, Expr]] = []
+        for state, value in states:
+            if state.exit is not None:
+                results.append((state, value))
+                continue
+            owner = hooked.owner.name if hook.bound else None
+            for after, _ in self.inline(
+                hook_call, function, owner, hook.bound, state, frame, known, hooked.receiver
+            ):
+                results.append((after, value))
+        return results
 
     # ------------------------------------------------------------------------ property getters
 
