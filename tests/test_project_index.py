@@ -137,6 +137,33 @@ def test_relative_import_of_a_helper_in_a_package(tmp_path: Path, settings: Sett
     assert codes(package.parent, settings) == [("train.py", "CC001", 7)]
 
 
+def test_an_absolute_import_through_a_namespace_folder_inside_a_package(
+    tmp_path: Path, settings: Settings
+) -> None:
+    """PEP 420: `pkg/srt/` has no `__init__.py` but `pkg/` has one, so `pkg.srt.comm.helpers` is
+    importable and the helper that communicates is followed across files."""
+    package = tmp_path / "project" / "pkg"
+    write(
+        package,
+        {
+            "__init__.py": "",
+            "srt/comm/helpers.py": HELPER_BARRIER,
+            "srt/train.py": TRAIN.replace("from comm_utils", "from pkg.srt.comm.helpers"),
+        },
+    )
+    assert codes(package.parent, settings) == [("train.py", "CC001", 7)]
+
+
+def test_a_loose_folder_of_scripts_gets_no_dotted_names(tmp_path: Path) -> None:
+    """Only a folder some package encloses is a namespace folder: scripts outside any package
+    keep their bare names, and a namespace file keeps its name from its own folder too."""
+    from collcheck.static.project import module_names
+
+    write(tmp_path, {"scripts/tool.py": "", "pkg/__init__.py": "", "pkg/ns/deep/mod.py": ""})
+    names = module_names([tmp_path / "scripts" / "tool.py", tmp_path / "pkg" / "ns" / "deep" / "mod.py"])
+    assert [name for name, _ in names] == ["tool", "mod", "pkg.ns.deep.mod"]
+
+
 def test_only_edited_files_are_read_again_for_the_index(
     tmp_path: Path, settings: Settings, facts_reads: list[str]
 ) -> None:

@@ -445,24 +445,53 @@ def module_names(paths: Iterable[Path | str]) -> list[tuple[str, str]]:
     """(module name, path) of every file (one `__init__.py` check per folder, not per file).
     Two files may share a name (scripts in different folders): both are kept, as each is found
     beside its importers. Each folder's `__init__.py` is asked for once (it runs before the
-    index's workers start)."""
-    prefixes: dict[str, list[str]] = {}
+    index's workers start).
+
+    A folder without `__init__.py` below a regular package is a namespace package (PEP 420:
+    `import pkg.sub.mod` finds `pkg/sub/mod.py` through `pkg.__path__` whether `sub/` has an
+    `__init__.py` or not), so its files are also named from the outermost enclosing package down
+    (`pkg.sub.mod`); they keep their name from the nearest regular package (`mod`), for code that
+    puts that folder on `sys.path` itself. Only a folder some package encloses is named so: a
+    loose folder of scripts stays nameless, and the walk up stops at the first folder that is
+    neither a package nor inside one, so it is one step per folder."""
+    regular: dict[str, list[str]] = {}
+    enclosed: dict[str, list[str]] = {}
+    initialised: dict[str, bool] = {}
+
+    def has_init(folder: str) -> bool:
+        found = initialised.get(folder)
+        if found is None:
+            found = initialised[folder] = os.path.exists(os.path.join(folder, "__init__.py"))
+        return found
 
     def package_parts(folder: str) -> list[str]:
-        """The dotted package names down to `folder` ([] when it is no package)."""
-        found = prefixes.get(folder)
+        """The dotted names down to `folder` through regular packages only ([] when it is none)."""
+        found = regular.get(folder)
         if found is None:
             parent = os.path.dirname(folder)
-            is_package = parent != folder and os.path.exists(os.path.join(folder, "__init__.py"))
+            is_package = parent != folder and has_init(folder)
             found = [*package_parts(parent), os.path.basename(folder)] if is_package else []
-            prefixes[folder] = found
+            regular[folder] = found
+        return found
+
+    def namespace_parts(folder: str) -> list[str]:
+        """The dotted names down to `folder` when it is a package or a namespace folder below
+        one ([] otherwise)."""
+        found = enclosed.get(folder)
+        if found is None:
+            parent = os.path.dirname(folder)
+            above = namespace_parts(parent) if parent != folder else []
+            inside = parent != folder and (has_init(folder) or bool(above))
+            found = [*above, os.path.basename(folder)] if inside else []
+            enclosed[folder] = found
         return found
 
     names: list[tuple[str, str]] = []
     for path in (str(PurePath(p)) for p in paths):  # normalised as a `Path` is (`./x.py` -> `x.py`)
         stem = os.path.splitext(os.path.basename(path))[0]
-        parts = package_parts(os.path.dirname(path))
-        names.append((".".join(parts if stem == "__init__" else [*parts, stem]), path))
+        folder = os.path.dirname(path)
+        for parts in dict.fromkeys((tuple(package_parts(folder)), tuple(namespace_parts(folder)))):
+            names.append((".".join(parts if stem == "__init__" else [*parts, stem]), path))
     return names
 
 

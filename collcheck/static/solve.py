@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from collcheck.static.crossing import crossed_groups
+from collcheck.static.delivered import counted_from_source, follows_source
 from collcheck.static.divergence import (
     Divergence,
     DivergenceKind,
@@ -40,7 +41,7 @@ from collcheck.static.program import (
     RegionKind,
 )
 from collcheck.static.roots import raises_on_named_ranks, unreported_root
-from collcheck.static.smt import RegionSolver, SolveStats, produced_at
+from collcheck.static.smt import RegionSolver, SolveStats
 from collcheck.static.symbolic import (
     MEMBER,
     RANK,
@@ -130,6 +131,10 @@ def _first_structural_difference(seq_a: tuple[Element, ...], seq_b: tuple[Elemen
     return None
 
 
+def _agree(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]) -> bool:
+    return _first_structural_difference(seq_a, seq_b) is None
+
+
 def _operand_permutation(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]) -> int | None:
     """Index of the first operand that differs when both sequences reduce the same operands in another
     order (the seed's swapped all_reduce pair); None when they do not. A rooted collective (a
@@ -185,29 +190,6 @@ def _term_pairs(
         if creates and not (_singleton(x.ranks_arg) and _singleton(y.ranks_arg)):  # type: ignore[arg-type]
             pairs.append((DivergenceKind.GROUP_ARGS, index, x.ranks_arg, y.ranks_arg))  # type: ignore[arg-type]
     return [p for p in pairs if p[2] != p[3] or is_rank_dependent(p[2])]
-
-
-def _counted_from_source(
-    seq_x: tuple[Element, ...], seq_y: tuple[Element, ...], index: int, trip_x: Expr, trip_y: Expr
-) -> bool:
-    """The loop of one rank counts what it received from a rooted collective (a broadcast of the
-    metadata), and the other rank, in the other arm of the code, issued the matching call: the
-    source described what it sends, and the receivers loop over that description (the
-    `broadcast_tensor_dict` protocol). Another call: another place, or the same helper's call
-    reached from another place. The counts are then taken to agree, unless the source's own
-    count depends on the rank. A receiver that loops over a list of its own is still compared."""
-    if is_rank_dependent(trip_y):
-        return False
-    received = produced_at(atoms(trip_x)) - produced_at(atoms(trip_y))
-    for position, event in enumerate(seq_x[:index]):
-        partner = seq_y[position]
-        if not (isinstance(event, CommEvent) and isinstance(partner, CommEvent)) or event.root is None:
-            continue
-        here = (event.path, event.line, event.column, event.chain)
-        there = (partner.path, partner.line, partner.column, partner.chain)
-        if (event.line, event.column) in received and here != there:
-            return True
-    return False
 
 
 def _singleton(ranks: Expr) -> bool:
@@ -389,6 +371,10 @@ def _compare(
             index = _first_structural_difference(seq_a, seq_b)
             if index is None:
                 break
+            # A receiver's test on what the source sent it: settled when a receivers' arm matches.
+            alternatives = ((p, channel_sequence(p.events, channel)) for p in region.paths if _compared(p))
+            if follows_source(alternatives, a, b, seq_a, seq_b, index, _agree):
+                return []
             side, loop = _loop_at(seq_a, seq_b, index)
             if loop is None:
                 return _structural(PairQuery(solver, region, channel, membership, a, b, seq_a, seq_b), index)
@@ -428,7 +414,7 @@ def _compare(
         if not (is_rank_dependent(x) or is_rank_dependent(y) or not same_path):
             continue
         if kind is DivergenceKind.TRIP and (
-            _counted_from_source(seq_a, seq_b, index, x, y) or _counted_from_source(seq_b, seq_a, index, y, x)
+            counted_from_source(seq_a, seq_b, index, x, y) or counted_from_source(seq_b, seq_a, index, y, x)
         ):
             continue
         if kind is DivergenceKind.ROOT and unreported_root(x, y, a, b, membership):

@@ -215,6 +215,9 @@ def is_rank_dependent(expr: Expr) -> bool:
     return summary.rank or summary.nondet_why is not None
 
 
+DELIVERED_PREFIX = "uniform:"  # the name of what a collective's `uniform_after` delivered
+
+
 def opaque(name: str, inputs: tuple[Expr, ...] = ()) -> Atom:
     """An unknown value computed from `inputs`: it varies per rank exactly when they do, and
     carries the gradient reductions of all of them."""
@@ -240,6 +243,17 @@ def opaque(name: str, inputs: tuple[Expr, ...] = ()) -> Atom:
     if why is not None:
         return Atom(name, "nondet", why=why, synced=synced, combined_by=combined_by)
     return Atom(name, "shared", synced=synced)
+
+
+def read_of(text: str, receiver: Expr, inputs: tuple[Expr, ...]) -> Atom:
+    """What a method reads off `receiver` (`size.item()`, `text` its source), computed from
+    `inputs`. Read off what a collective delivered (`uniform:size@23:4`, collectives.py), it is
+    named after that collective's place too (`uniform:size.item()@23:4`): every rank that reads
+    the same delivery reads the same value, and a test on it is known to test a delivered value
+    (delivered.py); a rank that reads its own copy elsewhere reads another value."""
+    if isinstance(receiver, Atom) and receiver.name.startswith(DELIVERED_PREFIX) and "@" in receiver.name:
+        return opaque(f"{DELIVERED_PREFIX}{text}@{receiver.name.rsplit('@', 1)[1]}", inputs)
+    return opaque(f"call:{text}", inputs)
 
 
 def synced_in(values: tuple[Expr, ...]) -> frozenset[GradSync]:

@@ -74,6 +74,7 @@ from collcheck.static.symbolic import (
     is_rank_dependent,
     negate,
     opaque,
+    read_of,
     substitute,
     tuple_item,
 )
@@ -385,7 +386,7 @@ class ValueEvaluator:
             if method in VALUE_METHODS or (method in SIZE_METHODS and is_own_data(receiver)):
                 # the size of this rank's own data is its own too (what else varies keeps to `len`)
                 inputs = (receiver, *args, *(self.pure(k.value, state, frame, known) for k in node.keywords))
-                return opaque(f"call:{source_text(node)}", inputs)
+                return read_of(source_text(node), receiver, inputs)
         made = made_object(self.module, self.local_imports, node, self._factories)
         if made is not None:  # `Syncer(...)`, `make_syncer()`: an object of a class of the file
             return made
@@ -612,8 +613,7 @@ class ValueEvaluator:
         if step < 0:
             start, stop, step = stop, start, -step
         span = BinOp("-", stop, start)
-        count = span if step == 1 else BinOp("ceildiv", span, Const(step))
-        return BinOp("max", Const(0), count)
+        return BinOp("max", Const(0), span if step == 1 else BinOp("ceildiv", span, Const(step)))
 
     def _slice(
         self, node: ast.Subscript, base: Expr, state: State, frame: Frame, known: dict[int, Expr] | None
