@@ -181,6 +181,12 @@ class Catalog:
     @property
     def trigger_words(self) -> frozenset[str]:
         """Identifiers whose presence in a file's text means it may communicate (the prefilter)."""
+        return self.communication_words | self.assumed_trigger_words
+
+    @cached_property
+    def communication_words(self) -> frozenset[str]:
+        """The trigger words of what communicates whatever is assumed: catalogued functions,
+        methods, wrapper factories, sessions."""
         words: set[str] = set()
         for qualified in self.functions:
             words.add(qualified.rsplit(".", 1)[-1])
@@ -200,11 +206,16 @@ class Catalog:
                 words.add(factory.rsplit(".", 1)[-1])
         words.update(name.rsplit(".", 1)[-1] for name in self.types_in_place)
         words.update(name.rsplit(".", 1)[-1] for name in self.sessions)
-        # A backward may be an assumed gradient reduction (`loss.backward()`: a plain word, counted
-        # only in a text that names a distributed library).
-        words.update(self.assumed_backward_words)
-        words.update(self.backward_hooks)  # `def training_step(...)`: its returned loss is backward'ed
         return frozenset(words)
+
+    @cached_property
+    def assumed_trigger_words(self) -> frozenset[str]:
+        """Trigger words that mean communication only under an assumed gradient reduction: a
+        backward (`loss.backward()`: a plain word, counted only in a text that names a distributed
+        library) and a hook whose returned loss the framework runs backward on (`training_step`).
+        A file that says one is analysed, but the project's index does not count them as what
+        makes a function worth following from another file (loader.py, `assumed_only`)."""
+        return frozenset(self.assumed_backward_words | set(self.backward_hooks))
 
     @cached_property
     def typed_attributes(self) -> frozenset[str]:

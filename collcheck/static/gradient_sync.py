@@ -16,7 +16,9 @@ entry's `evidence`) whose value carries no seen reduction is taken to run the as
 event says so (`CommEvent.condition`), and `assume-wrapped-models = false` drops the entry. Not
 where the file shows how its models are wrapped (it makes or declares a wrapper: what else it
 trains is not wrapped), nor where it reduces gradients itself (`all_reduce(p.grad)`: data
-parallelism by hand, no wrapper), nor in pipeline-parallel code (point-to-point sends).
+parallelism by hand, no wrapper), nor in pipeline-parallel code (point-to-point sends). The
+assumption is the file's own: a function that communicates only through it is followed from its
+own file, not from another (loader.followed_as_communicating).
 
 The provenance is data flow, not names: the forward's result carries the reduction; opaque
 values (arithmetic, attributes, items, unknown calls such as a loss function) carry their

@@ -34,7 +34,13 @@ from collcheck.static.fallback import INERT_PER_STEP
 from collcheck.static.gradient_sync import hands_gradients
 from collcheck.static.handoff import callback_event
 from collcheck.static.inferred_types import infer_parameter
-from collcheck.static.loader import FunctionNode, ModuleInfo, inherited, is_property
+from collcheck.static.loader import (
+    FunctionNode,
+    ModuleInfo,
+    followed_as_communicating,
+    inherited,
+    is_property,
+)
 from collcheck.static.names import ImportTable, nodes_under, source_text
 from collcheck.static.program import (
     Element,
@@ -226,7 +232,7 @@ class HelperInliner(CollectiveEvents):
             return [(state, self.pure(call, state, frame, known))]
         owner_module = self.remote_modules.get(function, self.module)
         communicates = (
-            function in owner_module.communicating
+            followed_as_communicating(owner_module, function, owner_module is self.module)
             or (function in self.nested.values() and self.body_communicates(function))
             or self.passes_typed_object(call, state)
             or (bool(self.catalog.gradient_syncs) and hands_gradients(call, state))

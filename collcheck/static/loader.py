@@ -72,6 +72,10 @@ class ModuleInfo:
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     globals: dict[str, Expr] = field(default_factory=dict)
     communicating: set[FunctionNode] = field(default_factory=set)
+    # Of `communicating`, the functions that reach a collective only through an assumed gradient
+    # reduction (their own or an in-file helper's backward, gradient_sync.py): followed within
+    # the file, never as another file's helper (`remote_function`, inliner).
+    assumed_only: set[FunctionNode] = field(default_factory=set)
     mutable_globals: set[str] = field(default_factory=set)  # names some function declares `global`
     # functions a process launcher starts (`mp.spawn(train)`) -> the value of their first parameter
     launched: dict[FunctionNode, str] = field(default_factory=dict)
@@ -152,7 +156,9 @@ def build_module(
             module.functions[node.name] = node
         elif isinstance(node, ast.ClassDef):
             _add_class(module, node)
-    module.communicating.update(_communicating_functions(module, text))
+    communicating, assumed_only = _communicating_functions(module, text)
+    module.communicating.update(communicating)
+    module.assumed_only.update(assumed_only)
     module.launched.update(
         launched_functions(tree, module.imports, module.functions, catalog.launchers, text)
     )
@@ -224,8 +230,11 @@ def _all_functions(module: ModuleInfo) -> list[FunctionNode]:
     return functions
 
 
-def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set[FunctionNode]:
-    """Functions that reach a collective, directly or through helpers of this module (fixed point).
+def _communicating_functions(
+    module: ModuleInfo, text: str | None = None
+) -> tuple[set[FunctionNode], set[FunctionNode]]:
+    """Functions that reach a collective, directly or through helpers of this module (fixed point),
+    and those of them that reach one only through an assumed gradient reduction.
 
     With the module's `text`, a function whose own text names no catalogued callable, no
     communicating function of the run and no `global` is not walked: walking every node of every
@@ -240,6 +249,7 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
     candidates = _candidate_words(module) | wrapped.words
     properties = property_names(module)  # reading one runs its getter
     direct: set[FunctionNode] = set()
+    backward: set[FunctionNode] = set()  # run a backward that may be an assumed reduction
     called: dict[FunctionNode, set[str]] = {}
     kept = kept_functions(module)  # `self.gather_fn(x)` calls the function kept there
     for function in functions:
@@ -258,8 +268,10 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 names.add(node.attr)
             if not isinstance(node, ast.Call):
                 continue
-            if is_catalog_call(node, module, imports, function) or uses_wrapped(node, wrapped):
+            if is_listed_call(node, module, imports, function) or uses_wrapped(node, wrapped):
                 direct.add(function)
+            elif is_assumed_backward(node, module):
+                backward.add(function)
             if isinstance(node.func, ast.Name):
                 names.add(node.func.id)
             elif isinstance(node.func, ast.Attribute):
@@ -274,7 +286,22 @@ def _communicating_functions(module: ModuleInfo, text: str | None = None) -> set
                 names.update(arg.id for arg in node.args if isinstance(arg, ast.Name))
                 names.update(k.value.id for k in node.keywords if isinstance(k.value, ast.Name))
         called[function] = names
-    communicating = direct | _backward_hooks(module)
+    communicating = _closed(module, functions, called, direct)
+    hooks = _backward_hooks(module)
+    if not (backward | hooks) - communicating:
+        return communicating, set()
+    assumed = _closed(module, functions, called, communicating | backward | hooks)
+    return assumed, assumed - communicating
+
+
+def _closed(
+    module: ModuleInfo,
+    functions: list[FunctionNode],
+    called: dict[FunctionNode, set[str]],
+    start: set[FunctionNode],
+) -> set[FunctionNode]:
+    """`start` and the functions that call one of them by name, through any number of calls."""
+    communicating = set(start)
     changed = True
     while changed:
         changed = False
@@ -329,8 +356,6 @@ def _backward_hooks(module: ModuleInfo) -> set[FunctionNode]:
     LightningModule's `training_step`: `GradientSync.returned_by`), in a file that trains under
     torch.distributed; the class's direct bases only (the interpreter reads them all)."""
     hooks = module.catalog.backward_hooks
-    if not hooks or not assumes_wrapping(module):
-        return set()
     found: set[FunctionNode] = set()
     for info in module.classes.values():
         bases = {qualified_name(base, module.imports) for base in info.node.bases}
@@ -340,7 +365,9 @@ def _backward_hooks(module: ModuleInfo) -> set[FunctionNode]:
                 f"{b}.{method}" in s.returned_by for s in syncs for b in bases if b
             ):
                 found.add(function)
-    return found
+    # The evidence last: it walks the whole tree (every import, also in functions), and most
+    # files have no hook method.
+    return found if found and assumes_wrapping(module) else set()
 
 
 def _called_classes(module: ModuleInfo, communicating: set[FunctionNode]) -> set[str]:
@@ -417,7 +444,19 @@ def is_catalog_call(
     imports: ImportTable | None = None,
     function: FunctionNode | None = None,
 ) -> bool:
-    """`function`: the function the call is made in, whose use of a receiver may tell its class
+    """A call that communicates: a catalogued one (`is_listed_call`) or a backward that may run an
+    assumed gradient reduction (`is_assumed_backward`)."""
+    return is_listed_call(node, module, imports, function) or is_assumed_backward(node, module)
+
+
+def is_listed_call(
+    node: ast.Call,
+    module: ModuleInfo,
+    imports: ImportTable | None = None,
+    function: FunctionNode | None = None,
+) -> bool:
+    """A catalogued collective, a communicating function of another file, a typed method.
+    `function`: the function the call is made in, whose use of a receiver may tell its class
     where the file imports no package of it (inferred_types.py)."""
     catalog = module.catalog
     name = qualified_name(node.func, imports or module.imports)
@@ -426,8 +465,6 @@ def is_catalog_call(
     if name is not None and remote_function(module, name) is not None:
         return True
     if isinstance(node.func, ast.Attribute):
-        if node.func.attr in catalog.assumed_backward_words and assumes_wrapping(module):
-            return True  # `loss.backward()` of a model wrapped out of sight (gradient_sync.py)
         specs = catalog.method_specs(node.func.attr)
         if any(spec.any_receiver or _imports_package_of(module, spec.receivers) for spec in specs):
             return True
@@ -439,6 +476,17 @@ def is_catalog_call(
         # A function-level import (`from torch.distributed import barrier` inside the function).
         return node.func.id in last_names(catalog) and node.func.id not in module.functions
     return False
+
+
+def is_assumed_backward(node: ast.Call, module: ModuleInfo) -> bool:
+    """`loss.backward()` of a model wrapped out of sight (gradient_sync.py), in a file that trains
+    under torch.distributed."""
+    func = node.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr in module.catalog.assumed_backward_words
+        and assumes_wrapping(module)
+    )
 
 
 def assumes_wrapping(module: ModuleInfo) -> bool:
@@ -598,7 +646,21 @@ def remote_function(
             return None
         return remote_function(other, reexported, communicating_only, depth + 1)
     function = other.functions[attribute]
-    return (other, function) if function in other.communicating or not communicating_only else None
+    if not communicating_only:
+        return other, function
+    return (other, function) if followed_as_communicating(other, function, other is module) else None
+
+
+def followed_as_communicating(module: ModuleInfo, function: FunctionNode, same_file: bool) -> bool:
+    """Whether a call of `function` (of `module`) is followed for its collectives, from a caller in
+    the same file or in another. A function that communicates only by an assumed gradient
+    reduction is followed in its own file only: the assumption rests on that file's evidence (it
+    trains under torch.distributed and shows no wrapper), and following such helpers across files
+    made every caller of a backward, through any number of files, a helper to model (a whole
+    installed torch tree: 2,100 module builds instead of 400). What it costs: a backward in a
+    helper of another file, under a rank-dependent branch of the checked file, is not seen
+    (tests/test_assumed_wrapping.py)."""
+    return function in module.communicating and (same_file or function not in module.assumed_only)
 
 
 def remote_value(module: ModuleInfo, qualified: str) -> Expr | None:

@@ -15,7 +15,13 @@ class Trigger:
     plain words that other libraries use too (`gather`, `reduce`, `save`) count only as a call or
     import (`.gather(`) in a text that also names a distributed library."""
 
-    def __init__(self, distinctive: list[str], plain: list[str], markers: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        distinctive: list[str],
+        plain: list[str],
+        markers: tuple[str, ...] = (),
+        assumed: frozenset[str] = frozenset(),
+    ) -> None:
         # Sets of identifiers, not one big alternation: Python's re has no multi-pattern matcher,
         # and an alternation of a few hundred words costs ~1 ms per file.
         self.distinctive = frozenset(distinctive)
@@ -23,6 +29,17 @@ class Trigger:
         # Catalog-driven library markers (`.accelerator.`: a catalogued attribute of a framework
         # class, `self.accelerator.gather(...)` in a transformers Trainer subclass).
         self.markers = markers
+        # Of those words, the ones that communicate only under an assumed gradient reduction
+        # (`backward`, `training_step`: `Catalog.assumed_trigger_words`, less any word that also
+        # names real communication).
+        self.assumed = assumed
+
+    def communicating(self, text: str, positions: list[int]) -> list[int]:
+        """Of `positions` (a text's uses), those of words that communicate whatever is assumed:
+        what makes a function worth following from another file (`project.file_facts`)."""
+        if not self.assumed:
+            return positions
+        return [at for at in positions if _word_at(text, at) not in self.assumed]
 
     def positions(self, text: str, words: frozenset[str] | None = None) -> list[int]:
         """Where the text uses a communicating name as code: called, reached through a dot or
@@ -65,7 +82,8 @@ def trigger_pattern(catalog: Catalog) -> Trigger:
         words = sorted(catalog.trigger_words, key=len, reverse=True)
         distinctive = [w for w in words if "_" in w.strip("_") or w in DISTINCTIVE_WORDS]
         markers = tuple(f".{attribute}." for attribute in sorted(catalog.typed_attributes))
-        trigger = Trigger(distinctive, [w for w in words if w not in distinctive], markers)
+        assumed = catalog.assumed_trigger_words - catalog.communication_words
+        trigger = Trigger(distinctive, [w for w in words if w not in distinctive], markers, assumed)
         _TRIGGERS[catalog.fingerprint] = trigger
     return trigger
 
@@ -87,6 +105,11 @@ def rank_words(catalog: Catalog) -> frozenset[str]:
 
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _word_at(text: str, position: int) -> str:
+    match = IDENTIFIER.match(text, position)
+    return match.group() if match is not None else ""
 
 
 def word_pattern(words: Iterable[str]) -> re.Pattern[str]:

@@ -86,7 +86,10 @@ def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileF
     words = frozenset(IDENTIFIER.findall(text))
     uses = trigger.positions(text, words=words)
     starts, names = _segments(text)
-    hits = _segments_hit(text, starts, names, uses)
+    # A function that only runs backward (an assumed gradient reduction) is analysed in its own
+    # file but is no helper that other files follow for it: counting it here made every caller of
+    # one, through any number of files, a helper worth modelling (loader.py, `assumed_only`).
+    hits = _segments_hit(text, starts, names, trigger.communicating(text, uses))
     rank_found = words & rank_words
     rank_hits: tuple[str, ...] = ()
     if rank_found:
