@@ -220,22 +220,26 @@ def scan(traced: frozenset[int], dumps: dict[int, FlightRecorderDump]) -> DumpPr
             if listed and rank not in listed:
                 return None
             members.setdefault(name, set()).update({rank, *(set(listed) & traced if listed else traced)})
+    unfinished = {rank for rank, found in columns.items() if found.limit < dumps[rank].entry_count()}
     agreed: dict[str, int] = {}
     open_at: dict[int, dict[str, int]] = {rank: {} for rank in columns}
     for name, ranks in members.items():
         picked: dict[int, tuple[bytes, array[int], array[int]]] = {}
         for rank in sorted(ranks):
-            found = columns.get(rank)
-            if found is None or name not in found.groups:
+            member = columns.get(rank)
+            if member is None or name not in member.groups:
                 continue
-            chosen = found.group.translate(_SELECT[found.groups.index(name)])
+            chosen = member.group.translate(_SELECT[member.groups.index(name)])
             picked[rank] = (
                 chosen,
-                array("I", compress(found.keys, chosen)),
-                array("q", compress(found.seqs, chosen)),
+                array("I", compress(member.keys, chosen)),
+                array("q", compress(member.seqs, chosen)),
             )
         agree = 0
-        if not is_p2p(name) and len(picked) == len(ranks):
+        # A rank outside the group whose columns stop early may issue in it past them and join
+        # it after part of it was agreed: the group is then compared event by event.
+        late = any(rank not in ranks for rank in unfinished)
+        if not is_p2p(name) and len(picked) == len(ranks) and not late:
             length = min(len(seqs) for _, _, seqs in picked.values())
             reference = next(iter(picked.values()))
             first = reference[2][0] if length else 0

@@ -126,6 +126,10 @@ class FlightRecorderDump:
         entry is noted in the trace when its turn comes."""
         return _indexed(self.trace, self.entries, self.configs, start)
 
+    def entry_count(self) -> int:
+        """The entries read (at most MAX_DUMP_ENTRIES)."""
+        return min(_entry_count(self.entries), MAX_DUMP_ENTRIES)
+
     def items(self) -> Iterator[tuple[int, Any]]:
         """Each top-level item of the entries list (a dict, another value, or an EntryRun) with
         the index of its first entry, up to MAX_DUMP_ENTRIES entries."""

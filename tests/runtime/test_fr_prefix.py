@@ -27,7 +27,9 @@ ENTRIES = 400
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("flight_recorder_read", REPO / "bench" / "flight_recorder_read.py")
+    spec = importlib.util.spec_from_file_location(
+        "flight_recorder_read", REPO / "bench" / "flight_recorder_read.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["flight_recorder_read"] = module
@@ -69,7 +71,9 @@ def _prefixes(folder: Path) -> fr_prefix.DumpPrefixes | None:
     return fr_prefix.scan(frozenset(dumps), dumps)
 
 
-def test_a_divergence_at_the_end_is_found_past_an_agreed_prefix_of_everything_before_it(tmp_path: Path) -> None:
+def test_a_divergence_at_the_end_is_found_past_an_agreed_prefix_of_everything_before_it(
+    tmp_path: Path,
+) -> None:
     folder = _write(tmp_path / "end", _dumps(diverge=True))
     found = _prefixes(folder)
     assert found is not None
