@@ -5,8 +5,9 @@ In: a trace folder. Out: Sources, one per file, that pass each rank's collective
 (stream.py's `_Groups`, seen here through GroupsSink) and keep what stays per rank (counts, the
 last collective, times). A JSON Lines trace is read LINES_PER_TURN lines per turn; a binary trace
 (trace_binary.py) counts its agreed prefixes (trace_prefix.py) from columns and feeds the rest
-slot by slot; a Flight Recorder dump is decoded whole (fr_read.py; MAX_DUMP_BYTES bounds it) and
-its events made LINES_PER_TURN per turn from the decoded columns, none kept.
+slot by slot; a Flight Recorder dump is decoded whole (fr_read.py; MAX_DUMP_BYTES bounds it), in
+a folder of dumps alone its agreed prefixes (fr_prefix.py) counted from columns, and its other
+events made LINES_PER_TURN per turn from the decoded columns, none kept.
 """
 
 from __future__ import annotations
