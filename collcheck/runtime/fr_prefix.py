@@ -15,7 +15,8 @@ collective (unusable, no sequence number, one out of range, more than 255 groups
 models take their numbers from different columns): from there on the dump is compared event by
 event. A group's columns are compared across its members as arrays (a memcmp), as trace_prefix.py
 does for binary traces; sends and recvs are never agreed (paired by channel). A rank issuing in a
-group whose member list leaves it out makes the prefixes unsafe: `scan` returns None.
+group whose member list leaves it out, or one outside a group whose columns stop early (it may
+join the group past them), makes the prefixes unsafe: `scan` returns None.
 """
 
 from __future__ import annotations
@@ -221,6 +222,11 @@ def scan(traced: frozenset[int], dumps: dict[int, FlightRecorderDump]) -> DumpPr
                 return None
             members.setdefault(name, set()).update({rank, *(set(listed) & traced if listed else traced)})
     unfinished = {rank for rank, found in columns.items() if found.limit < dumps[rank].entry_count()}
+    # A rank outside a group whose columns stop early may issue in it past them and join it late:
+    # when a group's buckets are compared then depends on the order entries are read in (even
+    # another group's agreed prefix moves it), so every entry is read in that order.
+    if any(rank not in ranks for name, ranks in members.items() if not is_p2p(name) for rank in unfinished):
+        return None
     agreed: dict[str, int] = {}
     open_at: dict[int, dict[str, int]] = {rank: {} for rank in columns}
     for name, ranks in members.items():
@@ -236,10 +242,7 @@ def scan(traced: frozenset[int], dumps: dict[int, FlightRecorderDump]) -> DumpPr
                 array("q", compress(member.seqs, chosen)),
             )
         agree = 0
-        # A rank outside the group whose columns stop early may issue in it past them and join
-        # it after part of it was agreed: the group is then compared event by event.
-        late = any(rank not in ranks for rank in unfinished)
-        if not is_p2p(name) and len(picked) == len(ranks) and not late:
+        if not is_p2p(name) and len(picked) == len(ranks):
             length = min(len(seqs) for _, _, seqs in picked.values())
             reference = next(iter(picked.values()))
             first = reference[2][0] if length else 0
