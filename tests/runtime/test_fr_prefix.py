@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import random
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -167,3 +168,60 @@ def test_a_rank_that_may_join_a_group_past_its_columns_leaves_every_dump_event_b
     monkeypatch.setattr(fr_prefix, "scan", lambda traced, dumps: None)
     alone = stream.analyze_dir(str(folder))
     assert render_text(streamed) == render_text(alone) and to_json(streamed) == to_json(alone)
+
+
+def _mutate(rng: random.Random, dumps: dict[int, dict[str, Any]]) -> None:
+    """One random change to a random entry: a shape, a call site, a dump cut before or after it,
+    a sequence number, an unusable entry, a subgroup from there on, a send, a repeated entry."""
+    rank = rng.randrange(len(dumps))
+    entries = dumps[rank]["entries"]
+    if not entries:
+        return
+    at = rng.randrange(len(entries))
+    entry, change = entries[at], rng.randrange(9)
+    if change == 0:
+        entry["input_sizes"] = [[rng.randint(1, 9)]]
+    elif change == 1:
+        entry["frames"] = [
+            *entry["frames"][:2],
+            {"name": "f", "filename": "/j.py", "line": rng.randint(1, 99)},
+        ]
+    elif change == 2:
+        dumps[rank]["entries"] = entries[:at]
+    elif change == 3:
+        dumps[rank]["entries"] = entries[at:]
+    elif change == 4:
+        entry["collective_seq_id"] = rng.choice([0, -1, 2**62, entry["collective_seq_id"] + 3])
+    elif change == 5:
+        entry["input_sizes"] = "not sizes"
+    elif change == 6:
+        for later in entries[at:]:
+            later["process_group"] = ("1", "sub")
+        members = rng.sample(range(len(dumps)), rng.randint(1, len(dumps)))
+        dumps[rank]["pg_config"]["1"] = {"ranks": json.dumps(members)}
+    elif change == 7:
+        entry.update(is_p2p=True, p2p_seq_id=rng.randint(0, 3), profiling_name="gloo:send 0")
+    else:
+        entries.insert(at, dict(entry, time_created_ns=rng.randint(0, 2**62)))
+
+
+def test_random_dumps_give_what_the_event_by_event_pass_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench, scan = _bench(), fr_prefix.scan
+    with_prefix = 0
+    for case in range(40):
+        rng = random.Random(case)
+        ranks = rng.randint(2, 4)
+        dumps = {rank: bench.dump_of(rank, ranks, rng.randint(20, 120), False) for rank in range(ranks)}
+        for _ in range(rng.randint(0, 4)):
+            _mutate(rng, dumps)
+        folder = _write(tmp_path / str(case), dumps)
+        monkeypatch.setattr(fr_prefix, "scan", scan)
+        found = _prefixes(folder)
+        with_prefix += bool(found is not None and found.agreed)
+        streamed = stream.analyze_dir(str(folder))
+        monkeypatch.setattr(fr_prefix, "scan", lambda traced, dumps: None)
+        alone = stream.analyze_dir(str(folder))
+        assert (render_text(streamed), to_json(streamed)) == (render_text(alone), to_json(alone)), case
+    assert with_prefix >= 20
