@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import os
 import re
+from array import array
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -62,6 +64,13 @@ def load_flight_recorder(path: str) -> RankTrace | None:
     return trace
 
 
+def open_flight_recorder(path: str) -> FlightRecorderDump | None:
+    """A Flight Recorder dump opened (decoded, no event made yet), or None for a file that is
+    none. Raises DumpRefused as load_flight_recorder."""
+    read = _open_dump(path)
+    return FlightRecorderDump(*read) if read is not None else None
+
+
 def read_flight_recorder(path: str) -> tuple[RankTrace, Iterator[CollectiveEvent]] | None:
     """A Flight Recorder dump as its trace (no events in it) and its events, made one at a time
     from the decoded dump as they are taken (an unusable entry is noted in the trace when its
@@ -87,13 +96,111 @@ def flight_recorder_events(path: str) -> Iterator[CollectiveEvent]:
 def _noted(
     trace: RankTrace, entries: list[Any], configs: dict[str, tuple[int, ...]]
 ) -> Iterator[CollectiveEvent]:
-    for index, event, error in _events(entries, trace.rank, configs):
+    for _, event in _indexed(trace, entries, configs, 0):
+        yield event
+
+
+def _indexed(
+    trace: RankTrace, entries: list[Any], configs: dict[str, tuple[int, ...]], start: int
+) -> Iterator[tuple[int, CollectiveEvent]]:
+    """(entry index, event) from entry `start` on; unusable entries are noted in the trace."""
+    for index, event, error in _events(entries, trace.rank, configs, start):
         if event is not None:
-            yield event
+            yield index, event
         elif error is not None:
             trace.note(0, f"entry {index}: unusable ({error})")
     if _entry_count(entries) > MAX_DUMP_ENTRIES:
         trace.note(0, f"only the first {MAX_DUMP_ENTRIES} entries read", skipped=False)
+
+
+class FlightRecorderDump:
+    """An opened dump: its trace (no events in it), its decoded entries and its group configs,
+    for a reader that takes its events from an entry on (`events`) and counts the entries before
+    it from their columns (`columns`, fr_columns.py)."""
+
+    def __init__(self, trace: RankTrace, entries: list[Any], configs: dict[str, tuple[int, ...]]) -> None:
+        self.trace, self.entries, self.configs = trace, entries, configs
+
+    def events(self, start: int = 0) -> Iterator[tuple[int, CollectiveEvent]]:
+        """(entry index, event) of the entries from `start` on, made one at a time; an unusable
+        entry is noted in the trace when its turn comes."""
+        return _indexed(self.trace, self.entries, self.configs, start)
+
+    def entry_count(self) -> int:
+        """The entries read (at most MAX_DUMP_ENTRIES)."""
+        return min(_entry_count(self.entries), MAX_DUMP_ENTRIES)
+
+    def items(self) -> Iterator[tuple[int, Any]]:
+        """Each top-level item of the entries list (a dict, another value, or an EntryRun) with
+        the index of its first entry, up to MAX_DUMP_ENTRIES entries."""
+        index = 0
+        for item in self.entries:
+            if index >= MAX_DUMP_ENTRIES:
+                return
+            yield index, item
+            index += item.count if isinstance(item, EntryRun) else 1
+
+    def entry_event(self, entry: Any) -> tuple[CollectiveEvent | None, str | None]:
+        """The event of a plain entry, or None and why it is unusable (None: no collective)."""
+        try:
+            event = _fr_event(entry, self.trace.rank, self.configs) if isinstance(entry, dict) else None
+            return (checked_event(event) if event is not None else None), None
+        except _UNUSABLE as error:
+            return None, short_error(error)
+
+    def run_models(self, run: EntryRun) -> RunModels:
+        return RunModels(run, self.trace.rank, self.configs)
+
+
+class RunModels:
+    """The models of a run's shapes (one event per distinct value of the numbers an event depends
+    on besides seq and times), for reading a run's events as columns."""
+
+    def __init__(self, run: EntryRun, rank: int, configs: dict[str, tuple[int, ...]]) -> None:
+        self.shapes = [
+            _ShapeModels(shape, columns, rank, configs)
+            for shape, columns in zip(run.shapes, run.columns, strict=True)
+        ]
+
+    def keyed(self, kind: int) -> list[array[int]]:
+        """The columns of shape `kind` whose values pick its model."""
+        return self.shapes[kind].keyed
+
+    def model(self, kind: int, key: tuple[int, ...], row: int) -> ModelView:
+        """The model of shape `kind`'s entries with numbers `key` (first met at `row`)."""
+        models = self.shapes[kind]
+        made = models.models.get(key)
+        if made is None:
+            made = models.model(key, row)
+        return ModelView(made)
+
+
+class ModelView:
+    """What a reader of columns needs of a _Model: its event (None: unusable or no collective),
+    and per row its sequence number and start time."""
+
+    def __init__(self, model: _Model) -> None:
+        self.model = model
+        self.event = model.event
+        self.seq_column = model.seq
+        self.created_column = model.created
+
+    def event_at(self, row: int) -> CollectiveEvent | None:
+        """The event of the model's entry at `row` of its shape, as _run_events makes it."""
+        model = self.model
+        if model.event is None:
+            return None
+        seq = model.event.seq if model.seq is None else int(model.seq[row] or 0)
+        state = model.state.copy()
+        state["seq"] = seq
+        if model.created is not None:
+            state["t_start"] = float(model.created[row] or 0) / 1e9
+        if model.done:
+            completed = model.completed[row] if model.completed is not None else model.completed_ns
+            state["t_end"] = float(completed) / 1e9 if completed else state["t_start"]
+        copy = object.__new__(CollectiveEvent)
+        copy.__dict__ = state
+        return copy
 
 
 def _open_dump(path: str) -> tuple[RankTrace, list[Any], dict[str, tuple[int, ...]]] | None:
@@ -115,16 +222,22 @@ _Read = tuple[int, CollectiveEvent | None, str | None]
 _UNUSABLE = (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError)
 
 
-def _events(entries: list[Any], rank: int, configs: dict[str, tuple[int, ...]]) -> Iterator[_Read]:
+def _events(
+    entries: list[Any], rank: int, configs: dict[str, tuple[int, ...]], start: int = 0
+) -> Iterator[_Read]:
     """(index, event, None), (index, None, why it is unusable), or (index, None, None) for an
-    entry that is no collective, for the first MAX_DUMP_ENTRIES entries."""
+    entry that is no collective, for the first MAX_DUMP_ENTRIES entries from entry `start` on."""
     index = 0
     for item in entries:
         if index >= MAX_DUMP_ENTRIES:
             return
         if isinstance(item, EntryRun):
-            yield from _run_events(item, rank, configs, index)
+            if index + item.count > start:
+                yield from _run_events(item, rank, configs, index, max(0, start - index))
             index += item.count
+            continue
+        if index < start:
+            index += 1
             continue
         try:
             event = _fr_event(item, rank, configs) if isinstance(item, dict) else None
@@ -134,16 +247,20 @@ def _events(entries: list[Any], rank: int, configs: dict[str, tuple[int, ...]]) 
         index += 1
 
 
-def _run_events(run: EntryRun, rank: int, configs: dict[str, tuple[int, ...]], first: int) -> Iterator[_Read]:
-    """The events of a run's entries: each a copy of its _Model's event with the entry's sequence
-    number and times, read from the run's columns."""
+def _run_events(
+    run: EntryRun, rank: int, configs: dict[str, tuple[int, ...]], first: int, skipped: int = 0
+) -> Iterator[_Read]:
+    """The events of a run's entries past its first `skipped`: each a copy of its _Model's event
+    with the entry's sequence number and times, read from the run's columns."""
     shapes = [
         _ShapeModels(shape, columns, rank, configs)
         for shape, columns in zip(run.shapes, run.columns, strict=True)
     ]
-    at = [0] * len(shapes)
+    before = Counter(run.kinds[:skipped])  # rows of each shape skipped
+    at = [before.get(kind, 0) for kind in range(len(shapes))]
     new = object.__new__
-    for index, kind in enumerate(run.kinds[: max(0, MAX_DUMP_ENTRIES - first)], first):
+    kinds = run.kinds[skipped : max(skipped, MAX_DUMP_ENTRIES - first)]
+    for index, kind in enumerate(kinds, first + skipped):
         row = at[kind]
         at[kind] = row + 1
         models = shapes[kind]

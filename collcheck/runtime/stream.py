@@ -29,11 +29,11 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from collcheck.runtime import trace_prefix
+from collcheck.runtime import fr_prefix, trace_prefix
 from collcheck.runtime.analyze import SwapSearch, channel_findings, divergence_of, group_order, split_at
 from collcheck.runtime.p2p import ANY_SOURCE, SEND, Channel, Pair, channel_of, is_p2p, payload
 from collcheck.runtime.record import CollectiveEvent
-from collcheck.runtime.stream_sources import BinarySource, Source, find_sources, raise_file_limit
+from collcheck.runtime.stream_sources import BinarySource, DumpSource, Source, find_sources, raise_file_limit
 from collcheck.runtime.trace_model import (
     Analysis,
     Divergence,
@@ -335,6 +335,12 @@ def analyze_dir(path: str, problems: list[Problem] | None = None, until: Until =
             reader.prefixes = prefixes
             reader.chunk_slots = trace_prefix.chunk_slots(len(readers))
         groups.agreed = prefixes.agreed if prefixes is not None else {}
+    dumps = {key: one for key, one in full.items() if isinstance(one, DumpSource)}
+    if until is Until.END and dumps and len(dumps) == len(full):  # a folder of dumps alone
+        found = fr_prefix.scan(frozenset(full), {key: one.opened for key, one in dumps.items()})
+        for one in dumps.values():
+            one.prefixes = found
+        groups.agreed = found.agreed if found is not None else {}
     for source in sources:
         source.start(groups if full[source.key] is source else None)
     active = list(sources)

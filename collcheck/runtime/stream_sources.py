@@ -5,8 +5,9 @@ In: a trace folder. Out: Sources, one per file, that pass each rank's collective
 (stream.py's `_Groups`, seen here through GroupsSink) and keep what stays per rank (counts, the
 last collective, times). A JSON Lines trace is read LINES_PER_TURN lines per turn; a binary trace
 (trace_binary.py) counts its agreed prefixes (trace_prefix.py) from columns and feeds the rest
-slot by slot; a Flight Recorder dump is decoded whole (fr_read.py; MAX_DUMP_BYTES bounds it) and
-its events made LINES_PER_TURN per turn from the decoded columns, none kept.
+slot by slot; a Flight Recorder dump is decoded whole (fr_read.py; MAX_DUMP_BYTES bounds it), in
+a folder of dumps alone its agreed prefixes (fr_prefix.py) counted from columns, and its other
+events made LINES_PER_TURN per turn from the decoded columns, none kept.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Protocol
 
-from collcheck.runtime import trace_prefix
+from collcheck.runtime import fr_prefix, trace_prefix
+from collcheck.runtime.fr_read import FlightRecorderDump
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
 from collcheck.runtime.trace_binary import (
     CHUNK_SLOTS,
@@ -37,7 +39,7 @@ from collcheck.runtime.trace_binary import (
     TextRecord,
     is_binary_trace,
 )
-from collcheck.runtime.trace_load import one_form, open_dump
+from collcheck.runtime.trace_load import one_form, open_dump_reader
 from collcheck.runtime.trace_model import Problem, RankSummary, RankTrace, Side
 from collcheck.runtime.trace_read import (
     MAX_LINE_BYTES,
@@ -231,6 +233,84 @@ class Source:
         )
 
 
+class DumpSource(Source):
+    """A Flight Recorder dump (fr_read.py): its entries before the first one outside every agreed
+    prefix (fr_prefix.py) counted from columns, the rest made into events LINES_PER_TURN per turn,
+    each counted if its group's agreed prefix covers it, else fed."""
+
+    def __init__(self, dump: FlightRecorderDump, shared: Shared) -> None:
+        super().__init__(dump.trace, True, shared)
+        self.opened = dump
+        self.prefixes: fr_prefix.DumpPrefixes | None = None
+        self.indexed: Iterator[tuple[int, CollectiveEvent]] = iter(())
+        self.pending_indexed: deque[tuple[int, CollectiveEvent]] = deque()
+
+    def start(self, groups: GroupsSink | None) -> None:
+        self.lines.feed = Feed(self.key, groups) if groups is not None else None
+        first = 0
+        if self.prefixes is not None and self.lines.feed is not None:
+            first = self.prefixes.start(self.key)
+            self._count_prefix(self.prefixes.columns[self.key], first)
+        self.indexed = self.opened.events(first)
+        self._pend()
+
+    def _pend(self) -> None:
+        self.pending_indexed.extend(islice(self.indexed, LINES_PER_TURN + 1 - len(self.pending_indexed)))
+
+    def turn(self) -> bool:
+        prefixes = self.prefixes if self.lines.feed is not None else None
+        for _ in range(min(LINES_PER_TURN, len(self.pending_indexed))):
+            index, event = self.pending_indexed.popleft()
+            if prefixes is not None and prefixes.covered(self.key, event.group, index):
+                self._count(event)
+            else:
+                self.lines.event(event)
+        self._pend()
+        return bool(self.pending_indexed)
+
+    def _count(self, event: CollectiveEvent) -> None:
+        """An agreed event past the first open entry: counted as StreamLines.event counts it."""
+        lines = self.lines
+        lines.count += 1
+        lines.tops[event.group] = max(lines.tops.get(event.group, 0), event.seq)
+        if lines.last is None or event.t_start > lines.last.t_start:
+            lines.last = event
+        lines.origin = min(lines.origin, event.t_start)
+        lines.latest = max(lines.latest, event.t_start)
+        self._skip(event.group, event.group_ranks, event.seq)
+
+    def _skip(self, group: str, members: tuple[int, ...], top: int) -> None:
+        feed = self.lines.feed
+        if feed is not None:
+            sink = feed.groups.get(group)
+            sink.skip(self.key, members, top)
+            feed.last = (sink, top)
+
+    def _count_prefix(self, columns: fr_prefix.DumpColumns, first: int) -> None:
+        """Count the dump's entries before `first`, all agreed, from their columns."""
+        if first <= 0:
+            return
+        lines = self.lines
+        starts = columns.starts[:first]
+        latest = max(starts)
+        lines.count += first
+        lines.origin = min(lines.origin, min(starts))
+        lines.latest = max(lines.latest, latest)
+        last = columns.event_at(starts.index(latest))
+        if last is not None and (lines.last is None or last.t_start > lines.last.t_start):
+            lines.last = last
+        issued = columns.group[:first]
+        for index, name in enumerate(columns.groups):
+            taken = issued.count(index)
+            if taken:
+                top = columns.seqs[issued.rindex(index)]
+                lines.tops[name] = max(lines.tops.get(name, 0), top)
+                self._skip(name, columns.members[index], top)
+        final = columns.groups[issued[-1]]
+        if self.lines.feed is not None:
+            self.lines.feed.last = (self.lines.feed.groups.get(final), columns.seqs[first - 1])
+
+
 class BinarySource(Source):
     """A binary trace (trace_binary.py): its agreed prefix (trace_prefix.py) counted from columns,
     the rest fed event by event, LINES_PER_TURN slots per turn, as the JSON lines would be."""
@@ -387,12 +467,12 @@ def find_sources(path: str, problems: list[Problem]) -> list[Source]:
             sources.append(Source(trace, False, shared))
             continue
         try:
-            dump = open_dump(full)
+            dump = open_dump_reader(full)
         except DumpRefused as refused:
             problems.append(Problem(full, 0, str(refused)))
             continue
         if dump is not None:
-            sources.append(Source(dump[0], True, shared, dump[1]))
+            sources.append(DumpSource(dump, shared))
     if not sources:
         raise TraceError(f"{path}: no collcheck traces or Flight Recorder dumps found")
     return sources

@@ -15,7 +15,12 @@ import math
 import os
 from collections.abc import Iterator
 
-from collcheck.runtime.fr_read import load_flight_recorder, read_flight_recorder
+from collcheck.runtime.fr_read import (
+    FlightRecorderDump,
+    load_flight_recorder,
+    open_flight_recorder,
+    read_flight_recorder,
+)
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
 from collcheck.runtime.trace_binary import is_binary_trace, json_name_of, load_binary
 from collcheck.runtime.trace_model import Problem, RankTrace
@@ -68,6 +73,13 @@ def open_dump(path: str) -> tuple[RankTrace, Iterator[CollectiveEvent]] | None:
     if os.path.basename(path) == PERFETTO_FILE:
         return None
     return read_flight_recorder(path)
+
+
+def open_dump_reader(path: str) -> FlightRecorderDump | None:
+    """open_dump's dump opened, for a reader that counts entries from columns (fr_prefix.py)."""
+    if os.path.basename(path) == PERFETTO_FILE:
+        return None
+    return open_flight_recorder(path)
 
 
 def one_form(path: str, names: list[str]) -> list[str]:

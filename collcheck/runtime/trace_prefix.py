@@ -320,9 +320,9 @@ class _Scanner:
             for buffer in buffers:
                 assert buffer is not None
                 if buffer.seqs[:length] != expected:
-                    first = min(first, _first_difference(buffer.seqs, expected, first))
+                    first = min(first, first_difference(buffer.seqs, expected, first))
                 if buffer.keys[:length] != reference:
-                    first = min(first, _first_difference(buffer.keys, reference, first))
+                    first = min(first, first_difference(buffer.keys, reference, first))
             group.agreed += first
             for buffer in buffers:
                 buffer.drop(first)  # type: ignore[union-attr]
@@ -418,7 +418,7 @@ def _first_bad(
     return -1, top
 
 
-def _first_difference(one: array[int], two: array[int], length: int) -> int:
+def first_difference(one: array[int], two: array[int], length: int) -> int:
     """The first index below `length` where the arrays differ (`length` when none does)."""
     low, high = 0, min(length, len(one), len(two))
     while high - low > 64:
