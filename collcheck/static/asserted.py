@@ -18,8 +18,15 @@ about what it was handed and sets the flag (`cls._checked = True`) further down,
 first call and skips the check on every later one, relying on it. The flag is the object's record
 that the assertion held; the code states that later calls hand it the same group. So the facts
 hold on the early return as well (`checked_once`), as the object's invariant: the flag must be
-stored nowhere else in the class but as `False`/`None`, the asserted test must read no name the
-method rebinds, and nothing between the test and the assertion may leave the method.
+stored nowhere else in the file but as `False`/`None` (through any object, class or `setattr`),
+the asserted test must read no name the method rebinds, and nothing between the test and the
+assertion may leave the method. What this takes on trust: a later call that hands the method
+another group (`ex.run(world); ex.run(tp)`) is not checked again, and neither are stores of the
+flag in other files.
+
+An assertion inside a `try` whose handler takes an `AssertionError` (or any `Exception`) and
+does not raise again states nothing: the code goes on when it fails. (One in a helper that a
+caller's `try` guards is still taken: the caller's handler is not looked for.)
 
 Which assertions are kept: only those whose test reads a group's size or its rank list and no
 other per-rank value. Such a test says the same on every rank that reaches it (the size and the
@@ -32,7 +39,6 @@ it fails on some ranks only, and taking it as true would hide the ranks it leave
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
 from typing import Protocol
 
 from collcheck.static.conditions import ConditionSources, source_of
@@ -63,11 +69,42 @@ def states_after_assert(
     """The states past `assert <test>`: each under the test when it is a group-structure fact."""
     results = []
     for current, test in interpreter.eval(stmt.test, state, frame):
-        if holds_from_here(test, current):
+        if holds_from_here(test, current) and not _caught_around(stmt, frame, interpreter.module.tree):
             interpreter.conditions.note(test, source_of(stmt.test, interpreter.module.path))
             current = current.fork(test)
         results.append(current)
     return results
+
+
+_CATCHES_ASSERTIONS = frozenset({"AssertionError", "Exception", "BaseException"})
+
+
+def _caught_around(stmt: ast.Assert, frame: Frame, tree: ast.Module) -> bool:
+    """The assertion sits in a `try` whose handler takes its failure (`except AssertionError`,
+    `except Exception`, a bare `except`): the code goes on when it fails, so it states nothing."""
+    scope: ast.AST = frame.stack[-1] if frame.stack else tree
+    for node in ast.walk(scope):
+        if (
+            isinstance(node, ast.Try)
+            and any(_catches(handler.type) and not _raises(handler.body) for handler in node.handlers)
+            and any(inner is stmt for body in node.body for inner in ast.walk(body))
+        ):
+            return True
+    return False
+
+
+def _raises(body: list[ast.stmt]) -> bool:
+    """The handler ends by raising (`raise`, `raise ValueError(...) from e`): the code stops."""
+    return bool(body) and isinstance(body[-1], ast.Raise)
+
+
+def _catches(kind: ast.expr | None) -> bool:
+    if kind is None:
+        return True
+    if isinstance(kind, ast.Tuple):
+        return any(_catches(element) for element in kind.elts)
+    name = kind.id if isinstance(kind, ast.Name) else kind.attr if isinstance(kind, ast.Attribute) else None
+    return name in _CATCHES_ASSERTIONS
 
 
 def holds_from_here(test: Expr, state: State) -> bool:
@@ -134,7 +171,7 @@ def checked_once(interpreter: AssertingInterpreter, stmt: ast.If, state: State, 
         return state
     flag = stmt.test.attr
     asserted = _asserted_before_flag(function, flag)
-    if asserted is None or not _flag_stored_once(info.methods.values(), frame.class_name, flag, function):
+    if asserted is None or not _flag_stored_once(interpreter.module.tree, flag, function):
         return state
     for test in asserted:
         value = interpreter.pure(test, state, frame)
@@ -202,38 +239,42 @@ def _stores_flag(stmt: ast.stmt, own: str | None, flag: str, value: object) -> b
     )
 
 
-def _flag_stored_once(
-    methods: Iterable[ast.FunctionDef | ast.AsyncFunctionDef],
-    class_name: str,
-    flag: str,
-    checker: ast.FunctionDef | ast.AsyncFunctionDef,
-) -> bool:
-    """Every store of the flag in the class's methods (through their object or the class's name)
-    is `False` or `None`, but the checker's one store of `True`."""
+def _flag_stored_once(tree: ast.Module, flag: str, checker: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Every store of the flag in the file is `False` or `None`, but the checker's one store of
+    `True`: the store may be through any object or class (a subclass's, a function outside the
+    class), and `setattr(obj, "flag", value)` counts as a store of an unknown value. Stores in
+    other files are not seen: the flag is taken to be the class's own record."""
+    in_checker = {id(node) for node in ast.walk(checker)}
     trues = 0
-    for method in methods:
-        holders = {_own_name(method), class_name}
-        for node in ast.walk(method):
-            targets = (
-                node.targets
-                if isinstance(node, ast.Assign)
-                else [node.target]
-                if isinstance(node, (ast.AugAssign, ast.AnnAssign))
-                else []
-            )
-            for target in targets:
-                if not (
-                    isinstance(target, ast.Attribute)
-                    and target.attr == flag
-                    and isinstance(target.value, ast.Name)
-                    and target.value.id in holders
-                ):
-                    continue
-                value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
-                if not isinstance(value, ast.Constant) or value.value not in (False, None, True):
+    for node in ast.walk(tree):
+        if _sets_flag_by_name(node, flag):
+            return False
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign))
+            else []
+        )
+        for target in targets:
+            if not (isinstance(target, ast.Attribute) and target.attr == flag):
+                continue
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if not isinstance(value, ast.Constant) or value.value not in (False, None, True):
+                return False
+            if value.value is True:
+                trues += 1
+                if id(node) not in in_checker:
                     return False
-                if value.value is True:
-                    trues += 1
-                    if method is not checker:
-                        return False
     return trues == 1
+
+
+def _sets_flag_by_name(node: ast.AST, flag: str) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "setattr"
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and node.args[1].value == flag
+    )

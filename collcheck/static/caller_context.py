@@ -13,12 +13,16 @@ is visible, for the same reason): a group that a caller has established spans th
 helper's collective runs it without a divergence there, the divergence of the helper run alone
 is one of the unknown parameters only, not of the program, and it is not reported.
 
-What keeps it sound for the file: the helper is called in the file by name (a method through any
-object, a constructor through its class); at least one other root reached the origin's collective
-through a call of it; every root of the file ran in full (no reduced mode, no work or solver
-budget cut, no root left out), so a caller that would have found the divergence did; and none of
-those callers has a candidate at that place, of any rule. Callers in other files are not seen: a
-helper called in its file is taken to be used as its file uses it.
+What keeps it sound for the file: the helper is private to its file by the language's convention
+(`_name`, or the constructor of a `_Class`): a public function is there for callers this file does
+not show (another file, another project, a `__main__` self-test), and its own finding stands; the
+helper's name is used in the file only as the callee of calls (a name also handed on as a value,
+put in a table, mapped over, is called in ways no root shows); at least one other root reached
+the origin's collective through a call of it; every root of the file ran in full (no reduced
+mode, no work or solver budget cut, no root left out), so a caller that would have found the
+divergence did; and none of those callers has a candidate at that place, of any rule. A private
+helper imported by another file is used there as that file hands it: such a caller does not
+count on the helper's file to report it (engine._standalone_origins).
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ def judged_in_callers(
     (module doc)."""
     if not every_root_ran or not all(run.complete for run in runs):
         return [candidate for run in runs for candidate in run.found]
-    called = called_names(tree)
+    called = _only_called_names(tree)
     kept: list[Candidate] = []
     for run in runs:
         if run.function is None or not _called(run.function, run.class_name, called):
@@ -98,11 +102,34 @@ def may_be_judged_in_file(function: FunctionNode, qualified_name: str, tree: ast
     reported there."""
     parts = qualified_name.split(".")
     class_name = parts[-2] if len(parts) > 1 else None
-    return _called(function, class_name, called_names(tree))
+    return _called(function, class_name, _only_called_names(tree))
 
 
 def _called(function: FunctionNode, class_name: str | None, called: frozenset[str]) -> bool:
-    """The function is called in its file by name (a constructor by its class's name)."""
-    if function.name in called:
-        return True
-    return function.name == "__init__" and class_name is not None and class_name in called
+    """The function is private to its file and called there by name only (a constructor through
+    its class's name)."""
+    if function.name == "__init__":
+        return class_name is not None and _private(class_name) and class_name in called
+    return _private(function.name) and function.name in called
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.endswith("__")
+
+
+def _only_called_names(tree: ast.Module) -> frozenset[str]:
+    """The names the module calls (`f(...)`, `obj.f(...)`) and uses in no other way: a name also
+    read as a value (`{"k": f}`, `map(f, xs)`, `getattr(obj, "f")`) is called where no root shows."""
+    callees: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            callees.add(id(node.func))
+    other_uses: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in callees:
+            other_uses.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and id(node) not in callees:
+            other_uses.add(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+            other_uses.add(node.value)  # `getattr(self, "name")`, a dispatch table of names
+    return frozenset(name for name in called_names(tree) if name not in other_uses)
