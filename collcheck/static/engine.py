@@ -167,21 +167,31 @@ def _analyze_tree(
             _module_checks(tree, source, catalog, settings, module_imports(tree), rules), key=Finding.sort_key
         )
     setup, main = module_body(tree)
+    body = setup + main
+    body_communicates: bool | None = None  # asked once, below, unless asked here first
     loaded = already_loaded(source.path, catalog, project)
     if loaded is not None and loaded.tree is tree:
         module = loaded
         extractor = Interpreter(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
+        entries = _entries(module)
     else:
         loader = Loader(catalog, project, settings, complete_loaded_module) if project is not None else None
         module = build_module(tree, source.path, catalog, loader, source.text)
         extractor = Interpreter(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
-        complete_module(module, extractor)
-        remember_loaded(module)
+        entries = _entries(module)
+        if not entries:
+            body_communicates = _communicates(body, module)
+        # Globals and class attributes are read only by runs of the file's code: a file that names
+        # a collective but runs none (nearly half of vllm's) is not completed, and not kept as a
+        # model for other files either (one that needs it as a helper loads it completed).
+        if entries or body_communicates:
+            complete_module(module, extractor)
+            remember_loaded(module)
     candidates: list[Candidate] = []
     nonblocking = NonblockingFiles(module, catalog, project)
     facts = catalog_group_facts(catalog)
     roots: list[tuple[FunctionNode, str | None, str, Closure | None]] = [
-        (function, class_name, qualname, None) for function, class_name, qualname in _entries(module)
+        (function, class_name, qualname, None) for function, class_name, qualname in entries
     ]
     while roots:
         function, class_name, qualname, closure = roots.pop(0)
@@ -208,10 +218,9 @@ def _analyze_tree(
         if reduced:
             found = [c for c in found if decided_in(c.finding, source.path, lines_of(function))]
         candidates.extend(found)
-    body = setup + main
     ran = None
     module_place = Place(source.path, 1, MODULE_BODY)
-    if _communicates(body, module):
+    if body_communicates if body_communicates is not None else _communicates(body, module):
         ran = run_within_budget(extractor, partial(extractor.run_module, body), module_place, notes, cuts)
     if ran is not None:
         for region in ran[0]:

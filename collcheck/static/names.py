@@ -105,6 +105,19 @@ def forget_walks(root: ast.AST) -> None:
         node.__dict__.pop(_NODES, None)
 
 
+def child_nodes(node: ast.AST) -> list[ast.AST]:
+    """What `ast.iter_child_nodes` yields, in its order, as a list: about twice as fast (no two
+    generators a node); the interpreter's stages ask it of millions of nodes a large tree."""
+    children: list[ast.AST] = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, ast.AST):
+            children.append(value)
+        elif isinstance(value, list):
+            children.extend(item for item in value if isinstance(item, ast.AST))
+    return children
+
+
 def _breadth_first(node: ast.AST) -> tuple[ast.AST, ...]:
     """What `ast.walk` yields, in its order (breadth first, fields in declaration order), about
     1.7 times faster: one list read by index instead of a deque and two generators a node."""

@@ -29,7 +29,7 @@ from functools import lru_cache
 from weakref import WeakKeyDictionary
 
 from collcheck.static.loader import ClassInfo, FunctionNode, ModuleInfo, inherited
-from collcheck.static.names import ImportTable, nodes_under
+from collcheck.static.names import ImportTable, child_nodes, nodes_under
 from collcheck.static.symbolic import Atom, Expr
 
 EXACT = "object:"
@@ -237,7 +237,7 @@ def _own_nodes(function: FunctionNode) -> list[ast.AST]:
         node = stack.pop()
         nodes.append(node)
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend(child_nodes(node))
     return nodes
 
 
@@ -545,7 +545,7 @@ def _parents(function: FunctionNode) -> dict[ast.AST, ast.AST]:
     """Each node under `function` (but itself) -> the node that holds it."""
     parents: dict[ast.AST, ast.AST] = {}
     for node in nodes_under(function):
-        for child in ast.iter_child_nodes(node):
+        for child in child_nodes(node):
             parents[child] = node
     return parents
 

@@ -6,6 +6,7 @@ import ast
 
 from collcheck.static.names import (
     ImportTable,
+    child_nodes,
     dotted,
     imported_modules,
     module_imports,
@@ -112,3 +113,9 @@ def test_imported_modules_finds_every_import_that_a_full_walk_finds() -> None:
     found = imported_modules(tree)
     assert found == walked
     assert {"g.deep", "h.branch.two", "i.case", "j.awaited", "c.handled.one", "e.lastly"} <= found
+
+
+def test_child_nodes_are_what_iter_child_nodes_yields_in_its_order() -> None:
+    tree = ast.parse(IMPORTS_EVERYWHERE + "x: int = f(a, *b, k=c, **d)[1:2].e if g else lambda h: h\n")
+    for node in ast.walk(tree):
+        assert child_nodes(node) == list(ast.iter_child_nodes(node))
