@@ -20,6 +20,7 @@ verdict (`picks_p2p_role`).
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from collections.abc import Iterator
 from weakref import WeakKeyDictionary
 
@@ -162,15 +163,24 @@ def _argument(call: ast.Call, spec: OpSpec, name: str) -> ast.expr | None:
     return None
 
 
+# class -> how many times its methods store each `self.<attribute>` (weak keys, as `_TRANSFERS`).
+_STORES: WeakKeyDictionary[ast.ClassDef, Counter[str]] = WeakKeyDictionary()
+
+
 def stores(owner: ast.ClassDef, attribute: str) -> int:
-    """How many assignments of the class's methods store `self.<attribute>`."""
-    count = 0
-    for method, first in _methods(owner):
-        for node in nodes_under(method):
-            if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.ctx, ast.Store)
-                and _is_own(node, first, attribute)
-            ):
-                count += 1
-    return count
+    """How many assignments of the class's methods store `self.<attribute>` (the class's methods
+    walked once for all its attributes)."""
+    counts = _STORES.get(owner)
+    if counts is None:
+        counts = Counter()
+        for method, first in _methods(owner):
+            for node in nodes_under(method):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == first
+                ):
+                    counts[node.attr] += 1
+        _STORES[owner] = counts
+    return counts[attribute]
