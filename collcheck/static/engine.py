@@ -45,7 +45,7 @@ from collcheck.static.loader import (
     remember_loaded,
 )
 from collcheck.static.module_values import complete_loaded_module, complete_module
-from collcheck.static.names import ImportTable, module_imports, nodes_under
+from collcheck.static.names import ImportTable, forget_walks, module_imports, nodes_under
 from collcheck.static.over_budget import (
     MODULE_BODY,
     Place,
@@ -110,6 +110,11 @@ def analyze_source(
     suppressions = build_suppressions(comments, _def_spans(tree) if comments else {})
     result.findings, unused = apply_suppressions(findings, suppressions, source.path)
     result.unused_suppressions = _searched(unused, rules.unsearched)
+    kept = already_loaded(source.path, catalog, project)
+    if project is not None and (kept is None or kept.tree is not tree):
+        # A model not kept for other files (`_analyze_tree`: it runs nothing) is never released
+        # by `forget_loaded`: its walks, each holding its node, would wait for a full collection.
+        forget_walks(tree)
     return result
 
 
