@@ -41,14 +41,7 @@ from collcheck.static.literals import is_boolean, is_numeral, is_text, numeric_t
 from collcheck.static.loader import FunctionNode, ModuleInfo, inherited_attribute
 from collcheck.static.local_data import agreement_test
 from collcheck.static.loop_values import grown_collection
-from collcheck.static.names import (
-    PARTIAL_CALLS,
-    child_nodes,
-    dotted,
-    environ_key,
-    qualified_name,
-    source_text,
-)
+from collcheck.static.names import PARTIAL_CALLS, dotted, environ_key, qualified_name, source_text
 from collcheck.static.own_data import TrainedModules
 from collcheck.static.program import METADATA_ATTRIBUTES, SIZE_METHODS, is_own_data
 from collcheck.static.receivers import (
@@ -704,4 +697,4 @@ class ValueEvaluator:
 
 
 def _value_children(node: ast.AST) -> list[ast.expr]:
-    return [child for child in child_nodes(node) if isinstance(child, ast.expr)]
+    return [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)]
