@@ -113,3 +113,36 @@ def test_dropped_models_die_without_a_full_collection(
     assert any(finding.code == "CC001" for finding in found)
     assert len(trees) >= 4, "the run's files (train.py and its helpers) should have been parsed"
     assert not alive, f"{len(alive)} dropped trees still alive: held by a reference cycle"
+
+
+def test_a_file_that_runs_no_collective_is_neither_completed_nor_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It names a collective (the prefilter selects it) but no function of it issues one: its
+    globals and class attributes, read only by runs of its code, are not computed, and its model
+    is not kept for other files; the file beside it that does communicate still is, with its
+    finding."""
+    from collcheck.static import engine
+
+    (tmp_path / "quiet_names.py").write_text(
+        "import torch.distributed as dist\n\nLIMIT = 4\n\n\ndef handler():\n    return dist.barrier\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "import torch.distributed as dist\n\n\ndef step():\n    if dist.get_rank() == 0:\n"
+        "        dist.barrier()\n"
+    )
+    completed: list[str] = []
+    complete = engine.complete_module
+
+    def counted(module: Any, interpreter: Any) -> None:
+        completed.append(Path(module.path).name)
+        complete(module, interpreter)
+
+    monkeypatch.setattr(engine, "complete_module", counted)
+    loader.forget_loaded(0)
+    result = api.check_paths([tmp_path], Settings(root=str(tmp_path), cache=False, jobs=1))
+    by_file = {Path(file.path).name: [f.code for f in file.findings] for file in result.files}
+    assert by_file == {"quiet_names.py": [], "train.py": ["CC001"]}
+    assert completed == ["train.py"]
+    kept = {Path(path.rsplit(":", 1)[-1]).name for path in loader._LOADED}
+    assert "train.py" in kept and "quiet_names.py" not in kept

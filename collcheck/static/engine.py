@@ -46,7 +46,7 @@ from collcheck.static.loader import (
     remember_loaded,
 )
 from collcheck.static.module_values import complete_loaded_module, complete_module
-from collcheck.static.names import ImportTable, module_imports, nodes_under
+from collcheck.static.names import ImportTable, forget_walks, module_imports, nodes_under
 from collcheck.static.over_budget import (
     MODULE_BODY,
     Place,
@@ -111,6 +111,11 @@ def analyze_source(
     suppressions = build_suppressions(comments, _def_spans(tree) if comments else {})
     result.findings, unused = apply_suppressions(findings, suppressions, source.path)
     result.unused_suppressions = _searched(unused, rules.unsearched)
+    kept = already_loaded(source.path, catalog, project)
+    if project is not None and (kept is None or kept.tree is not tree):
+        # A model not kept for other files (`_analyze_tree`: it runs nothing) is never released
+        # by `forget_loaded`: its walks, each holding its node, would wait for a full collection.
+        forget_walks(tree)
     return result
 
 
@@ -168,21 +173,31 @@ def _analyze_tree(
             _module_checks(tree, source, catalog, settings, module_imports(tree), rules), key=Finding.sort_key
         )
     setup, main = module_body(tree)
+    body = setup + main
+    body_communicates: bool | None = None  # asked once, below, unless asked here first
     loaded = already_loaded(source.path, catalog, project)
     if loaded is not None and loaded.tree is tree:
         module = loaded
         extractor = Interpreter(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
+        entries = _entries(module)
     else:
         loader = Loader(catalog, project, settings, complete_loaded_module) if project is not None else None
         module = build_module(tree, source.path, catalog, loader, source.text)
         extractor = Interpreter(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
-        complete_module(module, extractor)
-        remember_loaded(module)
+        entries = _entries(module)
+        if not entries:
+            body_communicates = _communicates(body, module)
+        # Globals and class attributes are read only by runs of the file's code: a file that names
+        # a collective but runs none (nearly half of vllm's) is not completed, and not kept as a
+        # model for other files either (one that needs it as a helper loads it completed).
+        if entries or body_communicates:
+            complete_module(module, extractor)
+            remember_loaded(module)
     candidates: list[Candidate] = []
     nonblocking = NonblockingFiles(module, catalog, project)
     facts = catalog_group_facts(catalog)
     roots: list[tuple[FunctionNode, str | None, str, Closure | None]] = [
-        (function, class_name, qualname, None) for function, class_name, qualname in _entries(module)
+        (function, class_name, qualname, None) for function, class_name, qualname in entries
     ]
     runs: list[RootRun] = []  # each root's run, for the judgement of helpers by their callers
     every_root_ran = True
@@ -214,10 +229,9 @@ def _analyze_tree(
             found = [c for c in found if decided_in(c.finding, source.path, lines_of(function))]
         complete = not reduced and before == (len(cuts), len(stats.cuts), stats.unknown)
         runs.append(root_run(function, class_name, complete, regions, found))
-    body = setup + main
     ran = None
     module_place = Place(source.path, 1, MODULE_BODY)
-    if _communicates(body, module):
+    if body_communicates if body_communicates is not None else _communicates(body, module):
         ran = run_within_budget(extractor, partial(extractor.run_module, body), module_place, notes, cuts)
         every_root_ran = every_root_ran and ran is not None
     if ran is not None:

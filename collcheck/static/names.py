@@ -105,6 +105,19 @@ def forget_walks(root: ast.AST) -> None:
         node.__dict__.pop(_NODES, None)
 
 
+def child_nodes(node: ast.AST) -> list[ast.AST]:
+    """What `ast.iter_child_nodes` yields, in its order, as a list: about twice as fast (no two
+    generators a node); the interpreter's stages ask it of millions of nodes a large tree."""
+    children: list[ast.AST] = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, ast.AST):
+            children.append(value)
+        elif isinstance(value, list):
+            children.extend(item for item in value if isinstance(item, ast.AST))
+    return children
+
+
 def _breadth_first(node: ast.AST) -> tuple[ast.AST, ...]:
     """What `ast.walk` yields, in its order (breadth first, fields in declaration order), about
     1.7 times faster: one list read by index instead of a deque and two generators a node."""
@@ -214,13 +227,34 @@ def imported_modules(tree: ast.Module) -> frozenset[str]:
     found = _IMPORTED.get(tree)
     if found is None:
         names: set[str] = set()
-        for node in ast.walk(tree):
+        for node in _statements(tree):
             if isinstance(node, ast.Import):
                 names.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names.add(node.module)
                 names.update(f"{node.module}.{alias.name}" for alias in node.names)
         found = _IMPORTED[tree] = frozenset(names)
+    return found
+
+
+# What holds statements: a statement (its bodies), an `except` clause, a `case` of a `match`.
+_STATEMENT_HOLDERS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def _statements(tree: ast.Module) -> list[ast.AST]:
+    """Every statement of the tree, at any depth (and the `except` and `case` clauses holding
+    some), in no particular order. An import is a statement, never part of an expression: this is
+    what `ast.walk` finds of them without visiting the expressions, most of a tree's nodes (the
+    full walk was a tenth of a cold run of vllm)."""
+    found: list[ast.AST] = []
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                stack.extend(item for item in value if isinstance(item, _STATEMENT_HOLDERS))
     return found
 
 

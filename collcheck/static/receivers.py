@@ -29,7 +29,7 @@ from functools import lru_cache
 from weakref import WeakKeyDictionary
 
 from collcheck.static.loader import ClassInfo, FunctionNode, ModuleInfo, inherited
-from collcheck.static.names import ImportTable, nodes_under
+from collcheck.static.names import ImportTable, child_nodes, nodes_under
 from collcheck.static.symbolic import Atom, Expr
 
 EXACT = "object:"
@@ -246,7 +246,7 @@ def _own_nodes(function: FunctionNode) -> list[ast.AST]:
         node = stack.pop()
         nodes.append(node)
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend(child_nodes(node))
     return nodes
 
 
@@ -526,19 +526,19 @@ def _attribute_calls(owner: ast.ClassDef, attribute: str) -> tuple[frozenset[str
         if not arguments:
             continue
         first = arguments[0].arg
-        parents: dict[ast.AST, ast.AST] = {}
-        for node in nodes_under(method):
-            for child in ast.iter_child_nodes(node):
-                parents[child] = node
-        for node in nodes_under(method):
-            if not (
-                isinstance(node, ast.Attribute)
-                and node.attr == attribute
-                and isinstance(node.value, ast.Name)
-                and node.value.id == first
-                and isinstance(node.ctx, ast.Load)
-            ):
-                continue
+        reads = [
+            node
+            for node in nodes_under(method)
+            if isinstance(node, ast.Attribute)
+            and node.attr == attribute
+            and isinstance(node.value, ast.Name)
+            and node.value.id == first
+            and isinstance(node.ctx, ast.Load)
+        ]
+        if not reads:
+            continue  # most methods never read it: their parents are not needed
+        parents = _parents(method)
+        for node in reads:
             parent = parents.get(node)
             if isinstance(parent, ast.Attribute):
                 used.add(parent.attr)
@@ -548,6 +548,15 @@ def _attribute_calls(owner: ast.ClassDef, attribute: str) -> tuple[frozenset[str
             elif not (isinstance(parent, ast.Compare) and _against_none(parent)):
                 return None
     return frozenset(used), calls
+
+
+def _parents(function: FunctionNode) -> dict[ast.AST, ast.AST]:
+    """Each node under `function` (but itself) -> the node that holds it."""
+    parents: dict[ast.AST, ast.AST] = {}
+    for node in nodes_under(function):
+        for child in child_nodes(node):
+            parents[child] = node
+    return parents
 
 
 def _against_none(compare: ast.Compare) -> bool:

@@ -20,7 +20,9 @@ verdict (`picks_p2p_role`).
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from collections.abc import Iterator
+from weakref import WeakKeyDictionary
 
 from collcheck.catalog import Catalog, OpSpec
 from collcheck.static.names import ImportTable, nodes_under, qualified_name
@@ -37,6 +39,8 @@ def picks_p2p_role(owner: ast.ClassDef, attribute: str, imports: ImportTable, ca
     point-to-point: tests on it guard a blocking send and, elsewhere, a blocking receive (never
     both in one branch) in the class's methods, or some transfer's peer is computed from it (see
     the module's docstring)."""
+    if not _transfers(owner, imports, catalog):
+        return False  # neither a guarded transfer nor a peer: asked of each attribute, walked once
     guarded: set[str] = set()
     for method, first in _methods(owner):
         for node in nodes_under(method):
@@ -52,6 +56,28 @@ def picks_p2p_role(owner: ast.ClassDef, attribute: str, imports: ImportTable, ca
         if {SEND, RECV} <= guarded:
             return True
     return False
+
+
+# class -> (the import table and catalog asked with, whether its methods call a transfer); weak
+# keys: a class's entry lives as long as its tree.
+_TRANSFERS: WeakKeyDictionary[ast.ClassDef, tuple[ImportTable, str, bool]] = WeakKeyDictionary()
+
+
+def _transfers(owner: ast.ClassDef, imports: ImportTable, catalog: Catalog) -> bool:
+    """Whether a method of the class calls a catalogued point-to-point function (a call every
+    verdict of `picks_p2p_role` needs), once per class, not once per attribute asked about."""
+    known = _TRANSFERS.get(owner)
+    if known is not None and known[0] is imports and known[1] == catalog.fingerprint:
+        return known[2]
+    found = any(
+        isinstance(node, ast.Call)
+        and (spec := _spec(node, imports, catalog)) is not None
+        and spec.kind.startswith("p2p")
+        for method, _ in _methods(owner)
+        for node in nodes_under(method)
+    )
+    _TRANSFERS[owner] = (imports, catalog.fingerprint, found)
+    return found
 
 
 def _methods(owner: ast.ClassDef) -> Iterator[tuple[Method, str]]:
@@ -137,15 +163,24 @@ def _argument(call: ast.Call, spec: OpSpec, name: str) -> ast.expr | None:
     return None
 
 
+# class -> how many times its methods store each `self.<attribute>` (weak keys, as `_TRANSFERS`).
+_STORES: WeakKeyDictionary[ast.ClassDef, Counter[str]] = WeakKeyDictionary()
+
+
 def stores(owner: ast.ClassDef, attribute: str) -> int:
-    """How many assignments of the class's methods store `self.<attribute>`."""
-    count = 0
-    for method, first in _methods(owner):
-        for node in nodes_under(method):
-            if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.ctx, ast.Store)
-                and _is_own(node, first, attribute)
-            ):
-                count += 1
-    return count
+    """How many assignments of the class's methods store `self.<attribute>` (the class's methods
+    walked once for all its attributes)."""
+    counts = _STORES.get(owner)
+    if counts is None:
+        counts = Counter()
+        for method, first in _methods(owner):
+            for node in nodes_under(method):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == first
+                ):
+                    counts[node.attr] += 1
+        _STORES[owner] = counts
+    return counts[attribute]

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
 from collcheck.static.loader import FunctionNode
-from collcheck.static.names import dotted, nodes_under
+from collcheck.static.names import child_nodes, dotted, nodes_under
 
 SET_METHODS = frozenset({"union", "intersection", "difference", "symmetric_difference"})
 
@@ -180,7 +180,7 @@ def effects_in_order(node: ast.expr, properties: frozenset[str]) -> tuple[ast.Ca
             parts: list[ast.AST] = [current.func.value, *current.args, *current.keywords]
             stack.append((current, True))
         else:
-            parts = list(ast.iter_child_nodes(current))
+            parts = child_nodes(current)
             if isinstance(current, ast.Call) or (
                 isinstance(current, ast.Attribute)
                 and current.attr in properties

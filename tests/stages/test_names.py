@@ -6,7 +6,9 @@ import ast
 
 from collcheck.static.names import (
     ImportTable,
+    child_nodes,
     dotted,
+    imported_modules,
     module_imports,
     qualified_name,
     resolve_relative,
@@ -67,3 +69,53 @@ def test_qualified_names_of_dotted_expressions() -> None:
     assert dotted(expr("f().b")) is None
     assert qualified_name(expr("dist.all_reduce"), imports) == "torch.distributed.all_reduce"
     assert qualified_name(expr("local.all_reduce"), imports) is None  # the head is no import
+
+
+IMPORTS_EVERYWHERE = """
+import a.top
+try:
+    import b.tried
+except ImportError:
+    from c.handled import one
+else:
+    import d.otherwise
+finally:
+    import e.lastly
+class Model:
+    import f.in_class
+    def method(self):
+        with open(path) as stream:
+            for item in stream:
+                while item:
+                    if item:
+                        import g.deep
+                    else:
+                        from h.branch import two as renamed
+match value:
+    case 1:
+        import i.case
+async def run():
+    async with lock:
+        import j.awaited
+from .relative import skipped
+"""
+
+
+def test_imported_modules_finds_every_import_that_a_full_walk_finds() -> None:
+    tree = ast.parse(IMPORTS_EVERYWHERE)
+    walked: set[str] = set()
+    for node in ast.walk(tree):  # what the statement walk must agree with
+        if isinstance(node, ast.Import):
+            walked.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            walked.add(node.module)
+            walked.update(f"{node.module}.{alias.name}" for alias in node.names)
+    found = imported_modules(tree)
+    assert found == walked
+    assert {"g.deep", "h.branch.two", "i.case", "j.awaited", "c.handled.one", "e.lastly"} <= found
+
+
+def test_child_nodes_are_what_iter_child_nodes_yields_in_its_order() -> None:
+    tree = ast.parse(IMPORTS_EVERYWHERE + "x: int = f(a, *b, k=c, **d)[1:2].e if g else lambda h: h\n")
+    for node in ast.walk(tree):
+        assert child_nodes(node) == list(ast.iter_child_nodes(node))
