@@ -10,13 +10,15 @@ run holds each skeleton's entry decoded once as a template, with a Slot for each
 skeleton each entry has, and per skeleton one column of values per Slot, sliced out of the bytes:
 no Python object per entry. An opcode that could call, import or name something (GLOBAL, REDUCE,
 BUILD, persistent ids, ...) raises DumpRefused before anything is built from it; a truncated or
-malformed pickle raises CorruptPickle. The values are CPython's unpickler's; the caller bounds
-what they expand to (fr_read.dump_sizes).
+malformed pickle raises CorruptPickle. The values are CPython's unpickler's (but a bytearray,
+protocol 5's BYTEARRAY8, is read as bytes); the caller bounds what they expand to
+(fr_read.dump_sizes).
 
 How a skeleton is learnt: at an entry (EMPTY_DICT in the entries list), the entry is decoded in a
 sandbox that may read the memo but not write it (a MEMOIZE is counted, and a memoized text kept),
 may change only containers it made, and pushes a Slot for each number. If it stays inside those
-rules, its bytes with the numbers' bytes left open become a compiled pattern. The next entries are
+rules, its bytes with the numbers' bytes left open become a compiled pattern; an entry fits it
+when the entry ends where the pattern does (see _Machine._fits). The next entries are
 matched against the skeleton that followed the previous entry's before, then every skeleton, then
 a new one is learnt; an entry that fits none is decoded opcode by opcode. The work spent on
 skeletons that do not fit is bounded by the file's size (see _Machine.budget).
@@ -497,7 +499,7 @@ class _Machine:
             # A loop's entries come in the same order: try what followed the previous entry's
             # skeleton before, then every skeleton, then learn one.
             for skeleton in previous.next if previous is not None else ():
-                found = skeleton.match(data, pos)
+                found = self._fits(skeleton, pos)
                 if found is not None:
                     break
             else:
@@ -536,7 +538,7 @@ class _Machine:
     def _other(self, pos: int) -> tuple[_Skeleton, re.Match[bytes] | None]:
         """A known skeleton that the entry at `pos` fits, else one learnt from it, and its match."""
         for skeleton in self.skeletons:
-            found = skeleton.match(self.data, pos)
+            found = self._fits(skeleton, pos)
             if found is not None:
                 return skeleton, found
             self.budget -= skeleton.size
@@ -547,7 +549,18 @@ class _Machine:
         if learnt is None:
             return self.skeletons[0] if self.skeletons else _NO_SKELETON, None
         self.skeletons.append(learnt)
-        return learnt, learnt.match(self.data, pos)
+        return learnt, self._fits(learnt, pos)
+
+    def _fits(self, skeleton: _Skeleton, pos: int) -> re.Match[bytes] | None:
+        """The match of `skeleton` at `pos` when the entry there is one of its entries: its bytes
+        and then the entry's end, where the sandbox that learnt it saw one. A pattern matches a
+        beginning only: without the end, a short entry's skeleton (an empty dict) would swallow the
+        first bytes of a longer entry, and the rest of that entry would be read as the list's."""
+        found = skeleton.match(self.data, pos)
+        if found is None:
+            return None
+        end = pos + skeleton.size
+        return found if end >= len(self.data) or self.data[end] in _ENDS else None
 
     def _memoize(self, skeleton: _Skeleton) -> None:
         """The texts that the entries of `skeleton` memoized, in their slots (a later entry may name
