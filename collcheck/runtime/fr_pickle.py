@@ -397,12 +397,7 @@ class _Machine:
                     raise DumpRefused("pickle uses persistent ids; not a Flight Recorder dump, not unpickled")
                 else:
                     raise CorruptPickle(f"opcode {op:#x}")
-                if (
-                    end is not None
-                    and not self.marks
-                    and len(stack) == 1
-                    and (pos >= size or data[pos] in _ENDS)
-                ):
+                if end is not None and not self.marks and len(stack) == 1 and _entry_ends(data, pos):
                     return pos  # the sandbox's entry is whole
         except _BROKEN as error:
             if self.sandbox:
@@ -557,10 +552,7 @@ class _Machine:
         beginning only: without the end, a short entry's skeleton (an empty dict) would swallow the
         first bytes of a longer entry, and the rest of that entry would be read as the list's."""
         found = skeleton.match(self.data, pos)
-        if found is None:
-            return None
-        end = pos + skeleton.size
-        return found if end >= len(self.data) or self.data[end] in _ENDS else None
+        return found if found is not None and _entry_ends(self.data, pos + skeleton.size) else None
 
     def _memoize(self, skeleton: _Skeleton) -> None:
         """The texts that the entries of `skeleton` memoized, in their slots (a later entry may name
@@ -601,7 +593,17 @@ _SUCCESSORS = 4  # skeletons remembered after each one (a step's collectives in 
 _NO_SKELETON = _Skeleton(Shape({}, ()), None, (), (), 0)
 _OPAQUE = object()  # a memo slot filled inside a run with a container (not kept)
 _CODES = {"u1": "B", "u2": "H", "i4": "i", "long1": "b", "long2": "h", "long4": "i", "long8": "q"}
-_ENDS = frozenset((0x7D, 0x65, 0x95))  # after an entry: the next one, APPENDS, a FRAME
+_ENDS = frozenset((0x7D, 0x65))  # after an entry: the next one, APPENDS
+_FRAME_BYTES = 9  # FRAME and its 8 bytes of length
+
+
+def _entry_ends(data: bytes, pos: int) -> bool:
+    """An entry whose opcodes left one value and no MARK ends at `pos`: the next entry or APPENDS
+    follows, maybe after a FRAME (a FRAME may come between any two objects, also between a
+    one-key entry's empty dict and its key, where the entry has not ended)."""
+    if pos < len(data) and data[pos] == 0x95:
+        pos += _FRAME_BYTES
+    return pos >= len(data) or data[pos] in _ENDS
 
 
 _KEY_TYPES = (str, int, bytes, float, bool, type(None))

@@ -7,6 +7,7 @@ import contextlib
 import copy
 import importlib.util
 import pickle
+import pickletools
 import random
 import struct
 import sys
@@ -268,3 +269,21 @@ def test_the_decoder_agrees_with_cpythons_unpickler(protocol: int, dump: Any) ->
     expected = pickle.loads(data)
     assert _same(decode(data, runs=False), expected)
     assert _same(_expanded(decode(data)), expected)
+
+
+def test_a_frame_between_a_one_key_entrys_dict_and_its_key_does_not_end_the_entry() -> None:
+    # Protocol 4 starts a FRAME before any object once 64 KiB are written, also before the key of a
+    # one-key dict: `{}` MEMOIZE FRAME BINGET 'k' ... SETITEM. The `{}` entry's skeleton must not
+    # take the dict there for a whole empty entry.
+    framed_there = 0
+    for pad in range(8):
+        entries = [{"pad": "x" * pad}] + [{} if index % 2 else {"k": index} for index in range(20_000)]
+        data = pickle.dumps({"version": "2.10", "entries": entries}, protocol=4)
+        ops = [op.name for op, _, _ in pickletools.genops(data)]
+        framed_there += sum(
+            1
+            for at in range(2, len(ops) - 1)
+            if ops[at - 2 : at + 2] == ["EMPTY_DICT", "MEMOIZE", "FRAME", "BINGET"]
+        )
+        assert _same(_expanded(decode(data)), pickle.loads(data))
+    assert framed_there  # the case this test is for happened
