@@ -79,7 +79,7 @@ def analyze(traces: list[RankTrace], problems: list[Problem] | tuple[Problem, ..
         events=events,
         p2p=tuple(p2p),
         problems=(*problems, *(problem for trace in traces for problem in trace.problems)),
-        unreadable=sum(trace.unreadable for trace in traces),
+        unreadable=sum(trace.unreadable for trace in traces) + sum(p.skipped for p in problems),
         lost=sum(trace.lost for trace in traces),
         swaps=tuple(swaps),
         timeline=_timeline(traces, by_group, divergences, p2p),

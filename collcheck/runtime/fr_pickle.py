@@ -10,13 +10,15 @@ run holds each skeleton's entry decoded once as a template, with a Slot for each
 skeleton each entry has, and per skeleton one column of values per Slot, sliced out of the bytes:
 no Python object per entry. An opcode that could call, import or name something (GLOBAL, REDUCE,
 BUILD, persistent ids, ...) raises DumpRefused before anything is built from it; a truncated or
-malformed pickle raises CorruptPickle. The values are CPython's unpickler's; the caller bounds
-what they expand to (fr_read.dump_sizes).
+malformed pickle raises CorruptPickle. The values are CPython's unpickler's (but a bytearray,
+protocol 5's BYTEARRAY8, is read as bytes); the caller bounds what they expand to
+(fr_read.dump_sizes).
 
 How a skeleton is learnt: at an entry (EMPTY_DICT in the entries list), the entry is decoded in a
 sandbox that may read the memo but not write it (a MEMOIZE is counted, and a memoized text kept),
 may change only containers it made, and pushes a Slot for each number. If it stays inside those
-rules, its bytes with the numbers' bytes left open become a compiled pattern. The next entries are
+rules, its bytes with the numbers' bytes left open become a compiled pattern; an entry fits it
+when the entry ends where the pattern does (see _Machine._fits). The next entries are
 matched against the skeleton that followed the previous entry's before, then every skeleton, then
 a new one is learnt; an entry that fits none is decoded opcode by opcode. The work spent on
 skeletons that do not fit is bounded by the file's size (see _Machine.budget).
@@ -395,12 +397,7 @@ class _Machine:
                     raise DumpRefused("pickle uses persistent ids; not a Flight Recorder dump, not unpickled")
                 else:
                     raise CorruptPickle(f"opcode {op:#x}")
-                if (
-                    end is not None
-                    and not self.marks
-                    and len(stack) == 1
-                    and (pos >= size or data[pos] in _ENDS)
-                ):
+                if end is not None and not self.marks and len(stack) == 1 and _entry_ends(data, pos):
                     return pos  # the sandbox's entry is whole
         except _BROKEN as error:
             if self.sandbox:
@@ -497,7 +494,7 @@ class _Machine:
             # A loop's entries come in the same order: try what followed the previous entry's
             # skeleton before, then every skeleton, then learn one.
             for skeleton in previous.next if previous is not None else ():
-                found = skeleton.match(data, pos)
+                found = self._fits(skeleton, pos)
                 if found is not None:
                     break
             else:
@@ -536,7 +533,7 @@ class _Machine:
     def _other(self, pos: int) -> tuple[_Skeleton, re.Match[bytes] | None]:
         """A known skeleton that the entry at `pos` fits, else one learnt from it, and its match."""
         for skeleton in self.skeletons:
-            found = skeleton.match(self.data, pos)
+            found = self._fits(skeleton, pos)
             if found is not None:
                 return skeleton, found
             self.budget -= skeleton.size
@@ -547,7 +544,15 @@ class _Machine:
         if learnt is None:
             return self.skeletons[0] if self.skeletons else _NO_SKELETON, None
         self.skeletons.append(learnt)
-        return learnt, learnt.match(self.data, pos)
+        return learnt, self._fits(learnt, pos)
+
+    def _fits(self, skeleton: _Skeleton, pos: int) -> re.Match[bytes] | None:
+        """The match of `skeleton` at `pos` when the entry there is one of its entries: its bytes
+        and then the entry's end, where the sandbox that learnt it saw one. A pattern matches a
+        beginning only: without the end, a short entry's skeleton (an empty dict) would swallow the
+        first bytes of a longer entry, and the rest of that entry would be read as the list's."""
+        found = skeleton.match(self.data, pos)
+        return found if found is not None and _entry_ends(self.data, pos + skeleton.size) else None
 
     def _memoize(self, skeleton: _Skeleton) -> None:
         """The texts that the entries of `skeleton` memoized, in their slots (a later entry may name
@@ -588,7 +593,17 @@ _SUCCESSORS = 4  # skeletons remembered after each one (a step's collectives in 
 _NO_SKELETON = _Skeleton(Shape({}, ()), None, (), (), 0)
 _OPAQUE = object()  # a memo slot filled inside a run with a container (not kept)
 _CODES = {"u1": "B", "u2": "H", "i4": "i", "long1": "b", "long2": "h", "long4": "i", "long8": "q"}
-_ENDS = frozenset((0x7D, 0x65, 0x95))  # after an entry: the next one, APPENDS, a FRAME
+_ENDS = frozenset((0x7D, 0x65))  # after an entry: the next one, APPENDS
+_FRAME_BYTES = 9  # FRAME and its 8 bytes of length
+
+
+def _entry_ends(data: bytes, pos: int) -> bool:
+    """An entry whose opcodes left one value and no MARK ends at `pos`: the next entry or APPENDS
+    follows, maybe after a FRAME (a FRAME may come between any two objects, also between a
+    one-key entry's empty dict and its key, where the entry has not ended)."""
+    if pos < len(data) and data[pos] == 0x95:
+        pos += _FRAME_BYTES
+    return pos >= len(data) or data[pos] in _ENDS
 
 
 _KEY_TYPES = (str, int, bytes, float, bool, type(None))

@@ -26,7 +26,7 @@ from typing import Any
 from collcheck.runtime.fr_pickle import CorruptPickle, EntryRun, Shape, decode
 from collcheck.runtime.record import CallSite, CollectiveEvent
 from collcheck.runtime.trace_model import RankTrace
-from collcheck.runtime.trace_read import INT_LIMIT, DumpRefused, checked_event, short_error
+from collcheck.runtime.trace_read import INT_LIMIT, DumpRefused, DumpUnreadable, checked_event, short_error
 
 _FR_DTYPES = {
     "Float": "float32",
@@ -357,14 +357,16 @@ def _depends_on(shape: Shape) -> tuple[int, ...]:
 
 def plain_dump(path: str) -> Any:
     """The dump at `path` as plain values (every entry a dict: no EntryRun), as `_read_dump`
-    bounds and checks it; None when the file is not one (for tools that rewrite dumps)."""
+    bounds and checks it; None when the file is not one (for tools that rewrite dumps). Raises
+    DumpRefused (DumpUnreadable for a dump cut short or damaged)."""
     return _read_dump(path, runs=False)
 
 
 def _read_dump(path: str, runs: bool = True) -> Any:
     """The decoded dump, or None when the file is not one: JSON (starts with `{`) or a pickle whose
     first opcodes are a protocol 2-5 header and an empty dict, as torch writes them. Any other file
-    is never decoded. `runs`: entries alike but for their numbers may be EntryRuns."""
+    is never decoded. `runs`: entries alike but for their numbers may be EntryRuns. Such a pickle
+    that cannot be decoded, or a JSON dump cut short, raises DumpUnreadable: a rank is missing."""
     try:
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
@@ -382,16 +384,38 @@ def _read_dump(path: str, runs: bool = True) -> Any:
     if kind == "json":
         try:
             loaded = json.loads(data)
-        except (ValueError, RecursionError):
+        except RecursionError:
             return None
+        except ValueError as error:
+            if _cut_json_dump(data, error):
+                raise DumpUnreadable(_unreadable(path, str(error))) from None
+            return None  # another JSON file (a config, JSON lines): not a dump
         check_dump_shape(loaded)
         return loaded
     try:
         loaded = decode(data, runs)
-    except CorruptPickle:  # truncated or corrupt: not a dump we can read
-        return None
+    except CorruptPickle as error:  # begins as torch writes a dump: a dump cut short or damaged
+        raise DumpUnreadable(_unreadable(path, str(error))) from None
     _check_decoded(loaded)
     return loaded
+
+
+def _cut_json_dump(data: bytes, error: ValueError) -> bool:
+    """A JSON dump cut short or damaged: it names the entries list, and is not a whole value
+    followed by more (JSON lines, which are no dump and stay unread, as before)."""
+    return getattr(error, "msg", "") != "Extra data" and b'"entries"' in data
+
+
+def _unreadable(path: str, why: str) -> str:
+    """What is said of a dump that could not be decoded, naming its rank where its file's name
+    does (the rank inside the dump is lost with it). A dump is written whole at the end, so its
+    entries up to the damage do not say where the rank stopped: none of them is used."""
+    rank = _name_rank(path)
+    whose = f"rank {rank}'s" if rank is not None else "a"
+    return (
+        f"{whose} Flight Recorder dump could not be read ({why[:200]}): cut short (a rank killed "
+        "while writing it) or damaged; its rank is not analysed"
+    )
 
 
 def _dump_kind(head: bytes) -> str | None:
@@ -474,6 +498,10 @@ def _dump_rank(dump: dict[str, Any], path: str) -> int | None:
     rank = dump.get("rank")
     if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < INT_LIMIT:
         return rank
+    return _name_rank(path)
+
+
+def _name_rank(path: str) -> int | None:
     digits = re.search(r"(\d{1,9})(?:\.\w+)?$", os.path.basename(path))  # FR names files <prefix><rank>
     return int(digits.group(1)) if digits else None
 

@@ -402,7 +402,7 @@ def _analysis(
         reports=tuple(report for trace in traces for report in trace.reports),
         p2p=tuple(p2p),
         problems=(*problems, *(problem for trace in traces for problem in trace.problems)),
-        unreadable=sum(trace.unreadable for trace in traces),
+        unreadable=sum(trace.unreadable for trace in traces) + sum(p.skipped for p in problems),
         lost=sum(trace.lost for trace in traces),
         swaps=tuple(swaps),
         timeline=_timeline(full, starts),

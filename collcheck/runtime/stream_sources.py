@@ -469,7 +469,7 @@ def find_sources(path: str, problems: list[Problem]) -> list[Source]:
         try:
             dump = open_dump_reader(full)
         except DumpRefused as refused:
-            problems.append(Problem(full, 0, str(refused)))
+            problems.append(Problem(full, 0, str(refused), refused.skipped))
             continue
         if dump is not None:
             sources.append(DumpSource(dump, shared))

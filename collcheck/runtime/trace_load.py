@@ -45,7 +45,7 @@ def load_dir(path: str, problems: list[Problem] | None = None) -> list[RankTrace
             trace = load_file(full)
         except DumpRefused as refused:
             if problems is not None:
-                problems.append(Problem(full, 0, str(refused)))
+                problems.append(Problem(full, 0, str(refused), refused.skipped))
             continue
         if trace is not None:
             traces.append(trace)

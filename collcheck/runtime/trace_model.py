@@ -177,6 +177,7 @@ class Problem:
     path: str
     line: int
     text: str
+    skipped: bool = False  # a whole file that could not be read: counted in `unreadable`
 
     @property
     def where(self) -> str:

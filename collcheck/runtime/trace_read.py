@@ -36,7 +36,17 @@ class TraceError(Exception):
 
 class DumpRefused(Exception):
     """A file that looked like a Flight Recorder dump and was not read (unsafe or too big):
-    raised by fr_pickle.py and fr_read.py."""
+    raised by fr_pickle.py and fr_read.py. `skipped`: counted among the unreadable parts."""
+
+    skipped = False
+
+
+class DumpUnreadable(DumpRefused):
+    """A file that starts as a Flight Recorder dump does but could not be decoded: cut short (a
+    rank killed while writing it) or damaged. Its rank is missing from the analysis, so the file
+    counts as unreadable (`skipped`), as a damaged line of a collcheck trace does."""
+
+    skipped = True
 
 
 PERFETTO_FILE = "trace.perfetto.json"  # `collcheck trace --format perfetto`'s own output in the folder

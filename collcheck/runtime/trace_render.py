@@ -51,7 +51,7 @@ def render_text(analysis: Analysis) -> str:
     if analysis.problems:
         lines.append("could not read:")
         lines.extend(f"  {problem.where}: {problem.text}" for problem in analysis.problems)
-        shown = sum(1 for problem in analysis.problems if problem.line)
+        shown = sum(1 for problem in analysis.problems if problem.line or problem.skipped)
         if analysis.unreadable > shown:
             lines.append(f"  ({_plural(analysis.unreadable, 'line')} or entries skipped in all)")
     if analysis.reports:
@@ -88,9 +88,16 @@ def undiverged_verdict(analysis: Analysis) -> str:
     gaps = []
     if analysis.lost:
         gaps.append(f"{analysis.lost} events lost")
-    if analysis.unreadable:
-        gaps.append(f"{_plural(analysis.unreadable, 'unreadable line')} skipped")
-    files = sum(1 for problem in analysis.problems if not problem.line and "events lost" not in problem.text)
+    dumps = sum(1 for problem in analysis.problems if problem.skipped)  # whole files, not lines
+    if analysis.unreadable > dumps:
+        gaps.append(f"{_plural(analysis.unreadable - dumps, 'unreadable line')} skipped")
+    if dumps:
+        gaps.append(_plural(dumps, "unreadable dump"))
+    files = sum(
+        1
+        for problem in analysis.problems
+        if not problem.line and not problem.skipped and "events lost" not in problem.text
+    )
     if files:
         gaps.append(f"{_plural(files, 'file problem')}")
     return f"incomplete: {', '.join(gaps)}; no divergence in what could be read"

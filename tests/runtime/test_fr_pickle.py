@@ -7,6 +7,7 @@ import contextlib
 import copy
 import importlib.util
 import pickle
+import pickletools
 import random
 import struct
 import sys
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 from conftest import REPO
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from collcheck.runtime import fr_pickle, fr_read
 from collcheck.runtime.fr_pickle import CorruptPickle, EntryRun, decode
@@ -178,3 +181,109 @@ def test_a_shared_number_column_is_not_a_struct_surprise() -> None:
     data = fr_pickle_dump({"entries": entries})
     assert _expanded(decode(data)) == pickle.loads(data)
     assert struct.calcsize("<q") == 8
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_an_empty_entry_before_a_longer_one_is_not_taken_for_its_beginning(protocol: int) -> None:
+    # The skeleton learnt from `{}` (EMPTY_DICT, MEMOIZE) matches the first bytes of the next
+    # entry too; read as a `{}` there, the next entry's key and value were added to the list.
+    for dump in (
+        {"entries": [{}, {"a": 1}], "rank": 0},
+        {"version": "2.10", "entries": [{"a": 1}, {}, {"a": 2}, {"a": 3, "b": "x"}, {}], "rank": 1},
+    ):
+        data = pickle.dumps(dump, protocol=protocol)
+        assert _same(_expanded(decode(data)), pickle.loads(data))
+
+
+def _same(left: Any, right: Any) -> bool:
+    """Equal values of equal types all the way down (`==` holds for 1, 1.0 and True alike)."""
+    if type(left) is not type(right):
+        return False
+    if isinstance(left, float):
+        return struct.pack("<d", left) == struct.pack("<d", right)
+    if isinstance(left, dict):
+        return list(left) == list(right) and all(
+            _same(key, other) and _same(left[key], right[other])
+            for key, other in zip(left, right, strict=True)
+        )
+    if isinstance(left, (list, tuple)):
+        return len(left) == len(right) and all(_same(a, b) for a, b in zip(left, right, strict=True))
+    return bool(left == right)
+
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False)
+    | st.sampled_from(["", "a", "allreduce", "nccl:all_reduce", "/x/torch/y.py", "é"])
+    | st.text(max_size=12)
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner)
+        | st.tuples(inner, inner, inner)
+        | st.lists(inner, max_size=5).map(tuple)
+        | st.dictionaries(st.sampled_from(["a", "b", "line", "name", "frames"]), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+_KEYS = st.sampled_from(["collective_seq_id", "state", "frames", "input_sizes", "a", "b", "", "é"])
+
+
+def _varied(value: Any, rng: random.Random) -> Any:
+    """`value` with its integers (not bools) changed: entries of one loop differ in their numbers."""
+    if type(value) is int:
+        return rng.choice([value, value + 1, rng.randrange(-(2**40), 2**40), rng.randrange(256)])
+    if isinstance(value, dict):
+        return {key: _varied(item, rng) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_varied(item, rng) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_varied(item, rng) for item in value)
+    return value
+
+
+@st.composite
+def _fr_shaped(draw: st.DrawFn) -> Any:
+    """A dict with an `entries` list whose entries are a few layouts (an empty dict among them
+    often) repeated with their numbers changed, and other keys beside it, as FR dumps are."""
+    layouts = draw(st.lists(st.dictionaries(_KEYS, _VALUES, max_size=5), min_size=1, max_size=4))
+    order = draw(st.lists(st.integers(0, len(layouts) - 1), max_size=40))
+    rng = draw(st.randoms(use_true_random=False))
+    entries = [_varied(layouts[index], rng) for index in order]
+    if draw(st.booleans()):  # an entry shared by two places of the list (one memo slot)
+        entries = entries + entries[:1]
+    other = draw(st.dictionaries(st.sampled_from(["version", "pg_config", "rank", "x"]), _VALUES, max_size=3))
+    keys_first = draw(st.booleans())
+    return {**other, "entries": entries} if keys_first else {"entries": entries, **other}
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dump=_fr_shaped())
+def test_the_decoder_agrees_with_cpythons_unpickler(protocol: int, dump: Any) -> None:
+    data = pickle.dumps(dump, protocol=protocol)
+    expected = pickle.loads(data)
+    assert _same(decode(data, runs=False), expected)
+    assert _same(_expanded(decode(data)), expected)
+
+
+def test_a_frame_between_a_one_key_entrys_dict_and_its_key_does_not_end_the_entry() -> None:
+    # Protocol 4 starts a FRAME before any object once 64 KiB are written, also before the key of a
+    # one-key dict: `{}` MEMOIZE FRAME BINGET 'k' ... SETITEM. The `{}` entry's skeleton must not
+    # take the dict there for a whole empty entry.
+    framed_there = 0
+    for pad in range(8):
+        entries = [{"pad": "x" * pad}] + [{} if index % 2 else {"k": index} for index in range(20_000)]
+        data = pickle.dumps({"version": "2.10", "entries": entries}, protocol=4)
+        ops = [op.name for op, _, _ in pickletools.genops(data)]
+        framed_there += sum(
+            1
+            for at in range(2, len(ops) - 1)
+            if ops[at - 2 : at + 2] == ["EMPTY_DICT", "MEMOIZE", "FRAME", "BINGET"]
+        )
+        assert _same(_expanded(decode(data)), pickle.loads(data))
+    assert framed_there  # the case this test is for happened

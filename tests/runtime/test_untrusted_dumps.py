@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -16,6 +17,9 @@ from test_analyze import _event, _fr_dump, _fr_entry, _write
 from collcheck.cli import main
 from collcheck.runtime import fr_read
 from collcheck.runtime.analyze import analyze
+from collcheck.runtime.record import trace_file_name
+from collcheck.runtime.stream import analyze_dir
+from collcheck.runtime.trace_binary import binary_name, convert_to_binary
 from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.trace_model import Problem
 
@@ -130,3 +134,93 @@ def test_trace_cli_lists_refused_files_in_the_report(
     out = capsys.readouterr().out
     assert not marker.exists()
     assert "could not read:" in out and "nccl_trace_rank_9: pickle refers to posix.system" in out
+
+
+def _two_rank_dumps(folder: Path, protocol: int, entries: int = 5) -> bytes:
+    """Dumps of ranks 0 and 1 that agree; rank 0's bytes are returned (for a test to damage)."""
+    folder.mkdir(exist_ok=True)
+    for rank in (0, 1):
+        dump = {
+            **_fr_dump([_fr_entry(seq, "all_reduce", [[8]], 5) for seq in range(1, entries + 1)]),
+            "rank": rank,
+        }
+        (folder / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(dump, protocol=protocol))
+    return (folder / "nccl_trace_rank_0").read_bytes()
+
+
+def _trace(folder: Path, capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
+    code = main(["trace", str(folder), *more])
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_a_dump_cut_short_is_named_counted_and_not_called_consistent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], protocol: int
+) -> None:
+    # Rank 0 killed while writing its dump: its rank is missing, and the trace must say so as it
+    # does for a binary trace whose last record is cut short (exit 3: incomplete), and never say
+    # "consistent".
+    data = _two_rank_dumps(tmp_path / "dumps", protocol)
+    lines, binary = tmp_path / "lines", tmp_path / "binary"
+    lines.mkdir()
+    binary.mkdir()
+    _write(lines, 0, [_event(0, 1, 4, 10)])
+    _write(binary, 1, [_event(1, 1, 4, 10)])
+    convert_to_binary(str(lines / trace_file_name(0)), str(binary / binary_name(0)))
+    cut_binary = (binary / binary_name(0)).read_bytes()
+    (binary / binary_name(0)).write_bytes(cut_binary[:-5])
+    cut_binary_code, cut_binary_text = _trace(binary, capsys)
+    assert cut_binary_code == 3 and "cut short" in cut_binary_text
+    for cut in (len(data) // 3, len(data) // 2, len(data) - 1):
+        (tmp_path / "dumps" / "nccl_trace_rank_0").write_bytes(data[:cut])
+        code, text = _trace(tmp_path / "dumps", capsys)
+        assert code == cut_binary_code, text
+        assert "rank 0's Flight Recorder dump could not be read" in text and "nccl_trace_rank_0" in text
+        assert "consistent" not in text and "result: incomplete: 1 unreadable dump;" in text
+        code, report = _trace(tmp_path / "dumps", capsys, "--format", "json")
+        assert code == cut_binary_code
+        found = json.loads(report)
+        assert found["unreadable"] == 1 and found["incomplete"] and found["ranks"] == [1]
+        assert [Path(problem["path"]).name for problem in found["problems"]] == ["nccl_trace_rank_0"]
+
+
+def test_a_dump_the_decoder_cannot_read_is_reported_by_both_readers(tmp_path: Path) -> None:
+    data = bytearray(_two_rank_dumps(tmp_path, 2))
+    data[len(data) // 2] = 0xFF  # no opcode: damage in the middle
+    (tmp_path / "nccl_trace_rank_0").write_bytes(bytes(data))
+    problems: list[Problem] = []
+    analysis = analyze(load_dir(str(tmp_path), problems), problems)
+    assert analysis.ranks == (1,) and analysis.unreadable == 1 and analysis.incomplete
+    assert [problem.skipped for problem in problems] == [True]
+    assert "rank 0's Flight Recorder dump could not be read" in problems[0].text
+    streamed = analyze_dir(str(tmp_path), [])
+    assert streamed.ranks == (1,) and streamed.unreadable == 1
+    assert [problem.text for problem in streamed.problems] == [problem.text for problem in problems]
+
+
+def test_a_json_dump_cut_short_is_unreadable_and_other_json_is_still_no_dump(tmp_path: Path) -> None:
+    _two_rank_dumps(tmp_path, 2)
+    text = json.dumps({**_fr_dump([_fr_entry(1, "all_reduce", [[8]], 5)]), "rank": 0})
+    (tmp_path / "nccl_trace_rank_0").write_text(text[: len(text) // 2])
+    # JSON lines that name entries: no dump, not read (as before)
+    (tmp_path / "notes.json").write_text('{"entries": 1}\n{"entries": 2}\n')
+    problems: list[Problem] = []
+    analysis = analyze(load_dir(str(tmp_path), problems), problems)
+    assert [Path(problem.path).name for problem in problems] == ["nccl_trace_rank_0"]
+    assert analysis.ranks == (1,) and analysis.unreadable == 1
+
+
+def test_an_empty_entry_among_others_keeps_its_rank(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A `{}` entry followed by a collective's: the decoder read past the empty one into the next
+    # and refused the dump, and its rank was dropped without a word.
+    for rank in (0, 1):
+        entries: list[dict[str, object]] = [_fr_entry(seq, "all_reduce", [[8]], 5) for seq in range(1, 5)]
+        entries.insert(2, {})
+        dump = {**_fr_dump(entries), "rank": rank}
+        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(dump, protocol=4))
+    code, text = _trace(tmp_path, capsys)
+    assert (
+        code == 0 and "2 ranks" in text and "rank 0: 4 collectives" in text and "result: consistent" in text
+    )
