@@ -386,9 +386,12 @@ def _chained_type(ev: ValueEvaluator, parts: list[str], state: State, class_name
 
 def none_or_not(value: Expr) -> Expr:
     """A value compared with `is None`: a tensor made by a factory, a slice (`full[lo:hi]`, even
-    with bounds computed from the rank) and a piece of a split tensor (`full.chunk(n)[rank]`) are
-    never None (keep None itself, and unknowns, as they are)."""
-    tensor = isinstance(value, Atom) and (value.name.startswith(NEVER_NONE) or _piece_of_split(value.name))
+    with bounds computed from the rank), a piece of a split tensor (`full.chunk(n)[rank]`) and a
+    value declared of a type that excludes None (`Atom.never_none`) are never None (keep None
+    itself, and unknowns, as they are)."""
+    tensor = isinstance(value, Atom) and (
+        value.never_none or value.name.startswith(NEVER_NONE) or _piece_of_split(value.name)
+    )
     if tensor or isinstance(value, Sized):
         return NOT_NONE
     if isinstance(value, Sized) and value.name.startswith("tensor:"):  # tensor_shapes.factory_tensor

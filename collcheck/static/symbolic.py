@@ -50,6 +50,8 @@ class Atom:
     below_world: bool = False
     # computed from what a module wrapped for data parallelism returned (gradient_sync.py)
     synced: frozenset[GradSync] = frozenset()
+    # declared never None (declared_types.py): an `is None` test on it is false
+    never_none: bool = False
 
     def __str__(self) -> str:
         return self.name

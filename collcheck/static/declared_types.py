@@ -1,0 +1,344 @@
+"""What a function's declarations (its annotations) say of a value: that it is never None.
+
+The code is taken at its word where it declares a type, as a type checker holds it to: a
+parameter annotated `Store` (not `Optional[Store]`, no `None` default) is not None wherever a
+caller passes it something other than None; a loop over a parameter annotated `Sequence[Store]`,
+or over a list made from one (`xs = list(stores)`; what is appended to it later is checked by the
+type checker against the element type it was made with), binds no None. A value tested with
+`is None` against such a declaration takes only its non-None branch (`group_values.none_or_not`).
+
+What does not exclude None: `Optional[T]`, `T | None`, `Union[.., None]`, `Any`, `object`, a
+type variable of the file (`T = TypeVar("T")`), an alias of the file for one of these
+(`MaybeStore = Optional[Store]`), a parameter whose default is `None`. Names imported from
+elsewhere are taken for the classes they almost always are (an imported alias of an Optional
+type is missed: a finding lost, never one made).
+
+In: an annotation, a parameter and its default, or an iterated expression with the function it
+is in and the module's tree. Out: booleans.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import replace
+from functools import lru_cache
+
+from collcheck.static.symbolic import Atom, Expr
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef  # as loader.py spells it
+
+# Annotations that admit None whatever they hold.
+ADMIT_NONE = frozenset({"Any", "object", "Optional", "NoneType", "None"})
+# Generic containers whose iteration yields their first type argument (a mapping yields its keys).
+ITERABLES = frozenset(
+    {
+        "list", "List", "Sequence", "MutableSequence", "Iterable", "Iterator", "Collection",
+        "set", "Set", "AbstractSet", "MutableSet", "frozenset", "FrozenSet", "deque", "Deque",
+        "Generator", "Reversible", "KeysView", "ValuesView",
+        "dict", "Dict", "Mapping", "MutableMapping", "OrderedDict", "defaultdict", "DefaultDict",
+    }
+)  # fmt: skip
+TUPLES = frozenset({"tuple", "Tuple"})
+UNIONS = frozenset({"Union"})
+WRAPPERS = frozenset({"Annotated", "Final", "ClassVar", "Required", "NotRequired", "ReadOnly"})
+# Builtins that make a container of the same elements (`list(stores)`, `sorted(stores)`).
+SAME_ELEMENTS = frozenset({"list", "tuple", "sorted", "reversed", "set", "frozenset"})
+MAX_DEPTH = 8  # aliases of aliases, names bound from names: bounded, cycles included
+MAX_TEXT = 400  # a string annotation longer than this is not parsed
+
+
+def _last_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+@lru_cache(maxsize=256)
+def _module_bindings(tree: ast.Module) -> dict[str, ast.expr | None]:
+    """Names the module binds at its top level: the value of a plain one-name assignment, None
+    for any other binding (a class, a function, an import, a tuple target)."""
+    bound: dict[str, ast.expr | None] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            name = stmt.targets[0].id
+            bound[name] = stmt.value if name not in bound else None
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            bound[stmt.target.id] = stmt.value if stmt.target.id not in bound else None
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound[stmt.name] = None
+    return bound
+
+
+def annotation_excludes_none(annotation: ast.expr | None, tree: ast.Module, depth: int = 0) -> bool:
+    """The annotation declares a type None is no value of."""
+    if annotation is None or depth > MAX_DEPTH:
+        return False
+    if isinstance(annotation, ast.Constant):
+        if isinstance(annotation.value, str) and len(annotation.value) <= MAX_TEXT:
+            parsed = _parsed_annotation(annotation.value)
+            return parsed is not None and annotation_excludes_none(parsed, tree, depth + 1)
+        return False  # `None` itself, or an odd constant
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        return annotation_excludes_none(annotation.left, tree, depth + 1) and annotation_excludes_none(
+            annotation.right, tree, depth + 1
+        )
+    if isinstance(annotation, ast.Subscript):
+        base = _last_name(annotation.value)
+        members = _type_arguments(annotation)
+        if base is None or base in ADMIT_NONE:
+            return False
+        if base in UNIONS:
+            return all(annotation_excludes_none(member, tree, depth + 1) for member in members)
+        if base in WRAPPERS:
+            return bool(members) and annotation_excludes_none(members[0], tree, depth + 1)
+        if base == "Literal":
+            return all(not (isinstance(m, ast.Constant) and m.value is None) for m in members)
+        return True  # `list[T]`, `Callable[..., T]`: the container, the callable, is no None
+    name = _last_name(annotation)
+    if name is None or name in ADMIT_NONE:
+        return False
+    if isinstance(annotation, ast.Name):
+        bindings = _module_bindings(tree)
+        if annotation.id in bindings:
+            value = bindings[annotation.id]
+            if value is None:  # a class or function of the file (or bound in some other way)
+                return True
+            if isinstance(value, ast.Call):  # `T = TypeVar("T")`, `UserId = NewType(...)`
+                return _last_name(value.func) == "NewType"
+            return annotation_excludes_none(value, tree, depth + 1)  # an alias: what it names
+    return True
+
+
+def element_annotation(
+    annotation: ast.expr | None, tree: ast.Module, depth: int = 0
+) -> list[ast.expr] | None:
+    """The types iterating a value of the annotated type yields (`Sequence[A]`: [A]; a
+    `tuple[A, B]`: [A, B]; `Optional[list[A]]`: [A], since iterating None fails before it binds
+    anything), or None when the annotation names no container collcheck knows."""
+    if annotation is None or depth > MAX_DEPTH:
+        return None
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        parsed = _parsed_annotation(annotation.value) if len(annotation.value) <= MAX_TEXT else None
+        return element_annotation(parsed, tree, depth + 1)
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        return _union_elements([annotation.left, annotation.right], tree, depth)
+    if isinstance(annotation, ast.Name):
+        bound = _module_bindings(tree).get(annotation.id)
+        return element_annotation(bound, tree, depth + 1) if bound is not None else None
+    if not isinstance(annotation, ast.Subscript):
+        return None
+    base = _last_name(annotation.value)
+    members = _type_arguments(annotation)
+    if base in ("Optional", *UNIONS):
+        return _union_elements(members, tree, depth)
+    if base in WRAPPERS:
+        return element_annotation(members[0], tree, depth + 1) if members else None
+    if base in TUPLES:
+        if len(members) == 2 and isinstance(members[1], ast.Constant) and members[1].value is Ellipsis:
+            return [members[0]]
+        return members or None
+    if base in ITERABLES and members:
+        return [members[0]]
+    return None
+
+
+def _union_elements(members: list[ast.expr], tree: ast.Module, depth: int) -> list[ast.expr] | None:
+    found: list[ast.expr] = []
+    for member in members:
+        if isinstance(member, ast.Constant) and member.value is None:
+            continue  # iterating None raises: no element comes from it
+        elements = element_annotation(member, tree, depth + 1)
+        if elements is None:
+            return None
+        found.extend(elements)
+    return found or None
+
+
+def _type_arguments(annotation: ast.Subscript) -> list[ast.expr]:
+    index = annotation.slice
+    return list(index.elts) if isinstance(index, ast.Tuple) else [index]
+
+
+@lru_cache(maxsize=1024)
+def _parsed_annotation(text: str) -> ast.expr | None:
+    try:
+        return ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+
+def parameter_never_none(arg: ast.arg, default: ast.expr | None, tree: ast.Module) -> bool:
+    """A parameter whose annotation excludes None and whose default is not None."""
+    if isinstance(default, ast.Constant) and default.value is None:
+        return False  # `store: Store = None`: the implicit Optional of older code
+    return annotation_excludes_none(arg.annotation, tree)
+
+
+def declared_entry(function: FunctionNode, env: dict[str, Expr], tree: ast.Module) -> dict[str, Expr]:
+    """The parameters' values at entry (`env`: what callers pass, or what nothing passes), each
+    unknown one (an `Atom`) marked never None where its declaration excludes None. A caller that
+    passes None itself (a `Const`), or a default None, keeps its None."""
+    defaults = parameter_defaults(function)
+    marked = dict(env)
+    for name, arg in _parameters(function).items():
+        value = env.get(name)
+        if (
+            isinstance(value, Atom)
+            and not value.never_none
+            and parameter_never_none(arg, defaults[name], tree)
+        ):
+            marked[name] = replace(value, never_none=True)
+    return marked
+
+
+def declared_element(
+    element: Expr, iterated: ast.expr, stack: tuple[FunctionNode, ...], tree: ast.Module
+) -> Expr:
+    """What one iteration of a loop over `iterated` binds (`element`, of the function on top of
+    `stack`), marked never None where the declarations say so (`for store in stores` with
+    `stores: Sequence[Store]`)."""
+    if isinstance(element, Atom) and stack and elements_never_none(iterated, stack[-1], tree):
+        return replace(element, never_none=True)
+    return element
+
+
+def parameter_defaults(function: FunctionNode) -> dict[str, ast.expr | None]:
+    """Each parameter's default expression (None: it has none)."""
+    args = function.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults: dict[str, ast.expr | None] = {arg.arg: None for arg in positional}
+    for arg, default in zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True):
+        defaults[arg.arg] = default
+    for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+        defaults[arg.arg] = kw_default
+    return defaults
+
+
+def elements_never_none(iterated: ast.expr, function: FunctionNode, tree: ast.Module, depth: int = 0) -> bool:
+    """Iterating `iterated` (an expression of `function`) binds no None, by the declarations: a
+    parameter or local annotated with a container of a type that excludes None, a container
+    made from one by `list`/`tuple`/`sorted`/..., a list display of such values."""
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(iterated, ast.Call):
+        func = iterated.func
+        if (
+            isinstance(func, ast.Name)
+            and func.id in SAME_ELEMENTS
+            and func.id not in _function_bindings(function)
+            and func.id not in _module_bindings(tree)
+            and len(iterated.args) == 1
+            and not isinstance(iterated.args[0], ast.Starred)
+        ):
+            return elements_never_none(iterated.args[0], function, tree, depth + 1)
+        return False
+    if isinstance(iterated, (ast.List, ast.Tuple, ast.Set)):
+        return bool(iterated.elts) and all(
+            elements_never_none(element.value, function, tree, depth + 1)
+            if isinstance(element, ast.Starred)
+            else _value_never_none(element, function, tree)
+            for element in iterated.elts
+        )
+    if not isinstance(iterated, ast.Name):
+        return False
+    bindings = _function_bindings(function).get(iterated.id)
+    parameter = _parameters(function).get(iterated.id)
+    if parameter is None and not bindings:
+        return False  # a global or a closure's name: bound where this function cannot see
+    if parameter is not None:
+        elements = element_annotation(parameter.annotation, tree)
+        if elements is None or not all(annotation_excludes_none(e, tree) for e in elements):
+            return False
+    for binding in bindings or ():
+        if isinstance(binding, ast.AnnAssign):
+            elements = element_annotation(binding.annotation, tree)
+            if elements is None or not all(annotation_excludes_none(e, tree) for e in elements):
+                return False
+        elif binding is None or not elements_never_none(binding, function, tree, depth + 1):
+            return False
+    return True
+
+
+def _value_never_none(value: ast.expr, function: FunctionNode, tree: ast.Module) -> bool:
+    """An entry of a list display that is never None by what the code says: a literal other than
+    None, or a parameter declared so and never rebound."""
+    if isinstance(value, ast.Constant):
+        return value.value is not None
+    if isinstance(value, ast.Name):
+        parameter = _parameters(function).get(value.id)
+        if parameter is None or value.id in _function_bindings(function):
+            return False
+        return parameter_never_none(parameter, parameter_defaults(function).get(value.id), tree)
+    return False
+
+
+@lru_cache(maxsize=1024)
+def _parameters(function: FunctionNode) -> dict[str, ast.arg]:
+    args = function.args
+    return {arg.arg: arg for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+
+
+@lru_cache(maxsize=1024)
+def _function_bindings(function: FunctionNode) -> dict[str, list[ast.expr | ast.AnnAssign | None]]:
+    """Every binding of each name in the function's own scope: the value of a one-name
+    assignment, the `AnnAssign` of an annotated one, None for any other (a loop or `with`
+    target, an augmented assignment, an import, a `global` declaration, a tuple target)."""
+    bindings: dict[str, list[ast.expr | ast.AnnAssign | None]] = {}
+    for node in _own_scope(function):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                single = isinstance(target, ast.Name)
+                for name in _target_names(target):
+                    bindings.setdefault(name, []).append(node.value if single else None)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            bindings.setdefault(node.target.id, []).append(node)
+        elif isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor)):
+            for name in _target_names(node.target):
+                bindings.setdefault(name, []).append(None)
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            for name in _target_names(node.optional_vars):
+                bindings.setdefault(name, []).append(None)
+        elif isinstance(node, ast.NamedExpr):
+            bindings.setdefault(node.target.id, []).append(node.value)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            for name in node.names:
+                bindings.setdefault(name, []).append(None)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                bindings.setdefault((alias.asname or alias.name).split(".")[0], []).append(None)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bindings.setdefault(node.name, []).append(None)
+        elif isinstance(node, ast.Delete):
+            for target in node.targets:
+                for name in _target_names(target):
+                    bindings.setdefault(name, []).append(None)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            bindings.setdefault(node.name, []).append(None)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bindings.setdefault(node.rest, []).append(None)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bindings.setdefault(node.name, []).append(None)
+    return bindings
+
+
+def _target_names(target: ast.expr) -> Iterator[str]:
+    for node in ast.walk(target):
+        if isinstance(node, ast.Name):
+            yield node.id
+
+
+def _own_scope(function: FunctionNode) -> Iterator[ast.AST]:
+    """The nodes of the function's body outside nested functions, classes and lambdas (their
+    definitions themselves included: they bind their name here)."""
+    stack: list[ast.AST] = list(reversed(function.body))
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue  # their targets are their own scope (a walrus inside binds outside: rare)
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
