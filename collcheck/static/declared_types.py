@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from functools import lru_cache
 
-from collcheck.static.symbolic import Atom, Expr
+from collcheck.static.symbolic import Atom, Expr, Nullness
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef  # as loader.py spells it
 
@@ -179,18 +179,19 @@ def parameter_never_none(arg: ast.arg, default: ast.expr | None, tree: ast.Modul
 
 def declared_entry(function: FunctionNode, env: dict[str, Expr], tree: ast.Module) -> dict[str, Expr]:
     """The parameters' values at entry (`env`: what callers pass, or what nothing passes), each
-    unknown one (an `Atom`) marked never None where its declaration excludes None. A caller that
-    passes None itself (a `Const`), or a default None, keeps its None."""
+    unknown one (an `Atom` of undeclared nullness) marked by its declaration: `NEVER` where it
+    excludes None, `MAYBE` where it admits it. A caller that passes None itself (a `Const`)
+    keeps its None; a value the caller declared `MAYBE` stays so (handing an Optional value to a
+    parameter declared without None is what a type checker rejects, not a fact to build on)."""
     defaults = parameter_defaults(function)
     marked = dict(env)
     for name, arg in _parameters(function).items():
         value = env.get(name)
-        if (
-            isinstance(value, Atom)
-            and not value.never_none
-            and parameter_never_none(arg, defaults[name], tree)
-        ):
-            marked[name] = replace(value, never_none=True)
+        if not isinstance(value, Atom) or value.nullness is not Nullness.UNDECLARED:
+            continue
+        never = parameter_never_none(arg, defaults[name], tree)
+        if never or arg.annotation is not None or defaults[name] is not None:
+            marked[name] = replace(value, nullness=Nullness.NEVER if never else Nullness.MAYBE)
     return marked
 
 
@@ -201,7 +202,7 @@ def declared_element(
     `stack`), marked never None where the declarations say so (`for store in stores` with
     `stores: Sequence[Store]`)."""
     if isinstance(element, Atom) and stack and elements_never_none(iterated, stack[-1], tree):
-        return replace(element, never_none=True)
+        return replace(element, nullness=Nullness.NEVER)
     return element
 
 

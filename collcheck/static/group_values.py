@@ -32,6 +32,7 @@ from collcheck.static.symbolic import (
     Expr,
     GroupVal,
     IfExp,
+    Nullness,
     Sized,
     atoms,
     is_rank_dependent,
@@ -387,10 +388,10 @@ def _chained_type(ev: ValueEvaluator, parts: list[str], state: State, class_name
 def none_or_not(value: Expr) -> Expr:
     """A value compared with `is None`: a tensor made by a factory, a slice (`full[lo:hi]`, even
     with bounds computed from the rank), a piece of a split tensor (`full.chunk(n)[rank]`) and a
-    value declared of a type that excludes None (`Atom.never_none`) are never None (keep None
+    value declared of a type that excludes None (`Nullness.NEVER`) are never None (keep None
     itself, and unknowns, as they are)."""
     tensor = isinstance(value, Atom) and (
-        value.never_none or value.name.startswith(NEVER_NONE) or _piece_of_split(value.name)
+        value.nullness is Nullness.NEVER or value.name.startswith(NEVER_NONE) or _piece_of_split(value.name)
     )
     if tensor or isinstance(value, Sized):
         return NOT_NONE

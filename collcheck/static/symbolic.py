@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 PER_RANK_KINDS = frozenset({"rank", "perrank", "nondet"})
@@ -41,6 +42,14 @@ class GradSync:
     group: GroupVal | None = None
 
 
+class Nullness(Enum):
+    """What the code's declarations say of an unknown value being None (declared_types.py)."""
+
+    UNDECLARED = "undeclared"  # nothing: it may be None
+    NEVER = "never"  # a type that excludes None: an `is None` test on it is false
+    MAYBE = "maybe"  # an Optional type or a None default: not to be taken for a NEVER later
+
+
 @dataclass(frozen=True)
 class Atom:
     name: str
@@ -50,8 +59,8 @@ class Atom:
     below_world: bool = False
     # computed from what a module wrapped for data parallelism returned (gradient_sync.py)
     synced: frozenset[GradSync] = frozenset()
-    # declared never None (declared_types.py): an `is None` test on it is false
-    never_none: bool = False
+    # what the declarations say of the value being None (declared_types.py)
+    nullness: Nullness = Nullness.UNDECLARED
 
     def __str__(self) -> str:
         return self.name
