@@ -24,9 +24,9 @@ from collections.abc import Iterator
 from dataclasses import replace
 from functools import lru_cache
 
+from collcheck.static.loader import ClassInfo, FunctionNode, ModuleInfo, inherited
+from collcheck.static.state import Frame
 from collcheck.static.symbolic import Atom, Expr, Nullness
-
-FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef  # as loader.py spells it
 
 # Annotations that admit None whatever they hold.
 ADMIT_NONE = frozenset({"Any", "object", "Optional", "NoneType", "None"})
@@ -195,15 +195,62 @@ def declared_entry(function: FunctionNode, env: dict[str, Expr], tree: ast.Modul
     return marked
 
 
-def declared_element(
-    element: Expr, iterated: ast.expr, stack: tuple[FunctionNode, ...], tree: ast.Module
-) -> Expr:
-    """What one iteration of a loop over `iterated` binds (`element`, of the function on top of
-    `stack`), marked never None where the declarations say so (`for store in stores` with
-    `stores: Sequence[Store]`)."""
-    if isinstance(element, Atom) and stack and elements_never_none(iterated, stack[-1], tree):
-        return replace(element, nullness=Nullness.NEVER)
-    return element
+def declared_element(element: Expr, iterated: ast.expr, frame: Frame, module: ModuleInfo) -> Expr:
+    """What one iteration of a loop over `iterated` binds (`element`, in the function on top of
+    the frame's stack), marked never None where the declarations say so (`for store in stores`
+    with `stores: Sequence[Store]`; `for store in self.stores` with the class's `stores:
+    list[Store]`)."""
+    if not isinstance(element, Atom) or not frame.stack:
+        return element
+    function = frame.stack[-1]
+    declared = _declared_attribute(iterated, function, frame.class_name, module)
+    if declared is not None:
+        never = _all_exclude_none(element_annotation(declared, module.tree), module.tree)
+    else:
+        never = elements_never_none(iterated, function, module.tree)
+    return replace(element, nullness=Nullness.NEVER) if never else element
+
+
+def _declared_attribute(
+    node: ast.expr, function: FunctionNode, class_name: str | None, module: ModuleInfo
+) -> ast.expr | None:
+    """The annotation the class (or a base of the file) declares for `self.name` read in one of
+    its methods: `name: T` in the class body, or `self.name: T = ...` in a method."""
+    positional = [*function.args.posonlyargs, *function.args.args]
+    if (
+        class_name is None
+        or not positional
+        or not isinstance(node, ast.Attribute)
+        or not isinstance(node.value, ast.Name)
+        or node.value.id != positional[0].arg
+        or node.value.id in _function_bindings(function)
+    ):
+        return None
+    return inherited(module, class_name, node.attr, _attribute_annotations)
+
+
+def _attribute_annotations(info: ClassInfo) -> dict[str, ast.expr]:
+    found: dict[str, ast.expr] = {}
+    for stmt in info.node.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            found.setdefault(stmt.target.id, stmt.annotation)
+    for method in info.methods.values():
+        positional = [*method.args.posonlyargs, *method.args.args]
+        if not positional:
+            continue
+        for node in _own_scope(method):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Attribute)
+                and isinstance(node.target.value, ast.Name)
+                and node.target.value.id == positional[0].arg
+            ):
+                found.setdefault(node.target.attr, node.annotation)
+    return found
+
+
+def _all_exclude_none(elements: list[ast.expr] | None, tree: ast.Module) -> bool:
+    return elements is not None and all(annotation_excludes_none(e, tree) for e in elements)
 
 
 def parameter_defaults(function: FunctionNode) -> dict[str, ast.expr | None]:
@@ -249,14 +296,11 @@ def elements_never_none(iterated: ast.expr, function: FunctionNode, tree: ast.Mo
     parameter = _parameters(function).get(iterated.id)
     if parameter is None and not bindings:
         return False  # a global or a closure's name: bound where this function cannot see
-    if parameter is not None:
-        elements = element_annotation(parameter.annotation, tree)
-        if elements is None or not all(annotation_excludes_none(e, tree) for e in elements):
-            return False
+    if parameter is not None and not _all_exclude_none(element_annotation(parameter.annotation, tree), tree):
+        return False
     for binding in bindings or ():
         if isinstance(binding, ast.AnnAssign):
-            elements = element_annotation(binding.annotation, tree)
-            if elements is None or not all(annotation_excludes_none(e, tree) for e in elements):
+            if not _all_exclude_none(element_annotation(binding.annotation, tree), tree):
                 return False
         elif binding is None or not elements_never_none(binding, function, tree, depth + 1):
             return False

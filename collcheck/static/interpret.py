@@ -556,7 +556,7 @@ class Interpreter(ObjectProtocols):
             element = loop_element(
                 stmt, iterable, partial(self.pure, state=current, frame=frame, known=known)
             )
-            element = declared_element(element, stmt.iter, frame.stack, self.module.tree)
+            element = declared_element(element, stmt.iter, frame, self.module)
             runs = Compare(">=", trip, Const(1))
             text = f"for {source_text(stmt.target)} in {source_text(stmt.iter)}"
             self.conditions.note(runs, source_of(stmt, self.module.path, ConditionKind.LOOP, text))

@@ -15,7 +15,10 @@ from collcheck.static.declared_types import (
     elements_never_none,
 )
 from collcheck.static.group_values import NOT_NONE, none_or_not
-from collcheck.static.symbolic import Atom, Const, Nullness
+from collcheck.static.state import Frame
+from collcheck.static.symbolic import Atom, Const, Expr, Nullness
+
+from .conftest import function, module_of
 
 MODULE = ast.parse(
     textwrap.dedent(
@@ -98,7 +101,7 @@ def _function(source: str) -> ast.FunctionDef:
     return function
 
 
-def _loop_iter(function: ast.FunctionDef) -> ast.expr:
+def _loop_iter(function: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.expr:
     loop = next(node for node in ast.walk(function) if isinstance(node, ast.For))
     return loop.iter
 
@@ -133,21 +136,60 @@ def test_loops_that_bind_no_none(source: str, never: bool) -> None:
 
 
 def test_a_loop_element_is_marked_and_an_is_none_test_on_it_is_false() -> None:
-    function = _function("def f(xs: Sequence[Store]):\n    for x in xs: pass")
-    element = declared_element(Atom("item@2:4", "shared"), _loop_iter(function), (function,), MODULE)
+    module = module_of(
+        "from typing import Sequence\nclass Store: ...\ndef f(xs: Sequence[Store]):\n    for x in xs: pass\n"
+    )
+    f = function(module, "f")
+    frame = Frame("f", None, (), 0, (f,))
+    element = declared_element(Atom("item@2:4", "shared"), _loop_iter(f), frame, module)
     assert isinstance(element, Atom) and element.nullness is Nullness.NEVER
     assert none_or_not(element) == NOT_NONE
-    # Not a known value (a tuple, a constant): only an unknown one is marked.
-    assert declared_element(Const(None), _loop_iter(function), (function,), MODULE) == Const(None)
-    unmarked = declared_element(Atom("item@2:4", "shared"), _loop_iter(function), (), MODULE)
+    # Only an unknown value is marked (not a constant); outside a function nothing is declared.
+    constant: Expr = Const(None)
+    assert declared_element(constant, _loop_iter(f), frame, module) == constant
+    unmarked = declared_element(
+        Atom("item@2:4", "shared"), _loop_iter(f), Frame("f", None, (), 0, ()), module
+    )
     assert none_or_not(unmarked) == unmarked
+
+
+def test_a_loop_over_an_attribute_its_class_declares() -> None:
+    module = module_of(
+        """
+        from typing import Optional
+        class Store: ...
+        class Base:
+            inherited: list[Store]
+        class Pool(Base):
+            spares: "tuple[Store, ...]"
+            def __init__(self, stores):
+                self.stores: list[Store] = list(stores)
+                self.maybe: list[Optional[Store]] = []
+                self.untyped = list(stores)
+            def each(self, other):
+                for x in self.stores: pass
+                for x in self.spares: pass
+                for x in self.inherited: pass
+                for x in self.maybe: pass
+                for x in self.untyped: pass
+                for x in other.stores: pass
+        """
+    )
+    each = function(module, "Pool.each")
+    frame = Frame("Pool.each", "Pool", (), 0, (each,))
+    loops = [node for node in each.body if isinstance(node, ast.For)]
+    marked = [
+        none_or_not(declared_element(Atom("item", "shared"), loop.iter, frame, module)) == NOT_NONE
+        for loop in loops
+    ]
+    assert marked == [True, True, True, False, False, False]
 
 
 def test_parameters_at_entry() -> None:
     function = _function(
         "def f(a: Store, b: Optional[Store], c: Store = None, d=None, e: Store = DEFAULT, *, k: int): pass"
     )
-    passed = {name: Atom(f"param:{name}", "shared") for name in "abcdek"}
+    passed: dict[str, Expr] = {name: Atom(f"param:{name}", "shared") for name in "abcdek"}
     passed["e"] = Const(None)  # a caller that passes None keeps its None
     env = declared_entry(function, dict(passed), MODULE)
     nullness = {name: value.nullness for name, value in env.items() if isinstance(value, Atom)}
