@@ -23,10 +23,11 @@ import ast
 from collections.abc import Iterator
 from dataclasses import replace
 from functools import lru_cache
+from typing import TypeGuard
 
 from collcheck.static.loader import ClassInfo, FunctionNode, ModuleInfo, inherited
 from collcheck.static.state import Frame
-from collcheck.static.symbolic import Atom, Expr, Nullness
+from collcheck.static.symbolic import LOCAL_WORLD, MEMBER, Atom, Expr, Nullness
 
 # Annotations that admit None whatever they hold.
 ADMIT_NONE = frozenset({"Any", "object", "Optional", "NoneType", "None"})
@@ -187,7 +188,7 @@ def declared_entry(function: FunctionNode, env: dict[str, Expr], tree: ast.Modul
     marked = dict(env)
     for name, arg in _parameters(function).items():
         value = env.get(name)
-        if not isinstance(value, Atom) or value.nullness is not Nullness.UNDECLARED:
+        if not _markable(value):
             continue
         never = parameter_never_none(arg, defaults[name], tree)
         if never or arg.annotation is not None or defaults[name] is not None:
@@ -200,7 +201,7 @@ def declared_element(element: Expr, iterated: ast.expr, frame: Frame, module: Mo
     the frame's stack), marked never None where the declarations say so (`for store in stores`
     with `stores: Sequence[Store]`; `for store in self.stores` with the class's `stores:
     list[Store]`)."""
-    if not isinstance(element, Atom) or not frame.stack:
+    if not _markable(element) or not frame.stack:
         return element
     function = frame.stack[-1]
     declared = _declared_attribute(iterated, function, frame.class_name, module)
@@ -251,6 +252,20 @@ def _attribute_annotations(info: ClassInfo) -> dict[str, ast.expr]:
 
 def _all_exclude_none(elements: list[ast.expr] | None, tree: ast.Module) -> bool:
     return elements is not None and all(annotation_excludes_none(e, tree) for e in elements)
+
+
+def _markable(value: Expr | None) -> TypeGuard[Atom]:
+    """An unknown value of undeclared nullness, not one of the atoms the analysis knows by
+    identity: the rank, the world size and their like (a parameter `rank: int` bound to the
+    rank), a value with known bounds."""
+    return (
+        isinstance(value, Atom)
+        and value.nullness is Nullness.UNDECLARED
+        and value.kind in ("shared", "perrank", "nondet")
+        and value.lower is None
+        and not value.below_world
+        and value not in (LOCAL_WORLD, MEMBER)
+    )
 
 
 def parameter_defaults(function: FunctionNode) -> dict[str, ast.expr | None]:
