@@ -26,6 +26,7 @@ from functools import lru_cache
 from typing import TypeGuard
 
 from collcheck.static.loader import ClassInfo, FunctionNode, ModuleInfo, inherited
+from collcheck.static.reexports import MAX_REEXPORTS
 from collcheck.static.state import Frame
 from collcheck.static.symbolic import LOCAL_WORLD, MEMBER, Atom, Expr, Nullness
 
@@ -252,6 +253,53 @@ def _attribute_annotations(info: ClassInfo) -> dict[str, ast.expr]:
 
 def _all_exclude_none(elements: list[ast.expr] | None, tree: ast.Module) -> bool:
     return elements is not None and all(annotation_excludes_none(e, tree) for e in elements)
+
+
+def made_never_none(value: Atom, module: ModuleInfo) -> bool:
+    """The black-box call that made `value` (`Atom.maker`) never makes None: it makes an object
+    of a class of the run (of the file, or of another file the run holds, through re-exports), or
+    calls a function of the run declared to return a type that excludes None. Asked only where a
+    test needs it (`module`: the file the test is in; its loader opens the maker's files)."""
+    maker = value.maker  # what made it decides, whatever a parameter it was handed to declares
+    if maker is None:
+        return False
+    origin: ModuleInfo | None = module
+    if module.path != maker.importer:
+        origin = module.loader.load(maker.importer) if module.loader is not None else None
+    if origin is None:
+        return False
+    name = maker.qualified
+    if "." not in name and (name in origin.classes or name in origin.functions):
+        return _makes_no_none(origin, name)
+    return _remote_makes_no_none(origin, name)
+
+
+def _remote_makes_no_none(module: ModuleInfo, qualified: str, depth: int = 0) -> bool:
+    """`qualified` (imported into `module`) is a class of another file of the run, or a function
+    there declared to return no None; a name a package re-exports is followed to its file."""
+    loader = module.loader
+    if loader is None or depth > MAX_REEXPORTS:
+        return False
+    found = loader.project.lookup(qualified, module.path)
+    if found is None or "." in found[1]:
+        return False
+    other = loader.load(found[0])
+    if other is None:
+        return False
+    name = found[1]
+    if name in other.classes or name in other.functions:
+        return _makes_no_none(other, name)
+    reexported = other.imports.lookup(name)
+    if reexported is None or other is module:
+        return False
+    return _remote_makes_no_none(other, reexported, depth + 1)
+
+
+def _makes_no_none(module: ModuleInfo, name: str) -> bool:
+    if name in module.classes:
+        return True  # calling a class makes one of its objects
+    function = module.functions[name]
+    return function.returns is not None and annotation_excludes_none(function.returns, module.tree)
 
 
 def _markable(value: Expr | None) -> TypeGuard[Atom]:

@@ -42,6 +42,16 @@ class GradSync:
     group: GroupVal | None = None
 
 
+@dataclass(frozen=True)
+class Maker:
+    """The callable whose call, run as a black box, made a value: its qualified name (the plain
+    name for one of the file) and the path of the file the call is written in. Whether it makes
+    None is asked only where a test needs it (declared_types.made_never_none)."""
+
+    qualified: str
+    importer: str
+
+
 class Nullness(Enum):
     """What the code's declarations say of an unknown value being None (declared_types.py)."""
 
@@ -61,6 +71,7 @@ class Atom:
     synced: frozenset[GradSync] = frozenset()
     # what the declarations say of the value being None (declared_types.py)
     nullness: Nullness = Nullness.UNDECLARED
+    maker: Maker | None = None  # the black-box call that made it (gradient_sync.call_output)
 
     def __str__(self) -> str:
         return self.name
