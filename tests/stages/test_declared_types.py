@@ -13,10 +13,11 @@ from collcheck.static.declared_types import (
     declared_entry,
     element_annotation,
     elements_never_none,
+    made_never_none,
 )
 from collcheck.static.group_values import NOT_NONE, none_or_not
 from collcheck.static.state import Frame
-from collcheck.static.symbolic import Atom, Const, Expr, Nullness
+from collcheck.static.symbolic import Atom, Const, Expr, Maker, Nullness
 
 from .conftest import function, module_of
 
@@ -209,3 +210,29 @@ def test_parameters_at_entry() -> None:
     untyped = _function("def g(x): pass")
     undeclared = {"x": Atom("param:x", "shared")}
     assert declared_entry(untyped, dict(undeclared), MODULE) == undeclared
+
+
+def test_what_made_a_value_decides_whether_it_can_be_none() -> None:
+    module = module_of(
+        """
+        from typing import Optional
+        class Store: ...
+        def opened() -> Store: ...
+        def maybe() -> Optional[Store]: ...
+        def undeclared(): ...
+        """
+    )
+
+    def made_by(name: str, nullness: Nullness = Nullness.UNDECLARED) -> Atom:
+        return Atom(f"call:{name}()", "shared", nullness=nullness, maker=Maker(name, module.path))
+
+    assert made_never_none(made_by("Store"), module)  # calling a class makes one of its objects
+    assert made_never_none(made_by("opened"), module)
+    assert not made_never_none(made_by("maybe"), module)
+    assert not made_never_none(made_by("undeclared"), module)
+    assert not made_never_none(made_by("os.getcwd"), module)  # nothing of the run
+    assert not made_never_none(Atom("call:Store()", "shared"), module)  # no maker known
+    # Handed to a parameter declared Optional (maybe-None there), it is still what made it.
+    assert made_never_none(made_by("Store", Nullness.MAYBE), module)
+    assert none_or_not(made_by("Store"), module) == NOT_NONE
+    assert none_or_not(made_by("Store")) == made_by("Store")  # no module: nothing to ask
