@@ -1,11 +1,20 @@
-"""What a function's declarations (its annotations) say of a value: that it is never None.
+"""What the code's declarations say of a value: that it is never None.
 
-The code is taken at its word where it declares a type, as a type checker holds it to: a
-parameter annotated `Store` (not `Optional[Store]`, no `None` default) is not None wherever a
-caller passes it something other than None; a loop over a parameter annotated `Sequence[Store]`,
-or over a list made from one (`xs = list(stores)`; what is appended to it later is checked by the
-type checker against the element type it was made with), binds no None. A value tested with
-`is None` against such a declaration takes only its non-None branch (`group_values.none_or_not`).
+The code is taken at its word where it declares a type, as a type checker holds it to:
+- a parameter annotated `Store` (not `Optional[Store]`, no `None` default) is not None unless a
+  caller passes None (`declared_entry`; `Nullness`: a value its caller declared Optional stays
+  maybe-None when handed on to a parameter declared without None);
+- a loop over a container declared of elements that exclude None binds no None
+  (`declared_element`): a parameter annotated `Sequence[Store]`, a local annotated
+  `list[Store]`, a list made from one (`xs = list(stores)`: what is appended to it later is
+  checked by the type checker against the element type it was made with), a display of such
+  values, `self.stores` where the class (or a base of the file) declares `stores: list[Store]`
+  in its body or as `self.stores: list[Store] = ...` in a method;
+- a black box's result is not None where its maker (`Atom.maker`) is a class of the run (of the
+  file, or of another file, through a package's re-exports) or a function of the run declared to
+  return a type that excludes None (`made_never_none`, asked only at an `is None` test).
+A value tested with `is None` against such a fact takes only its non-None branch
+(`group_values.none_or_not`).
 
 What does not exclude None: `Optional[T]`, `T | None`, `Union[.., None]`, `Any`, `object`, a
 type variable of the file (`T = TypeVar("T")`), an alias of the file for one of these
@@ -13,8 +22,9 @@ type variable of the file (`T = TypeVar("T")`), an alias of the file for one of 
 elsewhere are taken for the classes they almost always are (an imported alias of an Optional
 type is missed: a finding lost, never one made).
 
-In: an annotation, a parameter and its default, or an iterated expression with the function it
-is in and the module's tree. Out: booleans.
+In: an annotation; a function, its parameters' values and the module's tree; an iterated
+expression with the frame and module model; a black box's result with the module model. Out:
+booleans, and atoms marked with their `Nullness`.
 """
 
 from __future__ import annotations
