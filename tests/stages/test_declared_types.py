@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import gc
 import textwrap
+import weakref
 
 import pytest
 
@@ -236,3 +238,19 @@ def test_what_made_a_value_decides_whether_it_can_be_none() -> None:
     assert made_never_none(made_by("Store", Nullness.MAYBE), module)
     assert none_or_not(made_by("Store"), module) == NOT_NONE
     assert none_or_not(made_by("Store")) == made_by("Store")  # no module: nothing to ask
+
+
+def test_memos_keep_no_tree_alive() -> None:
+    """What an annotation names is read from the module's and the function's bindings, memoised
+    per tree and per function: the memo must not keep a tree alive after its file's model is
+    dropped (an lru_cache keyed on trees held 256 of them: +440 MB on torch/distributed -j 2)."""
+    source = "Alias = int\n\ndef f(x: Alias) -> Alias:\n    for y in x:\n        pass\n    return x\n"
+    tree = ast.parse(source)
+    func = tree.body[1]
+    assert isinstance(func, ast.FunctionDef)
+    assert annotation_excludes_none(func.args.args[0].annotation, tree)
+    elements_never_none(ast.Name("x"), func, tree)
+    dropped = weakref.ref(tree)
+    del tree, func
+    gc.collect()
+    assert dropped() is None
