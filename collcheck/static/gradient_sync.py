@@ -29,6 +29,7 @@ run its forward, so its result carries that module's reduction too.
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from typing import Protocol
 from weakref import WeakKeyDictionary
 
@@ -41,7 +42,7 @@ from collcheck.static.names import ImportTable, dotted, imports_under, qualified
 from collcheck.static.own_data import TrainedModules
 from collcheck.static.program import OWN_DATA, CommEvent, EventKind
 from collcheck.static.state import Frame, State
-from collcheck.static.symbolic import Atom, Const, Expr, GradSync, GroupVal, atoms, synced_in
+from collcheck.static.symbolic import Atom, Const, Expr, GradSync, GroupVal, Maker, atoms, synced_in
 
 TYPED = "type:"
 # A data-parallel module runs on each rank's own inputs: what it returns is that rank's own data
@@ -199,6 +200,24 @@ def forward_output(
 
 
 def call_output(
+    ev: Evaluator,
+    node: ast.Call,
+    args: list[Expr],
+    receiver: Expr | None,
+    state: State,
+    frame: Frame,
+    known: dict[int, Expr] | None,
+) -> Atom:
+    """A black box's result (`_black_box`), with the callable that made it (`Atom.maker`: a
+    class of the run makes no None, a function may declare it returns none)."""
+    result = _black_box(ev, node, args, receiver, state, frame, known)
+    qualified = qualified_name(node.func, ev.local_imports)
+    if qualified is None and isinstance(node.func, ast.Name):
+        qualified = node.func.id  # a function or class of the file
+    return result if qualified is None else replace(result, maker=Maker(qualified, ev.module.path))
+
+
+def _black_box(
     ev: Evaluator,
     node: ast.Call,
     args: list[Expr],

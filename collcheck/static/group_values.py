@@ -17,9 +17,11 @@ from typing import Protocol
 
 from collcheck.catalog import Catalog
 from collcheck.static import groups
+from collcheck.static.declared_types import made_never_none
 from collcheck.static.framework_types import chain_type
 from collcheck.static.loader import ModuleInfo, remote_value
 from collcheck.static.names import ImportTable, dotted, qualified_name, source_text
+from collcheck.static.receivers import BOUND, EXACT, FUNCTION, PARTIAL
 from collcheck.static.state import Frame, State
 from collcheck.static.symbolic import (
     PER_RANK_KINDS,
@@ -32,6 +34,7 @@ from collcheck.static.symbolic import (
     Expr,
     GroupVal,
     IfExp,
+    Nullness,
     Sized,
     atoms,
     is_rank_dependent,
@@ -84,7 +87,9 @@ TENSOR_FACTORIES = tuple(
     )
 )
 NOT_NONE = Const("<object>")
-NEVER_NONE = ("slice:", *TENSOR_FACTORIES)
+# Values that are no None: slices, tensors made by a factory, objects a class of the file made
+# (`Store()`), functions, partials and bound methods named as values (receivers.py).
+NEVER_NONE = ("slice:", *TENSOR_FACTORIES, EXACT, FUNCTION, PARTIAL, BOUND)
 # Methods that cut a tensor into a sequence of tensors: an item of their result is a tensor.
 TENSOR_SPLITTERS = tuple(f".{name}(" for name in ("chunk", "split", "tensor_split", "unbind"))
 
@@ -384,17 +389,25 @@ def _chained_type(ev: ValueEvaluator, parts: list[str], state: State, class_name
     return None
 
 
-def none_or_not(value: Expr) -> Expr:
+def none_or_not(value: Expr, module: ModuleInfo | None = None) -> Expr:
     """A value compared with `is None`: a tensor made by a factory, a slice (`full[lo:hi]`, even
-    with bounds computed from the rank) and a piece of a split tensor (`full.chunk(n)[rank]`) are
-    never None (keep None itself, and unknowns, as they are)."""
-    tensor = isinstance(value, Atom) and (value.name.startswith(NEVER_NONE) or _piece_of_split(value.name))
+    with bounds computed from the rank), a piece of a split tensor (`full.chunk(n)[rank]`) and a
+    value declared of a type that excludes None (`Nullness.NEVER`) and, given the `module` the
+    test is in, a black box's result its maker never makes None (an object of a class of the
+    run, a function declared to return no None) are never None (keep None itself, and unknowns,
+    as they are)."""
+    tensor = isinstance(value, Atom) and (
+        value.nullness is Nullness.NEVER
+        or value.name.startswith(NEVER_NONE)
+        or _piece_of_split(value.name)
+        or (module is not None and made_never_none(value, module))
+    )
     if tensor or isinstance(value, Sized):
         return NOT_NONE
     if isinstance(value, Sized) and value.name.startswith("tensor:"):  # tensor_shapes.factory_tensor
         return NOT_NONE
     if isinstance(value, IfExp):
-        then, orelse = none_or_not(value.then), none_or_not(value.orelse)
+        then, orelse = none_or_not(value.then, module), none_or_not(value.orelse, module)
         return value if (then, orelse) == (value.then, value.orelse) else IfExp(value.test, then, orelse)
     return value
 

@@ -30,6 +30,7 @@ from functools import lru_cache
 from typing import Any
 
 from collcheck.static.collectives import CollectiveEvents
+from collcheck.static.declared_types import declared_entry
 from collcheck.static.fallback import INERT_PER_STEP
 from collcheck.static.gradient_sync import hands_gradients
 from collcheck.static.handoff import callback_event
@@ -508,7 +509,8 @@ class HelperInliner(CollectiveEvents):
                 env[keyword.arg] = self.pure(keyword.value, state, frame, known)
         if function not in self.remote_modules:
             self._infer_handed(function, env)
-        return env
+        owner = self.remote_modules.get(function, self.module)
+        return declared_entry(function, env, owner.tree)
 
     def _infer_handed(self, function: FunctionNode, env: dict[str, Expr]) -> None:
         """An object of unknown class handed to a function of the file takes the one framework

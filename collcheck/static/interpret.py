@@ -28,6 +28,7 @@ from collcheck.static.budget import check_active
 from collcheck.static.catalog_values import BIN_OPS, value_from_spec
 from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
 from collcheck.static.conditions import source_of
+from collcheck.static.declared_types import declared_element, declared_entry
 from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simple, join_ended, join_paths
 from collcheck.static.gradient_sync import returned_events
 from collcheck.static.group_values import parameters_with_literal_defaults
@@ -218,6 +219,7 @@ class Interpreter(ObjectProtocols):
         for rest in (args.vararg, args.kwarg):
             if rest is not None:
                 env[rest.arg] = Atom(f"param:{rest.arg}", "shared")
+        env = declared_entry(node, env, self.module.tree)
         launched = self.module.launched.get(node)
         positional = [*args.posonlyargs, *args.args]
         if launched is not None and positional:
@@ -551,6 +553,7 @@ class Interpreter(ObjectProtocols):
             element = loop_element(
                 stmt, iterable, partial(self.pure, state=current, frame=frame, known=known)
             )
+            element = declared_element(element, stmt.iter, frame, self.module)
             runs = Compare(">=", trip, Const(1))
             text = f"for {source_text(stmt.target)} in {source_text(stmt.iter)}"
             self.conditions.note(runs, source_of(stmt, self.module.path, ConditionKind.LOOP, text))

@@ -573,13 +573,19 @@ def _dependency_digests(
     values: Mapping[str, set[str]],
 ) -> dict[str, str]:
     """For each selected file, a digest of the other files whose helpers it reaches and whose
-    module-level values it imports (`values`), transitively."""
+    module-level values it imports (`values`), transitively; and of the files of the other
+    classes and functions it calls, directly: what such a call makes can decide an `is None`
+    test here (declared_types.made_never_none reads whether it is a class, what it declares it
+    returns), not what it calls in turn."""
     reaches: dict[str, set[str]] = {path: set(sources) for path, sources in values.items()}
+    made: dict[str, set[str]] = {}
     for (path, _), callees in calls.items():
         for callee in callees:
-            if callee in helpers and callee[0] != path:
-                reaches.setdefault(path, set()).add(callee[0])
-    order = sorted({*reaches, *(other for targets in reaches.values() for other in targets)})
+            if callee[0] != path:
+                (reaches if callee in helpers else made).setdefault(path, set()).add(callee[0])
+    order = sorted(
+        {*reaches, *made, *(other for targets in (*reaches.values(), *made.values()) for other in targets)}
+    )
     index = {path: number for number, path in enumerate(order)}
     reach = reach_bits([[index[other] for other in reaches.get(path, ())] for path in order])
     chunks = [f"{path}{files[path].digest}" for path in order]
@@ -588,7 +594,10 @@ def _dependency_digests(
         number = index.get(path)
         if number is None:
             continue
-        seen = reach[number] & ~(1 << number)
+        seen = reach[number]
+        for other in made.get(path, ()):
+            seen |= 1 << index[other]
+        seen &= ~(1 << number)
         if seen:
             material = "".join(chunks[bit] for bit in set_bits(seen))  # in path order, as `order` is
             digests[path] = hashlib.sha256(material.encode()).hexdigest()[:16]

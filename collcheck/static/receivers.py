@@ -24,13 +24,13 @@ divergence the other override may not have (precision first; the call stays unkn
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from weakref import WeakKeyDictionary
 
 from collcheck.static.loader import ClassInfo, FunctionNode, ModuleInfo, inherited
 from collcheck.static.names import ImportTable, child_nodes, nodes_under
-from collcheck.static.symbolic import Atom, Expr
+from collcheck.static.symbolic import Atom, Expr, Maker
 
 EXACT = "object:"
 SUBCLASS = "instance:"
@@ -199,7 +199,10 @@ def made_object(
     if function not in factories:
         factories[function] = factory_class(module, module.imports, function)
     made = factories[function]
-    return object_value(module, made, where, exact=False) if made is not None else None
+    if made is None:
+        return None
+    # A factory may also return None: what it declares it returns decides (declared_types.py).
+    return replace(object_value(module, made, where, exact=False), maker=Maker(func.id, module.path))
 
 
 def class_named(module: ModuleInfo, imports: ImportTable, node: ast.expr) -> str | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 PER_RANK_KINDS = frozenset({"rank", "perrank", "nondet"})
@@ -42,6 +43,24 @@ class GradSync:
 
 
 @dataclass(frozen=True)
+class Maker:
+    """The callable whose call, run as a black box, made a value: its qualified name (the plain
+    name for one of the file) and the path of the file the call is written in. Whether it makes
+    None is asked only where a test needs it (declared_types.made_never_none)."""
+
+    qualified: str
+    importer: str
+
+
+class Nullness(Enum):
+    """What the code's declarations say of an unknown value being None (declared_types.py)."""
+
+    UNDECLARED = "undeclared"  # nothing: it may be None
+    NEVER = "never"  # a type that excludes None: an `is None` test on it is false
+    MAYBE = "maybe"  # an Optional type or a None default: not to be taken for a NEVER later
+
+
+@dataclass(frozen=True)
 class Atom:
     name: str
     kind: str  # rank | world | shared | perrank | nondet
@@ -53,6 +72,9 @@ class Atom:
     # for nondet atoms of per-rank data (own_data.py): the lines of the collectives that combine it
     # across ranks (in the function that combines it, or in the helpers it is handed to)
     combined_by: frozenset[int] = frozenset()
+    # what the declarations say of the value being None (declared_types.py)
+    nullness: Nullness = Nullness.UNDECLARED
+    maker: Maker | None = None  # the black-box call that made it (gradient_sync.call_output)
 
     def __str__(self) -> str:
         return self.name

@@ -448,7 +448,7 @@ class ValueEvaluator:
         if (listed := list_positions.position_test(self, name, left, right)) is not None:
             return listed
         if isinstance(op, (ast.Is, ast.IsNot)) and right == Const(None):
-            left = none_or_not(left)
+            left = none_or_not(left, self.module)
         return Compare(name, left, right)
 
     def _membership_test(

@@ -83,6 +83,28 @@ def test_a_files_dependency_digest_changes_with_the_files_it_reaches_only() -> N
     assert project(lone=LONE + "# edited\n").dependency_digest("/p/train.py") == digest
 
 
+def test_a_files_dependency_digest_changes_with_what_the_classes_it_calls_declare() -> None:
+    """A class or function of another file called here (no helper: it names no collective) may
+    decide an `is None` test on what it made (declared_types.made_never_none): an edit of its
+    file re-checks this one; what that file calls in turn does not."""
+    stores = "class Store:\n    pass\ndef open_store() -> Store:\n    return Store()\n"
+    train = TRAIN + "def load():\n    from stores import open_store\n    return open_store()\n"
+    modules = (*MODULES, ("stores", "/p/stores.py"))
+
+    def digest(stores_text: str, lone_text: str = LONE) -> str:
+        files = {
+            "/p/comm.py": facts(COMM),
+            "/p/train.py": facts(train),
+            "/p/lone.py": facts(lone_text),
+            "/p/stores.py": facts(stores_text + "import lone\nlone.f()\n"),
+        }
+        return build_project(files, modules).dependency_digest("/p/train.py")
+
+    before = digest(stores)
+    assert digest(stores.replace("-> Store", "-> Optional[Store]")) != before
+    assert digest(stores, LONE + "# edited\n") == before  # what stores.py calls: not this file's
+
+
 def test_an_unreadable_file_is_selected_so_the_engine_reports_why() -> None:
     files = {"/p/comm.py": facts(COMM), "/p/bad.py": unreadable_facts()}
     index = build_project(files, (("comm", "/p/comm.py"), ("bad", "/p/bad.py")))
