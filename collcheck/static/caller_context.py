@@ -91,7 +91,9 @@ def judged_in_callers(
         for candidate in run.found:
             place = (candidate.origin[1], candidate.origin[2])
             callers = [other for other in runs if other is not run and place in other.through.get(key, ())]
-            if not callers or any(place in caller.origins for caller in callers):
+            # A caller that found any divergence may report this one at its own call site (where
+            # its ranks part): the helper's own finding then stays, where it arises.
+            if not callers or any(place in caller.origins or caller.found for caller in callers):
                 kept.append(candidate)
     return kept
 
