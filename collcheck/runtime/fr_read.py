@@ -191,16 +191,7 @@ class ModelView:
         if model.event is None:
             return None
         seq = model.event.seq if model.seq is None else int(model.seq[row] or 0)
-        state = model.state.copy()
-        state["seq"] = seq
-        if model.created is not None:
-            state["t_start"] = float(model.created[row] or 0) / 1e9
-        if model.done:
-            completed = model.completed[row] if model.completed is not None else model.completed_ns
-            state["t_end"] = float(completed) / 1e9 if completed else state["t_start"]
-        copy = object.__new__(CollectiveEvent)
-        copy.__dict__ = state
-        return copy
+        return _event_of(model, row, seq)
 
 
 def _open_dump(path: str) -> tuple[RankTrace, list[Any], dict[str, tuple[int, ...]]] | None:
@@ -258,7 +249,6 @@ def _run_events(
     ]
     before = Counter(run.kinds[:skipped])  # rows of each shape skipped
     at = [before.get(kind, 0) for kind in range(len(shapes))]
-    new = object.__new__
     kinds = run.kinds[skipped : max(skipped, MAX_DUMP_ENTRIES - first)]
     for index, kind in enumerate(kinds, first + skipped):
         row = at[kind]
@@ -280,16 +270,7 @@ def _run_events(
         if seq >= INT_LIMIT:
             yield index, None, f"out of range: {str(seq)[:40]}"
             continue
-        state = model.state.copy()
-        state["seq"] = seq
-        if model.created is not None:
-            state["t_start"] = float(model.created[row] or 0) / 1e9
-        if model.done:
-            completed = model.completed[row] if model.completed is not None else model.completed_ns
-            state["t_end"] = float(completed) / 1e9 if completed else state["t_start"]
-        copy = new(CollectiveEvent)
-        copy.__dict__ = state
-        yield index, copy, None
+        yield index, _event_of(model, row, seq), None
 
 
 # The entry's fields that an event is made of; a number elsewhere in an entry changes nothing.
@@ -343,6 +324,21 @@ class _ShapeModels:
     def model(self, key: tuple[int, ...], row: int) -> _Model:
         made = self.models[key] = _Model(self.shape, self.columns, row, self.rank, self.configs)
         return made
+
+
+def _event_of(model: _Model, row: int, seq: int) -> CollectiveEvent:
+    """The event of the model's entry at `row` of its shape, its numbers cut from the columns:
+    a copy of the model's state, no constructor run (one per entry on the fast path)."""
+    state = model.state.copy()
+    state["seq"] = seq
+    if model.created is not None:
+        state["t_start"] = float(model.created[row] or 0) / 1e9
+    if model.done:
+        completed = model.completed[row] if model.completed is not None else model.completed_ns
+        state["t_end"] = float(completed) / 1e9 if completed else state["t_start"]
+    event: CollectiveEvent = object.__new__(CollectiveEvent)
+    event.__dict__ = state
+    return event
 
 
 def _depends_on(shape: Shape) -> tuple[int, ...]:

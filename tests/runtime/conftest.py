@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import signal
 import socket
@@ -11,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -44,6 +46,16 @@ class Job:
     @property
     def returncodes(self) -> list[int]:
         return [r.returncode for r in self.ranks]
+
+
+def bench_module(name: str) -> ModuleType:
+    """`bench/<name>.py` loaded as a module (the benches are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def free_port() -> int:

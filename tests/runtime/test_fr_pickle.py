@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib.util
 import pickle
 import pickletools
 import random
 import struct
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import REPO
+from conftest import REPO, bench_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,14 +28,7 @@ SEED = REPO / "tests" / "runtime" / "data" / "seed_fr"
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "flight_recorder_read", REPO / "bench" / "flight_recorder_read.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["flight_recorder_read"] = module
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("flight_recorder_read")
 
 
 def _expanded(value: Any) -> Any:

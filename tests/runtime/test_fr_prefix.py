@@ -4,17 +4,15 @@ findings, text, JSON and Perfetto export, whatever the dumps hold."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import random
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import REPO
+from conftest import bench_module
 
 from collcheck.runtime import fr_prefix, stream
 from collcheck.runtime.analyze import analyze
@@ -29,14 +27,7 @@ ENTRIES = 400
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "flight_recorder_read", REPO / "bench" / "flight_recorder_read.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["flight_recorder_read"] = module
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("flight_recorder_read")
 
 
 def _write(folder: Path, dumps: dict[int, dict[str, Any]]) -> Path:

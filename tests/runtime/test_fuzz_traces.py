@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import REPO
+from conftest import bench_module
 
 from collcheck.runtime.analyze import analyze
 from collcheck.runtime.trace_load import load_dir
@@ -18,12 +16,7 @@ from collcheck.runtime.trace_render import render_text
 
 
 def _fuzzer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_traces", REPO / "bench" / "fuzz_traces.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fuzz_traces"] = module
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("fuzz_traces")
 
 
 def test_mutated_trace_folders_never_crash_hang_or_exit_outside_0_to_3() -> None:

@@ -4,18 +4,16 @@ with the number of events."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import random
-import sys
 import tracemalloc
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import REPO
+from conftest import REPO, bench_module
 
 from collcheck.cli import main
 from collcheck.runtime import fr_read, stream
@@ -38,12 +36,7 @@ DATA = REPO / "tests" / "runtime" / "data"
 
 
 def _bench(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return bench_module(name)
 
 
 def _event(rank: int, seq: int, numel: int = 4, line: int = 10, **changes: Any) -> CollectiveEvent:
