@@ -47,11 +47,6 @@ KNOWN_GAPS: dict[str, str] = {
         "peers' receives needs posted batches as events that only p2p_schedule reads"
     ),
     # Rebuilt public hang reports (fixtures/reports/README.md) that today's analyzer misses.
-    "reports/accelerate_save_state_main_bug.py": (
-        "Accelerator.save_state is not catalogued (left out of rules/accelerate.toml on purpose: it is "
-        "collective only under the DeepSpeed/FSDP plugins, and collcheck does not read the accelerate "
-        "launch config)"
-    ),
     "reports/dp_idle_rank_skips_moe_forward_bug.py": (
         "`batch is None` is per-rank scheduler state; the only evidence in the code is that the "
         "activations computed from the batch go through all_to_all_single, and a tensor exchanged "
