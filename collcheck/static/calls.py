@@ -645,7 +645,8 @@ class CallResolver(ValueEvaluator):
 
     def returns_matter(self, function: FunctionNode, owner: ModuleInfo | None = None, depth: int = 0) -> bool:
         """Inline a quiet helper if what it returns may depend on the rank whatever its arguments
-        (it reads a per-rank source itself, or through another helper of the run that does).
+        (it reads a per-rank source itself, or through another helper of the run that does), or on
+        a value that differs between processes (`[nondeterministic]`: a clock, a file's presence).
         Cached per function."""
         owner = owner or self.module
         if depth == 0 and function in self._returns:
@@ -667,6 +668,10 @@ class CallResolver(ValueEvaluator):
             if isinstance(node, ast.Call):
                 name = qualified_name(node.func, imports)
                 if name in self.catalog.rank_functions or name in GROUP_PLACES:
+                    return True
+                if name in self.catalog.nondeterministic:
+                    # a helper returning a clock, a random draw or a file's presence hands the
+                    # caller a value that differs between processes just as a rank does
                     return True
                 if isinstance(node.func, ast.Attribute) and node.func.attr in self.catalog.rank_methods:
                     return True
