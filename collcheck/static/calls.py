@@ -669,9 +669,7 @@ class CallResolver(ValueEvaluator):
                 name = qualified_name(node.func, imports)
                 if name in self.catalog.rank_functions or name in GROUP_PLACES:
                     return True
-                if name in self.catalog.nondeterministic:
-                    # a helper returning a clock, a random draw or a file's presence hands the
-                    # caller a value that differs between processes just as a rank does
+                if name in self.catalog.nondeterministic:  # a clock, a file's presence: per process
                     return True
                 if isinstance(node.func, ast.Attribute) and node.func.attr in self.catalog.rank_methods:
                     return True
