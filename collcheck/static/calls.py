@@ -659,17 +659,17 @@ class CallResolver(ValueEvaluator):
     def _returns_matter_uncached(self, function: FunctionNode, owner: ModuleInfo, depth: int) -> bool:
         imports = owner.imports
         for node in nodes_under(function):
-            if isinstance(node, ast.Return) and node.value is not None and depth < 3:
+            if isinstance(node, ast.Return) and node.value is not None:
                 for call in (n for n in nodes_under(node.value) if isinstance(n, ast.Call)):
-                    helper = self._helper_for(call, owner)
+                    if qualified_name(call.func, imports) in self.catalog.nondeterministic:
+                        return True  # it hands back a clock or a file's presence (not one it logs)
+                    helper = self._helper_for(call, owner) if depth < 3 else None
                     nested = helper is not None and helper[1] is not function
                     if nested and self.returns_matter(helper[1], helper[0], depth + 1):  # type: ignore[index]
                         return True
             if isinstance(node, ast.Call):
                 name = qualified_name(node.func, imports)
                 if name in self.catalog.rank_functions or name in GROUP_PLACES:
-                    return True
-                if name in self.catalog.nondeterministic:  # a clock, a file's presence: per process
                     return True
                 if isinstance(node.func, ast.Attribute) and node.func.attr in self.catalog.rank_methods:
                     return True
