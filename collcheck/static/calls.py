@@ -29,6 +29,7 @@ from collcheck.static.names import (
     dotted,
     nodes_under,
     qualified_name,
+    scalar_calls,
     source_text,
     starts_a_process,
 )
@@ -644,9 +645,8 @@ class CallResolver(ValueEvaluator):
         return False
 
     def returns_matter(self, function: FunctionNode, owner: ModuleInfo | None = None, depth: int = 0) -> bool:
-        """Inline a quiet helper if what it returns may depend on the rank whatever its arguments
-        (it reads a per-rank source itself, or through another helper of the run that does), or on
-        a value that differs between processes (`[nondeterministic]`: a clock, a file's presence).
+        """Inline a quiet helper if what it returns may depend on the rank whatever its arguments (it
+        reads a per-rank source itself, or through a helper that does) or on a `[nondeterministic]` one.
         Cached per function."""
         owner = owner or self.module
         if depth == 0 and function in self._returns:
@@ -660,9 +660,10 @@ class CallResolver(ValueEvaluator):
         imports = owner.imports
         for node in nodes_under(function):
             if isinstance(node, ast.Return) and node.value is not None:
+                returned = {qualified_name(call.func, imports) for call in scalar_calls(node.value)}
+                if returned & self.catalog.nondeterministic.keys():
+                    return True  # it hands back a clock or a file's presence (not one it logs)
                 for call in (n for n in nodes_under(node.value) if isinstance(n, ast.Call)):
-                    if qualified_name(call.func, imports) in self.catalog.nondeterministic:
-                        return True  # it hands back a clock or a file's presence (not one it logs)
                     helper = self._helper_for(call, owner) if depth < 3 else None
                     nested = helper is not None and helper[1] is not function
                     if nested and self.returns_matter(helper[1], helper[0], depth + 1):  # type: ignore[index]
@@ -677,8 +678,7 @@ class CallResolver(ValueEvaluator):
                 return True
             if isinstance(node, ast.Constant) and node.value in self.catalog.rank_env:
                 return True
-        # What the caller passes is judged at the call (`HelperInliner.inline`), by its value:
-        # a parameter named `rank` holds whatever the caller hands it.
+        # A parameter (even one named `rank`) holds what the caller passes: judged at the call.
         return False
 
     def decorator_condition(self, function: FunctionNode, owner: ModuleInfo) -> Expr | None:

@@ -262,3 +262,23 @@ def imports_under(tree: ast.Module, prefixes: Iterable[str]) -> bool:
     """The file imports a module at or under one of `prefixes` (`torch.distributed`)."""
     wanted = tuple(prefixes)
     return any(name == p or name.startswith(p + ".") for name in imported_modules(tree) for p in wanted)
+
+
+_CONTAINERS: tuple[type[ast.AST], ...] = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Lambda)
+_CONTAINERS += (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def scalar_calls(expression: ast.expr) -> list[ast.Call]:
+    """The calls whose result flows into `expression`'s value itself, not into an element of a
+    container it builds: `time.time() > t` and `bool(os.path.isfile(p))` name theirs, while
+    `[random.random() < p for _ in xs]` does not (the list's length is not the draws')."""
+    found: list[ast.Call] = []
+    pending: list[ast.AST] = [expression]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, _CONTAINERS):
+            continue
+        if isinstance(node, ast.Call):
+            found.append(node)
+        pending.extend(child_nodes(node))
+    return found

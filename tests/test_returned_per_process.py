@@ -1,0 +1,30 @@
+"""A helper is inlined for a per-process value only when it hands that value back itself.
+
+`calls.CallResolver.returns_matter` inlines a quiet helper whose `return` carries a clock, a random
+draw or a file's presence (`[nondeterministic]`), and not one whose `return` builds a container of
+such draws: a list with one random entry per poller is as long on every rank, and taking it for a
+per-process value made a list-emptiness test before an all-reduce diverge (sglang's failure
+injection in disaggregation/utils.py).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from collcheck.static.names import dotted, scalar_calls
+
+
+def _names(source: str) -> set[str]:
+    expression = ast.parse(source, mode="eval").body
+    return {".".join(dotted(call.func) or ()) for call in scalar_calls(expression)}
+
+
+def test_a_compared_draw_is_handed_back() -> None:
+    assert "time.time" in _names("time.time() > deadline")
+    assert "os.path.isfile" in _names("bool(os.path.isfile(path))")
+
+
+def test_draws_inside_a_built_list_are_not() -> None:
+    assert "random.random" not in _names("[0 if random.random() < p else q.poll() for q in qs]")
+    assert "random.random" not in _names("(random.random(), 1)")
+    assert "random.random" not in _names("lambda: random.random()")
