@@ -30,7 +30,14 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from collcheck.runtime import fr_prefix, trace_prefix
-from collcheck.runtime.analyze import SwapSearch, channel_findings, divergence_of, group_order, split_at
+from collcheck.runtime.analyze import (
+    SwapSearch,
+    absent_ranks,
+    channel_findings,
+    divergence_of,
+    group_order,
+    split_at,
+)
 from collcheck.runtime.p2p import ANY_SOURCE, SEND, Channel, Pair, channel_of, is_p2p, payload
 from collcheck.runtime.record import CollectiveEvent
 from collcheck.runtime.stream_sources import BinarySource, DumpSource, Source, find_sources, raise_file_limit
@@ -393,6 +400,8 @@ def _analysis(
             missing.extend([found] if found is not None else [])
         starts.update(group.starts)
     traces = [source.trace for source in sources]
+    named = (rank for group in groups.by_name.values() for rank in group.members)
+    absent = absent_ranks((source.trace for source in full.values()), named, problems)
     return Analysis(
         ranks=tuple(sorted(full)),
         groups=tuple(listed),
@@ -402,10 +411,13 @@ def _analysis(
         reports=tuple(report for trace in traces for report in trace.reports),
         p2p=tuple(p2p),
         problems=(*problems, *(problem for trace in traces for problem in trace.problems)),
-        unreadable=sum(trace.unreadable for trace in traces) + sum(p.skipped for p in problems),
+        unreadable=sum(trace.unreadable for trace in traces)
+        + sum(p.skipped for p in problems)
+        + sum(last - first + 1 for first, last in absent),
         lost=sum(trace.lost for trace in traces),
         swaps=tuple(swaps),
         timeline=_timeline(full, starts),
+        absent=absent,
     )
 
 

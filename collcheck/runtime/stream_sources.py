@@ -24,7 +24,7 @@ from itertools import islice
 from typing import Any, Protocol
 
 from collcheck.runtime import fr_prefix, trace_prefix
-from collcheck.runtime.fr_read import FlightRecorderDump
+from collcheck.runtime.fr_read import FlightRecorderDump, name_rank
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
 from collcheck.runtime.trace_binary import (
     CHUNK_SLOTS,
@@ -469,7 +469,7 @@ def find_sources(path: str, problems: list[Problem]) -> list[Source]:
         try:
             dump = open_dump_reader(full)
         except DumpRefused as refused:
-            problems.append(Problem(full, 0, str(refused), refused.skipped))
+            problems.append(Problem(full, 0, str(refused), refused.skipped, name_rank(full)))
             continue
         if dump is not None:
             sources.append(DumpSource(dump, shared))
