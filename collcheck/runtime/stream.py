@@ -40,7 +40,14 @@ from collcheck.runtime.analyze import (
 )
 from collcheck.runtime.p2p import ANY_SOURCE, SEND, Channel, Pair, channel_of, is_p2p, payload
 from collcheck.runtime.record import CollectiveEvent
-from collcheck.runtime.stream_sources import BinarySource, DumpSource, Source, find_sources, raise_file_limit
+from collcheck.runtime.stream_sources import (
+    LINES_PER_TURN,
+    BinarySource,
+    DumpSource,
+    Source,
+    find_sources,
+    raise_file_limit,
+)
 from collcheck.runtime.trace_model import (
     Analysis,
     Divergence,
@@ -343,11 +350,18 @@ def analyze_dir(path: str, problems: list[Problem] | None = None, until: Until =
             reader.chunk_slots = trace_prefix.chunk_slots(len(readers))
         groups.agreed = prefixes.agreed if prefixes is not None else {}
     dumps = {key: one for key, one in full.items() if isinstance(one, DumpSource)}
-    if until is Until.END and dumps and len(dumps) == len(full):  # a folder of dumps alone
+    if dumps and len(dumps) == len(full):  # a folder of dumps alone
         found = fr_prefix.scan(frozenset(full), {key: one.opened for key, one in dumps.items()})
         for one in dumps.values():
             one.prefixes = found
         groups.agreed = found.agreed if found is not None else {}
+        if found is not None and until is not Until.END:
+            # Every rank resumes at the same whole turn below every agreed prefix's end: ranks
+            # that read in step meet the first divergence on the turn the event-by-event pass
+            # met it, so what `--first` says was read (counts, last collectives) is the same.
+            resume = min(found.start(key) for key in dumps) // LINES_PER_TURN * LINES_PER_TURN
+            for one in dumps.values():
+                one.resume = resume
     for source in sources:
         source.start(groups if full[source.key] is source else None)
     active = list(sources)

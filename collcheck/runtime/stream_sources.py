@@ -242,6 +242,7 @@ class DumpSource(Source):
         super().__init__(dump.trace, True, shared)
         self.opened = dump
         self.prefixes: fr_prefix.DumpPrefixes | None = None
+        self.resume: int | None = None  # where events start, if before the agreed prefixes end
         self.indexed: Iterator[tuple[int, CollectiveEvent]] = iter(())
         self.pending_indexed: deque[tuple[int, CollectiveEvent]] = deque()
 
@@ -250,6 +251,7 @@ class DumpSource(Source):
         first = 0
         if self.prefixes is not None and self.lines.feed is not None:
             first = self.prefixes.start(self.key)
+            first = first if self.resume is None else min(first, self.resume)
             self._count_prefix(self.prefixes.columns[self.key], first)
         self.indexed = self.opened.events(first)
         self._pend()

@@ -241,9 +241,7 @@ class TraceLines:
         if isinstance(size, int) and not isinstance(size, bool) and 0 < size <= MAX_WORLD:
             self.trace.world_size = size
             return
-        self.trace.note(
-            self.number, f"world_size {str(size)[:40]!r} is not a count of ranks; not used", False
-        )
+        self.trace.note(self.number, f"world_size {str(size)[:40]!r} is not a count of ranks; not used")
 
     def _named(self, row: dict[str, Any]) -> DefinedGroup:
         """The group a schema-2 `coll` line names by its `gid`; ValueError if none is defined."""

@@ -205,6 +205,7 @@ def test_a_world_size_that_is_no_count_is_a_problem_of_its_line_not_a_huge_absen
     code, text = _cli(tmp_path, capsys)
     assert code == 3 and "world_size '1e+300' is not a count of ranks; not used" in text
     assert "no trace or dump" not in text
+    assert "result: incomplete: 1 unreadable line skipped; no divergence in what could be read" in text
 
 
 def test_absent_ranks_are_runs_whatever_the_world_claims() -> None:
