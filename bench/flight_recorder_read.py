@@ -243,7 +243,8 @@ def _analysis(checkout: Path, folder: Path, *options: str) -> tuple[float, float
     if not line:
         raise SystemExit(f"{checkout}: {done.stderr[-2000:]}")
     _, seconds, cpu, rss = line[-1].split()
-    return float(seconds), float(cpu), int(rss), "first divergence" in done.stdout, done.stdout
+    found = "first divergence" in done.stdout or '"kind": "mismatch"' in done.stdout  # text or JSON
+    return float(seconds), float(cpu), int(rss), found, done.stdout
 
 
 def main() -> int:
@@ -293,7 +294,7 @@ def main() -> int:
                 f"({cpu:.2f} s of CPU: {total / cpu:,.0f} entries per CPU second), {events:,} events, "
                 f"peak RSS {rss / 1024:.0f} MiB"
             )
-            runs = [("collcheck trace", ())] if args.analysis else []
+            runs: list[tuple[str, tuple[str, ...]]] = [("collcheck trace", ())] if args.analysis else []
             if args.first:
                 runs += [("collcheck trace --first", ("--first",)), ("--first --format json", FIRST_JSON)]
             for name, options in runs:
@@ -304,12 +305,12 @@ def main() -> int:
                 print(
                     f"  {name}: {seconds:.2f} s, {total / seconds:,.0f} entries/s ({cpu:.2f} s "
                     f"of CPU: {total / cpu:,.0f} entries per CPU second), peak RSS {rss / 1024:.0f} MiB, "
-                    f"divergence {'found' if found or options == FIRST_JSON else 'NOT found'}"
+                    f"divergence {'found' if found else 'NOT found'}"
                 )
                 outputs.setdefault(name, []).append(printed)
-        for name, printed in outputs.items():
-            if len(printed) > 1:
-                print(f"{name}: output {'the same' if len(set(printed)) == 1 else 'DIFFERENT'} byte for byte")
+        for name, texts in outputs.items():
+            if len(texts) > 1:
+                print(f"{name}: output {'the same' if len(set(texts)) == 1 else 'DIFFERENT'} byte for byte")
         print(f"load average (1 min): {os.getloadavg()[0]:.1f}")
     finally:
         if args.keep is None:
