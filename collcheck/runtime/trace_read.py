@@ -198,7 +198,7 @@ class TraceLines:
         if kind == "header":
             self.header = True
             trace.rank = bounded_int(row.get("rank", trace.rank))
-            self._world(row.get("world_size"))
+            self._header_world(row.get("world_size"))
         elif kind == "coll":
             defined = None
             if "gid" in row:
@@ -233,7 +233,7 @@ class TraceLines:
             trace.lost = max(trace.lost, bounded_int(row.get("n", 0)))
             trace.lost_error = str(row.get("error", ""))[:200]
 
-    def _world(self, size: Any) -> None:
+    def _header_world(self, size: Any) -> None:
         """A header's world size: every rank below it must have left a trace (analyze.absent_ranks).
         One that is no plain count up to MAX_WORLD is a problem of the line and is not used."""
         if size is None:
