@@ -1,7 +1,8 @@
 """Reading Flight Recorder dumps: entries per second and peak memory, this checkout against another.
 
     python bench/flight_recorder_read.py [--ranks 16] [--entries 40000] [--against DIR]
-                                         [--repeat 1] [--analysis] [--keep FOLDER]
+                                         [--repeat 1] [--analysis] [--first] [--diverge-at N]
+                                         [--keep FOLDER]
 
 Writes `--ranks` dumps of `--entries` entries each, as torch writes them (`_dump_fr_trace()`:
 protocol 2, every string written once and named by its memo slot after that, a frame dict shared
@@ -15,7 +16,10 @@ at the end. Then, in a child process per checkout (this one, and `--against DIR`
 * read: `trace_load.load_file` of every dump (the events of each, as `collcheck trace` reads a
   folder of dumps): entries per second and the child's peak RSS;
 * with `--analysis`, `collcheck trace FOLDER` (the streaming analysis, text): entries per second
-  of the whole command, its peak RSS, and that it reported the divergence.
+  of the whole command, its peak RSS, and that it reported the divergence;
+* with `--first`, `collcheck trace FOLDER --first`, text and `--format json`, the same way, and
+  whether every checkout printed the same bytes (`--analysis` compares the full report too).
+  `--diverge-at N` puts the divergence at entry N of the last rank instead of its last.
 
 Not a test; prints its figures and the 1-minute load average.
 """
@@ -35,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+FIRST_JSON = ("--first", "--format", "json")
 
 
 class TorchPickler:
@@ -133,8 +138,9 @@ def _frame(filename: str, line: int, name: str) -> dict[str, Any]:
     return {"name": name, "filename": filename, "line": line}
 
 
-def dump_of(rank: int, ranks: int, entries: int, diverge: bool) -> dict[str, Any]:
-    """A dump of one rank's loop (see the module's docstring)."""
+def dump_of(rank: int, ranks: int, entries: int, diverge: bool, at: int = 0) -> dict[str, Any]:
+    """A dump of one rank's loop (see the module's docstring); with `diverge`, entry `at` (the
+    last when 0) is a broadcast."""
     torch_frames = [
         _frame("/x/site-packages/torch/distributed/distributed_c10d.py", 3245, "all_reduce"),
         _frame("/x/site-packages/torch/distributed/c10d_logger.py", 81, "wrapper"),
@@ -150,7 +156,7 @@ def dump_of(rank: int, ranks: int, entries: int, diverge: bool) -> dict[str, Any
     made = []
     for seq in range(1, entries + 1):
         name, frames, sizes = steps[seq % len(steps)]
-        if diverge and seq == entries:
+        if diverge and seq == (at or entries):
             name, frames, sizes = "gloo:broadcast", sites[2], [[16]]
         created = 1_796_138_215_102_360_814 + seq * 40_000
         made.append(
@@ -220,22 +226,25 @@ def _read(checkout: Path, paths: list[str]) -> tuple[float, float, int, int]:
     return float(seconds), float(cpu), int(events), int(rss)
 
 
-def _analysis(checkout: Path, folder: Path) -> tuple[float, float, int, bool]:
+def _analysis(checkout: Path, folder: Path, *options: str) -> tuple[float, float, int, bool, str]:
+    """`collcheck trace FOLDER OPTIONS` in a child: wall and CPU seconds, peak RSS, whether it
+    found the divergence, and what it printed."""
     timer = "import resource, runpy, sys, time\n"
     timer += "started, cpu = time.perf_counter(), time.process_time()\n"
-    timer += "sys.argv = ['collcheck', 'trace', sys.argv[1]]\n"
+    timer += "sys.argv = ['collcheck', 'trace', *sys.argv[1:]]\n"
     timer += "try:\n    runpy.run_module('collcheck', run_name='__main__')\n"
     timer += "except SystemExit:\n    pass\n"
     timer += "rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
     timer += (
         "print('BENCH', time.perf_counter() - started, time.process_time() - cpu, rss, file=sys.stderr)\n"
     )
-    done = _child(checkout, ["-c", timer, str(folder)])
+    done = _child(checkout, ["-c", timer, str(folder), *options])
     line = [text for text in done.stderr.splitlines() if text.startswith("BENCH ")]
     if not line:
         raise SystemExit(f"{checkout}: {done.stderr[-2000:]}")
     _, seconds, cpu, rss = line[-1].split()
-    return float(seconds), float(cpu), int(rss), "first divergence" in done.stdout
+    found = "first divergence" in done.stdout or '"kind": "mismatch"' in done.stdout  # text or JSON
+    return float(seconds), float(cpu), int(rss), found, done.stdout
 
 
 def main() -> int:
@@ -248,6 +257,15 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--analysis", action="store_true", help="also time `collcheck trace FOLDER`")
     parser.add_argument("--keep", type=Path, help="write the dumps here (unless there) and keep them")
+    parser.add_argument(
+        "--first", action="store_true", help="also time `collcheck trace FOLDER --first` (text and json)"
+    )
+    parser.add_argument(
+        "--diverge-at",
+        type=int,
+        default=0,
+        help="the last rank's entry that differs (default: its last)",
+    )
     args = parser.parse_args()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="collcheck-fr-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -257,7 +275,7 @@ def main() -> int:
         for rank in range(args.ranks):
             path = folder / f"nccl_trace_rank_{rank}"
             if not (args.keep and path.exists()):  # a kept folder's dumps are written once
-                dump = dump_of(rank, args.ranks, args.entries, diverge=rank == args.ranks - 1)
+                dump = dump_of(rank, args.ranks, args.entries, rank == args.ranks - 1, args.diverge_at)
                 path.write_bytes(torch_pickle(dump))
             paths.append(str(path))
         total = args.ranks * args.entries
@@ -266,6 +284,7 @@ def main() -> int:
             f"{args.ranks} dumps x {args.entries:,} entries ({size / 2**20:.1f} MiB), written in "
             f"{time.perf_counter() - started:.1f} s"
         )
+        outputs: dict[str, list[str]] = {}  # what each checkout printed, per command
         checkouts = [("this checkout", REPO)] + ([("--against", args.against)] if args.against else [])
         for label, checkout in checkouts:
             best = min((_read(checkout, paths) for _ in range(args.repeat)), key=lambda found: found[0])
@@ -275,15 +294,23 @@ def main() -> int:
                 f"({cpu:.2f} s of CPU: {total / cpu:,.0f} entries per CPU second), {events:,} events, "
                 f"peak RSS {rss / 1024:.0f} MiB"
             )
-            if args.analysis:
-                seconds, cpu, rss, found = min(
-                    (_analysis(checkout, folder) for _ in range(args.repeat)), key=lambda found: found[0]
+            runs: list[tuple[str, tuple[str, ...]]] = [("collcheck trace", ())] if args.analysis else []
+            if args.first:
+                runs += [("collcheck trace --first", ("--first",)), ("--first --format json", FIRST_JSON)]
+            for name, options in runs:
+                seconds, cpu, rss, found, printed = min(
+                    (_analysis(checkout, folder, *options) for _ in range(args.repeat)),
+                    key=lambda found: found[0],
                 )
                 print(
-                    f"  collcheck trace: {seconds:.2f} s, {total / seconds:,.0f} entries/s ({cpu:.2f} s "
+                    f"  {name}: {seconds:.2f} s, {total / seconds:,.0f} entries/s ({cpu:.2f} s "
                     f"of CPU: {total / cpu:,.0f} entries per CPU second), peak RSS {rss / 1024:.0f} MiB, "
                     f"divergence {'found' if found else 'NOT found'}"
                 )
+                outputs.setdefault(name, []).append(printed)
+        for name, texts in outputs.items():
+            if len(texts) > 1:
+                print(f"{name}: output {'the same' if len(set(texts)) == 1 else 'DIFFERENT'} byte for byte")
         print(f"load average (1 min): {os.getloadavg()[0]:.1f}")
     finally:
         if args.keep is None:

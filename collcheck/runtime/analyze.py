@@ -12,6 +12,7 @@ class, `os.system`, ...) is refused, and only files that start like a dump are u
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from collcheck.runtime.operand import Use, crosses
@@ -69,6 +70,7 @@ def analyze(traces: list[RankTrace], problems: list[Problem] | tuple[Problem, ..
         found = _missing(group, ranks_events, members[group] & set(events))
         if found is not None:
             missing.append(found)
+    absent = absent_ranks(traces, (rank for ranks in members.values() for rank in ranks), problems)
     return Analysis(
         ranks=tuple(sorted(events)),
         groups=tuple(groups),
@@ -79,11 +81,42 @@ def analyze(traces: list[RankTrace], problems: list[Problem] | tuple[Problem, ..
         events=events,
         p2p=tuple(p2p),
         problems=(*problems, *(problem for trace in traces for problem in trace.problems)),
-        unreadable=sum(trace.unreadable for trace in traces) + sum(p.skipped for p in problems),
+        unreadable=sum(trace.unreadable for trace in traces)
+        + sum(p.skipped for p in problems)
+        + sum(last - first + 1 for first, last in absent),
         lost=sum(trace.lost for trace in traces),
         swaps=tuple(swaps),
         timeline=_timeline(traces, by_group, divergences, p2p),
+        absent=absent,
     )
+
+
+def absent_ranks(
+    traces: Iterable[RankTrace], members: Iterable[int], problems: Iterable[Problem]
+) -> tuple[tuple[int, int], ...]:
+    """The ranks that must have left a file and left none, as (first, last) runs: every rank below
+    a header's world size, every rank a dump's group configs name, every member of a group the
+    events name (`members`), less the ranks read and the ranks whose file was there but refused or
+    unreadable (`Problem.rank`: counted as such already). Runs, so that a header claiming a huge
+    world costs nothing to answer."""
+    traces = list(traces)
+    world = max((trace.world_size for trace in traces), default=0)
+    present = {trace.rank for trace in traces} | {p.rank for p in problems if p.rank is not None}
+    named = {rank for trace in traces for rank in trace.members} | set(members)
+    runs: list[tuple[int, int]] = []
+    following = 0  # the lowest rank not yet placed in a run or found present
+    for rank in sorted(r for r in present if 0 <= r < world):
+        if rank > following:
+            runs.append((following, rank - 1))
+        following = rank + 1
+    if following < world:
+        runs.append((following, world - 1))
+    for rank in sorted(r for r in named - present if r >= world and r >= 0):
+        if runs and runs[-1][1] == rank - 1:
+            runs[-1] = (runs[-1][0], rank)
+        else:
+            runs.append((rank, rank))
+    return tuple(runs)
 
 
 def _timeline(

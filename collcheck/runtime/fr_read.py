@@ -202,7 +202,10 @@ def _open_dump(path: str) -> tuple[RankTrace, list[Any], dict[str, tuple[int, ..
     if rank is None:
         return None
     trace = RankTrace(rank=rank, source="flight-recorder", path=path, exited=None)
-    return trace, dump["entries"], _pg_ranks(dump.get("pg_config"))
+    configs = _pg_ranks(dump.get("pg_config"))
+    named = {member for members in configs.values() for member in members if 0 <= member < INT_LIMIT}
+    trace.members = tuple(sorted(named))  # every one must have left a dump (analyze.absent_ranks)
+    return trace, dump["entries"], configs
 
 
 def _entry_count(entries: list[Any]) -> int:
@@ -406,7 +409,7 @@ def _unreadable(path: str, why: str) -> str:
     """What is said of a dump that could not be decoded, naming its rank where its file's name
     does (the rank inside the dump is lost with it). A dump is written whole at the end, so its
     entries up to the damage do not say where the rank stopped: none of them is used."""
-    rank = _name_rank(path)
+    rank = name_rank(path)
     whose = f"rank {rank}'s" if rank is not None else "a"
     return (
         f"{whose} Flight Recorder dump could not be read ({why[:200]}): cut short (a rank killed "
@@ -494,10 +497,11 @@ def _dump_rank(dump: dict[str, Any], path: str) -> int | None:
     rank = dump.get("rank")
     if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < INT_LIMIT:
         return rank
-    return _name_rank(path)
+    return name_rank(path)
 
 
-def _name_rank(path: str) -> int | None:
+def name_rank(path: str) -> int | None:
+    """The rank a dump's file name gives (its trailing digits), or None."""
     digits = re.search(r"(\d{1,9})(?:\.\w+)?$", os.path.basename(path))  # FR names files <prefix><rank>
     return int(digits.group(1)) if digits else None
 

@@ -30,10 +30,24 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from collcheck.runtime import fr_prefix, trace_prefix
-from collcheck.runtime.analyze import SwapSearch, channel_findings, divergence_of, group_order, split_at
+from collcheck.runtime.analyze import (
+    SwapSearch,
+    absent_ranks,
+    channel_findings,
+    divergence_of,
+    group_order,
+    split_at,
+)
 from collcheck.runtime.p2p import ANY_SOURCE, SEND, Channel, Pair, channel_of, is_p2p, payload
 from collcheck.runtime.record import CollectiveEvent
-from collcheck.runtime.stream_sources import BinarySource, DumpSource, Source, find_sources, raise_file_limit
+from collcheck.runtime.stream_sources import (
+    LINES_PER_TURN,
+    BinarySource,
+    DumpSource,
+    Source,
+    find_sources,
+    raise_file_limit,
+)
 from collcheck.runtime.trace_model import (
     Analysis,
     Divergence,
@@ -336,11 +350,18 @@ def analyze_dir(path: str, problems: list[Problem] | None = None, until: Until =
             reader.chunk_slots = trace_prefix.chunk_slots(len(readers))
         groups.agreed = prefixes.agreed if prefixes is not None else {}
     dumps = {key: one for key, one in full.items() if isinstance(one, DumpSource)}
-    if until is Until.END and dumps and len(dumps) == len(full):  # a folder of dumps alone
+    if dumps and len(dumps) == len(full):  # a folder of dumps alone
         found = fr_prefix.scan(frozenset(full), {key: one.opened for key, one in dumps.items()})
         for one in dumps.values():
             one.prefixes = found
         groups.agreed = found.agreed if found is not None else {}
+        if found is not None and until is not Until.END:
+            # Every rank resumes at the same whole turn below every agreed prefix's end: ranks
+            # that read in step meet the first divergence on the turn the event-by-event pass
+            # met it, so what `--first` says was read (counts, last collectives) is the same.
+            resume = min(found.start(key) for key in dumps) // LINES_PER_TURN * LINES_PER_TURN
+            for one in dumps.values():
+                one.resume = resume
     for source in sources:
         source.start(groups if full[source.key] is source else None)
     active = list(sources)
@@ -393,6 +414,8 @@ def _analysis(
             missing.extend([found] if found is not None else [])
         starts.update(group.starts)
     traces = [source.trace for source in sources]
+    named = (rank for group in groups.by_name.values() for rank in group.members)
+    absent = absent_ranks((source.trace for source in full.values()), named, problems)
     return Analysis(
         ranks=tuple(sorted(full)),
         groups=tuple(listed),
@@ -402,10 +425,13 @@ def _analysis(
         reports=tuple(report for trace in traces for report in trace.reports),
         p2p=tuple(p2p),
         problems=(*problems, *(problem for trace in traces for problem in trace.problems)),
-        unreadable=sum(trace.unreadable for trace in traces) + sum(p.skipped for p in problems),
+        unreadable=sum(trace.unreadable for trace in traces)
+        + sum(p.skipped for p in problems)
+        + sum(last - first + 1 for first, last in absent),
         lost=sum(trace.lost for trace in traces),
         swaps=tuple(swaps),
         timeline=_timeline(full, starts),
+        absent=absent,
     )
 
 

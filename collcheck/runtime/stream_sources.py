@@ -24,7 +24,7 @@ from itertools import islice
 from typing import Any, Protocol
 
 from collcheck.runtime import fr_prefix, trace_prefix
-from collcheck.runtime.fr_read import FlightRecorderDump
+from collcheck.runtime.fr_read import FlightRecorderDump, name_rank
 from collcheck.runtime.record import TRACE_PREFIX, TRACE_SUFFIX, CollectiveEvent
 from collcheck.runtime.trace_binary import (
     CHUNK_SLOTS,
@@ -242,6 +242,7 @@ class DumpSource(Source):
         super().__init__(dump.trace, True, shared)
         self.opened = dump
         self.prefixes: fr_prefix.DumpPrefixes | None = None
+        self.resume: int | None = None  # where events start, if before the agreed prefixes end
         self.indexed: Iterator[tuple[int, CollectiveEvent]] = iter(())
         self.pending_indexed: deque[tuple[int, CollectiveEvent]] = deque()
 
@@ -250,6 +251,7 @@ class DumpSource(Source):
         first = 0
         if self.prefixes is not None and self.lines.feed is not None:
             first = self.prefixes.start(self.key)
+            first = first if self.resume is None else min(first, self.resume)
             self._count_prefix(self.prefixes.columns[self.key], first)
         self.indexed = self.opened.events(first)
         self._pend()
@@ -469,7 +471,7 @@ def find_sources(path: str, problems: list[Problem]) -> list[Source]:
         try:
             dump = open_dump_reader(full)
         except DumpRefused as refused:
-            problems.append(Problem(full, 0, str(refused), refused.skipped))
+            problems.append(Problem(full, 0, str(refused), refused.skipped, name_rank(full)))
             continue
         if dump is not None:
             sources.append(DumpSource(dump, shared))

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from collcheck.runtime.fr_read import (
     FlightRecorderDump,
     load_flight_recorder,
+    name_rank,
     open_flight_recorder,
     read_flight_recorder,
 )
@@ -45,7 +46,7 @@ def load_dir(path: str, problems: list[Problem] | None = None) -> list[RankTrace
             trace = load_file(full)
         except DumpRefused as refused:
             if problems is not None:
-                problems.append(Problem(full, 0, str(refused), refused.skipped))
+                problems.append(Problem(full, 0, str(refused), refused.skipped, name_rank(full)))
             continue
         if trace is not None:
             traces.append(trace)

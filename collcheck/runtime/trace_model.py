@@ -178,6 +178,7 @@ class Problem:
     line: int
     text: str
     skipped: bool = False  # a whole file that could not be read: counted in `unreadable`
+    rank: int | None = None  # the rank a refused or unreadable file's name gives: not absent
 
     @property
     def where(self) -> str:
@@ -196,6 +197,8 @@ class RankTrace:
     unreadable: int = 0  # lines (or dump entries) skipped, all of them
     lost: int = 0  # lines the tracer could not write (its `lost` line)
     lost_error: str = ""
+    world_size: int = 0  # the header's (0: unknown): every rank below it must have a trace
+    members: tuple[int, ...] = ()  # ranks a dump's group configs name: each must have a trace
 
     def note(self, line: int, text: str, skipped: bool = True) -> None:
         """Something that could not be used: a line (`line` 0: the file), skipped or not."""
@@ -230,13 +233,20 @@ class Analysis:
     events: dict[int, list[CollectiveEvent]] = field(default_factory=dict, compare=False)
     p2p: tuple[P2PFinding, ...] = ()
     problems: tuple[Problem, ...] = ()  # what could not be read (files, the first lines of each)
-    unreadable: int = 0  # lines and dump entries skipped in all
+    unreadable: int = 0  # lines and dump entries skipped in all, and the absent ranks
     lost: int = 0  # events the tracers could not write
+    # Ranks that headers or member lists name and that left no file at all (first, last), each
+    # counted in `unreadable` as an unreadable dump is.
+    absent: tuple[tuple[int, int], ...] = ()
 
     @property
     def incomplete(self) -> bool:
         """Some input could not be read: "consistent" cannot be claimed."""
-        return bool(self.problems or self.unreadable or self.lost)
+        return bool(self.problems or self.unreadable or self.lost or self.absent)
+
+    @property
+    def absent_count(self) -> int:
+        return sum(last - first + 1 for first, last in self.absent)
 
     swaps: tuple[Swap, ...] = ()
     timeline: Timeline = field(default_factory=Timeline, compare=False)

@@ -198,6 +198,7 @@ class TraceLines:
         if kind == "header":
             self.header = True
             trace.rank = bounded_int(row.get("rank", trace.rank))
+            self._header_world(row.get("world_size"))
         elif kind == "coll":
             defined = None
             if "gid" in row:
@@ -231,6 +232,16 @@ class TraceLines:
         elif kind == LOST:
             trace.lost = max(trace.lost, bounded_int(row.get("n", 0)))
             trace.lost_error = str(row.get("error", ""))[:200]
+
+    def _header_world(self, size: Any) -> None:
+        """A header's world size: every rank below it must have left a trace (analyze.absent_ranks).
+        One that is no plain count up to MAX_WORLD is a problem of the line and is not used."""
+        if size is None:
+            return
+        if isinstance(size, int) and not isinstance(size, bool) and 0 < size <= MAX_WORLD:
+            self.trace.world_size = size
+            return
+        self.trace.note(self.number, f"world_size {str(size)[:40]!r} is not a count of ranks; not used")
 
     def _named(self, row: dict[str, Any]) -> DefinedGroup:
         """The group a schema-2 `coll` line names by its `gid`; ValueError if none is defined."""
@@ -317,6 +328,7 @@ _COLL_PREFIX = re.compile(
 MEMBER_LISTS_CACHED = 4096  # distinct member lists kept per trace (a job has a few groups)
 MAX_GROUP_LINES = 1 << 16  # gids one trace may define (its groups, and a send's peers)
 MAX_GROUP_MEMBERS = 1 << 20  # members of one trace's group lines together (at most ~40 MiB)
+MAX_WORLD = 1 << 24  # a header's world size past this is corrupt
 PIECES_SHARED = 4096  # distinct call sites and shapes shared per trace
 
 

@@ -48,12 +48,14 @@ def render_text(analysis: Analysis) -> str:
     lines.append("per rank:")
     for summary in analysis.summaries:
         lines.append(f"  rank {summary.rank}: {summary.text}")
-    if analysis.problems:
+    if analysis.problems or analysis.absent:
         lines.append("could not read:")
         lines.extend(f"  {problem.where}: {problem.text}" for problem in analysis.problems)
+        lines.extend(_absent_lines(analysis))
         shown = sum(1 for problem in analysis.problems if problem.line or problem.skipped)
-        if analysis.unreadable > shown:
-            lines.append(f"  ({_plural(analysis.unreadable, 'line')} or entries skipped in all)")
+        skipped = analysis.unreadable - analysis.absent_count
+        if skipped > shown:
+            lines.append(f"  ({_plural(skipped, 'line')} or entries skipped in all)")
     if analysis.reports:
         lines.append("reported at run time:")
         for report in analysis.reports:
@@ -75,10 +77,31 @@ def render_first(analysis: Analysis) -> str:
         lines.append(f"group {divergence.group}: {label}: {divergence.text}")
         for side, ranks in zip(divergence.sides, divergence.ranks, strict=False):
             lines.append(f"  {_plural_label(ranks)}: {side.describe} at {side.stack_text}")
-    if analysis.problems:
+    if analysis.problems or analysis.absent:
         lines.append("could not read:")
         lines.extend(f"  {problem.where}: {problem.text}" for problem in analysis.problems)
+        lines.extend(_absent_lines(analysis))
     return "\n".join(lines)
+
+
+def _absent_lines(analysis: Analysis) -> list[str]:
+    """The ranks that left no file, though a header's world size or a member list names them."""
+    if not analysis.absent:
+        return []
+    them = "it" if analysis.absent_count == 1 else "them"
+    return [
+        f"  {_absent_text(analysis)}: no trace or dump in the folder, though a trace's header or a "
+        f"member list names {them}; not analysed"
+    ]
+
+
+def _absent_text(analysis: Analysis) -> str:
+    """`rank 3`, `ranks 2,5-7`."""
+    return f"{'rank' if analysis.absent_count == 1 else 'ranks'} {_runs_text(analysis.absent)}"
+
+
+def _runs_text(runs: tuple[tuple[int, int], ...]) -> str:
+    return ",".join(str(first) if first == last else f"{first}-{last}" for first, last in runs)
 
 
 def undiverged_verdict(analysis: Analysis) -> str:
@@ -89,10 +112,14 @@ def undiverged_verdict(analysis: Analysis) -> str:
     if analysis.lost:
         gaps.append(f"{analysis.lost} events lost")
     dumps = sum(1 for problem in analysis.problems if problem.skipped)  # whole files, not lines
-    if analysis.unreadable > dumps:
-        gaps.append(f"{_plural(analysis.unreadable - dumps, 'unreadable line')} skipped")
+    lines = analysis.unreadable - dumps - analysis.absent_count
+    if lines > 0:
+        gaps.append(f"{_plural(lines, 'unreadable line')} skipped")
     if dumps:
         gaps.append(_plural(dumps, "unreadable dump"))
+    if analysis.absent:
+        missing = _plural(analysis.absent_count, "rank")
+        gaps.append(f"{missing} without a trace or dump ({_absent_text(analysis)})")
     files = sum(
         1
         for problem in analysis.problems
@@ -177,6 +204,8 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         ],
         "problems": [{"path": p.path, "line": p.line, "text": p.text} for p in analysis.problems],
         "unreadable": analysis.unreadable,
+        # (first, last) runs of ranks that left no file: only where some did, as before otherwise
+        **({"absent": [list(run) for run in analysis.absent]} if analysis.absent else {}),
         "lost": analysis.lost,
         "incomplete": analysis.incomplete,
     }

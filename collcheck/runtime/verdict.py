@@ -103,6 +103,10 @@ def decide(
         return Verdict(Status.MISMATCH, mismatch)
     if end.hung:  # collcheck run stopped every process itself: their signals say nothing
         return Verdict(Status.STALL, "a collective stayed open past the timeout; the job was stopped")
+    if end.returncode == 0 and _only_absent(analysis) and not analysis.diverged:
+        # Every process exited cleanly, and ranks the headers name left no trace here: traced on
+        # another node into a folder of its own, or not traced; what is here was read in full.
+        return Verdict(Status.OK, _absent_verdict(analysis))
     if analysis.incomplete and end.returncode == 0:
         # Every process exited cleanly: a trace without its exit record lost its last lines.
         return Verdict(Status.TRACER_ERROR, undiverged_verdict(analysis))
@@ -124,6 +128,23 @@ def decide(
         return Verdict(Status.TRACER_ERROR, undiverged_verdict(analysis))
     warnings = f" with {len(analysis.warnings)} call-site warning(s)" if analysis.warnings else ""
     return Verdict(Status.OK, f"{len(analysis.ranks)} ranks traced, consistent{warnings}")
+
+
+def _only_absent(analysis: Analysis) -> bool:
+    """Whether the only gap is ranks that left no file: everything here was read."""
+    return bool(analysis.absent) and not (
+        analysis.problems or analysis.lost or analysis.unreadable != analysis.absent_count
+    )
+
+
+def _absent_verdict(analysis: Analysis) -> str:
+    warnings = f" with {len(analysis.warnings)} call-site warning(s)" if analysis.warnings else ""
+    runs = ",".join(str(a) if a == b else f"{a}-{b}" for a, b in analysis.absent)
+    whose = f"rank {runs}" if analysis.absent_count == 1 else f"ranks {runs}"
+    return (
+        f"{len(analysis.ranks)} ranks traced, consistent{warnings}; {whose} of the job left no trace "
+        "in this folder (another node's folder, or not traced), so they were not compared"
+    )
 
 
 def no_traces(trace_dir: str, returncode: int, interrupted: bool = False, exit_status: int = 0) -> Verdict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,9 +15,11 @@ from typing import Any
 import pytest
 from conftest import bench_module
 
-from collcheck.runtime import fr_prefix, stream
+from collcheck.runtime import fr_prefix, stream, stream_sources
 from collcheck.runtime.analyze import analyze
+from collcheck.runtime.fr_read import FlightRecorderDump
 from collcheck.runtime.perfetto import to_perfetto, write_perfetto
+from collcheck.runtime.record import CollectiveEvent
 from collcheck.runtime.stream_sources import DumpSource, find_sources
 from collcheck.runtime.trace_load import load_dir
 from collcheck.runtime.trace_model import Analysis, Problem
@@ -216,3 +219,43 @@ def test_random_dumps_give_what_the_event_by_event_pass_gives(
         alone = stream.analyze_dir(str(folder))
         assert (render_text(streamed), to_json(streamed)) == (render_text(alone), to_json(alone)), case
     assert with_prefix >= 20
+
+
+def _first(folder: Path, monkeypatch: pytest.MonkeyPatch, prefixes: bool) -> tuple[str, str, int]:
+    """`--first`'s text and JSON on `folder`, and the dump entries made into events on the way;
+    without `prefixes`, event by event (as before fr_prefix.py served `--first`)."""
+    made = 0
+    events = FlightRecorderDump.events
+
+    def counted(dump: FlightRecorderDump, start: int = 0) -> Iterator[tuple[int, CollectiveEvent]]:
+        nonlocal made
+        for item in events(dump, start):
+            made += 1
+            yield item
+
+    with monkeypatch.context() as patch:
+        patch.setattr(FlightRecorderDump, "events", counted)
+        if not prefixes:
+            patch.setattr(fr_prefix, "scan", lambda traced, dumps: None)
+        analysis = stream.analyze_dir(str(folder), until=stream.Until.FIRST_MISMATCH)
+    return render_text(analysis), json.dumps(to_json(analysis)), made
+
+
+@pytest.mark.parametrize("at", [30, 150, 399, ENTRIES])
+def test_first_stops_at_the_divergence_through_the_agreed_prefix_and_prints_what_it_printed(
+    at: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`trace --first` on a folder of dumps: the agreed prefix is counted from columns, events are
+    made from the last whole turn before it ends, and the text and JSON (counts of what was read
+    included) are those of the event-by-event pass."""
+    dumps = _dumps()
+    dumps[1]["entries"][at - 1]["input_sizes"] = [[7]]  # rank 1's collective #at differs
+    folder = _write(tmp_path / str(at), dumps)
+    text, document, made = _first(folder, monkeypatch, prefixes=True)
+    old_text, old_document, old_made = _first(folder, monkeypatch, prefixes=False)
+    assert (text, document) == (old_text, old_document)
+    assert f"(group 0, #{at})" in text and text.startswith("collcheck trace: 3 ranks, stopped at the first")
+    resume = (at - 1) // stream_sources.LINES_PER_TURN * stream_sources.LINES_PER_TURN
+    assert old_made >= RANKS * (at - 1)  # every entry up to the divergence, on every rank
+    assert made <= RANKS * (at - resume + 2 * stream_sources.LINES_PER_TURN)
+    assert made < old_made or at <= stream_sources.LINES_PER_TURN
