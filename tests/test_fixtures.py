@@ -41,11 +41,6 @@ UNITS = _fixture_units()
 # Known false negatives, documented here until the engine covers them (strict: a fix must remove
 # the entry, so this list cannot rot).
 KNOWN_GAPS: dict[str, str] = {
-    "semantics/group_rings/batch_lists_unmatched_bug.py": (
-        "batch_isend_irecv op lists are not recorded (posted transfers are no element of a sequence), "
-        "and the point-to-point simulation runs blocking calls only: pairing one batch's sends with the "
-        "peers' receives needs posted batches as events that only p2p_schedule reads"
-    ),
     # Rebuilt public hang reports (fixtures/reports/README.md) that today's analyzer misses.
     "reports/accelerate_save_state_main_bug.py": (
         "Accelerator.save_state is not catalogued (left out of rules/accelerate.toml on purpose: it is "

@@ -62,7 +62,7 @@ from collcheck.checks._describe import where
 from collcheck.findings import Severity
 from collcheck.static.anchor import Anchor
 from collcheck.static.divergence import Blocked, Divergence, DivergenceKind
-from collcheck.static.program import CommEvent, EventKind, answering
+from collcheck.static.program import CommEvent, EventKind, answering, direction
 
 CODE = "CC005"
 NAME = "point-to-point-deadlock"
@@ -98,7 +98,7 @@ def describe(d: Divergence) -> tuple[str, dict[str, str]]:
 
 def _call(blocked: Blocked) -> str:
     event, peer = blocked.calls[blocked.at]
-    verb = f"sends to rank {peer}" if event.kind is EventKind.P2P_SEND else f"receives from rank {peer}"
+    verb = f"sends to rank {peer}" if direction(event) is EventKind.P2P_SEND else f"receives from rank {peer}"
     return f"rank {blocked.rank} {verb} ({_site(event)})"
 
 
@@ -118,10 +118,10 @@ def _describe_schedule(d: Divergence) -> tuple[str, dict[str, str]]:
         cycle = ", ".join(_call(b) for b in waiting)
         return MESSAGE_CYCLE, {"ranks": shown, "cycle": cycle, "world": str(d.model.world)}
     x, y = waiting[0], finished[0]
-    kind = x.event.kind
+    kind = direction(x.event)
     sends = kind is EventKind.P2P_SEND
     answer = answering(kind)
-    answers = [event for event, peer in y.calls if event.kind is answer and peer == x.rank]
+    answers = [event for event, peer in y.calls if direction(event) is answer and peer == x.rank]
     return MESSAGE_UNMATCHED, {
         "rank_x": str(x.rank),
         "rank_y": str(y.rank),
@@ -129,7 +129,7 @@ def _describe_schedule(d: Divergence) -> tuple[str, dict[str, str]]:
         "verb_y": "receives" if sends else "sends",
         "towards_x": "to" if sends else "from",
         "towards_y": "from" if sends else "to",
-        "count_x": _times(sum(1 for event, peer in x.calls if event.kind is kind and peer == y.rank)),
+        "count_x": _times(sum(1 for event, peer in x.calls if direction(event) is kind and peer == y.rank)),
         "count_y": _times(len(answers)),
         "where_x": _site(x.event),
         "where_y": _site(answers[-1]) if answers else "nowhere",

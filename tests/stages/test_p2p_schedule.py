@@ -6,7 +6,7 @@ tests/test_p2p_schedule.py; here the stage's entry points on hand-made regions."
 from __future__ import annotations
 
 from collcheck.static.divergence import DivergenceKind
-from collcheck.static.p2p_schedule import confirm, has_blocking_p2p, schedule_deadlock
+from collcheck.static.p2p_schedule import confirm, has_transfers, schedule_deadlock
 from collcheck.static.program import CommEvent, EventKind, Path
 from collcheck.static.smt import SolveStats
 from collcheck.static.symbolic import RANK, BinOp, Compare, Const, Not
@@ -25,7 +25,7 @@ def recv(line: int) -> CommEvent:
     return CommEvent("recv", EventKind.P2P_RECV, "m.py", line, 4, line, 20, peer=OTHER)
 
 
-def never_nonblocking(path: str) -> bool:
+def never_nonblocking(path: str, recorded: frozenset[tuple[int, int, int, int]]) -> bool:
     return False
 
 
@@ -51,10 +51,10 @@ def test_a_matched_exchange_runs_to_its_end_on_every_rank() -> None:
 def test_a_region_without_blocking_point_to_point_calls_is_not_simulated() -> None:
     barrier = CommEvent("barrier", EventKind.COLLECTIVE, "m.py", 3, 4, 3, 20)
     quiet = region(Path((), (barrier,)))
-    assert not has_blocking_p2p(quiet, {})
+    assert not has_transfers(quiet, {})
     assert schedule_deadlock(quiet, {}, 2, never_nonblocking).region is None
 
 
 def test_a_file_with_non_blocking_calls_keeps_no_wait() -> None:
     both_send = region(Path((FIRST,), (send(3), recv(4))), Path((Not(FIRST),), (send(6), recv(7))))
-    assert schedule_deadlock(both_send, {}, 2, lambda path: True).stuck == ()
+    assert schedule_deadlock(both_send, {}, 2, lambda path, recorded: True).stuck == ()
