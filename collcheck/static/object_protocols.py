@@ -117,7 +117,7 @@ class ObjectProtocols(ExceptionFlow):
         loops = self._posting_loops(node, state, frame) if comprehensions(node) else []
         if loops:  # `[P2POp(dist.isend, t, p) for p in peers]`: run as its loop first
             names = {name: state.env.get(name) for loop in loops for name in target_names(loop)}
-            ran = self.exec_block(loops, [state], frame)
+            ran = self.exec_block(list(loops), [state], frame)
             for after in ran:  # the comprehension's variables are its own
                 after.env.update({name: value for name, value in names.items() if value is not None})
                 for name in (name for name, value in names.items() if value is None):
@@ -125,9 +125,9 @@ class ObjectProtocols(ExceptionFlow):
             return [result for after in ran for result in self._eval_effects(node, after, frame)]
         return self._eval_effects(node, state, frame)
 
-    def _posting_loops(self, node: ast.expr, state: State, frame: Frame) -> list[ast.stmt]:
+    def _posting_loops(self, node: ast.expr, state: State, frame: Frame) -> list[ast.For]:
         """The loops of the comprehensions of `node` whose element posts or prepares a transfer."""
-        found: list[ast.stmt] = []
+        found: list[ast.For] = []
         for comprehension in comprehensions(node):
             posting = any(
                 isinstance(call, ast.Call)
