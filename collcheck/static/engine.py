@@ -433,9 +433,7 @@ def _near_nonblocking(divergence: Divergence, nonblocking: NonblockingSites) -> 
     return any(nonblocking(path, frozenset()) for path in files_of(divergence.region, events))
 
 
-def _simulated(
-    regions: list[Region], settings: Settings, nonblocking: NonblockingSites | None
-) -> Verdict:
+def _simulated(regions: list[Region], settings: Settings, nonblocking: NonblockingSites | None) -> Verdict:
     """What simulating every rank's point-to-point schedule says about the function of `regions`
     (p2p_schedule); nothing when `nonblocking` is None (a helper run alone, to place a finding)."""
     if nonblocking is None:
