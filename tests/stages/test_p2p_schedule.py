@@ -69,7 +69,8 @@ def posted(line: int, posting: Posting, peer: Expr | None = NEXT) -> CommEvent:
 
 def both_to_next() -> Path:
     """A batch that sends to the next rank and receives from the next rank too (a ring's mistake)."""
-    made = (posted(3, Posting.PREPARED_SEND), posted(4, Posting.PREPARED_RECV), posted(6, Posting.BATCH, None))
+    sending, receiving = posted(3, Posting.PREPARED_SEND), posted(4, Posting.PREPARED_RECV)
+    made = (sending, receiving, posted(6, Posting.BATCH, None))
     return path_of((), made, None)
 
 
