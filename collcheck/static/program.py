@@ -70,7 +70,6 @@ class Posting(Enum):
 
 
 SENDING = frozenset({Posting.SEND, Posting.PREPARED_SEND})
-RECEIVING = frozenset({Posting.RECV, Posting.PREPARED_RECV})
 PREPARED = frozenset({Posting.PREPARED_SEND, Posting.PREPARED_RECV, Posting.PREPARED_UNKNOWN})
 
 
