@@ -41,11 +41,6 @@ UNITS = _fixture_units()
 # Known false negatives, documented here until the engine covers them (strict: a fix must remove
 # the entry, so this list cannot rot).
 KNOWN_GAPS: dict[str, str] = {
-    "semantics/group_rings/batch_lists_unmatched_bug.py": (
-        "batch_isend_irecv op lists are not recorded (posted transfers are no element of a sequence), "
-        "and the point-to-point simulation runs blocking calls only: pairing one batch's sends with the "
-        "peers' receives needs posted batches as events that only p2p_schedule reads"
-    ),
     # Rebuilt public hang reports (fixtures/reports/README.md) that today's analyzer misses.
     "reports/dp_idle_rank_skips_moe_forward_bug.py": (
         "`batch is None` is per-rank scheduler state; the only evidence in the code is that the "

@@ -9,6 +9,7 @@ value (a new group for `new_group`/`new_subgroups`, an opaque result otherwise).
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 from collcheck.catalog import OpSpec
 from collcheck.static import groups
@@ -23,6 +24,7 @@ from collcheck.static.program import (
     ROOTED_PREFIX,
     CommEvent,
     EventKind,
+    Posting,
 )
 from collcheck.static.state import Frame, State
 from collcheck.static.summary_conditions import UNDECIDED, NamedConstant, configuration_value, decide
@@ -49,6 +51,11 @@ from collcheck.static.values import where_of
 # Implicit collectives of a wrapped model's forward and backward that DDP's Join context shadows
 # for ranks whose inputs ran out (catalogs: torch_wrappers.toml, accelerate.toml).
 JOINABLE_OPS = frozenset({"ddp_forward", "prepared_model_forward", "ddp_backward", "prepared_model_backward"})
+NONBLOCKING = "p2p_nonblocking"  # the catalog kind of posted transfers
+# The catalog's non-blocking ops by what they do (program.Posting); `P2POp` prepares a transfer
+# whose direction is the op handed to it, for the next `batch_isend_irecv` to post.
+POSTINGS = {"isend": Posting.SEND, "irecv": Posting.RECV, "batch_isend_irecv": Posting.BATCH}
+PREPARING_OP = "P2POp"
 
 
 class CollectiveEvents(CallResolver):
@@ -124,7 +131,9 @@ class CollectiveEvents(CallResolver):
         # `new_group(ranks, use_local_synchronization=True)` waits only for the ranks it lists, each
         # block for its own list (`get_process_group_ranks(tp_group)`): not a call of the world.
         local = spec.kind == "group_create" and _is_true(args.get("use_local_synchronization"))
-        if self.record_events and spec.kind != "p2p_nonblocking" and not joined and not local:
+        if spec.kind == NONBLOCKING:  # recorded for the point-to-point schedule only
+            event = replace(event, kind=EventKind.P2P_POSTED, posting=self._posting(spec, args))
+        if self.record_events and not joined and not local:
             state.events = (*state.events, event)
         for name in spec.uniform_after:
             if name in args:
@@ -141,6 +150,21 @@ class CollectiveEvents(CallResolver):
         if isinstance(result, Atom):  # a wrapped module's forward: its output carries the reduction
             result = forward_output(self, call, result, state, frame, known)
         return state, result
+
+    def _posting(self, spec: OpSpec, args: dict[str, ast.expr]) -> Posting:
+        """What a non-blocking call does: `P2POp(dist.isend, ...)` prepares a send (the op handed
+        to it, as the catalog names it); a call of unknown direction is UNKNOWN."""
+        if spec.op != PREPARING_OP:
+            return POSTINGS.get(spec.op, Posting.UNKNOWN)
+        handed = args.get(spec.params[0]) if spec.params else None
+        name = qualified_name(handed, self.local_imports) if handed is not None else None
+        inner = self.catalog.functions.get(name) if name is not None else None
+        handed_posting = POSTINGS.get(inner.op) if inner is not None and inner.kind == NONBLOCKING else None
+        if inner is not None and (handed_posting is Posting.SEND or inner.kind == EventKind.P2P_SEND.value):
+            return Posting.PREPARED_SEND
+        if inner is not None and (handed_posting is Posting.RECV or inner.kind == EventKind.P2P_RECV.value):
+            return Posting.PREPARED_RECV
+        return Posting.PREPARED_UNKNOWN
 
     def _inferred_receiver(self, call: ast.Call, state: State, frame: Frame, known: dict[int, Expr]) -> str:
         """The receiver's class, when it was inferred from use (for the message), else "": the

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from collcheck.findings import Counterexample, TraceStep
 from collcheck.static.divergence import Blocked, Divergence
-from collcheck.static.program import Element, EventKind, LoopEvent
+from collcheck.static.program import Element, EventKind, LoopEvent, direction
 
 SHOWN_CALLS = 12  # the last calls of a simulated point-to-point schedule shown per rank
 
@@ -37,7 +37,7 @@ def _schedule_steps(blocked: Blocked) -> tuple[TraceStep, ...]:
     for index in range(max(0, end - SHOWN_CALLS), end):
         event, peer = blocked.calls[index]
         step = trace_step(event)
-        towards = f"to rank {peer}" if event.kind is EventKind.P2P_SEND else f"from rank {peer}"
+        towards = f"to rank {peer}" if direction(event) is EventKind.P2P_SEND else f"from rank {peer}"
         waits = ", waits here" if index == blocked.at else ""
         steps.append(
             replace(step, detail=f"{step.detail}; {towards}{waits}" if step.detail else towards + waits)

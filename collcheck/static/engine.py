@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
@@ -55,7 +54,14 @@ from collcheck.static.over_budget import (
     owning_a_split,
     run_within_budget,
 )
-from collcheck.static.p2p_schedule import Verdict, confirm, files_of, loop_table, schedule_deadlock
+from collcheck.static.p2p_schedule import (
+    NonblockingSites,
+    Verdict,
+    confirm,
+    files_of,
+    loop_table,
+    schedule_deadlock,
+)
 from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, RegionKind
 from collcheck.static.project import Project
@@ -288,8 +294,10 @@ NONBLOCKING = "p2p_nonblocking"  # the catalog kind of `isend`, `irecv`, `batch_
 
 class NonblockingFiles:
     """Whether a file of the run names a non-blocking point-to-point call (`isend`, `irecv`,
-    `batch_isend_irecv`, `P2POp`, or one the catalog marks `p2p_nonblocking`), by its tree; a file
-    that is not modelled in this process counts as naming one. Each file is walked once."""
+    `batch_isend_irecv`, `P2POp`, or one the catalog marks `p2p_nonblocking`; not in an
+    annotation) outside the places of the transfers the run recorded there (`recorded`: line,
+    column, end line, end column); a file that is not modelled in this process counts as naming
+    one. Each file is walked once."""
 
     def __init__(self, module: ModuleInfo, catalog: Catalog, project: Project | None) -> None:
         self.module, self.catalog, self.project = module, catalog, project
@@ -299,19 +307,45 @@ class NonblockingFiles:
             | {name.rsplit(".", 1)[-1] for name, spec in functions if spec.kind == NONBLOCKING}
             | {method.method for method in catalog.methods if method.spec.kind == NONBLOCKING}
         )
-        self.known: dict[str, bool] = {}
+        self.known: dict[str, tuple[tuple[int, int], ...] | None] = {}
 
-    def __call__(self, path: str) -> bool:
+    def __call__(self, path: str, recorded: frozenset[tuple[int, int, int, int]] = frozenset()) -> bool:
         if path not in self.known:
             module = (
                 self.module if path == self.module.path else already_loaded(path, self.catalog, self.project)
             )
-            self.known[path] = module is None or any(
+            self.known[path] = None if module is None else self._naming(module.tree)
+        places = self.known[path]
+        spans = [((line, column), (end_line, end_column)) for line, column, end_line, end_column in recorded]
+        if places is None:
+            return True
+        return any(not any(start <= place <= end for start, end in spans) for place in places)
+
+    def _naming(self, tree: ast.Module) -> tuple[tuple[int, int], ...]:
+        """Where the file names a non-blocking call, outside annotations."""
+        annotations = {
+            id(inner)
+            for node in ast.walk(tree)
+            for annotation in _annotations(node)
+            for inner in ast.walk(annotation)
+        }
+        return tuple(
+            (node.lineno, node.col_offset)
+            for node in ast.walk(tree)
+            if id(node) not in annotations
+            and (
                 (isinstance(node, ast.Name) and node.id in self.names)
                 or (isinstance(node, ast.Attribute) and node.attr in self.names)
-                for node in ast.walk(module.tree)
             )
-        return self.known[path]
+        )
+
+
+def _annotations(node: ast.AST) -> list[ast.expr]:
+    if isinstance(node, ast.arg | ast.AnnAssign):
+        return [node.annotation] if node.annotation is not None else []
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return [node.returns] if node.returns is not None else []
+    return []
 
 
 def catalog_group_facts(catalog: Catalog) -> groups.GroupFacts:
@@ -332,7 +366,7 @@ def _allowed(
     settings: Settings,
     stats: SolveStats,
     facts: GroupFacts,
-    nonblocking: Callable[[str], bool],
+    nonblocking: NonblockingSites,
     cuts: list[BudgetCut],
 ) -> list[Candidate]:
     """`_findings_for` the regions of one function (at `place`) within its solver allowance
@@ -351,7 +385,7 @@ def _findings_for(
     settings: Settings,
     stats: SolveStats,
     facts: GroupFacts = NO_GROUP_FACTS,
-    nonblocking: Callable[[str], bool] | None = None,
+    nonblocking: NonblockingSites | None = None,
 ) -> list[Candidate]:
     """The findings of the rules about `regions` (one run of the interpreter). `nonblocking(path)`
     tells whether a file names a non-blocking point-to-point call; None: no schedule is simulated."""
@@ -393,15 +427,13 @@ def _findings_for(
     return results
 
 
-def _near_nonblocking(divergence: Divergence, nonblocking: Callable[[str], bool]) -> bool:
+def _near_nonblocking(divergence: Divergence, nonblocking: NonblockingSites) -> bool:
     """The file of the function, or of a call of either rank's sequence, names a non-blocking call."""
     events = (*divergence.sequence_a, *divergence.sequence_b)
-    return any(nonblocking(path) for path in files_of(divergence.region, events))
+    return any(nonblocking(path, frozenset()) for path in files_of(divergence.region, events))
 
 
-def _simulated(
-    regions: list[Region], settings: Settings, nonblocking: Callable[[str], bool] | None
-) -> Verdict:
+def _simulated(regions: list[Region], settings: Settings, nonblocking: NonblockingSites | None) -> Verdict:
     """What simulating every rank's point-to-point schedule says about the function of `regions`
     (p2p_schedule); nothing when `nonblocking` is None (a helper run alone, to place a finding)."""
     if nonblocking is None:

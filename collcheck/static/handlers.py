@@ -51,7 +51,7 @@ from collcheck.static.conditions import source_of
 from collcheck.static.failures import always_raises, catches_broadly, may_fail_alone, touches_own_world
 from collcheck.static.inliner import HelperInliner
 from collcheck.static.names import nodes_under, qualified_name, source_text
-from collcheck.static.program import CAUGHT_EXCEPTION, Element, ExitKind
+from collcheck.static.program import CAUGHT_EXCEPTION, Element, ExitKind, unposted
 from collcheck.static.raises import catches
 from collcheck.static.state import Frame, State, merge_envs
 from collcheck.static.symbolic import Atom, GroupVal, is_rank_dependent, negate
@@ -439,7 +439,8 @@ class ExceptionFlow(HelperInliner):
         _enter_handler(stmt, handler, start, normal)
         before = start.events
         states = self.exec_block(handler.body, [start], frame)
-        if not self.record_events or all(state.events == before for state in states):
+        # Posted transfers alone do not make it one (they are no element of the compared sequences).
+        if not self.record_events or all(unposted(state.events) == unposted(before) for state in states):
             return []
         return states
 

@@ -48,11 +48,13 @@ from collcheck.static.program import (
     ExitKind,
     LoopEvent,
     LoopRange,
-    Path,
     Region,
     RegionKind,
     Site,
     communicating_conds,
+    is_posted,
+    path_of,
+    unposted,
 )
 from collcheck.static.raises import data_tests, raised_class
 from collcheck.static.receivers import passed_object, used_object
@@ -143,11 +145,8 @@ class Interpreter(ObjectProtocols):
         states = self.exec_block(node.body, [start], frame)
         if condition is not None:
             states.append(State(env, (*start.conds[:-1], negate(condition))))
-        paths = [
-            Path(s.conds, s.events, s.exit)
-            for s in states
-            if s.exit is None or s.exit.kind is not ExitKind.BREAK
-        ]
+        kept = [s for s in states if s.exit is None or s.exit.kind is not ExitKind.BREAK]
+        paths = [path_of(s.conds, s.events, s.exit) for s in kept]
         region = Region(qualname, RegionKind.FUNCTION, paths, node.lineno, path_name=self.module.path)
         return [region, *self.regions]
 
@@ -174,7 +173,7 @@ class Interpreter(ObjectProtocols):
         self.ranked = RankedConditions()
         frame = Frame("<module>", None, (), 0, ())
         states = self.exec_block(body, [State(dict(self.module.globals))], frame)
-        paths = [Path(s.conds, s.events, s.exit) for s in states]
+        paths = [path_of(s.conds, s.events, s.exit) for s in states]
         return [Region("<module>", RegionKind.FUNCTION, paths, 1, path_name=self.module.path), *self.regions]
 
     def module_environment(self, body: list[ast.stmt]) -> dict[str, Expr]:
@@ -626,29 +625,32 @@ class Interpreter(ObjectProtocols):
         unrolled = unrolled_loop(trip, body_states, outer, after, self.record_events)
         if unrolled is not None:
             return unrolled
-        body_paths = [Path(s.conds, s.events, s.exit) for s in body_states]
+        body_paths = [path_of(s.conds, s.events, s.exit) for s in body_states]
         if loop_range is not None and not iterations_alike(stmt, body_states, frame):
             loop_range = None
         self.add_loop_region(
             LoopOp(self, stmt, frame.chain, frame.function, over_set, loop_range, tuple(body_paths))
         )
-        first_path = next(s for s in body_states if s.events)
-        first = next((e for e in first_path.events if isinstance(e, CommEvent)), None)
+        # A body that also posts transfers is described by its other calls (program.Path.transfers).
+        posted_only = all(is_posted(e) for e in events)
+        compared = [(s.conds, s.events if posted_only else unposted(s.events)) for s in body_states]
+        first_events = next(recorded for _, recorded in compared if recorded)
+        first = next((e for e in first_events if isinstance(e, CommEvent)), None)
         if first is None:
-            inner = next(e for e in first_path.events if isinstance(e, LoopEvent))
-            first = inner.first
+            first = next(e for e in first_events if isinstance(e, LoopEvent)).first
         order = source_text(stmt.iter) if isinstance(stmt, (ast.For, ast.AsyncFor)) else "while"
         loop = LoopEvent(
             self.module.path,
             stmt.lineno,
             stmt.col_offset,
             trip,
-            tuple(e.op for e in first_path.events),
+            tuple(e.op for e in first_events),
             order,
             first,
             frame.chain,
             over_set,
-            *communicating_conds([(s.conds, s.events) for s in body_states]),
+            *communicating_conds(compared),
+            posted_only=posted_only,
         )
         if self.record_events:
             after.events = (*outer.events, loop)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 
+from collcheck.static.program import is_posted
 from collcheck.static.state import State
 from collcheck.static.symbolic import Atom, BinOp, Const, Expr, IfExp, Not, Sized, TupleVal, fold, opaque
 from collcheck.static.syntax import read_names
@@ -137,6 +138,8 @@ def unrolled_loop(
         return None
     if len(body) != 1 or body[0].exit is not None:
         return None
+    if all(is_posted(event) for event in body[0].events):
+        return None  # a transfer per iteration (`range(2)`): the schedule runs the loop with `i` bound
     if record:
         after.events = (*outer.events, *(body[0].events * count.value))
     return [after]

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from collcheck.findings import Budget
-from collcheck.static.calls import CallKind, HeldTarget, Resolution
+from collcheck.static.calls import NONBLOCKING, CallKind, HeldTarget, Resolution
+from collcheck.static.comprehension_loops import ComprehensionLoops, comprehensions, target_names
 from collcheck.static.gradient_sync import paused_ops
 from collcheck.static.handlers import ExceptionFlow
 from collcheck.static.handoff import callback_event
@@ -100,6 +101,7 @@ class ObjectProtocols(ExceptionFlow):
         self.generator_runs: dict[FunctionNode, list[GeneratorRun]] = {}
         self.module_hooks = module_hook_table(module)
         self.wrapped = wrapped_methods(module)
+        self.comprehension_loops = ComprehensionLoops()
 
     def eval(self, node: ast.expr | None, state: State, frame: Frame) -> list[tuple[State, Expr]]:
         """Evaluate, running the calls that communicate or may (helpers); may fork the state."""
@@ -112,6 +114,35 @@ class ObjectProtocols(ExceptionFlow):
         again (a `range(...)` argument for the trip count) reads them instead of a black box."""
         if node is None:
             return [(state, Const(None), {})]
+        loops = self._posting_loops(node, state, frame) if comprehensions(node) else []
+        if loops:  # `[P2POp(dist.isend, t, p) for p in peers]`: run as its loop first
+            names = {name: state.env.get(name) for loop in loops for name in target_names(loop)}
+            ran = self.exec_block(list(loops), [state], frame)
+            for after in ran:  # the comprehension's variables are its own
+                after.env.update({name: value for name, value in names.items() if value is not None})
+                for name in (name for name, value in names.items() if value is None):
+                    after.env.pop(name, None)
+            return [result for after in ran for result in self._eval_effects(node, after, frame)]
+        return self._eval_effects(node, state, frame)
+
+    def _posting_loops(self, node: ast.expr, state: State, frame: Frame) -> list[ast.For]:
+        """The loops of the comprehensions of `node` whose element posts or prepares a transfer."""
+        found: list[ast.For] = []
+        for comprehension in comprehensions(node):
+            posting = any(
+                isinstance(call, ast.Call)
+                and (spec := self.op_spec(call, state, frame.class_name)) is not None
+                and spec.kind == NONBLOCKING
+                for call in ast.walk(comprehension.elt)
+            )
+            loop = self.comprehension_loops.loop(comprehension) if posting else None
+            if loop is not None:
+                found.append(loop)
+        return found
+
+    def _eval_effects(
+        self, node: ast.expr, state: State, frame: Frame
+    ) -> list[tuple[State, Expr, dict[int, Expr]]]:
         order = effects_in_order(node, self.property_names) if self.property_names else calls_in_order(node)
         steps: list[tuple[ast.Call | ast.Attribute, HeldTarget | None]] = []
         for step in order:

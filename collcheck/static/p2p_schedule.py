@@ -9,7 +9,8 @@ phase), or come from counts that differ (a sender and a receiver that filter one
 different predicates). This module finds those.
 
 In: a function `Region`, the loop regions of the same run (to expand its loops), the world size of
-the settings (None: each world from 2 to MAX_WORLD) and whether a file names a non-blocking call.
+the settings (None: each world from 2 to MAX_WORLD) and whether a file names a non-blocking call
+that the run did not record.
 Out (`schedule_deadlock`, no z3): a `Verdict` — the worlds where a wait never ends, and whether
 every rank of every world ran to its end (`clean`: the engine then skips the pairwise search,
 which compares loop iterations as if every rank ran the same one). `confirm` turns the first stuck
@@ -27,14 +28,23 @@ receive from that rank at the head of its peer, until nothing matches. A rank wi
 waits on the peer of its head call; following those waits ends in a cycle, or at a rank that has
 finished (it sent or received fewer messages than the waiting rank expects).
 
+Posted transfers are in the schedules too (`Path.schedule`): `isend`/`irecv` where they are
+called, each `P2POp` where the next `batch_isend_irecv` of the rank posts it (a list built by
+appends in a loop, by a helper or per branch: the ops are recorded where they are made). They
+never block their rank and must find their partner by the end (p2p_matching); a prepared op never
+posted, or a non-blocking call whose direction or peer the numbers do not give, leaves the world
+undecided.
+
 Collectives are left out of the schedules: leaving them out only lets more calls match, so a wait
 found without them is also there with them (if a real run cannot pass a collective, it hangs
-there instead). A wait is kept only when each rank waited on uses blocking calls in the matching
-direction towards the waiting rank somewhere in its schedule, and when no file of the function
-or of its calls names a non-blocking call (`isend`, `irecv`, `batch_isend_irecv`, `P2POp`: they
-are not recorded, and one of them may be what answers a blocking call); it is reported when z3
-confirms that the two ranks named first take their paths in that world (which also gives the
-conditions that split them).
+there instead). A wait is kept only when each rank waited on issues calls in the matching
+direction towards the waiting rank somewhere in its schedule, or, for a posted transfer that
+nobody answers, when another world of the same function ran clean with transfers exchanged (the
+function is an exchange of its own, not one half of it); and only when every non-blocking call
+(`isend`, `irecv`, `batch_isend_irecv`, `P2POp`, by name) of the files of the function and of its
+calls lies in a transfer the run recorded (one that was not recorded may be what answers a
+wait). It is reported when z3 confirms that the two ranks named first take their paths in that
+world (which also gives the conditions that split them).
 
 Rings over a group. Pipeline code names its peers inside a group: `get_global_rank(g, (me + 1)
 % n)`, `send(t, group_dst=...)`, `get_process_group_ranks(g)[i]`, a coordinator's `ranks[(r + 1)
@@ -77,6 +87,16 @@ from collcheck.static.groups import (
     is_listed_member,
     local_rank,
 )
+from collcheck.static.p2p_matching import (
+    TRANSFERS,
+    Call,
+    Wait,
+    believable,
+    exchanged,
+    in_posting_order,
+    run,
+    unanswered_post,
+)
 from collcheck.static.program import (
     CommEvent,
     Element,
@@ -84,10 +104,12 @@ from collcheck.static.program import (
     ExitKind,
     LoopEvent,
     Path,
+    Posting,
     Region,
     RegionKind,
     Site,
     answering,
+    direction,
 )
 from collcheck.static.smt import RegionSolver, SolveStats
 from collcheck.static.symbolic import (
@@ -120,7 +142,7 @@ MAX_AXES = 3  # groups simulated in turn as spanning the world
 BLOCKING = (EventKind.P2P_SEND, EventKind.P2P_RECV)
 
 Value = int | bool | str | None
-Call = tuple[CommEvent, int]  # a blocking send or receive and its peer
+Span = tuple[int, int, int, int]  # a call's place in its file: line, column, end line, end column
 LoopKey = tuple[str, int, tuple[Site, ...]]
 
 
@@ -136,20 +158,33 @@ def loop_table(regions: Iterable[Region]) -> dict[LoopKey, Region]:
     return {(r.path_name, r.line, r.chain): r for r in regions if r.kind is RegionKind.LOOP}
 
 
-def has_blocking_p2p(region: Region, loops: dict[LoopKey, Region]) -> bool:
-    """Some path of the region, or of a loop it reaches, issues a blocking send or receive."""
-    return any(_blocking_in(path.events, loops, 0) for path in region.paths)
+def has_transfers(region: Region, loops: dict[LoopKey, Region]) -> bool:
+    """Some path of the region, or of a loop it reaches, issues a blocking send or receive or
+    posts (or prepares) a transfer."""
+    return any(_transfers_in(path.schedule, loops, 0) for path in region.paths)
 
 
-def _blocking_in(events: tuple[Element, ...], loops: dict[LoopKey, Region], depth: int) -> bool:
+def _transfers_in(events: tuple[Element, ...], loops: dict[LoopKey, Region], depth: int) -> bool:
     for event in events:
-        if isinstance(event, CommEvent) and event.kind in BLOCKING:
+        if isinstance(event, CommEvent) and (event.kind in BLOCKING or event.posting in TRANSFERS):
             return True
         if isinstance(event, LoopEvent) and depth < MAX_DEPTH:
             inner = loops.get((event.path, event.line, event.chain))
-            if inner is not None and any(_blocking_in(p.events, loops, depth + 1) for p in inner.paths):
+            if inner is not None and any(_transfers_in(p.schedule, loops, depth + 1) for p in inner.paths):
                 return True
     return False
+
+
+def posted_spans(region: Region, loops: dict[LoopKey, Region]) -> dict[str, frozenset[Span]]:
+    """Where the region's posted transfers and batches were recorded, by file: a non-blocking call
+    of a file that lies in none of them was not recorded (`schedule_deadlock`)."""
+    found: dict[str, set[Span]] = {}
+    for path in _paths_within(region, loops):
+        for event in path.schedule:
+            if isinstance(event, CommEvent) and event.kind is EventKind.P2P_POSTED:
+                span = (event.line, event.column, event.end_line, event.end_column)
+                found.setdefault(event.path, set()).add(span)
+    return {path: frozenset(spans) for path, spans in found.items()}
 
 
 # ----------------------------------------------------------------------------- values
@@ -291,7 +326,7 @@ def group_axes(region: Region, loops: dict[LoopKey, Region]) -> list[str]:
     listed: set[str] = set()  # groups whose members the code lists: they need not span the world
     for path in _paths_within(region, loops):
         values: list[Expr] = list(path.conds)
-        for event in path.events:
+        for event in path.schedule:
             if isinstance(event, CommEvent):
                 values.extend(v for v in (event.peer,) if v is not None)
                 if event.group is not None and event.group.members not in (None, TRUE):
@@ -365,7 +400,7 @@ def _trips(region: Region, loops: dict[LoopKey, Region]) -> list[Expr]:
     return [
         event.trip
         for path in _paths_within(region, loops)
-        for event in path.events
+        for event in path.schedule
         if isinstance(event, LoopEvent)
     ]
 
@@ -377,7 +412,7 @@ def _paths_within(region: Region, loops: dict[LoopKey, Region]) -> Iterator[Path
     while stack:
         for path in stack.pop().paths:
             yield path
-            for event in path.events:
+            for event in path.schedule:
                 inner = (
                     loops.get((event.path, event.line, event.chain)) if isinstance(event, LoopEvent) else None
                 )
@@ -396,7 +431,7 @@ def _schedule(
     open_paths = [p for p in paths if _may_take(p, numbers)]
     chosen: tuple[Path, list[Call]] | None = None
     for path in open_paths:
-        calls = _calls(path.events, numbers, loops, depth)
+        calls = _calls(path.schedule, numbers, loops, depth)
         if chosen is None:
             chosen = (path, calls)
         elif [(id(e), peer) for e, peer in calls] != [(id(e), peer) for e, peer in chosen[1]]:
@@ -418,10 +453,14 @@ def _calls(
     calls: list[Call] = []
     for event in events:
         if isinstance(event, CommEvent):
-            if event.kind in BLOCKING:
+            if event.posting is Posting.BATCH:
+                calls.append((event, -1))  # posts the transfers prepared before it (in_posting_order)
+            elif event.kind in BLOCKING or event.posting in TRANSFERS:
                 if event.peer is None:
                     raise _Undecided
                 calls.append((event, numbers.integer(event.peer)))
+            elif event.kind is EventKind.P2P_POSTED:
+                raise _Undecided  # a non-blocking call whose direction is not known
         else:
             calls.extend(_loop_calls(event, numbers, loops, depth))
         if len(calls) > MAX_CALLS:
@@ -475,77 +514,6 @@ def _counts_from_zero(loop: LoopEvent) -> bool:
     )
 
 
-# ----------------------------------------------------------------------------- running
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Ranks that wait forever: each waits on the next, the last on the first (a cycle) or, when
-    `finished` is set, the one rank given waits on that rank, which has no calls left."""
-
-    ranks: tuple[int, ...]
-    finished: int | None = None
-
-    def edges(self) -> list[tuple[int, int]]:
-        if self.finished is not None:
-            return [(self.ranks[0], self.finished)]
-        return [(rank, self.ranks[(i + 1) % len(self.ranks)]) for i, rank in enumerate(self.ranks)]
-
-
-def run(schedules: list[list[Call]]) -> tuple[list[int], Wait | None]:
-    """Match the schedules with rendezvous semantics. Out: how far each rank got, and the wait
-    that never ends (None when every rank finishes)."""
-    heads = [0] * len(schedules)
-
-    def head(rank: int) -> Call | None:
-        return schedules[rank][heads[rank]] if heads[rank] < len(schedules[rank]) else None
-
-    progress = True
-    while progress:
-        progress = False
-        for sender in range(len(schedules)):
-            while True:
-                call = head(sender)
-                if call is None or call[0].kind is not EventKind.P2P_SEND:
-                    break
-                other = head(call[1])
-                if other is None or other[0].kind is not EventKind.P2P_RECV or other[1] != sender:
-                    break
-                heads[sender] += 1
-                heads[call[1]] += 1
-                progress = True
-    waiting = [rank for rank in range(len(schedules)) if head(rank) is not None]
-    if not waiting:
-        return heads, None
-    return heads, _wait_chain(waiting[0], schedules, heads)
-
-
-def _wait_chain(start: int, schedules: list[list[Call]], heads: list[int]) -> Wait:
-    chain: list[int] = []
-    rank = start
-    while rank not in chain:
-        if heads[rank] >= len(schedules[rank]):
-            return Wait((chain[-1],), finished=rank)
-        chain.append(rank)
-        rank = schedules[rank][heads[rank]][1]
-    return Wait(tuple(chain[chain.index(rank) :]))
-
-
-def _answers(schedule: list[Call], waiting: int, kind: EventKind) -> bool:
-    """The rank waited on issues, somewhere, a blocking call that would answer `kind` from `waiting`."""
-    wanted = answering(kind)
-    return any(event.kind is wanted and peer == waiting for event, peer in schedule)
-
-
-def _believable(stuck: Wait, schedules: list[list[Call]], heads: list[int]) -> bool:
-    """Every wait is towards a rank that answers that direction with blocking calls somewhere."""
-    for rank, target in stuck.edges():
-        event, peer = schedules[rank][heads[rank]]
-        if peer != target or not _answers(schedules[target], rank, event.kind):
-            return False
-    return True
-
-
 # ----------------------------------------------------------------------------- the search
 
 
@@ -574,20 +542,25 @@ class Verdict:
     clean: bool = False
 
 
+NonblockingSites = Callable[[str, frozenset[Span]], bool]
+
+
 def schedule_deadlock(
     region: Region,
     loops: dict[LoopKey, Region],
     world_size: int | None,
-    nonblocking: Callable[[str], bool],
+    nonblocking: NonblockingSites,
 ) -> Verdict:
-    """Simulate each world (see the module); asks z3 nothing. `nonblocking(path)`: the file names a
-    non-blocking point-to-point call (then no wait is kept: those calls are not recorded, and one of
-    them may be what answers a blocking call)."""
-    paths = [p for p in region.paths if p.events]
-    if region.kind is not RegionKind.FUNCTION or not paths or not has_blocking_p2p(region, loops):
+    """Simulate each world (see the module); asks z3 nothing. `nonblocking(path, recorded)`: the
+    file names a non-blocking point-to-point call outside the `recorded` spans of the transfers
+    the run recorded there (then no wait is kept: that call may be what answers a wait)."""
+    paths = [p for p in region.paths if p.schedule]
+    if region.kind is not RegionKind.FUNCTION or not paths or not has_transfers(region, loops):
         return Verdict()
     clean = True
-    found: list[StuckWorld] = []
+    found: list[tuple[StuckWorld, bool]] = []  # each with: kept only if a world of its axis ran clean
+    ran_clean: set[str | None] = set()  # axes with a world whose transfers all met their partners
+    recorded = posted_spans(region, loops)
     configurations = [
         (axis, world)
         for axis in (None, *group_axes(region, loops))
@@ -600,7 +573,7 @@ def schedule_deadlock(
         shared = shared_counts(region, loops, world)
         try:
             chosen = [
-                _schedule(region.paths, _Numbers(rank, world, shared, axis=axis), loops)
+                _posted(_schedule(region.paths, _Numbers(rank, world, shared, axis=axis), loops))
                 for rank in range(world)
             ]
         except _Undecided:
@@ -612,14 +585,31 @@ def schedule_deadlock(
             continue  # a peer outside the world: not a schedule collcheck can run
         heads, stuck = run(schedules)
         if stuck is None:
+            if exchanged(schedules):
+                ran_clean.add(axis)
             continue
         clean = False
-        if not _believable(stuck, schedules, heads):
+        # A posted transfer whose peer never answers it is kept when the function is an exchange
+        # of its own: in another world every rank's transfers met their partners (a function that
+        # only posts its half, the other half being another function, never runs clean).
+        unanswered = unanswered_post(stuck, schedules, heads)
+        if not (unanswered or believable(stuck, schedules, heads)):
             continue
-        if any(nonblocking(path) for path in files_of(region, (e for s in schedules for e, _ in s))):
+        events = (e for s in schedules for e, _ in s)
+        if any(nonblocking(path, recorded.get(path, frozenset())) for path in files_of(region, events)):
             return Verdict()
-        found.append(StuckWorld(world, tuple(chosen), tuple(heads), stuck, shared, axis))
-    return Verdict(region, tuple(found), clean)
+        stuck_world = StuckWorld(world, tuple(chosen), tuple(heads), stuck, shared, axis)
+        found.append((stuck_world, unanswered and not believable(stuck, schedules, heads)))
+    kept = tuple(world for world, needs_clean in found if not needs_clean or world.axis in ran_clean)
+    return Verdict(region, kept, clean)
+
+
+def _posted(chosen: tuple[Path, list[Call]]) -> tuple[Path, list[Call]]:
+    """The rank's path and its calls in the order its transfers happen (`in_posting_order`)."""
+    ordered = in_posting_order(chosen[1])
+    if ordered is None:
+        raise _Undecided
+    return chosen[0], ordered
 
 
 def confirm(verdict: Verdict, world_size: int | None, rlimit: int, stats: SolveStats) -> list[Divergence]:
@@ -687,6 +677,6 @@ def _confirmed(region: Region, solver: RegionSolver, candidate: StuckWorld) -> D
 
 def _answering(finished: Blocked, waiting: Blocked) -> CommEvent | None:
     """The finished rank's last call in the direction that would have answered the waiting one."""
-    wanted = answering(waiting.event.kind)
-    matching = [event for event, peer in finished.calls if event.kind is wanted and peer == waiting.rank]
+    wanted = answering(direction(waiting.event))
+    matching = [e for e, peer in finished.calls if direction(e) is wanted and peer == waiting.rank]
     return matching[-1] if matching else None

@@ -42,13 +42,43 @@ class EventKind(Enum):
     P2P_SEND = "p2p_send"
     P2P_RECV = "p2p_recv"
     P2P_NONBLOCKING = "p2p_nonblocking"
+    # A posted transfer (`isend`, `irecv`, a `P2POp` of a batch, the `batch_isend_irecv` that posts
+    # them), recorded for the point-to-point schedule only (p2p_schedule): what it is, `Posting`.
+    P2P_POSTED = "p2p_posted"
     OPAQUE = "opaque"  # unknown code that may call the callable any number of times
     REMOTE = "remote"  # the callable is sent to run on another process
 
 
 # The value a reduce leaves in its tensor on a rank: whole on its root only (`rooted:stats@12:4`).
 ROOTED_PREFIX = "rooted:"
-POINT_TO_POINT = frozenset({EventKind.P2P_SEND, EventKind.P2P_RECV, EventKind.P2P_NONBLOCKING})
+POINT_TO_POINT = frozenset(
+    {EventKind.P2P_SEND, EventKind.P2P_RECV, EventKind.P2P_NONBLOCKING, EventKind.P2P_POSTED}
+)
+
+
+class Posting(Enum):
+    """What a posted point-to-point event (`EventKind.P2P_POSTED`) does. A `P2POp` only prepares
+    a transfer: the next `batch_isend_irecv` of the rank posts every transfer prepared before it."""
+
+    SEND = "send"  # `isend`: posted at once
+    RECV = "recv"  # `irecv`
+    PREPARED_SEND = "prepared send"  # `P2POp(dist.isend, ...)`
+    PREPARED_RECV = "prepared recv"  # `P2POp(dist.irecv, ...)`
+    PREPARED_UNKNOWN = "prepared"  # a `P2POp` whose direction the code does not show
+    BATCH = "batch"  # `batch_isend_irecv`
+    UNKNOWN = "unknown"  # a non-blocking call of a catalog whose direction is not known
+
+
+SENDING = frozenset({Posting.SEND, Posting.PREPARED_SEND})
+PREPARED = frozenset({Posting.PREPARED_SEND, Posting.PREPARED_RECV, Posting.PREPARED_UNKNOWN})
+
+
+def direction(event: CommEvent) -> EventKind:
+    """The blocking kind a transfer moves data like: P2P_SEND for a send, posted or not;
+    P2P_RECV for a receive (and for anything else, which is never asked)."""
+    if event.kind is EventKind.P2P_SEND or event.posting in SENDING:
+        return EventKind.P2P_SEND
+    return EventKind.P2P_RECV
 
 
 def answering(kind: EventKind) -> EventKind:
@@ -113,6 +143,8 @@ class CommEvent:
     condition: str = ""
     # The receiver's class when it was inferred from the names used on it (inferred_types.py).
     inferred: str = ""
+    # A posted transfer (kind P2P_POSTED): what it does.
+    posting: Posting | None = None
 
     def signature(self) -> tuple[str, ...]:
         return (self.op,)
@@ -136,6 +168,9 @@ class LoopEvent:
     # The collectives each of `body_conds` issues (read for their channels: a loop that meets
     # on two groups communicates on one of them only under that one's conditions); () when unknown.
     body_comms: tuple[tuple[CommEvent, ...], ...] = ()
+    # The body only posts or prepares transfers (`ops.append(P2POp(...))`): the loop is part of
+    # the point-to-point schedule and of nothing the sequences compare (`Path.transfers`).
+    posted_only: bool = False
 
     @property
     def op(self) -> str:
@@ -208,11 +243,41 @@ class Exit:
     after_recorded_failure: bool = False
 
 
+def is_posted(element: Element) -> bool:
+    """A posted transfer, or a loop that only posts or prepares them."""
+    if isinstance(element, LoopEvent):
+        return element.posted_only
+    return element.kind is EventKind.P2P_POSTED
+
+
+def unposted(events: tuple[Element, ...]) -> tuple[Element, ...]:
+    """`events` without the posted transfers (what the sequences compare)."""
+    return tuple(e for e in events if not is_posted(e))
+
+
 @dataclass(frozen=True)
 class Path:
+    """A path's conditions, the calls it issues (`events`, what the sequences compare) and how it
+    ends. `transfers`: the same calls with the transfers it posts among them, in order, for the
+    point-to-point schedule (p2p_schedule); () when it posts none."""
+
     conds: tuple[Expr, ...]
     events: tuple[Element, ...]
     exit: Exit | None = None
+    transfers: tuple[Element, ...] = ()
+
+    @property
+    def schedule(self) -> tuple[Element, ...]:
+        """The calls the point-to-point schedule reads: `transfers` when there are any."""
+        return self.transfers or self.events
+
+
+def path_of(conds: tuple[Expr, ...], recorded: tuple[Element, ...], exit: Exit | None) -> Path:
+    """The path of a state that recorded `recorded`: posted transfers (and loops of them only)
+    are kept apart from the compared events, in `transfers`."""
+    if not any(is_posted(e) for e in recorded):
+        return Path(conds, recorded, exit)
+    return Path(conds, unposted(recorded), exit, recorded)
 
 
 @dataclass(frozen=True)
@@ -288,4 +353,9 @@ class Rebase:
     def path(self, path: Path) -> Path:
         if self.identity:
             return path
-        return Path(self.conds(path.conds), tuple(self.element(e) for e in path.events), self.exit(path.exit))
+        return Path(
+            self.conds(path.conds),
+            tuple(self.element(e) for e in path.events),
+            self.exit(path.exit),
+            tuple(self.element(e) for e in path.transfers),
+        )

@@ -68,6 +68,8 @@ def _channel_key(event: Element) -> str | None:
     """The channel an element belongs to; None when it cannot be compared (unknown membership)."""
     if isinstance(event, LoopEvent):
         return _channel_key(event.first) if event.first is not None else WORLD_CHANNEL
+    if event.kind is EventKind.P2P_POSTED:
+        return None  # a posted transfer: the point-to-point schedule's (p2p_schedule), never compared
     if event.kind in POINT_TO_POINT:
         return "p2p"
     if event.kind is EventKind.REMOTE:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from collcheck.static.collectives import CollectiveEvents
-from collcheck.static.program import CommEvent, EventKind
+from collcheck.static.program import CommEvent, EventKind, Posting
 from collcheck.static.state import State
 from collcheck.static.symbolic import (
     MEMBER,
@@ -102,3 +102,26 @@ def test_no_event_is_recorded_while_only_values_are_modelled(events: CollectiveE
     finally:
         events.record_events = True
     assert state.events == () and value is not None
+
+
+def test_non_blocking_calls_are_posted_transfers_with_their_direction(events: CollectiveEvents) -> None:
+    posted, _ = communicate(events, "dist.isend(t, dst=dist.get_rank() + 1)")
+    assert (last(posted).kind, last(posted).posting) == (EventKind.P2P_POSTED, Posting.SEND)
+    assert last(posted).peer == BinOp("+", RANK, Const(1))
+    received, _ = communicate(events, "dist.irecv(t, 0)")
+    assert (last(received).posting, last(received).peer) == (Posting.RECV, Const(0))
+    batch, _ = communicate(events, "dist.batch_isend_irecv(ops)")
+    assert last(batch).posting is Posting.BATCH
+
+
+def test_a_p2p_op_prepares_a_transfer_in_the_direction_of_the_op_handed_to_it(
+    events: CollectiveEvents,
+) -> None:
+    sending, _ = communicate(events, "dist.P2POp(dist.isend, t, 3)")
+    assert (last(sending).posting, last(sending).peer) == (Posting.PREPARED_SEND, Const(3))
+    receiving, _ = communicate(events, "dist.P2POp(dist.irecv, t, peer=dist.get_rank() - 1)")
+    assert last(receiving).posting is Posting.PREPARED_RECV
+    unknown, _ = communicate(events, "dist.P2POp(chosen_op, t, 3)")
+    assert last(unknown).posting is Posting.PREPARED_UNKNOWN
+    in_group, _ = communicate(events, "dist.P2POp(dist.isend, t, group=g, group_peer=1)", {"g": CREATED})
+    assert last(in_group).group == CREATED and last(in_group).peer is not None
