@@ -676,7 +676,11 @@ def _with_defining_names(methods: list[MethodSpec], types: dict[str, str]) -> tu
 def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ())) -> Catalog:
     builder = _Builder()
     fingerprint, contents = _fingerprint(extra_paths, summaries)
-    for path, raw in contents:
+    summary_count = len(summaries[0]) + len(summaries[1])  # the first sources are the summaries
+    summarised: list[MethodSpec] = []  # their methods, looked up after the hand-written ones
+    for index, (path, raw) in enumerate(contents):
+        if index == summary_count:
+            summarised, builder.methods = builder.methods, []
         data = _read_toml(path, raw)
         try:
             _add_document(builder, data, path.name)
@@ -685,9 +689,15 @@ def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ()))
         except (TypeError, AttributeError) as error:
             raise CatalogError(f"catalog {path}: malformed entry ({error})") from error
     tables = builder.tables
+    # A call matches the first method entry that fits (`Catalog.method_specs`): a hand-written
+    # entry wins over a summarised one of the same method and receiver, as for functions, whose
+    # later definition wins.
+    if len(contents) <= summary_count:
+        summarised, builder.methods = builder.methods, []
+    methods = [*builder.methods, *summarised]
     return Catalog(
         functions=builder.functions,
-        methods=_with_defining_names(builder.methods, tables.get("types", {})),
+        methods=_with_defining_names(methods, tables.get("types", {})),
         rank_functions=tables.get("rank_functions", {}),
         rank_methods=tables.get("rank_methods", {}),
         rank_env=tables.get("rank_env", {}),
