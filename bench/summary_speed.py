@@ -97,12 +97,12 @@ def warm(rounds: int, baseline: Path | None) -> None:
             (project / "torch_edited.py").write_text(TORCH_ONLY, encoding="utf-8")
             env = _environment(base / f"cache{len(runs)}", checkout)
             check = [sys.executable, "-m", "collcheck", "check"]
-            edited = project / "torch_edited.py"
+            edited_file = project / "torch_edited.py"
             runs[f"{prefix}plain"] = ([*check, "train.py"], env, project, None)
             runs[f"{prefix}--python"] = ([*check, "train.py", "--python", str(python)], env, project, None)
             runs[f"{prefix}bundled"] = ([*check, "frameworks.py"], env, project, None)
             runs[f"{prefix}torch"] = ([*check, "torch_only.py"], env, project, None)
-            runs[f"{prefix}torch-edited"] = ([*check, "torch_edited.py"], env, project, edited)
+            runs[f"{prefix}torch-edited"] = ([*check, "torch_edited.py"], env, project, edited_file)
         for command, env, project, _ in runs.values():
             _run(command, env, project)  # fill the caches
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
