@@ -676,11 +676,9 @@ def _with_defining_names(methods: list[MethodSpec], types: dict[str, str]) -> tu
 def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ())) -> Catalog:
     builder = _Builder()
     fingerprint, contents = _fingerprint(extra_paths, summaries)
-    summary_count = len(summaries[0]) + len(summaries[1])  # the first sources are the summaries
-    summarised: list[MethodSpec] = []  # their methods, looked up after the hand-written ones
+    summary_count, split = len(summaries[0]) + len(summaries[1]), 0  # the summaries come first
     for index, (path, raw) in enumerate(contents):
-        if index == summary_count:
-            summarised, builder.methods = builder.methods, []
+        split = len(builder.methods) if index == summary_count else split
         data = _read_toml(path, raw)
         try:
             _add_document(builder, data, path.name)
@@ -689,12 +687,9 @@ def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ()))
         except (TypeError, AttributeError) as error:
             raise CatalogError(f"catalog {path}: malformed entry ({error})") from error
     tables = builder.tables
-    # A call matches the first method entry that fits (`Catalog.method_specs`): a hand-written
-    # entry wins over a summarised one of the same method and receiver, as for functions, whose
-    # later definition wins.
-    if len(contents) <= summary_count:
-        summarised, builder.methods = builder.methods, []
-    methods = [*builder.methods, *summarised]
+    # A call matches the first method entry that fits (`Catalog.method_specs`): the hand-written
+    # ones first, so they win over summarised ones as a hand-written function does (read later).
+    methods = [*builder.methods[split:], *builder.methods[:split]]
     return Catalog(
         functions=builder.functions,
         methods=_with_defining_names(methods, tables.get("types", {})),
