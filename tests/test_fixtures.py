@@ -79,16 +79,6 @@ KNOWN_GAPS: dict[str, str] = {
         "the `break` depends on per-rank allocator state (token_pool.available_size()), which is not a "
         "per-process value source to collcheck, so the per-request all_reduce count is not seen to differ"
     ),
-    "reports/reduce_loss_then_best_save_bug.py": (
-        "the FSDP state_dict gather inside the save: FSDP1's state_dict() is catalogued by hand "
-        "(rules/torch_wrappers.toml, for a FullyShardedDataParallel receiver; found where the model is "
-        "wrapped in the function), but `model` here is a parameter of unknown class, used only for "
-        "state_dict() (a Module's) and handed to FSDP.state_dict_type, which no rule reads as a type; "
-        "torch's bundled summary does not add it (FSDP registers its state-dict hooks from another file by "
-        "reflection, `getattr(state, name)(hook)` in a loop, and dispatches on the state-dict type through "
-        "a dict of functions); the save decision on the loss after dist.reduce(dst=0) is rank-dependent (a "
-        "dist.barrier() there is found: fixtures/semantics/dataflow/reduce_to_root_decision_bug.py)"
-    ),
     "reports/torchmetrics_compute_local_rank0_bug.py": (
         "torchmetrics Metric.compute() (a cross-process state sync) is rebound in Metric.__init__ "
         "(self.compute = self._wrap_compute(self.compute)); a checked file's own rebound methods now run "
