@@ -10,6 +10,11 @@ newest bundled one when the package is not installed (docs/summaries.md). To fol
 change its pin and run this once. Only facts are committed (names, ops, parameters), no code of
 the packages. `pip download` of a release with only an sdist (deepspeed) prepares its metadata
 with the package's build backend: run this in a throwaway environment.
+
+torch is pinned too, but read from the site-packages of the interpreter that runs this script
+instead of downloaded (its wheel is 800 MB of which the `.py` files are a small part, and its CPU
+and CUDA builds share them): install the pinned release there (`2.13.0+cpu` is `2.13.0`) and run
+`python bench/bundled_summaries.py --packages torch`; another installed version is refused.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import time
 import zipfile
@@ -27,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from collcheck.bundled_summaries import BUNDLED_SUMMARIES, bundled_summary_name  # noqa: E402
 from collcheck.config import Settings  # noqa: E402
-from collcheck.package_summaries import make_summary  # noqa: E402
+from collcheck.package_summaries import installed_version, make_summary  # noqa: E402
 from collcheck.summarize import package_modules  # noqa: E402
 from collcheck.summary_toml import dumps  # noqa: E402
 
@@ -44,7 +50,13 @@ PINS = (
     ("verl", "0.9.1", "verl"),
     ("vllm", "0.34.0", "vllm"),
     ("sglang", "0.5.23", "sglang"),
+    ("torch", "2.13.0", "torch"),
 )
+# Read from the installed tree rather than downloaded (the docstring says why).
+FROM_INSTALLED = frozenset({"torch"})
+# Modules no user code calls into: torch's own test suites and their helpers (thousands of test
+# methods that would be most of its summary, and a third of the time to make it).
+LEFT_OUT = {"torch": ("torch.testing._internal",)}
 # Generous: a bundled summary is made once per release, and a package cut short is a worse summary.
 PACKAGE_SECONDS = 1800.0
 # Per file too: the run's 10 s wall-clock budget a file made a summary depend on the machine's load
@@ -76,6 +88,16 @@ def fetch(distribution: str, version: str, into: Path) -> Path:
     return children[0] if len(children) == 1 and children[0].is_dir() and "-" in children[0].name else target
 
 
+def installed_site(distribution: str, version: str, package: str) -> Path:
+    """The site-packages of this interpreter, when it installs the pinned release of `package`
+    (a local label, `+cpu`, aside)."""
+    site = sysconfig.get_paths()["purelib"]
+    found = installed_version(site, package)
+    if found is None or found.partition("+")[0] != version:
+        raise SystemExit(f"{distribution} {version} is pinned, {found or 'none'} is installed in {site}")
+    return Path(site)
+
+
 def _archives(download: Path, distribution: str, version: str) -> list[Path]:
     normalised = distribution.replace("-", "_").lower()
     if not download.is_dir():
@@ -105,6 +127,10 @@ def _plain_source(name: str) -> bool:
     return name.endswith(".py") and not path.is_absolute() and ".." not in path.parts
 
 
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -117,8 +143,12 @@ def main() -> None:
     for distribution, version, package in PINS:
         if wanted and distribution not in wanted:
             continue
-        site = fetch(distribution, version, args.into)
-        modules = package_modules(str(site), package)
+        if distribution in FROM_INSTALLED:
+            site = installed_site(distribution, version, package)
+        else:
+            site = fetch(distribution, version, args.into)
+        left_out = LEFT_OUT.get(distribution, ())
+        modules = [m for m in package_modules(str(site), package) if not any(_within(m, p) for p in left_out)]
         started, cpu = time.monotonic(), time.process_time()
         document = make_summary(
             str(site),

@@ -1,11 +1,14 @@
 """What summaries of installed packages cost (docs/summaries.md).
 
-python bench/summary_speed.py warm [--rounds 15]
+python bench/summary_speed.py warm [--rounds 15] [--baseline CHECKOUT]
     A one-file check on a warm cache, plain, with `--python` naming a virtualenv that
-    holds an in-house package (made under a temporary folder, like the tests'), and of a file
+    holds an in-house package (made under a temporary folder, like the tests'), of a file
     that imports four frameworks with bundled summaries (no environment: read from
-    rules/summaries/), in interleaved rounds: wall and CPU milliseconds of each command
-    (fresh processes).
+    rules/summaries/), and of a file that imports torch only (`torch`; `torch-edited`: the same
+    file edited before each run, so it is analysed and the catalogs, summaries included, are
+    parsed: pre-commit's staged file), in interleaved rounds: wall and CPU milliseconds of each
+    command (fresh processes). `--baseline`: every command also runs the collcheck of another
+    checkout (its own cache), in the same rounds, for a before/after on one machine's load.
 python bench/summary_speed.py cold PACKAGE_FOLDER...
     `collcheck summarize FOLDER` from scratch (a fresh user cache): wall and CPU seconds.
 python bench/summary_speed.py download REQUIREMENT... --into DIR
@@ -44,8 +47,8 @@ def _run(command: list[str], env: dict[str, str], cwd: Path | None = None) -> tu
     return wall, cpu
 
 
-def _environment(cache: Path) -> dict[str, str]:
-    env = dict(os.environ, XDG_CACHE_HOME=str(cache), PYTHONPATH=str(ROOT))
+def _environment(cache: Path, checkout: Path = ROOT) -> dict[str, str]:
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache), PYTHONPATH=str(checkout))
     env.pop("VIRTUAL_ENV", None)
     return env
 
@@ -65,34 +68,53 @@ def step(tensor):
         dist.barrier()  # expect: CC001
 """
 
+# The common case: a file that imports torch and no other framework (the torch summary is read).
+TORCH_ONLY = """
+import torch
+import torch.distributed as dist
 
-def warm(rounds: int) -> None:
+
+def step(tensor):
+    if dist.get_rank() == 0:
+        dist.barrier()  # expect: CC001
+"""
+
+
+def warm(rounds: int, baseline: Path | None) -> None:
     from test_package_summaries import BUG, make_venv
 
     with tempfile.TemporaryDirectory() as folder:
         base = Path(folder)
         python = make_venv(base / "env")
-        project = base / "project"
-        project.mkdir()
-        (project / "train.py").write_text(BUG, encoding="utf-8")
-        (project / "frameworks.py").write_text(FRAMEWORKS, encoding="utf-8")
-        env = _environment(base / "cache")
-        check = [sys.executable, "-m", "collcheck", "check", "train.py"]
-        commands = {
-            "plain": check,
-            "--python": [*check, "--python", str(python)],
-            "bundled": [sys.executable, "-m", "collcheck", "check", "frameworks.py"],
-        }
-        for command in commands.values():
+        checkouts = {"": ROOT, **({"baseline ": baseline} if baseline is not None else {})}
+        runs: dict[str, tuple[list[str], dict[str, str], Path, Path | None]] = {}
+        for prefix, checkout in checkouts.items():
+            project = base / f"project{len(runs)}"
+            project.mkdir()
+            (project / "train.py").write_text(BUG, encoding="utf-8")
+            (project / "frameworks.py").write_text(FRAMEWORKS, encoding="utf-8")
+            (project / "torch_only.py").write_text(TORCH_ONLY, encoding="utf-8")
+            (project / "torch_edited.py").write_text(TORCH_ONLY, encoding="utf-8")
+            env = _environment(base / f"cache{len(runs)}", checkout)
+            check = [sys.executable, "-m", "collcheck", "check"]
+            edited_file = project / "torch_edited.py"
+            runs[f"{prefix}plain"] = ([*check, "train.py"], env, project, None)
+            runs[f"{prefix}--python"] = ([*check, "train.py", "--python", str(python)], env, project, None)
+            runs[f"{prefix}bundled"] = ([*check, "frameworks.py"], env, project, None)
+            runs[f"{prefix}torch"] = ([*check, "torch_only.py"], env, project, None)
+            runs[f"{prefix}torch-edited"] = ([*check, "torch_edited.py"], env, project, edited_file)
+        for command, env, project, _ in runs.values():
             _run(command, env, project)  # fill the caches
-        times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
-        for _ in range(rounds):
-            for name, command in commands.items():
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+        for round_number in range(rounds):
+            for name, (command, env, project, edited) in runs.items():
+                if edited is not None:  # a new result to compute: the file is analysed
+                    edited.write_text(f"{TORCH_ONLY}# edit {round_number}\n", encoding="utf-8")
                 times[name].append(_run(command, env, project))
         for name, measured in times.items():
             wall = statistics.median(w for w, _ in measured) * 1000
             cpu = statistics.median(c for _, c in measured) * 1000
-            print(f"{name:>9}: median wall {wall:.1f} ms, median CPU {cpu:.1f} ms ({rounds} runs)")
+            print(f"{name:>22}: median wall {wall:.1f} ms, median CPU {cpu:.1f} ms ({rounds} runs)")
 
 
 def cold(folders: list[str]) -> None:
@@ -146,6 +168,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="mode", required=True)
     warm_parser = sub.add_parser("warm")
     warm_parser.add_argument("--rounds", type=int, default=15)
+    warm_parser.add_argument("--baseline", type=Path, help="another checkout, measured alike")
     cold_parser = sub.add_parser("cold")
     cold_parser.add_argument("folders", nargs="+")
     download_parser = sub.add_parser("download")
@@ -153,7 +176,7 @@ def main() -> None:
     download_parser.add_argument("--into", type=Path, required=True)
     args = parser.parse_args()
     if args.mode == "warm":
-        warm(args.rounds)
+        warm(args.rounds, args.baseline)
     elif args.mode == "cold":
         cold(args.folders)
     else:

@@ -82,11 +82,18 @@ def bundled_summary_name(package: str, version: str) -> str:
     return f"{package}-{version}.toml"
 
 
-def bundled_summary(package: str, version: str | None) -> str | None:
-    """The summary shipped with collcheck for this exact version (`bench/bundled_summaries.py`)."""
+def bundled_summary(package: str, version: str | None) -> tuple[str, str] | None:
+    """(file name, TOML text) of the summary shipped with collcheck for this version
+    (`bench/bundled_summaries.py`): the exact version's, else its public release's (`2.13.0` for
+    an installed `2.13.0+cpu`: a local label names a build of the same source, torch's CPU or
+    CUDA wheels)."""
     if version is None:
         return None
-    return _read(bundled_summary_name(package, version))
+    for release in dict.fromkeys((version, version.partition("+")[0])):
+        text = _read(bundled_summary_name(package, release)) if release else None
+        if text is not None:
+            return bundled_summary_name(package, release), text
+    return None
 
 
 @cache

@@ -684,7 +684,9 @@ def _with_defining_names(methods: list[MethodSpec], types: dict[str, str]) -> tu
 def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ())) -> Catalog:
     builder = _Builder()
     fingerprint, contents = _fingerprint(extra_paths, summaries)
-    for path, raw in contents:
+    summary_count, split = len(summaries[0]) + len(summaries[1]), 0  # the summaries come first
+    for index, (path, raw) in enumerate(contents):
+        split = len(builder.methods) if index == summary_count else split
         data = _read_toml(path, raw)
         try:
             _add_document(builder, data, path.name)
@@ -693,9 +695,12 @@ def _load_catalog(extra_paths: tuple[str, ...], summaries: Summaries = ((), ()))
         except (TypeError, AttributeError) as error:
             raise CatalogError(f"catalog {path}: malformed entry ({error})") from error
     tables = builder.tables
+    # A call matches the first method entry that fits (`Catalog.method_specs`): the hand-written
+    # ones first, so they win over summarised ones as a hand-written function does (read later).
+    methods = [*builder.methods[split:], *builder.methods[:split]]
     return Catalog(
         functions=builder.functions,
-        methods=_with_defining_names(builder.methods, tables.get("types", {})),
+        methods=_with_defining_names(methods, tables.get("types", {})),
         rank_functions=tables.get("rank_functions", {}),
         rank_methods=tables.get("rank_methods", {}),
         rank_env=tables.get("rank_env", {}),

@@ -33,7 +33,6 @@ from typing import Any
 from collcheck import __version__
 from collcheck.bundled_summaries import (
     bundled_summary,
-    bundled_summary_name,
     newest_bundled_summary,
     project_owns,
 )
@@ -96,7 +95,7 @@ def summaries_for(
             version = installed_version(site, package)
             bundled = bundled_summary(package, version)
             if bundled is not None:
-                documents.append((bundled_summary_name(package, version or ""), bundled))
+                documents.append(bundled)
                 continue
             if package in covered:
                 continue

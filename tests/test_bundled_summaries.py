@@ -15,6 +15,7 @@ from collcheck.bundled_summaries import (
     BUNDLED_SUMMARIES,
     bundled_packages_imported,
     bundled_releases,
+    bundled_summary,
     with_bundled_summaries,
 )
 from collcheck.catalog import CatalogError, load_catalog
@@ -54,7 +55,15 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_every_pinned_framework_has_one_bundled_release() -> None:
     releases = bundled_releases()
-    for package in ("deepspeed", "megatron", "accelerate", "transformers", "lightning", "torchmetrics"):
+    for package in (
+        "deepspeed",
+        "megatron",
+        "accelerate",
+        "transformers",
+        "lightning",
+        "torchmetrics",
+        "torch",
+    ):
         assert package in releases, package
         assert len(list(BUNDLED_SUMMARIES.glob(f"{package}-*.toml"))) == 1, package
     load_catalog(summaries=sorted(BUNDLED_SUMMARIES.glob("*.toml")))  # every one reads back
@@ -68,10 +77,16 @@ def test_a_framework_not_installed_is_read_from_its_bundled_summary(isolated: Pa
 def test_the_frameworks_own_source_is_checked_without_its_summary(isolated: Path) -> None:
     own = _write(isolated / "deepspeed" / "runtime" / "step.py", DEEPSPEED_HELPER)
     settings = with_bundled_summaries(Settings(), None, [own])
-    assert settings.summary_documents == ()
+    assert [name.split("-")[0] for name, _ in settings.summary_documents] == ["torch"]  # not its own
+    torch_own = _write(isolated / "torch" / "distributed" / "step.py", DEEPSPEED_HELPER)
+    assert [
+        name.split("-")[0]
+        for name, _ in with_bundled_summaries(Settings(), None, [torch_own]).summary_documents
+    ] == ["deepspeed"]
     other = _write(isolated / "project" / "step.py", DEEPSPEED_HELPER)
     names = [name for name, _ in with_bundled_summaries(Settings(), None, [other]).summary_documents]
-    assert names == [f"deepspeed-{bundled_releases()['deepspeed']}.toml"]
+    releases = bundled_releases()
+    assert names == [f"deepspeed-{releases['deepspeed']}.toml", f"torch-{releases['torch']}.toml"]
 
 
 def test_files_that_import_no_framework_read_nothing(isolated: Path) -> None:
@@ -133,7 +148,7 @@ def test_a_warm_run_stats_the_files_instead_of_reading_them(
     settings = Settings(cache_dir=str(isolated / "project-cache"))
     source = _write(isolated / "project" / "step.py", DEEPSPEED_HELPER)
     first = with_bundled_summaries(settings, None, [source]).summary_documents
-    assert [name.split("-")[0] for name, _ in first] == ["deepspeed"]
+    assert [name.split("-")[0] for name, _ in first] == ["deepspeed", "torch"]
 
     original = bundled.read_regular_file
 
@@ -294,3 +309,35 @@ def test_regenerating_a_group_filled_by_a_getter_keeps_the_methods(tmp_path: Pat
         assert methods[(channel, name)]["default_group"] == f"{channel}.pg"
     assert methods[("relaylib.local.Pool", "total")]["default_group"] == "relaylib.local.Pool._pg"
     assert ("relaylib.local.Handed", "total") not in methods
+
+
+def test_a_hand_written_method_wins_over_a_summarised_one(tmp_path: Path) -> None:
+    """A call matches the first method entry that fits: the hand-written one, whatever the order
+    of the sources (summaries are read first), as a hand-written function wins by its name."""
+    summarised = _write(
+        tmp_path / "lib.summary.toml",
+        '[[method]]\nop = "all_gather"\nmethod = "sync"\nreceiver = ["lib.Engine"]\nparams = []\n'
+        '[[method]]\nop = "barrier"\nmethod = "flush"\nreceiver = ["lib.Engine"]\nparams = []\n'
+        '[[op]]\nop = "all_gather"\nnames = ["lib.f"]\nparams = []\n',
+    )
+    written = _write(
+        tmp_path / "lib.toml",
+        '[[method]]\nop = "all_reduce"\nmethod = "sync"\nreceiver = ["lib.Engine"]\nparams = []\n'
+        '[[op]]\nop = "all_reduce"\nnames = ["lib.f"]\nparams = []\n',
+    )
+    catalog = load_catalog([written], summaries=[summarised])
+    assert [m.spec.op for m in catalog.method_specs("sync")] == ["all_reduce", "all_gather"]
+    assert [m.spec.op for m in catalog.method_specs("flush")] == ["barrier"]  # nothing hides it
+    assert catalog.functions["lib.f"].op == "all_reduce"
+    alone = load_catalog(summaries=[summarised])  # no user catalog: the bundled ones come after
+    assert [m.spec.op for m in alone.method_specs("sync")] == ["all_gather"]
+
+
+def test_an_installed_build_of_a_pinned_release_reads_its_summary() -> None:
+    """`2.13.0+cpu` (a local label: torch's CPU wheel) is the source of the pinned `2.13.0`."""
+    release = bundled_releases()["torch"]
+    assert bundled_summary("torch", f"{release}+cpu") == bundled_summary("torch", release)
+    found = bundled_summary("torch", f"{release}+cu128")
+    assert found is not None and found[0] == f"torch-{release}.toml"
+    assert bundled_summary("torch", "0.0.1+cpu") is None
+    assert bundled_summary("torch", None) is None

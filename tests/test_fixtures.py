@@ -50,13 +50,14 @@ KNOWN_GAPS: dict[str, str] = {
         "shapes that agree); a count put in a tensor and all-reduced is (local_data.py)"
     ),
     "reports/dtensor_full_tensor_rank0_bug.py": (
-        "DTensor.full_tensor() (an all-gather over the DTensor's mesh) is not catalogued, and torch has no "
-        "summary (torch is catalogued by hand; no bundled torch summary): its source reaches the all-gather "
-        "through Redistribute.apply (autograd Functions of the file now run their forward, "
-        "autograd_functions.py), then a loop over transform steps dispatching on placement objects "
-        "(`current.is_shard()`, `placement._to_replicate_tensor`) into funcol, which a summary leaves out "
-        "(collectives in loops, receivers' classes chosen at run time); a dist.barrier() under the same "
-        "rank-0 guard is found"
+        "DTensor.full_tensor() (an all-gather over the DTensor's mesh) is not catalogued, and torch's "
+        "bundled summary (rules/summaries/torch-2.13.0.toml, made from its source) leaves it out: it "
+        "reaches the all-gather through Redistribute.apply (autograd Functions' forwards are followed) only"
+        " when the placements differ (a value of the tensor, no configuration a `when` can name), inside a "
+        "loop over transform steps (a summary leaves collectives in loops out), through placement objects "
+        "whose class is chosen at run time (`current.is_shard()`, then `current._to_replicate_tensor`, into"
+        " funcol); and an entry would still need `param` (a value of `state_dict().items()`) to be known as"
+        " a DTensor; a dist.barrier() under the same rank-0 guard is found"
     ),
     "reports/hf_trainer_save_model_fsdp_main_bug.py": (
         "transformers Trainer.save_model gathers only under FSDP / DeepSpeed ZeRO-3 (`self.is_fsdp_enabled`, "
@@ -69,15 +70,6 @@ KNOWN_GAPS: dict[str, str] = {
     "reports/prefetch_check_break_on_full_batch_bug.py": (
         "the `break` depends on per-rank allocator state (token_pool.available_size()), which is not a "
         "per-process value source to collcheck, so the per-request all_reduce count is not seen to differ"
-    ),
-    "reports/reduce_loss_then_best_save_bug.py": (
-        "the FSDP state_dict gather inside the save (FSDP.state_dict_type with FULL_STATE_DICT, then "
-        "model.state_dict()) is not catalogued and torch has no summary; hooks a class registers run "
-        "around state_dict() (module_hooks.py), but FSDP registers them from another file by reflection "
-        "(_state_dict_utils: `getattr(state, name)(hook)` in a loop over (name, hook) pairs), and its hook "
-        "dispatches on the state-dict type through a dict of functions down to FlatParamHandle.unshard; the "
-        "save decision on the loss after dist.reduce(dst=0) is rank-dependent (a dist.barrier() there is "
-        "found: fixtures/semantics/dataflow/reduce_to_root_decision_bug.py)"
     ),
     "reports/torchmetrics_compute_local_rank0_bug.py": (
         "torchmetrics Metric.compute() (a cross-process state sync) is rebound in Metric.__init__ "
