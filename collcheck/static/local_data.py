@@ -64,6 +64,9 @@ HOST_TENSORS = frozenset(
     | {"torch.FloatTensor", "torch.DoubleTensor", "torch.BoolTensor", "torch.cuda.LongTensor"}
 )
 
+# Tensors that may share the memory of the array they are built from (no copy on the CPU).
+ALIASING_TENSORS = frozenset({"torch.as_tensor", "torch.from_numpy", "torch.asarray"})
+
 # Methods whose result carries the receiver's contents (`t.float()`, `x.to(device)`).
 CARRYING_METHODS = VALUE_METHODS | frozenset(
     {"to", "view", "reshape", "flatten", "contiguous", "unsqueeze", "squeeze", "size", "__len__", "numel"}
@@ -88,8 +91,9 @@ OpSpecOf = Callable[[ast.Call, FunctionNode], OpSpec | None]  # the op of a call
 Evidence = tuple[str, int, frozenset[int]]  # how a value is combined, the line of that call, by which
 # A name of this rank's data that a call hands a combining collective: how it is combined, whether
 # it is a tensor operand named whole (then only the host values it was built from are evidence),
-# whether it is all that flows into its element, the lines of the collectives that combine it.
-Seed = tuple[str, str, bool, bool, frozenset[int]]
+# whether it is all that flows into its element, the lines of the collectives that combine it,
+# whether it names the very object the collective received (`held`), not a value a copy was built from.
+Seed = tuple[str, str, bool, bool, frozenset[int], bool]
 HelperOf = Callable[[ast.Call, FunctionNode], FunctionNode | None]
 NameOf = Callable[[ast.expr], str | None]
 SpecOf = Callable[[ast.Call], OpSpec | None]  # the catalogued op a call issues, if any
@@ -127,6 +131,10 @@ class LocalData:
         # (function, name) whose value alone is what is combined (or computed into it), not one of
         # several inputs: only those make a parameter this rank's own (`parameter_paths`)
         self._direct: set[tuple[FunctionNode, str]] = set()
+        # (function, name) bound to the very object a collective received (`all_gather_object(out,
+        # mine)`, or a helper's parameter that is), not a value a tensor was built from (`count` of
+        # `torch.tensor([count])`): only those are agreed on after the call (`combined_at`)
+        self._held: set[tuple[FunctionNode, str]] = set()
 
     def names(self, function: FunctionNode) -> frozenset[str]:
         found = self._names.get(function)
@@ -142,16 +150,23 @@ class LocalData:
 
     def combined_at(self, function: FunctionNode, line: int) -> tuple[str, ...]:
         """The names whose evidence is the call at `line` of `function` (its first combining
-        call): after it, the ranks have exchanged them."""
+        call) and that hold the object it received: after it, a decision on them is taken knowing
+        the others' (`all(f == mine for f in gathered)`). A local value a copy was built from
+        (`count` of `torch.tensor([count])`, `len(batch)`) is still this rank's own after it."""
         by_line = self._by_line.get(function)
         if by_line is None:
             grouped: dict[int, list[str]] = {}
             for name in sorted(self.names(function)):
                 evidence = self.evidence.get((function, name))
-                if evidence is not None:
+                if evidence is not None and self.held(function, name):
                     grouped.setdefault(evidence[1], []).append(name)
             by_line = self._by_line[function] = {at: tuple(names) for at, names in grouped.items()}
         return by_line.get(line, ())
+
+    def held(self, function: FunctionNode, name: str) -> bool:
+        """`name` is bound to the very object the collective that combines it received (see
+        `combined_at`), not a value a copy was built from."""
+        return (function, name) in self._held
 
     def reached_from(self, function: FunctionNode, statement: ast.stmt, line: int) -> bool:
         """Every run of `statement` (an assignment, or a `for` binding its target) goes on to the
@@ -325,12 +340,14 @@ class LocalData:
         assignments: list[tuple[frozenset[str], ast.expr, int]] = []
         for node in nodes_under(function):
             if isinstance(node, ast.Call):
-                for name, how, operand, direct, by in self._seeds(node, function):
+                for name, how, operand, direct, by, held in self._seeds(node, function):
                     if operand:
                         tensors.setdefault(name, (how, node.lineno, by))
                         continue
                     if direct:
                         self._direct.add((function, name))
+                    if held and (function, name) not in self.evidence:
+                        self._held.add((function, name))
                     if name not in found:
                         found.add(name)
                         self.evidence.setdefault((function, name), (how, node.lineno, by))
@@ -351,12 +368,17 @@ class LocalData:
                 how, at, by = tensors[name]
                 if line < at and self._host_tensor(value):
                     assert isinstance(value, ast.Call)
+                    aliased = _held_names(value.args[0]) if self._aliasing(value) else frozenset()
                     for built, direct in self._host_sources(value, function):
+                        if built in aliased and (function, built) not in self.evidence:
+                            self._held.add((function, built))
                         found.add(built)
                         self.evidence.setdefault((function, built), (how, at, by))
                         self._direct.update([(function, built)] if direct else [])
                 elif line < at and _data_sized(value, masks):  # its length is what this rank selected
                     found.add(name)
+                    if (function, name) not in self.evidence:
+                        self._held.add((function, name))  # the tensor handed to the collective itself
                     self.evidence.setdefault((function, name), (how, at, by))
                     self._direct.add((function, name))
         changed = True
@@ -371,7 +393,13 @@ class LocalData:
                 fed = computed - found
                 single = len(computed) == 1 and _plain(value)
                 single = single and any((function, n) in self._direct for n in stored & found)
+                # `mine = flag`: both names are bound to the object received
+                alias = _bound_name(value) is not None and any(
+                    (function, n) in self._held for n in stored & found
+                )
                 for name in fed:
+                    if alias and (function, name) not in self.evidence:
+                        self._held.add((function, name))
                     self.evidence.setdefault((function, name), origin)
                     self._direct.update([(function, name)] if single else [])
                 if fed:
@@ -414,12 +442,15 @@ class LocalData:
             seeds: list[Seed] = []
             for node in (operand_argument(call, spec, name) for name in spec.operands):
                 if spec.op in OBJECT_OPS and node is not None:
-                    seeds += [(n, how, False, direct, by) for n, direct in self._sources(node)]
+                    held = _held_names(node)
+                    seeds += [(n, how, False, direct, by, n in held) for n, direct in self._sources(node)]
                 elif isinstance(node, ast.Name):
-                    seeds.append((node.id, how, True, True, by))
+                    seeds.append((node.id, how, True, True, by, True))
                 elif node is not None and self._host_tensor(node):
                     assert isinstance(node, ast.Call)
-                    seeds += [(n, how, False, direct, by) for n, direct in self._host_sources(node, function)]
+                    held = _held_names(node.args[0]) if self._aliasing(node) else frozenset()
+                    sources = self._host_sources(node, function)
+                    seeds += [(n, how, False, direct, by, n in held) for n, direct in sources]
             return seeds
         helper = self._helper(call, function)
         if helper is None or helper is function:
@@ -445,13 +476,20 @@ class LocalData:
             if argument is None:
                 continue
             by = self.evidence[(helper, path)][2]
+            kept = (helper, path) in self._held  # the helper's collective receives the object itself
             if not rest:  # the argument's value, whatever it was computed from
-                found += [(n, how, False, direct, by) for n, direct in self._sources(argument)]
+                held = _held_names(argument) if kept else frozenset()
+                found += [(n, how, False, direct, by, n in held) for n, direct in self._sources(argument)]
                 continue
             holder = dotted(argument)  # `p.total` of the callee: the same attribute of what was passed
             if holder is not None:
-                found.append((".".join([*holder, rest]), how, False, True, by))
+                found.append((".".join([*holder, rest]), how, False, True, by, kept))
         return found
+
+    def _aliasing(self, tensor: ast.Call) -> bool:
+        """`torch.as_tensor(arr)`, `torch.from_numpy(arr)`: the tensor may share the array's
+        memory, so an all-reduce of it changes the array too."""
+        return self._called_name(tensor.func) in ALIASING_TENSORS and bool(tensor.args)
 
 
 def _enclosing_statements(function: FunctionNode) -> list[tuple[int, frozenset[int]]]:
@@ -492,6 +530,20 @@ def _last_name(node: ast.AST) -> str:
     """The last name of what a call calls (`all_reduce` of `dist.all_reduce(t)`); "" for no call."""
     func = node.func if isinstance(node, ast.Call) else None
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _bound_name(value: ast.expr) -> str | None:
+    """The variable or attribute path `value` is, when it is one (`flag`, `self.staged`)."""
+    path = dotted(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
+    return ".".join(path) if path is not None else None
+
+
+def _held_names(node: ast.expr) -> frozenset[str]:
+    """The names bound to `node` itself or to an item of the literal list or tuple it is
+    (`mine`, `(count, flag)`): objects a collective handed `node` receives as they are."""
+    parts = node.elts if isinstance(node, SEQUENCES) else [node]
+    names = (_bound_name(part.value if isinstance(part, ast.Starred) else part) for part in parts)
+    return frozenset(name for name in names if name is not None)
 
 
 def _bound_value(statement: ast.stmt) -> ast.expr | None:

@@ -105,6 +105,17 @@ class EntryData:
                 state.env.update({key: substitute(value, mapping) for key, value in state.env.items()})
 
 
+def made_on_every_path(function: FunctionNode, line: int) -> bool:
+    """The call at `line` is in a simple statement of `function`'s own body (no `if`, loop,
+    `with`, `try` or `match` around it: a compound statement is one with a body): every run past
+    that statement made it."""
+    return any(
+        not (hasattr(statement, "body") or hasattr(statement, "cases"))
+        and statement.lineno <= line <= (statement.end_lineno or statement.lineno)
+        for statement in function.body
+    )
+
+
 def _nothing_trained(_function: FunctionNode) -> frozenset[str]:
     return frozenset()
 
@@ -142,5 +153,8 @@ def mark_entry(data: LocalData, function: FunctionNode, env: dict[str, Expr]) ->
         evidence = data.evidence[(function, path)]
         why = f"{OWN_DATA}, {evidence[0]}"
         env[path] = Atom(f"{path}@entry:{function.lineno}", "nondet", why=why, combined_by=evidence[2])
-        pending.append((line, why))
+        if data.held(function, path) or not made_on_every_path(function, line):
+            # what the collective received is agreed on after it (`mark_combined`); data combined
+            # on some paths only needs no agreeing on the others. A copy's source stays own.
+            pending.append((line, why))
     return EntryData(function, pending) if pending else None
