@@ -53,11 +53,13 @@ KNOWN_GAPS: dict[str, str] = {
         "launch config)"
     ),
     "reports/dp_idle_rank_skips_moe_forward_bug.py": (
-        "`batch is None` is per-rank scheduler state; the only evidence in the code is that the "
-        "activations computed from the batch go through all_to_all_single, and a tensor exchanged "
-        "whole is not taken as evidence of per-rank data (model activations and gradients are what "
-        "collectives are for: taking them as evidence reported 20 new findings on vllm, mostly on "
-        "shapes that agree); a count put in a tensor and all-reduced is (local_data.py)"
+        "`batch is None` is per-rank scheduler state, but the file holds no sound evidence of it: the "
+        "only signal is that activations computed from the batch go through all_to_all_single, and a "
+        "tensor exchanged whole is not taken as evidence of per-rank data (taking it reported 20 new "
+        "findings on vllm; narrowed to a None-test of its source it is still unsound: under Ulysses "
+        "sequence parallelism every rank of the all_to_all group holds the same batch, so its None-ness "
+        "agrees). The sound evidence, an idle-rank path issuing the same collectives with a dummy batch "
+        "or a count of the batch combined across ranks, is in the fixed twin only (it is the fix)"
     ),
     "reports/dtensor_full_tensor_rank0_bug.py": (
         "DTensor.full_tensor() (an all-gather over the DTensor's mesh) is not catalogued, and torch has no "
@@ -75,8 +77,13 @@ KNOWN_GAPS: dict[str, str] = {
         "a condition; the RANK-env guard itself is understood"
     ),
     "reports/prefetch_check_break_on_full_batch_bug.py": (
-        "the `break` depends on per-rank allocator state (token_pool.available_size()), which is not a "
-        "per-process value source to collcheck, so the per-request all_reduce count is not seen to differ"
+        "the `break` depends on per-rank allocator state (token_pool.available_size()), but nothing in "
+        "the file says so: the per-request all_reduce combines another value (the request's prefetch "
+        "flag), and no result of the pool's methods, nor a value of its kind, is handed to a combining "
+        "collective here (a search of sglang 0.5.23 found no `available_size()` result put in a tensor or "
+        "gathered either); taking an unknown method's result on an "
+        "object attribute as per-rank without such evidence would make every capacity or configuration "
+        "read per-rank"
     ),
     "reports/reduce_loss_then_best_save_bug.py": (
         "the FSDP state_dict gather inside the save (FSDP.state_dict_type with FULL_STATE_DICT, then "

@@ -153,3 +153,47 @@ def test_evidence_keeps_the_lines_of_the_collectives_that_combine() -> None:
     assert "n" in data.names(agree) and "count" in data.names(f)
     assert data.evidence[(agree, "n")][2] == frozenset({5})  # the all_reduce itself
     assert data.evidence[(f, "count")][1:] == (10, frozenset({5}))  # handed to `agree` at line 10
+
+
+def test_only_what_the_collective_received_is_agreed_after_it() -> None:
+    """`combined_at` names what the call received as it is (the object gathered, an array a tensor
+    views without a copy, a helper's parameter that is one), not what a copy was built from."""
+    functions = _functions(
+        """
+        def f(batch, flags, arr, rank, world):
+            count = len(batch)
+            totals = torch.tensor([count])
+            dist.all_reduce(totals)
+            mine = flags
+            out = [None] * world
+            dist.all_gather_object(out, (mine, rank))
+            votes = torch.as_tensor(arr)
+            dist.all_reduce(votes)
+            table = torch.zeros(world)
+            table[rank] = count
+            dist.all_reduce(table)
+
+        def gather(items):
+            out = [None] * dist.get_world_size()
+            dist.all_gather_object(out, items)
+            return out
+
+        def g(queue):
+            pending = queue.waiting
+            gather(pending)
+            gather(len(queue.done))
+        """
+    )
+    data = _data(functions)
+    f, g = functions["f"], functions["g"]
+    lines = {ast.unparse(c): c.lineno for c in ast.walk(f) if isinstance(c, ast.Call)}
+    assert data.combined_at(f, lines["dist.all_reduce(totals)"]) == ()  # `count`, `batch`: copies
+    assert set(data.combined_at(f, lines["dist.all_gather_object(out, (mine, rank))"])) == {
+        "mine",
+        "flags",
+        "rank",
+    }
+    assert data.combined_at(f, lines["dist.all_reduce(votes)"]) == ("arr",)
+    assert {"count", "batch"} <= data.names(f) and not data.held(f, "count") and not data.held(f, "batch")
+    assert data.held(g, "pending") and data.held(g, "queue.waiting")
+    assert "queue.done" in data.names(g) and not data.held(g, "queue.done")

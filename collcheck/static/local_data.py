@@ -166,7 +166,7 @@ class LocalData:
     def held(self, function: FunctionNode, name: str) -> bool:
         """`name` is bound to the very object the collective that combines it received (see
         `combined_at`), not a value a copy was built from."""
-        return (function, name) in self._held
+        return name in self.names(function) and (function, name) in self._held
 
     def reached_from(self, function: FunctionNode, statement: ast.stmt, line: int) -> bool:
         """Every run of `statement` (an assignment, or a `for` binding its target) goes on to the

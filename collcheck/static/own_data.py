@@ -10,11 +10,14 @@ entries changed in place, a per-process (`nondet`) atom whose `why` begins with 
   attribute path (`batch`, `batch.num_tokens`, `self.pending`, `EntryData`): where nothing passes
   it, its value is the one this rank holds. A caller that passes it is judged on its own
   assignment, as the interpreter inlines the function there;
-- after the call that combines it, the value is the same on every rank (`mark_combined`), and
-  once the run of the function's body is past the statement that holds that call on every path
+- after the call that combines it, what that call received as it is (`all_gather_object(out,
+  mine)`: `mine`; `LocalData.held`) counts as the same on every rank (`mark_combined`: a decision
+  on it then is taken knowing the others'), and data combined on some paths only stops being own
+  once the run of the function's body is past the statement that holds that call
   (`EntryData.expire`), also where that call was not made (`if dp > 1: n = agree(n)`): the code
-  decided there that it needs no combining, and a decision taken after it is not the one reported
-  (a test of the data BEFORE the collective that combines it).
+  decided there that it needs no combining. A local value a COPY of which was combined (`count`
+  of `torch.tensor([count])`, a parameter whose length was reduced) stays this rank's own: only
+  the reduced tensor is agreed.
 """
 
 from __future__ import annotations
@@ -69,8 +72,9 @@ def mark_assigned(data: LocalData, target: ast.expr, state: State, frame: Frame,
 
 def mark_combined(data: LocalData, call: ast.Call, where: str, state: State, frame: Frame) -> None:
     """After the call (at `where`) that combines this rank's own data across ranks: a decision
-    taken on it from here on is taken knowing the others' (`all(f == mine for f in gathered)`), so
-    it is no longer reported as one on a per-process value."""
+    taken on what it received from here on is taken knowing the others' (`all(f == mine for f in
+    gathered)`), so it is no longer reported as one on a per-process value. What a copy was built
+    from is not named by `combined_at`, and stays own."""
     if not frame.stack:
         return
     for name in data.combined_at(frame.stack[-1], call.lineno):
