@@ -155,12 +155,14 @@ def test_evidence_keeps_the_lines_of_the_collectives_that_combine() -> None:
     assert data.evidence[(f, "count")][1:] == (10, frozenset({5}))  # handed to `agree` at line 10
 
 
-def test_only_what_the_collective_received_is_agreed_after_it() -> None:
-    """`combined_at` names what the call received as it is (the object gathered, an array a tensor
-    views without a copy, a helper's parameter that is one), not what a copy was built from."""
+def test_a_scalar_copied_into_a_combined_tensor_is_not_agreed_after_it() -> None:
+    """`combined_at` leaves out a scalar copied as it is into the tensor the call combines (it is
+    still this rank's own after the call), not what the copy was computed from, the object an
+    object collective receives, an array a tensor views without a copy, or what a helper is
+    handed."""
     functions = _functions(
         """
-        def f(batch, flags, arr, rank, world):
+        def f(batch, flags, arr, rank, world, rows):
             count = len(batch)
             totals = torch.tensor([count])
             dist.all_reduce(totals)
@@ -170,30 +172,30 @@ def test_only_what_the_collective_received_is_agreed_after_it() -> None:
             votes = torch.as_tensor(arr)
             dist.all_reduce(votes)
             table = torch.zeros(world)
-            table[rank] = count
+            table[rank] = rows
             dist.all_reduce(table)
 
         def gather(items):
-            out = [None] * dist.get_world_size()
-            dist.all_gather_object(out, items)
-            return out
+            t = torch.tensor([items])
+            dist.all_reduce(t)
+            return int(t.item())
 
         def g(queue):
             pending = queue.waiting
             gather(pending)
-            gather(len(queue.done))
         """
     )
     data = _data(functions)
     f, g = functions["f"], functions["g"]
     lines = {ast.unparse(c): c.lineno for c in ast.walk(f) if isinstance(c, ast.Call)}
-    assert data.combined_at(f, lines["dist.all_reduce(totals)"]) == ()  # `count`, `batch`: copies
+    assert data.combined_at(f, lines["dist.all_reduce(totals)"]) == ("batch",)  # not `count`
     assert set(data.combined_at(f, lines["dist.all_gather_object(out, (mine, rank))"])) == {
         "mine",
         "flags",
         "rank",
     }
     assert data.combined_at(f, lines["dist.all_reduce(votes)"]) == ("arr",)
-    assert {"count", "batch"} <= data.names(f) and not data.held(f, "count") and not data.held(f, "batch")
-    assert data.held(g, "pending") and data.held(g, "queue.waiting")
-    assert "queue.done" in data.names(g) and not data.held(g, "queue.done")
+    assert data.combined_at(f, lines["dist.all_reduce(table)"]) == ()  # `rows`: copied into its slot
+    assert not data.held(f, "count") and not data.held(f, "rows") and data.held(f, "batch")
+    assert not data.held(functions["gather"], "items")  # the helper's own copy
+    assert data.held(g, "pending") and data.held(g, "queue.waiting")  # handed to the helper
