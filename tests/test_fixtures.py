@@ -43,11 +43,13 @@ UNITS = _fixture_units()
 KNOWN_GAPS: dict[str, str] = {
     # Rebuilt public hang reports (fixtures/reports/README.md) that today's analyzer misses.
     "reports/dp_idle_rank_skips_moe_forward_bug.py": (
-        "`batch is None` is per-rank scheduler state; the only evidence in the code is that the "
-        "activations computed from the batch go through all_to_all_single, and a tensor exchanged "
-        "whole is not taken as evidence of per-rank data (model activations and gradients are what "
-        "collectives are for: taking them as evidence reported 20 new findings on vllm, mostly on "
-        "shapes that agree); a count put in a tensor and all-reduced is (local_data.py)"
+        "`batch is None` is per-rank scheduler state, but the file holds no sound evidence of it: the "
+        "only signal is that activations computed from the batch go through all_to_all_single, and a "
+        "tensor exchanged whole is not taken as evidence of per-rank data (taking it reported 20 new "
+        "findings on vllm; narrowed to a None-test of its source it is still unsound: under Ulysses "
+        "sequence parallelism every rank of the all_to_all group holds the same batch, so its None-ness "
+        "agrees). The sound evidence, an idle-rank path issuing the same collectives with a dummy batch "
+        "or a count of the batch combined across ranks, is in the fixed twin only (it is the fix)"
     ),
     "reports/dtensor_full_tensor_rank0_bug.py": (
         "DTensor.full_tensor() (an all-gather over the DTensor's mesh) is not catalogued, and torch's "
@@ -68,8 +70,13 @@ KNOWN_GAPS: dict[str, str] = {
         "summarised, with or without a condition; the RANK-env guard itself is understood"
     ),
     "reports/prefetch_check_break_on_full_batch_bug.py": (
-        "the `break` depends on per-rank allocator state (token_pool.available_size()), which is not a "
-        "per-process value source to collcheck, so the per-request all_reduce count is not seen to differ"
+        "the `break` depends on per-rank allocator state (token_pool.available_size()), but nothing in "
+        "the file says so: the per-request all_reduce combines another value (the request's prefetch "
+        "flag), and no result of the pool's methods, nor a value of its kind, is handed to a combining "
+        "collective here (a search of sglang 0.5.23 found no `available_size()` result put in a tensor or "
+        "gathered either); taking an unknown method's result on an "
+        "object attribute as per-rank without such evidence would make every capacity or configuration "
+        "read per-rank"
     ),
     "reports/torchmetrics_compute_local_rank0_bug.py": (
         "torchmetrics Metric.compute() (a cross-process state sync) is rebound in Metric.__init__ "
@@ -85,13 +92,6 @@ KNOWN_GAPS: dict[str, str] = {
         "parameters through DeepSpeed's forward hooks, which no source of transformers shows; the bundled "
         "transformers summary has generate's own all-reduce only (GenerationMixin._sample, when "
         "synced_gpus), and generate itself is not summarised (its paths differ by data)"
-    ),
-    "CC008/local_after_combine_bug.py": (
-        "a value combined across ranks counts as agreed from the combining call on (own_data."
-        "mark_combined), whatever the name the later test reads: right for the gathered list and for "
-        "a value all-reduced in place, wrong for the local count after a copy of it was all-reduced "
-        "into another tensor; telling them apart needs the combined tensor's identity, and a change "
-        "here is a precision question (every CC008 finding on the 17 packages re-triaged)"
     ),
     "reports/zero3_profiled_forward_rank0_bug.py": (
         "the engine is inferred from its protocol (called, and its backward called: "

@@ -153,3 +153,49 @@ def test_evidence_keeps_the_lines_of_the_collectives_that_combine() -> None:
     assert "n" in data.names(agree) and "count" in data.names(f)
     assert data.evidence[(agree, "n")][2] == frozenset({5})  # the all_reduce itself
     assert data.evidence[(f, "count")][1:] == (10, frozenset({5}))  # handed to `agree` at line 10
+
+
+def test_a_scalar_copied_into_a_combined_tensor_is_not_agreed_after_it() -> None:
+    """`combined_at` leaves out a scalar copied as it is into the tensor the call combines (it is
+    still this rank's own after the call), not what the copy was computed from, the object an
+    object collective receives, an array a tensor views without a copy, or what a helper is
+    handed."""
+    functions = _functions(
+        """
+        def f(batch, flags, arr, rank, world, rows):
+            count = len(batch)
+            totals = torch.tensor([count])
+            dist.all_reduce(totals)
+            mine = flags
+            out = [None] * world
+            dist.all_gather_object(out, (mine, rank))
+            votes = torch.as_tensor(arr)
+            dist.all_reduce(votes)
+            table = torch.zeros(world)
+            table[rank] = rows
+            dist.all_reduce(table)
+
+        def gather(items):
+            t = torch.tensor([items])
+            dist.all_reduce(t)
+            return int(t.item())
+
+        def g(queue):
+            pending = queue.waiting
+            gather(pending)
+        """
+    )
+    data = _data(functions)
+    f, g = functions["f"], functions["g"]
+    lines = {ast.unparse(c): c.lineno for c in ast.walk(f) if isinstance(c, ast.Call)}
+    assert data.combined_at(f, lines["dist.all_reduce(totals)"]) == ("batch",)  # not `count`
+    assert set(data.combined_at(f, lines["dist.all_gather_object(out, (mine, rank))"])) == {
+        "mine",
+        "flags",
+        "rank",
+    }
+    assert data.combined_at(f, lines["dist.all_reduce(votes)"]) == ("arr",)
+    assert data.combined_at(f, lines["dist.all_reduce(table)"]) == ()  # `rows`: copied into its slot
+    assert not data.held(f, "count") and not data.held(f, "rows") and data.held(f, "batch")
+    assert not data.held(functions["gather"], "items")  # the helper's own copy
+    assert data.held(g, "pending") and data.held(g, "queue.waiting")  # handed to the helper
