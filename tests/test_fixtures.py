@@ -109,12 +109,6 @@ KNOWN_GAPS: dict[str, str] = {
         "into another tensor; telling them apart needs the combined tensor's identity, and a change "
         "here is a precision question (every CC008 finding on the 17 packages re-triaged)"
     ),
-    "reports/zero3_profiled_forward_rank0_bug.py": (
-        "the engine is inferred from its protocol (called, and its backward called: "
-        "inferred_types.ENGINE_PROTOCOL) and the hang is found, but at the training forward after the "
-        "guard (line 18), not at the extra forward under it (line 14): sequences are compared position "
-        "by position, and rank 0's extra forward lines up with rank 1's training forward"
-    ),
     "reports/zero3_prompt_encoder_save_rank0_bug.py": (
         "deepspeed.zero.GatheredParameters gathers in __enter__ (context managers are summarised, and "
         "`with` issues what __enter__ issues) through a function attached to each parameter at run time "
