@@ -59,6 +59,14 @@ def test_a_files_facts_name_its_communicating_and_rank_reading_functions() -> No
     assert facts(LONE).digest != facts(LONE + "\n").digest
 
 
+def test_a_backward_in_a_docstring_is_no_hit() -> None:
+    """`.backward()` quoted in prose, in a file that names a distributed library, neither triggers the
+    file nor makes its function a hit; the call in code does."""
+    prose = 'import torch.distributed as dist\n\n\ndef train(loss):\n    """Then `loss.backward()`."""\n'
+    assert not facts(prose).triggered
+    assert facts(prose + "    loss.backward()\n").triggered
+
+
 def test_the_fixed_point_follows_calls_across_files() -> None:
     index = project()
     assert index.communicating_names == {"synchronize", "step"}  # `step` calls it from train.py
