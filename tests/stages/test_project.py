@@ -91,6 +91,29 @@ def test_a_files_dependency_digest_changes_with_the_files_it_reaches_only() -> N
     assert project(lone=LONE + "# edited\n").dependency_digest("/p/train.py") == digest
 
 
+def test_a_star_import_is_an_edge_to_the_module_it_reads() -> None:
+    """`from consts import *` binds names the index cannot list: the whole module is a value source,
+    so an edit of it re-checks the importer (its cached verdict may read those names)."""
+    user = "from consts import *\nimport torch.distributed as dist\ndef f():\n    if LEVEL:\n"
+    user += "        dist.barrier()\n"
+    modules = (*MODULES, ("consts", "/p/consts.py"), ("user", "/p/user.py"))
+
+    def digest(consts: str) -> str:
+        files = {
+            "/p/comm.py": facts(COMM),
+            "/p/train.py": facts(TRAIN),
+            "/p/lone.py": facts(LONE),
+            "/p/consts.py": facts(consts),
+            "/p/user.py": facts(user),
+        }
+        return build_project(files, modules).dependency_digest("/p/user.py")
+
+    assert facts(user).star_imports == ("consts",)
+    before = digest("LEVEL = 0\n")
+    assert before and digest("LEVEL = 1\n") != before
+    assert facts("from .consts import *\n").star_imports == ("consts",)  # found beside the importer
+
+
 def test_a_files_dependency_digest_changes_with_what_the_classes_it_calls_declare() -> None:
     """A class or function of another file called here (no helper: it names no collective) may
     decide an `is None` test on what it made (declared_types.made_never_none): an edit of its
