@@ -157,6 +157,9 @@ def source_label(name: str) -> str:
 # `@line:col` or `@path:line:col`: where the evaluator made a value; `@entry:line`: a root's
 # parameter as it was at the function's entry (own_data.py). Neither is shown.
 _PLACE = re.compile(r"@(?:entry:\d+|(?:[^@\[\]'\"]*:)?\d+:\d+)")
+# Any mark the evaluator puts after a value's text (a place, `@entry:40`, the class of an object
+# attribute, `self.last@ThroughputMeter`), up to what ends it in the text around it.
+_MARK = re.compile(r"@[^\s()\[\]{},'\"]+")
 # The place mark that ends a value's name, with its line.
 _MADE_AT = re.compile(r"@(?:[^@\[\]'\"]*:)?(\d+):\d+$")
 # Names the evaluator gives values it cannot follow (values.py, interpret.py): no source text.
@@ -224,11 +227,11 @@ def process_read(atom: Atom) -> ProcessRead | None:
     """A per-process atom (`time.time()@14:11`) as the call, and the line it is read at."""
     if atom.kind != "nondet":
         return None
-    # The line is that of the mark that ends the name (where the value was made); marks inside
-    # it (`len(batch@entry:40)`: a root's parameter read from its entry) are dropped from the text,
-    # which is kept whole.
+    # The line is that of the place mark that ends the name (where the value was made); every mark
+    # is dropped from the text, which is kept whole (`len(batch@entry:40)`: a root's parameter
+    # read from its entry, shown `len(batch)`, not cut at its first mark).
     made = _MADE_AT.search(atom.name)
-    return ProcessRead(source_label(atom.name), int(made.group(1)) if made else None, atom.why)
+    return ProcessRead(source_label(_MARK.sub("", atom.name)), int(made.group(1)) if made else None, atom.why)
 
 
 def _reading_order(atom: Atom) -> tuple[int, str, int]:
