@@ -369,8 +369,7 @@ def test_catalog_fingerprint_feeds_the_key(source_file: Path, settings: Settings
 def test_index_facts_keep_their_star_imports_through_the_cache(tmp_path: Path) -> None:
     """Every field of a file's index facts survives the facts cache, the modules it imports
     everything from included (their edge re-checks the importer when they change)."""
-    from collcheck.index_facts import rank_words
-    from collcheck.static.prefilter import trigger_pattern
+    from collcheck.static.prefilter import rank_words, trigger_pattern
     from collcheck.static.project import file_facts
 
     path = tmp_path / "user.py"
