@@ -294,6 +294,8 @@ def test_a_read_of_a_roots_parameter_keeps_its_whole_expression() -> None:
     nested = Atom("sum(len(x@entry:3) for x in parts@7:12)", "nondet", why=own)
     assert process_read(nested) == ProcessRead("sum(len(x) for x in parts)", None, own)  # no line of its own
     assert quantity(entry) == f"len(batch) ({own})"
+    shape = Atom("item:logits@entry:16.shape[-1]", "nondet", why=own)
+    assert process_read(shape) == ProcessRead("logits.shape[-1]", None, own)
     held = Atom("self.last@ThroughputMeter", "nondet", why="wall-clock time")  # an object's attribute
     assert process_read(held) == ProcessRead("self.last", None, "wall-clock time")
     findings = _run(FIXTURES / "CC008/kept_function_bug.py").findings

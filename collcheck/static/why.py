@@ -157,9 +157,10 @@ def source_label(name: str) -> str:
 # `@line:col` or `@path:line:col`: where the evaluator made a value; `@entry:line`: a root's
 # parameter as it was at the function's entry (own_data.py). Neither is shown.
 _PLACE = re.compile(r"@(?:entry:\d+|(?:[^@\[\]'\"]*:)?\d+:\d+)")
-# Any mark the evaluator puts after a value's text (a place, `@entry:40`, the class of an object
-# attribute, `self.last@ThroughputMeter`), up to what ends it in the text around it.
-_MARK = re.compile(r"@[^\s()\[\]{},'\"]+")
+# The marks the evaluator puts after a value's text: a place (`_PLACE`), a root's parameter at
+# the function's entry (`batch@entry:40.shape`), the class of an object's attribute at the end
+# of a name (`self.last@ThroughputMeter`).
+_MARK = re.compile(r"@(?:entry:\d+|(?:[^@\[\]'\"]*:)?\d+:\d+|[A-Za-z_]\w*(?![\w.]))")
 # The place mark that ends a value's name, with its line.
 _MADE_AT = re.compile(r"@(?:[^@\[\]'\"]*:)?(\d+):\d+$")
 # Names the evaluator gives values it cannot follow (values.py, interpret.py): no source text.
