@@ -453,6 +453,7 @@ def load_facts(
                 assigned,
                 functions,
                 raise_hits,
+                star_imports,
             ) = entry[1]
             found[path] = FileFacts(
                 str(digest),
@@ -465,6 +466,7 @@ def load_facts(
                 tuple(assigned),
                 tuple(functions),
                 tuple(raise_hits),
+                tuple(star_imports),
             )
         except (ValueError, TypeError):
             continue

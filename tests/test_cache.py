@@ -364,3 +364,20 @@ def test_catalog_fingerprint_feeds_the_key(source_file: Path, settings: Settings
     extra = tmp_path / "extra.toml"
     extra.write_text('[catalog]\nname = "extra"\n')
     assert load_catalog([extra]).fingerprint != load_catalog().fingerprint
+
+
+def test_index_facts_keep_their_star_imports_through_the_cache(tmp_path: Path) -> None:
+    """Every field of a file's index facts survives the facts cache, the modules it imports
+    everything from included (their edge re-checks the importer when they change)."""
+    from collcheck.static.prefilter import rank_words, trigger_pattern
+    from collcheck.static.project import file_facts
+
+    path = tmp_path / "user.py"
+    path.write_text("from consts import *\nimport torch.distributed as dist\ndist.barrier()\n")
+    catalog = load_catalog()
+    facts = file_facts(path.read_text(), trigger_pattern(catalog), rank_words(catalog))
+    assert facts.star_imports == ("consts",)
+    settings = Settings(root=str(tmp_path), cache_dir=str(tmp_path / "cache"))
+    cache.store_facts(settings, catalog.fingerprint, {str(path): facts}, {})
+    loaded, _ = cache.load_facts(settings, catalog.fingerprint, [str(path)])
+    assert loaded == {str(path): facts}

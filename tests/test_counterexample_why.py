@@ -282,6 +282,27 @@ def test_a_per_process_value_read_is_typed_as_it_is_shown() -> None:
     assert process_read(Atom("counts[rank]@10:7", "perrank")) is None
 
 
+def test_a_read_of_a_roots_parameter_keeps_its_whole_expression() -> None:
+    """A root's parameter is own data from the function's entry (`batch@entry:40`): the place mark
+    inside `len(...)` is dropped, not the text after it (`len(batch` was shown before)."""
+    from collcheck.static.symbolic import Atom
+    from collcheck.static.why import ProcessRead, process_read, quantity
+
+    own = "this process's own data"
+    entry = Atom("len(batch@entry:40)", "nondet", why=own)
+    assert process_read(entry) == ProcessRead("len(batch)", None, own)
+    nested = Atom("sum(len(x@entry:3) for x in parts@7:12)", "nondet", why=own)
+    assert process_read(nested) == ProcessRead("sum(len(x) for x in parts)", None, own)  # no line of its own
+    assert quantity(entry) == f"len(batch) ({own})"
+    shape = Atom("item:logits@entry:16.shape[-1]", "nondet", why=own)
+    assert process_read(shape) == ProcessRead("logits.shape[-1]", None, own)
+    held = Atom("self.last@ThroughputMeter", "nondet", why="wall-clock time")  # an object's attribute
+    assert process_read(held) == ProcessRead("self.last", None, "wall-clock time")
+    findings = _run(FIXTURES / "CC008/kept_function_bug.py").findings
+    messages = [f.message for f in findings if f.location.line == 41]
+    assert len(messages) == 1 and "(`len(batch)`, tested at kept_function_bug.py:41)" in messages[0], messages
+
+
 def test_a_per_process_guard_is_found_from_the_typed_reads() -> None:
     """CC007 names the guard and the call read there from the divergence's `process_reads`."""
     text = (

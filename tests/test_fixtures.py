@@ -93,12 +93,6 @@ KNOWN_GAPS: dict[str, str] = {
         "transformers summary has generate's own all-reduce only (GenerationMixin._sample, when "
         "synced_gpus), and generate itself is not summarised (its paths differ by data)"
     ),
-    "reports/zero3_profiled_forward_rank0_bug.py": (
-        "the engine is inferred from its protocol (called, and its backward called: "
-        "inferred_types.ENGINE_PROTOCOL) and the hang is found, but at the training forward after the "
-        "guard (line 18), not at the extra forward under it (line 14): sequences are compared position "
-        "by position, and rank 0's extra forward lines up with rank 1's training forward"
-    ),
     "reports/zero3_prompt_encoder_save_rank0_bug.py": (
         "deepspeed.zero.GatheredParameters gathers in __enter__ (context managers are summarised, and "
         "`with` issues what __enter__ issues) through a function attached to each parameter at run time "

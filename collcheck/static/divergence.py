@@ -17,6 +17,7 @@ from typing import Any
 
 from collcheck.catalog import FILESYSTEM_STATE
 from collcheck.findings import Reason
+from collcheck.static.alignment import Unmatched
 from collcheck.static.program import (
     CAUGHT_EXCEPTION,
     OWN_DATA,
@@ -35,7 +36,7 @@ from collcheck.static.why import GLOBAL_RANK, ReadsByRank, group_label, local_ra
 class DivergenceKind(Enum):
     """How two ranks' programs disagree (the value is the word shown in counterexample values)."""
 
-    SEQUENCE = "sequence"  # a different or missing element at the same position
+    SEQUENCE = "sequence"  # a different, missing or extra element where the sequences part
     SWAP = "swap"  # the same collectives on the same operands, in another order
     LOOP_EXIT = "loop_exit"  # one rank leaves a communicating loop, the other goes on
     ROOT = "root"  # a root / source argument that differs
@@ -98,7 +99,10 @@ class Divergence:
     path_a: Path
     path_b: Path
     channel: str
-    index: int
+    index: int  # the first `index` elements of both sequences pair up, in order
+    # Each rank's element at `index` that is part of the difference; None where the rank's
+    # sequence has ended, or where its element there pairs with a later one of the other rank
+    # (the other's element is then one it issues in addition).
     event_a: Element | None
     event_b: Element | None
     model: RankWitness
@@ -178,9 +182,17 @@ class PairQuery:
 
 
 def found(
-    query: PairQuery, kind: DivergenceKind, index: int, extra: Any = None, exit_: Exit | None = None
+    query: PairQuery,
+    kind: DivergenceKind,
+    index: int,
+    extra: Any = None,
+    exit_: Exit | None = None,
+    unmatched: Unmatched = Unmatched.BOTH,
 ) -> list[Divergence]:
-    """The divergence of `kind` at `index` of the query's sequences, when z3 finds two ranks for it."""
+    """The divergence of `kind` at `index` of the query's sequences, when z3 finds two ranks for it.
+    `unmatched` says whose element at `index` is part of the difference (alignment.py): a rank
+    whose element there pairs with a later one of the other rank shows none (`event_a`/`event_b`
+    None), the other's being a call it makes in addition."""
     solver, region, channel, membership = query.solver, query.region, query.channel, query.membership
     a, b, seq_a, seq_b = query.a, query.b, query.seq_a, query.seq_b
     verdict, model, solved = solver.satisfiable(a, b, membership, extra)
@@ -229,8 +241,8 @@ def found(
             path_b=b,
             channel=channel,
             index=index,
-            event_a=seq_a[index] if index < len(seq_a) else None,
-            event_b=seq_b[index] if index < len(seq_b) else None,
+            event_a=seq_a[index] if index < len(seq_a) and unmatched is not Unmatched.B else None,
+            event_b=seq_b[index] if index < len(seq_b) and unmatched is not Unmatched.A else None,
             model=model,
             sequence_a=seq_a,
             sequence_b=seq_b,

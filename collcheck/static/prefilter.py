@@ -63,7 +63,7 @@ class Trigger:
                 and _receiver(text, match.start()) not in _OTHER_RECEIVERS
             ):
                 found.append(match.start())
-        return found
+        return code_positions(text, found) if found else found
 
     def search(self, text: str, pos: int = 0, endpos: int | None = None) -> bool:
         end = len(text) if endpos is None else endpos
@@ -134,6 +134,39 @@ def whole_words(
         if at == 0 or not (text[at - 1].isalnum() or text[at - 1] == "_"):
             yield match
         position = max(match.end(), at + 1)  # never stuck on an empty match
+
+
+# A comment, or a string literal whole (any prefix; an escaped quote does not close it; one never
+# closed runs to the end of its line, or of the text for a triple-quoted one): text that is no
+# code. No alternative can fail once it has opened, and each runs of plain characters are taken
+# in one step, so a scan is linear in the text, whatever it holds.
+_NOT_CODE = re.compile(
+    r"#[^\n]*"
+    r'|"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*(?:"""|\Z)'
+    r"|'''[^'\\]*(?:(?:\\.|'(?!''))[^'\\]*)*(?:'''|\Z)"
+    r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*(?:"|$)'
+    r"|'[^'\\\n]*(?:\\.[^'\\\n]*)*(?:'|$)",
+    re.DOTALL | re.MULTILINE,
+)
+
+
+def code_positions(text: str, positions: list[int]) -> list[int]:
+    """Of `positions` (ascending), those outside comments and string literals: a docstring that
+    quotes `loss.backward()`, a comment naming `dist.barrier()`, are prose. The text is read from
+    its start to the last position only (a string opens before the word it holds)."""
+    kept: list[int] = []
+    index, last = 0, positions[-1]
+    for match in _NOT_CODE.finditer(text, 0, last + 1):
+        start, end = match.span()
+        while index < len(positions) and positions[index] < start:
+            kept.append(positions[index])
+            index += 1
+        while index < len(positions) and positions[index] < end:
+            index += 1  # inside the comment or string
+        if index == len(positions):
+            return kept
+    kept.extend(positions[index:])
+    return kept
 
 
 def _used_as_code(text: str, start: int, end: int, import_before: _ImportBefore) -> bool:

@@ -24,7 +24,7 @@ from pathlib import Path, PurePath
 from typing import TypeVar
 
 from collcheck.static.call_graph import MODULE_CODE, Function, closure, reach_bits, set_bits
-from collcheck.static.names import Alias, bind_from, bind_import
+from collcheck.static.names import Alias, bind_from, bind_import, resolve_relative
 from collcheck.static.prefilter import IDENTIFIER, Trigger, whole_words, word_pattern
 from collcheck.static.reexports import through_reexports
 
@@ -76,6 +76,9 @@ class FileFacts:
     # Top-level functions whose own text says `raise`: with the functions that call them, the
     # helpers of other files followed inside a `try` whose handler only their raises may enter.
     raise_hits: tuple[str, ...] = ()
+    # Modules the text imports everything from (`from m import *`): the names bound cannot be
+    # listed, so each is read as a module imported whole (an edit of it re-checks this file).
+    star_imports: tuple[str, ...] = ()
 
 
 _RAISE = word_pattern(("raise",))
@@ -94,7 +97,7 @@ def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileF
     rank_hits: tuple[str, ...] = ()
     if rank_found:
         rank_hits = _segments_matching(word_pattern(rank_found), text, starts, names)
-    imports = _import_table(text) if "import" in words else {}
+    imports, starred = _imports(text) if "import" in words else ({}, ())
     local = frozenset(name for name in names if name)
     references = _references(text, starts, names, imports, local, words)
     assigned = tuple(sorted({match.group(1) for _, match in _column_zero_matches(text, _ASSIGNED)}))
@@ -110,6 +113,7 @@ def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileF
         assigned,
         tuple(sorted(local)),
         raise_hits,
+        starred,
     )
 
 
@@ -265,7 +269,14 @@ def _import_table(text: str) -> dict[str, str]:
     """Local name -> qualified name, as the engine resolves it: the import lines found in the
     text, bound by `names.bind_import` / `names.bind_from` (relative imports by their module
     part, which the index then finds beside the importer)."""
+    return _imports(text)[0]
+
+
+def _imports(text: str) -> tuple[dict[str, str], tuple[str, ...]]:
+    """`_import_table`, and the modules the text imports everything from (`from m import *`:
+    no name it binds can be listed, so the module itself is what the file reads)."""
     table: dict[str, str] = {}
+    starred: dict[str, None] = {}
     for listed_imports in _line_start_matches("import", _import_at(text), text):
         aliases: list[Alias] = []
         for part in listed_imports.replace("\\", " ").split(","):
@@ -282,13 +293,15 @@ def _import_table(text: str) -> dict[str, str]:
         aliases = []
         for part in listed.replace("\\", " ").split(","):
             pieces = part.split()
+            if pieces == ["*"] and module:
+                starred[resolve_relative(module, len(written) - len(module), "")] = None
             if not pieces or pieces[0] == "*":
                 continue
             local = pieces[2] if len(pieces) == 3 and pieces[1] == "as" else pieces[0]
             if pieces[0].isidentifier() and local.isidentifier():
                 aliases.append((pieces[0], local))
         bind_from(table, module or None, len(written) - len(module), aliases)
-    return table
+    return table, tuple(starred)
 
 
 @dataclass(frozen=True)
@@ -612,7 +625,7 @@ def _value_sources(files: Mapping[str, FileFacts], resolver: Resolver) -> dict[s
     sources: dict[str, set[str]] = {}
     for path, facts in files.items():
         folder = os.path.dirname(path)
-        for qualified in facts.imports:
+        for qualified in (*facts.imports, *facts.star_imports):
             target = resolver.imported(qualified, folder)
             if target is None or target[0] == path:
                 continue
@@ -637,7 +650,7 @@ def files_reached(path: str, facts: FileFacts, resolver: Resolver) -> set[str]:
     cannot change a verdict in `path`, so a partial run indexes only what its files reach."""
     folder = os.path.dirname(path)
     called = (resolver.called_function(q, folder) for _, remote, _ in facts.references for q in remote)
-    imported = (resolver.imported(q, folder) for q in facts.imports)
+    imported = (resolver.imported(q, folder) for q in (*facts.imports, *facts.star_imports))
     found = {target[0] for target in (*called, *imported) if target is not None}
     found.discard(path)
     return found

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from collcheck.static.alignment import Parting, first_parting, positional_parting
 from collcheck.static.crossing import crossed_groups
 from collcheck.static.delivered import counted_from_source, follows_source
 from collcheck.static.divergence import (
@@ -124,17 +125,8 @@ def _region_is_uniform(region: Region) -> bool:
 # ----------------------------------------------------------------------------- comparisons
 
 
-def _first_structural_difference(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]) -> int | None:
-    for index, (x, y) in enumerate(zip(seq_a, seq_b, strict=False)):
-        if x.signature() != y.signature():
-            return index
-    if len(seq_a) != len(seq_b):
-        return min(len(seq_a), len(seq_b))
-    return None
-
-
 def _agree(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]) -> bool:
-    return _first_structural_difference(seq_a, seq_b) is None
+    return positional_parting(seq_a, seq_b) is None
 
 
 def _operand_permutation(seq_a: tuple[Element, ...], seq_b: tuple[Element, ...]) -> int | None:
@@ -370,22 +362,23 @@ def _compare(
     same_path = a is b
     if not same_path:
         for _ in range(len(seq_a) + len(seq_b) + 1):
-            index = _first_structural_difference(seq_a, seq_b)
-            if index is None:
+            parting = first_parting(seq_a, seq_b)
+            if parting is None:
                 break
+            index = parting.index
             # A receiver's test on what the source sent it: settled when a receivers' arm matches.
             alternatives = ((p, channel_sequence(p.events, channel)) for p in region.paths if _compared(p))
             if follows_source(alternatives, a, b, seq_a, seq_b, index, _agree):
                 return []
-            side, loop = _loop_at(seq_a, seq_b, index)
+            side, loop = _loop_at(seq_a, seq_b, parting)
+            query = PairQuery(solver, region, channel, membership, a, b, seq_a, seq_b)
             if loop is None:
-                return _structural(PairQuery(solver, region, channel, membership, a, b, seq_a, seq_b), index)
+                return _structural(query, parting)
 
             def runs(tr: Z3Translator, loop: LoopEvent = loop, side: str = side) -> Any:
                 return tr.z3.And(tr.as_int(loop.trip, side) >= 1, _communicates(tr, loop, side, channel))
 
-            query = PairQuery(solver, region, channel, membership, a, b, seq_a, seq_b)
-            divergences = _structural(query, index, runs)
+            divergences = _structural(query, parting, runs)
             if divergences:
                 return divergences
             # That loop issues nothing for these ranks: compare what remains without it.
@@ -395,7 +388,7 @@ def _compare(
                 seq_b = seq_b[:index] + seq_b[index + 1 :]
         else:
             return []
-        if _first_structural_difference(seq_a, seq_b) is not None:
+        if not _agree(seq_a, seq_b):
             return []
         if (
             region.kind is RegionKind.LOOP
@@ -583,7 +576,7 @@ def _compare_groups(solver: RegionSolver, region: Region, a: Path, b: Path) -> l
     (world) group and the other on a group known to hold only some of the ranks: the two never
     match, and the rank on the world group waits for a rank that is not coming."""
     seq_a, seq_b = _group_blind(a.events), _group_blind(b.events)
-    if _first_structural_difference(seq_a, seq_b) is not None:
+    if not _agree(seq_a, seq_b):
         return []
     for index, (x, y) in enumerate(zip(seq_a, seq_b, strict=True)):
         if not (isinstance(x, CommEvent) and isinstance(y, CommEvent)):
@@ -607,23 +600,26 @@ def _compare_groups(solver: RegionSolver, region: Region, a: Path, b: Path) -> l
 
 
 def _loop_at(
-    seq_a: tuple[Element, ...], seq_b: tuple[Element, ...], index: int
+    seq_a: tuple[Element, ...], seq_b: tuple[Element, ...], parting: Parting
 ) -> tuple[str, LoopEvent | None]:
-    if index < len(seq_a) and isinstance(seq_a[index], LoopEvent):
+    """A loop among the elements where the sequences part, and whose it is."""
+    index = parting.index
+    if parting.shows_a() and index < len(seq_a) and isinstance(seq_a[index], LoopEvent):
         return "a", seq_a[index]  # type: ignore[return-value]
-    if index < len(seq_b) and isinstance(seq_b[index], LoopEvent):
+    if parting.shows_b() and index < len(seq_b) and isinstance(seq_b[index], LoopEvent):
         return "b", seq_b[index]  # type: ignore[return-value]
     return "", None
 
 
-def _structural(query: PairQuery, index: int, extra: Any = None) -> list[Divergence]:
+def _structural(query: PairQuery, parting: Parting, extra: Any = None) -> list[Divergence]:
     a, b, seq_a, seq_b, region = query.a, query.b, query.seq_a, query.seq_b, query.region
+    index = parting.index
     exit_ = None
     if index >= len(seq_a):
         exit_ = _exit_responsible(a, b, seq_b[index], region)
     elif index >= len(seq_b):
         exit_ = _exit_responsible(b, a, seq_a[index], region)
-    return found(query, DivergenceKind.SEQUENCE, index, extra, exit_)
+    return found(query, DivergenceKind.SEQUENCE, index, extra, exit_, parting.unmatched)
 
 
 # ----------------------------------------------------------------------------- point-to-point

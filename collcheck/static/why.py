@@ -154,8 +154,15 @@ def source_label(name: str) -> str:
     return text
 
 
-# `@line:col` or `@path:line:col`: where the evaluator made a value (not shown).
-_PLACE = re.compile(r"@(?:[^@\[\]'\"]*:)?\d+:\d+")
+# `@line:col` or `@path:line:col`: where the evaluator made a value; `@entry:line`: a root's
+# parameter as it was at the function's entry (own_data.py). Neither is shown.
+_PLACE = re.compile(r"@(?:entry:\d+|(?:[^@\[\]'\"]*:)?\d+:\d+)")
+# The marks the evaluator puts after a value's text: a place (`_PLACE`), a root's parameter at
+# the function's entry (`batch@entry:40.shape`), the class of an object's attribute at the end
+# of a name (`self.last@ThroughputMeter`).
+_MARK = re.compile(r"@(?:entry:\d+|(?:[^@\[\]'\"]*:)?\d+:\d+|[A-Za-z_]\w*(?![\w.]))")
+# The place mark that ends a value's name, with its line.
+_MADE_AT = re.compile(r"@(?:[^@\[\]'\"]*:)?(\d+):\d+$")
 # Names the evaluator gives values it cannot follow (values.py, interpret.py): no source text.
 _INTERNAL = frozenset(
     {"in", "merged", "maybe", "item", "trips", "aug", "with", "spec", "match", "unpack", "exc", "result"}
@@ -221,9 +228,11 @@ def process_read(atom: Atom) -> ProcessRead | None:
     """A per-process atom (`time.time()@14:11`) as the call, and the line it is read at."""
     if atom.kind != "nondet":
         return None
-    call, _, where = atom.name.partition("@")
-    line = where.split(":", 1)[0]
-    return ProcessRead(source_label(call), int(line) if line.isdigit() else None, atom.why)
+    # The line is that of the place mark that ends the name (where the value was made); every mark
+    # is dropped from the text, which is kept whole (`len(batch@entry:40)`: a root's parameter
+    # read from its entry, shown `len(batch)`, not cut at its first mark).
+    made = _MADE_AT.search(atom.name)
+    return ProcessRead(source_label(_MARK.sub("", atom.name)), int(made.group(1)) if made else None, atom.why)
 
 
 def _reading_order(atom: Atom) -> tuple[int, str, int]:

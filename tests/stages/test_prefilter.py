@@ -8,6 +8,8 @@ from collcheck.static.prefilter import Trigger, names_distributed_library, trigg
 
 from .conftest import catalog
 
+DIST = "import torch.distributed as dist\n"
+
 
 @pytest.fixture(scope="module")
 def trigger() -> Trigger:
@@ -60,6 +62,32 @@ def test_search_is_bounded_to_its_window(trigger: Trigger) -> None:
     start = text.index("dist")
     assert trigger.search(text, start)
     assert not trigger.search(text, 0, start)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        DIST + 'def f(loss):\n    """Calls `loss.backward()` first."""\n    return 1\n',
+        DIST + "# dist.all_reduce(t) happens in the caller\nx = 1  # then .barrier()\n",
+        DIST + "HELP = 'run model.backward() on every rank'\nTEXT = '''\ndist.barrier()\n'''\n",
+        'import deepspeed\nNOTE = r"engine.backward(loss) \\" still in the string"\n',
+    ],
+)
+def test_a_use_inside_a_comment_or_a_string_is_no_use(trigger: Trigger, text: str) -> None:
+    """Prose that quotes code (a docstring's `loss.backward()`) in a file that names a distributed
+    library is not code: the file does not communicate for it."""
+    assert trigger.positions(text) == []
+    assert not trigger.search(text)
+
+
+def test_code_after_a_string_or_comment_still_counts(trigger: Trigger) -> None:
+    text = (
+        'import torch.distributed as dist\n"""dist.barrier() in prose"""\n'
+        "x = '#'  # a hash in a string opens no comment\nloss.backward()\ndist.barrier()\n"
+    )
+    assert trigger.positions(text) == [text.index("backward()"), text.rindex("barrier()")]
+    unclosed = "import torch.distributed as dist\ndist.barrier()\n'''never closed dist.barrier()\n"
+    assert trigger.positions(unclosed) == [unclosed.index("barrier()")]
 
 
 def test_library_markers() -> None:

@@ -59,6 +59,14 @@ def test_a_files_facts_name_its_communicating_and_rank_reading_functions() -> No
     assert facts(LONE).digest != facts(LONE + "\n").digest
 
 
+def test_a_backward_in_a_docstring_is_no_hit() -> None:
+    """`.backward()` quoted in prose, in a file that names a distributed library, neither triggers the
+    file nor makes its function a hit; the call in code does."""
+    prose = 'import torch.distributed as dist\n\n\ndef train(loss):\n    """Then `loss.backward()`."""\n'
+    assert not facts(prose).triggered
+    assert facts(prose + "    loss.backward()\n").triggered
+
+
 def test_the_fixed_point_follows_calls_across_files() -> None:
     index = project()
     assert index.communicating_names == {"synchronize", "step"}  # `step` calls it from train.py
@@ -81,6 +89,29 @@ def test_a_files_dependency_digest_changes_with_the_files_it_reaches_only() -> N
     edited_helper = COMM.replace("dist.barrier()", "dist.barrier()\n    dist.barrier()")
     assert project(comm=edited_helper).dependency_digest("/p/train.py") != digest
     assert project(lone=LONE + "# edited\n").dependency_digest("/p/train.py") == digest
+
+
+def test_a_star_import_is_an_edge_to_the_module_it_reads() -> None:
+    """`from consts import *` binds names the index cannot list: the whole module is a value source,
+    so an edit of it re-checks the importer (its cached verdict may read those names)."""
+    user = "from consts import *\nimport torch.distributed as dist\ndef f():\n    if LEVEL:\n"
+    user += "        dist.barrier()\n"
+    modules = (*MODULES, ("consts", "/p/consts.py"), ("user", "/p/user.py"))
+
+    def digest(consts: str) -> str:
+        files = {
+            "/p/comm.py": facts(COMM),
+            "/p/train.py": facts(TRAIN),
+            "/p/lone.py": facts(LONE),
+            "/p/consts.py": facts(consts),
+            "/p/user.py": facts(user),
+        }
+        return build_project(files, modules).dependency_digest("/p/user.py")
+
+    assert facts(user).star_imports == ("consts",)
+    before = digest("LEVEL = 0\n")
+    assert before and digest("LEVEL = 1\n") != before
+    assert facts("from .consts import *\n").star_imports == ("consts",)  # found beside the importer
 
 
 def test_a_files_dependency_digest_changes_with_what_the_classes_it_calls_declare() -> None:

@@ -27,6 +27,17 @@ def test_a_collective_on_some_ranks_only_is_a_sequence_divergence() -> None:
     assert divergence.sequence_a == (barrier,) and divergence.sequence_b == ()
 
 
+def test_a_call_one_rank_makes_in_addition_is_the_element_reported() -> None:
+    """Rank 0 runs a forward under its guard, then the forward every rank runs (alignment.py): the
+    divergence names the guarded one, and rank 1 shows no element of its own there."""
+    guarded, forward, backward = event("forward", 4), event("forward", 6), event("backward", 7)
+    (divergence,), _ = solve(
+        Path((RANK_ZERO,), (guarded, forward, backward)), Path((NOT_RANK_ZERO,), (forward, backward))
+    )
+    assert divergence.kind is DivergenceKind.SEQUENCE and divergence.exit is None
+    assert (divergence.index, divergence.event_a, divergence.event_b) == (0, guarded, None)
+
+
 def test_the_exit_that_left_the_shorter_path_is_named() -> None:
     leave = Exit(ExitKind.RETURN, "m.py", 3, 8)
     (divergence,), _ = solve(Path((RANK_ZERO,), (), leave), Path((NOT_RANK_ZERO,), (event("barrier", 5),)))
