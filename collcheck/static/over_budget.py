@@ -1,10 +1,12 @@
 """What the engine does with a function (or module body) over the work budget.
 
 In: the interpreter, a call that runs the function in it, where it is (for the notes and cuts).
-Out: its regions, from the full analysis or, when that goes over `max_steps`/`max_paths`, from the reduced
-mode (`fallback.py`: paths joined, inert statements cheap), or, over that too, from the reduced
-mode with its communicating helpers taken as unknown collectives (`opaque_helpers`: they are roots
-of their own; what precedes the first of them is still compared), or None when all go over; then,
+Out: its regions, from the full analysis (when its plain run goes over `max_steps`/`max_paths`, a
+second run that joins the paths parted by settings alone: `HelperInliner.joining`) or, when that
+goes over too, from the reduced mode (`fallback.py`: paths joined, inert statements cheap), or,
+over that too, from the reduced mode with its communicating helpers taken as unknown collectives
+(`opaque_helpers`: they are roots of their own; what precedes the first of them is still
+compared), or None when all go over; then,
 for a reduced-mode run, the regions worth solving (`owning_a_split`) and the findings kept
 (`decided_in`): those the function itself decides, every condition that parts the ranks in its
 own lines. A divergence decided inside a helper is left to the helper, a root of its own that
@@ -71,6 +73,21 @@ def run_within_budget(
         # holds it) would make a cycle holding the whole abandoned run until a full collection.
         limit.__traceback__ = None
         first = limit
+    # The second try of the full analysis: the live paths that issued the same events under the
+    # same rank decisions are joined once a block holds many (settings tests alike on every
+    # rank; fallback.join_after). Only now: a function that fits without it keeps its paths as
+    # they were, and with them the values its later tests fold (joined values fold less).
+    extractor.joining = True
+    try:
+        regions = run()
+    except PathLimitExceeded as limit:
+        limit.__traceback__ = None  # as above
+    else:
+        if function is not None:
+            extractor.summaries.over_plain_budget.add(function)
+        return regions, False
+    finally:
+        extractor.joining = False
     if function is not None:
         extractor.summaries.over_budget.add(function)
     note = f"{place} {REDUCED_NOTE}: {first}"

@@ -9,6 +9,7 @@ from collcheck.findings import Budget, BudgetCut
 from collcheck.static.interpret import Interpreter
 from collcheck.static.over_budget import Place, budget_counts, lines_of, owning_a_split, run_within_budget
 from collcheck.static.program import Region
+from collcheck.static.state import PathLimitExceeded
 
 from .conftest import module_of
 
@@ -71,3 +72,52 @@ def test_only_regions_parted_by_the_functions_own_rank_tests_are_solved() -> Non
     regions = interpreter.run_function(function, None, "f")
     assert owning_a_split(regions, interpreter.conditions, "m.py", lines_of(function)) == regions
     assert owning_a_split(regions, interpreter.conditions, "m.py", (1, 2)) == []  # tests outside those lines
+
+
+# Settings checks that may each raise (two live paths each, with the same events: the arm that
+# raises is not merged with the other), interleaved with settings arms that issue their own
+# collective (kept apart: their events differ), then a barrier only rank 0 issues. 2**6 checks
+# times 2**3 arms: over 256 paths in the plain full analysis.
+SETTINGS = (
+    "def f(cfg, t):\n"
+    + "".join(
+        f"    if cfg.check{i}:\n        if cfg.bad{i}:\n            raise ValueError({i})\n"
+        + f"        t = t + {i}\n"
+        + (f"    if cfg.arm{i}:\n        dist.all_reduce(t)\n" if i % 2 else "")
+        for i in range(6)
+    )
+    + "    if dist.get_rank() == 0:\n        dist.barrier()\n"
+)
+
+
+def test_over_the_plain_budget_a_second_full_run_joins_the_paths_settings_part() -> None:
+    """The plain run goes over `max_paths`; the second try joins the live paths that issued the same
+    events under the same rank decisions (fallback.join_after) and fits: the regions are the full
+    analysis's (not reduced, no note), one path a rank arm and a combination of the arms that
+    issue collectives, and later roots inline the function only in their own second try."""
+    result, notes, cuts, interpreter = run(SETTINGS, max_steps=5_000)
+    assert result is not None
+    regions, reduced = result
+    assert not reduced and notes == [] and cuts == []
+    assert interpreter.joining is False  # put back for the next root
+    function = interpreter.module.functions["f"]
+    assert interpreter.summaries.over_plain_budget == {function}
+    assert interpreter.summaries.over_budget == set()
+    assert interpreter.summaries.gives_up_at(function, joining=False)
+    assert not interpreter.summaries.gives_up_at(function, joining=True)
+    live = [p for p in regions[0].paths if p.exit is None]
+    assert len({p.events for p in live}) == 2**3 * 2  # the arms' combinations, barrier or not
+    assert len(live) == len({p.events for p in live})  # settings alone part no two of them
+
+
+def test_without_the_second_try_the_settings_paths_go_over_the_budget() -> None:
+    """The same function in one plain run (no joins) goes over the path budget: the join is what
+    makes it fit."""
+    module = module_of(SETTINGS, complete=True)
+    interpreter = Interpreter(module)
+    try:
+        interpreter.run_function(module.functions["f"], None, "f")
+    except PathLimitExceeded as limit:
+        assert limit.budget is Budget.PATHS
+    else:
+        raise AssertionError("the plain run fitted: the fixture no longer needs the joins")
