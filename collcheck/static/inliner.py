@@ -363,8 +363,8 @@ class HelperInliner(CollectiveEvents):
         """The helper's final states: from a summary that holds here, or by running its body once
         (and keeping the run as a summary for the next call that agrees on what it read)."""
         summaries = self.summaries
-        mode = (runner.record_events, self.reduced, self.joining, self.opaque_helpers, inner.loop)
-        mode = (*mode, self.raises_followed > 0)
+        flags = (runner.record_events, self.reduced, self.joining, self.opaque_helpers)
+        mode = (*flags, inner.loop, self.raises_followed > 0)
         key = _summary_key(function, inner, bound_self, start.env, mode)
         if key is not None and summaries.enabled:
             for summary in summaries.entries.get(key, ()):
