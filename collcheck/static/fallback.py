@@ -23,6 +23,9 @@ engine now runs such a function a second time in the *reduced* mode, which diffe
   a later test reads stay exact) but costs `1 / INERT_PER_STEP` of a step, so a long method made
   of bookkeeping fits; control flow and calls into communicating code cost a full step, as before.
 
+The full analysis's second try (over_budget.py, `Mode.JOINED`), run before the reduced mode, uses
+the first of these only (`join_after`, once a block holds many paths), with full step costs.
+
 Both keep the findings of the full analysis for the functions that fit in it (the engine runs the
 reduced mode only after the full one gave up). The budget stays a budget: the reduced mode has the
 same `max_steps` and `max_paths` as the full one, and a function over them there too is skipped.

@@ -138,10 +138,13 @@ class Summaries:
     # Roots of the file whose full analysis went over the work budget: a later root that calls
     # one would go over it too (the budget covers what it inlines), so it gives up at the call.
     over_budget: set[FunctionNode] = field(default_factory=set)
-    # Roots that went over it in the plain full analysis and fitted once its paths that differ in
-    # settings alone were joined (`HelperInliner.joining`): a later root's plain run gives up at a
-    # call to one, and its second try, with the joins, runs it.
+    # Roots over it in the plain run that fitted once the paths settings alone part were joined
+    # (`HelperInliner.joining`): a later root's plain run gives up at a call to one, its second try runs it.
     over_plain_budget: set[FunctionNode] = field(default_factory=set)
+    # Of the root's run going on: the most states a block held, and whether it gave up at a call to
+    # a root of `over_plain_budget` (neither: its second try would run unchanged; over_budget.py).
+    widest: int = 0
+    deferred: bool = False
 
     def gives_up_at(self, function: FunctionNode, joining: bool) -> bool:
         """A full analysis (`joining`: its second try) would go over the budget at a call to `function`."""
@@ -172,9 +175,8 @@ class HelperInliner(CollectiveEvents):
         self.reduced = False
         # The last resort: calls into communicating helpers are unknown collectives, not inlined.
         self.opaque_helpers = False
-        # The full analysis's second try, for a function over the budget (over_budget.py): live
-        # paths that issued the same events under the same rank decisions are joined once a block
-        # holds many (fallback.join_after); every finding is kept, as in the first try.
+        # The full analysis's second try over the budget (over_budget.py): live paths with the same
+        # events and rank decisions are joined once a block holds many (fallback.join_after).
         self.joining = False
         self.children: dict[str, HelperInliner] = {}  # the runners of other files' helpers
         self.raising: dict[FunctionNode, bool] = {}  # `raises.may_raise`, per function
@@ -223,6 +225,7 @@ class HelperInliner(CollectiveEvents):
         if self.summaries.recordings:
             self._note_recursion(function, frame)
         if not self.reduced and self.summaries.gives_up_at(function, self.joining):
+            self.summaries.deferred = function not in self.summaries.over_budget
             raise PathLimitExceeded(f"calls {function.name}, itself over the budget")
         if frame.stack.count(function) >= MAX_RECURSION:
             # Bounded: deeper levels are not followed (their collectives are not seen).

@@ -272,6 +272,7 @@ class Interpreter(ObjectProtocols):
             if self.reduced and len(produced) > 1:
                 states = join_paths(states, self.ranked)
             states = join_after(states, produced, self.ranked, self.max_paths, self.joining)
+            self.summaries.widest = max(self.summaries.widest, len(states))
             if len(states) > self.max_paths:
                 raise PathLimitExceeded(f"more than {self.max_paths} paths", Budget.PATHS)
         return states

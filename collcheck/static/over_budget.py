@@ -28,6 +28,7 @@ from enum import Enum
 
 from collcheck.findings import Budget, BudgetCut, Finding
 from collcheck.static.conditions import ConditionSources
+from collcheck.static.fallback import JOIN_SHARE
 from collcheck.static.interpret import Interpreter
 from collcheck.static.loader import FunctionNode
 from collcheck.static.program import Region, RegionKind
@@ -78,6 +79,8 @@ def run_within_budget(
     budget, the reduced mode (fallback.py) when that goes over too; None (a note, and a cut naming
     the budget) when all go over. A function over the budget is remembered: the full analysis of a
     later root gives up at a call to it (inliner.py)."""
+    summaries = extractor.summaries
+    summaries.widest, summaries.deferred = 0, False
     try:
         return run(), Mode.FULL
     except PathLimitExceeded as limit:
@@ -88,18 +91,21 @@ def run_within_budget(
     # The second try of the full analysis: the live paths that issued the same events under the
     # same rank decisions are joined once a block holds many (settings tests alike on every
     # rank; fallback.join_after). Only now: a function that fits without it keeps its paths as
-    # they were, and with them the values its later tests fold (joined values fold less).
-    extractor.joining = True
-    try:
-        regions = run()
-    except PathLimitExceeded as limit:
-        limit.__traceback__ = None  # as above
-    else:
-        if function is not None:
-            extractor.summaries.over_plain_budget.add(function)
-        return regions, Mode.JOINED
-    finally:
-        extractor.joining = False
+    # they were, and with them the values its later tests fold (joined values fold less). A
+    # plain run whose blocks never held that many, and that did not give up at a call to a
+    # root that needed the joins, would run again unchanged: it is not tried.
+    if summaries.deferred or summaries.widest > extractor.max_paths // JOIN_SHARE:
+        extractor.joining = True
+        try:
+            regions = run()
+        except PathLimitExceeded as limit:
+            limit.__traceback__ = None  # as above
+        else:
+            if function is not None:
+                summaries.over_plain_budget.add(function)
+            return regions, Mode.JOINED
+        finally:
+            extractor.joining = False
     if function is not None:
         extractor.summaries.over_budget.add(function)
     note = f"{place} {REDUCED_NOTE}: {first}"
