@@ -48,8 +48,10 @@ from collcheck.static.module_values import complete_loaded_module, complete_modu
 from collcheck.static.names import ImportTable, forget_walks, module_imports, nodes_under
 from collcheck.static.over_budget import (
     MODULE_BODY,
+    Mode,
     Place,
     decided_in,
+    decided_on_chain,
     lines_of,
     owning_a_split,
     run_within_budget,
@@ -221,19 +223,18 @@ def _analyze_tree(
         if run is None:
             every_root_ran = False
             continue
-        regions, reduced = run
+        regions, mode = run
         for region in regions:
             region.conditions = extractor.conditions
         # Nested functions handed to unknown code are roots of their own (closures.py).
         nested = extractor.nested_roots(function, qualname, closure)
         roots.extend((inner, class_name, name, scope) for inner, name, scope in nested)
-        if reduced:
+        if mode is Mode.REDUCED:
             regions = owning_a_split(regions, extractor.conditions, source.path, lines_of(function))
         before = (len(cuts), len(stats.cuts), stats.unknown)
         found = _allowed(place, regions, rules, settings, stats, facts, nonblocking, cuts)
-        if reduced:
-            found = [c for c in found if decided_in(c.finding, source.path, lines_of(function))]
-        complete = not reduced and before == (len(cuts), len(stats.cuts), stats.unknown)
+        found = _kept(found, mode, source.path, lines_of(function), tree)
+        complete = mode is Mode.FULL and before == (len(cuts), len(stats.cuts), stats.unknown)
         runs.append(root_run(function, class_name, complete, regions, found))
     ran = None
     module_place = Place(source.path, 1, MODULE_BODY)
@@ -244,12 +245,12 @@ def _analyze_tree(
         for region in ran[0]:
             region.conditions = extractor.conditions
         whole = (1, len(line_texts(source.text)))
-        regions = owning_a_split(ran[0], extractor.conditions, source.path, whole) if ran[1] else ran[0]
+        reduced = ran[1] is Mode.REDUCED
+        regions = owning_a_split(ran[0], extractor.conditions, source.path, whole) if reduced else ran[0]
         before = (len(cuts), len(stats.cuts), stats.unknown)
         found = _allowed(module_place, regions, rules, settings, stats, facts, nonblocking, cuts)
-        if ran[1]:
-            found = [c for c in found if decided_in(c.finding, source.path, whole)]
-        complete = not ran[1] and before == (len(cuts), len(stats.cuts), stats.unknown)
+        found = _kept(found, ran[1], source.path, whole, tree)
+        complete = ran[1] is Mode.FULL and before == (len(cuts), len(stats.cuts), stats.unknown)
         runs.append(root_run(None, None, complete, regions, found))
     candidates.extend(judged_in_callers(runs, every_root_ran, tree, source.path))
     extractor.release()  # its runs are over: the rest reads regions and findings only
@@ -260,6 +261,19 @@ def _analyze_tree(
     findings = _deduplicate(rules.one_root_cause(candidates))
     findings.extend(_module_checks(tree, source, catalog, settings, module.imports, rules))
     return sorted(findings, key=Finding.sort_key)
+
+
+def _kept(
+    found: list[Candidate], mode: Mode, path: str, lines: tuple[int, int], tree: ast.Module
+) -> list[Candidate]:
+    """The candidates a run in `mode` keeps: all in the full analysis; in its second try, those
+    decided in the function or on the diverging collectives' call chains (`decided_on_chain`); in
+    the reduced mode, those the function decides itself (`decided_in`)."""
+    if mode is Mode.REDUCED:
+        return [c for c in found if decided_in(c.finding, path, lines)]
+    if mode is Mode.JOINED:
+        return [c for c in found if decided_on_chain(c.finding, path, lines, tree)]
+    return found
 
 
 def _communicates(body: list[ast.stmt], module: ModuleInfo) -> bool:

@@ -23,6 +23,9 @@ engine now runs such a function a second time in the *reduced* mode, which diffe
   a later test reads stay exact) but costs `1 / INERT_PER_STEP` of a step, so a long method made
   of bookkeeping fits; control flow and calls into communicating code cost a full step, as before.
 
+The full analysis's second try (over_budget.py, `Mode.JOINED`), run before the reduced mode, uses
+the first of these only (`join_after`, once a block holds many paths), with full step costs.
+
 Both keep the findings of the full analysis for the functions that fit in it (the engine runs the
 reduced mode only after the full one gave up). The budget stays a budget: the reduced mode has the
 same `max_steps` and `max_paths` as the full one, and a function over them there too is skipped.
@@ -93,21 +96,27 @@ def join_paths(states: list[State], ranked: RankedConditions) -> list[State]:
     return [item if isinstance(item, State) else join(groups[item], ranked) for item in order]
 
 
-# The full analysis joins paths ended by one raise once a block holds more than this share of
-# `max_paths`: a small function keeps its paths one by one, and pays nothing for the grouping.
-JOIN_RAISED_SHARE = 8
+# The full analysis joins paths (those ended by one raise; in its second try, live ones too) once a
+# block holds more than this share of `max_paths`: a small function keeps its paths one by one, and
+# pays nothing for the grouping.
+JOIN_SHARE = 8
 
 
 def ended_by_raise(state: State) -> bool:
     return state.exit is not None and state.exit.kind is ExitKind.RAISE
 
 
-def join_ended(
-    states: list[State], produced: list[State], ranked: RankedConditions, max_paths: int
+def join_after(
+    states: list[State], produced: list[State], ranked: RankedConditions, max_paths: int, joining: bool
 ) -> list[State]:
-    """`states` after a statement that `produced` some of them: `join_raised` once they are more than
-    a `JOIN_RAISED_SHARE` of `max_paths` and the statement ended one by a raise; else as they are."""
-    if len(states) > max_paths // JOIN_RAISED_SHARE and any(map(ended_by_raise, produced)):
+    """`states` after a statement that `produced` some of them: with `joining` (the reduced mode,
+    or the full analysis's second try), the live ones joined when the statement forked them (in the
+    full analysis only once they are more than a `JOIN_SHARE` of `max_paths`); then, once they are
+    that many, those ended by one raise (`join_raised`) when the statement ended one."""
+    share = max_paths // JOIN_SHARE
+    if joining and len(produced) > 1 and len(states) > share:
+        states = join_paths(states, ranked)
+    if len(states) > share and any(map(ended_by_raise, produced)):
         return join_raised(states, ranked)
     return states
 

@@ -43,15 +43,7 @@ from collcheck.static.loader import (
     is_property,
 )
 from collcheck.static.names import ImportTable, nodes_under, source_text
-from collcheck.static.program import (
-    Element,
-    Exit,
-    ExitKind,
-    LoopRange,
-    Path,
-    Rebase,
-    Site,
-)
+from collcheck.static.program import Element, Exit, ExitKind, LoopRange, Path, Rebase, Site
 from collcheck.static.raises import may_raise
 from collcheck.static.receivers import (
     BOUND,
@@ -63,15 +55,7 @@ from collcheck.static.receivers import (
     writes_own_state,
 )
 from collcheck.static.state import Frame, PathLimitExceeded, State, collapse_returns
-from collcheck.static.symbolic import (
-    Atom,
-    Const,
-    Expr,
-    GroupVal,
-    children,
-    is_rank_dependent,
-    negate,
-)
+from collcheck.static.symbolic import Atom, Const, Expr, GroupVal, children, is_rank_dependent, negate
 from collcheck.static.syntax import free_names, global_names, is_filled_key
 from collcheck.static.values import where_of
 
@@ -154,6 +138,17 @@ class Summaries:
     # Roots of the file whose full analysis went over the work budget: a later root that calls
     # one would go over it too (the budget covers what it inlines), so it gives up at the call.
     over_budget: set[FunctionNode] = field(default_factory=set)
+    # Roots over it in the plain run that fitted once the paths settings alone part were joined
+    # (`HelperInliner.joining`): a later root's plain run gives up at a call to one, its second try runs it.
+    over_plain_budget: set[FunctionNode] = field(default_factory=set)
+    # Of the root's run going on: the most states a block held, and whether it gave up at a call to
+    # a root of `over_plain_budget` (neither: its second try would run unchanged; over_budget.py).
+    widest: int = 0
+    deferred: bool = False
+
+    def gives_up_at(self, function: FunctionNode, joining: bool) -> bool:
+        """A full analysis (`joining`: its second try) would go over the budget at a call to `function`."""
+        return function in self.over_budget or (function in self.over_plain_budget and not joining)
 
 
 MAX_RECURSION = 3  # levels of one function on a call stack: recursion is unrolled this far
@@ -180,6 +175,9 @@ class HelperInliner(CollectiveEvents):
         self.reduced = False
         # The last resort: calls into communicating helpers are unknown collectives, not inlined.
         self.opaque_helpers = False
+        # The full analysis's second try over the budget (over_budget.py): live paths with the same
+        # events and rank decisions are joined once a block holds many (fallback.join_after).
+        self.joining = False
         self.children: dict[str, HelperInliner] = {}  # the runners of other files' helpers
         self.raising: dict[FunctionNode, bool] = {}  # `raises.may_raise`, per function
         self.summaries = Summaries()
@@ -226,7 +224,8 @@ class HelperInliner(CollectiveEvents):
             return [(state, self.pure(call, state, frame, known))]
         if self.summaries.recordings:
             self._note_recursion(function, frame)
-        if function in self.summaries.over_budget and not self.reduced:
+        if not self.reduced and self.summaries.gives_up_at(function, self.joining):
+            self.summaries.deferred = function not in self.summaries.over_budget
             raise PathLimitExceeded(f"calls {function.name}, itself over the budget")
         if frame.stack.count(function) >= MAX_RECURSION:
             # Bounded: deeper levels are not followed (their collectives are not seen).
@@ -367,7 +366,8 @@ class HelperInliner(CollectiveEvents):
         """The helper's final states: from a summary that holds here, or by running its body once
         (and keeping the run as a summary for the next call that agrees on what it read)."""
         summaries = self.summaries
-        mode = (runner.record_events, self.reduced, self.opaque_helpers, inner.loop, self.raises_followed > 0)
+        flags = (runner.record_events, self.reduced, self.joining, self.opaque_helpers)
+        mode = (*flags, inner.loop, self.raises_followed > 0)
         key = _summary_key(function, inner, bound_self, start.env, mode)
         if key is not None and summaries.enabled:
             for summary in summaries.entries.get(key, ()):
@@ -404,6 +404,7 @@ class HelperInliner(CollectiveEvents):
         runner.steps = self.steps  # one work budget for the whole analysed function
         runner.reduced = self.reduced
         runner.opaque_helpers = self.opaque_helpers
+        runner.joining = self.joining
         runner.raises_followed = self.raises_followed
         try:
             return runner.exec_block(function.body, [start], inner)

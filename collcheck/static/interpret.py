@@ -29,7 +29,7 @@ from collcheck.static.catalog_values import BIN_OPS, value_from_spec
 from collcheck.static.closures import MAX_NESTING, Closure, closure_of, escapes
 from collcheck.static.conditions import source_of
 from collcheck.static.declared_types import declared_element, declared_entry
-from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simple, join_ended, join_paths
+from collcheck.static.fallback import INERT_PER_STEP, RankedConditions, is_simple, join_after, join_paths
 from collcheck.static.gradient_sync import returned_events
 from collcheck.static.group_values import parameters_with_literal_defaults
 from collcheck.static.inferred_types import infer_parameter, inferred_result
@@ -270,7 +270,8 @@ class Interpreter(ObjectProtocols):
             states = finished + produced
             if self.reduced and len(produced) > 1:
                 states = join_paths(states, self.ranked)
-            states = join_ended(states, produced, self.ranked, self.max_paths)
+            states = join_after(states, produced, self.ranked, self.max_paths, self.joining)
+            self.summaries.widest = max(self.summaries.widest, len(states))
             if len(states) > self.max_paths:
                 raise PathLimitExceeded(f"more than {self.max_paths} paths", Budget.PATHS)
         return states

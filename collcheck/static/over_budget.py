@@ -1,10 +1,12 @@
 """What the engine does with a function (or module body) over the work budget.
 
 In: the interpreter, a call that runs the function in it, where it is (for the notes and cuts).
-Out: its regions, from the full analysis or, when that goes over `max_steps`/`max_paths`, from the reduced
-mode (`fallback.py`: paths joined, inert statements cheap), or, over that too, from the reduced
-mode with its communicating helpers taken as unknown collectives (`opaque_helpers`: they are roots
-of their own; what precedes the first of them is still compared), or None when all go over; then,
+Out: its regions, from the full analysis (when its plain run goes over `max_steps`/`max_paths`, a
+second run that joins the paths parted by settings alone: `HelperInliner.joining`) or, when that
+goes over too, from the reduced mode (`fallback.py`: paths joined, inert statements cheap), or,
+over that too, from the reduced mode with its communicating helpers taken as unknown collectives
+(`opaque_helpers`: they are roots of their own; what precedes the first of them is still
+compared), or None when all go over; then,
 for a reduced-mode run, the regions worth solving (`owning_a_split`) and the findings kept
 (`decided_in`): those the function itself decides, every condition that parts the ranks in its
 own lines. A divergence decided inside a helper is left to the helper, a root of its own that
@@ -19,11 +21,14 @@ every machine.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 from collcheck.findings import Budget, BudgetCut, Finding
 from collcheck.static.conditions import ConditionSources
+from collcheck.static.fallback import JOIN_SHARE
 from collcheck.static.interpret import Interpreter
 from collcheck.static.loader import FunctionNode
 from collcheck.static.program import Region, RegionKind
@@ -52,6 +57,15 @@ class Place:
 MODULE_BODY = "module body"
 
 
+class Mode(Enum):
+    """How a function's regions were made: the plain full analysis, its second try with the live
+    paths that settings alone part joined (`HelperInliner.joining`), or the reduced mode."""
+
+    FULL = "full"
+    JOINED = "full, settings paths joined"
+    REDUCED = "reduced"
+
+
 def run_within_budget(
     extractor: Interpreter,
     run: Callable[[], list[Region]],
@@ -59,18 +73,39 @@ def run_within_budget(
     notes: list[str],
     cuts: list[BudgetCut],
     function: FunctionNode | None = None,
-) -> tuple[list[Region], bool] | None:
-    """The regions of `run` (`function`, or the module body when None; at `place`) and whether
-    they come from the reduced mode (fallback.py), which runs when the full analysis goes over its
-    budget; None (a note, and a cut naming the budget) when both go over. A function over the
-    budget is remembered: the full analysis of a later root gives up at a call to it (helpers.py)."""
+) -> tuple[list[Region], Mode] | None:
+    """The regions of `run` (`function`, or the module body when None; at `place`) and the mode
+    that made them: the full analysis, its second try with joins when the plain run goes over the
+    budget, the reduced mode (fallback.py) when that goes over too; None (a note, and a cut naming
+    the budget) when all go over. A function over the budget is remembered: the full analysis of a
+    later root gives up at a call to it (inliner.py)."""
+    summaries = extractor.summaries
+    summaries.widest, summaries.deferred = 0, False
     try:
-        return run(), False
+        return run(), Mode.FULL
     except PathLimitExceeded as limit:
         # Kept past the handler: without its traceback, whose frames (this one among them, which
         # holds it) would make a cycle holding the whole abandoned run until a full collection.
         limit.__traceback__ = None
         first = limit
+    # The second try of the full analysis: the live paths that issued the same events under the
+    # same rank decisions are joined once a block holds many (settings tests alike on every
+    # rank; fallback.join_after). Only now: a function that fits without it keeps its paths as
+    # they were, and with them the values its later tests fold (joined values fold less). A
+    # plain run whose blocks never held that many, and that did not give up at a call to a
+    # root that needed the joins, would run again unchanged: it is not tried.
+    if summaries.deferred or summaries.widest > extractor.max_paths // JOIN_SHARE:
+        extractor.joining = True
+        try:
+            regions = run()
+        except PathLimitExceeded as limit:
+            limit.__traceback__ = None  # as above
+        else:
+            if function is not None:
+                summaries.over_plain_budget.add(function)
+            return regions, Mode.JOINED
+        finally:
+            extractor.joining = False
     if function is not None:
         extractor.summaries.over_budget.add(function)
     note = f"{place} {REDUCED_NOTE}: {first}"
@@ -90,7 +125,7 @@ def run_within_budget(
         if opaque_helpers:
             note += "; over it there too, so its communicating helpers were taken as unknown collectives"
         notes.append(note)
-        return regions, True
+        return regions, Mode.REDUCED
     notes.append(f"{place} {SKIPPED_NOTE}: {first}; in the reduced mode too: {last}")
     limit_value = extractor.max_paths if last.budget is Budget.PATHS else extractor.max_steps
     cuts.append(BudgetCut(place.path, place.line, place.name, last.budget, limit_value))
@@ -112,6 +147,37 @@ def decided_in(finding: Finding, path: str, lines: tuple[int, int]) -> bool:
         return finding.location.path == path and first <= finding.location.line <= last
     return bool(example.why) and all(
         reason.path == path and first <= reason.line <= last for reason in example.why
+    )
+
+
+def decided_on_chain(finding: Finding, path: str, lines: tuple[int, int], tree: ast.Module) -> bool:
+    """A finding of the full analysis's second try (`Mode.JOINED`) is kept when every condition that
+    parts the ranks is in the function's own `lines` (`decided_in`) or in a function of this file
+    through which the diverging collectives are reached (their call chains, or the function that
+    issues one): a flag the caller passes a helper that then issues a collective on it.
+
+    A condition decided in a helper that returned before (off every chain) reaches the collective
+    only through the values it returned, and those, across helper chains deep enough to need the
+    joins, are where joined and inlined values are least precise: torch's `new_group` would
+    report the barrier of `_new_group_with_tag` under the membership test of
+    `_new_process_group_helper` against a backend test the other rank's path never folded."""
+    if decided_in(finding, path, lines):
+        return True
+    example = finding.counterexample
+    if example is None or not example.why:
+        return False
+    steps = [step for _, trace in example.ranks for step in trace]
+    names = {name.rpartition(".")[2] for step in steps for name in step.chain}
+    spans = [lines]
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            span = lines_of(node)
+            issues = any(step.path == path and span[0] <= step.line <= span[1] for step in steps)
+            if node.name in names or issues:
+                spans.append(span)
+    return all(
+        reason.path == path and any(first <= reason.line <= last for first, last in spans)
+        for reason in example.why
     )
 
 

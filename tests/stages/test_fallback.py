@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from collcheck.static.fallback import RankedConditions, is_simple, join_paths
+from collcheck.static.fallback import JOIN_SHARE, RankedConditions, is_simple, join_after, join_paths
 from collcheck.static.program import CommEvent, EventKind, Exit, ExitKind
 from collcheck.static.state import State
 from collcheck.static.symbolic import RANK, Atom, BoolOp, Compare, Const, IfExp, Not
@@ -57,3 +57,21 @@ def test_simple_statements() -> None:
     compound = ["if x:\n    pass", "for x in y:\n    pass", "def f():\n    pass", "import os", "return"]
     assert all(is_simple(ast.parse(text).body[0]) for text in simple)
     assert not any(is_simple(ast.parse(text).body[0]) for text in compound)
+
+
+def _settings_forks(count: int) -> list[State]:
+    """`count` live paths with the same (no) events, each under its own settings decision."""
+    return [
+        State({"x": Const(i)}, (Compare("==", Atom("cfg.mode", "shared"), Const(i)),)) for i in range(count)
+    ]
+
+
+def test_join_after_joins_live_paths_only_when_joining_and_crowded() -> None:
+    """The full analysis's second try (`joining`) joins live paths parted by settings alone once a
+    block holds more than a JOIN_SHARE of max_paths; below that, or in the plain run, they stay."""
+    crowded = _settings_forks(256 // JOIN_SHARE + 1)
+    joined = join_after(crowded, crowded, RankedConditions(), 256, joining=True)
+    assert len(joined) == 1
+    assert join_after(crowded, crowded, RankedConditions(), 256, joining=False) == crowded
+    few = _settings_forks(256 // JOIN_SHARE)
+    assert join_after(few, few, RankedConditions(), 256, joining=True) == few
