@@ -313,12 +313,14 @@ def test_an_empty_dict_inside_an_entry_is_not_taken_for_an_entry(protocol: int, 
 # Valid pickles whose entries list holds values that are not dicts, built from dicts without a
 # MARK (TUPLE1-3), or whose `entries` is not the top-level one: whatever the decoder takes for a
 # run there, the values must be CPython's.
+_SHARED_LIST = [{"k": 1}, {"k": 2}, {"k": 3}]
 _NOT_DICT_ENTRIES = [
     {"entries": [({}, {})], "rank": 0},
     {"entries": [({}, {}, {}), {}, ({},)], "rank": 0},
     {"entries": [{}, {}, ({}, {}), {}, {}]},
     {"x": 0, "a": {"entries": [{}, {}, {"k": 1}, {"k": 2}]}},
     {"entries": [{"k": 1}, {"k": 2}, {"k": 3}], "x": 0},
+    {"entries": _SHARED_LIST, "again": _SHARED_LIST},  # the entries list named by its memo slot
 ]
 
 
