@@ -154,21 +154,14 @@ def decode(data: bytes, runs: bool = True) -> Any:
         return _Machine(data, False).run()
     try:
         return _Machine(data, True).run()
-    except _Unknown:
+    except (_Unknown, CorruptPickle):
+        # A run not put in the entries list as it is (_Machine.placed), or an error a run may have
+        # caused: opcode by opcode, which gives CPython's value or the error again.
         return _Machine(data, False).run()
 
 
 # What a malformed pickle makes the loop raise (a short read, a wrong type on the stack): corrupt.
-_BROKEN = (
-    IndexError,
-    KeyError,
-    ValueError,
-    AttributeError,
-    struct.error,
-    TypeError,
-    RecursionError,
-    OverflowError,
-)
+_BROKEN = (LookupError, ValueError, AttributeError, struct.error, TypeError, RecursionError, OverflowError)
 
 
 class _Machine:
@@ -196,9 +189,12 @@ class _Machine:
         self.skeletons: list[_Skeleton] = []
         self.last: _Skeleton | None = None
         self.failed = 0
-        # Bytes that skeletons that did not fit may be compared with, and learning may cost, in
-        # all: entries crafted to share long beginnings with many skeletons cannot make the
-        # reading quadratic.
+        self.entry_stack: list[Any] | None = None  # where the last entry started (see _at_entry)
+        self.entry_base = 0
+        self.run_list: list[Any] | None = None  # the entries list the runs are in (see placed)
+        self.runs_made = self.runs_placed = 0
+        # Bytes that skeletons that did not fit may be compared with, and learning may cost, in all:
+        # entries crafted to share long beginnings with many skeletons cannot make it quadratic.
         self.budget = 4 * len(data) + (4 << 20)
         # sandbox only
         self.own: set[int] = set()  # ids of the containers this entry made
@@ -261,7 +257,7 @@ class _Machine:
                     self.marks.append(stack)
                     stack = self.stack = []
                 elif op == 0x7D:  # EMPTY_DICT
-                    if self.runs and self._at_entry():
+                    if self.runs and self._at_entry(stack):
                         found = self._entries(pos - 1)
                         if found is not None:
                             pos = found
@@ -293,12 +289,16 @@ class _Machine:
                         raise CorruptPickle("APPENDS")
                     if items:
                         target.extend(items)
+                        if target is self.run_list:
+                            self.runs_placed += sum(type(item) is EntryRun for item in items)
                 elif op == 0x61:  # APPEND
                     value = stack.pop()
                     target = self._target(stack)
                     if not isinstance(target, list):
                         raise CorruptPickle("APPEND")
                     target.append(value)
+                    if target is self.run_list and type(value) is EntryRun:
+                        self.runs_placed += 1
                 elif op == 0x71:  # BINPUT
                     self._put(data[pos], stack)
                     pos += 1
@@ -352,6 +352,8 @@ class _Machine:
                 elif op == 0x2E:  # STOP
                     if self.sandbox or len(stack) != 1 or self.marks:
                         raise CorruptPickle("STOP")
+                    if self.runs_made and not self.placed(stack[0]):
+                        raise _Unknown
                     return stack[0]
                 elif op == 0x30:  # POP
                     if stack:
@@ -363,6 +365,8 @@ class _Machine:
                 elif op == 0x32:  # DUP
                     if self.sandbox or not stack:
                         raise _Abandon if self.sandbox else CorruptPickle("DUP")
+                    if type(stack[-1]) is EntryRun:
+                        raise _Unknown  # one entry twice, not the run
                     stack.append(stack[-1])
                 elif op in (0x42, 0x43, 0x8E, 0x96):  # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
                     width = {0x42: 4, 0x43: 1, 0x8E: 8, 0x96: 8}[op]
@@ -451,6 +455,8 @@ class _Machine:
             raise _Abandon  # an entry's memo slot: a later entry may read it
         if not stack:
             raise CorruptPickle("PUT on an empty stack")
+        if type(stack[-1]) is EntryRun:
+            raise _Unknown  # its last entry memoized: a GET would read the run
         if index in self.memo or self._opaque(index):
             # Written again (CPython overwrites): skeletons may have read the old value.
             self.skeletons, self.last = [], None
@@ -465,21 +471,37 @@ class _Machine:
 
     def _get(self, index: int) -> Any:
         try:
-            return self.memo[index]
+            value = self.memo[index]
         except KeyError:
             if self.opaque:  # filled inside a run, or numbered otherwise by CPython: decode again
                 raise _Unknown from None
             if self.sandbox:
                 raise _Abandon from None
             raise CorruptPickle("memo slot never written") from None
+        if value is self.run_list and value is not None:
+            raise _Unknown  # the entries list named elsewhere too, where its runs would stay
+        return value
 
     # ------------------------------------------------------------------ entries
-    def _at_entry(self) -> bool:
-        """At an item of the list under the top-level key `entries`."""
+    def _at_entry(self, stack: list[Any]) -> bool:
+        """At the start of an item of the list under the top-level key `entries`. An empty dict in
+        a one-key dict (SETITEM) or a 3-tuple (TUPLE3) of an entry has no MARK of its own: an entry
+        starts after the list's MARK or where the last one is one value (a dict is no key)."""
         if len(self.marks) != 2:
             return False
         outer = self.marks[-1]
-        return len(outer) >= 2 and type(outer[-1]) is list and outer[-2] == "entries"
+        if not (len(outer) >= 2 and type(outer[-1]) is list and outer[-2] == "entries"):
+            return False
+        if stack and (stack is not self.entry_stack or len(stack) != self.entry_base + 1):
+            return False
+        self.entry_stack, self.entry_base = stack, len(stack)
+        return True
+
+    def placed(self, value: Any) -> bool:
+        """Whether every run made was appended as it is to the list under `value`'s key `entries`
+        (else the pickle built something else from its entries, dropped or repeated one)."""
+        top_level = type(value) is dict and value.get("entries") is self.run_list
+        return top_level and self.runs_placed == self.runs_made
 
     def _entries(self, pos: int) -> int | None:
         """Push a run of entries from `pos` (an entry's EMPTY_DICT); where it ends, or None when
@@ -517,6 +539,11 @@ class _Machine:
         self.last = previous
         if pos == start:
             return None
+        if self.run_list is None:
+            self.run_list = self.marks[-1][-1]
+        elif self.marks[-1][-1] is not self.run_list:
+            raise _Unknown  # runs in two lists: at most one is the top-level entries list
+        self.runs_made += 1
         shapes = tuple(one.shape for one in used)
         columns = tuple(one.columns(data) for one in used)
         for one in used:

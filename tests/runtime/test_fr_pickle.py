@@ -33,6 +33,8 @@ def _bench() -> ModuleType:
 
 def _expanded(value: Any) -> Any:
     """`value` with every EntryRun of its entries spelled out as dicts."""
+    if not isinstance(value, dict) or not isinstance(value.get("entries"), list):
+        return value
     entries: list[Any] = []
     for item in value["entries"]:
         if isinstance(item, EntryRun):
@@ -278,3 +280,53 @@ def test_a_frame_between_a_one_key_entrys_dict_and_its_key_does_not_end_the_entr
         )
         assert _same(_expanded(decode(data)), pickle.loads(data))
     assert framed_there  # the case this test is for happened
+
+
+# Dumps on which the decoder and CPython disagreed (found by the property test above): an empty
+# dict inside an entry, at the entries list's MARK level (a one-key dict is built by SETITEM, a
+# 3-tuple by TUPLE3, neither with a MARK), was taken for the start of an entry and read as a run.
+_INNER_EMPTY_DICTS = [
+    {
+        "entries": [
+            {"collective_seq_id": ({}, {}, {"name": "Rl", "a": 518, "line": 6.2568102309328136e16})},
+            {"collective_seq_id": (None, [200], [-999, 0])},
+            {"collective_seq_id": (None, [192], [210, 0])},
+            {},
+            {"collective_seq_id": (None, [1], [1, 89])},
+            {"collective_seq_id": ({}, {}, {"name": "Rl", "a": 1329, "line": 6.2568102309328136e16})},
+        ],
+        "version": ("", None, 5.0262546043455544e16),
+    },
+    {"entries": [{}, {"collective_seq_id": ({}, {}, {"a": 0, "b": 0, "line": 2**63})}], "version": None},
+    {"entries": [{}, {"collective_seq_id": (None, {}, {"a": 0, "b": 0, "line": 2**63})}], "version": None},
+    {"entries": [{}, {"k": {}}, {}, {"k": ({},)}, {"k": [{}]}, {}], "rank": 0},
+]
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+@pytest.mark.parametrize("case", range(len(_INNER_EMPTY_DICTS)))
+def test_an_empty_dict_inside_an_entry_is_not_taken_for_an_entry(protocol: int, case: int) -> None:
+    data = pickle.dumps(_INNER_EMPTY_DICTS[case], protocol=protocol)
+    assert _same(_expanded(decode(data)), pickle.loads(data))
+
+
+# Valid pickles whose entries list holds values that are not dicts, built from dicts without a
+# MARK (TUPLE1-3), or whose `entries` is not the top-level one: whatever the decoder takes for a
+# run there, the values must be CPython's.
+_SHARED_LIST = [{"k": 1}, {"k": 2}, {"k": 3}]
+_NOT_DICT_ENTRIES = [
+    {"entries": [({}, {})], "rank": 0},
+    {"entries": [({}, {}, {}), {}, ({},)], "rank": 0},
+    {"entries": [{}, {}, ({}, {}), {}, {}]},
+    {"x": 0, "a": {"entries": [{}, {}, {"k": 1}, {"k": 2}]}},
+    {"entries": [{"k": 1}, {"k": 2}, {"k": 3}], "x": 0},
+    {"entries": _SHARED_LIST, "again": _SHARED_LIST},  # the entries list named by its memo slot
+]
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+@pytest.mark.parametrize("case", range(len(_NOT_DICT_ENTRIES)))
+def test_entries_that_are_not_dicts_decode_as_cpython_reads_them(protocol: int, case: int) -> None:
+    data = pickle.dumps(_NOT_DICT_ENTRIES[case], protocol=protocol)
+    assert _same(_expanded(decode(data)), pickle.loads(data))
+    assert _same(decode(data, runs=False), pickle.loads(data))
