@@ -28,3 +28,10 @@ def test_draws_inside_a_built_list_are_not() -> None:
     assert "random.random" not in _names("[0 if random.random() < p else q.poll() for q in qs]")
     assert "random.random" not in _names("(random.random(), 1)")
     assert "random.random" not in _names("lambda: random.random()")
+
+
+def test_a_sliced_values_name_is_shown_as_the_source_spells_it() -> None:
+    from collcheck.static.why import source_label
+
+    # the evaluator names a slice `slice:<text>@line:col`; a message showed the mark (deepspeed)
+    assert source_label("slice:logits.shape[:-1]@12:7") == "logits.shape[:-1]"

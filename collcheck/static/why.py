@@ -146,10 +146,10 @@ def group_label(key: str) -> str:
 
 def source_label(name: str) -> str:
     """A value's name as the source spells it: the evaluator's marks of where it came from
-    (`call:picked.numel()`, `item:`, `attr:`, `param:`, `global:`, one a collective made alike
+    (`call:picked.numel()`, `item:`, `attr:`, `param:`, `global:`, `slice:`, one a collective made alike
     `uniform:`) and places dropped."""
     text = _PLACE.sub("", name)
-    for prefix in ("item:", "attr:", "param:", "global:", "call:", "uniform:"):
+    for prefix in ("item:", "attr:", "param:", "global:", "call:", "uniform:", "slice:"):
         text = text.replace(prefix, "")
     return text
 
