@@ -7,7 +7,15 @@ from __future__ import annotations
 
 from collcheck import index_facts
 from collcheck.static.prefilter import trigger_pattern
-from collcheck.static.project import FileFacts, Project, build_project, file_facts, unreadable_facts
+from collcheck.static.project import (
+    FileFacts,
+    Project,
+    build_project,
+    file_facts,
+    index_key,
+    read_digest,
+    unreadable_facts,
+)
 
 from .conftest import catalog
 
@@ -74,35 +82,32 @@ def test_names_land_in_files_of_the_run() -> None:
     assert index.indexed("/p/comm.py")
 
 
-def test_a_files_dependency_digest_changes_with_the_files_it_reaches_only() -> None:
+def test_an_answer_is_served_again_while_the_files_it_read_are_unchanged() -> None:
+    """`still_reads` compares the files an answer read (reads.py) with this run's digests: an
+    edit of one of them, or a file the index does not hold, makes the answer stale."""
     before = project()
-    digest = before.dependency_digest("/p/train.py")
-    assert digest
-    edited_helper = COMM.replace("dist.barrier()", "dist.barrier()\n    dist.barrier()")
-    assert project(comm=edited_helper).dependency_digest("/p/train.py") != digest
-    assert project(lone=LONE + "# edited\n").dependency_digest("/p/train.py") == digest
+    comm = {"/p/comm.py": facts(COMM).digest}
+    assert before.still_reads(comm) and before.still_reads({})
+    edited = COMM.replace("dist.barrier()", "dist.barrier()\n    dist.barrier()")
+    assert not project(comm=edited).still_reads(comm)
+    assert project(lone=LONE + "# edited\n").still_reads(comm)  # lone.py was not read
+    assert not before.still_reads({"/p/gone.py": facts(LONE).digest})
+    assert not before.still_reads({"/p/gone.py": read_digest(before, "/p/gone.py")})
 
 
-def test_a_files_dependency_digest_changes_with_what_the_classes_it_calls_declare() -> None:
-    """A class or function of another file called here (no helper: it names no collective) may
-    decide an `is None` test on what it made (declared_types.made_never_none): an edit of its
-    file re-checks this one; what that file calls in turn does not."""
-    stores = "class Store:\n    pass\ndef open_store() -> Store:\n    return Store()\n"
-    train = TRAIN + "def load():\n    from stores import open_store\n    return open_store()\n"
-    modules = (*MODULES, ("stores", "/p/stores.py"))
-
-    def digest(stores_text: str, lone_text: str = LONE) -> str:
-        files = {
-            "/p/comm.py": facts(COMM),
-            "/p/train.py": facts(train),
-            "/p/lone.py": facts(lone_text),
-            "/p/stores.py": facts(stores_text + "import lone\nlone.f()\n"),
-        }
-        return build_project(files, modules).dependency_digest("/p/train.py")
-
-    before = digest(stores)
-    assert digest(stores.replace("-> Store", "-> Optional[Store]")) != before
-    assert digest(stores, LONE + "# edited\n") == before  # what stores.py calls: not this file's
+def test_the_index_key_changes_with_the_names_and_the_module_table_only() -> None:
+    """What every answer may read of the index as a whole, not of a file it opened: which names
+    communicate (or read a rank, or raise) and where names land."""
+    before = index_key(project())
+    assert index_key(project(lone=LONE + "# edited\n")) == before
+    assert index_key(project(comm=COMM + "# edited\n")) == before
+    assert (
+        index_key(project(lone=LONE + "import torch.distributed as dist\ndef g():\n    dist.barrier()\n"))
+        != before
+    )
+    files = {"/p/comm.py": facts(COMM), "/p/train.py": facts(TRAIN), "/p/lone.py": facts(LONE)}
+    files["/p/new.py"] = facts(LONE)
+    assert index_key(build_project(files, (*MODULES, ("new", "/p/new.py")))) != before
 
 
 def test_an_unreadable_file_is_selected_so_the_engine_reports_why() -> None:
