@@ -205,3 +205,34 @@ def test_an_edit_of_a_file_no_analysis_read_rechecks_nothing(tmp_path: Path, ana
     bump(project / "comm.py", ONCE + "\n# edited\n")
     assert check(project, tmp_path) == []
     assert sorted(analysed) == ["comm.py", "train.py"]
+
+
+def test_an_added_file_rechecks_the_files_whose_names_land_in_it(tmp_path: Path, analysed: list[str]) -> None:
+    """train.py imports a per-rank value from a file that is not there yet: adding it re-checks
+    train.py (its name now lands there) and the new file, and nothing else; an added file no
+    name lands in re-checks only itself."""
+    project = tmp_path / "project"
+    train = """\
+    import torch.distributed as dist
+    from switches import RANK
+
+
+    def step():
+        if RANK == 0:
+            dist.barrier()
+    """
+    other = BALANCED.format(imports="", call="dist.barrier()")
+    write(project, {"train.py": train, "other.py": other})
+    names_before = index_names(project)
+    assert check(project, tmp_path) == []
+    analysed.clear()
+    write(project, {"switches.py": 'import os\n\nRANK = int(os.environ["RANK"])\n'})
+    assert index_names(project) == names_before
+    assert check(project, tmp_path) == [("train.py", "CC001", 7)]
+    assert analysed == ["train.py"]  # switches.py names no collective: never analysed
+    assert cold(project, tmp_path) == [("train.py", "CC001", 7)]
+    analysed.clear()
+    write(project, {"unrelated.py": "import torch.distributed as dist\n\ndist.barrier()\n"})
+    assert index_names(project) == names_before
+    check(project, tmp_path)
+    assert analysed == ["unrelated.py"]

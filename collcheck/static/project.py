@@ -26,6 +26,7 @@ from typing import TypeVar
 from collcheck.static.call_graph import MODULE_CODE, Function, closure
 from collcheck.static.names import Alias, bind_from, bind_import
 from collcheck.static.prefilter import IDENTIFIER, Trigger, whole_words, word_pattern
+from collcheck.static.reads import LOOKUP, note
 from collcheck.static.reexports import through_reexports
 
 # A called name, plain or dotted (`sync(`, `comm.sync (`): a word in prose or passed as a value
@@ -324,14 +325,32 @@ class Project:
 
     def still_reads(self, reads: Mapping[str, str]) -> bool:
         """Whether every file an answer was computed from (`reads.py`) still has the digest it had
-        then: the answer may be served again (an edit elsewhere cannot have changed it)."""
+        then, and every name it looked up still lands where it did: the answer may be served
+        again (an edit elsewhere cannot have changed it)."""
         digests = content_table(self)
-        return all(digests.get(path) == digest for path, digest in reads.items())
+        for read, digest in reads.items():
+            if read.startswith(LOOKUP):
+                folder, _, qualified = read[len(LOOKUP) :].partition("\0")
+                if self._landing(qualified, folder) != digest:
+                    return False
+            elif digests.get(read) != digest:
+                return False
+        return True
 
     def lookup(self, qualified: str, importer: str) -> tuple[str, str] | None:
-        """(path, attribute) of a qualified name that lands in a file of this run."""
+        """(path, attribute) of a qualified name that lands in a file of this run. Where it lands
+        (or that it lands nowhere) is recorded as read (`reads.py`): adding or removing a file
+        re-checks the answers whose names it moves, not every answer."""
+        folder = os.path.dirname(realpath_once(importer))
         table, paths = _tables(self)
-        return _lookup(qualified, os.path.dirname(realpath_once(importer)), table, paths)
+        found = _lookup(qualified, folder, table, paths)
+        note({f"{LOOKUP}{folder}\0{qualified}": "" if found is None else "\0".join(found)})
+        return found
+
+    def _landing(self, qualified: str, folder: str) -> str:
+        table, paths = _tables(self)
+        found = _lookup(qualified, folder, table, paths)
+        return "" if found is None else "\0".join(found)
 
 
 @lru_cache(maxsize=16384)
@@ -461,13 +480,12 @@ def read_digest(project: Project, path: str) -> str:
 
 
 def index_key(project: Project) -> str:
-    """What every file's answer may read of the whole index rather than of files it opened: the
-    module table (where names land, so an added or removed file changes it) and which function
-    names communicate, compute a rank or raise. Part of every cache key; the files opened are
-    checked by their digests instead (`Project.still_reads`)."""
+    """What every file's answer may read of the whole index rather than of files it opened or
+    names it looked up: which function names communicate, compute a rank or raise. Part of every
+    cache key; the files opened and the names looked up are checked one by one instead
+    (`Project.still_reads`)."""
     text = repr(
         (
-            project.modules,
             sorted(project.communicating_names),
             sorted(project.rank_names),
             sorted(project.raising_names),

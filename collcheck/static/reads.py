@@ -3,11 +3,13 @@
 In: the loader's reports, each time it hands out another file's model (built now or kept from an
 earlier file), of what that model was built from: the file's real path with the index's digest of
 its text (`project.text_digest`), and what building and completing the model read in turn
-(`ModuleInfo.reads`). Out: per analysed file, {real path: digest} of every other file its answer
-was computed from (`FileResult.reads`). The cache serves a stored answer only while each of those
-files still has that digest (`project.Project.still_reads`), so that an edit re-checks the files
-that read the edited one, not every file whose imports could reach it (issue 26: one quiet edit
-in vllm re-checked 764 of 951 files by the index's reach).
+(`ModuleInfo.reads`); and the index's report of where each name looked up landed
+(`Project.lookup`). Out: per analysed file, {read: digest} of every other file its answer was
+computed from and every name it looked up (`FileResult.reads`). The cache serves a stored answer
+only while each file still has that digest and each name lands where it did
+(`project.Project.still_reads`), so that an edit re-checks the files that read the edited one, and
+an added file the files whose names land in it, not every file whose imports could reach them
+(issue 26: one quiet edit in vllm re-checked 764 of 951 files by the index's reach).
 
 Recording is a stack of frames, one per analysed file and one per model being built inside it:
 a frame's reads are added to the frame below when it closes, so a model's own reads are known
@@ -23,6 +25,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
+# A name looked up in the index (`Project.lookup`) is recorded as LOOKUP, the importer's folder,
+# NUL, the name, with where it landed as its "digest" (a real path never starts with NUL).
+LOOKUP = "\0lookup\0"
 # A file read twice with two different digests (edited during the run): no later run has it, so
 # an answer computed from both texts is never served.
 MIXED = "!mixed"

@@ -16,6 +16,7 @@ from collcheck.static.project import (
     read_digest,
     unreadable_facts,
 )
+from collcheck.static.reads import recording
 
 from .conftest import catalog
 
@@ -95,19 +96,32 @@ def test_an_answer_is_served_again_while_the_files_it_read_are_unchanged() -> No
     assert not before.still_reads({"/p/gone.py": read_digest(before, "/p/gone.py")})
 
 
-def test_the_index_key_changes_with_the_names_and_the_module_table_only() -> None:
-    """What every answer may read of the index as a whole, not of a file it opened: which names
-    communicate (or read a rank, or raise) and where names land."""
+def test_the_index_key_changes_with_the_names_only() -> None:
+    """What every answer may read of the index as a whole, not of a file it opened or a name it
+    looked up: which names communicate (or read a rank, or raise)."""
     before = index_key(project())
     assert index_key(project(lone=LONE + "# edited\n")) == before
     assert index_key(project(comm=COMM + "# edited\n")) == before
-    assert (
-        index_key(project(lone=LONE + "import torch.distributed as dist\ndef g():\n    dist.barrier()\n"))
-        != before
-    )
+    communicating = LONE + "import torch.distributed as dist\ndef g():\n    dist.barrier()\n"
+    assert index_key(project(lone=communicating)) != before
     files = {"/p/comm.py": facts(COMM), "/p/train.py": facts(TRAIN), "/p/lone.py": facts(LONE)}
     files["/p/new.py"] = facts(LONE)
-    assert index_key(build_project(files, (*MODULES, ("new", "/p/new.py")))) != before
+    assert index_key(build_project(files, (*MODULES, ("new", "/p/new.py")))) == before
+
+
+def test_a_lookup_is_read_where_it_landed() -> None:
+    """A name looked up (`Project.lookup`) is recorded with where it landed; a file added where
+    it would land now makes the answer stale, one added elsewhere does not."""
+    before = project()
+    with recording() as reads:
+        assert before.lookup("helpers.sync", "/p/train.py") is None
+        assert before.lookup("comm.synchronize", "/p/train.py") == ("/p/comm.py", "synchronize")
+    assert len(reads) == 2 and before.still_reads(reads)
+    files = {"/p/comm.py": facts(COMM), "/p/train.py": facts(TRAIN), "/p/lone.py": facts(LONE)}
+    elsewhere = build_project({**files, "/q/helpers.py": facts(LONE)}, (*MODULES, ("x", "/q/helpers.py")))
+    assert elsewhere.still_reads(reads)
+    landing = build_project({**files, "/p/helpers.py": facts(LONE)}, (*MODULES, ("helpers", "/p/helpers.py")))
+    assert not landing.still_reads(reads)
 
 
 def test_an_unreadable_file_is_selected_so_the_engine_reports_why() -> None:
