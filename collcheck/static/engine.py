@@ -59,7 +59,7 @@ from collcheck.static.p2p_schedule import Verdict, confirm, files_of, loop_table
 from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, RegionKind
 from collcheck.static.project import Project, read_digest
-from collcheck.static.reads import note, recording
+from collcheck.static.reads import note, note_model, recording
 from collcheck.static.rulebook import Candidate, Explanations, Rulebook
 from collcheck.static.smt import SolveStats
 from collcheck.static.solve import solve_region
@@ -101,7 +101,7 @@ def analyze_source(
     try:
         with recording() as reads:
             if loaded is not None:
-                note(loaded.reads)  # modelled as another file's helper: what that read, this file reads
+                note_model(loaded.reads)  # modelled as another file's helper: what that read, this file reads
             findings = _analyze_tree(
                 tree, source, catalog, settings, rules, (result.notes, result.budget_cuts), stats, project
             )
@@ -321,7 +321,7 @@ class NonblockingFiles:
                 self.module if path == self.module.path else already_loaded(path, self.catalog, self.project)
             )
             if module is not None:
-                note(module.reads)
+                note_model(module.reads)
             self.known[path] = module is None or any(
                 (isinstance(node, ast.Name) and node.id in self.names)
                 or (isinstance(node, ast.Attribute) and node.attr in self.names)

@@ -41,7 +41,7 @@ from collcheck.static.names import (
 from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
 from collcheck.static.project import Project, read_digest, realpath_once
 from collcheck.static.project import identity as project_identity
-from collcheck.static.reads import note, recording
+from collcheck.static.reads import note, note_model, recording
 from collcheck.static.reexports import MAX_REEXPORTS
 from collcheck.static.symbolic import Const, Expr
 from collcheck.static.wrapped import uses_wrapped, wrapped_names
@@ -605,9 +605,11 @@ class Loader:
         if key in _LOADED:
             found = _LOADED.pop(key)  # last used goes last: `forget_loaded` drops the oldest first
             _LOADED[key] = found
-            # A model reports what it was built from; a file being modelled (a cycle) or that could
-            # not be, its own text.
-            note(found.reads if found is not None else self._text_read(path))
+            # A model reports what it was built from; one being built (a cycle) or unmodelled, its text.
+            if found is not None:
+                note_model(found.reads)
+            else:
+                note(self._text_read(path))
             return found
         with recording() as reads:
             module = self._model(path, key)
