@@ -479,11 +479,20 @@ def read_digest(project: Project, path: str) -> str:
     return content_table(project).get(path, "?unindexed")
 
 
+_INDEX_KEYS: dict[str, str] = {}
+
+
 def index_key(project: Project) -> str:
     """What every file's answer may read of the whole index rather than of files it opened or
     names it looked up: which function names communicate, compute a rank or raise. Part of every
     cache key; the files opened and the names looked up are checked one by one instead
     (`Project.still_reads`)."""
+    key = identity(project)
+    found = _INDEX_KEYS.get(key)
+    if found is not None:
+        return found
+    if len(_INDEX_KEYS) >= 64:
+        _INDEX_KEYS.clear()
     text = repr(
         (
             sorted(project.communicating_names),
@@ -491,7 +500,8 @@ def index_key(project: Project) -> str:
             sorted(project.raising_names),
         )
     )
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    found = _INDEX_KEYS[key] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return found
 
 
 def module_names(paths: Iterable[Path | str]) -> list[tuple[str, str]]:
