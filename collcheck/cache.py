@@ -310,16 +310,31 @@ StillReads = Callable[[dict[str, str]], bool]  # whether the files an answer rea
 def load(folder: Path, key: str, still_reads: StillReads | None = None) -> FileResult | None:
     """The stored result, or None for a miss (absent, unreadable, corrupt or from another key, or
     computed from another file that has changed since: `still_reads` says no)."""
+    for stored in _variants(folder, key):
+        try:
+            result = result_from_json(stored)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if not result.reads or (still_reads is not None and still_reads(result.reads)):
+            return result
+    return None
+
+
+# Answers kept per key, each computed from other files in another state: an edit undone (a
+# branch checked out and back) finds the answer computed before it, as the key alone found it
+# when the index's reach was part of the key.
+MAX_VARIANTS = 4
+
+
+def _variants(folder: Path, key: str) -> list[Any]:
+    """The stored answers of a key, most recent first ([] for a miss or a corrupt entry)."""
     try:
         data = _load_json(folder, _entry_path(folder, key))
-        if data["key"] != key:
-            return None
-        result = result_from_json(data["result"])
+        if data["key"] != key or not isinstance(data["variants"], list):
+            return []
+        return list(data["variants"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    if result.reads and (still_reads is None or not still_reads(result.reads)):
-        return None
-    return result
+        return []
 
 
 def _transient(result: FileResult) -> bool:
@@ -331,7 +346,10 @@ def store(folder: Path, key: str, result: FileResult) -> bool:
     result belongs to this run only (a file stopped by the safety clock)."""
     if _transient(result):
         return False
-    return _store_json(folder, _entry_path(folder, key), {"key": key, "result": result_to_json(result)})
+    stored = result_to_json(result)
+    older = [v for v in _variants(folder, key) if isinstance(v, dict) and v.get("reads") != result.reads]
+    variants = [stored, *older][:MAX_VARIANTS]
+    return _store_json(folder, _entry_path(folder, key), {"key": key, "variants": variants})
 
 
 def cached_analyze(

@@ -236,3 +236,18 @@ def test_an_added_file_rechecks_the_files_whose_names_land_in_it(tmp_path: Path,
     assert index_names(project) == names_before
     check(project, tmp_path)
     assert analysed == ["unrelated.py"]
+
+
+def test_an_edit_undone_finds_the_answers_from_before_it(tmp_path: Path, analysed: list[str]) -> None:
+    """An answer is kept per state of the files it read (`cache.MAX_VARIANTS`): undoing an edit
+    (a branch checked out and back) serves the answers computed before it again."""
+    project = tmp_path / "project"
+    train = BALANCED.format(imports="from comm import synchronize", call="synchronize()")
+    write(project, {"comm.py": ONCE, "train.py": train})
+    assert check(project, tmp_path) == []
+    bump(project / "comm.py", TWICE)
+    assert check(project, tmp_path) == [("train.py", "CC001", 7)]
+    analysed.clear()
+    bump(project / "comm.py", ONCE)
+    assert check(project, tmp_path) == []
+    assert analysed == []
