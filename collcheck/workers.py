@@ -39,8 +39,13 @@ from collcheck.findings import FileError, FileResult
 ANSWER_MARGIN_S = 30.0
 RETIRE_AFTER_STOPS = 8  # files stopped at their budget in one pool before its workers are replaced
 # A worker this large (resident) between two files is replaced with its pool (the models and
-# caches it kept are built again by the next one: a cost in time, never in answers).
-RETIRE_ABOVE_BYTES = 150 * 1024 * 1024
+# caches it kept are built again by the next one: a cost in time, never in answers). Measured
+# 2026-12-05, cold -j 2 against the code without it: at 150 MB vllm's peak (process tree) was
+# 402 MB instead of 623 MB for +5% CPU, but torch/distributed in the whole torch tree, whose
+# workers reach 180-200 MB, paid +8-17% CPU (each of its files models dozens of helper files,
+# built again by every fresh worker); at 200 MB torch/distributed costs nothing (19.9 s against
+# 20.1 s CPU).
+RETIRE_ABOVE_BYTES = 200 * 1024 * 1024
 
 
 def answer_limit(file_timeout: float | None) -> float | None:
