@@ -17,7 +17,7 @@ from collcheck.config import Settings
 from collcheck.findings import FileError, FileResult, RunResult
 from collcheck.lines import with_newlines
 from collcheck.source import MAX_SOURCE_BYTES, SourceFile, read_source, real_path
-from collcheck.static.project import Project
+from collcheck.static.project import Project, index_key
 
 MAX_FILE_BYTES = MAX_SOURCE_BYTES
 
@@ -173,10 +173,18 @@ def analyze_file(
             return FileResult(path=path, error=source)
         return _analyze_in_budget(source, resolved, settings, project)
 
-    # A helper in another file may change this file's verdict: those files are in the key.
-    dependencies = "" if project is None else project.dependency_digest(str(real_path(path)))
+    # Another file may change this file's verdict: the index's names are in the key, and the
+    # files the answer read are checked against their digests when it is read back.
+    index = "" if project is None else index_key(project)
+    still_reads = None if project is None else project.still_reads
     result = cached_analyze(
-        path, settings, catalog.fingerprint, compute, dependency_digest=dependencies, lookup_only=lookup_only
+        path,
+        settings,
+        catalog.fingerprint,
+        compute,
+        dependency_digest=index,
+        still_reads=still_reads,
+        lookup_only=lookup_only,
     )
     return _filter(result, settings) if result is not None else None  # type: ignore[return-value]
 
@@ -422,8 +430,11 @@ def _check_paths(paths: Sequence[Path | str], settings: Settings) -> RunResult:
     project = _project(indexed, fingerprint, settings, jobs, partial) if len(indexed) > 1 else None
     roots = sorted(str(real_path(p)) for p in paths)
     real = {name: str(real_path(name)) for name in names}
-    dependencies = {name: project.dependency_digest(real[name]) if project else "" for name in names}
-    unchanged = load_manifest(settings, fingerprint, roots, dependencies)
+    index = index_key(project) if project else ""
+    dependencies = dict.fromkeys(names, index)
+    unchanged = load_manifest(
+        settings, fingerprint, roots, dependencies, project.still_reads if project else None
+    )
     answered = bool(names) and len(unchanged) == len(names)
     catalog = None if answered else settings_catalog(settings)
     # Files the index rules out are answered without reading them again; cache hits are answered

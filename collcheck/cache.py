@@ -4,9 +4,11 @@ The key is the sha256 of the file's bytes, its path (findings carry it), collche
 (its version and a stamp of its own source and data files, `engine_identity`: a changed engine
 without a version bump must not serve old results), a
 fingerprint of the settings that can change what the engine finds, the catalog fingerprint and a
-`dependency_digest`. That last one is the hook for cross-file summaries: once the engine reports
-which files a file's findings depend on, the caller passes a digest of those files' summaries so
-that a change in a callee re-checks its callers. It is empty until then.
+`dependency_digest`: what every answer may read of the run's index as a whole
+(`project.index_key`: the module table, the names that communicate). The other files an answer
+was computed from are stored with it (`FileResult.reads`, recorded by static/reads.py) and
+checked when it is read back (`still_reads`, the run's `Project.still_reads`): an edit re-checks
+the files that read the edited file, and no others.
 
 This module must stay light: a warm run imports it, json and hashlib, never z3, libcst or the
 static engine. A corrupt or unreadable entry is a miss; a cache that cannot be written is skipped.
@@ -47,7 +49,7 @@ from collcheck.findings import (
 )
 from collcheck.source import MAX_SOURCE_BYTES, FileRefused, read_regular_file
 
-CACHE_FORMAT = 5  # bump when the stored layout changes; old entries then simply miss
+CACHE_FORMAT = 6  # bump when the stored layout changes; old entries then simply miss
 
 # Settings that choose which files are read or how the run is scheduled, not what a file yields.
 _KEY_IGNORED_SETTINGS = frozenset(
@@ -256,6 +258,7 @@ def result_to_json(result: FileResult) -> dict[str, Any]:
             {"location": _location_to_json(item.location), "codes": list(item.codes)}
             for item in result.unused_suppressions
         ],
+        "reads": result.reads,
     }
 
 
@@ -271,6 +274,7 @@ def result_from_json(data: dict[str, Any]) -> FileResult:
             UnusedSuppression(location=_location_from_json(item["location"]), codes=tuple(item["codes"]))
             for item in data["unused_suppressions"]
         ],
+        reads={str(path): str(digest) for path, digest in data["reads"].items()},
     )
 
 
@@ -300,15 +304,37 @@ def _store_json(folder: Path, target: Path, data: Any) -> bool:
     return write_entry(folder, target, text)
 
 
-def load(folder: Path, key: str) -> FileResult | None:
-    """The stored result, or None for a miss (absent, unreadable, corrupt or from another key)."""
+StillReads = Callable[[dict[str, str]], bool]  # whether the files an answer read are unchanged
+
+
+def load(folder: Path, key: str, still_reads: StillReads | None = None) -> FileResult | None:
+    """The stored result, or None for a miss (absent, unreadable, corrupt or from another key, or
+    computed from another file that has changed since: `still_reads` says no)."""
+    for stored in _variants(folder, key):
+        try:
+            result = result_from_json(stored)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if not result.reads or (still_reads is not None and still_reads(result.reads)):
+            return result
+    return None
+
+
+# Answers kept per key, each computed from other files in another state: an edit undone (a
+# branch checked out and back) finds the answer computed before it, as the key alone found it
+# when the index's reach was part of the key.
+MAX_VARIANTS = 4
+
+
+def _variants(folder: Path, key: str) -> list[Any]:
+    """The stored answers of a key, most recent first ([] for a miss or a corrupt entry)."""
     try:
         data = _load_json(folder, _entry_path(folder, key))
-        if data["key"] != key:
-            return None
-        return result_from_json(data["result"])
+        if data["key"] != key or not isinstance(data["variants"], list):
+            return []
+        return list(data["variants"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+        return []
 
 
 def _transient(result: FileResult) -> bool:
@@ -320,7 +346,10 @@ def store(folder: Path, key: str, result: FileResult) -> bool:
     result belongs to this run only (a file stopped by the safety clock)."""
     if _transient(result):
         return False
-    return _store_json(folder, _entry_path(folder, key), {"key": key, "result": result_to_json(result)})
+    stored = result_to_json(result)
+    older = [v for v in _variants(folder, key) if isinstance(v, dict) and v.get("reads") != result.reads]
+    variants = [stored, *older][:MAX_VARIANTS]
+    return _store_json(folder, _entry_path(folder, key), {"key": key, "variants": variants})
 
 
 def cached_analyze(
@@ -330,11 +359,13 @@ def cached_analyze(
     compute: Callable[[], FileResult],
     *,
     dependency_digest: str | Callable[[bytes], str] = "",
+    still_reads: StillReads | None = None,
     lookup_only: bool = False,
 ) -> FileResult | None:
     """`compute()` behind the cache; with `settings.cache` off, or an unreadable file, just compute.
     With `lookup_only`, a miss returns None instead of computing. `dependency_digest` may be a
-    function of the file's bytes (so the file is read once)."""
+    function of the file's bytes (so the file is read once). A stored answer that read other files
+    is served only when `still_reads` finds them unchanged (none given: never)."""
     if not settings.cache:
         return None if lookup_only else compute()
     try:
@@ -344,7 +375,7 @@ def cached_analyze(
     folder = cache_folder(settings)
     dependencies = dependency_digest(content) if callable(dependency_digest) else dependency_digest
     key = cache_key(content, path, settings, catalog_fingerprint, dependencies)
-    hit = load(folder, key)
+    hit = load(folder, key, still_reads)
     if hit is not None or lookup_only:
         return hit
     result = compute()
@@ -381,7 +412,7 @@ def load_project(files: list[Path], catalog_fingerprint: str, settings: Settings
             communicating_names=frozenset(data["communicating_names"]),
             digest=str(data["digest"]),
             file_hashes=tuple((str(a), str(b)) for a, b in data["file_hashes"]),
-            dependencies=tuple((str(a), str(b)) for a, b in data["dependencies"]),
+            contents=tuple((str(a), str(b)) for a, b in data["contents"]),
             rank_names=frozenset(data["rank_names"]),
             selected=frozenset(data["selected"]),
             raising_names=frozenset(data["raising_names"]),
@@ -400,7 +431,7 @@ def store_project(files: list[Path], catalog_fingerprint: str, settings: Setting
         "communicating_names": sorted(project.communicating_names),
         "digest": project.digest,
         "file_hashes": project.file_hashes,
-        "dependencies": project.dependencies,
+        "contents": project.contents,
         "rank_names": sorted(project.rank_names),
         "selected": sorted(project.selected),
         "raising_names": sorted(project.raising_names),
@@ -534,10 +565,15 @@ def _stamp(path: str, dependencies: str) -> list[Any] | None:
 
 
 def load_manifest(
-    settings: Settings, catalog_fingerprint: str, roots: list[str], files: dict[str, str]
+    settings: Settings,
+    catalog_fingerprint: str,
+    roots: list[str],
+    files: dict[str, str],
+    still_reads: StillReads | None = None,
 ) -> dict[str, FileResult]:
     """Results of files whose size, modification time and dependencies are unchanged since the
-    last run with the same settings (`files` maps each path to its dependency digest)."""
+    last run with the same settings (`files` maps each path to its dependency digest), and
+    computed from other files that `still_reads` finds unchanged."""
     if not settings.cache:
         return {}
     try:
@@ -546,7 +582,9 @@ def load_manifest(
         for path, dependencies in files.items():
             entry = data.get(path)
             if entry is not None and entry[0] == _stamp(path, dependencies):
-                results[path] = result_from_json(entry[1])
+                result = result_from_json(entry[1])
+                if not result.reads or (still_reads is not None and still_reads(result.reads)):
+                    results[path] = result
         return results
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
         return {}

@@ -269,6 +269,10 @@ class FileResult:
     # the solver stage decided in Python without asking z3. Shown by `-v`, never stored.
     z3_queries: int = 0
     settled_pairs: int = 0
+    # The other files of the run the answer was computed from, by real path, each with the
+    # index's digest of the text read (static/reads.py): the cache serves the answer again only
+    # while each still has it. Stored with the answer, never reported.
+    reads: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -16,11 +16,15 @@ kernel's out-of-memory killer) ended the whole run with `BrokenProcessPool`. Her
   are run again one at a time, and a file whose worker dies while it is alone is reported;
 * a pool whose workers stopped `RETIRE_AFTER_STOPS` files at their budget takes no more files and
   a fresh one goes on: each stopped file's z3 context is kept, never deleted (static/budget.py),
-  about 16 MiB for the pathological file of the tests, and the workers' exit frees them.
+  about 16 MiB for the pathological file of the tests, and the workers' exit frees them;
+* likewise a pool one of whose workers has grown past `RETIRE_ABOVE_BYTES` resident (Linux): a
+  worker's memory is mostly the free space of the interpreter's arenas that a few live objects
+  keep (measured on vllm: 31 MB of live blocks in 103 MB of arenas), which only its exit returns.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -34,6 +38,14 @@ from collcheck.findings import FileError, FileResult
 # Past a file's safety clock and the backstop's grace: the worker's start, reading the file, the cache.
 ANSWER_MARGIN_S = 30.0
 RETIRE_AFTER_STOPS = 8  # files stopped at their budget in one pool before its workers are replaced
+# A worker this large (resident) between two files is replaced with its pool (the models and
+# caches it kept are built again by the next one: a cost in time, never in answers). Measured
+# 2026-12-05, cold -j 2 against the code without it: at 150 MB vllm's peak (process tree) was
+# 402 MB instead of 623 MB for +5% CPU, but torch/distributed in the whole torch tree, whose
+# workers reach 180-200 MB, paid +8-17% CPU (each of its files models dozens of helper files,
+# built again by every fresh worker); at 200 MB torch/distributed costs nothing (19.9 s against
+# 20.1 s CPU).
+RETIRE_ABOVE_BYTES = 200 * 1024 * 1024
 
 
 def answer_limit(file_timeout: float | None) -> float | None:
@@ -87,8 +99,9 @@ def _run_one_pool(work: _Work, pool: Pool) -> None:
     with pool_class(pool.jobs, initializer=pool.initializer, initargs=pool.initargs) as executor:
         running: Running = {}
         stopped_before = work.stopped
+        grown = False
         while True:
-            if work.stopped - stopped_before < RETIRE_AFTER_STOPS:
+            if work.stopped - stopped_before < RETIRE_AFTER_STOPS and not grown:
                 _hand_out(executor, work, running, pool)
             if not running:
                 return
@@ -96,6 +109,7 @@ def _run_one_pool(work: _Work, pool: Pool) -> None:
             done, _ = futures.wait(running, timeout=left, return_when=futures.FIRST_COMPLETED)
             if _collect(done, running, work) or _stop_the_late(executor, running, work, pool.limit):
                 return
+            grown = grown or (bool(work.queue) and _largest_worker(executor) > RETIRE_ABOVE_BYTES)
 
 
 def _hand_out(executor: futures.ProcessPoolExecutor, work: _Work, running: Running, pool: Pool) -> None:
@@ -160,6 +174,29 @@ def _stop_the_late(
     for process in list((executor._processes or {}).values()):
         process.kill()
     return True
+
+
+def _largest_worker(executor: futures.ProcessPoolExecutor) -> int:
+    """The resident size in bytes of the pool's largest worker (0 where /proc does not say)."""
+    largest = 0
+    for process in list((executor._processes or {}).values()):
+        try:
+            with open(f"/proc/{process.pid}/statm", encoding="ascii") as stream:
+                pages = int(stream.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        largest = max(largest, pages * _PAGE_BYTES)
+    return largest
+
+
+def _page_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # Windows: no /proc to read either
+        return 4096
+
+
+_PAGE_BYTES = _page_bytes()
 
 
 def late_error(path: str, limit: float) -> FileError:

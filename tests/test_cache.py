@@ -214,6 +214,8 @@ def test_same_content_at_another_path_is_a_miss(tmp_path: Path, settings: Settin
         '{"key": "other", "result": {}}',
         "null",
         '{"key": "%KEY%", "result": {"path": 1}}',
+        '{"key": "%KEY%", "variants": [{"path": 1}]}',
+        '{"key": "%KEY%", "variants": 5}',
     ],
 )
 def test_corrupt_entry_is_a_miss(source_file: Path, settings: Settings, garbage: str) -> None:

@@ -334,6 +334,34 @@ def test_workers_that_stopped_files_are_replaced(tmp_path: Path, monkeypatch: py
     assert len(pools) >= 2
 
 
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="resident sizes are read from /proc")
+def test_workers_grown_past_the_bound_are_replaced_and_answer_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker larger than `RETIRE_ABOVE_BYTES` between two files makes way, with its pool, for
+    fresh ones (its arenas' free space is returned only by its exit): every file is still
+    answered once, with the same findings."""
+    _buggy_files(tmp_path, "extra.py")
+    monkeypatch.setattr(api, "usable_cores", lambda: 2)
+    monkeypatch.setattr(workers, "RETIRE_ABOVE_BYTES", 0)  # every worker is over it
+    pools: list[int] = []
+
+    class CountingPool(futures.ProcessPoolExecutor):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pools.append(len(pools))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(futures, "ProcessPoolExecutor", CountingPool)
+
+    result = _check_within(300, [tmp_path], Settings(cache=False, jobs=2))
+
+    assert not result.errors
+    assert sorted(Path(finding.location.path).name for finding in result.findings) == sorted(
+        [f"bug_{index}.py" for index in range(9)] + ["extra.py"]
+    )
+    assert len(pools) >= 3
+
+
 def test_no_budget_means_no_limit_on_a_worker() -> None:
     assert workers.answer_limit(0.0) is None
     limit = workers.answer_limit(10.0)

@@ -290,31 +290,6 @@ def test_the_index_and_the_engine_bind_imports_alike() -> None:
     # Not compared: a name bound by two imports (the readers visit statements in different orders).
 
 
-def test_reachable_sets_agree_with_a_walk_from_each_node() -> None:
-    """`reach_bits` (one pass over strongly connected components) against a plain walk from every
-    node, on random graphs with cycles, self-contained components and isolated nodes."""
-    import random
-
-    from collcheck.static.call_graph import reach_bits, set_bits
-
-    generator = random.Random(7)
-    for _ in range(200):
-        count = generator.randint(1, 30)
-        successors = [
-            sorted({generator.randrange(count) for _ in range(generator.randint(0, 3))} - {node})
-            for node in range(count)
-        ]
-        for node, bits in enumerate(reach_bits(successors)):
-            seen: set[int] = set()
-            pending = list(successors[node])
-            while pending:
-                other = pending.pop()
-                if other not in seen:
-                    seen.add(other)
-                    pending.extend(successors[other])
-            assert set_bits(bits) == sorted(seen)
-
-
 def test_two_projects_with_one_digest_keep_their_own_tables_and_loaded_modules(tmp_path: Path) -> None:
     """One process may check two projects whose digests agree (neither has a helper or value
     file) while their module tables differ (an editor, a test run): lookups and modules loaded

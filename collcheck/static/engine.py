@@ -66,7 +66,8 @@ from collcheck.static.p2p_schedule import (
 )
 from collcheck.static.prefilter import trigger_pattern
 from collcheck.static.program import Element, LoopEvent, Region, RegionKind
-from collcheck.static.project import Project
+from collcheck.static.project import Project, read_digest
+from collcheck.static.reads import note, note_model, recording
 from collcheck.static.rulebook import Candidate, Explanations, Rulebook
 from collcheck.static.smt import SolveStats
 from collcheck.static.solve import solve_region
@@ -106,14 +107,20 @@ def analyze_source(
         return result
     stats = SolveStats()
     try:
-        findings = _analyze_tree(
-            tree, source, catalog, settings, rules, (result.notes, result.budget_cuts), stats, project
-        )
+        with recording() as reads:
+            if loaded is not None:
+                note_model(loaded.reads)  # modelled as another file's helper: what that read, this file reads
+            findings = _analyze_tree(
+                tree, source, catalog, settings, rules, (result.notes, result.budget_cuts), stats, project
+            )
     except RecursionError:
         result.error = FileError(source.path, "too deeply nested to analyse")
         return result
     finally:
         result.z3_queries, result.settled_pairs = stats.queries, stats.settled
+        result.reads = {
+            path: digest for path, digest in reads.items() if path != os.path.realpath(source.path)
+        }
     result.budget_cuts.extend(cut for cut in stats.cuts if cut not in result.budget_cuts)
     comments = parse_suppressions(source.text)
     suppressions = build_suppressions(comments, _def_spans(tree) if comments else {})
@@ -190,7 +197,11 @@ def _analyze_tree(
         entries = _entries(module)
     else:
         loader = Loader(catalog, project, settings, complete_loaded_module) if project is not None else None
-        module = build_module(tree, source.path, catalog, loader, source.text)
+        with recording() as build_reads:
+            module = build_module(tree, source.path, catalog, loader, source.text)
+        if project is not None:  # a later file that uses this model reads this file
+            real = os.path.realpath(source.path)
+            module.reads[real] = read_digest(project, real)
         extractor = Interpreter(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
         entries = _entries(module)
         if not entries:
@@ -199,7 +210,10 @@ def _analyze_tree(
         # a collective but runs none (nearly half of vllm's) is not completed, and not kept as a
         # model for other files either (one that needs it as a helper loads it completed).
         if entries or body_communicates:
-            complete_module(module, extractor)
+            with recording() as reads:
+                complete_module(module, extractor)
+            module.reads.update(build_reads)
+            module.reads.update(reads)
             remember_loaded(module)
     candidates: list[Candidate] = []
     nonblocking = NonblockingFiles(module, catalog, project)
@@ -328,6 +342,8 @@ class NonblockingFiles:
             module = (
                 self.module if path == self.module.path else already_loaded(path, self.catalog, self.project)
             )
+            if module is not None:
+                note_model(module.reads)
             self.known[path] = None if module is None else self._naming(module.tree)
         places = self.known[path]
         spans = [((line, column), (end_line, end_column)) for line, column, end_line, end_column in recorded]
@@ -476,6 +492,9 @@ def _sends_remote(element: Element) -> bool:
 
 
 _STANDALONE: dict[tuple[str, int], set[tuple[str, str, int]]] = {}
+# What computing each entry of `_STANDALONE` read of other files (reads.py): a later file that
+# uses the entry reads them too.
+_STANDALONE_READS: dict[tuple[str, int], dict[str, str]] = {}
 # What each helper's own findings explain of its callers' (`Rulebook.root_causes`), by (path, helper name).
 _STANDALONE_CAUSES: dict[tuple[str, str], Explanations] = {}
 
@@ -518,26 +537,44 @@ def _standalone_origins(
     if function is None or may_be_judged_in_file(function, function_name, module.tree):
         return set()  # its finding may be dropped there, its callers there showing none: report it here
     key = (path, function.lineno)
-    if key not in _STANDALONE:
-        _STANDALONE[key] = set()  # recursion guard
-        extractor = Interpreter(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
-        try:
-            regions = extractor.run_function(function, None, function_name)
-        except PathLimitExceeded:
-            regions = []
-        extractor.release()
-        for region in regions:
-            region.conditions = extractor.conditions
-        every_rule = rules.every_rule()  # the helper's findings, whatever the run's selection
-        try:  # bounded like any function's queries; over the allowance it places nothing
-            with solver_allowance(settings.z3_function_rlimit):
-                facts = catalog_group_facts(catalog)
-                found = _findings_for(regions, every_rule, settings, SolveStats(), facts)
-        except SolverBudgetSpent:
-            found = []
-        _STANDALONE[key] = {candidate.origin for candidate in found}
-        _STANDALONE_CAUSES[(path, function_name)] = every_rule.root_causes(found)
+    if key in _STANDALONE:
+        note(_STANDALONE_READS.get(key, {}))  # what computing it read, read again by this file
+    else:
+        with recording() as reads:
+            _standalone_run(key, module, function, function_name, catalog, settings, rules)
+        _STANDALONE_READS[key] = reads
     return _STANDALONE[key]
+
+
+def _standalone_run(
+    key: tuple[str, int],
+    module: ModuleInfo,
+    function: FunctionNode,
+    function_name: str,
+    catalog: Catalog,
+    settings: Settings,
+    rules: Rulebook,
+) -> None:
+    """Run a helper of another file as a root of its own, for `_standalone_origins`."""
+    path = key[0]
+    _STANDALONE[key] = set()  # recursion guard
+    extractor = Interpreter(module, settings.max_paths, settings.max_inline_depth, settings.max_steps)
+    try:
+        regions = extractor.run_function(function, None, function_name)
+    except PathLimitExceeded:
+        regions = []
+    extractor.release()
+    for region in regions:
+        region.conditions = extractor.conditions
+    every_rule = rules.every_rule()  # the helper's findings, whatever the run's selection
+    try:  # bounded like any function's queries; over the allowance it places nothing
+        with solver_allowance(settings.z3_function_rlimit):
+            facts = catalog_group_facts(catalog)
+            found = _findings_for(regions, every_rule, settings, SolveStats(), facts)
+    except SolverBudgetSpent:
+        found = []
+    _STANDALONE[key] = {candidate.origin for candidate in found}
+    _STANDALONE_CAUSES[(path, function_name)] = every_rule.root_causes(found)
 
 
 def _deduplicate(candidates: list[Candidate]) -> list[Finding]:

@@ -39,8 +39,9 @@ from collcheck.static.names import (
     starts_a_process,
 )
 from collcheck.static.prefilter import IDENTIFIER, trigger_pattern
-from collcheck.static.project import Project, realpath_once
+from collcheck.static.project import Project, read_digest, realpath_once
 from collcheck.static.project import identity as project_identity
+from collcheck.static.reads import note, note_model, recording
 from collcheck.static.reexports import MAX_REEXPORTS
 from collcheck.static.symbolic import Const, Expr
 from collcheck.static.wrapped import uses_wrapped, wrapped_names
@@ -79,6 +80,9 @@ class ModuleInfo:
     mutable_globals: set[str] = field(default_factory=set)  # names some function declares `global`
     # functions a process launcher starts (`mp.spawn(train)`) -> the value of their first parameter
     launched: dict[FunctionNode, str] = field(default_factory=dict)
+    # What the model was built from (its file and the files building it read), reported again to
+    # every later file that uses it (reads.py); filled once the model is complete.
+    reads: dict[str, str] = field(default_factory=dict)
 
     @property
     def project(self) -> Project | None:
@@ -601,7 +605,24 @@ class Loader:
         if key in _LOADED:
             found = _LOADED.pop(key)  # last used goes last: `forget_loaded` drops the oldest first
             _LOADED[key] = found
+            # A model reports what it was built from; one being built (a cycle) or unmodelled, its text.
+            if found is not None:
+                note_model(found.reads)
+            else:
+                note(self._text_read(path))
             return found
+        with recording() as reads:
+            module = self._model(path, key)
+        if module is not None:
+            module.reads.update(reads)
+        return module
+
+    def _text_read(self, path: str) -> dict[str, str]:
+        real = realpath_once(path)
+        return {real: read_digest(self.project, real)}
+
+    def _model(self, path: str, key: str) -> ModuleInfo | None:
+        note(self._text_read(path))
         _LOADED[key] = None  # a cycle of imports sees "not available" instead of recursing
         source = read_source(FsPath(path), 8 * 1024 * 1024)
         if isinstance(source, FileError):

@@ -23,9 +23,10 @@ from functools import lru_cache
 from pathlib import Path, PurePath
 from typing import TypeVar
 
-from collcheck.static.call_graph import MODULE_CODE, Function, closure, reach_bits, set_bits
+from collcheck.static.call_graph import MODULE_CODE, Function, closure
 from collcheck.static.names import Alias, bind_from, bind_import, resolve_relative
 from collcheck.static.prefilter import IDENTIFIER, Trigger, whole_words, word_pattern
+from collcheck.static.reads import LOOKUP, note
 from collcheck.static.reexports import through_reexports
 
 # A called name, plain or dotted (`sync(`, `comm.sync (`): a word in prose or passed as a value
@@ -84,8 +85,13 @@ class FileFacts:
 _RAISE = word_pattern(("raise",))
 
 
+def text_digest(text: str) -> str:
+    """A file's text as the index and the cache's record of reads (`reads.py`) name it."""
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+
+
 def file_facts(text: str, trigger: Trigger, rank_words: frozenset[str]) -> FileFacts:
-    digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+    digest = text_digest(text)
     words = frozenset(IDENTIFIER.findall(text))
     uses = trigger.positions(text, words=words)
     starts, names = _segments(text)
@@ -312,7 +318,8 @@ class Project:
     file_hashes: tuple[
         tuple[str, str], ...
     ] = ()  # content hash of each file with a helper or value to follow
-    dependencies: tuple[tuple[str, str], ...] = ()  # path -> digest of the files it depends on
+    # Every indexed file's text digest (unreadable: ""): what a cached answer's reads are checked against.
+    contents: tuple[tuple[str, str], ...] = ()
     rank_names: frozenset[str] = frozenset()  # imported functions whose text reads a rank (helpers to follow)
     selected: frozenset[str] = frozenset()  # files worth parsing (they may communicate)
     raising_names: frozenset[str] = frozenset()  # functions that say `raise` or call one that does
@@ -329,15 +336,34 @@ class Project:
     def indexed(self, path: str) -> bool:
         return path in _tables(self)[1]
 
-    def dependency_digest(self, path: str) -> str:
-        """What a file's verdict may depend on in other files: the helpers it reaches, through
-        any number of files (so one edit re-checks its importers, not the whole tree)."""
-        return dependency_table(self).get(path, "")
+    def still_reads(self, reads: Mapping[str, str]) -> bool:
+        """Whether every file an answer was computed from (`reads.py`) still has the digest it had
+        then, and every name it looked up still lands where it did: the answer may be served
+        again (an edit elsewhere cannot have changed it)."""
+        digests = content_table(self)
+        for read, digest in reads.items():
+            if read.startswith(LOOKUP):
+                folder, _, qualified = read[len(LOOKUP) :].partition("\0")
+                if self._landing(qualified, folder) != digest:
+                    return False
+            elif digests.get(read) != digest:
+                return False
+        return True
 
     def lookup(self, qualified: str, importer: str) -> tuple[str, str] | None:
-        """(path, attribute) of a qualified name that lands in a file of this run."""
+        """(path, attribute) of a qualified name that lands in a file of this run. Where it lands
+        (or that it lands nowhere) is recorded as read (`reads.py`): adding or removing a file
+        re-checks the answers whose names it moves, not every answer."""
+        folder = os.path.dirname(realpath_once(importer))
         table, paths = _tables(self)
-        return _lookup(qualified, os.path.dirname(realpath_once(importer)), table, paths)
+        found = _lookup(qualified, folder, table, paths)
+        note({f"{LOOKUP}{folder}\0{qualified}": "" if found is None else "\0".join(found)})
+        return found
+
+    def _landing(self, qualified: str, folder: str) -> str:
+        table, paths = _tables(self)
+        found = _lookup(qualified, folder, table, paths)
+        return "" if found is None else "\0".join(found)
 
 
 @lru_cache(maxsize=16384)
@@ -423,7 +449,7 @@ def identity(project: Project) -> str:
             (
                 project.modules,
                 project.digest,
-                project.dependencies,
+                project.contents,
                 sorted(project.selected),
                 sorted(project.communicating_names),
                 sorted(project.rank_names),
@@ -446,15 +472,49 @@ def _tables(project: Project) -> tuple[dict[str, str], frozenset[str]]:
     return tables
 
 
-_DEPENDENCIES: dict[str, dict[str, str]] = {}
+_CONTENTS: dict[str, dict[str, str]] = {}
 
 
-def dependency_table(project: Project) -> dict[str, str]:
+def content_table(project: Project) -> dict[str, str]:
+    """Real path -> text digest of every indexed file (built once per project)."""
     key = identity(project)
-    table = _DEPENDENCIES.get(key)
+    table = _CONTENTS.get(key)
     if table is None:
-        table = _DEPENDENCIES[key] = dict(project.dependencies)
+        if len(_CONTENTS) >= 16:
+            _CONTENTS.clear()
+        table = _CONTENTS[key] = dict(project.contents)
     return table
+
+
+def read_digest(project: Project, path: str) -> str:
+    """The digest a read of this file of the run is recorded with (`reads.py`); a file the index
+    does not hold gets one no run has, so an answer that read it is never served again."""
+    return content_table(project).get(path, "?unindexed")
+
+
+_INDEX_KEYS: dict[str, str] = {}
+
+
+def index_key(project: Project) -> str:
+    """What every file's answer may read of the whole index rather than of files it opened or
+    names it looked up: which function names communicate, compute a rank or raise. Part of every
+    cache key; the files opened and the names looked up are checked one by one instead
+    (`Project.still_reads`)."""
+    key = identity(project)
+    found = _INDEX_KEYS.get(key)
+    if found is not None:
+        return found
+    if len(_INDEX_KEYS) >= 64:
+        _INDEX_KEYS.clear()
+    text = repr(
+        (
+            sorted(project.communicating_names),
+            sorted(project.rank_names),
+            sorted(project.raising_names),
+        )
+    )
+    found = _INDEX_KEYS[key] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return found
 
 
 def module_names(paths: Iterable[Path | str]) -> list[tuple[str, str]]:
@@ -546,13 +606,12 @@ def build_project(
     )
     hashes = tuple((path, files[path].digest) for path in contributing)
     digest = hashlib.sha256("".join(f"{p}{d}" for p, d in hashes).encode()).hexdigest()[:16]
-    dependencies = _dependency_digests(selected, calls, helpers, files, values)
     return Project(
         modules=ordered,
         communicating_names=frozenset(name for _, name in communicating),
         digest=digest,
         file_hashes=hashes,
-        dependencies=tuple(sorted(dependencies.items())),
+        contents=tuple(sorted((path, facts.digest) for path, facts in files.items())),
         rank_names=frozenset(name for _, name in ranked),
         selected=frozenset(selected),
         raising_names=frozenset(name for _, name in raising),
@@ -576,45 +635,6 @@ def _resolved_calls(
             if targets:
                 calls[(path, name)] = frozenset(targets)
     return calls
-
-
-def _dependency_digests(
-    selected: set[str],
-    calls: Mapping[Function, frozenset[Function]],
-    helpers: set[Function],
-    files: Mapping[str, FileFacts],
-    values: Mapping[str, set[str]],
-) -> dict[str, str]:
-    """For each selected file, a digest of the other files whose helpers it reaches and whose
-    module-level values it imports (`values`), transitively; and of the files of the other
-    classes and functions it calls, directly: what such a call makes can decide an `is None`
-    test here (declared_types.made_never_none reads whether it is a class, what it declares it
-    returns), not what it calls in turn."""
-    reaches: dict[str, set[str]] = {path: set(sources) for path, sources in values.items()}
-    made: dict[str, set[str]] = {}
-    for (path, _), callees in calls.items():
-        for callee in callees:
-            if callee[0] != path:
-                (reaches if callee in helpers else made).setdefault(path, set()).add(callee[0])
-    order = sorted(
-        {*reaches, *made, *(other for targets in (*reaches.values(), *made.values()) for other in targets)}
-    )
-    index = {path: number for number, path in enumerate(order)}
-    reach = reach_bits([[index[other] for other in reaches.get(path, ())] for path in order])
-    chunks = [f"{path}{files[path].digest}" for path in order]
-    digests: dict[str, str] = {}
-    for path in selected:
-        number = index.get(path)
-        if number is None:
-            continue
-        seen = reach[number]
-        for other in made.get(path, ()):
-            seen |= 1 << index[other]
-        seen &= ~(1 << number)
-        if seen:
-            material = "".join(chunks[bit] for bit in set_bits(seen))  # in path order, as `order` is
-            digests[path] = hashlib.sha256(material.encode()).hexdigest()[:16]
-    return digests
 
 
 def _value_sources(files: Mapping[str, FileFacts], resolver: Resolver) -> dict[str, set[str]]:

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from collcheck import index_facts
 from collcheck.static.prefilter import trigger_pattern
-from collcheck.static.project import FileFacts, Project, build_project, file_facts, unreadable_facts
+from collcheck.static.project import (
+    FileFacts,
+    Project,
+    build_project,
+    file_facts,
+    index_key,
+    read_digest,
+    unreadable_facts,
+)
+from collcheck.static.reads import recording
 
 from .conftest import catalog
 
@@ -82,58 +91,52 @@ def test_names_land_in_files_of_the_run() -> None:
     assert index.indexed("/p/comm.py")
 
 
-def test_a_files_dependency_digest_changes_with_the_files_it_reaches_only() -> None:
+def test_an_answer_is_served_again_while_the_files_it_read_are_unchanged() -> None:
+    """`still_reads` compares the files an answer read (reads.py) with this run's digests: an
+    edit of one of them, or a file the index does not hold, makes the answer stale."""
     before = project()
-    digest = before.dependency_digest("/p/train.py")
-    assert digest
-    edited_helper = COMM.replace("dist.barrier()", "dist.barrier()\n    dist.barrier()")
-    assert project(comm=edited_helper).dependency_digest("/p/train.py") != digest
-    assert project(lone=LONE + "# edited\n").dependency_digest("/p/train.py") == digest
+    comm = {"/p/comm.py": facts(COMM).digest}
+    assert before.still_reads(comm) and before.still_reads({})
+    edited = COMM.replace("dist.barrier()", "dist.barrier()\n    dist.barrier()")
+    assert not project(comm=edited).still_reads(comm)
+    assert project(lone=LONE + "# edited\n").still_reads(comm)  # lone.py was not read
+    assert not before.still_reads({"/p/gone.py": facts(LONE).digest})
+    assert not before.still_reads({"/p/gone.py": read_digest(before, "/p/gone.py")})
 
 
-def test_a_star_import_is_an_edge_to_the_module_it_reads() -> None:
-    """`from consts import *` binds names the index cannot list: the whole module is a value source,
-    so an edit of it re-checks the importer (its cached verdict may read those names)."""
-    user = "from consts import *\nimport torch.distributed as dist\ndef f():\n    if LEVEL:\n"
-    user += "        dist.barrier()\n"
-    modules = (*MODULES, ("consts", "/p/consts.py"), ("user", "/p/user.py"))
-
-    def digest(consts: str) -> str:
-        files = {
-            "/p/comm.py": facts(COMM),
-            "/p/train.py": facts(TRAIN),
-            "/p/lone.py": facts(LONE),
-            "/p/consts.py": facts(consts),
-            "/p/user.py": facts(user),
-        }
-        return build_project(files, modules).dependency_digest("/p/user.py")
-
-    assert facts(user).star_imports == ("consts",)
-    before = digest("LEVEL = 0\n")
-    assert before and digest("LEVEL = 1\n") != before
-    assert facts("from .consts import *\n").star_imports == ("consts",)  # found beside the importer
+def test_a_star_import_is_recorded_as_a_module_the_file_imports() -> None:
+    """`from consts import *` binds names the index cannot list: the facts keep the module (found
+    beside the importer too), so a partial run indexes it (`files_reached`)."""
+    assert facts("from consts import *\n").star_imports == ("consts",)
+    assert facts("from .consts import *\n").star_imports == ("consts",)
 
 
-def test_a_files_dependency_digest_changes_with_what_the_classes_it_calls_declare() -> None:
-    """A class or function of another file called here (no helper: it names no collective) may
-    decide an `is None` test on what it made (declared_types.made_never_none): an edit of its
-    file re-checks this one; what that file calls in turn does not."""
-    stores = "class Store:\n    pass\ndef open_store() -> Store:\n    return Store()\n"
-    train = TRAIN + "def load():\n    from stores import open_store\n    return open_store()\n"
-    modules = (*MODULES, ("stores", "/p/stores.py"))
+def test_the_index_key_changes_with_the_names_only() -> None:
+    """What every answer may read of the index as a whole, not of a file it opened or a name it
+    looked up: which names communicate (or read a rank, or raise)."""
+    before = index_key(project())
+    assert index_key(project(lone=LONE + "# edited\n")) == before
+    assert index_key(project(comm=COMM + "# edited\n")) == before
+    communicating = LONE + "import torch.distributed as dist\ndef g():\n    dist.barrier()\n"
+    assert index_key(project(lone=communicating)) != before
+    files = {"/p/comm.py": facts(COMM), "/p/train.py": facts(TRAIN), "/p/lone.py": facts(LONE)}
+    files["/p/new.py"] = facts(LONE)
+    assert index_key(build_project(files, (*MODULES, ("new", "/p/new.py")))) == before
 
-    def digest(stores_text: str, lone_text: str = LONE) -> str:
-        files = {
-            "/p/comm.py": facts(COMM),
-            "/p/train.py": facts(train),
-            "/p/lone.py": facts(lone_text),
-            "/p/stores.py": facts(stores_text + "import lone\nlone.f()\n"),
-        }
-        return build_project(files, modules).dependency_digest("/p/train.py")
 
-    before = digest(stores)
-    assert digest(stores.replace("-> Store", "-> Optional[Store]")) != before
-    assert digest(stores, LONE + "# edited\n") == before  # what stores.py calls: not this file's
+def test_a_lookup_is_read_where_it_landed() -> None:
+    """A name looked up (`Project.lookup`) is recorded with where it landed; a file added where
+    it would land now makes the answer stale, one added elsewhere does not."""
+    before = project()
+    with recording() as reads:
+        assert before.lookup("helpers.sync", "/p/train.py") is None
+        assert before.lookup("comm.synchronize", "/p/train.py") == ("/p/comm.py", "synchronize")
+    assert len(reads) == 2 and before.still_reads(reads)
+    files = {"/p/comm.py": facts(COMM), "/p/train.py": facts(TRAIN), "/p/lone.py": facts(LONE)}
+    elsewhere = build_project({**files, "/q/helpers.py": facts(LONE)}, (*MODULES, ("x", "/q/helpers.py")))
+    assert elsewhere.still_reads(reads)
+    landing = build_project({**files, "/p/helpers.py": facts(LONE)}, (*MODULES, ("helpers", "/p/helpers.py")))
+    assert not landing.still_reads(reads)
 
 
 def test_an_unreadable_file_is_selected_so_the_engine_reports_why() -> None:
