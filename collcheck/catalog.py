@@ -346,8 +346,7 @@ def _op_spec(entry: dict[str, Any], where: str) -> OpSpec:
 
 
 def _condition(entry: dict[str, Any], where: str) -> str | None:
-    """`when`: a Python expression over the entry's parameters, `self.ATTRIBUTE` (a chain of them)
-    and named members of classes (`Mode.SHARDED`)."""
+    """`when`: a Python expression over the entry's parameters and `self.ATTRIBUTE`."""
     text = _optional_str(entry, "when", where)
     if text is None:
         return None
@@ -356,15 +355,8 @@ def _condition(entry: dict[str, Any], where: str) -> str | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         raise CatalogError(f"{where}: 'when' is not a Python expression: {text!r}") from None
     params = set(_str_tuple(entry, "params", where))
-    # `Mode.SHARDED`: a named member of a class, the head of an attribute read
-    heads = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Name)
-            and node.id not in params
-            and node.id != "self"
-            and id(node) not in heads
-        ):
+        if isinstance(node, ast.Name) and node.id not in params and node.id != "self":
             raise CatalogError(f"{where}: 'when' names {node.id!r}, which is not in 'params'")
     return text
 

@@ -18,7 +18,7 @@ from collcheck.static.gradient_sync import backward_events, forward_output, is_b
 from collcheck.static.group_values import group_value
 from collcheck.static.inferred_types import inferred_class
 from collcheck.static.loader import ModuleInfo
-from collcheck.static.names import dotted, qualified_name, source_text
+from collcheck.static.names import qualified_name, source_text
 from collcheck.static.object_values import catalog_kept_arguments
 from collcheck.static.program import (
     ROOTED_PREFIX,
@@ -27,7 +27,7 @@ from collcheck.static.program import (
     Posting,
 )
 from collcheck.static.state import Frame, State
-from collcheck.static.summary_conditions import UNDECIDED, NamedConstant, configuration_value, decide
+from collcheck.static.summary_conditions import UNDECIDED, decide
 from collcheck.static.symbolic import (
     MEMBER,
     RANK,
@@ -198,14 +198,17 @@ class CollectiveEvents(CallResolver):
                 return node.value
             if isinstance(node, ast.Name):
                 if node.id in args:
-                    return configuration_value(self.pure(args[node.id], state, frame, known))
+                    found = self.pure(args[node.id], state, frame, known)
+                    return found.value if isinstance(found, Const) else UNDECIDED
                 return defaults.get(node.id, UNDECIDED)
-            chain = dotted(node)
-            if chain is not None and chain[0] == "self" and len(chain) > 1 and receiver is not None:
-                read = _receiver_read(self, receiver, chain[1:], call)
-                return configuration_value(self.pure(read, state, frame, known))
-            if chain is not None and len(chain) > 1 and chain[0] not in spec.params:  # `Mode.SHARDED`
-                return NamedConstant(".".join(chain[-2:]))
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and receiver is not None:
+                read: ast.expr = ast.copy_location(
+                    ast.Attribute(value=receiver, attr=node.attr, ctx=ast.Load()), call
+                )
+                if isinstance(receiver, ast.Call):  # `with Gathered(ps, enabled=False):`
+                    read = _kept_keyword(self, receiver, node.attr) or read
+                found = self.pure(read, state, frame, known)
+                return found.value if isinstance(found, Const) else UNDECIDED
             return UNDECIDED
 
         return decide(spec.when or "", literal)
@@ -359,17 +362,6 @@ def _normalise_reduce_op(value: Expr | None) -> Expr:
     if isinstance(value, Const) and isinstance(value.value, str):
         return Const(value.value.upper())
     return value
-
-
-def _receiver_read(ev: CallResolver, receiver: ast.expr, chain: list[str], call: ast.Call) -> ast.expr:
-    """`receiver.a.b` as the call site shows it: through each object built there with a keyword
-    its class keeps (`with Gathered(ps, enabled=False):`, `Runner(plugin=Plugin(stage=3))` for
-    `self.plugin.stage`), else the attribute read."""
-    read = receiver
-    for attribute in chain:
-        kept = _kept_keyword(ev, read, attribute) if isinstance(read, ast.Call) else None
-        read = kept or ast.copy_location(ast.Attribute(value=read, attr=attribute, ctx=ast.Load()), call)
-    return read
 
 
 def _kept_keyword(ev: CallResolver, construction: ast.Call, attribute: str) -> ast.expr | None:

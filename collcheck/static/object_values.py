@@ -31,7 +31,6 @@ from collcheck.static.loader import FunctionNode, ModuleInfo
 from collcheck.static.names import dotted, qualified_name
 from collcheck.static.receivers import CONTAINER_MUTATORS
 from collcheck.static.state import Frame, State
-from collcheck.static.summary_conditions import named_member
 from collcheck.static.symbolic import Atom, Const, Expr, IfExp, TupleVal, is_rank_dependent, opaque
 from collcheck.static.values import ValueEvaluator
 
@@ -68,9 +67,6 @@ def record_keyword_attributes(
         value = evaluator.pure(keyword.value, state, frame)
         if is_rank_dependent(value) or (keyword.arg in kept and _is_literal(value)):
             attributes[keyword.arg] = value
-        elif keyword.arg in kept and isinstance(keyword.value, ast.Call):
-            # `Runner(plugin=Plugin(stage=3))`: `runner.plugin.stage` is 3 where Plugin keeps it
-            attributes.update(_held_configuration(evaluator, keyword.arg, keyword.value, state, frame))
     attributes.update(_still_counter(evaluator, stmt.value, attributes, names[0]))
     for attribute, value in attributes.items():
         for name in names:
@@ -81,25 +77,7 @@ def record_keyword_attributes(
             state.env[_RECORDED.format(name)] = TupleVal(tuple(Const(arg) for arg in recorded))
 
 
-def _held_configuration(
-    evaluator: ValueEvaluator, held: str, construction: ast.Call, state: State, frame: Frame
-) -> dict[str, Expr]:
-    """`plugin.stage` -> 3 for a kept keyword `plugin=Plugin(stage=3)`: the literal keywords the
-    held object's class keeps in turn (one level: a plugin of a plugin is not followed)."""
-    kept = _kept_arguments(evaluator.module, construction) | catalog_kept_arguments(evaluator, construction)
-    found: dict[str, Expr] = {}
-    for keyword in construction.keywords:
-        if keyword.arg is not None and keyword.arg in kept:
-            value = evaluator.pure(keyword.value, state, frame)
-            if _is_literal(value):
-                found[f"{held}.{keyword.arg}"] = value
-    return found
-
-
 def _is_literal(value: Expr) -> bool:
-    """A literal, or a named member of a class (`Mode.SHARDED`), which a condition compares by name."""
-    if named_member(value) is not None:
-        return True
     return isinstance(value, Const) and (
         value.value is None or isinstance(value.value, (bool, int, float, str))
     )

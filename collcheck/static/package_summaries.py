@@ -46,12 +46,7 @@ from collcheck.static.project import FileFacts, build_project, file_facts, realp
 from collcheck.static.receivers import filled_by_the_object
 from collcheck.static.smt import SolveStats
 from collcheck.static.state import SET_IN_ONE_ARM, Frame, PathLimitExceeded, State
-from collcheck.static.summary_conditions import (
-    Condition,
-    Configuration,
-    receiver_chains,
-    sufficient_condition,
-)
+from collcheck.static.summary_conditions import Condition, Configuration, sufficient_condition
 from collcheck.static.symbolic import Atom, BinOp, BoolOp, Compare, Const, Expr, GroupVal, Not, Z3Translator
 from collcheck.static.values import where_of
 
@@ -85,10 +80,6 @@ class _Found:
     rank: dict[str, str] = field(default_factory=dict)  # qualified name -> value expression
     notes: list[str] = field(default_factory=list)
     kept: dict[str, str] = field(default_factory=dict)  # class -> constructor keywords kept as attributes
-    # Until `kept` is known: a class's kept keywords and the attributes its `when`s read, and the
-    # attributes read second in a chain (`self.plugin.stage`: `stage`) that a held object's class keeps.
-    keepers: dict[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
-    chained: set[str] = field(default_factory=set)
     solving: SolveStats = field(default_factory=SolveStats)  # one z3 context for the package
 
 
@@ -275,7 +266,6 @@ def _summarise_files(
             found.notes.append(f"{module_name}: over the {file_seconds:g} s budget, partly summarised")
         except RecursionError:
             found.notes.append(f"{module_name}: too deeply nested to summarise")
-    _kept_arguments(found)
     _subclasses(files, found)
     _reexports(files, found)
 
@@ -317,22 +307,22 @@ def _summarise_module(module: ModuleInfo, module_name: str, settings: Settings, 
             if name.startswith("__") and name != "__call__" and name not in CONTEXT_METHODS:
                 continue
             _summarise_function(interpreter, method, class_name, f"{qualified}.{name}", found)
-        chains = [c for entry in found.methods[before:] for c in receiver_chains(entry.get("when", ""))]
-        found.chained.update(chain[1] for chain in chains if len(chain) > 1)
-        if kept := kept_constructor_arguments(module, class_name):
-            found.keepers[qualified] = (kept, frozenset(chain[0] for chain in chains))
+        read = {a for entry in found.methods[before:] for a in _receiver_attributes(entry.get("when", ""))}
+        kept = kept_constructor_arguments(module, class_name) & read if read else frozenset()
+        if kept:  # `Gathered(ps, enabled=False)` then decides `when = "self.enabled"`
+            found.kept[qualified] = ",".join(sorted(kept))
 
 
-def _kept_arguments(found: _Found) -> None:
-    """`[kept_arguments]`: for each class, the kept constructor keywords its `when`s read
-    (`Gathered(ps, enabled=False)` decides `self.enabled`), and those some `when` reads through
-    a held object (`Runner(plugin=Plugin(stage=3))` decides `self.plugin.stage`); a class kept
-    for the second is named in `[types]`, so that the caller's construction is recognised."""
-    for qualified, (kept, read) in sorted(found.keepers.items()):
-        if decided := kept & (read | found.chained):
-            found.kept[qualified] = ",".join(sorted(decided))
-        if decided & found.chained:
-            found.classes.setdefault(qualified, qualified)
+def _receiver_attributes(condition: str) -> set[str]:
+    """The `self.ATTRIBUTE`s a `when` reads."""
+    if not condition:
+        return set()
+    tree = ast.parse(condition, mode="eval")
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+    }
 
 
 def _summarise_function(

@@ -3,8 +3,7 @@
 In: the paths of a function being summarised, split into those that issue its collectives and
 those that issue none, and what counts as configuration there: the function's own parameters and,
 for a method, its receiver's attributes (`self.sharded`). Out: a `Condition` — a Python expression
-over those names (`validate`, `self.sharded and not offload`, `self.plugin.stage == 3`,
-`self.distributed_type == DistributedType.FSDP`) that is enough for the function to
+over those names (`validate`, `self.sharded and not offload`) that is enough for the function to
 communicate (no silent path is possible under it, z3 decides), with the literal defaults of the
 parameters it names — or None when no such expression over configuration alone exists (the
 collectives then depend on data, and the function is left out as before).
@@ -16,13 +15,11 @@ the defaults, the receiver's attributes; where it cannot, the finding names the 
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from collcheck.static.names import dotted
 from collcheck.static.smt import SolveStats
 from collcheck.static.symbolic import Atom, BoolOp, Compare, Const, Expr, Not, Z3Translator
 
@@ -32,19 +29,10 @@ _OPERATORS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 _NEGATED = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
 
-# A named constant a configuration is compared with: a member of a class, `DistributedType.FSDP`
-# (the value `global:DistributedType.FSDP` of a name the package imports or defines).
-_NAMED_CONSTANT = re.compile(
-    r"global:((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Z][A-Za-z0-9_]*[a-z][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*)"
-)
-
-
 @dataclass(frozen=True)
 class Configuration:
     """What may appear in a condition: the parameters of the function (their atoms are
-    `param:NAME@where`) and, for a method, `self.ATTRIBUTE` or a chain of them
-    (`self.project_configuration.automatic_naming`), compared with literals or with named
-    constants (`DistributedType.FSDP`)."""
+    `param:NAME@where`) and, for a method, `self.ATTRIBUTE`."""
 
     parameters: tuple[str, ...]
     where: str
@@ -83,14 +71,11 @@ def sufficient_condition(
         return z3.Or(*[z3.And(*[holds(c) for c in conds]) if conds else z3.BoolVal(True) for conds in paths])
 
     silent_any, communicating_any = any_path(silent), any_path(communicating)
-    for c in candidates[:MAX_CANDIDATES]:
-        holds(c)  # every candidate's names translated before the members are told apart
-    distinct = _distinct_members(candidates, translator, z3)
 
     def satisfiable(*facts: Any) -> bool:
         solver = z3.Solver()
         solver.set("timeout", CANDIDATE_TIMEOUT_MS)
-        solver.add(*facts, *distinct, *translator.side_constraints)
+        solver.add(*facts, *translator.side_constraints)
         return bool(solver.check() == z3.sat)
 
     accepted = [
@@ -106,34 +91,6 @@ def sufficient_condition(
     named = {n.id for n in ast.walk(ast.parse(text, mode="eval")) if isinstance(n, ast.Name)}
     defaults = tuple((name, value) for name, value in literal_defaults(function) if name in named)
     return Condition(text, defaults)
-
-
-def _distinct_members(candidates: list[Expr], translator: Z3Translator, z3: Any) -> list[Any]:
-    """Two named members of one class are two values (`DistributedType.FSDP` is not
-    `DistributedType.DEEPSPEED`): without it no comparison with one member would rule out a path
-    that compares with another."""
-    members: dict[str, dict[str, Any]] = {}
-    for candidate in candidates:
-        for part in _parts((candidate,)):
-            if not isinstance(part, Compare):
-                continue
-            for side in (part.left, part.right):
-                found = named_member(side)
-                if found is None:
-                    continue
-                owner = found.rsplit(".", 1)[0]
-                for sort, var in translator.translated(side, "a") if isinstance(side, Atom) else ():
-                    if sort == "int":
-                        members.setdefault(owner, {})[found] = var
-    return [z3.Distinct(*found.values()) for found in members.values() if len(found) > 1]
-
-
-def named_member(expr: Expr) -> str | None:
-    """`DistributedType.FSDP` for the value `global:DistributedType.FSDP`, else None."""
-    if not isinstance(expr, Atom) or "@" in expr.name:
-        return None
-    matched = _NAMED_CONSTANT.fullmatch(expr.name)
-    return matched.group(1) if matched else None
 
 
 def _without_duplicates(kept: list[Expr], holds: Any, satisfiable: Any, z3: Any) -> list[Expr]:
@@ -176,11 +133,6 @@ def _text(expr: Expr, configuration: Configuration) -> str | None:
         return None if inner is None else f"not ({inner})" if " " in inner else f"not {inner}"
     if isinstance(expr, Compare) and expr.op in _OPERATORS:
         left, right = _text(expr.left, configuration), _text(expr.right, configuration)
-        if expr.op in ("==", "!="):  # `self.distributed_type == DistributedType.FSDP`
-            left = left if left is not None or right is None else named_member(expr.left)
-            right = right if right is not None or left is None else named_member(expr.right)
-            if named_member(expr.left) is not None and named_member(expr.right) is not None:
-                return None  # two constants: no configuration
         return None if left is None or right is None else f"{left} {expr.op} {right}"
     if isinstance(expr, BoolOp):
         parts = [_text(v, configuration) for v in expr.values]
@@ -196,22 +148,7 @@ def _configuration_name(atom: Atom, configuration: Configuration) -> str | None:
         parameter = name[len("param:") :]
         return parameter if parameter in configuration.parameters else None
     attribute = name[len("self.") :] if name.startswith("self.") and not where else ""
-    chain = attribute.split(".")  # `self.sharded`, `self.plugin.stage`
-    readable = bool(attribute) and all(part.isidentifier() for part in chain)
-    return f"self.{attribute}" if configuration.method and readable else None
-
-
-def receiver_chains(condition: str) -> list[tuple[str, ...]]:
-    """The `self.A.B...` chains a `when` reads, without `self`: `("plugin", "stage")`."""
-    tree = _parsed(condition) if condition else None
-    inner = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)} if tree else set()
-    chains = []
-    for node in ast.walk(tree) if tree else ():
-        if isinstance(node, ast.Attribute) and id(node) not in inner:
-            parts = dotted(node)
-            if parts and parts[0] == "self" and len(parts) > 1:
-                chains.append(tuple(parts[1:]))
-    return chains
+    return f"self.{attribute}" if configuration.method and attribute.isidentifier() else None
 
 
 def literal_defaults(
@@ -230,23 +167,6 @@ def literal_defaults(
 
 
 UNDECIDED = object()  # a name whose value the call site does not show
-
-
-@dataclass(frozen=True)
-class NamedConstant:
-    """A member of a class known by its name only (`DistributedType.FSDP`): two are equal when
-    they name the same member (the class and the member; the module it is reached by aside)."""
-
-    name: str  # `Class.MEMBER`
-
-
-def configuration_value(value: Expr) -> object:
-    """What a call site's value says of a condition's name: a literal, a named member, else
-    UNDECIDED."""
-    if isinstance(value, Const):
-        return value.value
-    named = named_member(value)
-    return NamedConstant(".".join(named.split(".")[-2:])) if named is not None else UNDECIDED
 
 
 def decide(text: str, literal: Callable[[ast.expr], object]) -> bool | None:
@@ -284,12 +204,6 @@ def _truth(node: ast.expr, literal: Callable[[ast.expr], object]) -> bool | None
 
 
 def _compared(op: ast.cmpop, left: Any, right: Any) -> bool | None:
-    if isinstance(left, NamedConstant) or isinstance(right, NamedConstant):
-        if not (isinstance(left, NamedConstant) and isinstance(right, NamedConstant)):
-            return None  # a member against a literal: its value is not known here
-        if isinstance(op, (ast.Eq, ast.NotEq)):
-            return (left == right) == isinstance(op, ast.Eq)
-        return None
     try:
         if isinstance(op, ast.Eq):
             return bool(left == right)
