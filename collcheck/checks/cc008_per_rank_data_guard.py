@@ -10,9 +10,7 @@ The evidence may lie in a helper or a framework's gather or reduce: a function w
 collective makes what its callers pass there their own data, and a function run on its own
 takes such parameters so; a tensor of the entries a mask selects, gathered whole, is its own too.
 Only a decision taken before the call that combines the data is reported, not one taken after
-the statement that combines it on some paths (`if dp > 1: n = agree(n)`). A count copied into a
-tensor that is then reduced (`torch.tensor([count])`, `table[rank] = count`) is still this rank's
-own after the reduction: only the reduced tensor is agreed, so a test of `count` there is reported.
+the statement that combines it on some paths (`if dp > 1: n = agree(n)`).
 
 A value is taken as this rank's own only where it is all that flows into its element of what is
 combined (`n` of `torch.tensor([n, world])`), not one input among several (a group size mixed

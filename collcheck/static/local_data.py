@@ -64,9 +64,6 @@ HOST_TENSORS = frozenset(
     | {"torch.FloatTensor", "torch.DoubleTensor", "torch.BoolTensor", "torch.cuda.LongTensor"}
 )
 
-# Tensors that may share the memory of the array they are built from (no copy on the CPU).
-ALIASING_TENSORS = frozenset({"torch.as_tensor", "torch.asarray"})
-
 # Methods whose result carries the receiver's contents (`t.float()`, `x.to(device)`).
 CARRYING_METHODS = VALUE_METHODS | frozenset(
     {"to", "view", "reshape", "flatten", "contiguous", "unsqueeze", "squeeze", "size", "__len__", "numel"}
@@ -91,10 +88,8 @@ OpSpecOf = Callable[[ast.Call, FunctionNode], OpSpec | None]  # the op of a call
 Evidence = tuple[str, int, frozenset[int]]  # how a value is combined, the line of that call, by which
 # A name of this rank's data that a call hands a combining collective: how it is combined, whether
 # it is a tensor operand named whole (then only the host values it was built from are evidence),
-# whether it is all that flows into its element, the lines of the collectives that combine it,
-# whether it is a scalar copied as it is into a tensor the call combines (`count` of
-# `torch.tensor([count])`: the tensor is agreed after the call, the scalar is not).
-Seed = tuple[str, str, bool, bool, frozenset[int], bool]
+# whether it is all that flows into its element, the lines of the collectives that combine it.
+Seed = tuple[str, str, bool, bool, frozenset[int]]
 HelperOf = Callable[[ast.Call, FunctionNode], FunctionNode | None]
 NameOf = Callable[[ast.expr], str | None]
 SpecOf = Callable[[ast.Call], OpSpec | None]  # the catalogued op a call issues, if any
@@ -132,8 +127,6 @@ class LocalData:
         # (function, name) whose value alone is what is combined (or computed into it), not one of
         # several inputs: only those make a parameter this rank's own (`parameter_paths`)
         self._direct: set[tuple[FunctionNode, str]] = set()
-        # (function, name) only a copy of which a collective combines (`held`)
-        self._copied: set[tuple[FunctionNode, str]] = set()
 
     def names(self, function: FunctionNode) -> frozenset[str]:
         found = self._names.get(function)
@@ -149,28 +142,16 @@ class LocalData:
 
     def combined_at(self, function: FunctionNode, line: int) -> tuple[str, ...]:
         """The names whose evidence is the call at `line` of `function` (its first combining
-        call) and that are agreed after it (`held`): a decision on them then is taken knowing
-        the others' (`all(f == mine for f in gathered)`)."""
+        call): after it, the ranks have exchanged them."""
         by_line = self._by_line.get(function)
         if by_line is None:
             grouped: dict[int, list[str]] = {}
             for name in sorted(self.names(function)):
                 evidence = self.evidence.get((function, name))
-                if evidence is not None and self.held(function, name):
+                if evidence is not None:
                     grouped.setdefault(evidence[1], []).append(name)
             by_line = self._by_line[function] = {at: tuple(names) for at, names in grouped.items()}
         return by_line.get(line, ())
-
-    def held(self, function: FunctionNode, name: str) -> bool:
-        """`name` is per-rank data of `function` that counts as agreed after the call that
-        combines it: not a scalar copied as it is into a tensor the call combines (`count` of
-        `torch.tensor([count])`, of `table[rank] = count`, and `n` of `count = n` before it),
-        which stays this rank's own (only the tensor is agreed). What the copy was computed from
-        (`batch` of `len(batch)`), what a helper or an object collective receives count as agreed:
-        a size tested after a gather is mostly reconciled with it (`max(sizes) if sizes else
-        len(x)`, the model not knowing a gathered list is never empty: deepspeed's ep_tp_dispatch,
-        a FALSE finding), and what a helper returns is not followed by identity."""
-        return name in self.names(function) and (function, name) not in self._copied
 
     def reached_from(self, function: FunctionNode, statement: ast.stmt, line: int) -> bool:
         """Every run of `statement` (an assignment, or a `for` binding its target) goes on to the
@@ -344,14 +325,12 @@ class LocalData:
         assignments: list[tuple[frozenset[str], ast.expr, int]] = []
         for node in nodes_under(function):
             if isinstance(node, ast.Call):
-                for name, how, operand, direct, by, copied in self._seeds(node, function):
+                for name, how, operand, direct, by in self._seeds(node, function):
                     if operand:
                         tensors.setdefault(name, (how, node.lineno, by))
                         continue
                     if direct:
                         self._direct.add((function, name))
-                    if copied and (function, name) not in self.evidence:
-                        self._copied.add((function, name))
                     if name not in found:
                         found.add(name)
                         self.evidence.setdefault((function, name), (how, node.lineno, by))
@@ -362,10 +341,7 @@ class LocalData:
         for node in nodes_under(function):  # `counts[rank] = n`, then `all_reduce(counts)`
             for name, value, line in _item_stores(node):
                 if name in tensors and line < tensors[name][1]:
-                    copies = _copied_names(value, aliasing=False)
                     for stored_item, direct in self._sources(value):
-                        if stored_item in copies and (function, stored_item) not in self.evidence:
-                            self._copied.add((function, stored_item))
                         found.add(stored_item)
                         self.evidence.setdefault((function, stored_item), tensors[name])
                         self._direct.update([(function, stored_item)] if direct else [])
@@ -375,12 +351,7 @@ class LocalData:
                 how, at, by = tensors[name]
                 if line < at and self._host_tensor(value):
                     assert isinstance(value, ast.Call)
-                    copies = (
-                        _copied_names(value.args[0], self._aliasing(value)) if value.args else frozenset()
-                    )
                     for built, direct in self._host_sources(value, function):
-                        if built in copies and (function, built) not in self.evidence:
-                            self._copied.add((function, built))
                         found.add(built)
                         self.evidence.setdefault((function, built), (how, at, by))
                         self._direct.update([(function, built)] if direct else [])
@@ -400,13 +371,7 @@ class LocalData:
                 fed = computed - found
                 single = len(computed) == 1 and _plain(value)
                 single = single and any((function, n) in self._direct for n in stored & found)
-                # `count = n`: `n` holds the scalar that was copied too
-                alias = bool(_copied_names(value, False)) and any(
-                    (function, n) in self._copied for n in stored
-                )
                 for name in fed:
-                    if alias and (function, name) not in self.evidence:
-                        self._copied.add((function, name))
                     self.evidence.setdefault((function, name), origin)
                     self._direct.update([(function, name)] if single else [])
                 if fed:
@@ -448,15 +413,13 @@ class LocalData:
             by = frozenset({call.lineno})
             seeds: list[Seed] = []
             for node in (operand_argument(call, spec, name) for name in spec.operands):
-                if spec.op in OBJECT_OPS and node is not None:  # the object itself is received
-                    seeds += [(n, how, False, direct, by, False) for n, direct in self._sources(node)]
+                if spec.op in OBJECT_OPS and node is not None:
+                    seeds += [(n, how, False, direct, by) for n, direct in self._sources(node)]
                 elif isinstance(node, ast.Name):
-                    seeds.append((node.id, how, True, True, by, False))
+                    seeds.append((node.id, how, True, True, by))
                 elif node is not None and self._host_tensor(node):
                     assert isinstance(node, ast.Call)
-                    copies = _copied_names(node.args[0], self._aliasing(node)) if node.args else frozenset()
-                    sources = self._host_sources(node, function)
-                    seeds += [(n, how, False, direct, by, n in copies) for n, direct in sources]
+                    seeds += [(n, how, False, direct, by) for n, direct in self._host_sources(node, function)]
             return seeds
         helper = self._helper(call, function)
         if helper is None or helper is function:
@@ -482,21 +445,13 @@ class LocalData:
             if argument is None:
                 continue
             by = self.evidence[(helper, path)][2]
-            # agreed after the call, copied in the helper or not (`held`; taking it as still own
-            # reported a raise on a vocabulary size a helper returned where it combined nothing:
-            # deepspeed's vocab_parallel_cross_entropy, a FALSE finding)
             if not rest:  # the argument's value, whatever it was computed from
-                found += [(n, how, False, direct, by, False) for n, direct in self._sources(argument)]
+                found += [(n, how, False, direct, by) for n, direct in self._sources(argument)]
                 continue
             holder = dotted(argument)  # `p.total` of the callee: the same attribute of what was passed
             if holder is not None:
-                found.append((".".join([*holder, rest]), how, False, True, by, False))
+                found.append((".".join([*holder, rest]), how, False, True, by))
         return found
-
-    def _aliasing(self, tensor: ast.Call) -> bool:
-        """`torch.as_tensor(arr)`: the tensor may share the array's memory (an all-reduce of it
-        changes the array too)."""
-        return self._called_name(tensor.func) in ALIASING_TENSORS and bool(tensor.args)
 
 
 def _enclosing_statements(function: FunctionNode) -> list[tuple[int, frozenset[int]]]:
@@ -537,16 +492,6 @@ def _last_name(node: ast.AST) -> str:
     """The last name of what a call calls (`all_reduce` of `dist.all_reduce(t)`); "" for no call."""
     func = node.func if isinstance(node, ast.Call) else None
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-
-
-def _copied_names(node: ast.expr, aliasing: bool) -> frozenset[str]:
-    """The variables (or attribute paths) copied as they are into a tensor built from `node`
-    (`count` of `torch.tensor([count, flag])`, of `torch.tensor(count)`, of `table[rank] =
-    count`): `node` or an item of the literal list or tuple it is. None where the tensor may
-    share their memory (`aliasing`: `torch.as_tensor(arr)`)."""
-    parts = [] if aliasing else node.elts if isinstance(node, SEQUENCES) else [node]
-    paths = [dotted(p) for p in parts if isinstance(p, (ast.Name, ast.Attribute))]
-    return frozenset(".".join(path) for path in paths if path is not None)
 
 
 def _bound_value(statement: ast.stmt) -> ast.expr | None:

@@ -10,13 +10,11 @@ entries changed in place, a per-process (`nondet`) atom whose `why` begins with 
   attribute path (`batch`, `batch.num_tokens`, `self.pending`, `EntryData`): where nothing passes
   it, its value is the one this rank holds. A caller that passes it is judged on its own
   assignment, as the interpreter inlines the function there;
-- after the call that combines it, the value counts as the same on every rank (`mark_combined`:
-  a decision on it then is taken knowing the others', `all(f == mine for f in gathered)`), and
-  data combined on some paths only stops being own once the run of the function's body is past
-  the statement that holds that call (`EntryData.expire`), also where that call was not made (`if
-  dp > 1: n = agree(n)`): the code decided there that it needs no combining. But a scalar only a
-  COPY of which was combined (`count` of `torch.tensor([count])`, of `table[rank] = count`;
-  `LocalData.held`) stays this rank's own after the call: only the tensor is agreed.
+- after the call that combines it, the value is the same on every rank (`mark_combined`), and
+  once the run of the function's body is past the statement that holds that call on every path
+  (`EntryData.expire`), also where that call was not made (`if dp > 1: n = agree(n)`): the code
+  decided there that it needs no combining, and a decision taken after it is not the one reported
+  (a test of the data BEFORE the collective that combines it).
 """
 
 from __future__ import annotations
@@ -71,9 +69,8 @@ def mark_assigned(data: LocalData, target: ast.expr, state: State, frame: Frame,
 
 def mark_combined(data: LocalData, call: ast.Call, where: str, state: State, frame: Frame) -> None:
     """After the call (at `where`) that combines this rank's own data across ranks: a decision
-    taken on what it received from here on is taken knowing the others' (`all(f == mine for f in
-    gathered)`), so it is no longer reported as one on a per-process value. What a copy was built
-    from is not named by `combined_at`, and stays own."""
+    taken on it from here on is taken knowing the others' (`all(f == mine for f in gathered)`), so
+    it is no longer reported as one on a per-process value."""
     if not frame.stack:
         return
     for name in data.combined_at(frame.stack[-1], call.lineno):
@@ -88,34 +85,24 @@ class EntryData:
 
     def __init__(self, function: FunctionNode, pending: list[tuple[int, str]]) -> None:
         self.body = function.body
-        self.pending = sorted(pending)  # (line of the first combining call, the atom's name)
+        self.pending = sorted(pending)  # (line of the first combining call, the atom's `why`)
 
     def expire(self, body: Sequence[ast.stmt], statement: ast.stmt, states: list[State]) -> None:
         """Before `statement` of the function's own body: the data whose combining call lies
         above it (on every path, or not at all on some) is no longer this process's own."""
         if body is not self.body or not self.pending or self.pending[0][0] >= statement.lineno:
             return
-        names = {name for line, name in self.pending if line < statement.lineno}
-        self.pending = [(line, name) for line, name in self.pending if line >= statement.lineno]
+        whys = {why for line, why in self.pending if line < statement.lineno}
+        self.pending = [(line, why) for line, why in self.pending if line >= statement.lineno]
         for state in states:
             mapping: dict[Atom, Expr] = {
                 atom: Atom(f"combined:{atom.name}", "shared")
                 for value in state.env.values()
                 for atom in atoms(value)
-                if atom.kind == "nondet" and atom.name in names
+                if atom.kind == "nondet" and atom.why in whys
             }
             if mapping:
                 state.env.update({key: substitute(value, mapping) for key, value in state.env.items()})
-
-
-def made_on_every_path(function: FunctionNode, line: int) -> bool:
-    """The call at `line` is in a simple statement of `function`'s own body (no `if`, loop,
-    `with`, `try` or `match` around it): every run past that statement made it."""
-    return any(
-        not (hasattr(statement, "body") or hasattr(statement, "cases"))
-        and statement.lineno <= line <= (statement.end_lineno or statement.lineno)
-        for statement in function.body
-    )
 
 
 def _nothing_trained(_function: FunctionNode) -> frozenset[str]:
@@ -154,10 +141,6 @@ def mark_entry(data: LocalData, function: FunctionNode, env: dict[str, Expr]) ->
             continue  # an object of a class of the file (`s: Syncer`) is read by its attributes
         evidence = data.evidence[(function, path)]
         why = f"{OWN_DATA}, {evidence[0]}"
-        name = f"{path}@entry:{function.lineno}"
-        env[path] = Atom(name, "nondet", why=why, combined_by=evidence[2])
-        if data.held(function, path) or not made_on_every_path(function, line):
-            # agreed after the call that combines it (`mark_combined`); data combined on some paths
-            # only needs no agreeing on the others. A scalar only copied into a tensor stays own.
-            pending.append((line, name))
+        env[path] = Atom(f"{path}@entry:{function.lineno}", "nondet", why=why, combined_by=evidence[2])
+        pending.append((line, why))
     return EntryData(function, pending) if pending else None

@@ -52,10 +52,7 @@ def test_host_values_put_into_a_reduced_tensor_and_what_they_were_computed_from(
     assert data.names(function) == {"padded", "tokens", "batch"}
     how, line, _ = data.evidence[(function, "tokens")]
     assert line == line_of(SNIPPET, "dist.all_reduce(t, op") and "all_reduce" in how
-    # `padded` is copied as it is into the reduced tensor: only the tensor is agreed after the
-    # call, `padded` stays this rank's own (`held`); what it was computed from is agreed
-    assert data.combined_at(function, line) == ("batch", "tokens")
-    assert not data.held(function, "padded") and data.held(function, "tokens")
+    assert data.combined_at(function, line) == ("batch", "padded", "tokens")
 
 
 def test_a_tensor_handed_as_it_is_is_no_evidence_and_neither_is_a_non_combining_collective() -> None:
