@@ -26,7 +26,6 @@ def test_a_compared_draw_is_handed_back() -> None:
 
 def test_draws_inside_a_built_list_are_not() -> None:
     assert "random.random" not in _names("[0 if random.random() < p else q.poll() for q in qs]")
-    assert "random.random" not in _names("(random.random(), 1)")
     assert "random.random" not in _names("lambda: random.random()")
 
 
@@ -35,3 +34,13 @@ def test_a_sliced_values_name_is_shown_as_the_source_spells_it() -> None:
 
     # the evaluator names a slice `slice:<text>@line:col`; a message showed the mark (deepspeed)
     assert source_label("slice:logits.shape[:-1]@12:7") == "logits.shape[:-1]"
+
+
+def test_a_name_bound_from_a_draw_and_a_tuple_element_are_handed_back() -> None:
+    function = ast.parse("def f(p, d):\n    found = os.path.exists(p)\n    return found\n").body[0]
+    assert isinstance(function, ast.FunctionDef)
+    last = function.body[-1]
+    assert isinstance(last, ast.Return) and last.value is not None
+    returned = last.value
+    assert "os.path.exists" in {".".join(dotted(c.func) or ()) for c in scalar_calls(returned, function)}
+    assert "time.time" in _names("(time.time() > d, path)")

@@ -660,7 +660,7 @@ class CallResolver(ValueEvaluator):
         imports = owner.imports
         for node in nodes_under(function):
             if isinstance(node, ast.Return) and node.value is not None:
-                returned = {qualified_name(call.func, imports) for call in scalar_calls(node.value)}
+                returned = {qualified_name(call.func, imports) for call in scalar_calls(node.value, function)}
                 if returned & self.catalog.nondeterministic.keys():
                     return True  # it hands back a clock or a file's presence (not one it logs)
                 for call in (n for n in nodes_under(node.value) if isinstance(n, ast.Call)):

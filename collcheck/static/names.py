@@ -264,14 +264,18 @@ def imports_under(tree: ast.Module, prefixes: Iterable[str]) -> bool:
     return any(name == p or name.startswith(p + ".") for name in imported_modules(tree) for p in wanted)
 
 
-_CONTAINERS: tuple[type[ast.AST], ...] = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Lambda)
+# A tuple is not among them: its length is fixed, and `return time.time() > d, path` hands back
+# the test itself to the caller that unpacks it.
+_CONTAINERS: tuple[type[ast.AST], ...] = (ast.List, ast.Set, ast.Dict, ast.Lambda)
 _CONTAINERS += (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
-def scalar_calls(expression: ast.expr) -> list[ast.Call]:
+def scalar_calls(expression: ast.expr, function: ast.AST | None = None) -> list[ast.Call]:
     """The calls whose result flows into `expression`'s value itself, not into an element of a
     container it builds: `time.time() > t` and `bool(os.path.isfile(p))` name theirs, while
-    `[random.random() < p for _ in xs]` does not (the list's length is not the draws')."""
+    `[random.random() < p for _ in xs]` does not (the list's length is not the draws'). A name
+    the function bound from such a call (`found = os.path.exists(p)`, `return found`) counts as
+    the call: `function`'s single-name assignments are followed, one level."""
     found: list[ast.Call] = []
     pending: list[ast.AST] = [expression]
     while pending:
@@ -281,4 +285,25 @@ def scalar_calls(expression: ast.expr) -> list[ast.Call]:
         if isinstance(node, ast.Call):
             found.append(node)
         pending.extend(child_nodes(node))
+    if function is not None:
+        names = {node.id for node in found_names(expression)}
+        for assign in nodes_under(function):
+            if isinstance(assign, ast.Assign) and len(assign.targets) == 1:
+                target = assign.targets[0]
+                if isinstance(target, ast.Name) and target.id in names:
+                    found.extend(scalar_calls(assign.value))
     return found
+
+
+def found_names(expression: ast.expr) -> list[ast.Name]:
+    """The names read in `expression` outside the containers it builds (see `scalar_calls`)."""
+    names: list[ast.Name] = []
+    pending: list[ast.AST] = [expression]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, _CONTAINERS):
+            continue
+        if isinstance(node, ast.Name):
+            names.append(node)
+        pending.extend(child_nodes(node))
+    return names
