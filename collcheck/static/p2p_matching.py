@@ -8,7 +8,7 @@ Out (`run`): how far each rank got and the `Wait` that never ends, if any.
 
 How. Transfers pair in order, as NCCL and gloo pair them: the k-th transfer rank a sends to rank
 b (blocking or posted) meets the k-th receive of rank b from rank a. A blocking call returns once
-its partner is reached on the peer (rendezvous semantics, the premise of CC005: a blocking send
+its partner is reached on the peer (rendezvous semantics, the premise of the deadlock rule: a blocking send
 may not return before the peer posts its receive): a posted partner is reached when its rank
 passed it, a blocking one when its rank stands at it. A posted transfer never blocks its rank
 (where its request is waited on is not followed, so a batch's order and its place before the
