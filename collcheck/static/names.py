@@ -276,17 +276,10 @@ def scalar_calls(expression: ast.expr, function: ast.AST | None = None) -> list[
     `[random.random() < p for _ in xs]` does not (the list's length is not the draws'). A name
     the function bound from such a call (`found = os.path.exists(p)`, `return found`) counts as
     the call: `function`'s single-name assignments are followed, one level."""
-    found: list[ast.Call] = []
-    pending: list[ast.AST] = [expression]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, _CONTAINERS):
-            continue
-        if isinstance(node, ast.Call):
-            found.append(node)
-        pending.extend(child_nodes(node))
+    outside = _outside_containers(expression)
+    found = [node for node in outside if isinstance(node, ast.Call)]
     if function is not None:
-        names = {node.id for node in found_names(expression)}
+        names = {node.id for node in outside if isinstance(node, ast.Name)}
         for assign in nodes_under(function):
             if isinstance(assign, ast.Assign) and len(assign.targets) == 1:
                 target = assign.targets[0]
@@ -295,15 +288,13 @@ def scalar_calls(expression: ast.expr, function: ast.AST | None = None) -> list[
     return found
 
 
-def found_names(expression: ast.expr) -> list[ast.Name]:
-    """The names read in `expression` outside the containers it builds (see `scalar_calls`)."""
-    names: list[ast.Name] = []
+def _outside_containers(expression: ast.expr) -> list[ast.AST]:
+    """The nodes of `expression` that are not inside a container it builds."""
+    nodes: list[ast.AST] = []
     pending: list[ast.AST] = [expression]
     while pending:
         node = pending.pop()
-        if isinstance(node, _CONTAINERS):
-            continue
-        if isinstance(node, ast.Name):
-            names.append(node)
-        pending.extend(child_nodes(node))
-    return names
+        if not isinstance(node, _CONTAINERS):
+            nodes.append(node)
+            pending.extend(child_nodes(node))
+    return nodes
